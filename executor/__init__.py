@@ -1,0 +1,1 @@
+"""The executor that runs inside every training rank (installed as ``zephon.executor``)."""

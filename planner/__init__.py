@@ -1,0 +1,1 @@
+"""The offline planner (installed as ``zephon.planner``)."""

@@ -1,0 +1,1 @@
+"""Zephon: deterministic plans for training data, executed as token batches."""

@@ -1,0 +1,31 @@
+"""Error types raised by Zephon.
+
+Every message says what is wrong, where (dataset, shard, row, file) and how to fix it, in the form
+"X must be Y, got Z — fix". Callers catch :class:`ZephonError`; the CLI prints its message on one line.
+"""
+
+from __future__ import annotations
+
+
+class ZephonError(Exception):
+    """Base class of every error Zephon raises on purpose."""
+
+
+class ConfigError(ZephonError, ValueError):
+    """A configuration value (Python argument or CONFIG file entry) is invalid."""
+
+
+class DatasetError(ZephonError):
+    """A dataset path, shard or row cannot be used as given."""
+
+
+class PlanFormatError(ZephonError):
+    """A plan bundle is missing, malformed, or of an unsupported format version."""
+
+
+class HubError(ZephonError):
+    """A Hugging Face Hub dataset cannot be resolved or read."""
+
+
+class TokenizerError(ZephonError):
+    """A tokenizer cannot be loaded or lacks what the pipeline needs."""
