@@ -1,0 +1,81 @@
+"""Batches of packed rows and their conversion to training tensors.
+
+``Batch.to_training(return_labels=True)`` shifts by one: ``input_ids = tokens[:, :-1]`` and
+``labels = tokens[:, 1:]``, both (B, max_length − 1); labels of padding are ``-100`` (ignored by
+``torch.nn.functional.cross_entropy``). The label after a document's EOS is the next document's first
+token, as in GPT-style pretraining; use ``position_ids`` or ``cu_seqlens`` to keep attention inside
+documents.
+
+* ``position_ids`` (B, max_length − 1) restart at 0 at the start of every row, every document and the
+  padding.
+* ``cu_seqlens`` (int32, 1-D) are the cumulative segment boundaries of the flattened batch (B·(max_length − 1)
+  tokens) for varlen attention kernels, with ``max_seqlen`` the longest segment; segments are cut at the
+  same places where position ids restart.
+
+Example, one row [a1 a2 E b1 E] (max_length 5): input_ids [a1 a2 E b1], labels [a2 E b1 E],
+position_ids [0 1 2 0], cu_seqlens [0 3 4], max_seqlen 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Batch:
+    """``tokens`` (B, max_length) int64, ``doc_start`` (B, max_length) bool, ``lengths`` (B,) valid tokens."""
+
+    tokens: np.ndarray
+    doc_start: np.ndarray
+    lengths: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.lengths)
+
+    def segment_starts(self) -> np.ndarray:
+        """(B, L) bool: where a segment starts (row start, document start, first padding token)."""
+        starts = self.doc_start.copy()
+        starts[:, 0] = True
+        cols = np.arange(self.tokens.shape[1])
+        pad_begin = (cols[None, :] == self.lengths[:, None]) & (self.lengths[:, None] < self.tokens.shape[1])
+        return starts | pad_begin
+
+    def to_training(
+        self,
+        return_labels: bool = True,
+        *,
+        return_position_ids: bool = False,
+        return_cu_seqlens: bool = False,
+        pin_memory: bool = False,
+    ) -> dict[str, torch.Tensor | int]:
+        """Torch tensors for a training step (see the module docstring)."""
+        tokens = torch.from_numpy(self.tokens)
+        width = self.tokens.shape[1]
+        out: dict[str, torch.Tensor | int] = {}
+        if return_labels:
+            out["input_ids"] = tokens[:, :-1]
+            labels = tokens[:, 1:].clone()
+            valid = torch.arange(1, width)[None, :] < torch.from_numpy(self.lengths)[:, None]
+            labels[~valid] = IGNORE_INDEX
+            out["labels"] = labels
+            starts = self.segment_starts()[:, :-1]
+        else:
+            out["input_ids"] = tokens
+            starts = self.segment_starts()
+        if return_position_ids:
+            cols = np.arange(starts.shape[1])
+            last_start = np.maximum.accumulate(np.where(starts, cols[None, :], 0), axis=1)
+            out["position_ids"] = torch.from_numpy(cols[None, :] - last_start)
+        if return_cu_seqlens:
+            flat = np.flatnonzero(starts.reshape(-1))
+            bounds = np.append(flat, starts.size).astype(np.int32)
+            out["cu_seqlens"] = torch.from_numpy(bounds)
+            out["max_seqlen"] = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
+        if pin_memory:
+            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        return out

@@ -1,0 +1,107 @@
+"""The plan bundle: the one place that defines its files, columns, Arrow types and format version.
+
+A plan bundle is a directory that the planner writes and the executor reads; nothing else joins them.
+
+```
+PLAN_DIR/
+  plan.json        manifest: format version, normalized config and its hash, datasets, mixture, totals
+  shards.parquet   one row per shard (SHARDS_SCHEMA)
+  samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA)
+```
+
+Version rule: ``FORMAT_VERSION`` is a single integer. A change that a reader of the previous version would
+misread (a column renamed, retyped or given a new meaning) bumps it; adding an optional ``plan.json`` key
+does not. Readers refuse any version they do not know, with a message naming both versions.
+
+This module imports only pyarrow and the standard library, so the executor can use it on training nodes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from zephon.errors import PlanFormatError
+
+FORMAT_VERSION = 1
+PLAN_JSON = "plan.json"
+SHARDS_FILE = "shards.parquet"
+SAMPLES_FILE = "samples.parquet"
+
+#: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
+SAMPLES_ROW_GROUP = 65_536
+
+SHARDS_SCHEMA = pa.schema(
+    [
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("uri", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("row_groups", pa.int32(), nullable=False),
+        pa.field("fingerprint", pa.string(), nullable=False),
+    ]
+)
+
+SAMPLES_SCHEMA = pa.schema(
+    [
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("row", pa.int32(), nullable=False),
+        pa.field("epoch", pa.int32(), nullable=False),
+        # Tokens of the document (EOS and BOS included) when the plan knows them; null otherwise.
+        pa.field("tokens", pa.int32(), nullable=True),
+        # Offset of the document's first token in the global token stream, for exact plans only.
+        pa.field("token_offset", pa.int64(), nullable=True),
+    ]
+)
+
+SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst")
+
+
+def read_manifest(plan_dir: str | Path) -> dict[str, Any]:
+    """Read and validate ``plan.json`` of a bundle; refuse unknown format versions."""
+    path = Path(plan_dir) / PLAN_JSON
+    if not path.is_file():
+        raise PlanFormatError(
+            f"plan directory must contain {PLAN_JSON}, got none at {path} — "
+            "pass a directory written by `zephon plan` or Pipeline.plan()"
+        )
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PlanFormatError(f"{path} must be valid JSON, got {exc} — rewrite the plan with `zephon plan`") from exc
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise PlanFormatError(
+            f"plan format version must be {FORMAT_VERSION}, got {version!r} in {path} — "
+            "re-plan with this Zephon version, or install the version that wrote the plan"
+        )
+    for key in ("config_hash", "datasets", "totals"):
+        if key not in manifest:
+            raise PlanFormatError(f"{path} must have the key {key!r}, got none — the bundle is damaged; re-plan")
+    return manifest
+
+
+def _same_type(got: pa.DataType | None, want: pa.DataType) -> bool:
+    # Polars writes strings as large_string; both read the same.
+    if pa.types.is_string(want):
+        return got is not None and (pa.types.is_string(got) or pa.types.is_large_string(got))
+    return got == want
+
+
+def check_schema(table_schema: pa.Schema, expected: pa.Schema, file: Path) -> None:
+    """Refuse a Parquet file whose columns or types differ from the format's schema."""
+    got = {f.name: f.type for f in table_schema}
+    for field in expected:
+        if not _same_type(got.get(field.name), field.type):
+            raise PlanFormatError(
+                f"{file} column {field.name!r} must be {field.type}, got {got.get(field.name)} — "
+                "the bundle was not written by this plan format; re-plan"
+            )
