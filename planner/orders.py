@@ -1,7 +1,8 @@
 """The order in which one dataset's documents are read in one epoch (pass).
 
 Invariant: every epoch of a dataset is a permutation of all its (shard, row) pairs, derived only from
-``(seed, dataset_index, epoch)``; epochs differ from each other and from other datasets' orders.
+``(seed, dataset_index, epoch)`` through NumPy's version-stable SeedSequence and PCG64 raw bits; epochs
+differ from each other and from other datasets' orders.
 
 Algorithm (bounded memory, mostly sequential reads): shuffle the shard order, cut it into windows of
 ``window_shards`` consecutive shards, and shuffle the rows inside each window. The executor therefore needs
@@ -17,6 +18,15 @@ from __future__ import annotations
 import numpy as np
 
 
+def permutation(bits: np.random.PCG64, n: int) -> np.ndarray:
+    """A permutation of ``range(n)`` from the raw 64-bit stream (stable argsort of ``n`` draws).
+
+    NumPy guarantees that SeedSequence and PCG64 raw streams never change across versions; the convenience
+    methods of ``Generator`` (``permutation``, ``shuffle``) carry no such promise, so plans avoid them.
+    """
+    return np.argsort(bits.random_raw(n), kind="stable")
+
+
 def epoch_order(
     shard_ids: np.ndarray,
     shard_rows: np.ndarray,
@@ -28,8 +38,8 @@ def epoch_order(
     window_shards: int,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Return ``(shard_id, row)`` arrays (int32) of one epoch of one dataset, in reading order."""
-    rng = np.random.default_rng([seed, dataset_index, epoch])
-    order = rng.permutation(len(shard_ids)) if shuffle else np.arange(len(shard_ids))
+    bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, epoch]))
+    order = permutation(bits, len(shard_ids)) if shuffle else np.arange(len(shard_ids))
     shard_parts: list[np.ndarray] = []
     row_parts: list[np.ndarray] = []
     for start in range(0, len(order), window_shards):
@@ -40,7 +50,7 @@ def epoch_order(
         run_starts = np.repeat(np.cumsum(counts) - counts, counts)
         rows = (np.arange(int(counts.sum()), dtype=np.int64) - run_starts).astype(np.int32)
         if shuffle:
-            perm = rng.permutation(len(rows))
+            perm = permutation(bits, len(rows))
             shards, rows = shards[perm], rows[perm]
         shard_parts.append(shards)
         row_parts.append(rows)

@@ -1,0 +1,68 @@
+"""Shared fixtures: isolated caches, the shipped demo tokenizer, and tiny datasets written per test."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from zephon.demo import demo_tokenizer_path
+
+
+@pytest.fixture(autouse=True)
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    root = tmp_path_factory.mktemp("zephon-cache")
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(root))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return root
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir() -> str:
+    return demo_tokenizer_path()
+
+
+def doc_text(dataset: str, shard: int, row: int) -> str:
+    """Deterministic text whose length varies with the row, so documents span rows when packed."""
+    words = " ".join(f"{dataset}{shard}w{(row * 7 + i) % 13}" for i in range(3 + (row * 5) % 17))
+    return f"{dataset} shard {shard} row {row}: {words}."
+
+
+def write_parquet_dataset(root: Path, name: str, rows_per_shard: list[int], *, row_group_size: int = 4) -> Path:
+    directory = root / name
+    directory.mkdir(parents=True)
+    for shard, n in enumerate(rows_per_shard):
+        table = pa.table({"id": [f"{name}-{shard}-{r}" for r in range(n)], "text": [doc_text(name, shard, r) for r in range(n)]})
+        pq.write_table(table, directory / f"part-{shard:05d}.parquet", row_group_size=row_group_size)
+    return directory
+
+
+def write_jsonl_dataset(root: Path, name: str, rows_per_shard: list[int], *, compression: str = "") -> Path:
+    directory = root / name
+    directory.mkdir(parents=True)
+    for shard, n in enumerate(rows_per_shard):
+        data = "".join(json.dumps({"id": r, "text": doc_text(name, shard, r)}) + "\n" for r in range(n)).encode()
+        suffix = ".jsonl"
+        if compression == "gz":
+            data, suffix = gzip.compress(data, mtime=0), ".jsonl.gz"
+        elif compression == "zst":
+            import zstandard
+
+            data, suffix = zstandard.ZstdCompressor().compress(data), ".jsonl.zst"
+        (directory / f"part-{shard:05d}{suffix}").write_bytes(data)
+    return directory
+
+
+@pytest.fixture
+def make_parquet(tmp_path: Path) -> Callable[..., Path]:
+    return lambda name, rows, **kw: write_parquet_dataset(tmp_path / "data", name, rows, **kw)
+
+
+@pytest.fixture
+def make_jsonl(tmp_path: Path) -> Callable[..., Path]:
+    return lambda name, rows, **kw: write_jsonl_dataset(tmp_path / "data", name, rows, **kw)

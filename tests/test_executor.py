@@ -1,0 +1,187 @@
+"""The executor: batches follow the plan exactly, wrap packing conserves every token, tensors are shaped right."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+from tokenizers import Tokenizer
+
+from zephon import Pipeline
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.batch import Batch
+from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, iterate_batches
+from zephon.executor.pack import WrapPacker
+from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.io import Dataset
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def plan(make_parquet, make_jsonl, tmp_path) -> Path:
+    datasets = [
+        Dataset.from_path("web", make_parquet("web", [9, 6, 5])),
+        Dataset.from_path("code", make_jsonl("code", [7, 3], compression="gz")),
+    ]
+    src = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec({"web": 0.7, "code": 0.3}), seed=3, epochs=2)
+    return src.plan(tmp_path / "plan")
+
+
+def independent_stream(plan: Path, tokenizer_dir: str) -> np.ndarray:
+    """Tokens of the planned documents, read and tokenized without the executor."""
+    import gzip
+
+    tok = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
+    shards = pq.read_table(plan / "shards.parquet").to_pylist()
+    samples = pq.read_table(plan / "samples.parquet").to_pylist()
+    texts = []
+    for s in samples:
+        shard = shards[s["shard_id"]]
+        if shard["format"] == "parquet":
+            texts.append(pq.read_table(shard["uri"]).column("text")[s["row"]].as_py())
+        else:
+            lines = [ln for ln in gzip.open(shard["uri"]).read().decode().split("\n") if ln]
+            texts.append(json.loads(lines[s["row"]])["text"])
+    ids: list[int] = []
+    for t in texts:
+        ids += tok.encode(t, add_special_tokens=False).ids + [0]  # demo tokenizer: EOS is id 0
+    return np.array(ids)
+
+
+def run(plan: Path, tokenizer_dir: str, *, max_length: int = 16, batch: int = 3, chunk: int = 1024) -> list[Batch]:
+    spec = ExecutorSpec(
+        tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir, field="text"),
+        pack=PackSpec(max_length=max_length),
+        batch=BatchSpec(microbatch_size=batch),
+        read_chunk=chunk,
+    )
+    return list(iterate_batches(plan, spec))
+
+
+def test_wrap_packing_reproduces_the_independently_tokenized_stream(plan, tokenizer_dir) -> None:
+    batches = run(plan, tokenizer_dir)
+    got = np.concatenate([b.tokens[i, : b.lengths[i]] for b in batches for i in range(len(b))])
+    expected = independent_stream(plan, tokenizer_dir)
+    assert len(got) == len(expected)
+    assert np.array_equal(got, expected)
+    # All rows full except the plan's last; all batches full except the last.
+    lengths = np.concatenate([b.lengths for b in batches])
+    assert (lengths[:-1] == 16).all() and 0 < lengths[-1] <= 16
+    assert all(len(b) == 3 for b in batches[:-1])
+
+
+def test_read_chunk_size_never_changes_the_data(plan, tokenizer_dir) -> None:
+    a = run(plan, tokenizer_dir, chunk=1024)
+    b = run(plan, tokenizer_dir, chunk=5)
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert np.array_equal(x.tokens, y.tokens) and np.array_equal(x.doc_start, y.doc_start)
+
+
+def test_document_starts_are_marked_where_each_document_begins(plan, tokenizer_dir) -> None:
+    batches = run(plan, tokenizer_dir)
+    starts = np.concatenate([b.doc_start[i, : b.lengths[i]] for b in batches for i in range(len(b))])
+    stream = independent_stream(plan, tokenizer_dir)
+    expected = np.zeros(len(stream), dtype=bool)
+    expected[0] = True
+    expected[1:] = stream[:-1] == 0  # a document starts right after each EOS
+    assert np.array_equal(starts, expected)
+
+
+def test_to_training_shifts_labels_masks_padding_and_restarts_positions() -> None:
+    e = 0
+    tokens = np.array([[5, 6, e, 7, e], [8, e, 0, 0, 0]], dtype=np.int64)
+    starts = np.array([[1, 0, 0, 1, 0], [0, 0, 0, 0, 0]], dtype=bool)
+    batch = Batch(tokens=tokens, doc_start=starts, lengths=np.array([5, 2]))
+    t = batch.to_training(return_labels=True, return_position_ids=True, return_cu_seqlens=True)
+    assert t["input_ids"].tolist() == [[5, 6, e, 7], [8, e, 0, 0]]
+    assert t["labels"].tolist() == [[6, e, 7, e], [e, -100, -100, -100]]
+    assert t["position_ids"].tolist() == [[0, 1, 2, 0], [0, 1, 0, 1]]
+    assert t["cu_seqlens"].tolist() == [0, 3, 4, 6, 8]
+    assert t["cu_seqlens"].dtype == torch.int32 and t["max_seqlen"] == 3
+    assert t["input_ids"].dtype == torch.int64
+
+
+def test_packer_docstring_example() -> None:
+    packer = WrapPacker(4, pad_id=-1)
+    rows = packer.push([np.array([11, 12, 0]), np.array([21, 0]), np.array([31, 32, 33, 0])])
+    assert rows is not None and rows.tokens.tolist() == [[11, 12, 0, 21], [0, 31, 32, 33]]
+    assert rows.doc_start.tolist() == [[True, False, False, True], [False, True, False, False]]
+    last = packer.finish()
+    assert last is not None and last.tokens.tolist() == [[0, -1, -1, -1]] and last.lengths.tolist() == [1]
+    assert packer.finish() is None
+
+
+def test_seed_snippet_shape_contract(plan, tokenizer_dir) -> None:
+    pipeline = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir, field="text")
+    pipeline = pipeline.pack_flat(max_length=33, algorithm="wrap").batch(microbatch_size=4)
+    first = next(iter(pipeline)).to_training(return_labels=True)
+    assert first["input_ids"].shape == torch.Size([4, 32]) and first["labels"].shape == torch.Size([4, 32])
+
+
+def test_pipeline_from_work_source_plans_once_by_content_hash(make_parquet, tokenizer_dir) -> None:
+    src = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", make_parquet("web", [5]))], mixture=MixtureSpec({"web": 1}), seed=1
+    )
+    build = lambda: Pipeline(src).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=8).batch(microbatch_size=2)  # noqa: E731
+    first = build().plan_dir
+    mtime = (first / "samples.parquet").stat().st_mtime_ns
+    assert build().plan_dir == first and (first / "samples.parquet").stat().st_mtime_ns == mtime
+    a = [b.tokens.tolist() for b in build()]
+    assert a == [b.tokens.tolist() for b in Pipeline.from_plan(first).tokenize(tokenizer_id=tokenizer_dir)
+                 .pack_flat(max_length=8).batch(microbatch_size=2)]
+
+
+def test_pipeline_without_all_steps_says_what_is_missing(plan, tokenizer_dir) -> None:
+    with pytest.raises(ConfigError, match="got none for pack_flat, batch"):
+        iter(Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir))
+
+
+def test_missing_field_names_dataset_shard_and_columns(plan, tokenizer_dir) -> None:
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir, field="content")
+    with pytest.raises(DatasetError, match=r"dataset '(web|code)': shard .* must have the (column|field) 'content'"):
+        list(iterate_batches(plan, ExecutorSpec(tokenize=spec, pack=PackSpec(max_length=8), batch=BatchSpec(microbatch_size=1))))
+
+
+def test_a_shard_changed_after_planning_is_refused(plan, tokenizer_dir) -> None:
+    shard = pq.read_table(plan / "shards.parquet").to_pylist()[0]["uri"]
+    import pyarrow as pa
+
+    pq.write_table(pa.table({"text": ["changed"] * 9}), shard)
+    with pytest.raises(DatasetError, match="changed since planning: size must be"):
+        run(plan, tokenizer_dir)
+
+
+def test_encoder_appends_eos_and_follows_the_bos_convention(tokenizer_dir) -> None:
+    enc = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    plain = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json").encode("hello world", add_special_tokens=False).ids
+    assert enc.encode(["hello world"])[0].tolist() == [*plain, 0]
+    forced = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir, add_bos=True))
+    assert forced.encode(["hello world"])[0].tolist() == [0, *plain, 0]
+
+
+def test_executor_never_imports_the_planner_polars_or_duckdb(plan, tokenizer_dir) -> None:
+    code = f"""
+import sys
+from zephon import Pipeline
+p = Pipeline.from_plan({str(plan)!r}).tokenize(tokenizer_id={tokenizer_dir!r}).pack_flat(max_length=8).batch(microbatch_size=2)
+assert sum(1 for _ in p) > 0
+bad = sorted(m for m in sys.modules if m.split('.')[0] in ('polars', 'duckdb') or m.startswith('zephon.planner'))
+print(bad)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_planner_and_executor_are_not_top_level_modules(tmp_path) -> None:
+    code = "import zephon.planner, zephon.executor\ntry:\n import planner\nexcept ImportError: print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert out.stdout.strip() == "ok"

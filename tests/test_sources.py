@@ -1,0 +1,96 @@
+"""Finding shards and scanning their metadata."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.io import Dataset
+
+
+def test_directory_glob_and_single_file_find_the_same_shards(make_parquet) -> None:
+    directory = make_parquet("web", [3, 4])
+    (directory / "README.md").write_text("side file")
+    by_dir = Dataset.from_path("web", directory)
+    by_glob = Dataset.from_path("web", str(directory / "*.parquet"))
+    single = Dataset.from_path("web", directory / "part-00001.parquet")
+    assert [f.uri for f in by_dir.files] == [f.uri for f in by_glob.files]
+    assert [f.uri for f in single.files] == [str(directory / "part-00001.parquet")]
+    assert [s.rows for s in by_dir.shards()] == [3, 4]
+    assert [s.row_groups for s in by_dir.shards()] == [1, 1]
+
+
+@pytest.mark.parametrize("compression", ["", "gz", "zst"])
+def test_jsonl_formats_are_detected_and_counted(make_jsonl, compression) -> None:
+    ds = Dataset.from_path("code", make_jsonl("code", [5, 2], compression=compression))
+    assert {f.format for f in ds.files} == {f"jsonl.{compression}" if compression else "jsonl"}
+    assert [s.rows for s in ds.shards()] == [5, 2]
+
+
+def test_jsonl_blank_lines_and_crlf_are_handled(tmp_path) -> None:
+    f = tmp_path / "a.jsonl"
+    f.write_bytes(b'{"text":"a"}\r\n\n{"text":"b"}\n{"text":"c"}')
+    assert [s.rows for s in Dataset.from_path("a", f).shards()] == [3]
+
+
+def test_jsonl_index_is_cached_so_a_second_scan_does_not_reread(make_jsonl) -> None:
+    directory = make_jsonl("code", [4])
+    shard = directory / "part-00000.jsonl"
+    first = Dataset.from_path("code", directory).shards()[0]
+    # Rewrite the file with other content of the same size and mtime: a rescan would see 1 row.
+    st = os.stat(shard)
+    data = shard.read_bytes()
+    shard.write_bytes(b" " * (len(data) - 1) + b"\n")
+    os.utime(shard, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert Dataset.from_path("code", directory).shards()[0] == first
+
+
+def test_parquet_fingerprint_changes_when_the_file_changes(make_parquet) -> None:
+    directory = make_parquet("web", [3])
+    before = Dataset.from_path("web", directory).shards()[0].fingerprint
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"text": ["x", "y", "z"]}), directory / "part-00000.parquet")
+    assert Dataset.from_path("web", directory).shards()[0].fingerprint != before
+
+
+def test_empty_directory_is_refused(tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DatasetError, match="dataset 'web': directory .* must contain shard files, got an empty"):
+        Dataset.from_path("web", tmp_path / "empty")
+
+
+def test_unknown_format_is_refused(tmp_path) -> None:
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "data.csv").write_text("a,b\n")
+    with pytest.raises(DatasetError, match="must be Parquet or JSONL .* got unknown format for .*data.csv"):
+        Dataset.from_path("web", tmp_path / "d")
+
+
+def test_mixed_formats_are_refused(make_parquet, tmp_path) -> None:
+    directory = make_parquet("web", [2])
+    (directory / "extra.jsonl").write_text('{"text": "a"}\n')
+    with pytest.raises(DatasetError, match="must share one format, got mixed jsonl and parquet"):
+        Dataset.from_path("web", directory)
+
+
+def test_missing_path_and_empty_glob_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match="must exist, got nothing there"):
+        Dataset.from_path("web", tmp_path / "nope")
+    with pytest.raises(DatasetError, match="must match at least one file"):
+        Dataset.from_path("web", str(tmp_path / "*.parquet"))
+
+
+def test_truncated_parquet_is_refused_with_the_file_named(tmp_path) -> None:
+    (tmp_path / "bad.parquet").write_bytes(b"PAR1 not really")
+    with pytest.raises(DatasetError, match="shard .*bad.parquet must be a readable Parquet file"):
+        Dataset.from_path("web", tmp_path / "bad.parquet").shards()
+
+
+def test_bad_dataset_names_are_refused(make_parquet) -> None:
+    with pytest.raises(ConfigError, match="dataset name must be"):
+        Dataset.from_path("has space", make_parquet("web", [1]))
