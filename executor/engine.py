@@ -12,13 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
+from zephon.executor.exact import ExactSequences
 from zephon.executor.pack import PackedRows, WrapPacker
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoder, TokenizeSpec
-
-from zephon.errors import ConfigError
 from zephon.io import StoreOptions
 
 
@@ -28,19 +29,26 @@ class PackSpec:
 
     Attributes:
         max_length: tokens per packed row: context length + 1 (labels are shifted by one).
-        algorithm: ``"wrap"`` concatenates documents and cuts rows, splitting documents at row ends.
-        pad_token_id: pads the last row of the plan; None uses the tokenizer's pad token, else EOS.
+        algorithm: ``"wrap"`` concatenates documents and cuts rows, splitting documents at row ends;
+            ``"best_fit"`` (exact plans only) places whole documents into rows planned offline, minimizing
+            padding.
+        pad_token_id: pads short rows; None uses the tokenizer's pad token, else EOS.
+        oversize: best_fit only: a document longer than ``max_length`` is ``"split"`` into pieces of at most
+            ``max_length`` tokens or ``"drop"``ped; either way it is counted in plan.json.
     """
 
     max_length: int
     algorithm: str = "wrap"
     pad_token_id: int | None = None
+    oversize: str = "split"
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_length, int) or self.max_length < 2:
             raise ConfigError(f"max_length must be an integer ≥ 2, got {self.max_length!r} — use context + 1")
-        if self.algorithm != "wrap":
-            raise ConfigError(f'pack_flat algorithm must be "wrap" in this build, got {self.algorithm!r}')
+        if self.algorithm not in ("wrap", "best_fit"):
+            raise ConfigError(f'pack_flat algorithm must be "wrap" or "best_fit", got {self.algorithm!r}')
+        if self.oversize not in ("split", "drop"):
+            raise ConfigError(f'pack_flat oversize must be "split" or "drop", got {self.oversize!r}')
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -71,6 +79,25 @@ class ExecutorSpec:
     read_chunk: int = 1024
 
 
+@dataclass(slots=True)
+class RunStats:
+    """What an executor run has read so far, per dataset name: documents and (realized) tokens."""
+
+    documents: dict[str, int] = field(default_factory=dict)
+    tokens: dict[str, int] = field(default_factory=dict)
+
+    def add(self, names: list[str], dataset_ids: np.ndarray, lengths: np.ndarray) -> None:
+        docs = np.bincount(dataset_ids, minlength=len(names))
+        toks = np.bincount(dataset_ids, weights=lengths, minlength=len(names))
+        for i, name in enumerate(names):
+            self.documents[name] = self.documents.get(name, 0) + int(docs[i])
+            self.tokens[name] = self.tokens.get(name, 0) + int(toks[i])
+
+    def token_shares(self) -> dict[str, float]:
+        total = sum(self.tokens.values())
+        return {k: v / total for k, v in self.tokens.items()} if total else {}
+
+
 def _concat(rows: list[PackedRows]) -> Batch:
     return Batch(
         tokens=np.concatenate([r.tokens for r in rows]),
@@ -79,13 +106,56 @@ def _concat(rows: list[PackedRows]) -> Batch:
     )
 
 
-def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec) -> Iterator[Batch]:
-    """Yield the plan's batches in order."""
+def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:
+    """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
+    tok = plan.manifest["tokenizer"]
+    packing = plan.manifest["packing"]
+    differences = []
+    if tok["fingerprint"] != encoder.fingerprint:
+        differences.append(
+            f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok['id']!r}; fingerprints differ)"
+        )
+    if tok["field"] != spec.tokenize.field:
+        differences.append(f"field {spec.tokenize.field!r} (planned {tok['field']!r})")
+    if packing["max_length"] != spec.pack.max_length:
+        differences.append(f"max_length {spec.pack.max_length} (planned {packing['max_length']})")
+    if packing["algorithm"] != spec.pack.algorithm:
+        differences.append(f"algorithm {spec.pack.algorithm!r} (planned {packing['algorithm']!r})")
+    if differences:
+        raise ConfigError(
+            f"an exact plan must run with the settings it was planned with, got {'; '.join(differences)} — "
+            "use the planned settings or re-plan"
+        )
+
+
+def _exact_batches(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder, reader: ShardReader, pad: int):
+    check_exact_plan(plan, spec, encoder)
+    sequences = ExactSequences(plan, encoder, reader, pad)
+    size = spec.batch.microbatch_size
+    n = sequences.num_sequences
+    for start in range(0, n, size):
+        ks = list(range(start, min(start + size, n)))
+        if len(ks) < size and spec.batch.drop_last:
+            return
+        rows = sequences.rows(ks)
+        yield Batch(tokens=rows.tokens, doc_start=rows.doc_start, lengths=rows.lengths)
+
+
+def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
+    """Yield the plan's batches in order; ``stats`` (estimated plans) accumulates realized tokens."""
     plan = PlanBundle(plan_dir)
     encoder = Encoder(spec.tokenize)
     window = int(plan.manifest.get("shuffle", {}).get("window_shards", 1))
     reader = ShardReader(plan.shards, spec.tokenize.field, capacity=(window + 1) * len(plan.dataset_names))
     pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else encoder.pad_id
+    if plan.manifest.get("kind") == "exact":
+        yield from _exact_batches(plan, spec, encoder, reader, pad)
+        return
+    if spec.pack.algorithm != "wrap":
+        raise ConfigError(
+            f"pack_flat algorithm {spec.pack.algorithm!r} must run on an exact plan, got an estimated plan — "
+            "plan with exact_tokens=True"
+        )
     packer = WrapPacker(spec.pack.max_length, pad)
     size = spec.batch.microbatch_size
     pending: list[PackedRows] = []
@@ -110,9 +180,13 @@ def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec) -> Iterator[Batch]
         rest = PackedRows(tokens=merged.tokens[full:], doc_start=merged.doc_start[full:], lengths=merged.lengths[full:])
         pending, pending_rows = ([rest], len(rest.lengths)) if len(rest.lengths) else ([], 0)
 
+    names = plan.dataset_names
     for chunk in plan.chunks(spec.read_chunk):
         texts = reader.texts(chunk.shard_id, chunk.row)
-        yield from drain(packer.push(encoder.encode(texts)))
+        docs = encoder.encode(texts)
+        if stats is not None:
+            stats.add(names, chunk.dataset_id, np.fromiter((len(d) for d in docs), np.int64, len(docs)))
+        yield from drain(packer.push(docs))
     yield from drain(packer.finish())
     if pending_rows and not spec.batch.drop_last:
         yield _concat(pending)

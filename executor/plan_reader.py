@@ -92,3 +92,63 @@ class PlanBundle:
                 )
                 start += len(chunk)
                 yield chunk
+
+
+class RowGroupIndex:
+    """Random access to a sorted Parquet file by row number or by a sorted key column, a row group at a time.
+
+    The first value of ``key`` in every row group comes from the footer statistics, so a lookup reads one
+    row group (the last few are cached): seeking to any plan position or token offset costs one decode.
+    """
+
+    def __init__(self, file: Path, columns: list[str], key: str | None = None, cache_groups: int = 4) -> None:
+        self._pf = pq.ParquetFile(file)
+        self._columns = columns
+        meta = self._pf.metadata
+        counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        self.first_row = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+        self.num_rows = int(self.first_row[-1])
+        self.first_key: np.ndarray | None = None
+        if key is not None:
+            col = self._pf.schema_arrow.get_field_index(key)
+            firsts = []
+            for i in range(meta.num_row_groups):
+                stats = meta.row_group(i).column(col).statistics
+                if stats is None or not stats.has_min_max:
+                    raise PlanFormatError(f"{file} must have min/max statistics on {key!r}, got none — re-plan")
+                firsts.append(stats.min)
+            self.first_key = np.array(firsts, dtype=np.int64)
+        self._cache: dict[int, dict[str, np.ndarray]] = {}
+        self._order: list[int] = []
+        self._cache_groups = cache_groups
+
+    def group(self, g: int) -> dict[str, np.ndarray]:
+        hit = self._cache.get(g)
+        if hit is not None:
+            return hit
+        table = self._pf.read_row_group(g, columns=self._columns)
+        data = {name: table.column(name).to_numpy() for name in self._columns}
+        self._cache[g] = data
+        self._order.append(g)
+        if len(self._order) > self._cache_groups:
+            self._cache.pop(self._order.pop(0), None)
+        return data
+
+    def rows(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        """Columns at the given row numbers."""
+        out = {name: np.empty(len(indices), dtype=np.int64) for name in self._columns}
+        groups = np.searchsorted(self.first_row, indices, side="right") - 1
+        for g in np.unique(groups).tolist():
+            sel = np.flatnonzero(groups == g)
+            data = self.group(g)
+            local = indices[sel] - self.first_row[g]
+            for name in self._columns:
+                out[name][sel] = data[name][local]
+        return out
+
+    def find(self, key_column: str, value: int, side: str = "right") -> int:
+        """Row number of the last row whose ``key_column`` ≤ value (``side="right"``) in the sorted file."""
+        assert self.first_key is not None
+        g = max(0, int(np.searchsorted(self.first_key, value, side="right")) - 1)
+        local = int(np.searchsorted(self.group(g)[key_column], value, side=side)) - 1
+        return int(self.first_row[g]) + local

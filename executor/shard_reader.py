@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from zephon.executor.plan_reader import ShardRef
 
 from zephon.errors import DatasetError
+from zephon.executor.plan_reader import ShardRef
 from zephon.jsonl_lines import decompress, line_spans
 
 
@@ -38,10 +39,13 @@ class ShardReader:
     """Return the ``field`` values of (shard, row) pairs, caching up to ``capacity`` open shards."""
 
     def __init__(self, shards: list[ShardRef], field_name: str, capacity: int) -> None:
-        self._shards = shards
+        self._shards = {s.shard_id: s for s in shards}
         self._field = field_name
         self._capacity = max(1, capacity)
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
+
+    def ref(self, shard_id: int) -> ShardRef:
+        return self._shards[shard_id]
 
     def texts(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[str]:
         """Texts of the documents, in the order given."""
@@ -55,7 +59,24 @@ class ShardReader:
                 out[i] = v
         return out
 
-    def _shard(self, shard_id: int) -> _OpenShard:
+    def iter_shard(self, shard_id: int, chunk_rows: int = 4096) -> Iterator[list[str]]:
+        """All texts of one shard in row order, a row group (or ``chunk_rows`` JSONL rows) at a time.
+
+        Used by the planner's count pass; nothing is cached, so memory stays at one row group.
+        """
+        shard = self._shard(shard_id, cache=False)
+        if shard.parquet is not None:
+            assert shard.rg_starts is not None
+            for g in range(shard.parquet.metadata.num_row_groups):
+                column = shard.parquet.read_row_group(g, columns=[self._field]).column(0)
+                first = int(shard.rg_starts[g])
+                yield [self._check(shard.ref, first + i, v) for i, v in enumerate(column.to_pylist())]
+        else:
+            assert shard.spans is not None
+            for start in range(0, len(shard.spans[0]), chunk_rows):
+                yield self._read_jsonl(shard, np.arange(start, min(start + chunk_rows, len(shard.spans[0]))))
+
+    def _shard(self, shard_id: int, *, cache: bool = True) -> _OpenShard:
         shard = self._open.get(shard_id)
         if shard is not None:
             self._open.move_to_end(shard_id)
@@ -88,6 +109,8 @@ class ShardReader:
         else:
             shard.jsonl = decompress(Path(ref.uri).read_bytes(), ref.format)
             shard.spans = line_spans(shard.jsonl)
+        if not cache:
+            return shard
         self._open[shard_id] = shard
         while len(self._open) > self._capacity:
             self._open.popitem(last=False)

@@ -1,53 +1,42 @@
-"""Turning a ``StaticMixtureWorkSource`` into a plan bundle (see ``zephon.plan_format``).
+"""Writing a plan bundle (see ``zephon.plan_format``) from a prepared work source.
 
-Steps: scan shard metadata → normalize the config and hash it → interleave datasets
-(``zephon.planner.interleave``) → lay out each dataset's epochs (``zephon.planner.orders``) → write
-``samples.parquet`` and ``shards.parquet`` with Polars and ``plan.json``, into a temporary directory that is
-renamed into place, so a reader never sees a half-written bundle.
-
-Budget rules: ``num_documents`` plans exactly that many positions; ``epochs=E`` (default 1) plans up to the
-position where the last dataset completes its E-th pass. With ``on_exhaustion="stop"`` the plan also ends
-just before any dataset would start a pass beyond E (1 when only ``num_documents`` is given).
+``write_plan`` = ``prepare`` (scan, count or estimate tokens, normalize, hash) → ``layout`` (positions,
+tokens, offsets, bins) → write ``samples.parquet``, ``shards.parquet``, ``bins.parquet`` (best fit) with
+Polars and ``plan.json``, into a temporary directory renamed into place, so a reader never sees a
+half-written bundle.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import polars as pl
-from zephon.planner.interleave import exact_weights, interleave
-from zephon.planner.orders import epoch_order
 
-from zephon.errors import ConfigError, DatasetError
+from zephon.errors import ConfigError
+from zephon.executor.engine import PackSpec
+from zephon.executor.tokenize import TokenizeSpec
 from zephon.plan_format import (
+    BINS_FILE,
+    BINS_ROW_GROUP,
     FORMAT_VERSION,
     PLAN_JSON,
     SAMPLES_FILE,
     SAMPLES_ROW_GROUP,
     SHARDS_FILE,
 )
-from zephon.shard_scan import ShardInfo
+from zephon.planner.best_fit import pack, padding_fraction
+from zephon.planner.layout import Layout, layout
+from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.work import StaticMixtureWorkSource
 
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PreparedPlan:
-    """Everything the plan depends on, scanned and normalized; ``config_hash`` names the plan."""
-
-    source: StaticMixtureWorkSource
-    shards: tuple[tuple[ShardInfo, ...], ...]
-    config: dict[str, Any]
-    config_hash: str
+__all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
 
 def _zephon_version() -> str:
@@ -57,206 +46,171 @@ def _zephon_version() -> str:
         return "0+unknown"
 
 
-def prepare(source: StaticMixtureWorkSource) -> PreparedPlan:
-    """Scan the datasets and build the normalized config whose hash identifies the plan."""
-    if source.token_estimation is not None:
-        raise ConfigError(
-            "token_estimation (mixing by token shares) must be None in this build, got "
-            f"{source.token_estimation!r} — omit it to mix by samples"
-        )
-    shards = tuple(ds.shards() for ds in source.datasets)
-    fracs = exact_weights([float(source.mixture.weights[ds.name]) for ds in source.datasets])
-    datasets = []
-    for ds, infos in zip(source.datasets, shards, strict=True):
-        rows = sum(s.rows for s in infos)
-        if rows == 0:
-            raise DatasetError(
-                f"dataset {ds.name!r} must have at least one row, got 0 rows in {len(infos)} shard(s) at "
-                f"{ds.path!r} — fix the path or remove the dataset"
-            )
-        digest = hashlib.sha256("\n".join(f"{s.uri}\t{s.fingerprint}" for s in infos).encode()).hexdigest()
-        datasets.append({"name": ds.name, "path": ds.path, "shards": len(infos), "rows": rows, "fingerprint": digest})
-    epochs = source.epochs if source.epochs is not None else (None if source.num_documents else 1)
-    config = {
-        "format_version": FORMAT_VERSION,
-        "seed": source.seed,
-        "datasets": datasets,
-        "mixture": {
-            "unit": "samples",
-            "weights": {ds.name: str(f) for ds, f in zip(source.datasets, fracs, strict=True)},
-        },
-        "budget": {"num_documents": source.num_documents, "epochs": epochs},
-        "on_exhaustion": source.on_exhaustion,
-        "shuffle": {"enabled": source.shuffle.enabled, "window_shards": source.shuffle.window_shards},
-    }
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
-    return PreparedPlan(
-        source=source,
-        shards=shards,
-        config=config,
-        config_hash=hashlib.sha256(canonical.encode()).hexdigest(),
-    )
-
-
-def _plan_length(choice_len_bound: int, weights: list[float], rows: list[int], source: StaticMixtureWorkSource):
-    """Return the dataset choice per position and the plan length, per the budget rules above."""
-    choice = interleave(weights, choice_len_bound)
-    passes = source.epochs or 1
-    length = source.num_documents if source.num_documents is not None else 0
-    for i, r in enumerate(rows):
-        positions = np.flatnonzero(choice == i)
-        if source.num_documents is None:
-            # Position at which dataset i completes its last required pass.
-            length = max(length, int(positions[passes * r - 1]) + 1)
-        if source.on_exhaustion == "stop" and len(positions) > passes * r:
-            length = min(length, int(positions[passes * r]))
-    return choice[:length], length
-
-
-def build_samples(prepared: PreparedPlan) -> pl.DataFrame:
-    """The samples table in global order (columns of ``SAMPLES_SCHEMA``)."""
-    source = prepared.source
-    rows = [sum(s.rows for s in infos) for infos in prepared.shards]
-    weights = [float(source.mixture.weights[ds.name]) for ds in source.datasets]
-    fr = [float(f) for f in exact_weights(weights)]
-    passes = source.epochs or 1
-    if source.num_documents is not None and source.on_exhaustion == "new_epoch":
-        bound = source.num_documents
-    else:
-        # Enough positions for every dataset to complete `passes` passes (|c_i(n) - w_i n| < 1).
-        bound = max(math.ceil((passes * r + 1) / w) + 1 for r, w in zip(rows, fr, strict=True))
-        if source.num_documents is not None:
-            bound = min(bound, source.num_documents)
-    choice, length = _plan_length(bound, weights, rows, source)
-
-    shard_col = np.empty(length, np.int32)
-    row_col = np.empty(length, np.int32)
-    epoch_col = np.empty(length, np.int32)
-    first_id = 0
-    for index, infos in enumerate(prepared.shards):
-        ids = np.arange(first_id, first_id + len(infos), dtype=np.int32)
-        first_id += len(infos)
-        counts = np.array([s.rows for s in infos], dtype=np.int64)
-        positions = np.flatnonzero(choice == index)
-        total = int(counts.sum())
-        n_epochs = -(-len(positions) // total)
-        parts = [
-            epoch_order(
-                ids,
-                counts,
-                seed=source.seed,
-                dataset_index=index,
-                epoch=e,
-                shuffle=source.shuffle.enabled,
-                window_shards=source.shuffle.window_shards,
-            )
-            for e in range(n_epochs)
-        ]
-        if parts:
-            shard_col[positions] = np.concatenate([p[0] for p in parts])[: len(positions)]
-            row_col[positions] = np.concatenate([p[1] for p in parts])[: len(positions)]
-        epoch_col[positions] = (np.arange(len(positions)) // total).astype(np.int32)
+def _samples_frame(lay: Layout) -> pl.DataFrame:
+    n = len(lay.dataset_id)
     return pl.DataFrame(
         {
-            "position": pl.Series(np.arange(length, dtype=np.int64)),
-            "dataset_id": pl.Series(choice.astype(np.int16)),
-            "shard_id": pl.Series(shard_col),
-            "row": pl.Series(row_col),
-            "epoch": pl.Series(epoch_col),
-            "tokens": pl.Series([None] * length, dtype=pl.Int32),
-            "token_offset": pl.Series([None] * length, dtype=pl.Int64),
+            "position": pl.Series(np.arange(n, dtype=np.int64)),
+            "dataset_id": pl.Series(lay.dataset_id.astype(np.int16)),
+            "shard_id": pl.Series(lay.shard_id.astype(np.int32)),
+            "row": pl.Series(lay.row.astype(np.int32)),
+            "epoch": pl.Series(lay.epoch.astype(np.int32)),
+            "tokens": pl.Series(lay.tokens) if lay.tokens is not None else pl.Series([None] * n, dtype=pl.Int32),
+            "token_offset": pl.Series(lay.token_offset)
+            if lay.token_offset is not None
+            else pl.Series([None] * n, dtype=pl.Int64),
         }
     )
 
 
-def build_shards(prepared: PreparedPlan) -> pl.DataFrame:
-    records = []
-    for index, (ds, infos) in enumerate(zip(prepared.source.datasets, prepared.shards, strict=True)):
-        for info in infos:
-            if info.rows > np.iinfo(np.int32).max:
-                raise DatasetError(
-                    f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows} — split it"
-                )
-            records.append((index, ds.name, info))
+def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
+    refs = [r for group in prepared.shards for r in group]
     return pl.DataFrame(
         {
-            "shard_id": pl.Series(range(len(records)), dtype=pl.Int32),
-            "dataset_id": pl.Series([r[0] for r in records], dtype=pl.Int16),
-            "dataset": pl.Series([r[1] for r in records], dtype=pl.String),
-            "uri": pl.Series([r[2].uri for r in records], dtype=pl.String),
-            "format": pl.Series([r[2].format for r in records], dtype=pl.String),
-            "rows": pl.Series([r[2].rows for r in records], dtype=pl.Int64),
-            "bytes": pl.Series([r[2].bytes for r in records], dtype=pl.Int64),
-            "row_groups": pl.Series([r[2].row_groups for r in records], dtype=pl.Int32),
-            "fingerprint": pl.Series([r[2].fingerprint for r in records], dtype=pl.String),
+            "shard_id": pl.Series([r.shard_id for r in refs], dtype=pl.Int32),
+            "dataset_id": pl.Series([r.dataset_id for r in refs], dtype=pl.Int16),
+            "dataset": pl.Series([r.dataset for r in refs], dtype=pl.String),
+            "uri": pl.Series([r.uri for r in refs], dtype=pl.String),
+            "format": pl.Series([r.format for r in refs], dtype=pl.String),
+            "rows": pl.Series([r.rows for r in refs], dtype=pl.Int64),
+            "bytes": pl.Series([r.bytes for r in refs], dtype=pl.Int64),
+            "row_groups": pl.Series([1 if r.format != "parquet" else _row_groups(r.uri) for r in refs], dtype=pl.Int32),
+            "fingerprint": pl.Series([r.fingerprint for r in refs], dtype=pl.String),
         }
     )
 
 
-def manifest(prepared: PreparedPlan, samples: pl.DataFrame) -> dict[str, Any]:
+def _row_groups(uri: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(uri).metadata.num_row_groups
+
+
+def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
     source = prepared.source
-    per_dataset = samples.group_by("dataset_id").agg(
-        pl.len().alias("documents"), (pl.col("epoch").max() + 1).alias("epochs")
+    weights = prepared.config["mixture"]["weights"]
+    n_docs = len(lay.dataset_id)
+    docs = np.bincount(lay.dataset_id, minlength=len(source.datasets)) if n_docs else np.zeros(len(source.datasets))
+    tok = (
+        np.bincount(lay.dataset_id, weights=lay.tokens, minlength=len(source.datasets))
+        if lay.tokens is not None and n_docs
+        else None
     )
-    stats = {int(r["dataset_id"]): r for r in per_dataset.iter_rows(named=True)}
-    fracs = exact_weights([float(source.mixture.weights[ds.name]) for ds in source.datasets])
+    total_tokens = float(tok.sum()) if tok is not None else 0.0
     datasets = []
-    first_shard = 0
-    for index, (ds, info) in enumerate(zip(source.datasets, prepared.config["datasets"], strict=True)):
-        docs = int(stats[index]["documents"]) if index in stats else 0
-        datasets.append(
-            {
-                "id": index,
-                "name": ds.name,
-                "path": ds.path,
-                "pinned": ds.path,
-                "format": ds.files[0].format if ds.files else None,
-                "fingerprint": info["fingerprint"],
-                "shards": info["shards"],
-                "first_shard_id": first_shard,
-                "rows": info["rows"],
-                "weight": float(fracs[index]),
-                "planned_documents": docs,
-                "epochs_started": int(stats[index]["epochs"]) if index in stats else 0,
-                "passes_completed": docs // info["rows"],
-            }
-        )
-        first_shard += info["shards"]
+    for index, (ds, info, refs) in enumerate(
+        zip(source.datasets, prepared.config["datasets"], prepared.shards, strict=True)
+    ):
+        entry: dict[str, Any] = {
+            "id": index,
+            "name": ds.name,
+            "path": ds.path,
+            "pinned": ds.path,
+            "format": refs[0].format,
+            "fingerprint": info["fingerprint"],
+            "shards": info["shards"],
+            "first_shard_id": refs[0].shard_id,
+            "rows": info["rows"],
+            "weight": float(eval_fraction(weights[ds.name])),
+            "planned_documents": int(docs[index]),
+            "epochs_started": int(lay.epoch[lay.dataset_id == index].max()) + 1 if docs[index] else 0,
+            "passes_completed": int(docs[index]) // info["rows"],
+        }
+        if tok is not None:
+            entry["planned_tokens"] = int(tok[index])
+            entry["planned_token_share"] = float(tok[index] / total_tokens) if total_tokens else 0.0
+        datasets.append(entry)
+    totals: dict[str, Any] = {"documents": n_docs, "shards": sum(len(r) for r in prepared.shards)}
+    if lay.tokens is not None:
+        totals["tokens"] = int(total_tokens)
+        totals["tokens_are"] = "exact" if prepared.exact else "estimated"
+    packing = None
+    if prepared.exact and prepared.pack is not None:
+        L = prepared.pack.max_length
+        packing = {"algorithm": prepared.pack.algorithm, "max_length": L}
+        if lay.bins is None:
+            packing["sequences"] = -(-int(total_tokens) // L)
+            packing["padding_fraction"] = (packing["sequences"] * L - total_tokens) / (packing["sequences"] * L)
+        else:
+            b = lay.bins
+            assert lay.tokens is not None
+            first_fit = pack(lay.tokens.astype(np.int64), L, oversize=prepared.pack.oversize, first_fit=True)
+            packing.update(
+                {
+                    "sequences": b.sequences,
+                    "oversize": prepared.pack.oversize,
+                    "padding_fraction": padding_fraction(b, L),
+                    "first_fit_padding_fraction": padding_fraction(first_fit, L),
+                    "split_documents": b.split_documents,
+                    "dropped_documents": b.dropped_documents,
+                    "dropped_tokens": b.dropped_tokens,
+                }
+            )
+    tokenizer = None
+    if prepared.tokenize is not None and prepared.tokenizer_fingerprint is not None:
+        tokenizer = {
+            "id": prepared.tokenize.tokenizer_id,
+            "fingerprint": prepared.tokenizer_fingerprint,
+            "field": prepared.tokenize.field,
+            "add_bos": prepared.tokenize.add_bos,
+            "eos_token": prepared.tokenize.eos_token,
+        }
+    files: dict[str, Any] = {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE}
+    if lay.bins is not None:
+        files["bins"] = BINS_FILE
     return {
         "format_version": FORMAT_VERSION,
         "zephon_version": _zephon_version(),
         "config_hash": prepared.config_hash,
         "config": prepared.config,
         "seed": source.seed,
+        "kind": "exact" if prepared.exact else "estimated",
         "datasets": datasets,
-        "mixture": {"unit": "samples", "weights": {d["name"]: d["weight"] for d in datasets}},
-        "token_estimation": None,
-        "tokenizer": None,
-        "packing": None,
+        "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
+        "token_estimation": prepared.token_provenance,
+        "tokenizer": tokenizer,
+        "packing": packing,
         "shuffle": prepared.config["shuffle"],
         "budget": prepared.config["budget"],
         "on_exhaustion": source.on_exhaustion,
-        "files": {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE},
-        "totals": {"documents": samples.height, "shards": first_shard},
+        "files": files,
+        "totals": totals,
     }
 
 
+def eval_fraction(text: str) -> float:
+    num, _, den = text.partition("/")
+    return int(num) / int(den or 1)
+
+
 def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False) -> Path:
-    """Write the bundle atomically: a temporary sibling directory renamed to ``out_dir``."""
+    """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``."""
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise ConfigError(
             f"plan output directory must be new or empty, got existing {out_dir} — choose another path "
             "or pass overwrite=True (--overwrite)"
         )
-    samples = build_samples(prepared)
-    shards = build_shards(prepared)
+    lay = layout(prepared)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        samples.write_parquet(tmp / SAMPLES_FILE, compression="zstd", statistics=True, row_group_size=SAMPLES_ROW_GROUP)
-        shards.write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)
-        text = json.dumps(manifest(prepared, samples), indent=2) + "\n"
+        _samples_frame(lay).write_parquet(
+            tmp / SAMPLES_FILE, compression="zstd", statistics=True, row_group_size=SAMPLES_ROW_GROUP
+        )
+        _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)
+        if lay.bins is not None:
+            b = lay.bins
+            pl.DataFrame(
+                {
+                    "sequence": b.sequence,
+                    "offset": b.offset,
+                    "position": b.position,
+                    "doc_start": b.doc_start,
+                    "length": b.length,
+                }
+            ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
+        text = json.dumps(_manifest(prepared, lay), indent=2) + "\n"
         (tmp / PLAN_JSON).write_text(text, encoding="utf-8")
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
@@ -271,6 +225,16 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
     return out_dir
 
 
-def write_plan(source: StaticMixtureWorkSource, out_dir: Path, *, overwrite: bool = False) -> Path:
+def write_plan(
+    source: StaticMixtureWorkSource,
+    out_dir: Path,
+    *,
+    tokenize: TokenizeSpec | None = None,
+    pack: PackSpec | None = None,
+    overwrite: bool = False,
+    workers: int | None = None,
+    progress: bool = False,
+) -> Path:
     """Plan ``source`` and write the bundle to ``out_dir``."""
-    return write_bundle(prepare(source), out_dir, overwrite=overwrite)
+    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress)
+    return write_bundle(prepared, out_dir, overwrite=overwrite)

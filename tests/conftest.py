@@ -37,7 +37,9 @@ def write_parquet_dataset(root: Path, name: str, rows_per_shard: list[int], *, r
     directory = root / name
     directory.mkdir(parents=True)
     for shard, n in enumerate(rows_per_shard):
-        table = pa.table({"id": [f"{name}-{shard}-{r}" for r in range(n)], "text": [doc_text(name, shard, r) for r in range(n)]})
+        table = pa.table(
+            {"id": [f"{name}-{shard}-{r}" for r in range(n)], "text": [doc_text(name, shard, r) for r in range(n)]}
+        )
         pq.write_table(table, directory / f"part-{shard:05d}.parquet", row_group_size=row_group_size)
     return directory
 

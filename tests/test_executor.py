@@ -48,11 +48,11 @@ def independent_stream(plan: Path, tokenizer_dir: str) -> np.ndarray:
         if shard["format"] == "parquet":
             texts.append(pq.read_table(shard["uri"]).column("text")[s["row"]].as_py())
         else:
-            lines = [ln for ln in gzip.open(shard["uri"]).read().decode().split("\n") if ln]
+            lines = [ln for ln in gzip.decompress(Path(shard["uri"]).read_bytes()).decode().split("\n") if ln]
             texts.append(json.loads(lines[s["row"]])["text"])
     ids: list[int] = []
     for t in texts:
-        ids += tok.encode(t, add_special_tokens=False).ids + [0]  # demo tokenizer: EOS is id 0
+        ids += [*tok.encode(t, add_special_tokens=False).ids, 0]  # demo tokenizer: EOS is id 0
     return np.array(ids)
 
 
@@ -136,8 +136,13 @@ def test_pipeline_from_work_source_plans_once_by_content_hash(make_parquet, toke
     mtime = (first / "samples.parquet").stat().st_mtime_ns
     assert build().plan_dir == first and (first / "samples.parquet").stat().st_mtime_ns == mtime
     a = [b.tokens.tolist() for b in build()]
-    assert a == [b.tokens.tolist() for b in Pipeline.from_plan(first).tokenize(tokenizer_id=tokenizer_dir)
-                 .pack_flat(max_length=8).batch(microbatch_size=2)]
+    assert a == [
+        b.tokens.tolist()
+        for b in Pipeline.from_plan(first)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=8)
+        .batch(microbatch_size=2)
+    ]
 
 
 def test_pipeline_without_all_steps_says_what_is_missing(plan, tokenizer_dir) -> None:
@@ -148,7 +153,11 @@ def test_pipeline_without_all_steps_says_what_is_missing(plan, tokenizer_dir) ->
 def test_missing_field_names_dataset_shard_and_columns(plan, tokenizer_dir) -> None:
     spec = TokenizeSpec(tokenizer_id=tokenizer_dir, field="content")
     with pytest.raises(DatasetError, match=r"dataset '(web|code)': shard .* must have the (column|field) 'content'"):
-        list(iterate_batches(plan, ExecutorSpec(tokenize=spec, pack=PackSpec(max_length=8), batch=BatchSpec(microbatch_size=1))))
+        list(
+            iterate_batches(
+                plan, ExecutorSpec(tokenize=spec, pack=PackSpec(max_length=8), batch=BatchSpec(microbatch_size=1))
+            )
+        )
 
 
 def test_a_shard_changed_after_planning_is_refused(plan, tokenizer_dir) -> None:

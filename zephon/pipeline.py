@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, iterate_batches
+from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, RunStats, iterate_batches
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import StoreOptions
@@ -75,9 +75,12 @@ class Pipeline:
         spec = TokenizeSpec(tokenizer_id=tokenizer_id, field=field, add_bos=add_bos, eos_token=eos_token)
         return self._with(tokenize=spec)
 
-    def pack_flat(self, *, max_length: int, algorithm: str = "wrap", pad_token_id: int | None = None) -> Pipeline:
-        """Pack documents into rows of ``max_length`` tokens (context length + 1)."""
-        return self._with(pack=PackSpec(max_length=max_length, algorithm=algorithm, pad_token_id=pad_token_id))
+    def pack_flat(
+        self, *, max_length: int, algorithm: str = "wrap", pad_token_id: int | None = None, oversize: str = "split"
+    ) -> Pipeline:
+        """Pack documents into rows of ``max_length`` tokens (context length + 1); see ``PackSpec``."""
+        spec = PackSpec(max_length=max_length, algorithm=algorithm, pad_token_id=pad_token_id, oversize=oversize)
+        return self._with(pack=spec)
 
     def batch(self, *, microbatch_size: int, drop_last: bool = False) -> Pipeline:
         """Group packed rows into batches of ``microbatch_size``."""
@@ -90,7 +93,7 @@ class Pipeline:
             assert self._work_source is not None
             from zephon.planner.build import prepare, write_bundle
 
-            prepared = prepare(self._work_source)
+            prepared = prepare(self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack)
             target = cache_dir() / "plans" / prepared.config_hash
             if not (target / "plan.json").is_file():
                 write_bundle(prepared, target, overwrite=True)
@@ -119,4 +122,10 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[Batch]:
         spec = self.executor_spec()
-        return iterate_batches(self.plan_dir, spec)
+        self._stats = RunStats()
+        return iterate_batches(self.plan_dir, spec, self._stats)
+
+    def stats(self) -> RunStats:
+        """Documents and realized tokens per dataset read by the latest iteration (estimated plans; an exact
+        plan's shares are in its plan.json)."""
+        return getattr(self, "_stats", None) or RunStats()

@@ -7,6 +7,7 @@ PLAN_DIR/
   plan.json        manifest: format version, normalized config and its hash, datasets, mixture, totals
   shards.parquet   one row per shard (SHARDS_SCHEMA)
   samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA)
+  bins.parquet     best-fit exact plans only: the planned rows (BINS_SCHEMA)
 ```
 
 Version rule: ``FORMAT_VERSION`` is a single integer. A change that a reader of the previous version would
@@ -30,6 +31,7 @@ FORMAT_VERSION = 1
 PLAN_JSON = "plan.json"
 SHARDS_FILE = "shards.parquet"
 SAMPLES_FILE = "samples.parquet"
+BINS_FILE = "bins.parquet"
 
 #: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
 SAMPLES_ROW_GROUP = 65_536
@@ -61,6 +63,19 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("token_offset", pa.int64(), nullable=True),
     ]
 )
+
+# Best-fit exact plans only: row ``sequence`` holds ``length`` tokens of the document at ``position``, from its
+# token ``doc_start``, placed at ``offset``; sorted by (sequence, offset).
+BINS_SCHEMA = pa.schema(
+    [
+        pa.field("sequence", pa.int64(), nullable=False),
+        pa.field("offset", pa.int32(), nullable=False),
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("doc_start", pa.int32(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),
+    ]
+)
+BINS_ROW_GROUP = 65_536
 
 SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst")
 

@@ -10,10 +10,14 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from zephon.errors import ConfigError
 from zephon.io import Dataset
+
+if TYPE_CHECKING:
+    from zephon.executor.engine import PackSpec
+    from zephon.executor.tokenize import TokenizeSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,13 +55,25 @@ class TokenEstimation:
             datasets, or a dict of ratios per dataset name.
         calibration_samples: documents tokenized per dataset when measuring.
         calibration_shards_max: shards sampled per dataset when measuring.
+        token_count_columns: dataset name → a Parquet column with each document's token count (e.g.
+            FineWeb's ``token_count``), used instead of an estimate for that dataset.
     """
 
     primer: str | float | Mapping[str, float] = "measure"
     calibration_samples: int = 2048
     calibration_shards_max: int = 4
+    token_count_columns: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.primer, Mapping):
+            object.__setattr__(self, "primer", dict(self.primer))
+            bad = {k: v for k, v in self.primer.items() if not isinstance(v, int | float) or v <= 0}
+            if bad:
+                raise ConfigError(f"TokenEstimation.primer ratios must be numbers > 0, got {bad} — fix them")
+        elif not isinstance(self.primer, str) and (not isinstance(self.primer, int | float) or self.primer <= 0):
+            raise ConfigError(f"TokenEstimation.primer as a ratio must be > 0, got {self.primer!r}")
+        if self.token_count_columns is not None:
+            object.__setattr__(self, "token_count_columns", dict(self.token_count_columns))
         if isinstance(self.primer, str) and self.primer != "measure":
             raise ConfigError(f'TokenEstimation.primer must be "measure", a float or a dict, got {self.primer!r}')
         if self.calibration_samples < 1 or self.calibration_shards_max < 1:
@@ -98,13 +114,18 @@ class StaticMixtureWorkSource:
         mixture: weight per dataset name; every dataset needs one.
         seed: the only source of randomness (shuffles); a non-negative integer.
         token_estimation: when set, weights are token shares (not available in this build yet).
-        num_documents: plan exactly this many documents. Exclusive with ``epochs``.
+        num_documents: plan exactly this many documents. Exclusive with ``epochs`` and ``num_tokens``.
+        num_tokens: plan documents until their (estimated or exact) tokens reach this many; needs
+            ``token_estimation``.
         epochs: plan until every dataset has completed this many passes (default 1 when neither budget is
             given); datasets that finish earlier keep repeating to hold the mixture.
         on_exhaustion: ``"new_epoch"`` starts a dataset's next pass with a fresh permutation when it runs
             out; ``"stop"`` ends the plan just before any dataset would need more than ``epochs`` passes
             (1 when only ``num_documents`` is given).
         shuffle: shuffle settings.
+        exact_tokens: run the count pass (tokenize every document once, cached) and write an exact plan:
+            token counts and stream offsets per document, packing decided in the plan. With
+            ``token_estimation`` set, token shares are scheduled by the exact counts.
     """
 
     datasets: Sequence[Dataset]
@@ -113,8 +134,10 @@ class StaticMixtureWorkSource:
     token_estimation: TokenEstimation | None = None
     num_documents: int | None = None
     epochs: int | None = None
+    num_tokens: int | None = None
     on_exhaustion: OnExhaustion = "new_epoch"
     shuffle: ShuffleSpec = field(default_factory=ShuffleSpec)
+    exact_tokens: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -147,8 +170,26 @@ class StaticMixtureWorkSource:
         if self.on_exhaustion not in ("new_epoch", "stop"):
             raise ConfigError(f'on_exhaustion must be "new_epoch" or "stop", got {self.on_exhaustion!r}')
 
-    def plan(self, out_dir: str | Path) -> Path:
-        """Write this curriculum as a plan bundle in ``out_dir`` and return its path."""
+    def budget(self) -> dict[str, int | None]:
+        return {"num_documents": self.num_documents, "epochs": self.epochs, "num_tokens": self.num_tokens}
+
+    def plan(
+        self,
+        out_dir: str | Path,
+        *,
+        tokenize: TokenizeSpec | None = None,
+        pack: PackSpec | None = None,
+        overwrite: bool = False,
+        workers: int | None = None,
+        progress: bool = False,
+    ) -> Path:
+        """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
+
+        ``tokenize`` is needed for token mixtures and exact plans, ``pack`` for exact plans; ``workers`` and
+        ``progress`` steer the count pass of exact plans.
+        """
         from zephon.planner.build import write_plan
 
-        return write_plan(self, Path(out_dir))
+        return write_plan(
+            self, Path(out_dir), tokenize=tokenize, pack=pack, overwrite=overwrite, workers=workers, progress=progress
+        )

@@ -1,0 +1,49 @@
+"""A count-pass worker process: ``python -m zephon.planner.count_worker`` reads its tasks as JSON on stdin.
+
+Workers are plain subprocesses rather than multiprocessing children, so planning from a user's script never
+re-imports that script (no ``if __name__ == "__main__"`` guard is needed) and no thread pool is forked.
+Each finished shard is reported as one JSON line on stdout: ``{"shard_id": 3, "tokens": 123456}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from zephon.executor.plan_reader import ShardRef
+from zephon.executor.shard_reader import ShardReader
+from zephon.executor.tokenize import Encoder, TokenizeSpec
+
+
+def count_shard(ref: ShardRef, field: str, encoder: Encoder) -> np.ndarray:
+    """Tokens (with BOS/EOS) of every row of one shard, int32."""
+    reader = ShardReader([ref], field, capacity=1)
+    parts = [np.fromiter((len(d) for d in encoder.encode(t)), np.int32) for t in reader.iter_shard(ref.shard_id)]
+    return np.concatenate(parts) if parts else np.empty(0, np.int32)
+
+
+def save_atomic(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
+    np.save(tmp, array)
+    os.replace(tmp, path)
+
+
+def main() -> None:
+    job = json.load(sys.stdin)
+    if job.get("single_thread"):
+        os.environ["RAYON_NUM_THREADS"] = "1"
+    encoder = Encoder(TokenizeSpec(**job["tokenize"]))
+    for task in job["tasks"]:
+        ref = ShardRef(**task["ref"])
+        counts = count_shard(ref, job["tokenize"]["field"], encoder)
+        save_atomic(Path(task["out"]), counts)
+        print(json.dumps({"shard_id": ref.shard_id, "tokens": int(counts.sum())}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+"""Tokens per document for token-share mixtures: measured ratios, pinned ratios, a token-count column.
+
+``TokenEstimation(primer="measure")`` calibrates one tokens-per-byte ratio per dataset:
+
+1. from ``SeedSequence([seed, dataset_index, CALIBRATION_STREAM])``, pick up to ``calibration_shards_max``
+   shards and, among their rows, up to ``calibration_samples`` documents (without replacement);
+2. tokenize them with the pipeline's tokenizer, without the BOS/EOS the executor adds;
+3. ratio = Σ tokens / Σ bytes, bytes as in ``zephon.planner.token_lengths.byte_lengths``.
+
+Every document is then estimated as ``round(ratio × bytes) + specials`` (specials = BOS prefix + EOS).
+A float primer pins one ratio for all datasets; a dict pins one per dataset. ``token_count_columns`` names a
+Parquet column holding each document's own count (e.g. FineWeb's ``token_count``), used as exact content
+counts (+ specials); it is the user's promise that the column was produced with the same tokenizer.
+
+Example: a calibration sample of 2,048 documents holding 1,000,000 bytes and 250,000 tokens gives
+0.25 tokens/byte; a 4,000-byte document is estimated at 1,000 + 1 (EOS) tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from zephon.errors import ConfigError
+from zephon.executor.plan_reader import ShardRef
+from zephon.executor.shard_reader import ShardReader
+from zephon.executor.tokenize import Encoder
+from zephon.planner.orders import permutation
+from zephon.planner.token_lengths import byte_lengths
+from zephon.work import TokenEstimation
+
+CALIBRATION_STREAM = 0x7A_45_50_48  # distinct from every epoch number a plan uses for shuffling
+
+
+def _specials(encoder: Encoder) -> int:
+    return len(encoder.prefix) + 1
+
+
+def _column_counts(name: str, refs: Sequence[ShardRef], column: str, specials: int) -> list[np.ndarray]:
+    out = []
+    for ref in refs:
+        if ref.format != "parquet":
+            raise ConfigError(
+                f"token_count_columns[{name!r}] must name a Parquet column, got dataset of format {ref.format} — "
+                "use exact counts (exact_tokens=True) for JSONL"
+            )
+        schema = pq.read_schema(ref.uri)
+        if column not in schema.names:
+            raise ConfigError(
+                f"dataset {name!r}: shard {ref.uri} must have the token-count column {column!r}, got columns "
+                f"{schema.names} — fix token_count_columns"
+            )
+        values = pq.read_table(ref.uri, columns=[column]).column(0).to_numpy(zero_copy_only=False)
+        out.append(values.astype(np.int64) + specials)
+    return out
+
+
+def estimate_dataset(
+    *,
+    index: int,
+    name: str,
+    refs: Sequence[ShardRef],
+    field: str,
+    encoder: Encoder,
+    estimation: TokenEstimation,
+    seed: int,
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Estimated tokens per row (int64 arrays, one per shard) and the provenance for plan.json."""
+    specials = _specials(encoder)
+    column = (estimation.token_count_columns or {}).get(name)
+    if column is not None:
+        counts = _column_counts(name, refs, column, specials)
+        return counts, {"method": "column", "column": column, "specials": specials}
+    lengths = [byte_lengths(ref, field) for ref in refs]
+    primer = estimation.primer
+    if isinstance(primer, int | float) and not isinstance(primer, bool):
+        ratio, provenance = float(primer), {"method": "pinned", "tokens_per_byte": float(primer)}
+    elif isinstance(primer, dict):
+        if name not in primer:
+            raise ConfigError(
+                f"TokenEstimation.primer must give a ratio for every dataset, got none for {name!r} — add it"
+            )
+        ratio, provenance = float(primer[name]), {"method": "pinned", "tokens_per_byte": float(primer[name])}
+    else:
+        ratio, provenance = _measure(index, name, refs, field, encoder, estimation, seed, lengths)
+    provenance["byte_unit"] = "utf8 text" if refs[0].format == "parquet" else "jsonl line"
+    provenance["specials"] = specials
+    return [np.rint(ratio * lg).astype(np.int64) + specials for lg in lengths], provenance
+
+
+def _measure(
+    index: int,
+    name: str,
+    refs: Sequence[ShardRef],
+    field: str,
+    encoder: Encoder,
+    estimation: TokenEstimation,
+    seed: int,
+    lengths: list[np.ndarray],
+) -> tuple[float, dict[str, Any]]:
+    bits = np.random.PCG64(np.random.SeedSequence([seed, index, CALIBRATION_STREAM]))
+    chosen = np.sort(permutation(bits, len(refs))[: estimation.calibration_shards_max])
+    rows = np.array([refs[i].rows for i in chosen], dtype=np.int64)
+    picks = np.sort(permutation(bits, int(rows.sum()))[: estimation.calibration_samples])
+    bounds = np.cumsum(rows)
+    shard_pos = np.searchsorted(bounds, picks, side="right")
+    local_rows = picks - np.concatenate(([0], bounds[:-1]))[shard_pos]
+    shard_ids = np.array([refs[chosen[p]].shard_id for p in shard_pos], dtype=np.int64)
+    reader = ShardReader(list(refs), field, capacity=len(chosen))
+    texts = reader.texts(shard_ids, local_rows)
+    specials = _specials(encoder)
+    tokens = int(sum(len(t) - specials for t in encoder.encode(texts)))
+    nbytes = int(sum(int(lengths[chosen[p]][r]) for p, r in zip(shard_pos.tolist(), local_rows.tolist(), strict=True)))
+    if nbytes == 0:
+        raise ConfigError(f"dataset {name!r} calibration sample must hold text, got 0 bytes — check field {field!r}")
+    ratio = tokens / nbytes
+    return ratio, {
+        "method": "measure",
+        "tokens_per_byte": ratio,
+        "calibration": {
+            "documents": len(texts),
+            "shards": [refs[i].uri for i in chosen],
+            "tokens": tokens,
+            "bytes": nbytes,
+        },
+    }

@@ -1,0 +1,190 @@
+"""Scanning and normalizing a work source: everything a plan depends on, and the hash that names it.
+
+The normalized config holds the seed, each dataset's path and content fingerprint, the mixture as exact
+fractions and its unit (samples | tokens), the budget, shuffle and exhaustion rules, and — when the plan
+depends on tokens — the tokenizer's fingerprint, the text field, the token-estimation settings and, for
+exact plans, the packing. Its canonical JSON's SHA-256 is the plan's ``config_hash``; ``Pipeline`` caches plans
+under it. Per-row token counts (estimated or exact) are computed here too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.engine import PackSpec
+from zephon.executor.plan_reader import ShardRef
+from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.plan_format import FORMAT_VERSION
+from zephon.planner.estimate import estimate_dataset
+from zephon.planner.interleave import exact_weights
+from zephon.planner.token_lengths import CountReport, token_counts
+from zephon.work import StaticMixtureWorkSource
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PreparedPlan:
+    """A scanned, normalized work source ready to be laid out."""
+
+    source: StaticMixtureWorkSource
+    shards: tuple[tuple[ShardRef, ...], ...]  # per dataset, global shard ids
+    config: dict[str, Any]
+    config_hash: str
+    tokens: tuple[tuple[np.ndarray, ...], ...] | None  # per dataset, per shard: tokens of each row
+    token_provenance: dict[str, Any] | None
+    tokenize: TokenizeSpec | None
+    tokenizer_fingerprint: str | None
+    pack: PackSpec | None
+    count_report: CountReport | None
+
+    @property
+    def unit(self) -> str:
+        return "tokens" if self.source.token_estimation is not None else "samples"
+
+    @property
+    def exact(self) -> bool:
+        return self.source.exact_tokens
+
+
+def _shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], ...]:
+    out = []
+    next_id = 0
+    for index, ds in enumerate(source.datasets):
+        refs = []
+        for info in ds.shards():
+            if info.rows > np.iinfo(np.int32).max:
+                raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
+            refs.append(
+                ShardRef(
+                    shard_id=next_id,
+                    dataset_id=index,
+                    dataset=ds.name,
+                    uri=info.uri,
+                    format=info.format,
+                    rows=info.rows,
+                    bytes=info.bytes,
+                    fingerprint=info.fingerprint,
+                )
+            )
+            next_id += 1
+        if sum(r.rows for r in refs) == 0:
+            raise DatasetError(
+                f"dataset {ds.name!r} must have at least one row, got 0 rows in {len(refs)} shard(s) at "
+                f"{ds.path!r} — fix the path or remove the dataset"
+            )
+        out.append(tuple(refs))
+    return tuple(out)
+
+
+def prepare(
+    source: StaticMixtureWorkSource,
+    *,
+    tokenize: TokenizeSpec | None = None,
+    pack: PackSpec | None = None,
+    workers: int | None = None,
+    progress: bool = False,
+) -> PreparedPlan:
+    """Scan the datasets, compute token counts if the plan needs them, and normalize the config."""
+    needs_tokens = source.token_estimation is not None or source.exact_tokens
+    if needs_tokens and tokenize is None:
+        raise ConfigError(
+            "a token mixture or exact plan must be planned with a tokenizer, got none — call "
+            ".tokenize(tokenizer_id=...) on the Pipeline, pass tokenize= to plan(), or add `tokenizer:` to CONFIG"
+        )
+    if source.exact_tokens and pack is None:
+        raise ConfigError(
+            "an exact plan decides packing, so it needs pack settings, got none — call .pack_flat(max_length=...) "
+            "on the Pipeline, pass pack= to plan(), or add `packing:` to CONFIG"
+        )
+    if pack is not None and pack.algorithm == "best_fit" and not source.exact_tokens:
+        raise ConfigError(
+            'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
+            "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
+        )
+    shards = _shard_refs(source)
+    encoder = Encoder(tokenize) if needs_tokens and tokenize is not None else None
+    tokens: list[tuple[np.ndarray, ...]] | None = None
+    provenance: dict[str, Any] | None = None
+    report = None
+    if encoder is not None and tokenize is not None:
+        if source.exact_tokens:
+            flat = [r for refs in shards for r in refs]
+            arrays, report = token_counts(flat, tokenize, encoder, workers=workers, progress=progress)
+            it = iter(arrays)
+            tokens = [tuple(next(it).astype(np.int64) for _ in refs) for refs in shards]
+            provenance = {ds.name: {"method": "exact"} for ds in source.datasets}
+        else:
+            assert source.token_estimation is not None
+            tokens, provenance = [], {}
+            for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True)):
+                arrays, prov = estimate_dataset(
+                    index=index,
+                    name=ds.name,
+                    refs=refs,
+                    field=tokenize.field,
+                    encoder=encoder,
+                    estimation=source.token_estimation,
+                    seed=source.seed,
+                )
+                tokens.append(tuple(arrays))
+                provenance[ds.name] = prov
+    fracs = exact_weights([float(source.mixture.weights[ds.name]) for ds in source.datasets])
+    datasets = []
+    for ds, refs in zip(source.datasets, shards, strict=True):
+        digest = hashlib.sha256("\n".join(f"{r.uri}\t{r.fingerprint}" for r in refs).encode()).hexdigest()
+        datasets.append(
+            {
+                "name": ds.name,
+                "path": ds.path,
+                "shards": len(refs),
+                "rows": sum(r.rows for r in refs),
+                "fingerprint": digest,
+            }
+        )
+    budget = source.budget()
+    if all(v is None for v in budget.values()):
+        budget["epochs"] = 1
+    te = source.token_estimation
+    config: dict[str, Any] = {
+        "format_version": FORMAT_VERSION,
+        "seed": source.seed,
+        "datasets": datasets,
+        "mixture": {
+            "unit": "tokens" if te is not None else "samples",
+            "weights": {ds.name: str(f) for ds, f in zip(source.datasets, fracs, strict=True)},
+        },
+        "budget": budget,
+        "on_exhaustion": source.on_exhaustion,
+        "shuffle": {"enabled": source.shuffle.enabled, "window_shards": source.shuffle.window_shards},
+        "token_counts": "exact" if source.exact_tokens else ("estimated" if te is not None else None),
+    }
+    if encoder is not None and tokenize is not None:
+        # The id is informational (a path may move); the fingerprint identifies the tokenizer.
+        config["tokenizer"] = {"fingerprint": encoder.fingerprint, "field": tokenize.field}
+    if te is not None and not source.exact_tokens:
+        config["token_estimation"] = {
+            "primer": te.primer,
+            "calibration_samples": te.calibration_samples,
+            "calibration_shards_max": te.calibration_shards_max,
+            "token_count_columns": te.token_count_columns,
+        }
+    if source.exact_tokens and pack is not None:
+        config["packing"] = {"algorithm": pack.algorithm, "max_length": pack.max_length, "oversize": pack.oversize}
+    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return PreparedPlan(
+        source=source,
+        shards=shards,
+        config=config,
+        config_hash=hashlib.sha256(canonical.encode()).hexdigest(),
+        tokens=tuple(tokens) if tokens is not None else None,
+        token_provenance=provenance,
+        tokenize=tokenize,
+        tokenizer_fingerprint=encoder.fingerprint if encoder is not None else None,
+        pack=pack if source.exact_tokens else None,
+        count_report=report,
+    )

@@ -1,0 +1,159 @@
+"""Per-document sizes for token mixtures: byte lengths (cheap) and exact token counts (the count pass).
+
+Both are arrays with one entry per row of a shard, cached under ``$ZEPHON_CACHE_DIR`` and keyed by content,
+so reruns and other plans reuse them:
+
+* byte lengths — ``byte-lengths/<key>.npy``, key = (shard fingerprint, field). Parquet: the UTF-8 byte length
+  of the text field, computed with Arrow (``pyarrow.compute.binary_length``) a row group at a time, without
+  tokenizing. JSONL: the byte length of the whole line (record), read from the line index; the calibration
+  ratio of a JSONL dataset is measured in the same unit, so estimates stay consistent.
+* token counts — ``token-counts/<key>.npy``, key = (shard fingerprint, field, tokenizer fingerprint). The
+  count includes the BOS prefix and the EOS token the executor adds, so it is exactly the number of tokens
+  the document contributes to the stream. Computed by worker subprocesses (``zephon.planner.count_worker``),
+  shards split among them longest first, with a progress bar; one worker runs in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import selectors
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from zephon.errors import ZephonError
+from zephon.executor.plan_reader import ShardRef
+from zephon.executor.shard_reader import ShardReader
+from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.jsonl_lines import decompress, line_spans
+from zephon.planner.count_worker import count_shard, save_atomic
+from zephon.shard_scan import cache_dir
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CountReport:
+    """What a count pass did: shards counted now, shards found in the cache, tokens in all."""
+
+    counted: int
+    cached: int
+    tokens: int
+
+
+def _key(*parts: str) -> str:
+    return hashlib.blake2b("\0".join(parts).encode(), digest_size=20).hexdigest()
+
+
+def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
+    """Per-row byte length (int64) of one shard, cached."""
+    path = cache_dir() / "byte-lengths" / f"{_key(ref.fingerprint, field)}.npy"
+    if path.is_file():
+        return np.load(path)
+    if ref.format == "parquet":
+        reader = ShardReader([ref], field, capacity=1)
+        reader._shard(ref.shard_id, cache=False)  # validates size and the field's presence
+        pf = pq.ParquetFile(ref.uri)
+        parts = [
+            pc.binary_length(pf.read_row_group(g, columns=[field]).column(0)).to_numpy(zero_copy_only=False)
+            for g in range(pf.metadata.num_row_groups)
+        ]
+        lengths = np.nan_to_num(np.concatenate(parts).astype(np.float64), nan=0).astype(np.int64)
+    else:
+        starts, ends = line_spans(decompress(Path(ref.uri).read_bytes(), ref.format))
+        lengths = (ends - starts).astype(np.int64)
+    save_atomic(path, lengths)
+    return lengths
+
+
+def _counts_path(ref: ShardRef, field: str, tokenizer_fingerprint: str) -> Path:
+    return cache_dir() / "token-counts" / f"{_key(ref.fingerprint, field, tokenizer_fingerprint)}.npy"
+
+
+def _run_workers(jobs: list[dict], progress: bool, total: int) -> int:
+    """Run count workers as subprocesses; return the tokens they counted."""
+    bar = None
+    if progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, unit="shard", desc="counting tokens", leave=False)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "zephon.planner.count_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in jobs
+    ]
+    for proc, job in zip(procs, jobs, strict=True):
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(job))
+        proc.stdin.close()
+    tokens = 0
+    with selectors.DefaultSelector() as sel:
+        for proc in procs:
+            assert proc.stdout is not None
+            sel.register(proc.stdout, selectors.EVENT_READ)
+        open_streams = len(procs)
+        while open_streams:
+            for key, _ in sel.select():
+                line = key.fileobj.readline()  # type: ignore[union-attr]
+                if not line:
+                    sel.unregister(key.fileobj)
+                    open_streams -= 1
+                    continue
+                tokens += json.loads(line)["tokens"]
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(tokens=f"{tokens:,}")
+    for proc in procs:
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        if proc.wait() != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
+            raise ZephonError(f"the count pass must finish every shard, got a worker failure: {last}")
+    if bar is not None:
+        bar.close()
+    return tokens
+
+
+def token_counts(
+    shards: Sequence[ShardRef],
+    spec: TokenizeSpec,
+    encoder: Encoder,
+    *,
+    workers: int | None = None,
+    progress: bool = False,
+) -> tuple[list[np.ndarray], CountReport]:
+    """Exact per-row token counts (int32) for every shard, counting only what is not cached."""
+    paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
+    todo = [i for i, p in enumerate(paths) if not p.is_file()]
+    if todo:
+        n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        if n_workers == 1 and not progress:
+            for i in todo:
+                save_atomic(paths[i], count_shard(shards[i], spec.field, encoder))
+        else:
+            # Longest shards first, each to the least loaded worker: a deterministic, balanced split.
+            loads = [0] * n_workers
+            tasks: list[list[dict]] = [[] for _ in range(n_workers)]
+            for i in sorted(todo, key=lambda i: (-shards[i].bytes, i)):
+                w = loads.index(min(loads))
+                loads[w] += shards[i].bytes
+                tasks[w].append({"ref": asdict(shards[i]), "out": str(paths[i])})
+            base = {"tokenize": asdict(spec), "single_thread": n_workers > 1}
+            _run_workers([{**base, "tasks": t} for t in tasks if t], progress, len(todo))
+    arrays = [np.load(p) for p in paths]
+    for ref, arr in zip(shards, arrays, strict=True):
+        if len(arr) != ref.rows:
+            raise ValueError(f"token counts of {ref.uri} must have {ref.rows} rows, got {len(arr)} — clear the cache")
+    total = int(sum(int(a.sum()) for a in arrays))
+    return arrays, CountReport(counted=len(todo), cached=len(shards) - len(todo), tokens=total)
