@@ -51,7 +51,7 @@ class PreparedPlan:
         return self.source.exact_tokens
 
 
-def _shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], ...]:
+def shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], ...]:
     out = []
     next_id = 0
     for index, ds in enumerate(source.datasets):
@@ -106,7 +106,7 @@ def prepare(
             'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
             "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
         )
-    shards = _shard_refs(source)
+    shards = shard_refs(source)
     encoder = Encoder(tokenize) if needs_tokens and tokenize is not None else None
     tokens: list[tuple[np.ndarray, ...]] | None = None
     provenance: dict[str, Any] | None = None

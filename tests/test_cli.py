@@ -173,7 +173,8 @@ def test_plan_with_an_unknown_config_key_prints_one_line_and_exits_1(project: Pa
     assert result.stdout == ""
     assert result.stderr == (
         f"zephon: error: {config}: top-level keys must be among seed, datasets, mixture, num_documents, epochs, "
-        "on_exhaustion, shuffle, token_estimation, got unknown `shufle` (did you mean `shuffle`?) — "
+        "on_exhaustion, shuffle, token_estimation, num_tokens, exact_tokens, tokenizer, packing, got unknown `shufle` "
+        "(did you mean `shuffle`?) — "
         "fix the spelling or remove it\n"
     )
 
@@ -385,7 +386,7 @@ def test_connect_refuses_a_bundle_without_its_samples_file(plan_dir: Path, tmp_p
 
 def test_every_command_has_help_and_is_documented() -> None:
     docs = DOCS.read_text(encoding="utf-8")
-    assert set(cli.commands) == {"plan", "sql"}
+    assert set(cli.commands) == {"plan", "count", "sql"}
     for name, command in cli.commands.items():
         result = _invoke(name, "--help")
         assert result.exit_code == 0, result.output

@@ -43,7 +43,10 @@ name = "code"
 path = "demo/code-*.parquet"
 """
 
-ALLOWED = "seed, datasets, mixture, num_documents, epochs, on_exhaustion, shuffle, token_estimation"
+ALLOWED = (
+    "seed, datasets, mixture, num_documents, epochs, on_exhaustion, shuffle, token_estimation, num_tokens, "
+    "exact_tokens, tokenizer, packing"
+)
 
 
 @pytest.fixture(scope="module")

@@ -86,22 +86,31 @@ def main() -> None:
     help="Directory to write the plan bundle to (created; must be new or empty unless --overwrite).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty PLAN_DIR.")
-def plan(config: Path, output: Path, overwrite: bool) -> None:
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Count-pass processes (exact plans).")
+def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> None:
     """Plan the work source in CONFIG and write the bundle to PLAN_DIR.
 
     CONFIG is a .yaml, .yml or .toml file (see docs/cli.md); relative dataset paths in it resolve against
     its directory. Prints a summary line and one line per dataset: its normalized weight, planned documents
     and passes (planned documents / rows).
     """
-    from zephon.config_file import load_work_source
+    from zephon.config_file import load_plan_config
     from zephon.plan_format import read_manifest
 
     with _one_line_errors():
-        source = load_work_source(config)
+        loaded = load_plan_config(config)
         # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
         from zephon.planner.build import write_plan
 
-        write_plan(source, output, overwrite=overwrite)
+        write_plan(
+            loaded.source,
+            output,
+            tokenize=loaded.tokenize,
+            pack=loaded.pack,
+            overwrite=overwrite,
+            workers=workers,
+            progress=sys.stderr.isatty(),
+        )
         manifest = read_manifest(output)
     for line in plan_summary(manifest, str(output)):
         click.echo(line)
@@ -120,8 +129,59 @@ def plan_summary(manifest: dict[str, Any], plan_dir: str) -> list[str]:
     passes = [f"{d['planned_documents'] / d['rows']:.2f}" for d in datasets]
     name_w, docs_w, pass_w = (max(map(len, col)) for col in (names, docs, passes))
     for d, name, n, p in zip(datasets, names, docs, passes, strict=True):
-        lines.append(f"  {name:<{name_w}}  weight {d['weight']:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}")
+        line = f"  {name:<{name_w}}  weight {d['weight']:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
+        if "planned_tokens" in d:
+            line += f"  tokens {d['planned_tokens']} ({totals['tokens_are']}, share {d['planned_token_share']:.3f})"
+        lines.append(line)
     return lines
+
+
+# ----------------------------------------------------------------------------------------------------
+# zephon count
+# ----------------------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
+@click.option(
+    "--progress/--no-progress", default=None, help="Show a progress bar (default: when stderr is a terminal)."
+)
+def count(config: Path, workers: int | None, progress: bool | None) -> None:
+    """Tokenize every document of CONFIG's datasets once and cache exact token counts.
+
+    Counts are cached per (shard fingerprint, field, tokenizer fingerprint) under $ZEPHON_CACHE_DIR, so exact
+    plans (`exact_tokens: true`) and reruns reuse them. CONFIG needs a `tokenizer:` section. Prints the
+    shards counted now and found cached, and the tokens per dataset.
+    """
+    from zephon.config_file import load_plan_config
+
+    with _one_line_errors():
+        loaded = load_plan_config(config)
+        if loaded.tokenize is None:
+            raise CommandError(
+                f"{config}: `tokenizer` must be set to count tokens, got nothing — add `tokenizer: {{id: ...}}`"
+            )
+        from zephon.executor.tokenize import Encoder
+        from zephon.planner.prepare import shard_refs
+        from zephon.planner.token_lengths import token_counts
+
+        groups = shard_refs(loaded.source)
+        flat = [r for g in groups for r in g]
+        arrays, report = token_counts(
+            flat,
+            loaded.tokenize,
+            Encoder(loaded.tokenize),
+            workers=workers,
+            progress=sys.stderr.isatty() if progress is None else progress,
+        )
+    click.echo(f"counted {_count(report.counted, 'shard')} ({report.cached} cached): {report.tokens} tokens")
+    it = iter(arrays)
+    names = [ds.name for ds in loaded.source.datasets]
+    width = max(map(len, names))
+    for name, group in zip(names, groups, strict=True):
+        tokens = sum(int(next(it).sum()) for _ in group)
+        click.echo(f"  {name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}")
 
 
 def _count(n: int, word: str) -> str:

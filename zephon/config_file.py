@@ -10,6 +10,11 @@ A CONFIG file holds the arguments of ``StaticMixtureWorkSource`` as plain data::
     num_documents: 10000                            # or epochs: 2 (neither: epochs 1)
     on_exhaustion: new_epoch                        # or stop
     shuffle: {enabled: true, window_shards: 4}
+    # token mixtures and exact plans (see docs/plans.md):
+    # token_estimation: {primer: measure, calibration_samples: 2048, calibration_shards_max: 4}
+    # exact_tokens: true
+    # tokenizer: {id: gpt2, field: text}                # needed by token mixtures and exact plans
+    # packing: {max_length: 2049, algorithm: wrap}      # needed by exact plans (wrap | best_fit)
 
 becomes ``StaticMixtureWorkSource(datasets=[Dataset.from_path("prose", "<dir>/data/prose/*.parquet"), ...],
 mixture=MixtureSpec({"prose": 0.7, "code": 0.3}), seed=42, num_documents=10000, ...)``.
@@ -37,16 +42,26 @@ import os
 import re
 import tomllib
 from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from zephon.errors import ConfigError, ZephonError
+from zephon.executor.engine import PackSpec
+from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
 
-__all__ = ["CONFIG_SUFFIXES", "load_work_source", "read_config", "work_source_from_dict"]
+__all__ = [
+    "CONFIG_SUFFIXES",
+    "PlanConfig",
+    "load_plan_config",
+    "load_work_source",
+    "read_config",
+    "work_source_from_dict",
+]
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".toml")
 
@@ -59,20 +74,49 @@ _TOP_KEYS = (
     "on_exhaustion",
     "shuffle",
     "token_estimation",
+    "num_tokens",
+    "exact_tokens",
+    "tokenizer",
+    "packing",
 )
 _REQUIRED_KEYS = ("seed", "datasets", "mixture")
 _DATASET_KEYS = ("name", "path")
 _SHUFFLE_KEYS = ("enabled", "window_shards")
-_TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max")
+_TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
+_TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
+_PACKING_KEYS = ("max_length", "algorithm", "oversize")
 _ON_EXHAUSTION = ("new_epoch", "stop")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanConfig:
+    """A CONFIG file's work source plus the tokenizer and packing that token and exact plans need."""
+
+    source: StaticMixtureWorkSource
+    tokenize: TokenizeSpec | None
+    pack: PackSpec | None
+
+
 def load_work_source(path: str | os.PathLike[str]) -> StaticMixtureWorkSource:
     """Build the work source described by a ``.yaml``/``.yml``/``.toml`` CONFIG file."""
+    return load_plan_config(path).source
+
+
+def load_plan_config(path: str | os.PathLike[str]) -> PlanConfig:
+    """The work source, tokenizer (``tokenizer:``) and packing (``packing:``) of a CONFIG file."""
     data = read_config(path)
     base_dir = Path(os.path.abspath(os.fspath(path))).parent
-    return work_source_from_dict(data, base_dir=base_dir, origin=os.fspath(path))
+    origin = os.fspath(path)
+    source = work_source_from_dict(data, base_dir=base_dir, origin=origin)
+    try:
+        return PlanConfig(
+            source=source,
+            tokenize=_tokenizer(data.get("tokenizer"), base_dir, origin),
+            pack=_packing(data.get("packing"), origin),
+        )
+    except ZephonError as exc:
+        raise ConfigError(f"{origin}: {exc}") from exc
 
 
 def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -129,6 +173,10 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
         raise _type_error(origin, "on_exhaustion", '"new_epoch" or "stop"', on_exhaustion, "use one of them")
     shuffle = _shuffle(data.get("shuffle"), origin)
     token_estimation = _token_estimation(data.get("token_estimation"), origin)
+    num_tokens = _optional_integer(data, "num_tokens", origin)
+    exact_tokens = data.get("exact_tokens")
+    if exact_tokens is not None and not isinstance(exact_tokens, bool):
+        raise _type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
 
     try:
         datasets = [Dataset.from_path(name, path) for name, path in entries]
@@ -141,6 +189,8 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
             epochs=epochs,
             on_exhaustion=on_exhaustion,
             shuffle=shuffle,
+            num_tokens=num_tokens,
+            exact_tokens=bool(exact_tokens),
         )
     except ZephonError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
@@ -226,10 +276,51 @@ def _token_estimation(value: Any, origin: str) -> TokenEstimation | None:
                 "use one of them",
             )
         kwargs["primer"] = primer
-    for key in _TOKEN_KEYS[1:]:
+    columns = value.get("token_count_columns")
+    if columns is not None:
+        if not isinstance(columns, Mapping) or not all(isinstance(v, str) for v in columns.values()):
+            raise _type_error(
+                origin,
+                "token_estimation.token_count_columns",
+                "a mapping of dataset name to column",
+                columns,
+                "write `{fineweb: token_count}`",
+            )
+        kwargs["token_count_columns"] = dict(columns)
+    for key in _TOKEN_KEYS[1:3]:
         if value.get(key) is not None:
             kwargs[key] = _integer(value[key], f"token_estimation.{key}", 1, origin, f"write e.g. `{key}: 4`")
     return TokenEstimation(**kwargs)
+
+
+def _tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not isinstance(value.get("id"), str):
+        raise _type_error(origin, "tokenizer", "a mapping with an `id`", value, "write `{id: gpt2, field: text}`")
+    _check_keys(value, _TOKENIZER_KEYS, origin, "`tokenizer`")
+    tokenizer_id = value["id"]
+    local = Path(tokenizer_id).expanduser()
+    if not local.is_absolute() and (base_dir / local).exists():
+        tokenizer_id = str(base_dir / local)  # a local tokenizer next to the CONFIG file
+    return TokenizeSpec(
+        tokenizer_id=tokenizer_id,
+        field=value.get("field") or "text",
+        add_bos=value.get("add_bos"),
+        eos_token=value.get("eos_token"),
+    )
+
+
+def _packing(value: Any, origin: str) -> PackSpec | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise _type_error(origin, "packing", "a mapping", value, "write `{max_length: 2049, algorithm: wrap}`")
+    _check_keys(value, _PACKING_KEYS, origin, "`packing`")
+    max_length = _integer(value.get("max_length"), "packing.max_length", 2, origin, "write e.g. `max_length: 2049`")
+    return PackSpec(
+        max_length=max_length, algorithm=value.get("algorithm") or "wrap", oversize=value.get("oversize") or "split"
+    )
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
   fingerprint.
 * ``datasets`` — ``plan.json`` ``datasets``: dataset_id, name, path, pinned, format, fingerprint, shards,
   rows, weight, planned_documents.
+* ``bins``     — best-fit exact plans only: ``bins.parquet`` (sequence, offset, position, doc_start, length).
 
 Example — documents per dataset in the first 1000 positions::
 
@@ -33,7 +34,7 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 
 from zephon.errors import ConfigError, PlanFormatError
-from zephon.plan_format import SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema, read_manifest
+from zephon.plan_format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema, read_manifest
 
 __all__ = ["DATASETS_SCHEMA", "QueryResult", "connect", "run_sql"]
 
@@ -83,6 +84,8 @@ def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
         con.register("samples", samples)
         con.register("shards", shards)
         con.register("datasets", datasets)
+        if files.get("bins"):
+            con.register("bins", _parquet(plan_dir, [files["bins"]], BINS_SCHEMA))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
