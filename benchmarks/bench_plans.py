@@ -41,8 +41,13 @@ def main() -> None:
     tok = TokenizeSpec(tokenizer_id=demo_tokenizer_path())
 
     def plan(name: str, exact: bool, algorithm: str = "wrap") -> tuple[float, dict]:
-        src = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(WEIGHTS), seed=0,
-                                      token_estimation=TokenEstimation(), exact_tokens=exact)
+        src = StaticMixtureWorkSource(
+            datasets=datasets,
+            mixture=MixtureSpec(WEIGHTS),
+            seed=0,
+            token_estimation=TokenEstimation(),
+            exact_tokens=exact,
+        )
         start = time.perf_counter()
         out = src.plan(root / name, tokenize=tok, pack=PackSpec(max_length=args.max_length, algorithm=algorithm))
         return time.perf_counter() - start, json.loads((out / "plan.json").read_text())
@@ -57,25 +62,36 @@ def main() -> None:
     t_bf, m_bf = plan("exact-bestfit", exact=True, algorithm="best_fit")
     rows.append(("exact best_fit, counts cached", t_bf, m_bf))
 
-    print(f"corpus: {args.copies} demo copies, {m_cold['totals']['tokens']:,} planned tokens, max_length {args.max_length}")
+    print(
+        f"corpus: {args.copies} demo copies, {m_cold['totals']['tokens']:,} planned tokens, "
+        f"max_length {args.max_length}"
+    )
     print(f"{'plan':32} {'time s':>7} {'× est':>6}  planned token shares (prose/code/short)")
     for label, t, m in rows:
         shares = "/".join(f"{d['planned_token_share']:.4f}" for d in m["datasets"])
         print(f"{label:32} {t:7.2f} {t / t_est:6.2f}  {shares}")
 
-    pipe = (Pipeline.from_plan(root / "estimated").tokenize(tokenizer_id=tok.tokenizer_id)
-            .pack_flat(max_length=args.max_length).batch(microbatch_size=8))
+    pipe = (
+        Pipeline.from_plan(root / "estimated")
+        .tokenize(tokenizer_id=tok.tokenizer_id)
+        .pack_flat(max_length=args.max_length)
+        .batch(microbatch_size=8)
+    )
     start = time.perf_counter()
     for _ in pipe:
         pass
     realized = pipe.stats().token_shares()
-    print(f"estimated plan realized shares: {'/'.join(f'{realized[k]:.4f}' for k in WEIGHTS)} "
-          f"(executor run {time.perf_counter() - start:.2f} s); estimated total {m_est['totals']['tokens']:,} vs "
-          f"realized {sum(pipe.stats().tokens.values()):,}")
+    print(
+        f"estimated plan realized shares: {'/'.join(f'{realized[k]:.4f}' for k in WEIGHTS)} "
+        f"(executor run {time.perf_counter() - start:.2f} s); estimated total {m_est['totals']['tokens']:,} vs "
+        f"realized {sum(pipe.stats().tokens.values()):,}"
+    )
     p = m_bf["packing"]
     wrap_pad = m_warm["packing"]["padding_fraction"]
-    print(f"padding: wrap {wrap_pad:.5f} (last row only), best_fit {p['padding_fraction']:.5f}, "
-          f"first_fit {p['first_fit_padding_fraction']:.5f}, split documents {p['split_documents']}")
+    print(
+        f"padding: wrap {wrap_pad:.5f} (last row only), best_fit {p['padding_fraction']:.5f}, "
+        f"first_fit {p['first_fit_padding_fraction']:.5f}, split documents {p['split_documents']}"
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,9 @@ import pytest
 
 from zephon.demo import demo_tokenizer_path
 
+# The Hub test server and its fixtures (hub_server, reference_hub) live in tests/conftest_hub.py.
+pytest_plugins = ["conftest_hub"]
+
 
 @pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
