@@ -13,14 +13,17 @@ from pathlib import Path
 
 import numpy as np
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.exact import ExactSequences
 from zephon.executor.pack import PackedRows, WrapPacker
 from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.shard_reader import ShardReader
+from zephon.executor.shard_reader import ShardReader, remote_spec
+from zephon.executor.shard_schedule import ShardSchedule
 from zephon.executor.tokenize import Encoder, TokenizeSpec
 from zephon.io import StoreOptions
+from zephon.remote import is_remote_uri
+from zephon.shard_cache import ShardCache
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -128,7 +131,9 @@ def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> 
         )
 
 
-def _exact_batches(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder, reader: ShardReader, pad: int):
+def _exact_batches(
+    plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder, reader: ShardReader, pad: int, remote: RemoteAccess
+) -> Iterator[Batch]:
     check_exact_plan(plan, spec, encoder)
     sequences = ExactSequences(plan, encoder, reader, pad)
     size = spec.batch.microbatch_size
@@ -137,8 +142,63 @@ def _exact_batches(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder, reade
         ks = list(range(start, min(start + size, n)))
         if len(ks) < size and spec.batch.drop_last:
             return
+        if remote.cache is not None:
+            pieces = sequences.pieces(ks[0])
+            remote.advance(pieces[0].position if pieces else 0)
         rows = sequences.rows(ks)
         yield Batch(tokens=rows.tokens, doc_start=rows.doc_start, lengths=rows.lengths)
+
+
+class RemoteAccess:
+    """Remote shards of a plan: the shard cache, checked at start, fed with the plan's future accesses.
+
+    Before the first batch every remote shard must fit in the cache (a shard larger than ``limit_bytes`` is
+    an error now, not mid-run). As the run advances, ``advance(position)`` tells the reader each shard's next
+    use (for eviction: the shard needed farthest in the future goes first) and prefetches the next shards
+    in plan order.
+    """
+
+    PREFETCH = 4
+
+    def __init__(self, plan: PlanBundle, io: StoreOptions, reader: ShardReader) -> None:
+        self.remote = {s.shard_id: s for s in plan.shards if is_remote_uri(s.uri)}
+        self.reader = reader
+        self.cache: ShardCache | None = None
+        if not self.remote:
+            return
+        if not io.cache.enabled:
+            first = next(iter(self.remote.values()))
+            raise ConfigError(
+                f"dataset {first.dataset!r}: remote shards must be read through the shard cache, got "
+                "CacheOptions(enabled=False) — pass .options(io_options=StoreOptions(cache=CacheOptions("
+                "enabled=True, root=..., limit_bytes=...)))"
+            )
+        self.cache = ShardCache.from_options(io.cache)
+        self.specs = {sid: remote_spec(ref) for sid, ref in self.remote.items()}
+        self.cache.check_fits(list(self.specs.values()))
+        largest = sorted((ref.bytes for ref in self.remote.values()), reverse=True)[: reader.capacity]
+        limit = io.cache.limit_bytes
+        if limit is not None and sum(largest) > limit:
+            raise DatasetError(
+                f"CacheOptions.limit_bytes must hold the {len(largest)} shards the executor keeps open at once "
+                f"(shuffle window + 1 per dataset), {sum(largest)} bytes, got {limit} — raise limit_bytes or "
+                "plan with a smaller ShuffleSpec.window_shards"
+            )
+        self.schedule = ShardSchedule(plan.sample_files, set(self.remote))
+        reader.attach_cache(self.cache)
+
+    def advance(self, position: int) -> None:
+        if self.cache is None:
+            return
+        self.reader.next_use = {sid: self.schedule.next_use(sid, position) for sid in self.remote}
+        keys = {self.specs[s].key: p for s, p in self.reader.next_use.items() if p is not None}
+        upcoming = self.schedule.upcoming(position, self.PREFETCH)
+        self.cache.prefetch([self.specs[s] for s in upcoming], next_use=keys)
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.cache is not None:
+            self.cache.close()
 
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
@@ -147,9 +207,24 @@ def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | 
     encoder = Encoder(spec.tokenize)
     window = int(plan.manifest.get("shuffle", {}).get("window_shards", 1))
     reader = ShardReader(plan.shards, spec.tokenize.field, capacity=(window + 1) * len(plan.dataset_names))
+    remote = RemoteAccess(plan, spec.io, reader)
+    try:
+        yield from _run(plan, spec, encoder, reader, remote, stats)
+    finally:
+        remote.close()
+
+
+def _run(
+    plan: PlanBundle,
+    spec: ExecutorSpec,
+    encoder: Encoder,
+    reader: ShardReader,
+    remote: RemoteAccess,
+    stats: RunStats | None,
+) -> Iterator[Batch]:
     pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else encoder.pad_id
     if plan.manifest.get("kind") == "exact":
-        yield from _exact_batches(plan, spec, encoder, reader, pad)
+        yield from _exact_batches(plan, spec, encoder, reader, pad, remote)
         return
     if spec.pack.algorithm != "wrap":
         raise ConfigError(
@@ -182,6 +257,7 @@ def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | 
 
     names = plan.dataset_names
     for chunk in plan.chunks(spec.read_chunk):
+        remote.advance(chunk.start)
         texts = reader.texts(chunk.shard_id, chunk.row)
         docs = encoder.encode(texts)
         if stats is not None:

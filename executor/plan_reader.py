@@ -26,6 +26,7 @@ class ShardRef:
     rows: int
     bytes: int
     fingerprint: str
+    row_groups: int = 1
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -63,6 +64,7 @@ class PlanBundle:
                 rows=r["rows"],
                 bytes=r["bytes"],
                 fingerprint=r["fingerprint"],
+                row_groups=r["row_groups"],
             )
             for r in table.to_pylist()
         ]

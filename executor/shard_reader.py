@@ -20,9 +20,24 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.errors import DatasetError
+from zephon.errors import ConfigError, DatasetError
 from zephon.executor.plan_reader import ShardRef
 from zephon.jsonl_lines import decompress, line_spans
+from zephon.remote import is_remote_uri, remote_file
+from zephon.shard_cache import CacheEntrySpec, ShardCache
+
+
+def remote_spec(ref: ShardRef) -> CacheEntrySpec:
+    """The shard cache entry of a remote shard: downloaded whole, verified against size and etag."""
+    from zephon.hub import download_remote_file
+
+    file = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
+    return CacheEntrySpec(
+        key=f"hf/{file.repo_id}/{file.revision}/{file.path_in_repo}",
+        size=ref.bytes,
+        etag=file.etag,
+        fetch=lambda dest: download_remote_file(file, dest, in_place=True),
+    )
 
 
 @dataclass(slots=True)
@@ -33,16 +48,53 @@ class _OpenShard:
     row_groups: dict[int, pa.Array] = field(default_factory=dict)
     jsonl: bytes | None = None
     spans: tuple[np.ndarray, np.ndarray] | None = None
+    handle: object | None = None  # a pinned zephon.shard_cache.CachedShard for remote shards
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()  # type: ignore[attr-defined]
+            self.handle = None
+
+
+def planning_cache() -> ShardCache:
+    """The shard cache the planner downloads remote shards into when it must read them (calibration, the
+    count pass): ``$ZEPHON_CACHE_DIR/shards``, unbounded."""
+    from zephon.shard_scan import cache_dir
+
+    return ShardCache(cache_dir() / "shards", None)
 
 
 class ShardReader:
     """Return the ``field`` values of (shard, row) pairs, caching up to ``capacity`` open shards."""
 
-    def __init__(self, shards: list[ShardRef], field_name: str, capacity: int) -> None:
+    def __init__(
+        self, shards: list[ShardRef], field_name: str, capacity: int, *, cache: ShardCache | None = None
+    ) -> None:
         self._shards = {s.shard_id: s for s in shards}
         self._field = field_name
         self._capacity = max(1, capacity)
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
+        self._cache = cache
+        #: Set by the executor: shard id → the plan position of its next use (None: never again).
+        self.next_use: dict[int, int | None] | None = None
+
+    def attach_cache(self, cache: ShardCache) -> None:
+        self._cache = cache
+
+    @property
+    def capacity(self) -> int:
+        """Shards held open at most (remote ones pinned in the shard cache)."""
+        return self._capacity
+
+    def close(self) -> None:
+        """Release every open shard (and its pin in the shard cache)."""
+        while self._open:
+            self._open.popitem(last=False)[1].close()
+
+    def _next_use_keys(self) -> dict[str, int] | None:
+        if self.next_use is None:
+            return None
+        return {remote_spec(self._shards[s]).key: p for s, p in self.next_use.items() if p is not None}
 
     def ref(self, shard_id: int) -> ShardRef:
         return self._shards[shard_id]
@@ -64,39 +116,57 @@ class ShardReader:
 
         Used by the planner's count pass; nothing is cached, so memory stays at one row group.
         """
-        shard = self._shard(shard_id, cache=False)
-        if shard.parquet is not None:
-            assert shard.rg_starts is not None
-            for g in range(shard.parquet.metadata.num_row_groups):
-                column = shard.parquet.read_row_group(g, columns=[self._field]).column(0)
-                first = int(shard.rg_starts[g])
-                yield [self._check(shard.ref, first + i, v) for i, v in enumerate(column.to_pylist())]
-        else:
-            assert shard.spans is not None
-            for start in range(0, len(shard.spans[0]), chunk_rows):
-                yield self._read_jsonl(shard, np.arange(start, min(start + chunk_rows, len(shard.spans[0]))))
+        shard = self.open_shard(shard_id, cache=False)
+        try:
+            if shard.parquet is not None:
+                assert shard.rg_starts is not None
+                for g in range(shard.parquet.metadata.num_row_groups):
+                    column = shard.parquet.read_row_group(g, columns=[self._field]).column(0)
+                    first = int(shard.rg_starts[g])
+                    yield [self._check(shard.ref, first + i, v) for i, v in enumerate(column.to_pylist())]
+            else:
+                assert shard.spans is not None
+                for start in range(0, len(shard.spans[0]), chunk_rows):
+                    yield self._read_jsonl(shard, np.arange(start, min(start + chunk_rows, len(shard.spans[0]))))
+        finally:
+            shard.close()
 
-    def _shard(self, shard_id: int, *, cache: bool = True) -> _OpenShard:
+    def open_shard(self, shard_id: int, *, cache: bool = True) -> _OpenShard:
+        """Open a shard (remote: through the shard cache, pinned until closed); ``cache=False`` leaves it
+        out of the LRU, and the caller closes it."""
         shard = self._open.get(shard_id)
         if shard is not None:
             self._open.move_to_end(shard_id)
             return shard
         ref = self._shards[shard_id]
-        try:
-            size = os.path.getsize(ref.uri)
-        except OSError as exc:
-            raise DatasetError(
-                f"dataset {ref.dataset!r}: shard {ref.uri} must exist as planned, got {exc.strerror} — "
-                "restore the file or re-plan"
-            ) from exc
-        if size != ref.bytes:
-            raise DatasetError(
-                f"dataset {ref.dataset!r}: shard {ref.uri} changed since planning: size must be {ref.bytes} "
-                f"bytes, got {size} — restore the planned data or re-plan"
-            )
         shard = _OpenShard(ref=ref)
+        path = ref.uri
+        if is_remote_uri(ref.uri):
+            if self._cache is None:
+                raise ConfigError(
+                    f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
+                    "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
+                )
+            if cache:  # release pins first, so the shards held open never exceed the reader's capacity
+                while len(self._open) >= self._capacity:
+                    self._open.popitem(last=False)[1].close()
+            handle = self._cache.acquire(remote_spec(ref), next_use=self._next_use_keys())
+            shard.handle, path = handle, str(handle.path)
+        else:
+            try:
+                size = os.path.getsize(ref.uri)
+            except OSError as exc:
+                raise DatasetError(
+                    f"dataset {ref.dataset!r}: shard {ref.uri} must exist as planned, got {exc.strerror} — "
+                    "restore the file or re-plan"
+                ) from exc
+            if size != ref.bytes:
+                raise DatasetError(
+                    f"dataset {ref.dataset!r}: shard {ref.uri} changed since planning: size must be {ref.bytes} "
+                    f"bytes, got {size} — restore the planned data or re-plan"
+                )
         if ref.format == "parquet":
-            shard.parquet = pq.ParquetFile(ref.uri)
+            shard.parquet = pq.ParquetFile(path)
             names = shard.parquet.schema_arrow.names
             if self._field not in names:
                 raise DatasetError(
@@ -107,17 +177,17 @@ class ShardReader:
             counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
             shard.rg_starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         else:
-            shard.jsonl = decompress(Path(ref.uri).read_bytes(), ref.format)
+            shard.jsonl = decompress(Path(path).read_bytes(), ref.format)
             shard.spans = line_spans(shard.jsonl)
         if not cache:
             return shard
         self._open[shard_id] = shard
         while len(self._open) > self._capacity:
-            self._open.popitem(last=False)
+            self._open.popitem(last=False)[1].close()
         return shard
 
     def _read(self, shard_id: int, rows: np.ndarray) -> list[str]:
-        shard = self._shard(shard_id)
+        shard = self.open_shard(shard_id)
         if shard.parquet is not None:
             return self._read_parquet(shard, rows)
         return self._read_jsonl(shard, rows)

@@ -17,6 +17,7 @@ Encoding uses ``tokenizers``' batch encoder, which runs on all cores (``RAYON_NU
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 from dataclasses import dataclass
@@ -80,6 +81,9 @@ def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
                 "with save_pretrained() (a fast tokenizer)"
             )
         return Tokenizer.from_file(str(file)), _special_tokens_from_config(path)
+    hub_files = _hub_tokenizer_files(tokenizer_id)
+    if hub_files is not None:
+        return Tokenizer.from_file(str(hub_files / "tokenizer.json")), _special_tokens_from_config(hub_files)
     try:
         from transformers import AutoTokenizer
 
@@ -91,8 +95,29 @@ def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
         ) from exc
     if not getattr(hf, "is_fast", False):
         raise TokenizerError(f"tokenizer {tokenizer_id!r} must have a fast (Rust) version, got a slow one")
-    specials = {k: v for k in ("eos_token", "bos_token", "pad_token") if isinstance(v := getattr(hf, k, None), str)}
+    specials = {
+        k: v for k in ("eos_token", "bos_token", "pad_token") if isinstance(v := getattr(hf, k, None), str)
+    }
     return hf.backend_tokenizer, specials
+
+
+def _hub_tokenizer_files(tokenizer_id: str) -> Path | None:
+    """Download a Hub model's ``tokenizer.json`` (and its configs) through the Hugging Face cache.
+
+    A Hub tokenizer is read from the same files a local directory holds, so the same tokenizer gets the
+    same fingerprint wherever it was loaded from. Returns None when the repo has no ``tokenizer.json``
+    (then transformers converts it) or cannot be reached (transformers reports why).
+    """
+    try:
+        from huggingface_hub import hf_hub_download
+
+        path = Path(hf_hub_download(tokenizer_id, "tokenizer.json"))
+        for name in ("tokenizer_config.json", "special_tokens_map.json"):
+            with contextlib.suppress(Exception):  # optional files: absent is fine
+                hf_hub_download(tokenizer_id, name)
+    except Exception:
+        return None
+    return path.parent
 
 
 class Encoder:

@@ -74,16 +74,10 @@ def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
             "format": pl.Series([r.format for r in refs], dtype=pl.String),
             "rows": pl.Series([r.rows for r in refs], dtype=pl.Int64),
             "bytes": pl.Series([r.bytes for r in refs], dtype=pl.Int64),
-            "row_groups": pl.Series([1 if r.format != "parquet" else _row_groups(r.uri) for r in refs], dtype=pl.Int32),
+            "row_groups": pl.Series([r.row_groups for r in refs], dtype=pl.Int32),
             "fingerprint": pl.Series([r.fingerprint for r in refs], dtype=pl.String),
         }
     )
-
-
-def _row_groups(uri: str) -> int:
-    import pyarrow.parquet as pq
-
-    return pq.ParquetFile(uri).metadata.num_row_groups
 
 
 def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
@@ -105,7 +99,7 @@ def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
             "id": index,
             "name": ds.name,
             "path": ds.path,
-            "pinned": ds.path,
+            "pinned": ds.pinned or ds.path,
             "format": refs[0].format,
             "fingerprint": info["fingerprint"],
             "shards": info["shards"],

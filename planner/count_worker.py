@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from zephon.executor.plan_reader import ShardRef
-from zephon.executor.shard_reader import ShardReader
+from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder, TokenizeSpec
 
 
 def count_shard(ref: ShardRef, field: str, encoder: Encoder) -> np.ndarray:
     """Tokens (with BOS/EOS) of every row of one shard, int32."""
-    reader = ShardReader([ref], field, capacity=1)
+    reader = ShardReader([ref], field, capacity=1, cache=planning_cache())
     parts = [np.fromiter((len(d) for d in encoder.encode(t)), np.int32) for t in reader.iter_shard(ref.shard_id)]
     return np.concatenate(parts) if parts else np.empty(0, np.int32)
 

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
 from zephon.executor.plan_reader import ShardRef
-from zephon.executor.shard_reader import ShardReader
+from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder
 from zephon.planner.orders import permutation
 from zephon.planner.token_lengths import byte_lengths
@@ -109,7 +109,7 @@ def _measure(
     shard_pos = np.searchsorted(bounds, picks, side="right")
     local_rows = picks - np.concatenate(([0], bounds[:-1]))[shard_pos]
     shard_ids = np.array([refs[chosen[p]].shard_id for p in shard_pos], dtype=np.int64)
-    reader = ShardReader(list(refs), field, capacity=len(chosen))
+    reader = ShardReader(list(refs), field, capacity=len(chosen), cache=planning_cache())
     texts = reader.texts(shard_ids, local_rows)
     specials = _specials(encoder)
     tokens = int(sum(len(t) - specials for t in encoder.encode(texts)))

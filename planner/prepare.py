@@ -69,6 +69,7 @@ def shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], .
                     rows=info.rows,
                     bytes=info.bytes,
                     fingerprint=info.fingerprint,
+                    row_groups=info.row_groups,
                 )
             )
             next_id += 1
@@ -141,6 +142,7 @@ def prepare(
             {
                 "name": ds.name,
                 "path": ds.path,
+                "pinned": ds.pinned or ds.path,
                 "shards": len(refs),
                 "rows": sum(r.rows for r in refs),
                 "fingerprint": digest,

@@ -27,13 +27,11 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from zephon.errors import ZephonError
 from zephon.executor.plan_reader import ShardRef
-from zephon.executor.shard_reader import ShardReader
+from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder, TokenizeSpec
-from zephon.jsonl_lines import decompress, line_spans
 from zephon.planner.count_worker import count_shard, save_atomic
 from zephon.shard_scan import cache_dir
 
@@ -56,18 +54,21 @@ def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
     path = cache_dir() / "byte-lengths" / f"{_key(ref.fingerprint, field)}.npy"
     if path.is_file():
         return np.load(path)
-    if ref.format == "parquet":
-        reader = ShardReader([ref], field, capacity=1)
-        reader._shard(ref.shard_id, cache=False)  # validates size and the field's presence
-        pf = pq.ParquetFile(ref.uri)
-        parts = [
-            pc.binary_length(pf.read_row_group(g, columns=[field]).column(0)).to_numpy(zero_copy_only=False)
-            for g in range(pf.metadata.num_row_groups)
-        ]
-        lengths = np.nan_to_num(np.concatenate(parts).astype(np.float64), nan=0).astype(np.int64)
-    else:
-        starts, ends = line_spans(decompress(Path(ref.uri).read_bytes(), ref.format))
-        lengths = (ends - starts).astype(np.int64)
+    reader = ShardReader([ref], field, capacity=1, cache=planning_cache())
+    shard = reader.open_shard(ref.shard_id, cache=False)  # validates size (local) and the field's presence
+    try:
+        if shard.parquet is not None:
+            pf = shard.parquet
+            parts = [
+                pc.binary_length(pf.read_row_group(g, columns=[field]).column(0)).to_numpy(zero_copy_only=False)
+                for g in range(pf.metadata.num_row_groups)
+            ]
+            lengths = np.nan_to_num(np.concatenate(parts).astype(np.float64), nan=0).astype(np.int64)
+        else:
+            assert shard.spans is not None
+            lengths = (shard.spans[1] - shard.spans[0]).astype(np.int64)
+    finally:
+        shard.close()
     save_atomic(path, lengths)
     return lengths
 

@@ -400,12 +400,19 @@ def read_remote_parquet_metadata(
 
 
 def download_remote_file(
-    file: RemoteFile, dest: str, *, token: str | None = None, retry: RetryPolicy | None = None
+    file: RemoteFile,
+    dest: str,
+    *,
+    token: str | None = None,
+    retry: RetryPolicy | None = None,
+    in_place: bool = False,
 ) -> None:
     """Download ``file`` whole to ``dest`` atomically (``dest + ".part-<pid>"``, then ``os.replace``), checking
-    its size and hash: sha256 when the etag is an LFS sha256, the git blob sha1 when it is a 40-hex oid."""
+    its size and hash: sha256 when the etag is an LFS sha256, the git blob sha1 when it is a 40-hex oid.
+    ``in_place=True`` writes ``dest`` itself, for a caller (the shard cache) whose ``dest`` is already a
+    temporary name it renames; a failed download then removes ``dest``."""
     label = f"{file.path_in_repo} of dataset {file.repo_id} at {file.revision}"
-    part = f"{dest}.part-{os.getpid()}"
+    part = dest if in_place else f"{dest}.part-{os.getpid()}"
     os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
 
     def consume(response: Any) -> tuple[int, str | None]:  # (bytes received, hex digest or None)
@@ -439,7 +446,12 @@ def download_remote_file(
             raise HubError(
                 f"hash of {label} must match etag {file.etag}, got {hexdigest} — the download is corrupt; retry it"
             )
-        os.replace(part, dest)
+        if not in_place:
+            os.replace(part, dest)
+    except BaseException:
+        if in_place and os.path.exists(part):
+            os.remove(part)
+        raise
     finally:
-        if os.path.exists(part):
+        if not in_place and os.path.exists(part):
             os.remove(part)

@@ -1,8 +1,10 @@
 """Datasets and storage options of the public API (``zephon.io``).
 
 ``Dataset.from_path(name, path)`` accepts a local directory, a glob or a single file of Parquet or JSONL
-shards (see ``zephon.sources``), or an ``hf://`` dataset path. Shards are listed when the dataset is
-created, so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``).
+shards (see ``zephon.sources``), or an ``hf://`` dataset path (see ``zephon.hf_path``), which is pinned to
+its commit here, so every later step reads the same files. Shards are listed when the dataset is created,
+so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
+footers (range requests for remote shards), JSONL from one scan.
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ class Dataset:
     name: str
     path: str
     files: tuple[SourceFile, ...]
+    #: The form that reads the same files again: for hf:// the path pinned to its commit, else ``path``.
+    pinned: str = ""
 
     @classmethod
     def from_path(cls, name: str, path: str | Path) -> Dataset:
@@ -76,11 +80,13 @@ class Dataset:
             )
         text = str(path)
         if text.startswith("hf://"):
-            raise ConfigError(
-                f"dataset {name!r}: hf:// paths are not supported by this build yet, got {text!r} — "
-                "download the shards and pass a local path"
-            )
-        return cls(name=name, path=text, files=discover_local_files(name, text))
+            from zephon.hub import resolve_hf_dataset
+            from zephon.remote import remote_uri
+
+            resolved = resolve_hf_dataset(text)
+            files = tuple(SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f) for f in resolved.files)
+            return cls(name=name, path=text, files=files, pinned=str(resolved.pinned))
+        return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text)
 
     def shards(self) -> tuple[ShardInfo, ...]:
         """Scan every shard's metadata (Parquet footers; JSONL row index, cached)."""

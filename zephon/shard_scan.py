@@ -43,7 +43,15 @@ def cache_dir() -> Path:
 
 
 def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
-    """Metadata of one local shard; errors name the dataset and file."""
+    """Metadata of one shard; errors name the dataset and file."""
+    if file.remote is not None:
+        from zephon.remote import scan_remote
+
+        rows, groups = scan_remote(file.remote)
+        etag = file.remote.etag  # type: ignore[attr-defined]
+        return ShardInfo(
+            uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=f"etag:{etag}"
+        )
     if file.format == "parquet":
         return _scan_parquet(dataset, file)
     return _scan_jsonl(dataset, file)

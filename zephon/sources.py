@@ -38,6 +38,8 @@ class SourceFile:
     uri: str
     format: str
     size: int
+    #: Remote shards only: the ``zephon.hub.RemoteFile`` it stands for.
+    remote: object | None = None
 
 
 def detect_format(name: str) -> str | None:
