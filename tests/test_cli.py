@@ -386,7 +386,7 @@ def test_connect_refuses_a_bundle_without_its_samples_file(plan_dir: Path, tmp_p
 
 def test_every_command_has_help_and_is_documented() -> None:
     docs = DOCS.read_text(encoding="utf-8")
-    assert set(cli.commands) == {"plan", "count", "sql"}
+    assert set(cli.commands) == {"plan", "count", "sql", "show", "audit", "diff"}
     for name, command in cli.commands.items():
         result = _invoke(name, "--help")
         assert result.exit_code == 0, result.output

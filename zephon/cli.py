@@ -3,7 +3,9 @@
 Commands (documented in docs/cli.md)::
 
     zephon plan CONFIG -o PLAN_DIR [--overwrite]
-    zephon sql PLAN_DIR QUERY [--format table|csv|json] [--param NAME=VALUE ...]
+    zephon sql PLAN_DIR QUERY [--format table|csv|json|parquet] [--param NAME=VALUE ...] [-o FILE]
+                              [--batch-size B] [--max-length L]
+    zephon show / audit / diff    (zephon.cli_inspect)
 
 Expected failures (a ``ZephonError``, a DuckDB error in ``sql``, an OS error) print one line
 ``zephon: error: <message>`` to stderr and exit 1; usage errors exit 2 with click's usage message.
@@ -225,10 +227,10 @@ def param_value(text: str) -> int | float | str:
     "-f",
     "--format",
     "fmt",
-    type=click.Choice(["table", "csv", "json"]),
+    type=click.Choice(["table", "csv", "json", "parquet"]),
     default="table",
     show_default=True,
-    help="Output format.",
+    help="Output format; parquet needs -o FILE.",
 )
 @click.option(
     "-p",
@@ -239,27 +241,80 @@ def param_value(text: str) -> int | float | str:
     callback=_parse_params,
     help="Bind $NAME in QUERY (repeatable). VALUE is an int if it parses, else a float, else a string.",
 )
-def sql(plan_dir: Path, query: str, fmt: str, params: dict[str, Any]) -> None:
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Write the result to FILE instead of stdout (required by --format parquet).",
+)
+@click.option(
+    "-b",
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Global batch in sequences: adds the views steps and step_documents(n).",
+)
+@click.option(
+    "--max-length",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens per sequence of an estimated token plan (exact plans fix it).",
+)
+def sql(
+    plan_dir: Path,
+    query: str,
+    fmt: str,
+    params: dict[str, Any],
+    output: Path | None,
+    batch_size: int | None,
+    max_length: int | None,
+) -> None:
     """Run a SQL query on the plan bundle in PLAN_DIR.
 
     QUERY is DuckDB SQL; '-' reads it from stdin. Views: samples (one row per scheduled document), shards
-    (one row per shard), datasets (one row per dataset of plan.json). The connection is read-only: it cannot
-    read or write other files. See docs/cli.md for the output formats.
+    (one row per shard), datasets (one row per dataset of plan.json), bins (best-fit plans), sequences
+    (documents per packed row, where the plan fixes them) and, with --batch-size, steps (documents per global
+    batch). The connection is read-only: it cannot read or write other files. See docs/cli.md for the
+    views and output formats.
     """
     import duckdb
 
-    from zephon.sql import run_sql
+    from zephon.inspect_views import query_table, run_query
 
+    if fmt == "parquet" and output is None:
+        raise click.BadParameter(
+            "parquet output must go to a file, got no -o/--output — add -o FILE", param_hint="'--format'"
+        )
     if query == "-":
         query = sys.stdin.read()
     if not query.strip():
         raise click.BadParameter("must be a SQL statement, got an empty query", param_hint="'QUERY'")
     with _one_line_errors(duckdb.Error):
-        columns, rows = run_sql(plan_dir, query, params or None)
-    if not columns:
-        return
-    formatter = {"csv": format_csv, "json": format_json, "table": format_table}[fmt]
-    click.echo(formatter(columns, rows), nl=False)
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            assert output is not None
+            table = query_table(plan_dir, query, params or None, batch_size=batch_size, max_length=max_length)
+            if table is None:
+                raise CommandError(
+                    "the last statement must return rows to write Parquet, got a statement without a result — "
+                    "end QUERY with a SELECT"
+                )
+            pq.write_table(table, output)
+            click.echo(f"wrote {_count(table.num_rows, 'row')} ({_count(table.num_columns, 'column')}) to {output}")
+            return
+        columns, rows = run_query(plan_dir, query, params or None, batch_size=batch_size, max_length=max_length)
+        if not columns:
+            return
+        formatter = {"csv": format_csv, "json": format_json, "table": format_table}[fmt]
+        text = formatter(columns, rows)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            output.write_text(text, encoding="utf-8")
 
 
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -322,6 +377,12 @@ def _json_value(value: Any) -> Any:
         return bytes(value).hex()
     return str(value)
 
+
+from zephon.cli_inspect import audit, diff, show  # noqa: E402  (registered after the core commands)
+
+cli.add_command(show)
+cli.add_command(audit)
+cli.add_command(diff)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
