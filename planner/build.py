@@ -59,6 +59,7 @@ def _samples_frame(lay: Layout) -> pl.DataFrame:
             "token_offset": pl.Series(lay.token_offset)
             if lay.token_offset is not None
             else pl.Series([None] * n, dtype=pl.Int64),
+            "lane": pl.Series(lay.lane) if lay.lane is not None else pl.Series([None] * n, dtype=pl.Int16),
         }
     )
 
@@ -159,6 +160,7 @@ def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
         "config": prepared.config,
         "seed": source.seed,
         "kind": "exact" if prepared.exact else "estimated",
+        "lanes": None if prepared.exact else source.lanes,
         "datasets": datasets,
         "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
         "token_estimation": prepared.token_provenance,

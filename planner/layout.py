@@ -20,6 +20,7 @@ import numpy as np
 
 from zephon.planner.best_fit import Bins, pack
 from zephon.planner.interleave import exact_weights, interleave
+from zephon.planner.lanes import deal
 from zephon.planner.orders import epoch_order
 from zephon.planner.prepare import PreparedPlan
 from zephon.planner.token_mix import Stream, schedule
@@ -36,6 +37,7 @@ class Layout:
     tokens: np.ndarray | None
     token_offset: np.ndarray | None
     bins: Bins | None
+    lane: np.ndarray | None
 
 
 def _epoch_fn(prepared: PreparedPlan, index: int):
@@ -133,6 +135,7 @@ def layout(prepared: PreparedPlan) -> Layout:
         assert prepared.pack is not None
         if prepared.pack.algorithm == "best_fit":
             bins = pack(tokens, prepared.pack.max_length, oversize=prepared.pack.oversize)
+    lane = None if prepared.exact else deal(len(dataset_id), prepared.source.lanes, tokens if known else None)
     return Layout(
         dataset_id=dataset_id,
         shard_id=shard,
@@ -141,4 +144,5 @@ def layout(prepared: PreparedPlan) -> Layout:
         tokens=tokens.astype(np.int32) if known else None,
         token_offset=token_offset,
         bins=bins,
+        lane=lane,
     )

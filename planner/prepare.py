@@ -164,6 +164,7 @@ def prepare(
         "on_exhaustion": source.on_exhaustion,
         "shuffle": {"enabled": source.shuffle.enabled, "window_shards": source.shuffle.window_shards},
         "token_counts": "exact" if source.exact_tokens else ("estimated" if te is not None else None),
+        "lanes": None if source.exact_tokens else source.lanes,
     }
     if encoder is not None and tokenize is not None:
         # The id is informational (a path may move); the fingerprint identifies the tokenizer.

@@ -79,6 +79,7 @@ def write_synthetic_plan(
             pa.array(np.zeros(documents, dtype=np.int32)),
             pa.array(tokens),
             pa.array(offsets) if exact else pa.nulls(documents, pa.int64()),
+            pa.nulls(documents, pa.int16()) if exact else pa.array((position % 8).astype(np.int16)),
         ],
         schema=SAMPLES_SCHEMA,
     )

@@ -61,6 +61,8 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("tokens", pa.int32(), nullable=True),
         # Offset of the document's first token in the global token stream, for exact plans only.
         pa.field("token_offset", pa.int64(), nullable=True),
+        # Estimated plans only: the packing lane the document is dealt to (see zephon.planner.lanes).
+        pa.field("lane", pa.int16(), nullable=True),
     ]
 )
 

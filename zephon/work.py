@@ -126,6 +126,9 @@ class StaticMixtureWorkSource:
         exact_tokens: run the count pass (tokenize every document once, cached) and write an exact plan:
             token counts and stream offsets per document, packing decided in the plan. With
             ``token_estimation`` set, token shares are scheduled by the exact counts.
+        lanes: estimated plans only: documents are dealt to this many packing lanes, each packed on its own
+            at train time, so a data-parallel size that divides ``lanes`` gives the same global batches
+            (see docs/training.md). Exact plans need no lanes: any size dividing the global batch works.
     """
 
     datasets: Sequence[Dataset]
@@ -138,6 +141,7 @@ class StaticMixtureWorkSource:
     on_exhaustion: OnExhaustion = "new_epoch"
     shuffle: ShuffleSpec = field(default_factory=ShuffleSpec)
     exact_tokens: bool = False
+    lanes: int = 8
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -167,6 +171,8 @@ class StaticMixtureWorkSource:
         for label, value in (("num_documents", self.num_documents), ("epochs", self.epochs)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{label} must be an integer ≥ 1, got {value!r}")
+        if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096:
+            raise ConfigError(f"lanes must be an integer in [1, 4096], got {self.lanes!r} — use e.g. 8 or 64")
         if self.on_exhaustion not in ("new_epoch", "stop"):
             raise ConfigError(f'on_exhaustion must be "new_epoch" or "stop", got {self.on_exhaustion!r}')
 
