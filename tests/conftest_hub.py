@@ -5,7 +5,10 @@ Register it from ``tests/conftest.py`` with ``pytest_plugins = ["conftest_hub"]`
 
 ``hub_server`` starts a :class:`hub_server.HubServer` on 127.0.0.1 (random port), points ``HF_ENDPOINT`` at
 it, sets ``HF_HUB_DISABLE_TELEMETRY=1``, unsets ``HF_HUB_OFFLINE``/``HF_TOKEN``, isolates ``HF_HOME`` (and the
-token path huggingface_hub computed at import) under ``tmp_path`` and makes Zephon's Hub retries fast.
+token path huggingface_hub computed at import) under ``tmp_path`` and makes Zephon's Hub retries fast. It also
+points the endpoint that ``huggingface_hub`` computed at import (``constants.ENDPOINT``, the resolve URL
+template) and transformers' shared ``HfApi`` at the server, so ``AutoTokenizer.from_pretrained("gpt2")`` and
+``hf_hub_download(repo_id="gpt2", ...)`` download from it.
 
 ``add_reference_datasets(hub)`` adds deterministic, small repos laid out like the real ones:
 
@@ -18,6 +21,11 @@ token path huggingface_hub computed at import) under ``tmp_path`` and makes Zeph
 * ``yahma/alpaca-cleaned`` — README without configs, ``alpaca_data_cleaned.json`` (a JSON array, not a
   format Zephon reads) and branch ``refs/convert/parquet`` with ``default/train/0000.parquet`` (300 rows of
   ``instruction``, ``input``, ``output``).
+
+``add_demo_gpt2(hub)`` publishes Zephon's embedded demo tokenizer (``zephon.demo.demo_tokenizer_path()``:
+``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json``) as model repos ``gpt2`` and
+``openai-community/gpt2``, so code written for the real GPT-2 tokenizer (``tokenize(tokenizer_id="gpt2")``) runs
+unchanged; the ``gpt2_hub`` fixture is ``hub_server`` holding them.
 """
 
 from __future__ import annotations
@@ -25,8 +33,10 @@ from __future__ import annotations
 import io
 import json
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -37,6 +47,8 @@ from huggingface_hub import constants as hf_constants
 FINEWEB = "HuggingFaceFW/fineweb-edu"
 WIKIPEDIA = "wikimedia/wikipedia"
 ALPACA = "yahma/alpaca-cleaned"
+GPT2_REPOS = ("gpt2", "openai-community/gpt2")
+DEMO_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json")
 
 _WORDS = [
     "the",
@@ -217,6 +229,24 @@ def add_reference_datasets(hub: HubServer) -> dict[str, str]:
     }
 
 
+def demo_tokenizer_files() -> dict[str, bytes]:
+    """The files of Zephon's embedded demo tokenizer, by name."""
+    from zephon.demo import demo_tokenizer_path
+
+    root = Path(demo_tokenizer_path())
+    return {name: (root / name).read_bytes() for name in DEMO_TOKENIZER_FILES}
+
+
+def add_demo_gpt2(hub: HubServer) -> dict[str, str]:
+    """Publish the demo tokenizer as model repos ``gpt2`` and ``openai-community/gpt2``; returns their commits."""
+    files = demo_tokenizer_files()
+    return {repo_id: hub.add_model(repo_id, files) for repo_id in GPT2_REPOS}
+
+
+def _transformers_hub_module():  # transformers.utils.hub when transformers is imported (never imports it)
+    return sys.modules.get("transformers.utils.hub")
+
+
 @pytest.fixture
 def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubServer]:
     """A running :class:`HubServer` with the environment pointed at it (see the module docstring)."""
@@ -243,16 +273,39 @@ def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubS
     monkeypatch.setattr(hf_constants, "HF_TOKEN_PATH", str(home / "token"))
     monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
     monkeypatch.setattr(hf_constants, "HF_HUB_CACHE", str(home / "hub"))
+    monkeypatch.setattr(hf_constants, "AGENT_HARNESSES_PATH", str(home / ".agent_harnesses.json"))
+    # hf_hub_download and a default HfApi() read the endpoint from these (computed at import), not HF_ENDPOINT.
+    monkeypatch.setattr(hf_constants, "ENDPOINT", hub.url)
+    monkeypatch.setattr(
+        hf_constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.url + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    monkeypatch.setattr(hf_constants, "HF_URL_HOSTS", hf_constants.HF_URL_HOSTS | {urlsplit(hub.url).hostname})
+    # transformers keeps one HfApi, with the endpoint of its creation: start from a fresh one.
+    transformers_hub = _transformers_hub_module()
+    if transformers_hub is not None:
+        monkeypatch.setattr(transformers_hub, "_hf_api", None)
     monkeypatch.setattr(
         zephon.hub, "DEFAULT_RETRY", zephon.hub.RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
     )
+    url = hub.url
     try:
         yield hub
     finally:
         hub.stop()
+        transformers_hub = _transformers_hub_module()  # imported during the test: drop the HfApi bound to `hub`
+        api = getattr(transformers_hub, "_hf_api", None)
+        if api is not None and api.endpoint == url:
+            transformers_hub._hf_api = None
 
 
 @pytest.fixture
 def reference_hub(hub_server: HubServer) -> tuple[HubServer, dict[str, str]]:
     """``hub_server`` holding the reference datasets, and their named commits."""
     return hub_server, add_reference_datasets(hub_server)
+
+
+@pytest.fixture
+def gpt2_hub(hub_server: HubServer) -> HubServer:
+    """``hub_server`` holding the demo tokenizer as model repos ``gpt2`` and ``openai-community/gpt2``."""
+    add_demo_gpt2(hub_server)
+    return hub_server

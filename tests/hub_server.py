@@ -1,7 +1,8 @@
 """A small Hugging Face Hub-compatible HTTP server for hermetic tests (stdlib ``http.server``).
 
-It serves dataset repositories held in memory, answering the requests that the real ``huggingface_hub``
-client (2.x) makes for the functions Zephon uses:
+It serves dataset and model repositories held in memory, answering the requests that the real
+``huggingface_hub`` client (2.x) makes for the functions Zephon uses, and those ``transformers`` (5.x) makes for
+``AutoTokenizer.from_pretrained``. Dataset repos (:meth:`HubServer.add_dataset`):
 
 * ``GET /api/datasets/{org}/{name}`` and ``.../revision/{rev}`` — dataset info: ``sha``, ``cardData`` (the
   README's YAML front matter), ``siblings`` (with ``size``/``blobId``/``lfs`` when ``?blobs=true``);
@@ -11,6 +12,21 @@ client (2.x) makes for the functions Zephon uses:
 * ``GET /api/datasets/{org}/{name}/refs`` — branches, tags and ``converts`` (``refs/convert/parquet``);
 * ``GET|HEAD /datasets/{org}/{name}/resolve/{rev}/{path}`` — file bytes with ``ETag``, ``X-Repo-Commit``,
   ``X-Linked-Etag``/``X-Linked-Size`` (LFS files), ``Accept-Ranges`` and single ``Range`` requests (206/416).
+
+Model repos (:meth:`HubServer.add_model`; ids ``name`` or ``org/name``, kept apart from datasets in
+:attr:`HubServer.models`) answer the same requests under the model URLs:
+
+* ``GET /api/models/{repo}`` and ``.../revision/{rev}`` — model info (``sha``, ``siblings``; ``config`` from
+  ``config.json``); transformers resolves the revision to a commit with it first;
+* ``GET /api/models/{repo}/tree/{rev}[/{path}]`` — transformers lists ``additional_chat_templates`` (a missing
+  folder answers 404 ``EntryNotFound``, which it treats as "no templates") and the whole tree;
+* ``POST /api/models/{repo}/paths-info/{rev}`` and ``GET /api/models/{repo}/refs``;
+* ``GET|HEAD /{repo}/resolve/{rev}/{path}`` — file bytes, headers as for datasets. A missing file answers 404
+  with ``X-Error-Code: EntryNotFound``: the client raises ``RemoteEntryNotFoundError``, which transformers takes
+  as "optional file absent" (``config.json``, ``vocab.json``, ``added_tokens.json``, ``chat_template.jinja``...).
+
+``GET /api/agent-harnesses`` (fetched once a process by huggingface_hub to build its user agent) answers an empty
+registry.
 
 Revisions are branch names, tags, 40-hex commits or full refs (``refs/heads/x``, ``refs/tags/x``,
 ``refs/convert/parquet``, URL-encoded as ``refs%2Fconvert%2Fparquet``). Every commit is kept, so moving a
@@ -36,6 +52,9 @@ import yaml
 
 LFS_SUFFIXES = (".parquet", ".arrow", ".gz", ".zst", ".bin")
 LFS_MIN_SIZE = 10_000
+# Model repos: what the Hub's default .gitattributes sends to LFS (weights, archives), and files of 10 MB or more.
+MODEL_LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".model")
+MODEL_LFS_MIN = 10_000_000
 CONVERSION_REF = "refs/convert/parquet"
 _SHA = re.compile(r"[0-9a-f]{40}")
 _DATE = "2024-01-01T00:00:00.000Z"
@@ -75,6 +94,7 @@ class Repo:
     tags: dict[str, str]
     converts: dict[str, str]
     tokens: frozenset[str] | None = None  # gated when set
+    repo_type: str = "dataset"  # "dataset" or "model"
 
 
 @dataclass(frozen=True)
@@ -93,7 +113,8 @@ class HubServer:
     """In-memory Hub. Start with :meth:`start` (random port on 127.0.0.1); ``url`` is the endpoint."""
 
     def __init__(self, host: str = "127.0.0.1") -> None:
-        self.repos: dict[str, Repo] = {}
+        self.repos: dict[str, Repo] = {}  # dataset repos
+        self.models: dict[str, Repo] = {}  # model repos (ids with or without an org: "gpt2", "org/name")
         self.tree_page_size = 1000
         self._host = host
         self._lock = threading.Lock()
@@ -148,6 +169,19 @@ class HubServer:
         self.repos[repo_id] = Repo(repo_id, {}, {}, {}, {})
         return self.commit(repo_id, files, readme=readme, lfs=lfs)
 
+    def add_model(self, repo_id: str, files: Mapping[str, bytes | str], *, branch: str = "main") -> str:
+        """Create model repo ``repo_id`` (``"gpt2"`` or ``"org/name"``) holding ``files`` on ``branch``.
+
+        When the repo exists, ``files`` become a new commit on ``branch`` (created if new) instead. Weights
+        (``.safetensors``, ``.bin``, ...) and files of 10 MB or more are stored as LFS files, as the Hub's default
+        ``.gitattributes`` does. Returns the commit sha.
+        """
+        if not repo_id or repo_id.count("/") > 1 or "" in repo_id.split("/"):
+            raise ValueError(f"model repo id must be 'name' or 'org/name', got {repo_id!r}")
+        self.models.setdefault(repo_id, Repo(repo_id, {}, {}, {}, {}, repo_type="model"))
+        lfs = [path for path, data in files.items() if path.endswith(MODEL_LFS_SUFFIXES) or len(data) >= MODEL_LFS_MIN]
+        return self.commit(repo_id, files, branch=branch, lfs=lfs, repo_type="model")
+
     def commit(
         self,
         repo_id: str,
@@ -158,9 +192,10 @@ class HubServer:
         lfs: Iterable[str] | None = None,
         keep: bool = False,
         delete: Iterable[str] = (),
+        repo_type: str = "dataset",
     ) -> str:
         """Commit on ``branch`` (created if new) and move it there. ``keep`` starts from the parent's files."""
-        repo = self.repos[repo_id]
+        repo = self._repo(repo_id, repo_type)
         parent = self._branch_target(repo, branch)
         tree = dict(repo.commits[parent]) if keep and parent else {}
         for path in delete:
@@ -183,8 +218,8 @@ class HubServer:
         self._set_branch(repo, branch, sha)
         return sha
 
-    def create_branch(self, repo_id: str, name: str, revision: str = "main") -> str:
-        repo = self.repos[repo_id]
+    def create_branch(self, repo_id: str, name: str, revision: str = "main", *, repo_type: str = "dataset") -> str:
+        repo = self._repo(repo_id, repo_type)
         sha = self._resolve(repo, revision)
         assert sha is not None, f"unknown revision {revision}"
         self._set_branch(repo, name, sha)
@@ -192,8 +227,8 @@ class HubServer:
 
     move_branch = create_branch  # point an existing branch at another revision
 
-    def create_tag(self, repo_id: str, name: str, revision: str = "main") -> str:
-        repo = self.repos[repo_id]
+    def create_tag(self, repo_id: str, name: str, revision: str = "main", *, repo_type: str = "dataset") -> str:
+        repo = self._repo(repo_id, repo_type)
         sha = self._resolve(repo, revision)
         assert sha is not None, f"unknown revision {revision}"
         repo.tags[name] = sha
@@ -203,17 +238,18 @@ class HubServer:
         """Commit ``files`` (``{config}/{split}/NNNN.parquet``) on branch ``refs/convert/parquet``."""
         return self.commit(repo_id, files, branch=CONVERSION_REF)
 
-    def gate(self, repo_id: str, tokens: Iterable[str]) -> None:
+    def gate(self, repo_id: str, tokens: Iterable[str], *, repo_type: str = "dataset") -> None:
         """Require ``Authorization: Bearer <one of tokens>``: 401 without a token, 403 with another one."""
-        self.repos[repo_id].tokens = frozenset(tokens)
+        self._repo(repo_id, repo_type).tokens = frozenset(tokens)
 
-    def resolve(self, repo_id: str, revision: str = "main") -> str:
-        sha = self._resolve(self.repos[repo_id], revision)
+    def resolve(self, repo_id: str, revision: str = "main", *, repo_type: str = "dataset") -> str:
+        sha = self._resolve(self._repo(repo_id, repo_type), revision)
         assert sha is not None, f"unknown revision {revision}"
         return sha
 
-    def files_at(self, repo_id: str, revision: str = "main") -> dict[str, bytes]:
-        return {p: b.data for p, b in self.repos[repo_id].commits[self.resolve(repo_id, revision)].items()}
+    def files_at(self, repo_id: str, revision: str = "main", *, repo_type: str = "dataset") -> dict[str, bytes]:
+        repo = self._repo(repo_id, repo_type)
+        return {p: b.data for p, b in repo.commits[self.resolve(repo_id, revision, repo_type=repo_type)].items()}
 
     # -- faults and log ---------------------------------------------------------------------------------
     def inject_faults(
@@ -241,6 +277,14 @@ class HubServer:
         return sum(r.body_bytes for r in self.requests if path_contains in r.path)
 
     # -- internals --------------------------------------------------------------------------------------
+    def _repos_of(self, repo_type: str) -> dict[str, Repo]:
+        if repo_type not in ("dataset", "model"):
+            raise ValueError(f"repo_type must be 'dataset' or 'model', got {repo_type!r}")
+        return self.repos if repo_type == "dataset" else self.models
+
+    def _repo(self, repo_id: str, repo_type: str) -> Repo:
+        return self._repos_of(repo_type)[repo_id]
+
     @staticmethod
     def _set_branch(repo: Repo, branch: str, sha: str) -> None:
         if branch == CONVERSION_REF:
@@ -297,6 +341,30 @@ def _card_data(files: Mapping[str, Blob]) -> dict[str, object] | None:
         return None
     match = re.match(r"---\n(.*?)\n---\s*\n", readme.data.decode(), re.S)
     data = yaml.safe_load(match.group(1)) if match else None
+    return data if isinstance(data, dict) else None
+
+
+_MODEL_API_KINDS = ("revision", "tree", "paths-info", "refs")
+
+
+def _split_model_id(segments: list[str], models: Mapping[str, Repo], kinds: tuple[str, ...]) -> tuple[str, list[str]]:
+    """Split URL segments into a model id (``name`` or ``org/name``) and the rest, preferring a known repo."""
+    names = [unquote(s) for s in segments[:2]]
+    if len(names) == 2 and "/".join(names) in models:
+        return "/".join(names), segments[2:]
+    if names[0] in models:
+        return names[0], segments[1:]
+    if len(names) == 2 and segments[1] not in kinds:  # an unknown repo: guess the id's shape from the URL
+        return "/".join(names), segments[2:]
+    return names[0], segments[1:]
+
+
+def _json_file(files: Mapping[str, Blob], path: str) -> dict[str, object] | None:
+    blob = files.get(path)
+    try:
+        data = json.loads(blob.data) if blob is not None else None
+    except ValueError:
+        return None
     return data if isinstance(data, dict) else None
 
 
@@ -377,14 +445,25 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self, method: str, raw: str, query: dict[str, list[str]], body: bytes) -> Response:
         parts = raw.split("/")[1:]
+        hub = self.server_hub
+        repos = hub.repos
+        if parts == ["api", "agent-harnesses"] and method == "GET":  # huggingface_hub's user-agent detection
+            return _json({"standardEnvVars": [], "harnesses": {}})
         if parts[:2] == ["api", "datasets"] and len(parts) >= 4:
             repo_id, rest = f"{unquote(parts[2])}/{unquote(parts[3])}", parts[4:]
         elif parts[:1] == ["datasets"] and len(parts) >= 6 and parts[3] == "resolve":
             repo_id, rest = f"{unquote(parts[1])}/{unquote(parts[2])}", parts[3:]
+        elif parts[:2] == ["api", "models"] and len(parts) >= 3 and parts[2]:
+            repos = hub.models
+            repo_id, rest = _split_model_id(parts[2:], hub.models, _MODEL_API_KINDS)
+        elif parts[:1] != ["api"] and ("resolve" in parts[1:3]) and parts[0]:
+            repos = hub.models
+            repo_id, rest = _split_model_id(parts, hub.models, ("resolve",))
+            if rest[:1] != ["resolve"] or len(rest) < 3:
+                return _error(404, None, f"Not found: {raw}")
         else:
             return _error(404, None, f"Not found: {raw}")
-        hub = self.server_hub
-        repo = hub.repos.get(repo_id)
+        repo = repos.get(repo_id)
         if repo is None:
             return _error(404, "RepoNotFound", f"Repository not found: {repo_id}")
         denied = self._check_auth(repo)
@@ -419,14 +498,14 @@ class _Handler(BaseHTTPRequestHandler):
             return _error(
                 401,
                 "GatedRepo",
-                f"Access to dataset {repo.repo_id} is restricted. You must have "
+                f"Access to {repo.repo_type} {repo.repo_id} is restricted. You must have "
                 "access to it and be authenticated to access it. Please log in.",
             )
         if header.removeprefix("Bearer ") not in repo.tokens:
             return _error(
                 403,
                 "GatedRepo",
-                f"Access to dataset {repo.repo_id} is restricted and you are not in the authorized list.",
+                f"Access to {repo.repo_type} {repo.repo_id} is restricted and you are not in the authorized list.",
             )
         return None
 
@@ -464,6 +543,12 @@ class _Handler(BaseHTTPRequestHandler):
         card = _card_data(files)
         if card is not None:
             info["cardData"] = card
+        if repo.repo_type == "model":
+            info["modelId"] = repo.repo_id
+            config = _json_file(files, "config.json")
+            if config is not None:
+                info["library_name"] = "transformers"
+                info["config"] = {k: config[k] for k in ("architectures", "model_type") if k in config}
         return _json(info)
 
     def _tree(self, repo: Repo, sha: str, path: str, query: dict[str, list[str]], raw: str) -> Response:
