@@ -22,7 +22,7 @@ from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 @pytest.fixture
 def seed_hub(reference_hub):
     """Reference repos with enough text for full 8 × 2049 batches, and `gpt2`."""
-    hub, commits = reference_hub
+    hub, _ = reference_hub
     docs = generate_demo_documents("prose", 600, seed=5)
     hub.commit(
         "HuggingFaceFW/fineweb-edu",

@@ -457,3 +457,23 @@ def test_from_options_needs_an_enabled_cache(tmp_path: Path) -> None:
         assert (cache.root, cache.limit_bytes) == (tmp_path / "cache", 1234)
     with pytest.raises(ConfigError, match="CacheOptions must have enabled=True"):
         ShardCache.from_options(CacheOptions())
+
+
+def test_cache_cli_lists_sizes_and_prunes(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from zephon.cli import cli
+
+    cache = ShardCache(tmp_path / "c", None)
+    for i, size in enumerate((10, 20)):
+        spec = CacheEntrySpec(key=f"hf/o/n/{i}", size=size, etag=f"e{i}",
+                              fetch=lambda p, size=size: Path(p).write_bytes(b"x" * size))
+        cache.acquire(spec).close()
+    runner = CliRunner()
+    ls = runner.invoke(cli, ["cache", "ls", "--root", str(tmp_path / "c")])
+    assert ls.exit_code == 0 and [line.split()[0] for line in ls.output.splitlines()] == ["10", "20"]
+    assert all(line.endswith(f"idle    hf/o/n/{i}") for i, line in enumerate(ls.output.splitlines()))
+    du = runner.invoke(cli, ["cache", "du", "--root", str(tmp_path / "c")])
+    assert du.output == f"30 bytes in 2 shards  {tmp_path / 'c'}\n"
+    pruned = runner.invoke(cli, ["cache", "prune", "--root", str(tmp_path / "c"), "--keep-bytes", "20"])
+    assert pruned.output == "freed 10 bytes, 20 bytes left\n"

@@ -378,11 +378,13 @@ def _json_value(value: Any) -> Any:
     return str(value)
 
 
-from zephon.cli_inspect import audit, diff, show  # noqa: E402  (registered after the core commands)
+from zephon.cli_cache import cache  # noqa: E402  (registered after the core commands)
+from zephon.cli_inspect import audit, diff, show  # noqa: E402
 
 cli.add_command(show)
 cli.add_command(audit)
 cli.add_command(diff)
+cli.add_command(cache)
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
