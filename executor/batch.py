@@ -28,11 +28,18 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Batch:
-    """``tokens`` (B, max_length) int64, ``doc_start`` (B, max_length) bool, ``lengths`` (B,) valid tokens."""
+    """``tokens`` (B, max_length) int64, ``doc_start`` (B, max_length) bool, ``lengths`` (B,) valid tokens.
+
+    ``step`` and ``microbatch`` place the batch in training (global step, microbatch within the step on this
+    rank); ``sequences`` are the global ids of its rows (see ``zephon.executor.geometry``).
+    """
 
     tokens: np.ndarray
     doc_start: np.ndarray
     lengths: np.ndarray
+    step: int = 0
+    microbatch: int = 0
+    sequences: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)

@@ -1,22 +1,18 @@
-"""The executor's loop: plan positions → texts → tokens → packed rows → batches.
+"""The executor's settings and shared pieces: pack/batch specs, run statistics, exact-plan checks, remote
+shard access. The loop itself is ``zephon.executor.runner``.
 
-It follows the plan and decides nothing about *what* is read: the documents, their order and therefore
-every batch are fixed by the plan bundle and the tokenize/pack settings. ``read_chunk`` (documents read and
-tokenized together) and the tokenizer's thread count change speed only.
+The executor follows the plan and decides nothing about *what* is read: the documents, their order and
+therefore every batch are fixed by the plan bundle and the tokenize/pack settings. ``read_chunk`` (documents
+read and tokenized together) and the tokenizer's thread count change speed only.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.batch import Batch
-from zephon.executor.exact import ExactSequences
-from zephon.executor.pack import PackedRows, WrapPacker
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.shard_reader import ShardReader, remote_spec
 from zephon.executor.shard_schedule import ShardSchedule
@@ -59,16 +55,22 @@ class BatchSpec:
     """Settings of ``Pipeline.batch``.
 
     Attributes:
-        microbatch_size: packed rows per batch.
-        drop_last: drop the plan's final batch when it has fewer rows (default keeps it: no data lost).
+        microbatch_size: packed rows per batch (per rank).
+        global_batch_size: rows per optimizer step over all data-parallel ranks; None means
+            microbatch_size × dp_size (no gradient accumulation). Keep it fixed to change dp_size mid-run.
+        drop_last: stop before the plan's final, incomplete step (default keeps it, padded: no data lost).
     """
 
     microbatch_size: int
+    global_batch_size: int | None = None
     drop_last: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.microbatch_size, int) or self.microbatch_size < 1:
             raise ConfigError(f"microbatch_size must be an integer ≥ 1, got {self.microbatch_size!r}")
+        g = self.global_batch_size
+        if g is not None and (not isinstance(g, int) or g < self.microbatch_size):
+            raise ConfigError(f"global_batch_size must be an integer ≥ microbatch_size, got {g!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -101,14 +103,6 @@ class RunStats:
         return {k: v / total for k, v in self.tokens.items()} if total else {}
 
 
-def _concat(rows: list[PackedRows]) -> Batch:
-    return Batch(
-        tokens=np.concatenate([r.tokens for r in rows]),
-        doc_start=np.concatenate([r.doc_start for r in rows]),
-        lengths=np.concatenate([r.lengths for r in rows]),
-    )
-
-
 def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:
     """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
     tok = plan.manifest["tokenizer"]
@@ -129,24 +123,6 @@ def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> 
             f"an exact plan must run with the settings it was planned with, got {'; '.join(differences)} — "
             "use the planned settings or re-plan"
         )
-
-
-def _exact_batches(
-    plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder, reader: ShardReader, pad: int, remote: RemoteAccess
-) -> Iterator[Batch]:
-    check_exact_plan(plan, spec, encoder)
-    sequences = ExactSequences(plan, encoder, reader, pad)
-    size = spec.batch.microbatch_size
-    n = sequences.num_sequences
-    for start in range(0, n, size):
-        ks = list(range(start, min(start + size, n)))
-        if len(ks) < size and spec.batch.drop_last:
-            return
-        if remote.cache is not None:
-            pieces = sequences.pieces(ks[0])
-            remote.advance(pieces[0].position if pieces else 0)
-        rows = sequences.rows(ks)
-        yield Batch(tokens=rows.tokens, doc_start=rows.doc_start, lengths=rows.lengths)
 
 
 class RemoteAccess:
@@ -199,70 +175,3 @@ class RemoteAccess:
         self.reader.close()
         if self.cache is not None:
             self.cache.close()
-
-
-def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
-    """Yield the plan's batches in order; ``stats`` (estimated plans) accumulates realized tokens."""
-    plan = PlanBundle(plan_dir)
-    encoder = Encoder(spec.tokenize)
-    window = int(plan.manifest.get("shuffle", {}).get("window_shards", 1))
-    reader = ShardReader(plan.shards, spec.tokenize.field, capacity=(window + 1) * len(plan.dataset_names))
-    remote = RemoteAccess(plan, spec.io, reader)
-    try:
-        yield from _run(plan, spec, encoder, reader, remote, stats)
-    finally:
-        remote.close()
-
-
-def _run(
-    plan: PlanBundle,
-    spec: ExecutorSpec,
-    encoder: Encoder,
-    reader: ShardReader,
-    remote: RemoteAccess,
-    stats: RunStats | None,
-) -> Iterator[Batch]:
-    pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else encoder.pad_id
-    if plan.manifest.get("kind") == "exact":
-        yield from _exact_batches(plan, spec, encoder, reader, pad, remote)
-        return
-    if spec.pack.algorithm != "wrap":
-        raise ConfigError(
-            f"pack_flat algorithm {spec.pack.algorithm!r} must run on an exact plan, got an estimated plan — "
-            "plan with exact_tokens=True"
-        )
-    packer = WrapPacker(spec.pack.max_length, pad)
-    size = spec.batch.microbatch_size
-    pending: list[PackedRows] = []
-    pending_rows = 0
-
-    def drain(rows: PackedRows | None) -> Iterator[Batch]:
-        nonlocal pending, pending_rows
-        if rows is None:
-            return
-        pending.append(rows)
-        pending_rows += len(rows.lengths)
-        if pending_rows < size:
-            return
-        merged = _concat(pending)
-        full = (pending_rows // size) * size
-        for start in range(0, full, size):
-            yield Batch(
-                tokens=merged.tokens[start : start + size],
-                doc_start=merged.doc_start[start : start + size],
-                lengths=merged.lengths[start : start + size],
-            )
-        rest = PackedRows(tokens=merged.tokens[full:], doc_start=merged.doc_start[full:], lengths=merged.lengths[full:])
-        pending, pending_rows = ([rest], len(rest.lengths)) if len(rest.lengths) else ([], 0)
-
-    names = plan.dataset_names
-    for chunk in plan.chunks(spec.read_chunk):
-        remote.advance(chunk.start)
-        texts = reader.texts(chunk.shard_id, chunk.row)
-        docs = encoder.encode(texts)
-        if stats is not None:
-            stats.add(names, chunk.dataset_id, np.fromiter((len(d) for d in docs), np.int64, len(docs)))
-        yield from drain(packer.push(docs))
-    yield from drain(packer.finish())
-    if pending_rows and not spec.batch.drop_last:
-        yield _concat(pending)

@@ -37,6 +37,7 @@ class SampleChunk:
     dataset_id: np.ndarray
     shard_id: np.ndarray
     row: np.ndarray
+    lane: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.shard_id)
@@ -80,20 +81,35 @@ class PlanBundle:
     def dataset_names(self) -> list[str]:
         return [d["name"] for d in self.manifest["datasets"]]
 
-    def chunks(self, chunk_size: int) -> Iterator[SampleChunk]:
-        """Yield the samples in plan order, ``chunk_size`` documents at a time."""
-        start = 0
+    def chunks(self, chunk_size: int, start: int = 0) -> Iterator[SampleChunk]:
+        """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time.
+
+        Seeking to ``start`` skips whole row groups by their row counts (footer metadata): no data before
+        the row group holding ``start`` is read.
+        """
+        columns = ["dataset_id", "shard_id", "row", "lane"]
+        first_row = 0
         for file in self.sample_files:
             reader = pq.ParquetFile(file)
-            for batch in reader.iter_batches(batch_size=chunk_size, columns=["dataset_id", "shard_id", "row"]):
-                chunk = SampleChunk(
-                    start=start,
-                    dataset_id=batch.column(0).to_numpy(),
-                    shard_id=batch.column(1).to_numpy(),
-                    row=batch.column(2).to_numpy(),
-                )
-                start += len(chunk)
-                yield chunk
+            meta = reader.metadata
+            for g in range(meta.num_row_groups):
+                n = meta.row_group(g).num_rows
+                if first_row + n <= start:
+                    first_row += n
+                    continue
+                table = reader.read_row_group(g, columns=columns)
+                skip = max(0, start - first_row)
+                for lo in range(skip, n, chunk_size):
+                    part = table.slice(lo, chunk_size)
+                    lane = part.column(3)
+                    yield SampleChunk(
+                        start=first_row + lo,
+                        dataset_id=part.column(0).to_numpy(),
+                        shard_id=part.column(1).to_numpy(),
+                        row=part.column(2).to_numpy(),
+                        lane=None if lane.null_count == len(lane) else lane.to_numpy(),
+                    )
+                first_row += n
 
 
 class RowGroupIndex:

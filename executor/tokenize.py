@@ -95,9 +95,7 @@ def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
         ) from exc
     if not getattr(hf, "is_fast", False):
         raise TokenizerError(f"tokenizer {tokenizer_id!r} must have a fast (Rust) version, got a slow one")
-    specials = {
-        k: v for k in ("eos_token", "bos_token", "pad_token") if isinstance(v := getattr(hf, k, None), str)
-    }
+    specials = {k: v for k in ("eos_token", "bos_token", "pad_token") if isinstance(v := getattr(hf, k, None), str)}
     return hf.backend_tokenizer, specials
 
 

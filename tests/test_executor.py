@@ -16,8 +16,9 @@ from tokenizers import Tokenizer
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, iterate_batches
-from zephon.executor.pack import WrapPacker
+from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec
+from zephon.executor.lanes import Lane
+from zephon.executor.runner import iterate_batches
 from zephon.executor.tokenize import Encoder, TokenizeSpec
 from zephon.io import Dataset
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -35,8 +36,8 @@ def plan(make_parquet, make_jsonl, tmp_path) -> Path:
     return src.plan(tmp_path / "plan")
 
 
-def independent_stream(plan: Path, tokenizer_dir: str) -> np.ndarray:
-    """Tokens of the planned documents, read and tokenized without the executor."""
+def independent_docs(plan: Path, tokenizer_dir: str) -> list[np.ndarray]:
+    """Tokens of every planned document, read and tokenized without the executor, in plan order."""
     import gzip
 
     tok = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
@@ -50,10 +51,11 @@ def independent_stream(plan: Path, tokenizer_dir: str) -> np.ndarray:
         else:
             lines = [ln for ln in gzip.decompress(Path(shard["uri"]).read_bytes()).decode().split("\n") if ln]
             texts.append(json.loads(lines[s["row"]])["text"])
-    ids: list[int] = []
-    for t in texts:
-        ids += [*tok.encode(t, add_special_tokens=False).ids, 0]  # demo tokenizer: EOS is id 0
-    return np.array(ids)
+    return [np.array([*tok.encode(t, add_special_tokens=False).ids, 0]) for t in texts]  # demo tokenizer: EOS is 0
+
+
+def lanes_of(plan: Path) -> np.ndarray:
+    return pq.read_table(plan / "samples.parquet").column("lane").to_numpy()
 
 
 def run(plan: Path, tokenizer_dir: str, *, max_length: int = 16, batch: int = 3, chunk: int = 1024) -> list[Batch]:
@@ -66,16 +68,36 @@ def run(plan: Path, tokenizer_dir: str, *, max_length: int = 16, batch: int = 3,
     return list(iterate_batches(plan, spec))
 
 
-def test_wrap_packing_reproduces_the_independently_tokenized_stream(plan, tokenizer_dir) -> None:
+def rows_by_lane(batches: list[Batch], lanes: int) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
+    """Each lane's rows in order (sequence j is row j // L of lane j % L): (valid tokens, doc starts)."""
+    out: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {lane: [] for lane in range(lanes)}
+    for b in batches:
+        assert b.sequences is not None
+        for i, j in enumerate(b.sequences.tolist()):
+            out[j % lanes].append((b.tokens[i, : b.lengths[i]], b.doc_start[i, : b.lengths[i]]))
+    return out
+
+
+def test_wrap_packing_reproduces_each_lanes_independently_tokenized_stream(plan, tokenizer_dir) -> None:
     batches = run(plan, tokenizer_dir)
-    got = np.concatenate([b.tokens[i, : b.lengths[i]] for b in batches for i in range(len(b))])
-    expected = independent_stream(plan, tokenizer_dir)
-    assert len(got) == len(expected)
-    assert np.array_equal(got, expected)
-    # All rows full except the plan's last; all batches full except the last.
-    lengths = np.concatenate([b.lengths for b in batches])
-    assert (lengths[:-1] == 16).all() and 0 < lengths[-1] <= 16
-    assert all(len(b) == 3 for b in batches[:-1])
+    docs = independent_docs(plan, tokenizer_dir)
+    lanes = lanes_of(plan)
+    assert json.loads((plan / "plan.json").read_text())["lanes"] == 8 and set(lanes.tolist()) == set(range(8))
+    for lane, rows in rows_by_lane(batches, 8).items():
+        expected = np.concatenate([d for d, ln in zip(docs, lanes, strict=True) if ln == lane])
+        got = np.concatenate([r[0] for r in rows])
+        assert np.array_equal(got, expected), lane
+        lengths = [len(r[0]) for r in rows]
+        # Full rows, then at most one short row, then only empty rows (the lane ran out before others).
+        short = [i for i, n in enumerate(lengths) if n < 16]
+        assert all(lengths[i] == 0 for i in short[1:])
+        # A document starts right after each EOS, and at the lane's first token.
+        starts = np.concatenate([r[1] for r in rows])
+        want = np.zeros(len(expected), dtype=bool)
+        want[0] = True
+        want[1:] = expected[:-1] == 0
+        assert np.array_equal(starts, want), lane
+    assert all(len(b) == 3 for b in batches)  # microbatches stay full-sized (empty rows past the plan)
 
 
 def test_read_chunk_size_never_changes_the_data(plan, tokenizer_dir) -> None:
@@ -84,16 +106,6 @@ def test_read_chunk_size_never_changes_the_data(plan, tokenizer_dir) -> None:
     assert len(a) == len(b)
     for x, y in zip(a, b, strict=True):
         assert np.array_equal(x.tokens, y.tokens) and np.array_equal(x.doc_start, y.doc_start)
-
-
-def test_document_starts_are_marked_where_each_document_begins(plan, tokenizer_dir) -> None:
-    batches = run(plan, tokenizer_dir)
-    starts = np.concatenate([b.doc_start[i, : b.lengths[i]] for b in batches for i in range(len(b))])
-    stream = independent_stream(plan, tokenizer_dir)
-    expected = np.zeros(len(stream), dtype=bool)
-    expected[0] = True
-    expected[1:] = stream[:-1] == 0  # a document starts right after each EOS
-    assert np.array_equal(starts, expected)
 
 
 def test_to_training_shifts_labels_masks_padding_and_restarts_positions() -> None:
@@ -110,14 +122,23 @@ def test_to_training_shifts_labels_masks_padding_and_restarts_positions() -> Non
     assert t["input_ids"].dtype == torch.int64
 
 
-def test_packer_docstring_example() -> None:
-    packer = WrapPacker(4, pad_id=-1)
-    rows = packer.push([np.array([11, 12, 0]), np.array([21, 0]), np.array([31, 32, 33, 0])])
-    assert rows is not None and rows.tokens.tolist() == [[11, 12, 0, 21], [0, 31, 32, 33]]
-    assert rows.doc_start.tolist() == [[True, False, False, True], [False, True, False, False]]
-    last = packer.finish()
-    assert last is not None and last.tokens.tolist() == [[0, -1, -1, -1]] and last.lengths.tolist() == [1]
-    assert packer.finish() is None
+def test_lane_docstring_example_and_cursors() -> None:
+    lane = Lane(4, pad_id=-1)
+    for position, doc in ((3, [11, 11, 11, 0]), (9, [21, 0]), (12, [31, 31, 0])):
+        lane.push(position, np.array(doc))
+    assert lane.pop_row().tokens.tolist() == [[11, 11, 11, 0]] and lane.cursor() == (9, 0)
+    second = lane.pop_row()
+    assert second.tokens.tolist() == [[21, 0, 31, 31]] and lane.cursor() == (12, 2)
+    assert second.doc_start.tolist() == [[True, False, True, False]]
+    lane.read_to = 13
+    last = lane.pop_row()
+    assert last.tokens.tolist() == [[0, -1, -1, -1]] and last.lengths.tolist() == [1] and lane.cursor() == (13, 0)
+    assert lane.pop_row().lengths.tolist() == [0]
+    # A lane rebuilt from cursor (12, 2) produces the same remaining row.
+    resumed = Lane(4, pad_id=-1, start=(12, 2))
+    resumed.push(9, np.array([21, 0]))
+    resumed.push(12, np.array([31, 31, 0]))
+    assert resumed.pop_row().tokens.tolist() == [[0, -1, -1, -1]]
 
 
 def test_seed_snippet_shape_contract(plan, tokenizer_dir) -> None:

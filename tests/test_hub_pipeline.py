@@ -66,7 +66,8 @@ def stream_of(batches) -> np.ndarray:
 
 def test_pipeline_reads_remote_shards_through_a_bounded_cache(reference_hub, tmp_path, tokenizer_dir) -> None:
     hub, _ = reference_hub
-    plan = fineweb_source(shuffle=ShuffleSpec(window_shards=1)).plan(tmp_path / "plan")
+    # One packing lane: rows are the plan-order token stream cut into rows.
+    plan = fineweb_source(shuffle=ShuffleSpec(window_shards=1), lanes=1).plan(tmp_path / "plan")
     sizes = [f.size for f in Dataset.from_path("x", FINEWEB).files]
     limit = max(sizes) * 2 + 16  # holds two of the three shards
     cache = CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=limit)

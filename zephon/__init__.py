@@ -12,6 +12,7 @@ from zephon.errors import ConfigError, DatasetError, HubError, PlanFormatError, 
 
 if TYPE_CHECKING:
     from zephon.executor.batch import Batch
+    from zephon.executor.state import merge_states
     from zephon.pipeline import Pipeline
 
 __all__ = [
@@ -23,6 +24,7 @@ __all__ = [
     "PlanFormatError",
     "TokenizerError",
     "ZephonError",
+    "merge_states",
 ]
 
 
@@ -31,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from zephon.pipeline import Pipeline
 
         return Pipeline
+    if name == "merge_states":
+        from zephon.executor.state import merge_states
+
+        return merge_states
     if name == "Batch":
         from zephon.executor.batch import Batch
 

@@ -3,8 +3,12 @@
 ``Pipeline(work_source)`` plans on first iteration: the work source is scanned, its normalized config hashed,
 and the bundle written to ``$ZEPHON_CACHE_DIR/plans/<config hash>`` unless a bundle with that hash is
 already there. ``Pipeline.from_plan(path)`` runs a bundle written by ``zephon plan``. Both run the same
-executor (``zephon.executor.engine``). The builder methods return new pipelines; a Pipeline is immutable.
-The planner (and with it Polars and DuckDB) is imported only when a work source must be planned.
+executor (``zephon.executor.runner``). The builder methods return new pipelines. The planner (and with it
+Polars and DuckDB) is imported only when a work source must be planned.
+
+A pipeline is also a checkpointable component (the ``Stateful`` protocol of ``torch.distributed.checkpoint``):
+``state_dict()`` says where the latest iteration stands, ``load_state_dict(state)`` makes the next iteration
+resume there (load before iterating). See docs/training.md.
 """
 
 from __future__ import annotations
@@ -12,23 +16,31 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, RunStats, iterate_batches
+from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, RunStats
+from zephon.executor.geometry import Geometry
+from zephon.executor.identity import resolve_dp
 from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.runner import RankRunner
+from zephon.executor.state import merge_states
 from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import StoreOptions
 from zephon.shard_scan import cache_dir
 
 if TYPE_CHECKING:
+    from zephon.torch_data import PipelineDataset
     from zephon.work import StaticMixtureWorkSource
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
 class _Steps:
     io: StoreOptions = dataclasses.field(default_factory=StoreOptions)
+    dp_rank: int | None = None
+    dp_size: int | None = None
+    read_chunk: int = 1024
     tokenize: TokenizeSpec | None = None
     pack: PackSpec | None = None
     batch: BatchSpec | None = None
@@ -43,6 +55,9 @@ class Pipeline:
         self._work_source = work_source
         self._plan_dir = _plan_dir
         self._steps = _Steps()
+        self._runner: RankRunner | None = None
+        self._pending_state: dict[str, Any] | None = None
+        self._stats = RunStats()
 
     @classmethod
     def from_plan(cls, path: str | Path) -> Pipeline:
@@ -55,13 +70,35 @@ class Pipeline:
         new._work_source = self._work_source
         new._plan_dir = self._plan_dir
         new._steps = dataclasses.replace(self._steps, **changes)
+        new._runner = None
+        new._pending_state = None
+        new._stats = RunStats()
         return new
 
-    def options(self, *, io_options: StoreOptions | None = None) -> Pipeline:
-        """Execution options; they never change the data."""
+    def options(
+        self,
+        *,
+        io_options: StoreOptions | None = None,
+        dp_rank: int | None = None,
+        dp_size: int | None = None,
+        read_chunk: int | None = None,
+    ) -> Pipeline:
+        """Execution options; they never change the global batches.
+
+        ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
+        RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together.
+        """
         if io_options is not None and not isinstance(io_options, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
-        return self._with(io=io_options or self._steps.io)
+        if read_chunk is not None and (not isinstance(read_chunk, int) or read_chunk < 1):
+            raise ConfigError(f"read_chunk must be an integer ≥ 1, got {read_chunk!r}")
+        changes: dict[str, object] = {"io": io_options or self._steps.io}
+        if dp_rank is not None or dp_size is not None:
+            resolve_dp(dp_rank, dp_size)  # validate now
+            changes.update(dp_rank=dp_rank, dp_size=dp_size)
+        if read_chunk is not None:
+            changes["read_chunk"] = read_chunk
+        return self._with(**changes)
 
     def tokenize(
         self,
@@ -82,9 +119,10 @@ class Pipeline:
         spec = PackSpec(max_length=max_length, algorithm=algorithm, pad_token_id=pad_token_id, oversize=oversize)
         return self._with(pack=spec)
 
-    def batch(self, *, microbatch_size: int, drop_last: bool = False) -> Pipeline:
-        """Group packed rows into batches of ``microbatch_size``."""
-        return self._with(batch=BatchSpec(microbatch_size=microbatch_size, drop_last=drop_last))
+    def batch(self, *, microbatch_size: int, global_batch_size: int | None = None, drop_last: bool = False) -> Pipeline:
+        """Group packed rows into batches of ``microbatch_size`` per rank; see ``BatchSpec``."""
+        spec = BatchSpec(microbatch_size=microbatch_size, global_batch_size=global_batch_size, drop_last=drop_last)
+        return self._with(batch=spec)
 
     @property
     def plan_dir(self) -> Path:
@@ -101,31 +139,85 @@ class Pipeline:
         return self._plan_dir
 
     def executor_spec(self) -> ExecutorSpec:
+        steps = self._steps
         missing = [
-            name
-            for name, value in (
-                ("tokenize", self._steps.tokenize),
-                ("pack_flat", self._steps.pack),
-                ("batch", self._steps.batch),
-            )
-            if value is None
+            n for n, v in (("tokenize", steps.tokenize), ("pack_flat", steps.pack), ("batch", steps.batch)) if v is None
         ]
         if missing:
             raise ConfigError(
                 f"Pipeline must have .tokenize(), .pack_flat() and .batch() before iterating, got none for "
                 f"{', '.join(missing)} — add {missing[0]}(...)"
             )
-        assert self._steps.tokenize and self._steps.pack and self._steps.batch
+        assert steps.tokenize and steps.pack and steps.batch
         return ExecutorSpec(
-            tokenize=self._steps.tokenize, pack=self._steps.pack, batch=self._steps.batch, io=self._steps.io
+            tokenize=steps.tokenize, pack=steps.pack, batch=steps.batch, io=steps.io, read_chunk=steps.read_chunk
         )
 
-    def __iter__(self) -> Iterator[Batch]:
+    def geometry(self) -> Geometry:
+        """Batch sizes and data-parallel identity of this process."""
         spec = self.executor_spec()
+        rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
+        manifest = PlanBundle(self.plan_dir).manifest
+        lanes = None if manifest.get("kind") == "exact" else int(manifest.get("lanes") or 1)
+        b = spec.batch.microbatch_size
+        g = spec.batch.global_batch_size or b * size
+        return Geometry(microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, lanes=lanes)
+
+    def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
+        runner = RankRunner(
+            self.plan_dir,
+            self.executor_spec(),
+            self.geometry(),
+            state=self._pending_state,
+            stats=self._stats,
+            worker=worker,
+        )
+        return runner
+
+    def __iter__(self) -> Iterator[Batch]:
         self._stats = RunStats()
-        return iterate_batches(self.plan_dir, spec, self._stats)
+        self._runner = self._make_runner()
+        self._pending_state = None
+        return iter(self._runner)
 
     def stats(self) -> RunStats:
-        """Documents and realized tokens per dataset read by the latest iteration (estimated plans; an exact
-        plan's shares are in its plan.json)."""
-        return getattr(self, "_stats", None) or RunStats()
+        """Documents and realized tokens per dataset read by this rank in the latest iteration."""
+        return self._stats
+
+    def num_steps(self) -> int | None:
+        """Global steps of an exact plan; None for an estimated plan (its end is known only when reached)."""
+        return self._make_runner().num_steps()
+
+    # -- checkpointing (the Stateful protocol) -------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the latest iteration stands: JSON-serializable, versioned, carrying the plan hash.
+
+        Under torch.distributed every rank's lane cursors are gathered (a collective: call it on all ranks
+        together), so any one rank's state resumes any data-parallel size.
+        """
+        runner = self._runner or self._make_runner()
+        state = runner.state()
+        try:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                gathered: list[Any] = [None] * dist.get_world_size()
+                dist.all_gather_object(gathered, state)
+                state = merge_states(gathered)
+        except ImportError:  # pragma: no cover - torch is a dependency
+            pass
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next iteration resume where ``state`` was taken (validated now)."""
+        self._pending_state = state
+        self._make_runner()  # refuses a state of another plan, tokenizer, packing or geometry
+
+    def to_torch_dataset(self, **training: Any) -> PipelineDataset:
+        """A ``torch.utils.data.IterableDataset`` of ``batch.to_training(**training)`` dicts, for a
+        ``DataLoader(ds, batch_size=None, num_workers=N)``: worker ``w`` yields microbatches ``w, w+N, …``,
+        and the DataLoader's in-order fetching restores the pipeline's order for any ``N``."""
+        from zephon.torch_data import PipelineDataset
+
+        return PipelineDataset(self, training)

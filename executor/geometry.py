@@ -1,0 +1,72 @@
+"""Global batches and which sequences each data-parallel rank produces.
+
+Sequences are numbered globally, ``j = 0, 1, 2, …``, in the order the plan fixes. A global step is ``G``
+sequences: step ``s`` is ``j ∈ [s·G, (s+1)·G)``. Rank ``r`` of ``D`` takes the sequences with ``j ≡ r (mod D)``,
+in increasing order, and yields them as ``A = G / (B·D)`` microbatches of ``B`` (gradient accumulation).
+The union over ranks of step ``s`` is the same ``G`` sequences, in the same order, for every ``D`` that
+divides ``G`` — elastic determinism.
+
+Estimated plans pack at train time inside ``L`` lanes (``zephon.planner.lanes``): sequence ``j`` is row
+``j // L`` of lane ``j % L``. Rank ``r`` then only packs the lanes ``ℓ ≡ r (mod D)``, which requires ``D | L``.
+Exact plans fix every sequence, so any ``D`` dividing ``G`` works.
+
+Example: G = 8, B = 2, D = 2 (A = 2). Step 1 is j = 8…15; rank 0 yields [8, 10] then [12, 14], rank 1
+yields [9, 11] then [13, 15]. With D = 1 (A = 4) the single rank yields [8, 9], [10, 11], [12, 13], [14, 15]:
+the same sequences in the same step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from zephon.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Geometry:
+    """Batch sizes and this rank's place among the data-parallel ranks.
+
+    Attributes:
+        microbatch: sequences per yielded batch (B).
+        global_batch: sequences per optimizer step over all ranks (G).
+        dp_size: data-parallel ranks (D). dp_rank: this rank (r).
+        lanes: packing lanes of an estimated plan (L), None for exact plans.
+    """
+
+    microbatch: int
+    global_batch: int
+    dp_size: int
+    dp_rank: int
+    lanes: int | None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.dp_rank < self.dp_size:
+            raise ConfigError(f"dp_rank must be in [0, {self.dp_size}), got {self.dp_rank} — check RANK / dp_rank")
+        if self.global_batch % (self.microbatch * self.dp_size):
+            raise ConfigError(
+                f"global batch must be a multiple of microbatch_size × dp_size = {self.microbatch} × "
+                f"{self.dp_size}, got {self.global_batch} — pass .batch(global_batch_size=...) divisible by "
+                f"{self.microbatch * self.dp_size}"
+            )
+        if self.lanes is not None and self.lanes % self.dp_size:
+            raise ConfigError(
+                f"dp_size must divide the plan's {self.lanes} packing lanes, got {self.dp_size} — re-plan with "
+                f"lanes a multiple of {self.dp_size} (StaticMixtureWorkSource(lanes=...)) or use an exact plan"
+            )
+
+    @property
+    def accumulation(self) -> int:
+        """Microbatches per rank per step (A)."""
+        return self.global_batch // (self.microbatch * self.dp_size)
+
+    @property
+    def my_lanes(self) -> list[int]:
+        assert self.lanes is not None
+        return [lane for lane in range(self.lanes) if lane % self.dp_size == self.dp_rank]
+
+    def microbatch_sequences(self, step: int, index: int) -> np.ndarray:
+        """Global sequence ids of microbatch ``index`` (0 ≤ index < A) of ``step`` on this rank."""
+        first = step * self.global_batch + self.dp_rank + index * self.microbatch * self.dp_size
+        return first + self.dp_size * np.arange(self.microbatch, dtype=np.int64)
