@@ -31,7 +31,8 @@ class Batch:
     """``tokens`` (B, max_length) int64, ``doc_start`` (B, max_length) bool, ``lengths`` (B,) valid tokens.
 
     ``step`` and ``microbatch`` place the batch in training (global step, microbatch within the step on this
-    rank); ``sequences`` are the global ids of its rows (see ``zephon.executor.geometry``).
+    rank); ``sequences`` are the global ids of its rows (see ``zephon.executor.geometry``); ``pieces`` say
+    which tokens of which plan documents fill each row.
     """
 
     tokens: np.ndarray
@@ -40,6 +41,8 @@ class Batch:
     step: int = 0
     microbatch: int = 0
     sequences: np.ndarray | None = None
+    #: Provenance: the plan documents' token spans in each row (``zephon.executor.pack.PIECE_DTYPE``).
+    pieces: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)

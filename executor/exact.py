@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.errors import DatasetError, PlanFormatError
-from zephon.executor.pack import PackedRows
+from zephon.executor.pack import PackedRows, make_pieces
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoder
@@ -117,12 +117,14 @@ class ExactSequences:
         tokens = np.full((len(ks), self.max_length), self.pad_id, dtype=np.int64)
         starts = np.zeros((len(ks), self.max_length), dtype=bool)
         lengths = np.zeros(len(ks), dtype=np.int64)
+        records = []
         for r, pieces in enumerate(all_pieces):
             for p in pieces:
+                records.append((r, p.offset, p.position, p.doc_start, p.length))
                 doc = self._docs[p.position]
                 if p.doc_start + p.length > len(doc):
                     raise PlanFormatError(f"plan piece {p} must lie inside its document of {len(doc)} tokens — re-plan")
                 tokens[r, p.offset : p.offset + p.length] = doc[p.doc_start : p.doc_start + p.length]
                 starts[r, p.offset] = p.doc_start == 0 or self.algorithm == "best_fit"
                 lengths[r] = max(lengths[r], p.offset + p.length)
-        return PackedRows(tokens=tokens, doc_start=starts, lengths=lengths)
+        return PackedRows(tokens=tokens, doc_start=starts, lengths=lengths, pieces=make_pieces(records))

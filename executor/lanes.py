@@ -17,7 +17,7 @@ from collections import deque
 
 import numpy as np
 
-from zephon.executor.pack import PackedRows
+from zephon.executor.pack import PackedRows, make_pieces
 
 
 class Lane:
@@ -58,9 +58,11 @@ class Lane:
         tokens = np.full((1, width), self.pad_id, dtype=np.int64)
         starts = np.zeros((1, width), dtype=bool)
         filled = 0
+        pieces = []
         while filled < width and self.docs:
-            _, doc = self.docs[0]
+            position, doc = self.docs[0]
             take = min(width - filled, len(doc) - self.head_offset)
+            pieces.append((0, filled, position, self.head_offset, take))
             tokens[0, filled : filled + take] = doc[self.head_offset : self.head_offset + take]
             starts[0, filled] = self.head_offset == 0
             filled += take
@@ -69,4 +71,6 @@ class Lane:
             if self.head_offset == len(doc):
                 self.docs.popleft()
                 self.head_offset = 0
-        return PackedRows(tokens=tokens, doc_start=starts, lengths=np.array([filled], dtype=np.int64))
+        return PackedRows(
+            tokens=tokens, doc_start=starts, lengths=np.array([filled], dtype=np.int64), pieces=make_pieces(pieces)
+        )

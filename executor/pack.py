@@ -22,8 +22,39 @@ import numpy as np
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PackedRows:
-    """Rows cut from the stream: ``tokens`` (n, max_length), ``doc_start`` marks, valid ``lengths``."""
+    """Rows cut from the stream: ``tokens`` (n, max_length), ``doc_start`` marks, valid ``lengths``, and
+    ``pieces`` (``PIECE_DTYPE``): which tokens of which plan document fill each row — its provenance."""
 
     tokens: np.ndarray
     doc_start: np.ndarray
     lengths: np.ndarray
+    pieces: np.ndarray | None = None
+
+
+#: One piece of a row: ``length`` tokens of the document at plan ``position``, from its token ``doc_start``,
+#: at column ``offset`` of row ``row``.
+PIECE_DTYPE = np.dtype(
+    [("row", np.int32), ("offset", np.int32), ("position", np.int64), ("doc_start", np.int32), ("length", np.int32)]
+)
+
+
+def make_pieces(records: list[tuple[int, int, int, int, int]]) -> np.ndarray:
+    """``(row, offset, position, doc_start, length)`` tuples as a ``PIECE_DTYPE`` array."""
+    return np.array(records, dtype=PIECE_DTYPE)
+
+
+def concat_rows(parts: list[PackedRows]) -> PackedRows:
+    """Stack rows; piece row numbers are renumbered to the stacked order."""
+    pieces, first = [], 0
+    for part in parts:
+        if part.pieces is not None:
+            shifted = part.pieces.copy()
+            shifted["row"] += first
+            pieces.append(shifted)
+        first += len(part.lengths)
+    return PackedRows(
+        tokens=np.concatenate([p.tokens for p in parts]),
+        doc_start=np.concatenate([p.doc_start for p in parts]),
+        lengths=np.concatenate([p.lengths for p in parts]),
+        pieces=np.concatenate(pieces) if pieces else make_pieces([]),
+    )

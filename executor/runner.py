@@ -31,8 +31,9 @@ from zephon.executor.engine import ExecutorSpec, RemoteAccess, RunStats, check_e
 from zephon.executor.exact import ExactSequences
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
-from zephon.executor.pack import PackedRows
+from zephon.executor.pack import PackedRows, concat_rows
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
+from zephon.executor.provenance import ProvenanceLog
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
 from zephon.executor.tokenize import Encoder
@@ -50,6 +51,7 @@ class RankRunner:
         state: dict[str, Any] | None = None,
         stats: RunStats | None = None,
         worker: tuple[int, int] = (0, 1),
+        provenance_dir: str | Path | None = None,
     ) -> None:
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
@@ -69,6 +71,8 @@ class RankRunner:
                 "plan with exact_tokens=True"
             )
         self.pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else self.encoder.pad_id
+        self.provenance_dir = provenance_dir
+        self.log: ProvenanceLog | None = None
         self.step, self.micro = 0, 0
         cursors: dict[str, list[int]] = {}
         if state is not None:
@@ -130,6 +134,8 @@ class RankRunner:
             self.plan.shards, self.spec.tokenize.field, capacity=(window + 1) * len(self.plan.dataset_names)
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
+        if self.provenance_dir is not None:
+            self.log = ProvenanceLog(self.provenance_dir, self, worker=self.worker)
         try:
             if self.exact:
                 yield from self._exact(reader, remote)
@@ -137,6 +143,8 @@ class RankRunner:
                 yield from self._estimated(reader, remote)
         finally:
             remote.close()
+            if self.log is not None:
+                self.log.close()
 
     def _advance(self) -> tuple[int, int]:
         """The (step, microbatch) to yield now; moves the state past it (state reflects what was yielded)."""
@@ -173,10 +181,16 @@ class RankRunner:
         tokens = np.full((len(ids), width), self.pad, dtype=np.int64)
         starts = np.zeros((len(ids), width), dtype=bool)
         lengths = np.zeros(len(ids), dtype=np.int64)
+        pieces = None
         if rows is not None:
             k = len(rows.lengths)
             tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
-        return Batch(tokens=tokens, doc_start=starts, lengths=lengths, step=step, microbatch=micro, sequences=ids)
+            pieces = rows.pieces
+        batch = Batch(tokens=tokens, doc_start=starts, lengths=lengths, step=step, microbatch=micro, sequences=ids,
+                      pieces=pieces)
+        if self.log is not None:
+            self.log.write(batch)
+        return batch
 
     def _estimated(self, reader: ShardReader, remote: RemoteAccess) -> Iterator[Batch]:
         L = self.geometry.lanes
@@ -233,12 +247,7 @@ class RankRunner:
                 return
             if not self._mine(step, micro):
                 continue
-            packed = PackedRows(
-                tokens=np.concatenate([r.tokens for r in rows]),
-                doc_start=np.concatenate([r.doc_start for r in rows]),
-                lengths=np.concatenate([r.lengths for r in rows]),
-            )
-            yield self._batch(step, micro, ids, packed)
+            yield self._batch(step, micro, ids, concat_rows(rows))
 
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:

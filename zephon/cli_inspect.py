@@ -172,6 +172,14 @@ def show_json(view: StepView) -> dict[str, Any]:
     metavar="FILE.png",
     help="Write a PNG of each dataset's share per window (needs matplotlib).",
 )
+@click.option(
+    "--log",
+    "log_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="LOGDIR",
+    help="Check a provenance log (Pipeline.options(provenance_dir=LOGDIR)) against the plan instead.",
+)
 def audit(
     plan_dir: Path,
     window: int,
@@ -181,17 +189,28 @@ def audit(
     max_length: int | None,
     fmt: str,
     plot: Path | None,
+    log_dir: Path | None,
 ) -> None:
     """Audit the mixture of the plan in PLAN_DIR in every window of consecutive steps.
 
     Compares each dataset's share (of tokens or samples) overall and in its worst sliding window of
     --window steps with its target (the normalized mixture weight). Exits 1 when a dataset with weight
     ≥ 5% is more than --tolerance percentage points off in some window, naming the dataset and the window;
-    0 otherwise.
+    0 otherwise. With --log LOGDIR it instead checks what the ranks actually yielded (their provenance log)
+    against the plan and exits 1 on any mismatch.
     """
     from zephon.audit import AuditSpec, audit_plan, plot_shares
     from zephon.cli import _one_line_errors
 
+    if log_dir is not None:
+        from zephon.provenance import check_log, log_json, log_summary
+
+        with _one_line_errors():
+            check = check_log(plan_dir, log_dir)
+        click.echo(log_json(check) if fmt == "json" else "\n".join(log_summary(check)))
+        if not check.ok:
+            sys.exit(1)
+        return
     with _one_line_errors():
         spec = AuditSpec(
             batch_size=batch_size,

@@ -41,6 +41,7 @@ class _Steps:
     dp_rank: int | None = None
     dp_size: int | None = None
     read_chunk: int = 1024
+    provenance_dir: str | None = None
     tokenize: TokenizeSpec | None = None
     pack: PackSpec | None = None
     batch: BatchSpec | None = None
@@ -82,11 +83,14 @@ class Pipeline:
         dp_rank: int | None = None,
         dp_size: int | None = None,
         read_chunk: int | None = None,
+        provenance_dir: str | Path | None = None,
     ) -> Pipeline:
         """Execution options; they never change the global batches.
 
         ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
-        RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together.
+        RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together;
+        ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance``), for
+        ``zephon audit PLAN --log DIR``.
         """
         if io_options is not None and not isinstance(io_options, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
@@ -98,6 +102,8 @@ class Pipeline:
             changes.update(dp_rank=dp_rank, dp_size=dp_size)
         if read_chunk is not None:
             changes["read_chunk"] = read_chunk
+        if provenance_dir is not None:
+            changes["provenance_dir"] = str(provenance_dir)
         return self._with(**changes)
 
     def tokenize(
@@ -171,6 +177,7 @@ class Pipeline:
             state=self._pending_state,
             stats=self._stats,
             worker=worker,
+            provenance_dir=self._steps.provenance_dir,
         )
         return runner
 

@@ -1,0 +1,94 @@
+"""The provenance log: ranks log what they yield; `zephon audit PLAN --log DIR` checks it against the plan."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from zephon import Pipeline
+from zephon.cli import cli
+from zephon.executor.engine import PackSpec
+from zephon.executor.tokenize import TokenizeSpec
+from zephon.io import Dataset
+from zephon.provenance import check_log
+from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
+    from zephon.demo import write_demo_dataset
+
+    root = tmp_path_factory.mktemp("prov")
+    write_demo_dataset(root / "data")
+    datasets = [Dataset.from_path(k, str(root / "data" / "demo" / f"{k}-*.parquet")) for k in ("code", "short")]
+    out = {}
+    for kind, exact, algorithm in (("estimated", False, "wrap"), ("wrap", True, "wrap"), ("best_fit", True, "best_fit")):
+        src = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec({"code": 0.6, "short": 0.4}), seed=1,
+                                      token_estimation=TokenEstimation(calibration_samples=32), exact_tokens=exact,
+                                      num_tokens=20_000)
+        out[kind] = src.plan(root / kind, tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir),
+                             pack=PackSpec(max_length=65, algorithm=algorithm))
+    return out
+
+
+def run(plan: Path, tokenizer_dir: str, log: Path, *, ranks: int = 2, algorithm: str = "wrap", steps: int | None = None,
+        state: dict | None = None) -> list[dict]:
+    states = []
+    for rank in range(ranks):
+        p = (Pipeline.from_plan(plan).options(dp_rank=rank, dp_size=ranks, provenance_dir=log)
+             .tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=65, algorithm=algorithm)
+             .batch(microbatch_size=2, global_batch_size=4))
+        if state is not None:
+            p.load_state_dict(state)
+        for batch in p:
+            if steps is not None and batch.step + 1 == steps:
+                break
+        states.append(p.state_dict())
+    return states
+
+
+@pytest.mark.parametrize("kind", ["estimated", "wrap", "best_fit"])
+def test_a_faithful_log_passes_the_audit(plans, tokenizer_dir, tmp_path, kind) -> None:
+    algorithm = "best_fit" if kind == "best_fit" else "wrap"
+    run(plans[kind], tokenizer_dir, tmp_path / "log", algorithm=algorithm)
+    result = CliRunner().invoke(cli, ["audit", str(plans[kind]), "--log", str(tmp_path / "log")])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("log: 2 file(s), ") and lines[-1] == "ok: the log matches the plan"
+    check = check_log(plans[kind], tmp_path / "log")
+    assert check.ok and check.pieces > 0 and check.steps is not None and check.steps[0] == 0
+
+
+def test_a_resumed_run_adds_a_file_and_still_passes(plans, tokenizer_dir, tmp_path) -> None:
+    from zephon import merge_states
+
+    states = run(plans["estimated"], tokenizer_dir, tmp_path / "log", steps=5)
+    run(plans["estimated"], tokenizer_dir, tmp_path / "log", state=merge_states(states))
+    assert len(list((tmp_path / "log").glob("rank-*.parquet"))) == 4
+    check = check_log(plans["estimated"], tmp_path / "log")
+    assert check.ok, check.mismatches
+
+
+@pytest.mark.parametrize("kind", ["estimated", "wrap"])
+def test_a_planted_mismatch_fails_the_audit(plans, tokenizer_dir, tmp_path, kind) -> None:
+    run(plans[kind], tokenizer_dir, tmp_path / "log")
+    victim = sorted((tmp_path / "log").glob("rank-00001-*.parquet"))[0]
+    table = pq.read_table(victim)
+    positions = table.column("position").to_pylist()
+    positions[3] = positions[3] + 1  # a document that was not planned there
+    table = table.set_column(table.schema.get_field_index("position"), "position", pa.array(positions, pa.int64()))
+    pq.write_table(table, victim)
+    result = CliRunner().invoke(cli, ["audit", str(plans[kind]), "--log", str(tmp_path / "log")])
+    assert result.exit_code == 1
+    assert any(line.startswith("MISMATCH ") for line in result.output.splitlines())
+    assert result.output.splitlines()[-1].startswith("FAIL: ")
+
+
+def test_a_log_of_another_plan_is_reported(plans, tokenizer_dir, tmp_path) -> None:
+    run(plans["wrap"], tokenizer_dir, tmp_path / "log", ranks=1)
+    check = check_log(plans["best_fit"], tmp_path / "log")
+    assert not check.ok and check.mismatches[0].startswith("log must be for plan ")
