@@ -134,3 +134,16 @@ def test_a_moved_branch_does_not_change_what_a_plan_reads(reference_hub, tmp_pat
     # Same plan, fresh cache: the pinned commit is still what is read.
     cache = CacheOptions(enabled=True, root=str(tmp_path / "cache2"), limit_bytes=1 << 30)
     assert np.array_equal(run(), before)
+
+
+def test_show_reads_remote_text_through_the_shard_cache(reference_hub, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from zephon.cli import cli
+
+    plan = fineweb_source(shuffle=ShuffleSpec(enabled=False)).plan(tmp_path / "plan")
+    result = CliRunner().invoke(cli, ["show", str(plan), "--step", "0", "--batch-size", "2"])
+    assert result.exit_code == 0, result.output
+    first_text = pq.read_table(io.BytesIO(reference_hub[0].files_at("HuggingFaceFW/fineweb-edu")[
+        "sample/10BT/000_00000.parquet"])).column("text")[0].as_py()
+    assert first_text[:20] in result.output

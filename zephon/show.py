@@ -167,7 +167,7 @@ def _field(manifest: dict) -> str:
 def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:
     # Imported here: the executor's reader is only needed when text is shown.
     from zephon.executor.plan_reader import ShardRef
-    from zephon.executor.shard_reader import ShardReader
+    from zephon.executor.shard_reader import ShardReader, planning_cache
 
     refs = [
         ShardRef(
@@ -182,10 +182,9 @@ def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> li
         )
         for r in shards.to_pylist()
     ]
-    reader = ShardReader(refs, field, capacity=len(refs))
+    # Remote (hf://) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards).
+    reader = ShardReader(refs, field, capacity=len(refs), cache=planning_cache())
     try:
         return [preview(t) for t in reader.texts(shard_ids, rows)]
     finally:
-        close = getattr(reader, "close", None)  # readers that pin shards in a shard cache release them
-        if close is not None:
-            close()
+        reader.close()
