@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
@@ -27,6 +28,12 @@ class ShardRef:
     bytes: int
     fingerprint: str
     row_groups: int = 1
+
+
+def shard_refs(table: pa.Table) -> list[ShardRef]:
+    """The rows of a shards.parquet table as ``ShardRef`` values."""
+    names = {f for f in ShardRef.__slots__}  # type: ignore[attr-defined]
+    return [ShardRef(**{k: v for k, v in r.items() if k in names}) for r in table.to_pylist()]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,20 +62,7 @@ class PlanBundle:
         except (OSError, ValueError) as exc:
             raise PlanFormatError(f"{shards_file} must be a readable Parquet file, got {exc} — re-plan") from exc
         check_schema(table.schema, SHARDS_SCHEMA, shards_file)
-        self.shards: list[ShardRef] = [
-            ShardRef(
-                shard_id=r["shard_id"],
-                dataset_id=r["dataset_id"],
-                dataset=r["dataset"],
-                uri=r["uri"],
-                format=r["format"],
-                rows=r["rows"],
-                bytes=r["bytes"],
-                fingerprint=r["fingerprint"],
-                row_groups=r["row_groups"],
-            )
-            for r in table.to_pylist()
-        ]
+        self.shards: list[ShardRef] = shard_refs(table)
         self.sample_files = [self.path / name for name in self.manifest["files"]["samples"]]
         for file in self.sample_files:
             check_schema(pq.read_schema(file), SAMPLES_SCHEMA, file)

@@ -166,22 +166,10 @@ def _field(manifest: dict) -> str:
 
 def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:
     # Imported here: the executor's reader is only needed when text is shown.
-    from zephon.executor.plan_reader import ShardRef
+    from zephon.executor.plan_reader import shard_refs
     from zephon.executor.shard_reader import ShardReader, planning_cache
 
-    refs = [
-        ShardRef(
-            shard_id=r["shard_id"],
-            dataset_id=r["dataset_id"],
-            dataset=r["dataset"],
-            uri=r["uri"],
-            format=r["format"],
-            rows=r["rows"],
-            bytes=r["bytes"],
-            fingerprint=r["fingerprint"],
-        )
-        for r in shards.to_pylist()
-    ]
+    refs = shard_refs(shards)
     # Remote (hf://) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards).
     reader = ShardReader(refs, field, capacity=len(refs), cache=planning_cache())
     try:
