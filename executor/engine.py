@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.shard_reader import ShardReader, remote_spec
+from zephon.executor.plan_reader import PlanBundle, ShardRef
+from zephon.executor.shard_reader import ON_BAD_DOCUMENT, ShardReader, remote_spec
 from zephon.executor.shard_schedule import ShardSchedule
 from zephon.executor.tokenize import Encoder, TokenizeSpec
 from zephon.io import StoreOptions
@@ -75,21 +75,45 @@ class BatchSpec:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutorSpec:
-    """Everything the executor needs besides the plan."""
+    """Everything the executor needs besides the plan.
+
+    Attributes:
+        on_bad_document: ``"raise"`` (default) stops at a bad document with an error naming dataset, shard and
+            row; ``"skip"`` (estimated plans only) skips it — no tokens — and counts it in ``RunStats.skipped``.
+            See docs/reliability.md.
+    """
 
     tokenize: TokenizeSpec
     pack: PackSpec
     batch: BatchSpec
     io: StoreOptions = field(default_factory=StoreOptions)
     read_chunk: int = 1024
+    on_bad_document: str = "raise"
+
+    def __post_init__(self) -> None:
+        if self.on_bad_document not in ON_BAD_DOCUMENT:
+            raise ConfigError(f'on_bad_document must be "raise" or "skip", got {self.on_bad_document!r}')
 
 
 @dataclass(slots=True)
 class RunStats:
-    """What an executor run has read so far, per dataset name: documents and (realized) tokens."""
+    """What an executor run has read so far, per dataset name: documents and (realized) tokens.
+
+    Under ``on_bad_document="skip"``, ``skipped`` counts skipped documents by reason (``SKIP_REASONS``) and
+    ``skipped_by_shard`` by shard URI, then reason; a skipped document is in neither ``documents`` nor
+    ``tokens``.
+    """
 
     documents: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    skipped_by_shard: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def skip(self, ref: ShardRef, row: int, reason: str) -> None:
+        """Count one skipped document (the ``on_skip`` callback of ``ShardReader``)."""
+        self.skipped[reason] = self.skipped.get(reason, 0) + 1
+        shard = self.skipped_by_shard.setdefault(ref.uri, {})
+        shard[reason] = shard.get(reason, 0) + 1
 
     def add(self, names: list[str], dataset_ids: np.ndarray, lengths: np.ndarray) -> None:
         docs = np.bincount(dataset_ids, minlength=len(names))
@@ -105,6 +129,12 @@ class RunStats:
 
 def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:
     """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
+    if spec.on_bad_document != "raise":
+        raise ConfigError(
+            f'on_bad_document must be "raise" for an exact plan, got {spec.on_bad_document!r} — its token counts, '
+            "offsets and packing include every document, so none can be skipped: fix or remove the bad documents "
+            "and re-plan, or plan without exact_tokens to skip them"
+        )
     tok = plan.manifest["tokenizer"]
     packing = plan.manifest["packing"]
     differences = []

@@ -131,7 +131,11 @@ class RankRunner:
     def __iter__(self) -> Iterator[Batch]:
         window = int(self.plan.manifest.get("shuffle", {}).get("window_shards", 1))
         reader = ShardReader(
-            self.plan.shards, self.spec.tokenize.field, capacity=(window + 1) * len(self.plan.dataset_names)
+            self.plan.shards,
+            self.spec.tokenize.field,
+            capacity=(window + 1) * len(self.plan.dataset_names),
+            on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
+            on_skip=self.stats.skip if self.stats is not None else None,
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
         if self.provenance_dir is not None:
@@ -220,6 +224,9 @@ class RankRunner:
             keep = np.flatnonzero(mine[chunk.lane] & (positions >= starts[chunk.lane]))
             if len(keep):
                 texts = reader.texts(chunk.shard_id[keep], chunk.row[keep])
+                if self.spec.on_bad_document == "skip":  # a skipped document (None) is not pushed: no tokens
+                    read = [i for i, t in enumerate(texts) if t is not None]
+                    keep, texts = keep[read], [texts[i] for i in read]
                 docs = self.encoder.encode(texts)
                 for i, doc in zip(keep.tolist(), docs, strict=True):
                     lanes[int(chunk.lane[i])].push(int(positions[i]), doc)

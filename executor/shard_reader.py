@@ -3,16 +3,32 @@
 Parquet shards are read one row group at a time with only the text column; JSONL shards are read and
 decompressed whole (gzip and zstd streams cannot be sought). Decoded shards stay in a small LRU sized by
 the plan's shuffle window (rows are shuffled within windows of ``window_shards`` shards per dataset), so
-each shard is read about once per epoch. Before first use, a shard's size is compared with the plan: a
-shard that changed since planning is refused, never read.
+each shard is read about once per epoch.
+
+Checked when a shard is opened (each time it enters the LRU), before any row is used — a shard that changed
+since planning is refused, never read:
+
+* local shards: the file exists and has the planned size (one ``stat``);
+* Parquet: the planned row count (footer) and the footer fingerprint (the last 8 bytes and the footer are read
+  again: a few KB, no data page); the text column exists and holds strings;
+* JSONL: the BLAKE2b fingerprint of the file's bytes (one hash pass over the bytes read anyway, ~0.9 GB/s on
+  one core), a complete gzip/zstd stream, and the planned row count;
+* remote shards: size and etag (sha256 or git blob id) are verified by the shard cache at download.
+
+A bad *document* (invalid UTF-8 or JSON, not an object, no such field, null or not a string) raises a
+``DatasetError`` naming the dataset, shard and row, unless the reader runs with ``on_bad_document="skip"``:
+then its text is None, ``on_skip(ref, row, reason)`` counts it and the first one per shard is logged. A bad
+*shard* (truncated, corrupt, changed, missing column) always raises: a shard is not a document. Empty texts
+(``""``) are valid documents.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +41,16 @@ from zephon.executor.plan_reader import ShardRef
 from zephon.jsonl_lines import decompress, line_spans
 from zephon.remote import is_remote_uri, remote_file
 from zephon.shard_cache import CacheEntrySpec, ShardCache
+from zephon.shard_scan import jsonl_fingerprint, one_line, parquet_fingerprint
+
+log = logging.getLogger(__name__)
+
+#: Values of ``on_bad_document``: raise a ``DatasetError`` (default), or skip the document and count it.
+ON_BAD_DOCUMENT = ("raise", "skip")
+#: Why a document was skipped: the keys of ``RunStats.skipped``.
+SKIP_REASONS = ("not_utf8", "invalid_json", "not_an_object", "missing_field", "null_text", "not_text")
+_SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip") (estimated plans)'
+_ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
 
 
 def remote_spec(ref: ShardRef) -> CacheEntrySpec:
@@ -68,13 +94,25 @@ class ShardReader:
     """Return the ``field`` values of (shard, row) pairs, caching up to ``capacity`` open shards."""
 
     def __init__(
-        self, shards: list[ShardRef], field_name: str, capacity: int, *, cache: ShardCache | None = None
+        self,
+        shards: list[ShardRef],
+        field_name: str,
+        capacity: int,
+        *,
+        cache: ShardCache | None = None,
+        on_bad_document: str = "raise",
+        on_skip: Callable[[ShardRef, int, str], None] | None = None,
     ) -> None:
+        if on_bad_document not in ON_BAD_DOCUMENT:
+            raise ConfigError(f'on_bad_document must be "raise" or "skip", got {on_bad_document!r}')
         self._shards = {s.shard_id: s for s in shards}
         self._field = field_name
         self._capacity = max(1, capacity)
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
         self._cache = cache
+        self._skip = on_bad_document == "skip"
+        self._on_skip = on_skip
+        self._warned: set[int] = set()  # shards whose first skipped document was logged
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
@@ -99,9 +137,9 @@ class ShardReader:
     def ref(self, shard_id: int) -> ShardRef:
         return self._shards[shard_id]
 
-    def texts(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[str]:
-        """Texts of the documents, in the order given."""
-        out: list[str] = [""] * len(shard_ids)
+    def texts(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[str | None]:
+        """Texts of the documents, in the order given; None for a skipped document (``on_bad_document="skip"``)."""
+        out: list[str | None] = [None] * len(shard_ids)
         # Group by shard, keeping the first-appearance order so LRU eviction follows the plan.
         _, first = np.unique(shard_ids, return_index=True)
         for shard_id in shard_ids[np.sort(first)]:
@@ -111,7 +149,7 @@ class ShardReader:
                 out[i] = v
         return out
 
-    def iter_shard(self, shard_id: int, chunk_rows: int = 4096) -> Iterator[list[str]]:
+    def iter_shard(self, shard_id: int, chunk_rows: int = 4096) -> Iterator[list[str | None]]:
         """All texts of one shard in row order, a row group (or ``chunk_rows`` JSONL rows) at a time.
 
         Used by the planner's count pass; nothing is cached, so memory stays at one row group.
@@ -121,7 +159,7 @@ class ShardReader:
             if shard.parquet is not None:
                 assert shard.rg_starts is not None
                 for g in range(shard.parquet.metadata.num_row_groups):
-                    column = shard.parquet.read_row_group(g, columns=[self._field]).column(0)
+                    column = self._row_group(shard, g)
                     first = int(shard.rg_starts[g])
                     yield [self._check(shard.ref, first + i, v) for i, v in enumerate(column.to_pylist())]
             else:
@@ -165,20 +203,14 @@ class ShardReader:
                     f"dataset {ref.dataset!r}: shard {ref.uri} changed since planning: size must be {ref.bytes} "
                     f"bytes, got {size} — restore the planned data or re-plan"
                 )
-        if ref.format == "parquet":
-            shard.parquet = pq.ParquetFile(path)
-            names = shard.parquet.schema_arrow.names
-            if self._field not in names:
-                raise DatasetError(
-                    f"dataset {ref.dataset!r}: shard {ref.uri} must have the column {self._field!r}, got "
-                    f"columns {names} — pass field=... to tokenize() with one of them"
-                )
-            meta = shard.parquet.metadata
-            counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-            shard.rg_starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        else:
-            shard.jsonl = decompress(Path(path).read_bytes(), ref.format)
-            shard.spans = line_spans(shard.jsonl)
+        try:
+            if ref.format == "parquet":
+                self._open_parquet(shard, path, local=shard.handle is None)
+            else:
+                self._open_jsonl(shard, path, local=shard.handle is None)
+        except BaseException:
+            shard.close()  # a refused remote shard releases its pin
+            raise
         if not cache:
             return shard
         self._open[shard_id] = shard
@@ -186,21 +218,111 @@ class ShardReader:
             self._open.popitem(last=False)[1].close()
         return shard
 
-    def _read(self, shard_id: int, rows: np.ndarray) -> list[str]:
+    def _open_parquet(self, shard: _OpenShard, path: str, *, local: bool) -> None:
+        ref = shard.ref
+        where = f"dataset {ref.dataset!r}: shard {ref.uri}"
+        try:
+            shard.parquet = pq.ParquetFile(path)
+            fingerprint = parquet_fingerprint(path)[1] if local and _checkable(ref, "pqfooter:") else None
+        except _ARROW_ERRORS as exc:
+            raise DatasetError(
+                f"{where} must be a readable Parquet file, got {one_line(exc)} — restore it from its source or re-plan"
+            ) from exc
+        meta = shard.parquet.metadata
+        if meta.num_rows != ref.rows:
+            raise DatasetError(
+                f"{where} changed since planning: rows must be {ref.rows}, got {meta.num_rows} — restore the "
+                "planned data or re-plan"
+            )
+        if fingerprint is not None and fingerprint != ref.fingerprint:
+            raise DatasetError(
+                f"{where} changed since planning: its Parquet footer (row groups, offsets, statistics) must match "
+                f"fingerprint {ref.fingerprint}, got {fingerprint} — restore the planned data or re-plan"
+            )
+        schema = shard.parquet.schema_arrow
+        if self._field not in schema.names:
+            raise DatasetError(
+                f"{where} must have the column {self._field!r}, got columns {schema.names} — pass field=... to "
+                "tokenize() with one of them"
+            )
+        kind = schema.field(self._field).type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+            raise DatasetError(
+                f"{where} column {self._field!r} must hold strings, got {kind} — pass field=... to tokenize() with "
+                "a text column, or convert the column to strings"
+            )
+        counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        shard.rg_starts = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+
+    def _open_jsonl(self, shard: _OpenShard, path: str, *, local: bool) -> None:
+        ref = shard.ref
+        where = f"dataset {ref.dataset!r}: shard {ref.uri}"
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise DatasetError(f"{where} must be readable, got {exc.strerror or exc} — restore the file") from exc
+        if local and _checkable(ref, "blake2b:"):
+            fingerprint = jsonl_fingerprint(raw)
+            if fingerprint != ref.fingerprint:
+                raise DatasetError(
+                    f"{where} changed since planning: its bytes must match fingerprint {ref.fingerprint}, got "
+                    f"{fingerprint} — restore the planned data or re-plan"
+                )
+        try:
+            shard.jsonl = decompress(raw, ref.format)
+        except ValueError as exc:
+            raise DatasetError(
+                f"{where} must be a complete {ref.format} file, got {one_line(exc)} — restore it from its source or "
+                "re-export it, then re-plan"
+            ) from exc
+        shard.spans = line_spans(shard.jsonl)
+        if len(shard.spans[0]) != ref.rows:
+            raise DatasetError(
+                f"{where} changed since planning: rows (non-empty lines) must be {ref.rows}, got "
+                f"{len(shard.spans[0])} — restore the planned data or re-plan"
+            )
+
+    def _row_group(self, shard: _OpenShard, g: int) -> pa.Array:
+        """The text column of row group ``g``; a row group that cannot be decoded is a corrupt shard."""
+        assert shard.parquet is not None and shard.rg_starts is not None
+        try:
+            return shard.parquet.read_row_group(g, columns=[self._field]).column(0).combine_chunks()
+        except _ARROW_ERRORS as exc:
+            first, end = int(shard.rg_starts[g]), int(shard.rg_starts[g + 1])
+            raise DatasetError(
+                f"dataset {shard.ref.dataset!r}: shard {shard.ref.uri} row group {g} (rows {first}-{end - 1}) must "
+                f"decode, got {type(exc).__name__}: {one_line(exc)} — the file is corrupt: restore it from its "
+                "source or re-export it, then re-plan"
+            ) from exc
+
+    def _bad(self, ref: ShardRef, row: int, reason: str, message: str) -> None:
+        """A bad document: raise (default), or count it for ``on_bad_document="skip"`` (its text becomes None)."""
+        if not self._skip:
+            raise DatasetError(f"{message} {_SKIP_HINT}")
+        if self._on_skip is not None:
+            self._on_skip(ref, row, reason)
+        if ref.shard_id not in self._warned:
+            self._warned.add(ref.shard_id)
+            log.warning(
+                "skipping a bad document (on_bad_document='skip'; Pipeline.stats().skipped counts them, this is "
+                "logged once per shard): %s",
+                message.rpartition(" — ")[0] or message,
+            )
+
+    def _read(self, shard_id: int, rows: np.ndarray) -> list[str | None]:
         shard = self.open_shard(shard_id)
         if shard.parquet is not None:
             return self._read_parquet(shard, rows)
         return self._read_jsonl(shard, rows)
 
-    def _read_parquet(self, shard: _OpenShard, rows: np.ndarray) -> list[str]:
+    def _read_parquet(self, shard: _OpenShard, rows: np.ndarray) -> list[str | None]:
         assert shard.parquet is not None and shard.rg_starts is not None
         groups = np.searchsorted(shard.rg_starts, rows, side="right") - 1
-        out: list[str] = [""] * len(rows)
+        out: list[str | None] = [None] * len(rows)
         for g in np.unique(groups).tolist():
             column = shard.row_groups.get(g)
             if column is None:
-                table = shard.parquet.read_row_group(g, columns=[self._field])
-                column = table.column(0).combine_chunks()
+                column = self._row_group(shard, g)
                 shard.row_groups[g] = column
             idx = np.flatnonzero(groups == g)
             local = rows[idx] - shard.rg_starts[g]
@@ -209,33 +331,82 @@ class ShardReader:
                 out[i] = self._check(shard.ref, int(shard.rg_starts[g]) + local_row, v)
         return out
 
-    def _read_jsonl(self, shard: _OpenShard, rows: np.ndarray) -> list[str]:
+    def _read_jsonl(self, shard: _OpenShard, rows: np.ndarray) -> list[str | None]:
         assert shard.jsonl is not None and shard.spans is not None
         starts, ends = shard.spans
         data = shard.jsonl
-        out = []
-        for row in rows.tolist():
-            line = data[starts[row] : ends[row]]
-            try:
-                record = json.loads(line)
-            except ValueError as exc:
-                raise DatasetError(
-                    f"dataset {shard.ref.dataset!r}: shard {shard.ref.uri} row {row} must be a JSON object, "
-                    f"got invalid JSON ({exc}) — fix or remove that line"
-                ) from exc
-            if not isinstance(record, dict) or self._field not in record:
-                keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-                raise DatasetError(
-                    f"dataset {shard.ref.dataset!r}: shard {shard.ref.uri} row {row} must have the field "
-                    f"{self._field!r}, got {keys} — pass field=... to tokenize() or fix the data"
-                )
-            out.append(self._check(shard.ref, row, record[self._field]))
-        return out
+        return [self._jsonl_row(shard.ref, row, data[starts[row] : ends[row]]) for row in rows.tolist()]
 
-    def _check(self, ref: ShardRef, row: int, value: object) -> str:
-        if not isinstance(value, str):
-            raise DatasetError(
-                f"dataset {ref.dataset!r}: shard {ref.uri} row {row} field {self._field!r} must be a string, "
-                f"got {'null' if value is None else type(value).__name__} — clean the data or pick another field"
+    def _jsonl_row(self, ref: ShardRef, row: int, line: bytes) -> str | None:
+        where = f"dataset {ref.dataset!r}: shard {ref.uri} row {row}"
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            self._bad(
+                ref,
+                row,
+                "not_utf8",
+                f"{where} must be UTF-8 text, got byte 0x{line[exc.start]:02x} at byte {exc.start} of the line — "
+                "re-encode the file as UTF-8 (e.g. iconv -t utf-8), fix or remove that line,",
             )
-        return value
+            return None
+        if row == 0 and text.startswith("\ufeff"):  # a UTF-8 byte order mark opens the file
+            text = text[1:]
+        try:
+            record = json.loads(text)
+        except ValueError as exc:
+            self._bad(
+                ref,
+                row,
+                "invalid_json",
+                f"{where} must be a JSON object, got invalid JSON ({one_line(exc)}) in {_excerpt(text)} — fix or "
+                "remove that line,",
+            )
+            return None
+        if not isinstance(record, dict):
+            self._bad(
+                ref,
+                row,
+                "not_an_object",
+                f"{where} must be a JSON object, got a JSON {_json_kind(record)} — fix or remove that line,",
+            )
+            return None
+        if self._field not in record:
+            self._bad(
+                ref,
+                row,
+                "missing_field",
+                f"{where} must have the field {self._field!r}, got keys {sorted(record)} — pass field=... to "
+                "tokenize(), fix the data,",
+            )
+            return None
+        return self._check(ref, row, record[self._field])
+
+    def _check(self, ref: ShardRef, row: int, value: object) -> str | None:
+        if isinstance(value, str):
+            return value
+        reason, got = ("null_text", "null") if value is None else ("not_text", type(value).__name__)
+        self._bad(
+            ref,
+            row,
+            reason,
+            f"dataset {ref.dataset!r}: shard {ref.uri} row {row} field {self._field!r} must be a string, got {got} "
+            "— clean the data, pick another field,",
+        )
+        return None
+
+
+def _checkable(ref: ShardRef, kind: str) -> bool:
+    """True when the plan's fingerprint is one Zephon computes (``kind`` + 32 hex digits): plans written by hand
+    or by other tools may hold other values, which are not compared."""
+    digest = ref.fingerprint.removeprefix(kind)
+    return digest != ref.fingerprint and len(digest) == 32 and all(c in "0123456789abcdef" for c in digest)
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _json_kind(value: object) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)

@@ -14,9 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
+from zephon.errors import ZephonError
 from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.shard_scan import write_atomic
 
 
 def count_shard(ref: ShardRef, field: str, encoder: Encoder) -> np.ndarray:
@@ -27,22 +29,25 @@ def count_shard(ref: ShardRef, field: str, encoder: Encoder) -> np.ndarray:
 
 
 def save_atomic(path: Path, array: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npy")
-    np.save(tmp, array)
-    os.replace(tmp, path)
+    """Write a per-shard array all or nothing (temporary + rename): a killed or failed count leaves no partial
+    array, so a rerun counts exactly the shards without one. A full or read-only disk is a ``StorageError``."""
+    write_atomic(path, lambda tmp: np.save(tmp, array), "the token-count cache")
 
 
 def main() -> None:
     job = json.load(sys.stdin)
     if job.get("single_thread"):
         os.environ["RAYON_NUM_THREADS"] = "1"
-    encoder = Encoder(TokenizeSpec(**job["tokenize"]))
-    for task in job["tasks"]:
-        ref = ShardRef(**task["ref"])
-        counts = count_shard(ref, job["tokenize"]["field"], encoder)
-        save_atomic(Path(task["out"]), counts)
-        print(json.dumps({"shard_id": ref.shard_id, "tokens": int(counts.sum())}), flush=True)
+    try:
+        encoder = Encoder(TokenizeSpec(**job["tokenize"]))
+        for task in job["tasks"]:
+            ref = ShardRef(**task["ref"])
+            counts = count_shard(ref, job["tokenize"]["field"], encoder)
+            save_atomic(Path(task["out"]), counts)
+            print(json.dumps({"shard_id": ref.shard_id, "tokens": int(counts.sum())}), flush=True)
+    except ZephonError as exc:  # one line on stderr: the parent reports it as the count pass's error
+        print(str(exc), file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from zephon.errors import ZephonError
+from zephon.errors import DatasetError, ZephonError
 from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder, TokenizeSpec
@@ -52,8 +52,9 @@ def _key(*parts: str) -> str:
 def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
     """Per-row byte length (int64) of one shard, cached."""
     path = cache_dir() / "byte-lengths" / f"{_key(ref.fingerprint, field)}.npy"
-    if path.is_file():
-        return np.load(path)
+    cached = _load(path, ref.rows)
+    if cached is not None:
+        return cached
     reader = ShardReader([ref], field, capacity=1, cache=planning_cache())
     shard = reader.open_shard(ref.shard_id, cache=False)  # validates size (local) and the field's presence
     try:
@@ -71,6 +72,17 @@ def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
         shard.close()
     save_atomic(path, lengths)
     return lengths
+
+
+def _load(path: Path, rows: int) -> np.ndarray | None:
+    """A cached per-row array, or None when absent, unreadable or of the wrong length (computed again)."""
+    if not path.is_file():
+        return None
+    try:
+        array = np.load(path)
+    except (OSError, ValueError, EOFError):
+        return None
+    return array if array.ndim == 1 and len(array) == rows else None
 
 
 def _counts_path(ref: ShardRef, field: str, tokenizer_fingerprint: str) -> Path:
@@ -136,7 +148,8 @@ def token_counts(
 ) -> tuple[list[np.ndarray], CountReport]:
     """Exact per-row token counts (int32) for every shard, counting only what is not cached."""
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
-    todo = [i for i, p in enumerate(paths) if not p.is_file()]
+    found = [_load(p, r.rows) for p, r in zip(paths, shards, strict=True)]
+    todo = [i for i, a in enumerate(found) if a is None]
     if todo:
         n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
         if n_workers == 1 and not progress:
@@ -152,9 +165,12 @@ def token_counts(
                 tasks[w].append({"ref": asdict(shards[i]), "out": str(paths[i])})
             base = {"tokenize": asdict(spec), "single_thread": n_workers > 1}
             _run_workers([{**base, "tasks": t} for t in tasks if t], progress, len(todo))
-    arrays = [np.load(p) for p in paths]
+    arrays = [a if a is not None else np.load(p) for a, p in zip(found, paths, strict=True)]
     for ref, arr in zip(shards, arrays, strict=True):
         if len(arr) != ref.rows:
-            raise ValueError(f"token counts of {ref.uri} must have {ref.rows} rows, got {len(arr)} — clear the cache")
+            raise DatasetError(
+                f"dataset {ref.dataset!r}: token counts of shard {ref.uri} must have {ref.rows} rows, got {len(arr)} "
+                "— the shard changed while it was counted; re-plan"
+            )
     total = int(sum(int(a.sum()) for a in arrays))
     return arrays, CountReport(counted=len(todo), cached=len(shards) - len(todo), tokens=total)

@@ -133,17 +133,21 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise ConfigError(f"CONFIG file must exist, got nothing at {origin!r} — fix the path") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"CONFIG file {origin!r} must be readable UTF-8 text, got {exc} — fix the file") from exc
-    if suffix == ".toml":
-        try:
+    kind = "TOML" if suffix == ".toml" else "YAML"
+    try:
+        if suffix == ".toml":
             data: Any = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"{origin} must be valid TOML, got {exc} — fix the syntax") from exc
-    else:
-        try:
+        else:
             # _StrictLoader is a yaml.SafeLoader subclass: plain data only, no Python objects.
             data = yaml.load(text, Loader=_StrictLoader)
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{origin} must be valid YAML, got {_yaml_problem(exc)} — fix the syntax") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{origin} must be valid TOML, got {exc} — fix the syntax") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{origin} must be valid YAML, got {_yaml_problem(exc)} — fix the syntax") from exc
+    except RecursionError as exc:  # e.g. "[[[[..." thousands deep: the parsers recurse per level
+        raise ConfigError(
+            f"{origin} must be {kind} nested a few levels deep, got nesting too deep to parse — fix it"
+        ) from exc
     if not isinstance(data, dict):
         raise ConfigError(
             f"{origin} must hold a mapping of settings (seed, datasets, mixture, ...), got {_describe(data)} — "

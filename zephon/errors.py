@@ -29,3 +29,7 @@ class HubError(ZephonError):
 
 class TokenizerError(ZephonError):
     """A tokenizer cannot be loaded or lacks what the pipeline needs."""
+
+
+class StorageError(ZephonError):
+    """A cache or output directory cannot be written: disk full, read-only file system, permission denied."""

@@ -22,7 +22,8 @@ Errors are one-line :class:`~zephon.errors.HubError`: 401/403 say to run ``hf au
 ``HF_TOKEN`` or request access on the dataset page; 429/5xx and network errors are retried per
 :class:`RetryPolicy` (exponential backoff) and then reported. Tree-listing pages are retried by
 ``huggingface_hub``'s own ``http_backoff`` and not again here. ``HF_HUB_OFFLINE`` set in the environment
-refuses every call. Tokens never appear in a message, repr or log.
+refuses every call. Tokens never appear in a message, repr or log. A listing with a path that is not a
+relative path inside the repository (``../x``, ``/etc/passwd``) is refused (:func:`check_repo_path`).
 
 :func:`read_remote_parquet_metadata` reads only a Parquet footer: two range requests (the last 8 bytes give
 the footer length, then the footer). :func:`download_remote_file` streams a whole file to
@@ -55,6 +56,7 @@ from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_st
 from zephon.errors import DatasetError, HubError
 from zephon.hf_path import HfPath, is_commit_sha, parse_hf_path
 from zephon.hub_discovery import SUPPORTED_FORMATS, file_format, select_conversion, select_original
+from zephon.shard_scan import storage_error
 
 try:  # huggingface_hub >= 2 ships on httpx2; 1.x on httpx.
     import httpx2 as _httpx
@@ -76,6 +78,7 @@ CONVERSION_REVISION = "refs/convert/parquet"
 RETRY_STATUSES: tuple[int, ...] = (429, 500, 502, 503, 504)
 _HTTP_ERRORS = (HfHubHTTPError, _httpx.TransportError, OfflineModeIsEnabled)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_DOWNLOAD_FIX = "or download to another directory (CacheOptions.root, ZEPHON_CACHE_DIR)"
 _T = TypeVar("_T")
 
 
@@ -226,6 +229,8 @@ class _Resolver:
             return {}
         except _HTTP_ERRORS as exc:
             raise self._error(exc, "the file listing", 1, commit) from exc
+        for item in items:
+            check_repo_path(item.path, self.hf.repo_id, commit, self.endpoint)
         return {item.path: item for item in items if hasattr(item, "blob_id")}
 
     def _call(self, what: str, revision: str | None, fn: Callable[[], _T]) -> _T:
@@ -255,6 +260,30 @@ class _Resolver:
         kind = "commit" if is_commit_sha(revision) else "revision"
         return HubError(
             f"{kind} of dataset {hf.repo_id} must exist, got {revision!r} — available {available} (or pin a commit sha)"
+        )
+
+
+def is_safe_repo_path(path: object) -> bool:
+    """True for a relative POSIX path inside a repository: non-empty ``/``-separated segments, none ``.`` or
+    ``..``, no leading ``/``, no backslash, NUL or other control character. Git trees never hold anything else."""
+    if not isinstance(path, str) or not path or path.startswith("/") or "\\" in path:
+        return False
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in path):
+        return False
+    return all(segment not in ("", ".", "..") for segment in path.split("/"))
+
+
+def check_repo_path(path: object, repo_id: str, commit: str, endpoint: str) -> None:
+    """Refuse a listed path that could name something outside the repository (``../x``, ``/etc/passwd``).
+
+    Such a path never comes from the Hub; refusing the listing keeps a malicious endpoint from steering
+    downloads or cache names. (Cache file names never come from paths anyway: ``zephon.shard_cache_lock``.)
+    """
+    if not is_safe_repo_path(path):
+        raise HubError(
+            f"file paths in the listing of dataset {repo_id} at commit {commit} must be relative paths inside the "
+            f"repository, got {path!r} from {endpoint} — the endpoint returned an unsafe listing; check HF_ENDPOINT "
+            "and the repository"
         )
 
 
@@ -436,7 +465,12 @@ def download_remote_file(
         return written, digest.hexdigest() if digest is not None else None
 
     try:
-        written, hexdigest = _stream(file, token, retry, {}, f"the download of {label}", consume)
+        try:
+            written, hexdigest = _stream(file, token, retry, {}, f"the download of {label}", consume)
+        except OSError as exc:  # writing the file (network failures arrive as HubError); the cache words its own
+            if in_place:
+                raise
+            raise storage_error(exc, f"the download of {label}", part, _DOWNLOAD_FIX) from exc
         if written != file.size:
             raise HubError(
                 f"size of {label} must be {file.size} bytes, got {'more' if written > file.size else written} — the "

@@ -10,22 +10,48 @@ Worked example: ``b'{"a":1}\\n\\n{"a":2}\\r\\n{"a":3}'`` has rows at byte spans 
 from __future__ import annotations
 
 import gzip
+import zlib
 
 import numpy as np
 
 
 def decompress(data: bytes, fmt: str) -> bytes:
-    """Decompress a whole JSONL shard given its format (``jsonl``, ``jsonl.gz`` or ``jsonl.zst``)."""
+    """Decompress a whole JSONL shard given its format (``jsonl``, ``jsonl.gz`` or ``jsonl.zst``).
+
+    Every stream must be complete: a truncated or corrupt gzip or zstd stream raises ``ValueError`` with a
+    one-line description (the callers add the dataset, the shard and the fix), never a partial result.
+    Concatenated gzip members and zstd frames are all read.
+    """
     if fmt == "jsonl":
         return data
     if fmt == "jsonl.gz":
-        return gzip.decompress(data)
+        try:
+            return gzip.decompress(data)
+        except EOFError as exc:
+            raise ValueError("a truncated gzip stream (it ends before the end-of-stream marker)") from exc
+        except (OSError, zlib.error) as exc:
+            raise ValueError(f"a corrupt gzip stream ({exc})") from exc
     if fmt == "jsonl.zst":
-        import zstandard
-
-        with zstandard.ZstdDecompressor().stream_reader(data) as reader:
-            return reader.read()
+        return _zstd_frames(data)
     raise ValueError(f"JSONL format must be jsonl, jsonl.gz or jsonl.zst, got {fmt!r}")
+
+
+def _zstd_frames(data: bytes) -> bytes:
+    """All zstd frames of ``data``; ``stream_reader`` would return a truncated frame's partial output silently."""
+    import zstandard
+
+    out: list[bytes] = []
+    rest = data
+    while rest:
+        frame = zstandard.ZstdDecompressor().decompressobj()
+        try:
+            out.append(frame.decompress(rest))
+        except zstandard.ZstdError as exc:
+            raise ValueError(f"a corrupt zstd stream ({exc})") from exc
+        if not frame.eof:
+            raise ValueError("a truncated zstd stream (its last frame is incomplete)")
+        rest = frame.unused_data
+    return b"".join(out)
 
 
 def line_spans(data: bytes) -> tuple[np.ndarray, np.ndarray]:

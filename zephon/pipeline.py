@@ -42,6 +42,7 @@ class _Steps:
     dp_size: int | None = None
     read_chunk: int = 1024
     provenance_dir: str | None = None
+    on_bad_document: str = "raise"
     tokenize: TokenizeSpec | None = None
     pack: PackSpec | None = None
     batch: BatchSpec | None = None
@@ -84,13 +85,16 @@ class Pipeline:
         dp_size: int | None = None,
         read_chunk: int | None = None,
         provenance_dir: str | Path | None = None,
+        on_bad_document: str | None = None,
     ) -> Pipeline:
         """Execution options; they never change the global batches.
 
         ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
         RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together;
         ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance``), for
-        ``zephon audit PLAN --log DIR``.
+        ``zephon audit PLAN --log DIR``. ``on_bad_document="skip"`` (estimated plans only; default
+        ``"raise"``) skips documents that cannot be read as text and counts them by reason and shard in
+        ``stats().skipped`` (docs/reliability.md); a skipped document contributes no tokens.
         """
         if io_options is not None and not isinstance(io_options, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
@@ -104,6 +108,10 @@ class Pipeline:
             changes["read_chunk"] = read_chunk
         if provenance_dir is not None:
             changes["provenance_dir"] = str(provenance_dir)
+        if on_bad_document is not None:
+            if on_bad_document not in ("raise", "skip"):
+                raise ConfigError(f'on_bad_document must be "raise" or "skip", got {on_bad_document!r}')
+            changes["on_bad_document"] = on_bad_document
         return self._with(**changes)
 
     def tokenize(
@@ -156,7 +164,12 @@ class Pipeline:
             )
         assert steps.tokenize and steps.pack and steps.batch
         return ExecutorSpec(
-            tokenize=steps.tokenize, pack=steps.pack, batch=steps.batch, io=steps.io, read_chunk=steps.read_chunk
+            tokenize=steps.tokenize,
+            pack=steps.pack,
+            batch=steps.batch,
+            io=steps.io,
+            read_chunk=steps.read_chunk,
+            on_bad_document=steps.on_bad_document,
         )
 
     def geometry(self) -> Geometry:
@@ -188,7 +201,8 @@ class Pipeline:
         return iter(self._runner)
 
     def stats(self) -> RunStats:
-        """Documents and realized tokens per dataset read by this rank in the latest iteration."""
+        """Documents and realized tokens per dataset read by this rank in the latest iteration, and the
+        documents skipped under ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``)."""
         return self._stats
 
     def num_steps(self) -> int | None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from zephon.errors import PlanFormatError
 from zephon.jsonl_lines import decompress, line_spans
+from zephon.shard_scan import cache_dir, write_atomic
 
 _URI = re.compile(r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<rev>[0-9a-f]{40})/(?P<path>.+)$")
 
@@ -56,7 +57,6 @@ def remote_file(uri: str, *, size: int, fingerprint: str, fmt: str):  # -> zepho
 
 
 def _meta_path(etag: str, uri: str) -> Path:
-    from zephon.shard_scan import cache_dir
 
     key = hashlib.blake2b(f"{uri}\0{etag}".encode(), digest_size=16).hexdigest()
     return cache_dir() / "hub-meta" / f"{key}.json"
@@ -68,9 +68,11 @@ def scan_remote(file: object) -> tuple[int, int]:
 
     uri = remote_uri(file)
     cached = _meta_path(file.etag, uri)  # type: ignore[attr-defined]
-    if cached.is_file():
+    try:
         data = json.loads(cached.read_text())
         return int(data["rows"]), int(data["row_groups"])
+    except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: read the shard again
+        pass
     if file.format == "parquet":  # type: ignore[attr-defined]
         meta = read_remote_parquet_metadata(file)  # type: ignore[arg-type]
         rows, groups = meta.num_rows, meta.num_row_groups
@@ -80,8 +82,6 @@ def scan_remote(file: object) -> tuple[int, int]:
             download_remote_file(file, dest)  # type: ignore[arg-type]
             rows = len(line_spans(decompress(Path(dest).read_bytes(), file.format))[0])  # type: ignore[attr-defined]
             groups = 1
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp_file = cached.with_name(f"{cached.stem}.{os.getpid()}.tmp")
-    tmp_file.write_text(json.dumps({"uri": uri, "rows": rows, "row_groups": groups}))
-    os.replace(tmp_file, cached)
+    record = json.dumps({"uri": uri, "rows": rows, "row_groups": groups})
+    write_atomic(cached, lambda tmp: tmp.write_text(record), "the Hub metadata cache")
     return rows, groups

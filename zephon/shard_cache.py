@@ -17,6 +17,8 @@ Invariants:
 * An open :class:`CachedShard` holds LOCK_SH on its file; evictors need LOCK_EX|LOCK_NB, so a shard in use
   by any process is never evicted or replaced. Pins are only taken under the global lock.
 * A cache opened with a smaller limit than its content is pruned to it at once (least recently used first).
+* A full disk, a read-only file system or missing permissions raise :class:`~zephon.errors.StorageError`
+  naming the path and the fix; the download's ``tmp/`` file is removed, so nothing half-written remains.
 
 Eviction, when a download needs room: unused entries absent from ``next_use`` go first (never needed
 again), then those used farthest in the future; ties by least recent access. If only entries in use could
@@ -39,6 +41,7 @@ evicts an entry needed sooner than the prefetched shard; it stops at the first s
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import time
@@ -69,9 +72,12 @@ from zephon.shard_cache_lock import (
     try_exclusive,
     unlink_quietly,
 )
+from zephon.shard_scan import storage_error
 
 if TYPE_CHECKING:
     from zephon.io import CacheOptions
+
+_FIX = "or point CacheOptions.root at another disk, or lower CacheOptions.limit_bytes to the space it has"
 
 __all__ = ["CacheEntryInfo", "CacheEntrySpec", "CachedShard", "ShardCache"]
 
@@ -157,7 +163,10 @@ class ShardCache:
         self.root = Path(root)
         self.limit_bytes = limit_bytes
         self._layout = CacheLayout(self.root)
-        self._layout.create()
+        try:
+            self._layout.create()
+        except OSError as exc:
+            raise storage_error(exc, "the shard cache", self.root, _FIX) from exc
         self._timeout = wait_timeout_s
         self._poll = poll_interval_s
         self._workers = prefetch_workers
@@ -306,8 +315,13 @@ class ShardCache:
 
     @contextmanager
     def _global(self) -> Iterator[None]:
-        with exclusive(self._layout.global_lock):
-            yield
+        """Hold the global lock; bookkeeping under it only touches the cache, so an ``OSError`` there is a
+        storage failure (disk full, read-only) and becomes a ``StorageError``."""
+        try:
+            with exclusive(self._layout.global_lock):
+                yield
+        except OSError as exc:
+            raise storage_error(exc, "the shard cache", self.root, _FIX) from exc
 
     def _is_valid(self, spec: CacheEntrySpec, name: str) -> bool:
         """Under the global lock: a complete entry for this key, size and etag is present."""
@@ -403,6 +417,9 @@ class ShardCache:
             os.close(fd)
 
 
+_STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
+
+
 def _ranks(next_use: Mapping[str, int]) -> dict[str, int]:
     """``next_use`` by entry name instead of key."""
     return {entry_name(key): position for key, position in next_use.items()}
@@ -427,5 +444,9 @@ def _run(step: Callable[[str], None], spec: CacheEntrySpec, part: Path, must: st
         step(str(part))
     except ZephonError:
         raise
+    except OSError as exc:
+        if exc.errno in _STORAGE_ERRNOS:
+            raise storage_error(exc, f"shard {spec.key!r}", part, _FIX) from exc
+        raise DatasetError(f"shard {spec.key!r} must {must}, got {type(exc).__name__}: {exc} — {fix}") from exc
     except Exception as exc:
         raise DatasetError(f"shard {spec.key!r} must {must}, got {type(exc).__name__}: {exc} — {fix}") from exc

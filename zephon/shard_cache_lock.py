@@ -288,11 +288,19 @@ def read_meta(layout: CacheLayout, name: str) -> Meta | None:
 
 
 def commit(layout: CacheLayout, name: str, part: Path, *, key: str, size: int, etag: str) -> None:
-    """Move a checked download into place, then write its sidecar atomically (temporary + rename)."""
-    os.replace(part, layout.data(name))
+    """Move a checked download into place, then its sidecar (written first to ``tmp/``, so a full disk fails
+    before anything moves; a sidecar temporary left behind is deleted by the next :func:`scan`)."""
     meta_tmp = layout.meta_tmp(name)
-    meta_tmp.write_text(json.dumps({"format": META_FORMAT, "key": key, "size": size, "etag": etag}), encoding="utf-8")
-    os.replace(meta_tmp, layout.meta(name))
+    try:
+        meta_tmp.write_text(
+            json.dumps({"format": META_FORMAT, "key": key, "size": size, "etag": etag}), encoding="utf-8"
+        )
+        os.replace(part, layout.data(name))
+        os.replace(meta_tmp, layout.meta(name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            meta_tmp.unlink()
+        raise
     touch(layout.data(name))
 
 

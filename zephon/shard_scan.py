@@ -7,20 +7,28 @@
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
   modification time, so a second plan over the same files does not rescan them.
+
+The executor recomputes the same fingerprints when it opens a shard (:func:`parquet_fingerprint`,
+:func:`jsonl_fingerprint`) to refuse data that changed under a plan. Cache files under ``$ZEPHON_CACHE_DIR``
+are written with :func:`write_atomic` (a temporary in the same directory, then a rename), so a killed writer
+leaves at most an unused ``*.tmp.*`` file, and a full or read-only disk raises a
+:class:`~zephon.errors.StorageError` naming the path.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from zephon.errors import DatasetError
+from zephon.errors import DatasetError, StorageError
 from zephon.jsonl_lines import decompress, line_spans
 from zephon.sources import SourceFile
 
@@ -42,12 +50,24 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ZEPHON_CACHE_DIR") or Path.home() / ".cache" / "zephon")
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one printable line (Arrow and Thrift messages span lines, with raw bytes)."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return "".join(c if c.isprintable() else "?" for c in text)
+
+
 def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     """Metadata of one shard; errors name the dataset and file."""
     if file.remote is not None:
         from zephon.remote import scan_remote
 
-        rows, groups = scan_remote(file.remote)
+        try:
+            rows, groups = scan_remote(file.remote)
+        except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
+            raise DatasetError(
+                f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix the "
+                "file on the Hub, or leave it out of the dataset's configs"
+            ) from exc
         etag = file.remote.etag  # type: ignore[attr-defined]
         return ShardInfo(
             uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=f"etag:{etag}"
@@ -57,33 +77,49 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     return _scan_jsonl(dataset, file)
 
 
+def parquet_fingerprint(path: str) -> tuple[int, str]:
+    """``(size, "pqfooter:<digest>")`` of a Parquet file, reading only its last 8 bytes and its footer.
+
+    Raises ``ValueError`` (not Parquet, truncated) or ``OSError`` (unreadable).
+    """
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size < 12:
+            raise ValueError("file is shorter than a Parquet header and footer")
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        if tail[4:] != b"PAR1":
+            raise ValueError("file does not end with the Parquet magic bytes PAR1 (truncated or not Parquet)")
+        (footer_len,) = struct.unpack("<I", tail[:4])
+        if footer_len + 12 > size:
+            raise ValueError(f"footer length {footer_len} does not fit in a file of {size} bytes")
+        fh.seek(size - 8 - footer_len)
+        footer = fh.read(footer_len)
+    digest = hashlib.blake2b(struct.pack("<Q", size) + footer, digest_size=16).hexdigest()
+    return size, f"pqfooter:{digest}"
+
+
+def jsonl_fingerprint(raw: bytes) -> str:
+    """``"blake2b:<digest>"`` of a JSONL shard's bytes as stored (compressed, for .gz and .zst)."""
+    return "blake2b:" + hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
 def _scan_parquet(dataset: str, file: SourceFile) -> ShardInfo:
     try:
-        with open(file.uri, "rb") as fh:
-            size = fh.seek(0, os.SEEK_END)
-            if size < 12:
-                raise ValueError("file is shorter than a Parquet header and footer")
-            fh.seek(size - 8)
-            tail = fh.read(8)
-            if tail[4:] != b"PAR1":
-                raise ValueError("file does not end with the Parquet magic bytes PAR1")
-            (footer_len,) = struct.unpack("<I", tail[:4])
-            fh.seek(size - 8 - footer_len)
-            footer = fh.read(footer_len)
+        size, fingerprint = parquet_fingerprint(file.uri)
         meta = pq.read_metadata(file.uri)
     except (OSError, ValueError) as exc:
         raise DatasetError(
-            f"dataset {dataset!r}: shard {file.uri} must be a readable Parquet file, got {exc} — "
+            f"dataset {dataset!r}: shard {file.uri} must be a readable Parquet file, got {one_line(exc)} — "
             "re-export or remove the file"
         ) from exc
-    digest = hashlib.blake2b(struct.pack("<Q", size) + footer, digest_size=16).hexdigest()
     return ShardInfo(
         uri=file.uri,
         format="parquet",
         rows=meta.num_rows,
         bytes=size,
         row_groups=meta.num_row_groups,
-        fingerprint=f"pqfooter:{digest}",
+        fingerprint=fingerprint,
     )
 
 
@@ -93,32 +129,38 @@ def _index_path(file: SourceFile) -> Path:
     return cache_dir() / "jsonl-index" / f"{key}.npz"
 
 
+def _read_index(index: Path) -> tuple[int, int, str] | None:
+    """``(rows, bytes, fingerprint)`` of a cached JSONL index, or None when absent or unreadable (rescan)."""
+    if not index.is_file():
+        return None
+    try:
+        with np.load(index) as cached:
+            return int(cached["rows"]), int(cached["bytes"]), str(cached["fingerprint"])
+    except Exception:  # a damaged cache file (any numpy/zip error) is a cache miss, never a failure
+        return None
+
+
 def _scan_jsonl(dataset: str, file: SourceFile) -> ShardInfo:
     index = _index_path(file)
-    if index.is_file():
-        with np.load(index) as cached:
-            return ShardInfo(
-                uri=file.uri,
-                format=file.format,
-                rows=int(cached["rows"]),
-                bytes=int(cached["bytes"]),
-                row_groups=1,
-                fingerprint=str(cached["fingerprint"]),
-            )
+    cached = _read_index(index)
+    if cached is not None:
+        rows, size, fingerprint = cached
+        return ShardInfo(uri=file.uri, format=file.format, rows=rows, bytes=size, row_groups=1, fingerprint=fingerprint)
     try:
         raw = Path(file.uri).read_bytes()
         data = decompress(raw, file.format)
-    except (OSError, EOFError, ValueError) as exc:
+    except (OSError, ValueError) as exc:
         raise DatasetError(
-            f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {exc} — "
+            f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — "
             "re-export or remove the file"
         ) from exc
     starts, _ends = line_spans(data)
-    fingerprint = "blake2b:" + hashlib.blake2b(raw, digest_size=16).hexdigest()
-    index.parent.mkdir(parents=True, exist_ok=True)
-    tmp = index.with_name(f"{index.stem}.{os.getpid()}.tmp.npz")
-    np.savez(tmp, rows=len(starts), bytes=len(raw), fingerprint=fingerprint, offsets=starts)
-    os.replace(tmp, index)
+    fingerprint = jsonl_fingerprint(raw)
+    write_atomic(
+        index,
+        lambda tmp: np.savez(tmp, rows=len(starts), bytes=len(raw), fingerprint=fingerprint, offsets=starts),
+        "the JSONL index cache",
+    )
     return ShardInfo(
         uri=file.uri,
         format=file.format,
@@ -127,3 +169,45 @@ def _scan_jsonl(dataset: str, file: SourceFile) -> ShardInfo:
         row_groups=1,
         fingerprint=fingerprint,
     )
+
+
+# -- writing cache files -----------------------------------------------------------------------------------
+_STORAGE_FAILURES = {
+    errno.ENOSPC: ("a full disk (ENOSPC: no space left on device)", "free space on that file system"),
+    errno.EDQUOT: ("an exceeded disk quota (EDQUOT)", "free space within your quota"),
+    errno.EROFS: ("a read-only file system (EROFS)", "make that file system writable"),
+    errno.EACCES: ("permission denied (EACCES)", "make that directory writable for this user"),
+    errno.EPERM: ("permission denied (EPERM)", "make that directory writable for this user"),
+}
+CACHE_DIR_FIX = "or set ZEPHON_CACHE_DIR to a writable directory with free space"
+
+
+def storage_error(
+    exc: OSError, what: str, where: str | os.PathLike[str], alternative: str = CACHE_DIR_FIX
+) -> StorageError:
+    """A one-line :class:`StorageError` for a failed write: what was written, where, why, and the fix."""
+    got, fix = _STORAGE_FAILURES.get(exc.errno or 0, (f"{exc.strerror or exc}", "check that file system"))
+    return StorageError(f"{what} must be written to {os.fspath(where)}, got {got} — {fix}, {alternative}")
+
+
+def write_atomic(path: Path, write: Callable[[Path], object], what: str, alternative: str = CACHE_DIR_FIX) -> None:
+    """Write ``path`` all or nothing: ``write(tmp)`` in the same directory, then rename.
+
+    The temporary keeps ``path``'s suffix (numpy appends ``.npy``/``.npz`` otherwise). On any failure it is
+    removed, so readers see the old file or the new one, never a part; an ``OSError`` becomes a
+    :class:`StorageError` (disk full, read-only, permission denied) naming ``path``.
+    """
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}-{os.urandom(4).hex()}.tmp{path.suffix}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise storage_error(exc, what, path, alternative) from exc
+    finally:
+        try:
+            tmp.unlink()
+        except FileNotFoundError:
+            pass
+        except OSError:  # e.g. a read-only file system: nothing was created there anyway
+            pass

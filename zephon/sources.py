@@ -56,7 +56,28 @@ def family(fmt: str) -> str:
 
 
 def discover_local_files(dataset: str, path: str) -> tuple[SourceFile, ...]:
-    """List the shards of a local dataset path, with clear errors for empty, unknown or mixed inputs."""
+    """List the shards of a local dataset path, with clear errors for empty, unknown or mixed inputs.
+
+    Symbolic links to files are followed (a Hugging Face cache snapshot is a directory of links into its blob
+    store); listing a directory does not descend into links to directories, so a link loop cannot hang it (a
+    glob follows Python's ``glob`` rules). Zephon only reads through links; nothing is written under a dataset
+    path.
+    """
+    if "\0" in path:
+        raise DatasetError(
+            f"dataset {dataset!r}: path {path!r} must not contain a NUL character, got one — fix the path"
+        )
+    try:
+        return _discover(dataset, path)
+    except OSError as exc:
+        where = exc.filename if exc.filename is not None else path
+        raise DatasetError(
+            f"dataset {dataset!r}: path {path!r} must be readable, got {exc.strerror or exc} for {where!s} — fix the "
+            "path or its permissions"
+        ) from exc
+
+
+def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
     expanded = os.path.expanduser(path)
     if any(ch in expanded for ch in "*?["):
         candidates = sorted(p for p in glob.glob(expanded, recursive=True) if os.path.isfile(p))

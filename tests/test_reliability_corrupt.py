@@ -1,0 +1,364 @@
+"""Bad input and data that changed under a plan: errors name dataset, shard, row and the fix; the skip policy
+counts what it skips; whole-shard damage is always an error (docs/reliability.md)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+import logging
+import re
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from tokenizers import Tokenizer
+
+from zephon import Pipeline
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec
+from zephon.executor.plan_reader import ShardRef
+from zephon.executor.runner import iterate_batches
+from zephon.executor.shard_reader import ShardReader
+from zephon.executor.tokenize import TokenizeSpec
+from zephon.io import Dataset
+from zephon.shard_scan import scan_shard
+from zephon.sources import discover_local_files
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+
+FIX_SKIP = re.escape('or skip and count such documents with Pipeline.options(on_bad_document="skip")')
+
+# One JSONL shard with a document of every bad kind; rows 0, 7 and 8 are valid (row 7 is empty text).
+LINES: list[bytes] = [
+    json.dumps({"text": "alpha beta gamma"}).encode(),
+    b'{"text": "caf\xe9 latin-1"}',  # row 1: not UTF-8
+    b'{"text": "broken',  # row 2: invalid JSON
+    b"[1, 2, 3]",  # row 3: not an object
+    json.dumps({"body": "no text key"}).encode(),  # row 4: missing field
+    json.dumps({"text": None}).encode(),  # row 5: null
+    json.dumps({"text": 7}).encode(),  # row 6: not a string
+    json.dumps({"text": ""}).encode(),  # row 7: empty text, a valid document
+    json.dumps({"text": "omega delta"}).encode(),
+]
+REASONS = ["not_utf8", "invalid_json", "not_an_object", "missing_field", "null_text", "not_text"]
+MESSAGES = [
+    r"row 1 must be UTF-8 text, got byte 0xe9 at byte 13 of the line — re-encode the file as UTF-8",
+    r"row 2 must be a JSON object, got invalid JSON \(Unterminated string .*\) in '\{\"text\": \"broken' — fix or remove that line",
+    r"row 3 must be a JSON object, got a JSON array — fix or remove that line",
+    r"row 4 must have the field 'text', got keys \['body'\] — pass field=\.\.\. to tokenize\(\)",
+    r"row 5 field 'text' must be a string, got null — clean the data",
+    r"row 6 field 'text' must be a string, got int — clean the data",
+]
+
+
+def write_jsonl(path: Path, lines: list[bytes], *, gz: bool = False) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = b"\n".join(lines) + b"\n"
+    path.write_bytes(gzip.compress(data, mtime=0) if gz else data)
+    return path
+
+
+def refs_of(path: Path, dataset: str = "web") -> list[ShardRef]:
+    refs = []
+    for i, f in enumerate(discover_local_files(dataset, str(path))):
+        info = scan_shard(dataset, f)
+        refs.append(
+            ShardRef(
+                shard_id=i,
+                dataset_id=0,
+                dataset=dataset,
+                uri=info.uri,
+                format=info.format,
+                rows=info.rows,
+                bytes=info.bytes,
+                fingerprint=info.fingerprint,
+                row_groups=info.row_groups,
+            )
+        )
+    return refs
+
+
+def read_all(refs: list[ShardRef], **kw) -> list[str | None]:
+    reader = ShardReader(refs, "text", capacity=2, **kw)
+    try:
+        return reader.texts(np.zeros(refs[0].rows, np.int64), np.arange(refs[0].rows))
+    finally:
+        reader.close()
+
+
+def one_lane_source(path: Path, **kw) -> StaticMixtureWorkSource:
+    """Plan order = row order (no shuffle, one lane, one epoch)."""
+    return StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(path))],
+        mixture=MixtureSpec({"web": 1}),
+        seed=0,
+        epochs=1,
+        shuffle=ShuffleSpec(enabled=False),
+        lanes=1,
+        **kw,
+    )
+
+
+def pipeline(plan: Path, tokenizer_dir: str, **options) -> Pipeline:
+    return (
+        Pipeline.from_plan(plan)
+        .options(**options)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=16)
+        .batch(microbatch_size=2)
+    )
+
+
+def stream(batches) -> list[int]:
+    return [int(t) for b in batches for i in range(len(b)) for t in b.tokens[i, : b.lengths[i]]]
+
+
+def encode(tokenizer_dir: str, texts: list[str]) -> list[int]:
+    tok = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
+    return [t for text in texts for t in [*tok.encode(text, add_special_tokens=False).ids, 0]]  # demo EOS is 0
+
+
+# ---------------------------------------------------------------- bad documents: one error each, complete
+@pytest.mark.parametrize("row", range(1, 7))
+def test_each_bad_document_kind_names_dataset_shard_row_and_fix(tmp_path, row) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", [LINES[0], LINES[row]])
+    refs = refs_of(shard)
+    message = MESSAGES[row - 1].replace(f"row {row}", "row 1")
+    with pytest.raises(DatasetError, match=rf"^dataset 'web': shard {re.escape(str(shard))} {message}.*{FIX_SKIP}"):
+        read_all(refs)
+
+
+def test_skip_policy_returns_none_for_bad_documents_and_counts_each_by_reason(tmp_path, caplog) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", LINES)
+    seen: list[tuple[str, int, str]] = []
+    with caplog.at_level(logging.WARNING, logger="zephon"):
+        texts = read_all(
+            refs_of(shard), on_bad_document="skip", on_skip=lambda r, row, why: seen.append((r.uri, row, why))
+        )
+    assert texts == ["alpha beta gamma", None, None, None, None, None, None, "", "omega delta"]
+    assert seen == [(str(shard), row, reason) for row, reason in enumerate(REASONS, start=1)]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and f"shard {shard} row 1 must be UTF-8 text" in warnings[0]  # once per shard
+
+
+def test_a_utf8_byte_order_mark_and_crlf_are_not_errors(tmp_path) -> None:
+    shard = tmp_path / "web" / "bom.jsonl"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(b'\xef\xbb\xbf{"text": "first"}\r\n{"text": "second"}\r\n')
+    assert read_all(refs_of(shard)) == ["first", "second"]
+
+
+def test_skip_end_to_end_no_tokens_for_skipped_documents_and_stats_by_reason_and_shard(tmp_path, tokenizer_dir) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", LINES)
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    with pytest.raises(DatasetError, match=rf"shard {re.escape(str(shard))} row 1 must be UTF-8"):
+        list(pipeline(plan, tokenizer_dir))  # default: raise
+    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    got = stream(pipe)
+    # The empty document is valid: it contributes its EOS (the demo tokenizer adds no BOS).
+    assert got == encode(tokenizer_dir, ["alpha beta gamma", "", "omega delta"])
+    stats = pipe.stats()
+    assert stats.skipped == dict.fromkeys(REASONS, 1)
+    assert stats.skipped_by_shard == {str(shard): dict.fromkeys(REASONS, 1)}
+    assert stats.documents == {"web": 3} and stats.tokens == {"web": len(got)}
+
+
+def test_skip_resumes_exactly_from_a_state(tmp_path, tokenizer_dir) -> None:
+    lines = [json.dumps({"text": f"document {i} " + "word " * (i % 5)}).encode() for i in range(40)]
+    for bad in (3, 11, 12, 30):
+        lines[bad] = json.dumps({"text": None}).encode()
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", lines)
+    plan = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(shard.parent))],
+        mixture=MixtureSpec({"web": 1}),
+        seed=1,
+        epochs=2,
+        lanes=2,
+    ).plan(tmp_path / "plan")
+    full = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    batches = list(full)
+    assert full.stats().skipped == {"null_text": 8}  # 4 documents, 2 epochs
+    first = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    it = iter(first)
+    head = [next(it) for _ in range(5)]
+    resumed = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    resumed.load_state_dict(first.state_dict())
+    rest = list(resumed)
+    assert [b.tokens.tolist() for b in head + rest] == [b.tokens.tolist() for b in batches]
+
+
+def test_null_parquet_text_is_a_document_error_and_skippable(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "web").mkdir()
+    shard = tmp_path / "web" / "part-0.parquet"
+    pq.write_table(pa.table({"text": ["one two", None, "", "three"]}), shard, row_group_size=2)
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 field 'text' must be a string, got null — clean the data",
+    ):
+        list(pipeline(plan, tokenizer_dir))
+    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    assert stream(pipe) == encode(tokenizer_dir, ["one two", "", "three"])
+    assert pipe.stats().skipped == {"null_text": 1}
+
+
+# ---------------------------------------------------------------- a shard is not a document: always an error
+def test_shard_level_problems_stay_errors_under_skip(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "a").mkdir()
+    pq.write_table(pa.table({"body": ["x", "y"]}), tmp_path / "a" / "p.parquet")
+    plan = one_lane_source(tmp_path / "a").plan(tmp_path / "plan-a")
+    with pytest.raises(
+        DatasetError, match=r"shard .*p\.parquet must have the column 'text', got columns \['body'\] — pass field="
+    ):
+        list(pipeline(plan, tokenizer_dir, on_bad_document="skip"))
+
+    (tmp_path / "b").mkdir()
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "b" / "p.parquet")
+    plan = one_lane_source(tmp_path / "b").plan(tmp_path / "plan-b")
+    with pytest.raises(
+        DatasetError,
+        match=r"column 'text' must hold strings, got int64 — pass field=\.\.\. to tokenize\(\) with a text column",
+    ):
+        list(pipeline(plan, tokenizer_dir, on_bad_document="skip"))
+
+
+def test_truncated_parquet_is_refused_at_plan_and_at_run_time(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "web").mkdir()
+    shard = tmp_path / "web" / "p.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(50)]}), shard)
+    data = shard.read_bytes()
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    shard.write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        DatasetError,
+        match=rf"shard {re.escape(str(shard))} changed since planning: size must be {len(data)} bytes, got {len(data) // 2} — restore the planned data or re-plan",
+    ):
+        list(pipeline(plan, tokenizer_dir, on_bad_document="skip"))
+    with pytest.raises(
+        DatasetError, match=r"must be a readable Parquet file, got .*PAR1.* — re-export or remove the file"
+    ):
+        one_lane_source(shard.parent).plan(tmp_path / "plan2")
+
+
+def test_a_corrupt_parquet_page_names_the_row_group_and_rows(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "web").mkdir()
+    shard = tmp_path / "web" / "p.parquet"
+    pq.write_table(pa.table({"text": [f"row {i}" for i in range(40)]}), shard, row_group_size=10, compression="none")
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    offset = pq.ParquetFile(shard).metadata.row_group(2).column(0).data_page_offset
+    data = bytearray(shard.read_bytes())
+    data[offset : offset + 8] = b"\xff" * 8  # the page header: same size, same footer
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        DatasetError,
+        match=r"row group 2 \(rows 20-29\) must decode, got .* the file is corrupt: restore it from its source or re-export it",
+    ):
+        list(pipeline(plan, tokenizer_dir, on_bad_document="skip"))
+
+
+@pytest.mark.parametrize("fmt", ["gz", "zst"])
+def test_truncated_compressed_jsonl_is_a_clear_error_not_a_raw_eoferror(tmp_path, fmt) -> None:
+    import zstandard
+
+    (tmp_path / "web").mkdir()
+    data = b"".join(json.dumps({"text": f"doc {i}"}).encode() + b"\n" for i in range(200))
+    blob = gzip.compress(data, mtime=0) if fmt == "gz" else zstandard.ZstdCompressor().compress(data)
+    good = tmp_path / "web" / f"p.jsonl.{fmt}"
+    good.write_bytes(blob)
+    ref = refs_of(good)[0]
+    kind = "gzip" if fmt == "gz" else "zstd"
+    # Planning refuses a truncated file...
+    cut = tmp_path / "cut" / f"p.jsonl.{fmt}"
+    cut.parent.mkdir()
+    cut.write_bytes(blob[: len(blob) // 2])
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': shard {re.escape(str(cut))} must be readable jsonl\.{fmt}, got a truncated {kind} stream .* — re-export or remove the file",
+    ):
+        refs_of(cut)
+    # ...and so does the reader (for a shard whose fingerprint cannot be checked, e.g. a plan of another tool).
+    good.write_bytes(blob[: len(blob) // 2] + bytes(len(blob) - len(blob) // 2))
+    unchecked = dataclasses.replace(ref, fingerprint="")
+    with pytest.raises(
+        DatasetError,
+        match=rf"shard {re.escape(str(good))} must be a complete jsonl\.{fmt} file, got a (truncated|corrupt) {kind} stream",
+    ):
+        read_all([unchecked])
+
+
+def test_exact_plans_refuse_the_skip_policy(tmp_path, tokenizer_dir) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", [LINES[0], LINES[8]])
+    tok = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    plan = one_lane_source(shard.parent, token_estimation=TokenEstimation(), exact_tokens=True).plan(
+        tmp_path / "plan", tokenize=tok, pack=PackSpec(max_length=16)
+    )
+    spec = ExecutorSpec(
+        tokenize=tok, pack=PackSpec(max_length=16), batch=BatchSpec(microbatch_size=2), on_bad_document="skip"
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r'on_bad_document must be "raise" for an exact plan, got \'skip\' — its token counts, offsets and packing include every document',
+    ):
+        next(iterate_batches(plan, spec))
+    with pytest.raises(ConfigError, match=r'on_bad_document must be "raise" or "skip", got \'drop\''):
+        Pipeline.from_plan(plan).options(on_bad_document="drop")
+
+
+# ---------------------------------------------------------------- data that changed under a plan
+def test_jsonl_changed_with_the_same_size_is_refused_by_its_fingerprint(tmp_path, tokenizer_dir) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", [LINES[0], LINES[8]])
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    before = json.loads((plan / "plan.json").read_text())
+    shard.write_bytes(shard.read_bytes().replace(b"alpha", b"ALPHA"))
+    with pytest.raises(
+        DatasetError,
+        match=rf"shard {re.escape(str(shard))} changed since planning: its bytes must match fingerprint blake2b:\w+, got blake2b:\w+ — restore the planned data or re-plan",
+    ):
+        list(pipeline(plan, tokenizer_dir))
+    assert before["format_version"] == 1
+
+
+def test_parquet_rewritten_with_the_same_size_is_refused_by_its_footer(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "web").mkdir()
+    shard = tmp_path / "web" / "p.parquet"
+
+    def write(texts: list[str]) -> None:
+        pq.write_table(pa.table({"text": texts}), shard, compression="none", use_dictionary=False)
+
+    write(["apple pie", "banana split", "cherry tart"])
+    size = shard.stat().st_size
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    write(["apricot p", "banana split", "cherry tart"])
+    assert shard.stat().st_size == size  # same size: only the footer (statistics) tells
+    with pytest.raises(
+        DatasetError,
+        match=r"changed since planning: its Parquet footer \(row groups, offsets, statistics\) must match fingerprint pqfooter:\w+, got pqfooter:\w+ — restore",
+    ):
+        list(pipeline(plan, tokenizer_dir))
+
+
+def test_a_row_count_other_than_planned_is_refused(tmp_path, tokenizer_dir) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", [LINES[0], LINES[8]])
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    table = pq.read_table(plan / "shards.parquet")
+    rows = pa.array([r + 1 for r in table.column("rows").to_pylist()], pa.int64())
+    pq.write_table(table.set_column(table.schema.get_field_index("rows"), "rows", rows), plan / "shards.parquet")
+    with pytest.raises(DatasetError, match=r"changed since planning: rows \(non-empty lines\) must be 3, got 2"):
+        list(pipeline(plan, tokenizer_dir))
+
+
+def test_a_removed_shard_is_refused_by_name(tmp_path, tokenizer_dir) -> None:
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", [LINES[0]])
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    shard.unlink()
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': shard {re.escape(str(shard))} must exist as planned, got No such file or directory — restore the file or re-plan",
+    ):
+        list(pipeline(plan, tokenizer_dir))
+
+
+# A Hub branch that moved after planning: the plan still reads its pinned commit —
+# tests/test_hub_pipeline.py::test_a_moved_branch_does_not_change_what_a_plan_reads.
