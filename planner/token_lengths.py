@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.compute as pc
 
-from zephon.errors import DatasetError, ZephonError
+from zephon.errors import ConfigError, DatasetError, ZephonError
 from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder, TokenizeSpec
@@ -145,12 +145,23 @@ def token_counts(
     *,
     workers: int | None = None,
     progress: bool = False,
+    engine: str = "local",
 ) -> tuple[list[np.ndarray], CountReport]:
-    """Exact per-row token counts (int32) for every shard, counting only what is not cached."""
+    """Exact per-row token counts (int32) for every shard, counting only what is not cached.
+
+    ``engine="local"`` counts in worker subprocesses on this machine; ``engine="ray"`` as Ray tasks
+    (``zephon.planner.count_ray``). Both save identical arrays to the same cache.
+    """
+    if engine not in ("local", "ray"):
+        raise ConfigError(f'count engine must be "local" or "ray", got {engine!r}')
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
     found = [_load(p, r.rows) for p, r in zip(paths, shards, strict=True)]
     todo = [i for i, a in enumerate(found) if a is None]
-    if todo:
+    if todo and engine == "ray":
+        from zephon.planner.count_ray import count_with_ray
+
+        count_with_ray([shards[i] for i in todo], spec, [paths[i] for i in todo], save_atomic, workers=workers)
+    elif todo:
         n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
         if n_workers == 1 and not progress:
             for i in todo:

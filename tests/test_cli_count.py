@@ -86,3 +86,21 @@ def test_config_packing_and_tokenizer_sections_are_validated(config, tmp_path) -
     bad.write_text(config.read_text().replace("oversize: drop", "oversize: chop"))
     with pytest.raises(Exception, match='bad.yaml: pack_flat oversize must be "split" or "drop", got \'chop\''):
         load_plan_config(bad)
+
+
+def test_count_on_ray_caches_arrays_identical_to_the_local_pool(config, tmp_path, monkeypatch) -> None:
+    pytest.importorskip("ray")
+    import numpy as np
+
+    runner = CliRunner()
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "ray-cache"))
+    ray_run = runner.invoke(cli, ["count", str(config), "--engine", "ray", "--workers", "2", "--no-progress"])
+    assert ray_run.exit_code == 0, ray_run.output
+    ray_arrays = {p.name: np.load(p) for p in (tmp_path / "ray-cache" / "token-counts").glob("*.npy")}
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "local-cache"))
+    local_run = runner.invoke(cli, ["count", str(config), "--workers", "2", "--no-progress"])
+    local_arrays = {p.name: np.load(p) for p in (tmp_path / "local-cache" / "token-counts").glob("*.npy")}
+    assert ray_run.output == local_run.output and ray_run.output.startswith("counted 3 shards (0 cached)")
+    assert sorted(ray_arrays) == sorted(local_arrays) and len(ray_arrays) == 3
+    assert all(np.array_equal(ray_arrays[k], local_arrays[k]) and ray_arrays[k].dtype == local_arrays[k].dtype
+               for k in ray_arrays)

@@ -149,7 +149,14 @@ def plan_summary(manifest: dict[str, Any], plan_dir: str) -> list[str]:
 @click.option(
     "--progress/--no-progress", default=None, help="Show a progress bar (default: when stderr is a terminal)."
 )
-def count(config: Path, workers: int | None, progress: bool | None) -> None:
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Count in local worker processes, or as Ray tasks (RAY_ADDRESS, else a local Ray instance).",
+)
+def count(config: Path, workers: int | None, progress: bool | None, engine: str) -> None:
     """Tokenize every document of CONFIG's datasets once and cache exact token counts.
 
     Counts are cached per (shard fingerprint, field, tokenizer fingerprint) under $ZEPHON_CACHE_DIR, so exact
@@ -176,6 +183,7 @@ def count(config: Path, workers: int | None, progress: bool | None) -> None:
             Encoder(loaded.tokenize),
             workers=workers,
             progress=sys.stderr.isatty() if progress is None else progress,
+            engine=engine,
         )
     click.echo(f"counted {_count(report.counted, 'shard')} ({report.cached} cached): {report.tokens} tokens")
     it = iter(arrays)
