@@ -213,3 +213,31 @@ def test_hub_download_with_a_failing_fsync_is_removed(reference_hub, tmp_path, m
         ):
             cache.acquire(remote_spec(ref))
         assert cache.total_bytes() == 0 and list((spec_root / "tmp").iterdir()) == []
+
+
+def test_planning_into_an_unwritable_cache_directory_is_a_storage_error(tmp_path, monkeypatch, tokenizer_dir) -> None:
+    import errno
+    import os as _os
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from zephon import Pipeline
+    from zephon.errors import StorageError
+    from zephon.io import Dataset
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    (tmp_path / "d").mkdir()
+    pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "d" / "a.parquet")
+    src = StaticMixtureWorkSource(datasets=[Dataset.from_path("a", tmp_path / "d")], mixture=MixtureSpec({"a": 1}), seed=0)
+    real_mkdir = _os.mkdir
+
+    def refuse(path, *args, **kwargs):  # the plans directory sits on a read-only file system
+        if "plans" in str(path):
+            raise OSError(errno.EROFS, "Read-only file system", str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(_os, "mkdir", refuse)
+    pipe = Pipeline(src).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=8).batch(microbatch_size=1)
+    with pytest.raises(StorageError, match="the plan bundle must be written to .*plans.* got a read-only file system"):
+        _ = pipe.plan_dir

@@ -28,7 +28,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.state import merge_states
 from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import StoreOptions
-from zephon.shard_scan import cache_dir
+from zephon.shard_scan import cache_dir, storage_error
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -148,7 +148,10 @@ class Pipeline:
             prepared = prepare(self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack)
             target = cache_dir() / "plans" / prepared.config_hash
             if not (target / "plan.json").is_file():
-                write_bundle(prepared, target, overwrite=True)
+                try:
+                    write_bundle(prepared, target, overwrite=True)
+                except OSError as exc:  # a read-only or full cache directory: say where and how to fix it
+                    raise storage_error(exc, "the plan bundle", target) from exc
             self._plan_dir = target
         return self._plan_dir
 
