@@ -70,13 +70,13 @@ class Batch:
         if return_labels:
             out["input_ids"] = tokens[:, :-1]
             labels = tokens[:, 1:].clone()
-            valid = torch.arange(1, width)[None, :] < torch.from_numpy(self.lengths)[:, None]
-            labels[~valid] = IGNORE_INDEX
+            if np.any(self.lengths < width):  # only rows with padding need masking
+                labels[torch.arange(1, width)[None, :] >= torch.from_numpy(self.lengths)[:, None]] = IGNORE_INDEX
             out["labels"] = labels
-            starts = self.segment_starts()[:, :-1]
         else:
             out["input_ids"] = tokens
-            starts = self.segment_starts()
+        if return_position_ids or return_cu_seqlens:
+            starts = self.segment_starts()[:, :-1] if return_labels else self.segment_starts()
         if return_position_ids:
             cols = np.arange(starts.shape[1])
             last_start = np.maximum.accumulate(np.where(starts, cols[None, :], 0), axis=1)

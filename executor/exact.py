@@ -8,25 +8,33 @@ In an exact plan every document's token count is known, so the plan fixes every 
 * ``best_fit``: ``bins.parquet`` lists, per sequence, the pieces (position, doc_start, length, offset).
 
 Either way a sequence is a list of pieces; the pieces' documents are read, tokenized, checked against the
-plan's token counts, and sliced. Recently tokenized documents are kept, because a document often spans
-consecutive sequences.
+plan's token counts, and sliced. The documents of the previous microbatch are kept, because a document often
+spans consecutive sequences (a long one, many microbatches).
 
 Example, L = 4, documents of 3, 2 and 4 tokens (offsets 0, 3, 5): sequence 1 = stream tokens 4..7 =
 doc 1 tokens 1..1 (offset 0), doc 2 tokens 0..2 (offset 1).
+
+Everything is computed for a whole microbatch at once, in numpy: one vectorized binary search per row group
+for the sequences' first and last documents, the pieces of all sequences from ``np.repeat`` over those
+ranges, and one gather that copies every piece's tokens into the rows; cached documents are found by a
+binary search too. The Python work per microbatch does not grow with the documents (or pieces) it holds.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
 
 from zephon.errors import DatasetError, PlanFormatError
-from zephon.executor.pack import PackedRows, make_pieces
+from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoder
+
+#: Documents read and tokenized together when calls step steadily through the sequences (the executor's
+#: ``read_chunk`` default), and how many calls ahead that may reach.
+READ_AHEAD, MAX_AHEAD_CALLS = 1024, 16
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -35,6 +43,28 @@ class Piece:
     doc_start: int
     length: int
     offset: int
+
+
+def _spread(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Indices ``starts[i] + j`` for ``j < sizes[i]``, concatenated over ``i``."""
+    total = int(sizes.sum())
+    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(total, dtype=np.int64)
+
+
+def _isin(values: np.ndarray, sorted_array: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in ``sorted_array``."""
+    if not len(sorted_array):
+        return np.zeros(len(values), dtype=bool)
+    slot = np.minimum(np.searchsorted(sorted_array, values), len(sorted_array) - 1)
+    return sorted_array[slot] == values
+
+
+def _ranges(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For inclusive ranges ``[first[i], last[i]]``: every value, and the index ``i`` it came from."""
+    counts = np.maximum(last - first + 1, 0)
+    owner = np.repeat(np.arange(len(first), dtype=np.int64), counts)
+    start_of_owner = np.cumsum(counts) - counts
+    return first[owner] + np.arange(int(counts.sum()), dtype=np.int64) - start_of_owner[owner], owner
 
 
 class ExactSequences:
@@ -62,69 +92,127 @@ class ExactSequences:
             if self.algorithm == "best_fit"
             else None
         )
-        self._docs: OrderedDict[int, np.ndarray] = OrderedDict()
+        empty = np.empty(0, dtype=np.int64)
+        #: Tokenized documents: sorted positions, start and size of each in the token array, the array.
+        self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (empty, empty, empty, empty)
+        self._prev: np.ndarray | None = None  # the sequences of the previous call
 
-    def pieces(self, k: int) -> list[Piece]:
-        if not 0 <= k < self.num_sequences:
-            raise IndexError(f"sequence must be in [0, {self.num_sequences}), got {k}")
+    def _pieces(self, ks: np.ndarray) -> np.ndarray:
+        """The pieces of sequences ``ks`` (``PIECE_DTYPE``; ``row`` = index into ``ks``), in row order."""
+        if len(ks) and (ks.min() < 0 or ks.max() >= self.num_sequences):
+            bad = int(ks[(ks < 0) | (ks >= self.num_sequences)][0])
+            raise IndexError(f"sequence must be in [0, {self.num_sequences}), got {bad}")
         if self.bins is not None:
-            first = self.bins.find("sequence", k - 1) + 1
-            last = self.bins.find("sequence", k)
-            rows = self.bins.rows(np.arange(first, last + 1))
-            return [
-                Piece(position=int(p), doc_start=int(s), length=int(n), offset=int(o))
-                for p, s, n, o in zip(rows["position"], rows["doc_start"], rows["length"], rows["offset"], strict=True)
-            ]
-        start, end = k * self.max_length, min((k + 1) * self.max_length, self.total_tokens)
-        position = self.samples.find("token_offset", start)
-        out = []
-        while position < self.samples.num_rows:
-            block = np.arange(position, min(position + 64, self.samples.num_rows))
-            rows = self.samples.rows(block)
-            for pos, doc_offset, doc_tokens in zip(
-                block.tolist(), rows["token_offset"].tolist(), rows["tokens"].tolist(), strict=True
-            ):
-                if doc_offset >= end:
-                    return out
-                lo, hi = max(start, doc_offset), min(end, doc_offset + doc_tokens)
-                if hi > lo:
-                    out.append(Piece(position=pos, doc_start=lo - doc_offset, length=hi - lo, offset=lo - start))
-            position = int(block[-1]) + 1
+            first = self.bins.find_many("sequence", ks - 1) + 1
+            last = self.bins.find_many("sequence", ks)
+            index, row = _ranges(first, last)
+            cols = self.bins.rows(index)
+            out = np.empty(len(index), dtype=PIECE_DTYPE)
+            out["row"], out["offset"], out["position"] = row, cols["offset"], cols["position"]
+            out["doc_start"], out["length"] = cols["doc_start"], cols["length"]
+            return out
+        start = ks * self.max_length
+        end = np.minimum(start + self.max_length, self.total_tokens)
+        first = self.samples.find_many("token_offset", start)
+        last = self.samples.find_many("token_offset", end - 1)
+        position, row = _ranges(first, last)
+        cols = self.samples.rows(position)
+        doc_offset, doc_tokens = cols["token_offset"], cols["tokens"]
+        lo = np.maximum(start[row], doc_offset)
+        hi = np.minimum(end[row], doc_offset + doc_tokens)
+        keep = hi > lo
+        out = np.empty(int(keep.sum()), dtype=PIECE_DTYPE)
+        out["row"], out["position"] = row[keep], position[keep]
+        out["offset"] = (lo - start[row])[keep]
+        out["doc_start"] = (lo - doc_offset)[keep]
+        out["length"] = (hi - lo)[keep]
         return out
 
-    def _fetch(self, positions: list[int]) -> None:
-        missing = sorted({p for p in positions if p not in self._docs})
-        if not missing:
-            return
-        rows = self.samples.rows(np.array(missing, dtype=np.int64))
-        texts = self.reader.texts(rows["shard_id"], rows["row"])
-        for i, (position, ids) in enumerate(zip(missing, self.encoder.encode(texts), strict=True)):
-            if len(ids) != rows["tokens"][i]:
-                ref = self.reader.ref(int(rows["shard_id"][i]))
-                raise DatasetError(
-                    f"dataset {ref.dataset!r}: shard {ref.uri} row {int(rows['row'][i])} (plan position {position}) "
-                    f"must have {int(rows['tokens'][i])} tokens as counted at planning, got {len(ids)} — the data "
-                    "or tokenizer changed; re-plan"
-                )
-            self._docs[position] = ids
-        while len(self._docs) > 4096:
-            self._docs.popitem(last=False)
+    def pieces(self, k: int) -> list[Piece]:
+        """The pieces of sequence ``k``."""
+        return [
+            Piece(position=int(position), doc_start=int(doc_start), length=int(length), offset=int(offset))
+            for _, offset, position, doc_start, length in self._pieces(np.array([k], dtype=np.int64)).tolist()
+        ]
+
+    def _upcoming(self, ks: np.ndarray, needed: int) -> np.ndarray:
+        """Positions the next calls will likely need, when calls step through the sequences at a steady
+        stride (one rank, one DataLoader worker): read ahead so that each read is about ``READ_AHEAD``
+        documents, not one microbatch's — Parquet reads and tokenizer calls have a fixed cost per call."""
+        prev, self._prev = self._prev, ks
+        if prev is None or len(prev) != len(ks) or not len(ks):
+            return np.empty(0, dtype=np.int64)
+        step = ks - prev
+        if step[0] <= 0 or np.any(step != step[0]):
+            return np.empty(0, dtype=np.int64)
+        calls = int(min(MAX_AHEAD_CALLS, max(1, -(-READ_AHEAD // max(needed, 1)))))
+        ahead = (ks[None, :] + step[0] * np.arange(1, calls + 1)[:, None]).ravel()
+        ahead = ahead[ahead < self.num_sequences]
+        return np.unique(self._pieces(ahead)["position"]) if len(ahead) else np.empty(0, dtype=np.int64)
+
+    def _fetch(self, ks: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The document cache, holding at least ``positions`` (sorted, unique): positions, start and size of
+        each document in the token array, and the array. Missing documents are read and tokenized in one
+        batch, with those the next calls will need (``_upcoming``), and their counts checked against the
+        plan; documents before ``positions`` are dropped (a document spanning several sequences, or several
+        microbatches, is tokenized once)."""
+        cached, base, size, tokens = self._cache
+        missing = positions[~_isin(positions, cached)]
+        if not len(missing):
+            self._prev = ks
+            return self._cache
+        ahead = self._upcoming(ks, len(positions))
+        want = np.union1d(missing, ahead[~_isin(ahead, cached)])
+        rows = self.samples.rows(want)
+        encoded = self.encoder.encode(self.reader.texts(rows["shard_id"], rows["row"]))
+        new_size = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        wrong = np.flatnonzero(new_size != rows["tokens"])
+        if len(wrong):
+            i = int(wrong[0])
+            ref = self.reader.ref(int(rows["shard_id"][i]))
+            raise DatasetError(
+                f"dataset {ref.dataset!r}: shard {ref.uri} row {int(rows['row'][i])} (plan position "
+                f"{int(want[i])}) must have {int(rows['tokens'][i])} tokens as counted at planning, got "
+                f"{int(new_size[i])} — the data or tokenizer changed; re-plan"
+            )
+        keep = np.flatnonzero(cached >= positions[0])
+        if len(keep) > 8 * READ_AHEAD:  # calls jumped around: keep what this call needs
+            keep = keep[_isin(cached[keep], positions)]
+        merged = np.concatenate([cached[keep], want])
+        order = np.argsort(merged, kind="stable")
+        sizes = np.concatenate([size[keep], new_size])
+        starts = np.empty(len(merged), dtype=np.int64)
+        starts[order] = np.cumsum(sizes[order]) - sizes[order]
+        out = np.empty(int(sizes.sum()), dtype=np.int64)
+        old = slice(0, len(keep))
+        out[_spread(starts[old], sizes[old])] = tokens[_spread(base[keep], sizes[old])]
+        new = slice(len(keep), None)
+        out[_spread(starts[new], sizes[new])] = np.concatenate(encoded) if encoded else out[:0]
+        self._cache = (merged[order], starts[order], sizes[order], out)
+        return self._cache
 
     def rows(self, ks: list[int]) -> PackedRows:
         """Packed rows of the sequences ``ks`` (in that order)."""
-        all_pieces = [self.pieces(k) for k in ks]
-        self._fetch([p.position for pieces in all_pieces for p in pieces])
-        tokens = np.full((len(ks), self.max_length), self.pad_id, dtype=np.int64)
-        starts = np.zeros((len(ks), self.max_length), dtype=bool)
-        lengths = np.zeros(len(ks), dtype=np.int64)
-        records = []
-        for r, pieces in enumerate(all_pieces):
-            for p in pieces:
-                records.append((r, p.offset, p.position, p.doc_start, p.length))
-                doc = self._docs[p.position]
-                if p.doc_start + p.length > len(doc):
-                    raise PlanFormatError(f"plan piece {p} must lie inside its document of {len(doc)} tokens — re-plan")
-                tokens[r, p.offset : p.offset + p.length] = doc[p.doc_start : p.doc_start + p.length]
-                starts[r, p.offset] = p.doc_start == 0 or self.algorithm == "best_fit"
-                lengths[r] = max(lengths[r], p.offset + p.length)
-        return PackedRows(tokens=tokens, doc_start=starts, lengths=lengths, pieces=make_pieces(records))
+        ks_array = np.asarray(ks, dtype=np.int64)
+        pieces = self._pieces(ks_array)
+        width, n = self.max_length, len(ks_array)
+        cached, base, sizes, source = self._fetch(ks_array, np.unique(pieces["position"]))
+        doc = np.searchsorted(cached, pieces["position"])
+        length = pieces["length"].astype(np.int64)
+        doc_start = pieces["doc_start"].astype(np.int64)
+        outside = np.flatnonzero(doc_start + length > sizes[doc])
+        if len(outside):
+            i = int(outside[0])
+            raise PlanFormatError(
+                f"plan piece {pieces[i]} must lie inside its document of {int(sizes[doc[i]])} tokens — re-plan"
+            )
+        dest = pieces["row"].astype(np.int64) * width + pieces["offset"]
+        tokens = np.full(n * width, self.pad_id, dtype=np.int64)
+        tokens[_spread(dest, length)] = source[_spread(base[doc] + doc_start, length)]
+        starts = np.zeros(n * width, dtype=bool)
+        starts[dest] = (doc_start == 0) | (self.algorithm == "best_fit")
+        lengths = np.zeros(n, dtype=np.int64)
+        np.maximum.at(lengths, pieces["row"], pieces["offset"].astype(np.int64) + length)
+        return PackedRows(
+            tokens=tokens.reshape(n, width), doc_start=starts.reshape(n, width), lengths=lengths, pieces=pieces
+        )

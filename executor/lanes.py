@@ -9,15 +9,20 @@ documents after it — never from the start of the plan.
 Example, max_length 4, lane documents at positions 3: [a a a E], 9: [b E], 12: [c c E]: rows [a a a E],
 [b E c c], then [E] (padded at the end of the plan). After the first row the cursor is (9, 0); after the
 second, (12, 2).
+
+The lane's tokens live in one growing array, in stream coordinates (token ``t`` of the lane's stream since
+the start of this run); documents are recorded by their first stream token. A row is one slice of the array,
+and its pieces come from one binary search over the document starts, so cutting a row costs the same few
+numpy calls whether it holds one document or hundreds of short ones.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import bisect
 
 import numpy as np
 
-from zephon.executor.pack import PackedRows, make_pieces
+from zephon.executor.pack import PIECE_DTYPE, PackedRows
 
 
 class Lane:
@@ -26,51 +31,90 @@ class Lane:
     def __init__(self, max_length: int, pad_id: int, start: tuple[int, int] = (0, 0)) -> None:
         self.max_length = max_length
         self.pad_id = pad_id
-        self.docs: deque[tuple[int, np.ndarray]] = deque()
-        self.head_offset = 0  # tokens of the head document already emitted
-        self.buffered = 0  # tokens buffered and not emitted
         self.start_position, self.start_skip = start
         self.read_to = self.start_position  # every plan position before this has been routed
+        self._buf = np.empty(4 * max_length, dtype=np.int64)
+        self._base = 0  # stream index of _buf[0]
+        self._end = 0  # stream index after the last buffered token
+        self._next = 0  # stream index of the next token to emit
+        self._starts: list[int] = []  # stream index of each buffered document's first token, in order
+        self._positions: list[int] = []  # its plan position
+        self._head = 0  # index (in the two lists) of the document holding token _next
+
+    @property
+    def buffered(self) -> int:
+        """Tokens buffered and not emitted."""
+        return self._end - self._next
 
     def push(self, position: int, tokens: np.ndarray) -> None:
         """Add the lane's document at ``position`` (documents before the lane's start are ignored)."""
         if position < self.start_position:
             return
-        if not self.docs:
-            self.head_offset = self.start_skip if position == self.start_position else 0
-            self.buffered = len(tokens) - self.head_offset
-        else:
-            self.buffered += len(tokens)
-        self.docs.append((position, tokens))
+        n = len(tokens)
+        if self._end + n - self._base > len(self._buf):
+            self._make_room(n)
+        at = self._end - self._base
+        self._buf[at : at + n] = tokens
+        self._starts.append(self._end)
+        self._positions.append(position)
+        self._end += n
+        if position == self.start_position and self.start_skip:  # resume inside the cursor's document
+            self._next += min(self.start_skip, n)
+            self._skip_done()
+
+    def _make_room(self, n: int) -> None:
+        """Drop emitted tokens from the front of the array, growing it if that is not enough."""
+        keep = self._buf[self._next - self._base : self._end - self._base]
+        size = len(self._buf)
+        while len(keep) + n > size:
+            size *= 2
+        buf = self._buf if size == len(self._buf) else np.empty(size, dtype=np.int64)
+        buf[: len(keep)] = keep.copy() if buf is self._buf else keep
+        self._buf, self._base = buf, self._next
+        if self._head > 4096:  # forget finished documents now and then (amortized O(1) per document)
+            del self._starts[: self._head], self._positions[: self._head]
+            self._head = 0
+
+    def _skip_done(self) -> None:
+        """Move the head past documents whose tokens are all emitted."""
+        starts, head = self._starts, self._head
+        if head < len(starts) and (head + 1 == len(starts) or starts[head + 1] <= self._next):
+            head = bisect.bisect_right(starts, self._next, lo=head) - 1
+            if self._next >= self._end:
+                head = len(starts)
+        self._head = head
 
     def ready(self) -> bool:
-        return self.buffered >= self.max_length
+        return self._end - self._next >= self.max_length
 
     def cursor(self) -> tuple[int, int]:
         """``(position, skip)`` from which this lane's remaining rows are rebuilt."""
-        if self.docs:
-            return self.docs[0][0], self.head_offset
+        if self._head < len(self._starts):
+            return self._positions[self._head], self._next - self._starts[self._head]
         return self.read_to, 0
 
     def pop_row(self) -> PackedRows:
         """The next row: full when enough is buffered, else what is left, padded (length 0 when empty)."""
         width = self.max_length
+        take = min(width, self._end - self._next)
         tokens = np.full((1, width), self.pad_id, dtype=np.int64)
-        starts = np.zeros((1, width), dtype=bool)
-        filled = 0
-        pieces = []
-        while filled < width and self.docs:
-            position, doc = self.docs[0]
-            take = min(width - filled, len(doc) - self.head_offset)
-            pieces.append((0, filled, position, self.head_offset, take))
-            tokens[0, filled : filled + take] = doc[self.head_offset : self.head_offset + take]
-            starts[0, filled] = self.head_offset == 0
-            filled += take
-            self.buffered -= take
-            self.head_offset += take
-            if self.head_offset == len(doc):
-                self.docs.popleft()
-                self.head_offset = 0
-        return PackedRows(
-            tokens=tokens, doc_start=starts, lengths=np.array([filled], dtype=np.int64), pieces=make_pieces(pieces)
-        )
+        doc_start = np.zeros((1, width), dtype=bool)
+        lo, hi = self._next, self._next + take
+        last = bisect.bisect_left(self._starts, hi, lo=self._head)  # documents [head, last) meet [lo, hi)
+        starts = np.array(self._starts[self._head : last + 1], dtype=np.int64)
+        if len(starts) == last - self._head:  # the last document ends at the end of the buffer
+            starts = np.append(starts, self._end)
+        begin, end = np.maximum(starts[:-1], lo), np.minimum(starts[1:], hi)
+        pieces = np.empty(last - self._head, dtype=PIECE_DTYPE)
+        pieces["row"] = 0
+        pieces["offset"] = begin - lo
+        pieces["position"] = self._positions[self._head : last]
+        pieces["doc_start"] = begin - starts[:-1]
+        pieces["length"] = end - begin
+        if take:
+            tokens[0, :take] = self._buf[lo - self._base : hi - self._base]
+            doc_start[0, pieces["offset"]] = pieces["doc_start"] == 0
+        self._next = hi
+        self._head = last - 1 if last > self._head else self._head
+        self._skip_done()
+        return PackedRows(tokens=tokens, doc_start=doc_start, lengths=np.array([take], dtype=np.int64), pieces=pieces)

@@ -14,6 +14,9 @@ import pyarrow.parquet as pq
 from zephon.errors import PlanFormatError
 from zephon.plan_format import SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema, read_manifest
 
+#: Documents in the first chunk ``PlanBundle.chunks`` yields (then doubling up to the chunk size).
+FIRST_CHUNK = 64
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ShardRef:
@@ -75,14 +78,17 @@ class PlanBundle:
     def dataset_names(self) -> list[str]:
         return [d["name"] for d in self.manifest["datasets"]]
 
-    def chunks(self, chunk_size: int, start: int = 0) -> Iterator[SampleChunk]:
+    def chunks(self, chunk_size: int, start: int = 0, *, ramp: int = FIRST_CHUNK) -> Iterator[SampleChunk]:
         """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time.
 
+        The first chunks are smaller — ``ramp`` documents, doubling up to ``chunk_size`` — so the first batch
+        waits for a few documents, not a whole chunk (chunk sizes change speed only, never the data).
         Seeking to ``start`` skips whole row groups by their row counts (footer metadata): no data before
         the row group holding ``start`` is read.
         """
         columns = ["dataset_id", "shard_id", "row", "lane"]
         first_row = 0
+        size = max(1, min(ramp, chunk_size))
         for file in self.sample_files:
             reader = pq.ParquetFile(file)
             meta = reader.metadata
@@ -92,9 +98,9 @@ class PlanBundle:
                     first_row += n
                     continue
                 table = reader.read_row_group(g, columns=columns)
-                skip = max(0, start - first_row)
-                for lo in range(skip, n, chunk_size):
-                    part = table.slice(lo, chunk_size)
+                lo = max(0, start - first_row)
+                while lo < n:
+                    part = table.slice(lo, size)
                     lane = part.column(3)
                     yield SampleChunk(
                         start=first_row + lo,
@@ -103,6 +109,8 @@ class PlanBundle:
                         row=part.column(2).to_numpy(),
                         lane=None if lane.null_count == len(lane) else lane.to_numpy(),
                     )
+                    lo += len(part)
+                    size = min(2 * size, chunk_size)
                 first_row += n
 
 
@@ -160,7 +168,16 @@ class RowGroupIndex:
 
     def find(self, key_column: str, value: int, side: str = "right") -> int:
         """Row number of the last row whose ``key_column`` ≤ value (``side="right"``) in the sorted file."""
+        return int(self.find_many(key_column, np.array([value], dtype=np.int64), side)[0])
+
+    def find_many(self, key_column: str, values: np.ndarray, side: str = "right") -> np.ndarray:
+        """``find`` for many values at once: one binary search per row group touched, not per value."""
         assert self.first_key is not None
-        g = max(0, int(np.searchsorted(self.first_key, value, side="right")) - 1)
-        local = int(np.searchsorted(self.group(g)[key_column], value, side=side)) - 1
-        return int(self.first_row[g]) + local
+        values = np.asarray(values, dtype=np.int64)
+        groups = np.maximum(np.searchsorted(self.first_key, values, side="right") - 1, 0)
+        out = np.empty(len(values), dtype=np.int64)
+        for g in np.unique(groups).tolist():
+            sel = np.flatnonzero(groups == g)
+            local = np.searchsorted(self.group(g)[key_column], values[sel], side=side) - 1  # type: ignore[call-overload]
+            out[sel] = self.first_row[g] + local
+        return out

