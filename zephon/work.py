@@ -102,48 +102,6 @@ class ShuffleSpec:
             raise ConfigError(f"ShuffleSpec.window_shards must be an integer ≥ 1, got {self.window_shards!r}")
 
 
-PhaseUnit = Literal["fraction", "documents", "tokens", "steps"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Phase:
-    """From ``start`` on, the plan mixes by ``mixture`` (until the next phase or the end of the plan).
-
-    The work source's own ``mixture`` is the first phase, from the start of training. Phases compile into the
-    same plan: each dataset keeps reading where it was, only the proportions change.
-
-    Attributes:
-        start: where the phase begins, in ``unit``.
-        mixture: the phase's weights; datasets it does not name get weight 0 in the phase.
-        unit: ``"fraction"`` of the budget (``num_documents`` or ``num_tokens``), ``"documents"`` (plan
-            positions), ``"tokens"`` (token mixtures), or ``"steps"`` (exact wrap plans: ``start`` ×
-            ``global_batch_size`` × ``max_length`` tokens).
-        global_batch_size: sequences per step, for ``unit="steps"``.
-
-    Example — anneal on a high-quality mix for the last 10 % of a 100B-token run::
-
-        Phase(start=0.9, mixture=MixtureSpec({"web": 0.3, "math": 0.4, "code": 0.3}))
-    """
-
-    start: float
-    mixture: MixtureSpec
-    unit: PhaseUnit = "fraction"
-    global_batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.unit not in ("fraction", "documents", "tokens", "steps"):
-            raise ConfigError(f'Phase unit must be "fraction", "documents", "tokens" or "steps", got {self.unit!r}')
-        if not isinstance(self.start, int | float) or isinstance(self.start, bool) or self.start <= 0:
-            raise ConfigError(f"Phase start must be a number > 0, got {self.start!r} — the first phase is `mixture`")
-        if self.unit == "fraction" and self.start >= 1:
-            raise ConfigError(f"Phase start as a fraction of the budget must be in (0, 1), got {self.start}")
-        if self.unit == "steps" and not (isinstance(self.global_batch_size, int) and self.global_batch_size > 0):
-            raise ConfigError(
-                f"a Phase in steps must give global_batch_size, got {self.global_batch_size!r} — pass the "
-                "global batch in sequences"
-            )
-
-
 OnExhaustion = Literal["new_epoch", "stop"]
 
 
@@ -168,8 +126,6 @@ class StaticMixtureWorkSource:
         exact_tokens: run the count pass (tokenize every document once, cached) and write an exact plan:
             token counts and stream offsets per document, packing decided in the plan. With
             ``token_estimation`` set, token shares are scheduled by the exact counts.
-        phases: later mixtures of a curriculum (``Phase``), in order of their start; they need a
-            ``num_documents`` or ``num_tokens`` budget.
         lanes: estimated plans only: documents are dealt to this many packing lanes, each packed on its own
             at train time, so a data-parallel size that divides ``lanes`` gives the same global batches
             (see docs/training.md). Exact plans need no lanes: any size dividing the global batch works.
@@ -186,7 +142,6 @@ class StaticMixtureWorkSource:
     shuffle: ShuffleSpec = field(default_factory=ShuffleSpec)
     exact_tokens: bool = False
     lanes: int = 8
-    phases: Sequence[Phase] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -218,36 +173,8 @@ class StaticMixtureWorkSource:
                 raise ConfigError(f"{label} must be an integer ≥ 1, got {value!r}")
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096:
             raise ConfigError(f"lanes must be an integer in [1, 4096], got {self.lanes!r} — use e.g. 8 or 64")
-        object.__setattr__(self, "phases", tuple(self.phases))
-        self._check_phases(names)
         if self.on_exhaustion not in ("new_epoch", "stop"):
             raise ConfigError(f'on_exhaustion must be "new_epoch" or "stop", got {self.on_exhaustion!r}')
-
-    def _check_phases(self, names: list[str]) -> None:
-        if not self.phases:
-            return
-        if self.num_documents is None and self.num_tokens is None:
-            raise ConfigError(
-                "phases must come with a num_documents or num_tokens budget, got "
-                f"{ {k: v for k, v in self.budget().items() if v is not None} or 'epochs 1'} — set one"
-            )
-        units = {p.unit for p in self.phases}
-        if len(units) > 1:
-            raise ConfigError(f"phases must share one unit, got {sorted(units)} — express every start in one unit")
-        for phase in self.phases:
-            if not isinstance(phase, Phase):
-                raise ConfigError(f"phases must be zephon.work.Phase values, got {type(phase).__name__}")
-            unknown = sorted(set(phase.mixture.weights) - set(names))
-            if unknown:
-                raise ConfigError(f"phase mixture names must be dataset names {names}, got unknown {unknown}")
-        starts = [p.start for p in self.phases]
-        if starts != sorted(starts) or len(set(starts)) != len(starts):
-            raise ConfigError(f"phase starts must increase, got {starts} — order the phases")
-        unit = self.phases[0].unit
-        if unit in ("tokens", "steps") and self.token_estimation is None:
-            raise ConfigError(f"phases in {unit} must come with token_estimation (a token mixture), got None")
-        if unit == "steps" and not self.exact_tokens:
-            raise ConfigError("phases in steps must come with exact_tokens=True (steps are exact only there)")
 
     def budget(self) -> dict[str, int | None]:
         return {"num_documents": self.num_documents, "epochs": self.epochs, "num_tokens": self.num_tokens}
