@@ -1,9 +1,10 @@
 """Writing a plan bundle (see ``zephon.plan_format``) from a prepared work source.
 
 ``write_plan`` = ``prepare`` (scan, count or estimate tokens, normalize, hash) → ``layout`` (positions,
-tokens, offsets, bins) → write ``samples.parquet``, ``shards.parquet``, ``bins.parquet`` (best fit) with
-Polars and ``plan.json``, into a temporary directory renamed into place, so a reader never sees a
-half-written bundle.
+tokens, offsets, bins, in chunks) → write ``samples.parquet`` chunk by chunk with pyarrow
+(``zephon.planner.samples_writer``: bounded memory, exact row groups, per-column encodings),
+``shards.parquet`` and ``bins.parquet`` (best fit) with Polars, and ``plan.json``, into a temporary
+directory renamed into place, so a reader never sees a half-written bundle.
 """
 
 from __future__ import annotations
@@ -28,12 +29,12 @@ from zephon.plan_format import (
     FORMAT_VERSION,
     PLAN_JSON,
     SAMPLES_FILE,
-    SAMPLES_ROW_GROUP,
     SHARDS_FILE,
 )
-from zephon.planner.best_fit import pack, padding_fraction
-from zephon.planner.layout import Layout, layout
+from zephon.planner.best_fit import Bins, pack, padding_fraction
+from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
+from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.work import StaticMixtureWorkSource
 
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
@@ -44,24 +45,6 @@ def _zephon_version() -> str:
         return version("zephon")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
         return "0+unknown"
-
-
-def _samples_frame(lay: Layout) -> pl.DataFrame:
-    n = len(lay.dataset_id)
-    return pl.DataFrame(
-        {
-            "position": pl.Series(np.arange(n, dtype=np.int64)),
-            "dataset_id": pl.Series(lay.dataset_id.astype(np.int16)),
-            "shard_id": pl.Series(lay.shard_id.astype(np.int32)),
-            "row": pl.Series(lay.row.astype(np.int32)),
-            "epoch": pl.Series(lay.epoch.astype(np.int32)),
-            "tokens": pl.Series(lay.tokens) if lay.tokens is not None else pl.Series([None] * n, dtype=pl.Int32),
-            "token_offset": pl.Series(lay.token_offset)
-            if lay.token_offset is not None
-            else pl.Series([None] * n, dtype=pl.Int64),
-            "lane": pl.Series(lay.lane) if lay.lane is not None else pl.Series([None] * n, dtype=pl.Int16),
-        }
-    )
 
 
 def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
@@ -81,16 +64,13 @@ def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
     )
 
 
-def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
+def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict[str, Any]:
     source = prepared.source
     weights = prepared.config["mixture"]["weights"]
-    n_docs = len(lay.dataset_id)
-    docs = np.bincount(lay.dataset_id, minlength=len(source.datasets)) if n_docs else np.zeros(len(source.datasets))
-    tok = (
-        np.bincount(lay.dataset_id, weights=lay.tokens, minlength=len(source.datasets))
-        if lay.tokens is not None and n_docs
-        else None
-    )
+    n_docs = totals.documents
+    docs = totals.docs
+    known = prepared.tokens is not None
+    tok = totals.tokens if known and n_docs else None
     total_tokens = float(tok.sum()) if tok is not None else 0.0
     datasets = []
     for index, (ds, info, refs) in enumerate(
@@ -108,28 +88,27 @@ def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
             "rows": info["rows"],
             "weight": float(eval_fraction(weights[ds.name])),
             "planned_documents": int(docs[index]),
-            "epochs_started": int(lay.epoch[lay.dataset_id == index].max()) + 1 if docs[index] else 0,
+            "epochs_started": int(totals.last_epoch[index]) + 1 if docs[index] else 0,
             "passes_completed": int(docs[index]) // info["rows"],
         }
         if tok is not None:
             entry["planned_tokens"] = int(tok[index])
             entry["planned_token_share"] = float(tok[index] / total_tokens) if total_tokens else 0.0
         datasets.append(entry)
-    totals: dict[str, Any] = {"documents": n_docs, "shards": sum(len(r) for r in prepared.shards)}
-    if lay.tokens is not None:
-        totals["tokens"] = int(total_tokens)
-        totals["tokens_are"] = "exact" if prepared.exact else "estimated"
+    counts: dict[str, Any] = {"documents": n_docs, "shards": sum(len(r) for r in prepared.shards)}
+    if known:
+        counts["tokens"] = int(total_tokens)
+        counts["tokens_are"] = "exact" if prepared.exact else "estimated"
     packing = None
     if prepared.exact and prepared.pack is not None:
         L = prepared.pack.max_length
         packing = {"algorithm": prepared.pack.algorithm, "max_length": L}
-        if lay.bins is None:
+        if bins is None:
             packing["sequences"] = -(-int(total_tokens) // L)
             packing["padding_fraction"] = (packing["sequences"] * L - total_tokens) / (packing["sequences"] * L)
         else:
-            b = lay.bins
-            assert lay.tokens is not None
-            first_fit = pack(lay.tokens.astype(np.int64), L, oversize=prepared.pack.oversize, first_fit=True)
+            b = bins
+            first_fit = pack(totals.all_tokens().astype(np.int64), L, oversize=prepared.pack.oversize, first_fit=True)
             packing.update(
                 {
                     "sequences": b.sequences,
@@ -151,7 +130,7 @@ def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
             "eos_token": prepared.tokenize.eos_token,
         }
     files: dict[str, Any] = {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE}
-    if lay.bins is not None:
+    if bins is not None:
         files["bins"] = BINS_FILE
     return {
         "format_version": FORMAT_VERSION,
@@ -170,7 +149,7 @@ def _manifest(prepared: PreparedPlan, lay: Layout) -> dict[str, Any]:
         "budget": prepared.config["budget"],
         "on_exhaustion": source.on_exhaustion,
         "files": files,
-        "totals": totals,
+        "totals": counts,
     }
 
 
@@ -187,16 +166,24 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
             f"plan output directory must be new or empty, got existing {out_dir} — choose another path "
             "or pass overwrite=True (--overwrite)"
         )
-    lay = layout(prepared)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
-        _samples_frame(lay).write_parquet(
-            tmp / SAMPLES_FILE, compression="zstd", statistics=True, row_group_size=SAMPLES_ROW_GROUP
-        )
+        packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm == "best_fit"
+        totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
+        writer = SamplesWriter(tmp / SAMPLES_FILE)
+        try:
+            for chunk in chunks(prepared):
+                totals.add(chunk)
+                writer.write(chunk)
+        except BaseException:
+            writer.abort()
+            raise
+        writer.close()
+        bins = best_fit(prepared, totals.all_tokens()) if packs else None
         _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)
-        if lay.bins is not None:
-            b = lay.bins
+        if bins is not None:
+            b = bins
             pl.DataFrame(
                 {
                     "sequence": b.sequence,
@@ -206,7 +193,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
                     "length": b.length,
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
-        text = json.dumps(_manifest(prepared, lay), indent=2) + "\n"
+        text = json.dumps(_manifest(prepared, totals, bins), indent=2) + "\n"
         (tmp / PLAN_JSON).write_text(text, encoding="utf-8")
         if out_dir.exists():
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")

@@ -13,7 +13,10 @@ is read as that fraction, so 1/3 given as 0.333… is exactly 1/3) over a common
 
 The schedule is periodic: after ``S`` slots every dataset has exactly ``S·w_i`` documents and the state is
 the initial one. So one period is computed with a Python loop (``S`` steps) and tiled; only weights with a
-denominator above ``MAX_PERIOD`` fall back to the loop over all positions.
+denominator above ``MAX_PERIOD`` fall back to the loop over all positions (about 0.4 µs per position;
+weights such as 0.4 / 0.25 / 0.15 have S = 100, while float shares like 0.3183098861837907 are exact binary
+fractions with a huge S). ``Interleaving`` hands the plan out a block at a time — a periodic schedule is
+grouped by dataset in closed form, the stepwise one resumes from its counts — so no schedule is held whole.
 
 Worked example, weights {a: 0.5, b: 0.3, c: 0.2} (S = 10, a's jobs due at 2, 4, 6…, b's at 3.33, 6.67…,
 c's at 5, 10): slot 0 → a (due 2), slot 1 → b (3.33; a's next job is not released until time 2),
@@ -42,26 +45,34 @@ def exact_weights(weights: list[float]) -> list[Fraction]:
     return [f / total for f in fracs]
 
 
-def _edf(numerators: list[int], denominator: int, length: int) -> np.ndarray:
-    """Run the EDF scheduler for ``length`` slots; weights are ``numerators[i] / denominator``."""
+def _edf(numerators: list[int], denominator: int, length: int, counts: list[int] | None = None) -> np.ndarray:
+    """Run the EDF scheduler for ``length`` slots; weights are ``numerators[i] / denominator``.
+
+    ``counts`` (documents given to each dataset so far, updated in place) resumes a schedule at slot
+    ``sum(counts)``, so a long schedule can be produced a chunk at a time.
+    """
     m = len(numerators)
-    counts = [0] * m
+    counts = counts if counts is not None else [0] * m
+    start = sum(counts)
     # Deadlines (k+1)/w_i compared as integers: (k+1) * scale_i with scale_i = L / numerator_i.
     lcm = math.lcm(*numerators)
     scale = [lcm // n for n in numerators]
+    # Dataset i's next document is released at the first slot with k·S ≤ slot·n_i; both values change only
+    # when i is scheduled, so each slot costs m integer comparisons and one division.
+    release = [-(-c * denominator // n) for c, n in zip(counts, numerators, strict=True)]
+    deadline = [(c + 1) * s for c, s in zip(counts, scale, strict=True)]
     out = np.empty(length, dtype=np.int16)
-    for slot in range(length):
+    datasets = range(m)
+    for slot in range(start, start + length):
         best = -1
-        best_deadline = 0
-        for i in range(m):
-            c = counts[i]
-            # Released when k/w_i ≤ slot, i.e. k·S ≤ slot·n_i.
-            if c * denominator <= slot * numerators[i]:
-                deadline = (c + 1) * scale[i]
-                if best < 0 or deadline < best_deadline:
-                    best, best_deadline = i, deadline
-        counts[best] += 1
-        out[slot] = best
+        for i in datasets:
+            if release[i] <= slot and (best < 0 or deadline[i] < deadline[best]):
+                best = i
+        c = counts[best] + 1
+        counts[best] = c
+        release[best] = -(-c * denominator // numerators[best])
+        deadline[best] += scale[best]
+        out[slot - start] = best
     return out
 
 
@@ -75,3 +86,74 @@ def interleave(weights: list[float], length: int) -> np.ndarray:
         reps = -(-length // denominator)
         return np.tile(period, reps)[:length]
     return _edf(numerators, denominator, length)
+
+
+class Interleaving:
+    """The schedule of ``interleave(weights, length)``, handed out in consecutive blocks.
+
+    Periodic schedules (``S ≤ MAX_PERIOD`` and ``S < length``) keep one period and group any block by
+    dataset in closed form; others run the stepwise scheduler block by block (2 bytes per position of the
+    current block only).
+    """
+
+    def __init__(self, weights: list[float], length: int) -> None:
+        fracs = exact_weights(weights)
+        self._denominator = math.lcm(*(f.denominator for f in fracs))
+        self._numerators = [int(f * self._denominator) for f in fracs]
+        self.length = length
+        self.periodic = self._denominator <= MAX_PERIOD and self._denominator < length
+        self._counts = [0] * len(weights)
+        if self.periodic:
+            self._pattern = _edf(self._numerators, self._denominator, self._denominator)
+            self._where = [np.flatnonzero(self._pattern == i) for i in range(len(weights))]
+
+    def positions(self, wanted: list[list[int]]) -> list[list[int | None]]:
+        """Position of document ``k`` (0-based) of dataset ``i`` for each ``k`` in ``wanted[i]``; None when it
+        is not before ``length``. Closed form when periodic; stepwise, one counting pass (the blocks are
+        computed again when handed out)."""
+        if self.periodic:
+            period = len(self._pattern)
+            out = []
+            for where, ks in zip(self._where, wanted, strict=True):
+                found: list[int | None] = []
+                for k in ks:
+                    q, r = divmod(k, len(where))
+                    p = q * period + int(where[r])
+                    found.append(p if p < self.length else None)
+                out.append(found)
+            return out
+        # Stepwise: run the scheduler from the start, counting, without keeping the schedule.
+        result: list[list[int | None]] = [[None] * len(ks) for ks in wanted]
+        counts = [0] * len(wanted)
+        start, stop = 0, self.length
+        while start < stop and any(p is None for found in result for p in found):
+            seen = np.array(counts, dtype=np.int64)
+            choice = _edf(self._numerators, self._denominator, min(stop - start, 1 << 20), counts)
+            for i, ks in enumerate(wanted):
+                for j, k in enumerate(ks):
+                    if result[i][j] is None and seen[i] <= k < counts[i]:
+                        result[i][j] = start + int(np.flatnonzero(choice == i)[k - seen[i]])
+            start += len(choice)
+        return result
+
+    def block(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Positions ``[start, stop)``, each block starting where the previous one stopped: the dataset
+        (int16) of each, the positions grouped by dataset (offsets from ``start``, dataset 0's first, each
+        group in plan order — ``np.argsort(choice, kind="stable")``), and the size of each group."""
+        if start != sum(self._counts):
+            raise ValueError(f"blocks must follow each other, got start {start} after {sum(self._counts)}")
+        m = len(self._numerators)
+        if not self.periodic:
+            choice = _edf(self._numerators, self._denominator, stop - start, self._counts)
+            return choice, np.argsort(choice, kind="stable"), np.bincount(choice, minlength=m)
+        period = len(self._pattern)
+        first = start % period
+        choice = np.resize(np.roll(self._pattern, -first), stop - start) if stop > start else self._pattern[:0]
+        bases = np.arange(start // period * period, -(-stop // period) * period, period, dtype=np.int64)[:, None]
+        parts = []
+        for i, where in enumerate(self._where):
+            offsets = (bases - start + where[None, :]).ravel()
+            lo, hi = np.searchsorted(offsets, [0, stop - start])
+            parts.append(offsets[lo:hi])
+            self._counts[i] += int(hi - lo)
+        return choice, np.concatenate(parts), np.array([len(p) for p in parts], dtype=np.int64)

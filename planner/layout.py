@@ -9,21 +9,48 @@ Budget rules: ``num_documents`` plans exactly that many positions; ``num_tokens`
 their tokens reach it; ``epochs=E`` (the default, E = 1) plans up to the point where the last dataset
 completes its E-th pass. With ``on_exhaustion="stop"`` the plan also ends just before any dataset would
 start a pass beyond E (1 when another budget is given).
+
+The plan is produced in chunks of consecutive positions (``chunks``), so memory does not grow with its
+length: ``CHUNK`` positions at a time, plus a few shuffle windows per dataset. Chunk boundaries never
+change the result. ``layout`` collects the chunks into whole columns for callers that want them.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.plan_format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
-from zephon.planner.interleave import exact_weights, interleave
-from zephon.planner.lanes import deal
-from zephon.planner.orders import epoch_order
+from zephon.planner.interleave import Interleaving, exact_weights
+from zephon.planner.lanes import Dealer
+from zephon.planner.orders import Reader
 from zephon.planner.prepare import PreparedPlan
-from zephon.planner.token_mix import Stream, schedule
+from zephon.planner.token_mix import schedule
+
+#: Positions per chunk: a multiple of the samples row group, so chunks are written as whole row groups.
+CHUNK = 64 * SAMPLES_ROW_GROUP
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Chunk:
+    """Columns of samples.parquet for positions ``[start, start + len)``; ``tokens``/``token_offset``/``lane``
+    None when the plan has none."""
+
+    start: int
+    dataset_id: np.ndarray  # int16
+    shard_id: np.ndarray  # int32
+    row: np.ndarray  # int32
+    epoch: np.ndarray  # int32
+    tokens: np.ndarray | None  # int32
+    token_offset: np.ndarray | None  # int64
+    lane: np.ndarray | None  # int16
+
+    def __len__(self) -> int:
+        return len(self.dataset_id)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -40,109 +67,136 @@ class Layout:
     lane: np.ndarray | None
 
 
-def _epoch_fn(prepared: PreparedPlan, index: int):
-    source = prepared.source
+def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -> Reader:
     refs = prepared.shards[index]
-    ids = np.array([r.shard_id for r in refs], dtype=np.int32)
-    counts = np.array([r.rows for r in refs], dtype=np.int64)
-    first = int(ids[0])
-    flat_tokens = np.concatenate(prepared.tokens[index]) if prepared.tokens is not None else None
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-
-    def run(epoch: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        shard, row = epoch_order(
-            ids,
-            counts,
-            seed=source.seed,
-            dataset_index=index,
-            epoch=epoch,
-            shuffle=source.shuffle.enabled,
-            window_shards=source.shuffle.window_shards,
-        )
-        tokens = flat_tokens[starts[shard - first] + row] if flat_tokens is not None else np.zeros(len(row), np.int64)
-        return shard, row, tokens
-
-    return run, int(counts.sum())
-
-
-def _sample_mixture(prepared: PreparedPlan) -> tuple[np.ndarray, ...]:
     source = prepared.source
-    weights = [float(source.mixture.weights[ds.name]) for ds in source.datasets]
+    return Reader(
+        shard_ids=np.array([r.shard_id for r in refs], dtype=np.int32),
+        shard_rows=np.array([r.rows for r in refs], dtype=np.int64),
+        tokens=prepared.tokens[index] if prepared.tokens is not None else None,
+        seed=source.seed,
+        dataset_index=index,
+        shuffle=source.shuffle.enabled,
+        window_shards=source.shuffle.window_shards,
+        max_epochs=max_epochs,
+    )
+
+
+def _weights(prepared: PreparedPlan) -> list[float]:
+    return [float(prepared.source.mixture.weights[ds.name]) for ds in prepared.source.datasets]
+
+
+def _sample_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
+    """The plan in chunks of ``(dataset, shard, row, epoch[, tokens])``, by document counts."""
+    source = prepared.source
+    weights = _weights(prepared)
     fr = [float(f) for f in exact_weights(weights)]
     rows = [sum(r.rows for r in refs) for refs in prepared.shards]
     passes = source.epochs or 1
-    if source.num_documents is not None and source.on_exhaustion == "new_epoch":
-        bound = source.num_documents
+    budget = source.num_documents
+    stop = source.on_exhaustion == "stop"
+    if budget is not None and not stop:
+        bound = budget
     else:
         # Enough positions for every dataset to complete `passes` passes (|c_i(n) - w_i n| < 1).
         bound = max(math.ceil((passes * r + 1) / w) + 1 for r, w in zip(rows, fr, strict=True))
-        if source.num_documents is not None:
-            bound = min(bound, source.num_documents)
-    choice = interleave(weights, bound)
-    length = source.num_documents if source.num_documents is not None else 0
-    for i, r in enumerate(rows):
-        positions = np.flatnonzero(choice == i)
-        if source.num_documents is None:
-            length = max(length, int(positions[passes * r - 1]) + 1)
-        if source.on_exhaustion == "stop" and len(positions) > passes * r:
-            length = min(length, int(positions[passes * r]))
-    choice = choice[:length]
-    shard = np.empty(length, np.int32)
-    row = np.empty(length, np.int32)
-    epoch = np.empty(length, np.int32)
-    tokens = np.zeros(length, np.int64)
-    for index in range(len(prepared.shards)):
-        run, total = _epoch_fn(prepared, index)
-        positions = np.flatnonzero(choice == index)
-        parts = [run(e) for e in range(-(-len(positions) // total))]
-        if parts:
-            shard[positions] = np.concatenate([p[0] for p in parts])[: len(positions)]
-            row[positions] = np.concatenate([p[1] for p in parts])[: len(positions)]
-            tokens[positions] = np.concatenate([p[2] for p in parts])[: len(positions)]
-        epoch[positions] = (np.arange(len(positions)) // total).astype(np.int32)
-    return choice.astype(np.int16), shard, row, epoch, tokens
+        if budget is not None:
+            bound = min(bound, budget)
+    schedule_ = Interleaving(weights, bound)
+    length = budget if budget is not None else 0
+    if budget is None or stop:
+        complete = [passes * r for r in rows]
+        # Folded in dataset order, as the budget rules were first written: max with each completion, min with
+        # each overrun.
+        found = schedule_.positions([[c - 1, c] for c in complete])
+        for last, beyond in found:
+            if budget is None:
+                assert last is not None, "the bound leaves room for every dataset's passes"
+                length = max(length, last + 1)
+            if stop and beyond is not None:
+                length = min(length, beyond)
+    length = min(length, bound)
+    readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
+    for start in range(0, length, CHUNK):
+        choice, order, counts = schedule_.block(start, min(length, start + CHUNK))
+        parts = [r.take(int(k)) for r, k in zip(readers, counts, strict=True)]
+        cols = [choice]
+        for c in range(len(parts[0])):
+            col = np.empty(len(choice), dtype=parts[0][c].dtype)
+            col[order] = np.concatenate([p[c] for p in parts])
+            cols.append(col)
+        yield tuple(cols)
 
 
-def _token_mixture(prepared: PreparedPlan) -> tuple[np.ndarray, ...]:
+def _token_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
+    """The plan in chunks of ``(dataset, shard, row, epoch, tokens)``, by token counts."""
     source = prepared.source
     assert prepared.tokens is not None
-    streams = []
-    for index in range(len(prepared.shards)):
-        run, _ = _epoch_fn(prepared, index)
-        epoch_tokens = int(sum(int(t.sum()) for t in prepared.tokens[index]))
-        streams.append(Stream(next_epoch=run, epoch_tokens=max(1, epoch_tokens)))
-    weights = [float(f) for f in exact_weights([float(source.mixture.weights[ds.name]) for ds in source.datasets])]
-    merged = schedule(
-        streams,
-        weights,
+    epoch_tokens = [int(sum(int(t.sum()) for t in group)) for group in prepared.tokens]
+    return schedule(
+        lambda i, cap: _reader(prepared, i, cap),
+        epoch_tokens,
+        [float(f) for f in exact_weights(_weights(prepared))],
         passes=source.epochs or 1,
         stop=source.on_exhaustion == "stop",
         num_documents=source.num_documents,
         num_tokens=source.num_tokens,
     )
-    return merged.dataset, merged.shard, merged.row, merged.epoch, merged.tokens
+
+
+def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
+    """The plan described by ``prepared``, in chunks of consecutive positions."""
+    raw = _token_mixture(prepared) if prepared.unit == "tokens" else _sample_mixture(prepared)
+    known = prepared.tokens is not None
+    dealer = None if prepared.exact else Dealer(prepared.source.lanes, with_tokens=known)
+    start = offset = 0
+    for cols in raw:
+        dataset_id, shard, row, epoch = cols[:4]
+        tokens = cols[4] if known else None
+        token_offset = None
+        if prepared.exact:
+            assert tokens is not None
+            token_offset = np.empty(len(tokens), np.int64)
+            token_offset[0] = offset
+            np.cumsum(tokens[:-1], out=token_offset[1:])
+            token_offset[1:] += offset
+            offset += int(tokens.sum())
+        yield Chunk(
+            start=start,
+            dataset_id=dataset_id.astype(np.int16, copy=False),
+            shard_id=shard.astype(np.int32, copy=False),
+            row=row.astype(np.int32, copy=False),
+            epoch=epoch.astype(np.int32, copy=False),
+            tokens=tokens.astype(np.int32) if tokens is not None else None,
+            token_offset=token_offset,
+            lane=dealer.deal(tokens if known else len(dataset_id)) if dealer is not None else None,
+        )
+        start += len(dataset_id)
+
+
+def best_fit(prepared: PreparedPlan, tokens: np.ndarray) -> Bins | None:
+    """Best-fit bins of an exact best-fit plan over its documents' ``tokens`` in plan order, else None."""
+    if not prepared.exact or prepared.pack is None or prepared.pack.algorithm != "best_fit":
+        return None
+    return pack(tokens.astype(np.int64), prepared.pack.max_length, oversize=prepared.pack.oversize)
 
 
 def layout(prepared: PreparedPlan) -> Layout:
-    """Lay out the plan described by ``prepared``."""
-    mix = _token_mixture if prepared.unit == "tokens" else _sample_mixture
-    dataset_id, shard, row, epoch, tokens = mix(prepared)
+    """Lay out the whole plan in memory (for small plans and tests; ``chunks`` streams it)."""
+    parts = list(chunks(prepared))
+
+    def column(name: str, dtype: type) -> np.ndarray:
+        return np.concatenate([getattr(c, name) for c in parts]) if parts else np.empty(0, dtype)
+
     known = prepared.tokens is not None
-    token_offset = None
-    bins = None
-    if prepared.exact:
-        token_offset = np.concatenate(([0], np.cumsum(tokens)[:-1])).astype(np.int64)
-        assert prepared.pack is not None
-        if prepared.pack.algorithm == "best_fit":
-            bins = pack(tokens, prepared.pack.max_length, oversize=prepared.pack.oversize)
-    lane = None if prepared.exact else deal(len(dataset_id), prepared.source.lanes, tokens if known else None)
+    tokens = column("tokens", np.int32) if known else None
     return Layout(
-        dataset_id=dataset_id,
-        shard_id=shard,
-        row=row,
-        epoch=epoch,
-        tokens=tokens.astype(np.int32) if known else None,
-        token_offset=token_offset,
-        bins=bins,
-        lane=lane,
+        dataset_id=column("dataset_id", np.int16),
+        shard_id=column("shard_id", np.int32),
+        row=column("row", np.int32),
+        epoch=column("epoch", np.int32),
+        tokens=tokens,
+        token_offset=column("token_offset", np.int64) if prepared.exact else None,
+        bins=best_fit(prepared, tokens) if tokens is not None else None,
+        lane=column("lane", np.int16) if not prepared.exact else None,
     )

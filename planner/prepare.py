@@ -134,6 +134,33 @@ def prepare(
                 )
                 tokens.append(tuple(arrays))
                 provenance[ds.name] = prov
+    return assemble(
+        source,
+        shards,
+        tokens=tuple(tokens) if tokens is not None else None,
+        token_provenance=provenance,
+        tokenize=tokenize,
+        tokenizer_fingerprint=encoder.fingerprint if encoder is not None else None,
+        pack=pack,
+        count_report=report,
+    )
+
+
+def assemble(
+    source: StaticMixtureWorkSource,
+    shards: tuple[tuple[ShardRef, ...], ...],
+    *,
+    tokens: tuple[tuple[np.ndarray, ...], ...] | None = None,
+    token_provenance: dict[str, Any] | None = None,
+    tokenize: TokenizeSpec | None = None,
+    tokenizer_fingerprint: str | None = None,
+    pack: PackSpec | None = None,
+    count_report: CountReport | None = None,
+) -> PreparedPlan:
+    """Normalize the config of ``source`` over already scanned ``shards`` (and per-row ``tokens``) and hash it.
+
+    ``prepare`` calls this after scanning; benchmarks call it with synthetic shard tables.
+    """
     fracs = exact_weights([float(source.mixture.weights[ds.name]) for ds in source.datasets])
     datasets = []
     for ds, refs in zip(source.datasets, shards, strict=True):
@@ -166,9 +193,9 @@ def prepare(
         "token_counts": "exact" if source.exact_tokens else ("estimated" if te is not None else None),
         "lanes": None if source.exact_tokens else source.lanes,
     }
-    if encoder is not None and tokenize is not None:
+    if tokenizer_fingerprint is not None and tokenize is not None:
         # The id is informational (a path may move); the fingerprint identifies the tokenizer.
-        config["tokenizer"] = {"fingerprint": encoder.fingerprint, "field": tokenize.field}
+        config["tokenizer"] = {"fingerprint": tokenizer_fingerprint, "field": tokenize.field}
     if te is not None and not source.exact_tokens:
         config["token_estimation"] = {
             "primer": te.primer,
@@ -184,10 +211,10 @@ def prepare(
         shards=shards,
         config=config,
         config_hash=hashlib.sha256(canonical.encode()).hexdigest(),
-        tokens=tuple(tokens) if tokens is not None else None,
-        token_provenance=provenance,
+        tokens=tokens,
+        token_provenance=token_provenance,
         tokenize=tokenize,
-        tokenizer_fingerprint=encoder.fingerprint if encoder is not None else None,
+        tokenizer_fingerprint=tokenizer_fingerprint,
         pack=pack if source.exact_tokens else None,
-        count_report=report,
+        count_report=count_report,
     )

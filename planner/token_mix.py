@@ -14,122 +14,110 @@ and a window of ``W`` tokens holds each share within ``(L_max,i + L_max,j)/W``.
 Worked example, weights a 0.5 / b 0.5, a's documents 10, 10, 10 tokens, b's 30, 30: finish times
 a: 20, 40, 60; b: 60, 120. Order: a(20) a(40) a(60) b(60) b(120) — after 4 documents both have 30 tokens.
 
-The streams are generated lazily, one epoch at a time, until the budget is met: only documents whose
-finish time is at most every generated stream's last finish time are placed, so more epochs never
-reorder an already placed prefix.
+Streaming merge: each dataset's documents come from a ``zephon.planner.orders.Reader`` a window at a
+time. Every generated document of dataset ``i`` has ``F ≤`` its reader's last generated finish time ``T_i``,
+and every document not yet generated has ``F ≥ T_i``. So with ``T = min T_i``, all documents with ``F < T``
+are known and can be placed, in order, before any later document is generated: the plan comes out a
+chunk at a time, identical to sorting everything at once, in memory bounded by the readers' buffers.
+Cumulative token counts are exact integers in float64 (below 2^53), so chunked sums equal one long sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import math
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from zephon.errors import ConfigError
+from zephon.planner.orders import Reader
 
-@dataclass(slots=True)
-class Stream:
-    """One dataset's documents in reading order, extended an epoch at a time."""
-
-    next_epoch: Callable[[int], tuple[np.ndarray, np.ndarray, np.ndarray]]  # epoch → (shard, row, tokens)
-    epoch_tokens: int
-    shard: list[np.ndarray] = field(default_factory=list)
-    row: list[np.ndarray] = field(default_factory=list)
-    epoch: list[np.ndarray] = field(default_factory=list)
-    tokens: list[np.ndarray] = field(default_factory=list)
-
-    @property
-    def epochs(self) -> int:
-        return len(self.shard)
-
-    def extend_to(self, epochs: int) -> None:
-        while self.epochs < epochs:
-            s, r, t = self.next_epoch(self.epochs)
-            self.shard.append(s)
-            self.row.append(r)
-            self.epoch.append(np.full(len(s), self.epochs, dtype=np.int32))
-            self.tokens.append(t)
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        return (
-            np.concatenate(self.shard),
-            np.concatenate(self.row),
-            np.concatenate(self.epoch),
-            np.concatenate(self.tokens),
-        )
+#: Documents each reader keeps buffered ahead of the placed prefix.
+FILL = 1 << 18
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Merged:
-    """The plan in global order."""
-
-    dataset: np.ndarray
-    shard: np.ndarray
-    row: np.ndarray
-    epoch: np.ndarray
-    tokens: np.ndarray
-
-
-def merge(streams: list[Stream], weights: list[float], horizon: float) -> Merged:
-    """All generated documents with finish time ≤ ``horizon``, in finish-time order."""
-    parts = []
-    for i, (s, w) in enumerate(zip(streams, weights, strict=True)):
-        shard, row, epoch, tokens = s.arrays()
-        finish = np.cumsum(tokens, dtype=np.float64) / w
-        keep = finish <= horizon
-        parts.append(
-            (np.full(int(keep.sum()), i, np.int16), shard[keep], row[keep], epoch[keep], tokens[keep], finish[keep])
-        )
-    dataset = np.concatenate([p[0] for p in parts])
-    finish = np.concatenate([p[5] for p in parts])
-    order = np.lexsort((np.arange(len(finish)), dataset, finish))
-    return Merged(
-        dataset=dataset[order],
-        shard=np.concatenate([p[1] for p in parts])[order],
-        row=np.concatenate([p[2] for p in parts])[order],
-        epoch=np.concatenate([p[3] for p in parts])[order],
-        tokens=np.concatenate([p[4] for p in parts])[order],
-    )
+def _budget(
+    epoch_tokens: list[int], weights: list[float], *, passes: int, stop: bool, open_ended: bool
+) -> tuple[float, list[int | None]]:
+    """The last finish time the plan may place, and the epochs each dataset may read."""
+    pass_finish = [passes * max(1, e) / w for e, w in zip(epoch_tokens, weights, strict=True)]
+    limit = min(pass_finish) if stop else math.inf
+    if open_ended:
+        return limit, [passes if stop else None] * len(weights)
+    horizon = min(limit, max(pass_finish))
+    caps: list[int | None] = [
+        max(1, int(np.ceil(horizon * w / max(1, e)))) + (0 if stop else 1)
+        for e, w in zip(epoch_tokens, weights, strict=True)
+    ]
+    return horizon, caps
 
 
 def schedule(
-    streams: list[Stream],
+    reader: Callable[[int, int | None], Reader],
+    epoch_tokens: list[int],
     weights: list[float],
     *,
     passes: int,
     stop: bool,
     num_documents: int | None,
     num_tokens: int | None,
-) -> Merged:
-    """Place documents by finish time under the budget rules of ``zephon.planner.build``."""
-    pass_finish = [passes * s.epoch_tokens / w for s, w in zip(streams, weights, strict=True)]
-    limit = min(pass_finish) if stop else float("inf")
-    if num_documents is None and num_tokens is None:
-        horizon = min(limit, max(pass_finish))
-        for s, w in zip(streams, weights, strict=True):
-            s.extend_to(max(1, int(np.ceil(horizon * w / s.epoch_tokens))) + (0 if stop else 1))
-        return merge(streams, weights, horizon)
-    # Open-ended budgets: grow every stream until the safely placed prefix covers the budget.
-    epochs = 1
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Yield the plan in order, in chunks of ``(dataset, shard, row, epoch, tokens)``.
+
+    ``reader(i, max_epochs)`` opens dataset ``i``'s documents. Budget rules as in ``zephon.planner.layout``:
+    with neither ``num_documents`` nor ``num_tokens``, every document whose finish time is at most
+    ``min(stop limit, largest finish of E passes)``; otherwise the first documents up to the budget, never
+    past the stop limit (the finish time at which the first dataset completes ``passes`` passes).
+    """
+    for i, e in enumerate(epoch_tokens):
+        if e <= 0:
+            raise ConfigError(
+                f"a token mixture needs documents with tokens, got 0 tokens in dataset {i} — count tokens "
+                "with BOS/EOS, or mix by samples"
+            )
+    open_ended = num_documents is not None or num_tokens is not None
+    horizon, caps = _budget(epoch_tokens, weights, passes=passes, stop=stop, open_ended=open_ended)
+    readers = [reader(i, cap) for i, cap in enumerate(caps)]
+    carry = [0.0] * len(readers)  # tokens already placed per dataset
+    placed_documents = placed_tokens = 0
     while True:
-        for s in streams:
-            s.extend_to(min(epochs, passes) if stop else epochs)
-        safe = min(s.epochs * s.epoch_tokens / w for s, w in zip(streams, weights, strict=True))
-        merged = merge(streams, weights, min(safe, limit))
-        n = len(merged.dataset)
+        finish = []
+        for i, (r, w) in enumerate(zip(readers, weights, strict=True)):
+            r.fill(FILL)
+            finish.append((carry[i] + np.cumsum(r.peek(3), dtype=np.float64)) / w)
+        live = [f[-1] for r, f in zip(readers, finish, strict=True) if not r.exhausted]
+        bound = min(live, default=math.inf)
+        final = bound > horizon
+        counts = [
+            int(np.searchsorted(f, horizon, side="right") if final else np.searchsorted(f, bound, side="left"))
+            for f in finish
+        ]
+        if not final and not any(counts):
+            # Every document buffered ends at the bound: read further in the readers that set it.
+            for r, f in zip(readers, finish, strict=True):
+                if not r.exhausted and f[-1] == bound:
+                    r.grow()
+            continue
+        parts = [r.take(k) for r, k in zip(readers, counts, strict=True)]
+        keys = np.concatenate([f[:k] for f, k in zip(finish, counts, strict=True)])
+        dataset = np.concatenate([np.full(k, i, np.int16) for i, k in enumerate(counts)])
+        # Runs are concatenated by dataset, each in reading order: a stable sort by finish time alone gives
+        # (finish, dataset, reading order), merging the sorted runs.
+        order = np.argsort(keys, kind="stable")
+        cols = [dataset[order]] + [np.concatenate([p[c] for p in parts])[order] for c in range(4)]
+        for i, p in enumerate(parts):
+            carry[i] += float(p[3].sum())
+        n = len(order)
+        done = final
         if num_tokens is not None:
-            reached = np.searchsorted(np.cumsum(merged.tokens), num_tokens, side="left")
-            if reached < n or safe >= limit:
-                n = min(n, int(reached) + 1)
-                break
-        elif n >= (num_documents or 0) or safe >= limit:
-            n = min(n, num_documents or n)
-            break
-        epochs *= 2
-    return Merged(
-        dataset=merged.dataset[:n],
-        shard=merged.shard[:n],
-        row=merged.row[:n],
-        epoch=merged.epoch[:n],
-        tokens=merged.tokens[:n],
-    )
+            reached = int(np.searchsorted(placed_tokens + np.cumsum(cols[4]), num_tokens, side="left"))
+            if reached < n:
+                n, done = reached + 1, True
+        elif num_documents is not None and placed_documents + n >= num_documents:
+            n, done = num_documents - placed_documents, True
+        if n:
+            yield tuple(c[:n] for c in cols)
+        placed_documents += n
+        placed_tokens += int(cols[4][:n].sum())
+        if done:
+            return

@@ -1,0 +1,247 @@
+"""Planner at scale: plan time, peak memory, bytes per document and seek time on synthetic shard tables.
+
+Run: python benchmarks/bench_planner.py [--documents 1e6 1e7 1e8] [--unit samples|tokens|exact] [--json FILE]
+
+Each size is planned in a child process (so its peak RSS is its own, read from ``os.wait4``): a synthetic
+shard table of ``--shards`` shards over five datasets (web / code / books / papers / chat, weights
+0.4 / 0.25 / 0.15 / 0.12 / 0.08) holding about N documents, budget ``num_documents=N``. No data files
+exist: the shard table is a tuple of ``ShardRef`` built in memory and handed to
+``zephon.planner.prepare.assemble`` (the same normalization ``prepare`` applies after scanning), so the
+figure is the planner alone — interleave, shuffle, lanes, the Parquet writing and ``plan.json``. Dataset
+sizes differ from their shares (×1.0, ×0.8, ×1.25, ×0.5, ×2.0), so code and papers start further
+epochs and chat covers half of its documents. Rows per shard vary ±50 % around N / shards.
+
+``--unit tokens`` plans a token mixture over synthetic per-row token estimates (log-normal, means
+800 / 1500 / 5000 / 6000 / 300 tokens); ``--unit exact`` a sample-mixture exact wrap plan over the same
+counts (token offsets in the plan).
+
+Reported per size: plan time (``write_bundle``: layout + files; wall clock) and the child's CPU time (user +
+system, whole process: it includes building the synthetic table), the child's peak RSS, bytes per document
+of ``samples.parquet`` (``--columns``: per column), and the time of a seek as the executor does it —
+footer statistics, then one row group (all columns) holding a random position, read with pyarrow (median
+and max of 200 seeks, warm page cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+WEIGHTS = {"web": 0.4, "code": 0.25, "books": 0.15, "papers": 0.12, "chat": 0.08}
+#: Dataset size relative to its share of the budget: < 1 starts further epochs, > 1 leaves rows unread.
+SIZE_FACTOR = {"web": 1.0, "code": 0.8, "books": 1.25, "papers": 0.5, "chat": 2.0}
+MEAN_TOKENS = {"web": 800, "code": 1500, "books": 5000, "papers": 6000, "chat": 300}
+SHARDS = 10_000
+
+
+def _rows_per_shard(total: int, shards: int, rng: np.random.Generator) -> np.ndarray:
+    """``shards`` sizes summing to ``total``, each within about ±50 % of the mean."""
+    share = rng.uniform(0.5, 1.5, shards)
+    sizes = np.floor(total * share / share.sum()).astype(np.int64)
+    sizes[: total - int(sizes.sum())] += 1
+    return sizes
+
+
+def synthetic_prepared(
+    documents: int,
+    *,
+    shards: int = SHARDS,
+    unit: str = "samples",
+    seed: int = 0,
+    lanes: int = 8,
+):
+    """A ``PreparedPlan`` over an in-memory shard table of about ``documents`` rows; budget ``documents``.
+
+    ``unit``: ``"samples"`` (sample mixture, no tokens), ``"tokens"`` (token mixture over synthetic
+    estimates) or ``"exact"`` (sample mixture, exact wrap plan over synthetic counts).
+    """
+    from zephon.executor.engine import PackSpec
+    from zephon.executor.plan_reader import ShardRef
+    from zephon.executor.tokenize import TokenizeSpec
+    from zephon.io import Dataset
+    from zephon.planner.prepare import assemble
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+
+    if unit not in ("samples", "tokens", "exact"):
+        raise ValueError(f"unit must be samples, tokens or exact, got {unit!r}")
+    rng = np.random.default_rng((seed, documents, shards))
+    names = list(WEIGHTS)
+    # Datasets are plain values; with no files listed, nothing touches a file system.
+    datasets = [Dataset(name=n, path=f"/synthetic/{n}", files=(), pinned=f"/synthetic/{n}") for n in names]
+    per_dataset = np.maximum(1, np.round(shards * np.array(list(WEIGHTS.values())))).astype(int)
+    refs, tokens = [], []
+    next_id = 0
+    for index, name in enumerate(names):
+        total = max(int(per_dataset[index]), round(documents * WEIGHTS[name] * SIZE_FACTOR[name]))
+        sizes = _rows_per_shard(total, int(per_dataset[index]), rng)
+        group, group_tokens = [], []
+        for k, rows in enumerate(sizes.tolist()):
+            group.append(
+                ShardRef(
+                    shard_id=next_id,
+                    dataset_id=index,
+                    dataset=name,
+                    uri=f"/synthetic/{name}/part-{k:05d}.parquet",
+                    format="parquet",
+                    rows=rows,
+                    bytes=rows * 4 * MEAN_TOKENS[name],
+                    fingerprint=f"pqfooter:{name}-{k:05d}-{rows}",
+                    row_groups=max(1, rows // 1000),
+                )
+            )
+            next_id += 1
+            if unit != "samples":
+                draw = np.random.default_rng((seed, index, k)).lognormal(0.0, 1.0, rows)
+                group_tokens.append((1 + MEAN_TOKENS[name] * draw / np.exp(0.5)).astype(np.int64))
+        refs.append(tuple(group))
+        tokens.append(tuple(group_tokens))
+    source = StaticMixtureWorkSource(
+        datasets=datasets,
+        mixture=MixtureSpec(WEIGHTS),
+        seed=seed,
+        num_documents=documents,
+        token_estimation=TokenEstimation(primer=0.25) if unit == "tokens" else None,
+        exact_tokens=unit == "exact",
+        lanes=lanes,
+    )
+    tokenize = TokenizeSpec(tokenizer_id="synthetic") if unit != "samples" else None
+    return assemble(
+        source,
+        tuple(refs),
+        tokens=tuple(tokens) if unit != "samples" else None,
+        token_provenance={n: {"method": "synthetic"} for n in names} if unit != "samples" else None,
+        tokenize=tokenize,
+        tokenizer_fingerprint="synthetic" if tokenize is not None else None,
+        pack=PackSpec(max_length=2049) if unit == "exact" else None,
+    )
+
+
+def _vmhwm_kib() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    return 0
+
+
+def child(documents: int, unit: str, out: Path, shards: int) -> None:
+    """Plan one size and print a JSON line: setup and plan seconds, VmHWM after setup and at the end."""
+    from zephon.planner.build import write_bundle
+
+    start = time.perf_counter()
+    prepared = synthetic_prepared(documents, unit=unit, shards=shards)
+    setup = time.perf_counter() - start
+    hwm_setup = _vmhwm_kib()
+    start = time.perf_counter()
+    write_bundle(prepared, out, overwrite=True)
+    plan = time.perf_counter() - start
+    print(json.dumps({"setup_s": setup, "plan_s": plan, "hwm_setup_kib": hwm_setup, "hwm_kib": _vmhwm_kib()}))
+
+
+def seek_times(samples: Path, seeks: int = 200, seed: int = 0) -> dict[str, float]:
+    """Open the file (footer), then read the row group holding each of ``seeks`` random positions."""
+    import pyarrow.parquet as pq
+
+    start = time.perf_counter()
+    pf = pq.ParquetFile(samples)
+    meta = pf.metadata
+    counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    first_row = np.concatenate(([0], np.cumsum(counts)))
+    open_ms = (time.perf_counter() - start) * 1000
+    rng = np.random.default_rng(seed)
+    times = []
+    for position in rng.integers(0, int(first_row[-1]), seeks).tolist():
+        start = time.perf_counter()
+        g = int(np.searchsorted(first_row, position, side="right")) - 1
+        table = pf.read_row_group(g)
+        row = {name: table.column(name)[position - int(first_row[g])].as_py() for name in table.column_names}
+        times.append((time.perf_counter() - start) * 1000)
+        assert row["position"] == position, (row, position)
+    return {"open_ms": open_ms, "seek_ms_median": float(np.median(times)), "seek_ms_max": float(np.max(times))}
+
+
+def column_bytes(samples: Path, rows: int) -> dict[str, float]:
+    """Compressed bytes per document of each column (data and dictionary pages)."""
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(samples).metadata
+    out = {}
+    for c in range(meta.num_columns):
+        total = sum(meta.row_group(g).column(c).total_compressed_size for g in range(meta.num_row_groups))
+        out[meta.row_group(0).column(c).path_in_schema] = total / rows
+    return out
+
+
+def run_size(documents: int, unit: str, root: Path, shards: int) -> dict[str, float]:
+    out = root / f"plan-{unit}-{documents}"
+    cmd = [sys.executable, __file__, "--child", str(documents), "--unit", unit, "--out", str(out)]
+    cmd += ["--shards", str(shards)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    text = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise SystemExit(f"child for {documents} documents failed with exit code {proc.returncode}")
+    result = json.loads(text.strip().splitlines()[-1])
+    samples = out / "samples.parquet"
+    manifest = json.loads((out / "plan.json").read_text())
+    rows = int(manifest["totals"]["documents"])
+    result.update(
+        documents=rows,
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        peak_rss_mib=usage.ru_maxrss / 1024,
+        bytes_per_document=samples.stat().st_size / rows,
+        column_bytes_per_document=column_bytes(samples, rows),
+        **seek_times(samples),
+    )
+    shutil.rmtree(out, ignore_errors=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--documents", nargs="+", type=float, default=[1e6, 1e7, 1e8])
+    parser.add_argument("--unit", choices=("samples", "tokens", "exact"), default="samples")
+    parser.add_argument("--shards", type=int, default=SHARDS)
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--columns", action="store_true", help="print bytes per document of each column")
+    parser.add_argument("--root", type=Path, help="directory for the plans (default: a temporary one)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        child(args.child, args.unit, args.out, args.shards)
+        return
+    root = args.root or Path(tempfile.mkdtemp(prefix="zephon-bench-planner-"))
+    results = []
+    print(f"unit {args.unit}, {args.shards:,} shards, 5 datasets; child process per size")
+    head = f"{'documents':>13} {'plan s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'bytes/doc':>10} {'open ms':>8}"
+    print(f"{head} {'seek ms p50/max':>16}")
+    for n in args.documents:
+        r = run_size(int(n), args.unit, root, args.shards)
+        results.append(r)
+        print(
+            f"{r['documents']:>13,} {r['plan_s']:>8.2f} {r['cpu_s']:>7.1f} {r['peak_rss_mib']:>13,.0f} "
+            f"{r['bytes_per_document']:>10.2f} "
+            f"{r['open_ms']:>8.1f} {r['seek_ms_median']:>8.1f}/{r['seek_ms_max']:<7.1f}",
+            flush=True,
+        )
+        if args.columns:
+            print(" " * 14 + "  ".join(f"{k} {v:.3f}" for k, v in r["column_bytes_per_document"].items()))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.root is None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""Writing samples.parquet a chunk at a time, in bounded memory, and the totals plan.json reports.
+
+The file is one Parquet file sorted by ``position``, in row groups of exactly ``SAMPLES_ROW_GROUP`` rows
+(the last one shorter), with min/max statistics on every column: the executor seeks to a position or a
+token offset by the footer statistics and decodes one row group.
+
+Writer: pyarrow's ``ParquetWriter`` rather than Polars or DuckDB. It takes the plan chunk by chunk (a plan
+of 10^8 documents never exists whole in memory), cuts row groups at exact boundaries whatever the chunking,
+writes the schema's Arrow types as they are (``SAMPLES_SCHEMA``: int16 stays int16, nullable columns stay
+nullable), and lets each column have its own encoding. pyarrow is already the executor's reader; the
+bytes depend only on the rows and the pyarrow version, which the file records (``created_by``).
+
+Encodings, chosen by measuring each column's bytes per document (docs/performance.md):
+
+* ``position`` and ``token_offset`` grow steadily: ``DELTA_BINARY_PACKED`` stores their differences
+  (0 bits per position; a document's tokens per offset), where plain zstd would cost 1–3 bytes each.
+* ``dataset_id``, ``epoch``, ``lane`` have a few values per row group, and ``shard_id`` a few dozen (one
+  shuffle window per dataset): dictionary + run-length encoding, then zstd.
+* ``row`` is close to random within a window of shards: ``DELTA_BINARY_PACKED`` bit-packs it to about its
+  entropy (log2 of the rows per shard), 15 % smaller than plain + zstd or a dictionary.
+* ``tokens`` (estimated or exact counts) are plain, zstd; all-null columns cost nothing.
+
+All pages are zstd (level 3). Writing happens on a second thread, overlapping the layout of the next chunk.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephon.plan_format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
+from zephon.planner.layout import Chunk
+
+DICTIONARY = ["dataset_id", "shard_id", "epoch", "lane"]
+ENCODINGS = {
+    "position": "DELTA_BINARY_PACKED",
+    "token_offset": "DELTA_BINARY_PACKED",
+    "row": "DELTA_BINARY_PACKED",
+    "tokens": "PLAIN",
+}
+
+
+@dataclass(slots=True)
+class Totals:
+    """What plan.json reports about the samples, accumulated chunk by chunk."""
+
+    datasets: int
+    keep_tokens: bool  # keep every document's tokens (best-fit packing needs them all)
+    documents: int = 0
+    docs: np.ndarray = field(init=False)  # per dataset
+    last_epoch: np.ndarray = field(init=False)  # per dataset, -1 before its first document
+    tokens: np.ndarray | None = None  # per dataset (float64 sums of integers: exact), None without tokens
+    token_parts: list[np.ndarray] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.docs = np.zeros(self.datasets, np.int64)
+        self.last_epoch = np.full(self.datasets, -1, np.int64)
+
+    def add(self, chunk: Chunk) -> None:
+        self.documents += len(chunk)
+        counts = np.bincount(chunk.dataset_id, minlength=self.datasets)
+        self.docs += counts
+        for i in np.flatnonzero(counts).tolist():
+            # Epochs never decrease within a dataset: its last document in the chunk has its largest epoch.
+            last = int(np.flatnonzero(chunk.dataset_id == i)[-1])
+            self.last_epoch[i] = max(int(self.last_epoch[i]), int(chunk.epoch[last]))
+        if chunk.tokens is not None:
+            sums = np.bincount(chunk.dataset_id, weights=chunk.tokens, minlength=self.datasets)
+            self.tokens = sums if self.tokens is None else self.tokens + sums
+            if self.keep_tokens:
+                self.token_parts.append(chunk.tokens)
+
+    def all_tokens(self) -> np.ndarray:
+        return np.concatenate(self.token_parts) if self.token_parts else np.empty(0, np.int32)
+
+
+def _table(chunk: Chunk) -> pa.Table:
+    n = len(chunk)
+
+    def column(values: np.ndarray | None, kind: pa.DataType) -> pa.Array:
+        return pa.array(values, type=kind) if values is not None else pa.nulls(n, kind)
+
+    return pa.Table.from_arrays(
+        [
+            pa.array(np.arange(chunk.start, chunk.start + n, dtype=np.int64)),
+            pa.array(chunk.dataset_id),
+            pa.array(chunk.shard_id),
+            pa.array(chunk.row),
+            pa.array(chunk.epoch),
+            column(chunk.tokens, pa.int32()),
+            column(chunk.token_offset, pa.int64()),
+            column(chunk.lane, pa.int16()),
+        ],
+        schema=SAMPLES_SCHEMA,
+    )
+
+
+class SamplesWriter:
+    """Write chunks of consecutive positions to ``path`` as whole row groups, on a background thread."""
+
+    def __init__(self, path: Path) -> None:
+        self._writer = pq.ParquetWriter(
+            path,
+            SAMPLES_SCHEMA,
+            compression="zstd",
+            compression_level=3,
+            use_dictionary=DICTIONARY,
+            column_encoding=ENCODINGS,
+            write_statistics=True,
+        )
+        self._pending: list[pa.Table] = []
+        self._rows = 0
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="zephon-samples")
+        self._future: Future[None] | None = None
+
+    def _write(self, table: pa.Table, final: bool) -> None:
+        self._pending.append(table)
+        self._rows += table.num_rows
+        whole = self._rows if final else self._rows - self._rows % SAMPLES_ROW_GROUP
+        if whole == 0:
+            return
+        merged = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        self._writer.write_table(merged.slice(0, whole), row_group_size=SAMPLES_ROW_GROUP)
+        rest = merged.slice(whole)
+        self._pending = [rest] if rest.num_rows else []
+        self._rows = rest.num_rows
+
+    def _wait(self) -> None:
+        if self._future is not None:
+            self._future.result()
+            self._future = None
+
+    def write(self, chunk: Chunk) -> None:
+        """Queue ``chunk``; at most one chunk is being written while the next is laid out."""
+        table = _table(chunk)
+        self._wait()
+        self._future = self._thread.submit(self._write, table, False)
+
+    def close(self) -> None:
+        try:
+            self._wait()
+            self._write(pa.Table.from_batches([], schema=SAMPLES_SCHEMA), True)
+            self._writer.close()
+        finally:
+            self._thread.shutdown(wait=True)
+
+    def abort(self) -> None:
+        self._thread.shutdown(wait=True, cancel_futures=True)
+        self._writer.close()
