@@ -45,7 +45,7 @@ path = "demo/code-*.parquet"
 
 ALLOWED = (
     "seed, datasets, mixture, num_documents, epochs, on_exhaustion, shuffle, token_estimation, num_tokens, "
-    "exact_tokens, tokenizer, packing"
+    "exact_tokens, tokenizer, packing, lanes"
 )
 
 
@@ -263,3 +263,10 @@ def test_unreadable_files_raise_config_error(tmp_path: Path, name: str, text: st
 def test_missing_file_raises_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"^CONFIG file must exist, got nothing at '.*nope\.yaml' — fix the path"):
         load_work_source(tmp_path / "nope.yaml")
+
+
+def test_lanes_key_sets_the_packing_lanes(root: Path) -> None:
+    assert _from_dict(root, lanes=64).lanes == 64
+    assert _from_dict(root).lanes == 8
+    with pytest.raises(ConfigError, match="`lanes` must be an integer ≥ 1, got integer 0"):
+        _from_dict(root, lanes=0)

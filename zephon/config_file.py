@@ -78,6 +78,7 @@ _TOP_KEYS = (
     "exact_tokens",
     "tokenizer",
     "packing",
+    "lanes",
 )
 _REQUIRED_KEYS = ("seed", "datasets", "mixture")
 _DATASET_KEYS = ("name", "path")
@@ -178,6 +179,8 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
     shuffle = _shuffle(data.get("shuffle"), origin)
     token_estimation = _token_estimation(data.get("token_estimation"), origin)
     num_tokens = _optional_integer(data, "num_tokens", origin)
+    lanes = data.get("lanes")
+    lanes = 8 if lanes is None else _integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
     exact_tokens = data.get("exact_tokens")
     if exact_tokens is not None and not isinstance(exact_tokens, bool):
         raise _type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
@@ -195,6 +198,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
             shuffle=shuffle,
             num_tokens=num_tokens,
             exact_tokens=bool(exact_tokens),
+            lanes=lanes,
         )
     except ZephonError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
