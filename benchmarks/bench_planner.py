@@ -58,11 +58,13 @@ def synthetic_prepared(
     unit: str = "samples",
     seed: int = 0,
     lanes: int = 8,
+    weights: dict[str, float] | None = None,
 ):
     """A ``PreparedPlan`` over an in-memory shard table of about ``documents`` rows; budget ``documents``.
 
     ``unit``: ``"samples"`` (sample mixture, no tokens), ``"tokens"`` (token mixture over synthetic
-    estimates) or ``"exact"`` (sample mixture, exact wrap plan over synthetic counts).
+    estimates) or ``"exact"`` (sample mixture, exact wrap plan over synthetic counts). ``weights`` replaces the
+    mixture's weights (the shard table keeps the shapes of ``WEIGHTS``).
     """
     from zephon.executor.engine import PackSpec
     from zephon.executor.plan_reader import ShardRef
@@ -106,7 +108,7 @@ def synthetic_prepared(
         tokens.append(tuple(group_tokens))
     source = StaticMixtureWorkSource(
         datasets=datasets,
-        mixture=MixtureSpec(WEIGHTS),
+        mixture=MixtureSpec(weights or WEIGHTS),
         seed=seed,
         num_documents=documents,
         token_estimation=TokenEstimation(primer=0.25) if unit == "tokens" else None,
@@ -132,12 +134,12 @@ def _vmhwm_kib() -> int:
     return 0
 
 
-def child(documents: int, unit: str, out: Path, shards: int) -> None:
+def child(documents: int, unit: str, out: Path, shards: int, weights: dict[str, float] | None) -> None:
     """Plan one size and print a JSON line: setup and plan seconds, VmHWM after setup and at the end."""
     from zephon.planner.build import write_bundle
 
     start = time.perf_counter()
-    prepared = synthetic_prepared(documents, unit=unit, shards=shards)
+    prepared = synthetic_prepared(documents, unit=unit, shards=shards, weights=weights)
     setup = time.perf_counter() - start
     hwm_setup = _vmhwm_kib()
     start = time.perf_counter()
@@ -180,10 +182,10 @@ def column_bytes(samples: Path, rows: int) -> dict[str, float]:
     return out
 
 
-def run_size(documents: int, unit: str, root: Path, shards: int) -> dict[str, float]:
+def run_size(documents: int, unit: str, root: Path, shards: int, weights: str | None) -> dict[str, float]:
     out = root / f"plan-{unit}-{documents}"
     cmd = [sys.executable, __file__, "--child", str(documents), "--unit", unit, "--out", str(out)]
-    cmd += ["--shards", str(shards)]
+    cmd += ["--shards", str(shards)] + (["--weights", weights] if weights else [])
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     text = proc.stdout.read()
@@ -212,22 +214,29 @@ def main() -> None:
     parser.add_argument("--documents", nargs="+", type=float, default=[1e6, 1e7, 1e8])
     parser.add_argument("--unit", choices=("samples", "tokens", "exact"), default="samples")
     parser.add_argument("--shards", type=int, default=SHARDS)
+    parser.add_argument(
+        "--weights",
+        help="five comma-separated weights instead of 0.4,0.25,0.15,0.12,0.08 (e.g. float shares such as "
+        "0.3183098861837907,... take the stepwise interleaving path)",
+    )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument("--columns", action="store_true", help="print bytes per document of each column")
     parser.add_argument("--root", type=Path, help="directory for the plans (default: a temporary one)")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    weights = dict(zip(WEIGHTS, map(float, args.weights.split(",")), strict=True)) if args.weights else None
     if args.child is not None:
-        child(args.child, args.unit, args.out, args.shards)
+        child(args.child, args.unit, args.out, args.shards, weights)
         return
     root = args.root or Path(tempfile.mkdtemp(prefix="zephon-bench-planner-"))
     results = []
-    print(f"unit {args.unit}, {args.shards:,} shards, 5 datasets; child process per size")
+    mixture = args.weights or ",".join(map(str, WEIGHTS.values()))
+    print(f"unit {args.unit}, {args.shards:,} shards, 5 datasets, weights {mixture}; child process per size")
     head = f"{'documents':>13} {'plan s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'bytes/doc':>10} {'open ms':>8}"
     print(f"{head} {'seek ms p50/max':>16}")
     for n in args.documents:
-        r = run_size(int(n), args.unit, root, args.shards)
+        r = run_size(int(n), args.unit, root, args.shards, args.weights)
         results.append(r)
         print(
             f"{r['documents']:>13,} {r['plan_s']:>8.2f} {r['cpu_s']:>7.1f} {r['peak_rss_mib']:>13,.0f} "

@@ -32,7 +32,7 @@ from zephon.planner.prepare import PreparedPlan
 from zephon.planner.token_mix import schedule
 
 #: Positions per chunk: a multiple of the samples row group, so chunks are written as whole row groups.
-CHUNK = 64 * SAMPLES_ROW_GROUP
+CHUNK = 8 * SAMPLES_ROW_GROUP
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
