@@ -24,6 +24,7 @@ from zephon.plan_format import FORMAT_VERSION
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
 from zephon.planner.token_lengths import CountReport, token_counts
+from zephon.shard_scan import ShardInfo
 from zephon.work import StaticMixtureWorkSource
 
 
@@ -51,6 +52,21 @@ class PreparedPlan:
         return self.source.exact_tokens
 
 
+def shard_ref(info: ShardInfo, *, shard_id: int, dataset_id: int, dataset: str) -> ShardRef:
+    """The plan's record of a scanned shard."""
+    return ShardRef(
+        shard_id=shard_id,
+        dataset_id=dataset_id,
+        dataset=dataset,
+        uri=info.uri,
+        format=info.format,
+        rows=info.rows,
+        bytes=info.bytes,
+        fingerprint=info.fingerprint,
+        row_groups=info.row_groups,
+    )
+
+
 def shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], ...]:
     out = []
     next_id = 0
@@ -59,19 +75,7 @@ def shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], .
         for info in ds.shards():
             if info.rows > np.iinfo(np.int32).max:
                 raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
-            refs.append(
-                ShardRef(
-                    shard_id=next_id,
-                    dataset_id=index,
-                    dataset=ds.name,
-                    uri=info.uri,
-                    format=info.format,
-                    rows=info.rows,
-                    bytes=info.bytes,
-                    fingerprint=info.fingerprint,
-                    row_groups=info.row_groups,
-                )
-            )
+            refs.append(shard_ref(info, shard_id=next_id, dataset_id=index, dataset=ds.name))
             next_id += 1
         if sum(r.rows for r in refs) == 0:
             raise DatasetError(

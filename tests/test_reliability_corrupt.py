@@ -24,6 +24,7 @@ from zephon.executor.runner import iterate_batches
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
+from zephon.planner.prepare import shard_ref
 from zephon.shard_scan import scan_shard
 from zephon.sources import discover_local_files
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
@@ -64,19 +65,7 @@ def refs_of(path: Path, dataset: str = "web") -> list[ShardRef]:
     refs = []
     for i, f in enumerate(discover_local_files(dataset, str(path))):
         info = scan_shard(dataset, f)
-        refs.append(
-            ShardRef(
-                shard_id=i,
-                dataset_id=0,
-                dataset=dataset,
-                uri=info.uri,
-                format=info.format,
-                rows=info.rows,
-                bytes=info.bytes,
-                fingerprint=info.fingerprint,
-                row_groups=info.row_groups,
-            )
-        )
+        refs.append(shard_ref(info, shard_id=i, dataset_id=0, dataset=dataset))
     return refs
 
 

@@ -17,6 +17,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from zephon import config_file
 from zephon.config_file import load_plan_config, read_config, work_source_from_dict
 from zephon.errors import ConfigError, HubError, ZephonError
 from zephon.hf_path import HfPath, parse_hf_path
@@ -66,21 +67,7 @@ values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.integers(), inner, max_size=4),
     max_leaves=12,
 )
-TOP_KEYS = [
-    "seed",
-    "datasets",
-    "mixture",
-    "num_documents",
-    "epochs",
-    "on_exhaustion",
-    "shuffle",
-    "token_estimation",
-    "num_tokens",
-    "exact_tokens",
-    "tokenizer",
-    "packing",
-    "lanes",
-]
+TOP_KEYS = list(config_file._TOP_KEYS)  # every key the loader accepts
 
 
 @pytest.fixture(scope="module")
