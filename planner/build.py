@@ -150,7 +150,37 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
         "on_exhaustion": source.on_exhaustion,
         "files": files,
         "totals": counts,
-    }
+    } | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
+
+
+def _phases(prepared: PreparedPlan, totals: Totals) -> list[dict[str, Any]]:
+    """plan.json ``phases``: each phase's start as configured, weights, and the positions it occupies."""
+    names = [ds.name for ds in prepared.source.datasets]
+    configured = [None, *prepared.config["phases"]]
+    out = []
+    end = totals.documents
+    for stage in reversed(prepared.stages):
+        done = totals.stages.get(stage.index)
+        first = done.first_position if done is not None else end
+        docs = done.docs if done is not None else np.zeros(len(names), np.int64)
+        entry: dict[str, Any] = {
+            "index": stage.index,
+            "start": configured[stage.index]
+            and {k: configured[stage.index][k] for k in ("start", "unit", "global_batch_size")},
+            "start_position": stage.start_position,
+            "start_tokens": stage.start_tokens,
+            "weights": {n: float(f) for n, f in zip(names, stage.fractions(), strict=True) if f},
+            "first_position": first,
+            "end_position": end,
+            "documents": int(docs.sum()),
+            "planned_documents": {n: int(d) for n, d in zip(names, docs, strict=True)},
+        }
+        if done is not None and done.tokens is not None:
+            entry["tokens"] = int(done.tokens.sum())
+            entry["planned_tokens"] = {n: int(t) for n, t in zip(names, done.tokens, strict=True)}
+        out.append(entry)
+        end = first
+    return out[::-1]
 
 
 def eval_fraction(text: str) -> float:

@@ -34,13 +34,17 @@ import numpy as np
 MAX_PERIOD = 1 << 20
 
 
+def exact_fraction(value: float) -> Fraction:
+    """``value`` as a fraction: the nearest one with denominator ≤ 10^6 when within 1e-12 (relative), so
+    0.1 is 1/10 and 1/3 given as 0.333… is 1/3; else the float's exact binary value."""
+    exact = Fraction(value)
+    near = exact.limit_denominator(10**6)
+    return near if abs(near - exact) <= Fraction(1, 10**12) * abs(exact) else exact
+
+
 def exact_weights(weights: list[float]) -> list[Fraction]:
     """Normalized weights as fractions summing exactly to 1."""
-    fracs = []
-    for w in weights:
-        exact = Fraction(w)
-        near = exact.limit_denominator(10**6)
-        fracs.append(near if abs(near - exact) <= Fraction(1, 10**12) * exact else exact)
+    fracs = [exact_fraction(w) for w in weights]
     total = sum(fracs)
     return [f / total for f in fracs]
 

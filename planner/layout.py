@@ -28,6 +28,7 @@ from zephon.planner.best_fit import Bins, pack
 from zephon.planner.interleave import Interleaving, exact_weights
 from zephon.planner.lanes import Dealer
 from zephon.planner.orders import Reader
+from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan
 from zephon.planner.token_mix import schedule
 
@@ -41,6 +42,7 @@ class Chunk:
     None when the plan has none."""
 
     start: int
+    stage: int  # the phase of every position in the chunk (0 without phases)
     dataset_id: np.ndarray  # int16
     shard_id: np.ndarray  # int32
     row: np.ndarray  # int32
@@ -82,19 +84,23 @@ def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -
     )
 
 
-def _weights(prepared: PreparedPlan) -> list[float]:
-    return [float(prepared.source.mixture.weights[ds.name]) for ds in prepared.source.datasets]
-
-
-def _sample_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
-    """The plan in chunks of ``(dataset, shard, row, epoch[, tokens])``, by document counts."""
+def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
+    """The plan in chunks of ``(stage, (dataset, shard, row, epoch[, tokens]))``, by document counts."""
     source = prepared.source
-    weights = _weights(prepared)
+    weights = list(stages[0].raw)
     fr = [float(f) for f in exact_weights(weights)]
     rows = [sum(r.rows for r in refs) for refs in prepared.shards]
     passes = source.epochs or 1
     budget = source.num_documents
     stop = source.on_exhaustion == "stop"
+    if len(stages) > 1:
+        # Phases come with a num_documents budget; the stop rule is applied stage by stage below.
+        assert budget is not None, "phases are validated to come with a budget"
+        starts = [s.start_position for s in stages]
+        assert all(p is not None for p in starts), "sample mixtures start phases at positions"
+        bounds = [min(int(p), budget) for p in starts if p is not None] + [budget]
+        yield from _stages(prepared, stages, bounds, passes=passes, rows=rows, stop=stop)
+        return
     if budget is not None and not stop:
         bound = budget
     else:
@@ -117,10 +123,19 @@ def _sample_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
                 length = min(length, beyond)
     length = min(length, bound)
     readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
+    for cols in _blocks(schedule_, readers, list(range(len(readers))), length):
+        yield 0, cols
+
+
+def _blocks(
+    schedule_: Interleaving, readers: list[Reader], active: list[int], length: int
+) -> Iterator[tuple[np.ndarray, ...]]:
+    """Positions ``[0, length)`` of ``schedule_`` over the ``active`` datasets' readers, CHUNK at a time."""
+    ids = np.asarray(active, dtype=np.int16)
     for start in range(0, length, CHUNK):
         choice, order, counts = schedule_.block(start, min(length, start + CHUNK))
-        parts = [r.take(int(k)) for r, k in zip(readers, counts, strict=True)]
-        cols = [choice]
+        parts = [readers[i].take(int(k)) for i, k in zip(active, counts, strict=True)]
+        cols = [ids[choice]]
         for c in range(len(parts[0])):
             col = np.empty(len(choice), dtype=parts[0][c].dtype)
             col[order] = np.concatenate([p[c] for p in parts])
@@ -128,15 +143,49 @@ def _sample_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
         yield tuple(cols)
 
 
-def _token_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
-    """The plan in chunks of ``(dataset, shard, row, epoch, tokens)``, by token counts."""
+def _stages(
+    prepared: PreparedPlan,
+    stages: tuple[Stage, ...],
+    bounds: list[int],
+    *,
+    passes: int,
+    rows: list[int],
+    stop: bool,
+) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
+    """A phased sample mixture: stage ``k`` interleaves its datasets over positions ``[bounds[k], bounds[k+1])``,
+    each dataset reading on from where the previous stages left it. With ``stop``, the plan ends just before
+    any dataset would start pass ``passes + 1``."""
+    readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
+    read = [0] * len(readers)  # documents taken per dataset
+    for k, stage in enumerate(stages):
+        lo, hi = bounds[k], max(bounds[k], bounds[k + 1])
+        if hi == lo:
+            continue
+        active = stage.active
+        schedule_ = Interleaving([stage.raw[i] for i in active], hi - lo)
+        length, ended = hi - lo, False
+        if stop:
+            found = schedule_.positions([[passes * rows[i] - read[i]] for i in active])
+            beyond = min((p for (p,) in found if p is not None), default=None)
+            if beyond is not None:
+                length, ended = beyond, True
+        for cols in _blocks(schedule_, readers, active, length):
+            for i, n in zip(active, np.bincount(cols[0], minlength=len(readers))[active].tolist(), strict=True):
+                read[i] += n
+            yield k, cols
+        if ended:
+            return
+
+
+def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
+    """The plan in chunks of ``(stage, (dataset, shard, row, epoch, tokens))``, by token counts."""
     source = prepared.source
     assert prepared.tokens is not None
     epoch_tokens = [int(sum(int(t.sum()) for t in group)) for group in prepared.tokens]
     return schedule(
         lambda i, cap: _reader(prepared, i, cap),
         epoch_tokens,
-        [float(f) for f in exact_weights(_weights(prepared))],
+        stages,
         passes=source.epochs or 1,
         stop=source.on_exhaustion == "stop",
         num_documents=source.num_documents,
@@ -146,11 +195,12 @@ def _token_mixture(prepared: PreparedPlan) -> Iterator[tuple[np.ndarray, ...]]:
 
 def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
     """The plan described by ``prepared``, in chunks of consecutive positions."""
-    raw = _token_mixture(prepared) if prepared.unit == "tokens" else _sample_mixture(prepared)
+    stages = prepared.stages
+    raw = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
     known = prepared.tokens is not None
     dealer = None if prepared.exact else Dealer(prepared.source.lanes, with_tokens=known)
     start = offset = 0
-    for cols in raw:
+    for stage, cols in raw:
         dataset_id, shard, row, epoch = cols[:4]
         tokens = cols[4] if known else None
         token_offset = None
@@ -163,6 +213,7 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
             offset += int(tokens.sum())
         yield Chunk(
             start=start,
+            stage=stage,
             dataset_id=dataset_id.astype(np.int16, copy=False),
             shard_id=shard.astype(np.int32, copy=False),
             row=row.astype(np.int32, copy=False),

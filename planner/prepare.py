@@ -23,6 +23,7 @@ from zephon.executor.tokenize import Encoder, TokenizeSpec
 from zephon.plan_format import FORMAT_VERSION
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
+from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.token_lengths import CountReport, token_counts
 from zephon.shard_scan import ShardInfo
 from zephon.work import StaticMixtureWorkSource
@@ -42,6 +43,8 @@ class PreparedPlan:
     tokenizer_fingerprint: str | None
     pack: PackSpec | None
     count_report: CountReport | None
+    #: Phase 0 (the mixture) and the work source's phases, resolved (``zephon.planner.phases``).
+    stages: tuple[Stage, ...]
 
     @property
     def unit(self) -> str:
@@ -207,6 +210,8 @@ def assemble(
             "calibration_shards_max": te.calibration_shards_max,
             "token_count_columns": te.token_count_columns,
         }
+    if source.phases:
+        config["phases"] = normalized(source)
     if source.exact_tokens and pack is not None:
         config["packing"] = {"algorithm": pack.algorithm, "max_length": pack.max_length, "oversize": pack.oversize}
     canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
@@ -221,4 +226,5 @@ def assemble(
         tokenizer_fingerprint=tokenizer_fingerprint,
         pack=pack if source.exact_tokens else None,
         count_report=count_report,
+        stages=stages(source, pack if source.exact_tokens else None),
     )

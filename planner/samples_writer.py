@@ -46,6 +46,19 @@ ENCODINGS = {
 
 
 @dataclass(slots=True)
+class StageTotals:
+    """One stage's share of the totals (chunks never span stages)."""
+
+    first_position: int
+    datasets: int
+    docs: np.ndarray = field(init=False)
+    tokens: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.docs = np.zeros(self.datasets, np.int64)
+
+
+@dataclass(slots=True)
 class Totals:
     """What plan.json reports about the samples, accumulated chunk by chunk."""
 
@@ -56,14 +69,20 @@ class Totals:
     last_epoch: np.ndarray = field(init=False)  # per dataset, -1 before its first document
     tokens: np.ndarray | None = None  # per dataset (float64 sums of integers: exact), None without tokens
     token_parts: list[np.ndarray] = field(default_factory=list)
+    #: Per stage (phase) that placed documents: first position, documents and tokens per dataset.
+    stages: dict[int, StageTotals] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.docs = np.zeros(self.datasets, np.int64)
         self.last_epoch = np.full(self.datasets, -1, np.int64)
 
     def add(self, chunk: Chunk) -> None:
-        self.documents += len(chunk)
         counts = np.bincount(chunk.dataset_id, minlength=self.datasets)
+        stage = self.stages.get(chunk.stage)
+        if stage is None:
+            stage = self.stages[chunk.stage] = StageTotals(first_position=self.documents, datasets=self.datasets)
+        stage.docs += counts
+        self.documents += len(chunk)
         self.docs += counts
         for i in np.flatnonzero(counts).tolist():
             # Epochs never decrease within a dataset: its last document in the chunk has its largest epoch.
@@ -72,6 +91,7 @@ class Totals:
         if chunk.tokens is not None:
             sums = np.bincount(chunk.dataset_id, weights=chunk.tokens, minlength=self.datasets)
             self.tokens = sums if self.tokens is None else self.tokens + sums
+            stage.tokens = sums if stage.tokens is None else stage.tokens + sums
             if self.keep_tokens:
                 self.token_parts.append(chunk.tokens)
 

@@ -25,12 +25,13 @@ Cumulative token counts are exact integers in float64 (below 2^53), so chunked s
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.planner.orders import Reader
+from zephon.planner.phases import Stage
 
 #: Documents each reader keeps buffered ahead of the placed prefix.
 FILL = 1 << 18
@@ -55,19 +56,24 @@ def _budget(
 def schedule(
     reader: Callable[[int, int | None], Reader],
     epoch_tokens: list[int],
-    weights: list[float],
+    stages: Sequence[Stage],
     *,
     passes: int,
     stop: bool,
     num_documents: int | None,
     num_tokens: int | None,
-) -> Iterator[tuple[np.ndarray, ...]]:
-    """Yield the plan in order, in chunks of ``(dataset, shard, row, epoch, tokens)``.
+) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
+    """Yield the plan in order, in chunks ``(stage, (dataset, shard, row, epoch, tokens))``.
 
     ``reader(i, max_epochs)`` opens dataset ``i``'s documents. Budget rules as in ``zephon.planner.layout``:
     with neither ``num_documents`` nor ``num_tokens``, every document whose finish time is at most
     ``min(stop limit, largest finish of E passes)``; otherwise the first documents up to the budget, never
     past the stop limit (the finish time at which the first dataset completes ``passes`` passes).
+
+    Stages (``zephon.planner.phases``): each runs the merge above from where the readers are, with its own
+    weights and fresh finish times (a phase's shares count from its own start); it ends at the next stage's
+    start (a position, or the document that reaches a token count) and the stop limit is measured from the
+    tokens each dataset has left in its ``passes`` passes.
     """
     for i, e in enumerate(epoch_tokens):
         if e <= 0:
@@ -76,48 +82,97 @@ def schedule(
                 "with BOS/EOS, or mix by samples"
             )
     open_ended = num_documents is not None or num_tokens is not None
-    horizon, caps = _budget(epoch_tokens, weights, passes=passes, stop=stop, open_ended=open_ended)
-    readers = [reader(i, cap) for i, cap in enumerate(caps)]
-    carry = [0.0] * len(readers)  # tokens already placed per dataset
-    placed_documents = placed_tokens = 0
-    while True:
-        finish = []
-        for i, (r, w) in enumerate(zip(readers, weights, strict=True)):
-            r.fill(FILL)
-            finish.append((carry[i] + np.cumsum(r.peek(3), dtype=np.float64)) / w)
-        live = [f[-1] for r, f in zip(readers, finish, strict=True) if not r.exhausted]
-        bound = min(live, default=math.inf)
-        final = bound > horizon
-        counts = [
-            int(np.searchsorted(f, horizon, side="right") if final else np.searchsorted(f, bound, side="left"))
-            for f in finish
-        ]
-        if not final and not any(counts):
-            # Every document buffered ends at the bound: read further in the readers that set it.
-            for r, f in zip(readers, finish, strict=True):
-                if not r.exhausted and f[-1] == bound:
-                    r.grow()
-            continue
-        parts = [r.take(k) for r, k in zip(readers, counts, strict=True)]
-        keys = np.concatenate([f[:k] for f, k in zip(finish, counts, strict=True)])
-        dataset = np.concatenate([np.full(k, i, np.int16) for i, k in enumerate(counts)])
-        # Runs are concatenated by dataset, each in reading order: a stable sort by finish time alone gives
-        # (finish, dataset, reading order), merging the sorted runs.
-        order = np.argsort(keys, kind="stable")
-        cols = [dataset[order]] + [np.concatenate([p[c] for p in parts])[order] for c in range(4)]
-        for i, p in enumerate(parts):
-            carry[i] += float(p[3].sum())
-        n = len(order)
-        done = final
-        if num_tokens is not None:
-            reached = int(np.searchsorted(placed_tokens + np.cumsum(cols[4]), num_tokens, side="left"))
-            if reached < n:
-                n, done = reached + 1, True
-        elif num_documents is not None and placed_documents + n >= num_documents:
-            n, done = num_documents - placed_documents, True
-        if n:
-            yield tuple(c[:n] for c in cols)
-        placed_documents += n
-        placed_tokens += int(cols[4][:n].sum())
-        if done:
+    if not open_ended and len(stages) > 1:
+        raise ConfigError("phases must come with a num_documents or num_tokens budget, got none — set one")
+    first = [float(f) for f in stages[0].fractions()]
+    horizon, caps = _budget(epoch_tokens, first, passes=passes, stop=stop, open_ended=open_ended)
+    merge = _Merge([reader(i, cap) for i, cap in enumerate(caps)])
+    for k, stage in enumerate(stages):
+        later = stages[k + 1] if k + 1 < len(stages) else None
+        end_documents = later.start_position if later is not None else num_documents
+        end_tokens = later.start_tokens if later is not None else num_tokens
+        weights = [float(f) for f in stage.fractions()]
+        if open_ended and stop:
+            horizon = min((passes * epoch_tokens[i] - merge.consumed[i]) / weights[i] for i in stage.active)
+        for cols in merge.run(weights, horizon, end_documents=end_documents, end_tokens=end_tokens):
+            yield k, cols
+        if merge.ended:
             return
+
+
+class _Merge:
+    """The WFQ merge over all datasets' readers, run one stage at a time."""
+
+    def __init__(self, readers: list[Reader]) -> None:
+        self.readers = readers
+        self.documents = 0  # placed so far, all stages
+        self.tokens = 0
+        self.consumed = [0] * len(readers)  # tokens placed per dataset, all stages
+        self.ended = False  # the plan ended (stop limit or epochs budget) before the stage's end
+
+    def run(
+        self, weights: list[float], horizon: float, *, end_documents: int | None, end_tokens: int | None
+    ) -> Iterator[tuple[np.ndarray, ...]]:
+        """Place documents by finish time with ``weights`` until ``end_documents`` positions or the document
+        that reaches ``end_tokens`` tokens (in the whole plan), or the ``horizon``."""
+        active = [i for i, w in enumerate(weights) if w > 0]
+        readers = [self.readers[i] for i in active]
+        w = [weights[i] for i in active]
+        carry = [0.0] * len(active)  # tokens this stage placed per active dataset
+        while True:
+            if (end_documents is not None and self.documents >= end_documents) or (
+                end_tokens is not None and self.tokens >= end_tokens
+            ):
+                return
+            finish = []
+            for j, r in enumerate(readers):
+                r.fill(FILL)
+                finish.append((carry[j] + np.cumsum(r.peek(3), dtype=np.float64)) / w[j])
+            live = [f[-1] for r, f in zip(readers, finish, strict=True) if not r.exhausted]
+            bound = min(live, default=math.inf)
+            final = bound > horizon
+            counts = [
+                int(np.searchsorted(f, horizon, side="right") if final else np.searchsorted(f, bound, side="left"))
+                for f in finish
+            ]
+            if not final and not any(counts):
+                # Every document buffered ends at the bound: read further in the readers that set it.
+                for r, f in zip(readers, finish, strict=True):
+                    if not r.exhausted and f[-1] == bound:
+                        r.grow()
+                continue
+            keys = np.concatenate([f[:k] for f, k in zip(finish, counts, strict=True)])
+            tokens = np.concatenate([r.peek(3)[:k] for r, k in zip(readers, counts, strict=True)])
+            slot = np.concatenate([np.full(k, j, np.int16) for j, k in enumerate(counts)])
+            # Runs are concatenated by dataset, each in reading order: a stable sort by finish time alone gives
+            # (finish, dataset, reading order), merging the sorted runs.
+            order = np.argsort(keys, kind="stable")
+            n = len(order)
+            done = final
+            if end_tokens is not None:
+                reached = int(np.searchsorted(self.tokens + np.cumsum(tokens[order]), end_tokens, side="left"))
+                if reached < n:
+                    n, done = reached + 1, True
+            elif end_documents is not None and self.documents + n >= end_documents:
+                n, done = end_documents - self.documents, True
+            if n < len(order):
+                # The first n of a stable merge are a prefix of each run: take only those, merge them again.
+                counts = np.bincount(slot[order[:n]], minlength=len(readers)).tolist()
+                keys = np.concatenate([f[:k] for f, k in zip(finish, counts, strict=True)])
+                slot = np.concatenate([np.full(k, j, np.int16) for j, k in enumerate(counts)])
+                order = np.argsort(keys, kind="stable")
+            parts = [r.take(k) for r, k in zip(readers, counts, strict=True)]
+            dataset = np.asarray(active, np.int16)[slot]
+            cols = [dataset[order]] + [np.concatenate([p[c] for p in parts])[order] for c in range(4)]
+            for j, p in enumerate(parts):
+                placed = int(p[3].sum())
+                carry[j] += float(placed)
+                self.consumed[active[j]] += placed
+            if n:
+                yield tuple(cols)
+            self.documents += n
+            self.tokens += int(cols[4].sum())
+            if final:
+                self.ended = True
+            if done:
+                return

@@ -45,7 +45,7 @@ path = "demo/code-*.parquet"
 
 ALLOWED = (
     "seed, datasets, mixture, num_documents, epochs, on_exhaustion, shuffle, token_estimation, num_tokens, "
-    "exact_tokens, tokenizer, packing, lanes"
+    "exact_tokens, tokenizer, packing, lanes, phases"
 )
 
 

@@ -8,6 +8,12 @@ other unit than the mixture's — the dataset's overall share of the plan (then 
 the dataset is spread). A dataset whose weight is at least ``min_weight`` (5 %) *violates* the audit when
 its share in some window is more than ``tolerance_pp`` percentage points from its target.
 
+Phased plans (``zephon.work.Phase``; plan.json ``phases``) are audited phase by phase: each document counts
+in its phase (by plan position), windows slide over the steps holding the phase's documents, and the
+target is the phase's weights. A step that straddles a boundary counts in both phases with the units of
+each. The top-level figures then summarize the phases: the target is the mixture the phases add up to
+(each phase's target weighted by its units), the worst window is the worst of any phase.
+
 Units per step come from the ``steps`` view (``zephon.inspect_views``): tokens are each document's tokens
 inside the step; samples count each document once, in the step holding its first token.
 
@@ -33,7 +39,7 @@ from zephon.inspect_views import connect_with_steps, document_steps_sql
 from zephon.plan_format import read_manifest
 from zephon.plan_steps import resolve_layout
 
-__all__ = ["AuditResult", "AuditSpec", "DatasetAudit", "audit_plan", "plot_shares"]
+__all__ = ["AuditResult", "AuditSpec", "DatasetAudit", "PhaseAudit", "audit_plan", "plot_shares"]
 
 Unit = Literal["samples", "tokens"]
 
@@ -94,6 +100,29 @@ class DatasetAudit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseAudit:
+    """The audit of one phase of a phased plan (positions ``[first_position, end_position)``)."""
+
+    index: int
+    first_position: int
+    end_position: int
+    #: Steps holding the phase's documents (a boundary step belongs to both phases).
+    first_step: int
+    last_step: int
+    window: int
+    windows: int
+    datasets: tuple[DatasetAudit, ...]
+
+    @property
+    def violations(self) -> tuple[DatasetAudit, ...]:
+        return tuple(d for d in self.datasets if d.violated)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class AuditResult:
     """The audit of one plan; ``ok`` when no checked dataset leaves the tolerance in any window."""
 
@@ -106,15 +135,19 @@ class AuditResult:
     batch_size: int
     max_length: int | None
     steps: int
-    #: Steps per window actually used (``min(window, steps)``) and the number of windows.
+    #: Steps per window actually used (``min(window, steps)``; phased plans: the widest phase's) and the
+    #: number of windows (all phases).
     window: int
     windows: int
     tolerance_pp: float
     min_weight: float
     datasets: tuple[DatasetAudit, ...]
-    #: First step of each window, and each dataset's share in it (``windows × datasets``), for plotting.
+    #: Per phase, for phased plans (empty otherwise).
+    phases: tuple[PhaseAudit, ...] = ()
+    #: First step of each window, each dataset's share in it and its target there (``windows × datasets``).
     window_first_step: np.ndarray = field(repr=False, compare=False)
     window_shares: np.ndarray = field(repr=False, compare=False)
+    window_targets: np.ndarray = field(repr=False, compare=False)
 
     @property
     def violations(self) -> tuple[DatasetAudit, ...]:
@@ -123,6 +156,33 @@ class AuditResult:
     @property
     def ok(self) -> bool:
         return not self.violations
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Range:
+    """A stretch of plan positions audited against one target (the whole plan, or one phase)."""
+
+    index: int
+    first_position: int
+    end_position: int
+    weights: np.ndarray  # per dataset, normalized (0 where the phase reads nothing)
+
+
+def _ranges(manifest: dict, names: list[str]) -> list[_Range]:
+    phases = manifest.get("phases")
+    if not phases:
+        weights = np.array([float(d["weight"]) for d in manifest["datasets"]])
+        total = int(manifest["totals"]["documents"])
+        return [_Range(index=0, first_position=0, end_position=total, weights=weights)]
+    return [
+        _Range(
+            index=int(p["index"]),
+            first_position=int(p["first_position"]),
+            end_position=int(p["end_position"]),
+            weights=np.array([float(p["weights"].get(n, 0.0)) for n in names]),
+        )
+        for p in phases
+    ]
 
 
 def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) -> AuditResult:
@@ -143,11 +203,16 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
         )
     entries = manifest["datasets"]
     ids = [int(d["id"]) for d in entries]
-    per_step = np.zeros((steps, len(entries)), dtype=np.float64)
+    ranges = [r for r in _ranges(manifest, [d["name"] for d in entries]) if r.end_position > r.first_position]
+    # Phase of a position: the number of phase ends at or below it (integers from plan.json, not user text).
+    phase = " + ".join(f"(position >= {r.end_position})::INTEGER" for r in ranges[:-1]) or "0"
     if by == "tokens":
-        query = "SELECT step, dataset_id, sum(tokens_in_step) AS units FROM steps GROUP BY ALL"
+        query = f"SELECT step, dataset_id, {phase} AS phase, sum(tokens_in_step) AS units FROM steps GROUP BY ALL"
     else:
-        query = f"SELECT step, dataset_id, count(*) AS units FROM ({document_steps_sql(layout)}) GROUP BY ALL"
+        query = (
+            f"SELECT step, dataset_id, {phase} AS phase, count(*) AS units "
+            f"FROM ({document_steps_sql(layout)}) GROUP BY ALL"
+        )
     con = connect_with_steps(plan_dir, layout.batch_size, max_length=spec.max_length)
     try:
         rows = con.execute(query).fetchnumpy()
@@ -155,12 +220,83 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
         con.close()
     column = {dataset_id: i for i, dataset_id in enumerate(ids)}
     cols = np.array([column[int(d)] for d in rows["dataset_id"]], dtype=np.int64)
-    np.add.at(per_step, (np.asarray(rows["step"], dtype=np.int64), cols), np.asarray(rows["units"], float))
+    per_step = np.zeros((len(ranges), steps, len(entries)), dtype=np.float64)
+    where = (np.asarray(rows["phase"], np.int64), np.asarray(rows["step"], dtype=np.int64), cols)
+    np.add.at(per_step, where, np.asarray(rows["units"], float))
 
+    parts = []
+    for k, r in enumerate(ranges):
+        if len(ranges) == 1:
+            first, last = 0, steps - 1
+        else:
+            held = np.flatnonzero(per_step[k].sum(axis=1))
+            first, last = int(held[0]), int(held[-1])
+        parts.append(_windows(per_step[k, first : last + 1], first, r.weights, by == unit, spec, entries, ids))
+    tolerance = spec.tolerance_pp / 100
+    if len(ranges) == 1:
+        datasets = parts[0].datasets
+        phases: tuple[PhaseAudit, ...] = ()
+    else:
+        phases = tuple(
+            PhaseAudit(
+                index=r.index,
+                first_position=r.first_position,
+                end_position=r.end_position,
+                first_step=p.first_step,
+                last_step=p.first_step + p.steps - 1,
+                window=p.width,
+                windows=len(p.shares),
+                datasets=p.datasets,
+            )
+            for r, p in zip(ranges, parts, strict=True)
+        )
+        datasets = _summary(per_step, parts, entries, ids, tolerance)
+    return AuditResult(
+        plan=str(plan_dir),
+        by=by,
+        tokens_are=layout.tokens if by == "tokens" else None,
+        target_source="weights" if by == unit else "overall",
+        batch_size=int(layout.batch_size or 0),
+        max_length=layout.max_length,
+        steps=steps,
+        window=max(p.width for p in parts),
+        windows=sum(len(p.shares) for p in parts),
+        tolerance_pp=float(spec.tolerance_pp),
+        min_weight=spec.min_weight,
+        datasets=datasets,
+        phases=phases,
+        window_first_step=np.concatenate([p.first_step + np.arange(len(p.shares)) for p in parts]),
+        window_shares=np.vstack([p.shares for p in parts]),
+        window_targets=np.vstack([np.broadcast_to(p.target, p.shares.shape) for p in parts]),
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Windows:
+    first_step: int
+    steps: int
+    width: int
+    target: np.ndarray
+    units: np.ndarray  # per dataset, whole range
+    shares: np.ndarray  # windows × datasets
+    datasets: tuple[DatasetAudit, ...]
+
+
+def _windows(
+    per_step: np.ndarray,
+    first_step: int,
+    weights: np.ndarray,
+    by_weights: bool,
+    spec: AuditSpec,
+    entries: list[dict],
+    ids: list[int],
+) -> _Windows:
+    """Sliding windows over ``per_step`` (steps × datasets, starting at ``first_step``) against ``weights``
+    (or, when not ``by_weights``, the range's own overall shares)."""
+    steps = len(per_step)
     totals = per_step.sum(axis=0)
     overall = totals / totals.sum() if totals.sum() else np.zeros_like(totals)
-    weights = np.array([float(d["weight"]) for d in entries])
-    target = weights if by == unit else overall
+    target = weights if by_weights else overall
     width = min(spec.window, steps)
     cumulative = np.vstack([np.zeros((1, len(entries))), np.cumsum(per_step, axis=0)])
     sums = cumulative[width:] - cumulative[:-width]
@@ -181,29 +317,52 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
                 target=float(target[i]),
                 overall_share=float(overall[i]),
                 worst_share=float(shares[w, i]),
-                worst_first_step=w,
-                worst_last_step=w + width - 1,
+                worst_first_step=first_step + w,
+                worst_last_step=first_step + w + width - 1,
                 worst_deviation=float(deviation[w, i]),
                 checked=checked,
                 violated=checked and abs(float(deviation[w, i])) > tolerance,
             )
         )
-    return AuditResult(
-        plan=str(plan_dir),
-        by=by,
-        tokens_are=layout.tokens if by == "tokens" else None,
-        target_source="weights" if by == unit else "overall",
-        batch_size=int(layout.batch_size or 0),
-        max_length=layout.max_length,
+    return _Windows(
+        first_step=first_step,
         steps=steps,
-        window=width,
-        windows=len(sums),
-        tolerance_pp=float(spec.tolerance_pp),
-        min_weight=spec.min_weight,
+        width=width,
+        target=target,
+        units=totals,
+        shares=shares,
         datasets=tuple(datasets),
-        window_first_step=np.arange(len(sums)),
-        window_shares=shares,
     )
+
+
+def _summary(
+    per_step: np.ndarray, parts: list[_Windows], entries: list[dict], ids: list[int], tolerance: float
+) -> tuple[DatasetAudit, ...]:
+    """Per dataset over all phases: overall share against the phases' combined target, and the worst window
+    of any phase."""
+    totals = per_step.sum(axis=(0, 1))
+    overall = totals / totals.sum()
+    units = np.array([p.units.sum() for p in parts])
+    target = sum(u * p.target for u, p in zip(units, parts, strict=True)) / units.sum()
+    out = []
+    for i, entry in enumerate(entries):
+        worst = max((p.datasets[i] for p in parts), key=lambda d: (d.checked, abs(d.worst_deviation)))
+        out.append(
+            DatasetAudit(
+                dataset_id=ids[i],
+                name=entry["name"],
+                weight=float(entry["weight"]),
+                target=float(target[i]),
+                overall_share=float(overall[i]),
+                worst_share=worst.worst_share,
+                worst_first_step=worst.worst_first_step,
+                worst_last_step=worst.worst_last_step,
+                worst_deviation=worst.worst_deviation,
+                checked=any(p.datasets[i].checked for p in parts),
+                violated=any(p.datasets[i].violated for p in parts),
+            )
+        )
+    return tuple(out)
 
 
 def plot_shares(result: AuditResult, path: str | os.PathLike[str], *, max_points: int = 4000) -> Path:
@@ -224,7 +383,10 @@ def plot_shares(result: AuditResult, path: str | os.PathLike[str], *, max_points
     try:
         for i, d in enumerate(result.datasets):
             (line,) = ax.plot(x, result.window_shares[::stride, i], label=f"{d.name} (target {d.target:.3f})")
-            ax.axhline(d.target, color=line.get_color(), linestyle="--", linewidth=0.8)
+            # The target per window: one level, or a step per phase.
+            ax.plot(x, result.window_targets[::stride, i], color=line.get_color(), linestyle="--", linewidth=0.8)
+        for phase in result.phases[1:]:
+            ax.axvline(phase.first_step, color="grey", linestyle=":", linewidth=0.8)
         ax.set_xlabel(f"first step of the window ({result.window} steps of {result.batch_size} sequences)")
         ax.set_ylabel(f"share of {result.by}")
         ax.set_title(f"{Path(result.plan).name}: share per window, {'ok' if result.ok else 'VIOLATED'}")

@@ -16,11 +16,10 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
-    from zephon.audit import AuditResult
     from zephon.plan_diff import PlanDiff
     from zephon.show import StepView
 
-__all__ = ["audit", "audit_lines", "diff", "diff_lines", "show", "show_lines"]
+__all__ = ["audit", "diff", "diff_lines", "show", "show_lines"]
 
 _PLAN = click.Path(exists=True, file_okay=False, path_type=Path)
 
@@ -200,6 +199,7 @@ def audit(
     against the plan and exits 1 on any mismatch.
     """
     from zephon.audit import AuditSpec, audit_plan, plot_shares
+    from zephon.audit_report import audit_json, audit_lines
     from zephon.cli import _one_line_errors
 
     if log_dir is not None:
@@ -229,81 +229,6 @@ def audit(
             click.echo(line)
     if not result.ok:
         sys.exit(1)
-
-
-def audit_lines(result: AuditResult) -> list[str]:
-    """The lines ``zephon audit`` prints: a summary, a table per dataset, then FAIL lines or one ok line."""
-    from zephon.cli import format_table
-
-    tokens = f" ({result.tokens_are})" if result.tokens_are else ""
-    target = "mixture weights" if result.target_source == "weights" else "the plan's overall shares"
-    lines = [
-        f"audit {result.plan}: {result.by}{tokens} per window of {result.window} steps ({result.windows} windows; "
-        f"{result.steps} steps of {result.batch_size} sequences), tolerance {result.tolerance_pp:.2f} pp, "
-        f"target: {target}"
-    ]
-    rows = [
-        [
-            d.name,
-            f"{d.weight:.3f}",
-            f"{d.target:.4f}",
-            f"{d.overall_share:.4f}",
-            f"steps {d.worst_first_step}..{d.worst_last_step}",
-            f"{d.worst_share:.4f}",
-            f"{100 * d.worst_deviation:+.2f} pp",
-            ("FAIL" if d.violated else "ok") if d.checked else "-",
-        ]
-        for d in result.datasets
-    ]
-    header = ["dataset", "weight", "target", "overall", "worst window", "share", "deviation", "check"]
-    lines += format_table(header, rows).splitlines()
-    for d in result.violations:
-        lines.append(
-            f"FAIL {d.name}: share {d.worst_share:.4f} in steps {d.worst_first_step}..{d.worst_last_step} is "
-            f"{100 * d.worst_deviation:+.2f} pp from its target {d.target:.4f} (tolerance {result.tolerance_pp:.2f} pp)"
-        )
-    if result.ok:
-        lines.append(
-            f"ok: every dataset with weight ≥ {result.min_weight:g} is within {result.tolerance_pp:.2f} pp of its "
-            f"target in every window of {result.window} steps"
-        )
-    return lines
-
-
-def audit_json(result: AuditResult) -> dict[str, Any]:
-    return {
-        "plan": result.plan,
-        "ok": result.ok,
-        "by": result.by,
-        "tokens_are": result.tokens_are,
-        "target": result.target_source,
-        "batch_size": result.batch_size,
-        "max_length": result.max_length,
-        "steps": result.steps,
-        "window_steps": result.window,
-        "windows": result.windows,
-        "tolerance_pp": result.tolerance_pp,
-        "min_weight": result.min_weight,
-        "datasets": [
-            {
-                "name": d.name,
-                "dataset_id": d.dataset_id,
-                "weight": d.weight,
-                "target": d.target,
-                "overall_share": d.overall_share,
-                "worst_window": {
-                    "first_step": d.worst_first_step,
-                    "last_step": d.worst_last_step,
-                    "share": d.worst_share,
-                    "deviation_pp": 100 * d.worst_deviation,
-                },
-                "checked": d.checked,
-                "violated": d.violated,
-            }
-            for d in result.datasets
-        ],
-        "violations": [d.name for d in result.violations],
-    }
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -52,7 +52,7 @@ from zephon.errors import ConfigError, ZephonError
 from zephon.executor.engine import PackSpec
 from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
-from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.work import MixtureSpec, Phase, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
 
 __all__ = [
     "CONFIG_SUFFIXES",
@@ -79,6 +79,7 @@ _TOP_KEYS = (
     "tokenizer",
     "packing",
     "lanes",
+    "phases",
 )
 _REQUIRED_KEYS = ("seed", "datasets", "mixture")
 _DATASET_KEYS = ("name", "path")
@@ -86,6 +87,7 @@ _SHUFFLE_KEYS = ("enabled", "window_shards")
 _TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
 _TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
 _PACKING_KEYS = ("max_length", "algorithm", "oversize")
+_PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _ON_EXHAUSTION = ("new_epoch", "stop")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
@@ -181,6 +183,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
     num_tokens = _optional_integer(data, "num_tokens", origin)
     lanes = data.get("lanes")
     lanes = 8 if lanes is None else _integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
+    phases = _phases(data.get("phases"), origin)
     exact_tokens = data.get("exact_tokens")
     if exact_tokens is not None and not isinstance(exact_tokens, bool):
         raise _type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
@@ -199,6 +202,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
             num_tokens=num_tokens,
             exact_tokens=bool(exact_tokens),
             lanes=lanes,
+            phases=phases,
         )
     except ZephonError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
@@ -299,6 +303,39 @@ def _token_estimation(value: Any, origin: str) -> TokenEstimation | None:
         if value.get(key) is not None:
             kwargs[key] = _integer(value[key], f"token_estimation.{key}", 1, origin, f"write e.g. `{key}: 4`")
     return TokenEstimation(**kwargs)
+
+
+def _phases(value: Any, origin: str) -> list[Phase]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _type_error(
+            origin,
+            "phases",
+            "a list of {start, mixture, unit}",
+            value,
+            "write `- {start: 0.9, mixture: {web: 0.5, math: 0.5}}`",
+        )
+    out = []
+    for index, entry in enumerate(value):
+        key = f"phases[{index}]"
+        if not isinstance(entry, Mapping):
+            raise _type_error(origin, key, "a mapping with `start` and `mixture`", entry, "write `{start: 0.9, ...}`")
+        _check_keys(entry, _PHASE_KEYS, origin, f"`{key}`")
+        if not _is_number(entry.get("start")):
+            raise _type_error(origin, f"{key}.start", "a number", entry.get("start"), "write e.g. `start: 0.9`")
+        try:
+            out.append(
+                Phase(
+                    start=entry["start"],
+                    mixture=MixtureSpec(_mixture(entry.get("mixture"), origin)),
+                    unit=entry.get("unit") or "fraction",
+                    global_batch_size=entry.get("global_batch_size"),
+                )
+            )
+        except ZephonError as exc:
+            raise ConfigError(f"{origin}: `{key}`: {exc}") from exc
+    return out
 
 
 def _tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | None:

@@ -8,6 +8,10 @@
   fingerprint.
 * ``datasets`` — ``plan.json`` ``datasets``: dataset_id, name, path, pinned, format, fingerprint, shards,
   rows, weight, planned_documents.
+* ``phases``   — one row per (phase, dataset) from ``plan.json`` ``phases`` (one phase 0 spanning the plan
+  when it has none): phase, first_position, end_position, dataset_id, weight (0 where the phase does not
+  read the dataset), planned_documents, planned_tokens (null without token counts). A document's phase is
+  the row with ``first_position <= position < end_position``.
 * ``bins``     — best-fit exact plans only: ``bins.parquet`` (sequence, offset, position, doc_start, length).
 
 Example — documents per dataset in the first 1000 positions::
@@ -36,7 +40,7 @@ import pyarrow.dataset as pds
 from zephon.errors import ConfigError, PlanFormatError
 from zephon.plan_format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema, read_manifest
 
-__all__ = ["DATASETS_SCHEMA", "QueryResult", "connect", "run_sql"]
+__all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "QueryResult", "connect", "run_sql"]
 
 #: Columns of the ``datasets`` view, built from ``plan.json`` (``dataset_id`` is the manifest's ``id``).
 DATASETS_SCHEMA = pa.schema(
@@ -51,6 +55,20 @@ DATASETS_SCHEMA = pa.schema(
         pa.field("rows", pa.int64(), nullable=False),
         pa.field("weight", pa.float64(), nullable=False),
         pa.field("planned_documents", pa.int64(), nullable=False),
+    ]
+)
+
+
+#: Columns of the ``phases`` view, built from ``plan.json``.
+PHASES_SCHEMA = pa.schema(
+    [
+        pa.field("phase", pa.int32(), nullable=False),
+        pa.field("first_position", pa.int64(), nullable=False),
+        pa.field("end_position", pa.int64(), nullable=False),
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("weight", pa.float64(), nullable=False),
+        pa.field("planned_documents", pa.int64(), nullable=False),
+        pa.field("planned_tokens", pa.int64()),
     ]
 )
 
@@ -84,6 +102,7 @@ def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
         con.register("samples", samples)
         con.register("shards", shards)
         con.register("datasets", datasets)
+        con.register("phases", _phases_table(manifest, plan_dir))
         if files.get("bins"):
             con.register("bins", _parquet(plan_dir, [files["bins"]], BINS_SCHEMA))
         con.execute("SET enable_external_access = false")
@@ -142,4 +161,39 @@ def _datasets_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
             f"{plan_dir / 'plan.json'} `datasets` must be a list of entries with keys "
             f"{['id', *DATASETS_SCHEMA.names[1:]]}, got an invalid entry ({type(exc).__name__}: {exc}) — "
             "the bundle is damaged; re-plan"
+        ) from exc
+
+
+def _phases_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
+    entries = manifest["datasets"]
+    phases = manifest.get("phases") or [
+        {
+            "index": 0,
+            "first_position": 0,
+            "end_position": manifest["totals"]["documents"],
+            "weights": {d["name"]: d["weight"] for d in entries},
+            "planned_documents": {d["name"]: d["planned_documents"] for d in entries},
+            "planned_tokens": {d["name"]: d["planned_tokens"] for d in entries if "planned_tokens" in d} or None,
+        }
+    ]
+    try:
+        rows = [
+            {
+                "phase": p["index"],
+                "first_position": p["first_position"],
+                "end_position": p["end_position"],
+                "dataset_id": d["id"],
+                "weight": float(p["weights"].get(d["name"], 0.0)),
+                "planned_documents": p["planned_documents"][d["name"]],
+                "planned_tokens": (p.get("planned_tokens") or {}).get(d["name"]),
+            }
+            for p in phases
+            for d in entries
+        ]
+        return pa.Table.from_pylist(rows, schema=PHASES_SCHEMA)
+    except (KeyError, TypeError, AttributeError, pa.ArrowException) as exc:
+        raise PlanFormatError(
+            f"{plan_dir / 'plan.json'} `phases` must be a list of phases with index, first_position, end_position, "
+            f"weights and planned_documents, got an invalid entry ({type(exc).__name__}: {exc}) — the bundle is "
+            "damaged; re-plan"
         ) from exc

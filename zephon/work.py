@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -102,6 +103,78 @@ class ShuffleSpec:
             raise ConfigError(f"ShuffleSpec.window_shards must be an integer ≥ 1, got {self.window_shards!r}")
 
 
+PhaseUnit = Literal["fraction", "documents", "tokens", "steps"]
+PHASE_UNITS: tuple[str, ...] = ("fraction", "documents", "tokens", "steps")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Phase:
+    """From ``start`` on, the plan mixes by ``mixture`` (until the next phase or the end of the plan).
+
+    The work source's own ``mixture`` is phase 0, from the start of training. Phases compile into the same
+    plan: each dataset keeps reading where it stopped (same epoch order, no document repeated early), only
+    the proportions change, and each phase's mixture holds in every window inside the phase
+    (docs/plans.md, "Phases").
+
+    Attributes:
+        start: where the phase begins, in ``unit``.
+        mixture: the phase's weights; datasets it does not name get weight 0 (are not read) in the phase.
+        unit: ``"fraction"`` of the budget (``num_documents`` or ``num_tokens``); ``"documents"`` (plan
+            positions); ``"tokens"`` (token mixtures: the phase starts with the first document after the
+            first ``start`` tokens); ``"steps"`` (exact wrap plans: ``start × global_batch_size ×
+            max_length`` tokens, so the phase starts in step ``start``).
+        global_batch_size: sequences per step, for ``unit="steps"``.
+
+    Example — anneal on a high-quality mix for the last 10 % of a token budget::
+
+        Phase(start=0.9, mixture=MixtureSpec({"web": 0.3, "math": 0.4, "code": 0.3}))
+    """
+
+    start: float
+    mixture: MixtureSpec
+    unit: PhaseUnit = "fraction"
+    global_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.unit not in PHASE_UNITS:
+            raise ConfigError(
+                f'Phase unit must be "fraction", "documents", "tokens" or "steps", got {self.unit!r} — pick one'
+            )
+        if not isinstance(self.mixture, MixtureSpec):
+            raise ConfigError(
+                f"Phase mixture must be a MixtureSpec, got {type(self.mixture).__name__} — wrap the weights in "
+                "MixtureSpec({...})"
+            )
+        if not _is_number(self.start) or not math.isfinite(self.start) or self.start <= 0:
+            raise ConfigError(
+                f"Phase start must be a number > 0, got {self.start!r} — phase 0 is the work source's `mixture`"
+            )
+        if self.unit == "fraction" and self.start >= 1:
+            raise ConfigError(
+                f"Phase start as a fraction of the budget must be in (0, 1), got {self.start} — e.g. 0.9 for the "
+                "last 10 %"
+            )
+        if self.unit != "fraction" and (not isinstance(self.start, int) or isinstance(self.start, bool)):
+            raise ConfigError(
+                f'Phase start in {self.unit} must be an integer, got {self.start!r} — round it, or use unit="fraction"'
+            )
+        if self.unit == "steps":
+            g = self.global_batch_size
+            if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+                raise ConfigError(
+                    f"a Phase in steps must give global_batch_size (sequences per step), got {g!r} — pass it"
+                )
+        elif self.global_batch_size is not None:
+            raise ConfigError(
+                f'Phase global_batch_size is only for unit="steps", got {self.global_batch_size!r} with unit '
+                f"{self.unit!r} — drop it"
+            )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
 OnExhaustion = Literal["new_epoch", "stop"]
 
 
@@ -126,6 +199,8 @@ class StaticMixtureWorkSource:
         exact_tokens: run the count pass (tokenize every document once, cached) and write an exact plan:
             token counts and stream offsets per document, packing decided in the plan. With
             ``token_estimation`` set, token shares are scheduled by the exact counts.
+        phases: later mixtures of a curriculum (``Phase``), in order of their start; they need a
+            ``num_documents`` or ``num_tokens`` budget.
         lanes: estimated plans only: documents are dealt to this many packing lanes, each packed on its own
             at train time, so a data-parallel size that divides ``lanes`` gives the same global batches
             (see docs/training.md). Exact plans need no lanes: any size dividing the global batch works.
@@ -142,6 +217,7 @@ class StaticMixtureWorkSource:
     shuffle: ShuffleSpec = field(default_factory=ShuffleSpec)
     exact_tokens: bool = False
     lanes: int = 8
+    phases: Sequence[Phase] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "datasets", tuple(self.datasets))
@@ -168,13 +244,65 @@ class StaticMixtureWorkSource:
             raise ConfigError(
                 f"budget must be num_documents or epochs, got both ({self.num_documents}, {self.epochs}) — drop one"
             )
-        for label, value in (("num_documents", self.num_documents), ("epochs", self.epochs)):
+        if self.num_tokens is not None:
+            given = {k: v for k, v in (("num_documents", self.num_documents), ("epochs", self.epochs)) if v is not None}
+            if given:
+                raise ConfigError(f"budget must be num_tokens alone, got it with {given} — drop one")
+            if self.token_estimation is None:
+                raise ConfigError(
+                    f"num_tokens={self.num_tokens} needs a token mixture, got token_estimation=None — set "
+                    "token_estimation (TokenEstimation()), or give the budget as num_documents"
+                )
+        for label, value in (
+            ("num_documents", self.num_documents),
+            ("epochs", self.epochs),
+            ("num_tokens", self.num_tokens),
+        ):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{label} must be an integer ≥ 1, got {value!r}")
         if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096:
             raise ConfigError(f"lanes must be an integer in [1, 4096], got {self.lanes!r} — use e.g. 8 or 64")
+        object.__setattr__(self, "phases", tuple(self.phases))
+        self._check_phases(names)
         if self.on_exhaustion not in ("new_epoch", "stop"):
             raise ConfigError(f'on_exhaustion must be "new_epoch" or "stop", got {self.on_exhaustion!r}')
+
+    def _check_phases(self, names: list[str]) -> None:
+        for phase in self.phases:
+            if not isinstance(phase, Phase):
+                raise ConfigError(f"phases must be zephon.work.Phase values, got {type(phase).__name__} — wrap them")
+            unknown = sorted(set(phase.mixture.weights) - set(names))
+            if unknown:
+                raise ConfigError(
+                    f"phase mixture names must be dataset names {names}, got unknown {unknown} — fix the keys"
+                )
+        if not self.phases:
+            return
+        if self.num_documents is None and self.num_tokens is None:
+            raise ConfigError(
+                "phases must come with a num_documents or num_tokens budget, got "
+                f"{'epochs=' + str(self.epochs) if self.epochs else 'no budget (1 epoch)'} — set one"
+            )
+        units = sorted({p.unit for p in self.phases})
+        if len(units) > 1:
+            raise ConfigError(f"phases must share one unit, got {units} — express every start in one unit")
+        starts = [p.start for p in self.phases]
+        if any(b <= a for a, b in pairwise(starts)):
+            raise ConfigError(f"phase starts must strictly increase, got {starts} — order the phases")
+        unit = units[0]
+        if unit in ("tokens", "steps") and self.token_estimation is None:
+            raise ConfigError(
+                f"phases in {unit} need a token mixture, got token_estimation=None — set token_estimation, or give "
+                'starts in unit="fraction" or "documents"'
+            )
+        if unit == "steps" and not self.exact_tokens:
+            raise ConfigError(
+                "phases in steps need an exact plan (steps are known at plan time only there), got "
+                'exact_tokens=False — set exact_tokens=True, or use unit="tokens"'
+            )
+        sizes = {p.global_batch_size for p in self.phases}
+        if len(sizes) > 1:
+            raise ConfigError(f"phases in steps must share one global_batch_size, got {sorted(sizes)} — pick one")
 
     def budget(self) -> dict[str, int | None]:
         return {"num_documents": self.num_documents, "epochs": self.epochs, "num_tokens": self.num_tokens}
