@@ -6,60 +6,54 @@ at plan time; each lane is packed on its own, and a data-parallel size that divi
 among ranks without changing any row (docs/training.md).
 
 Lanes should progress at the same speed in tokens, so that row ``k`` of every lane comes from the same
-stretch of the plan. With token estimates, the plan's token stream is cut into chunks of ``QUANTUM``
-tokens, dealt round-robin; a document goes to the lane of the chunk holding its middle token. Each lane
-then holds ``T / L ± (QUANTUM + one document)`` of the first ``T`` tokens. Without estimates (sample
-mixtures planned without a tokenizer), document ``p`` goes to lane ``p mod L``.
+stretch of the plan and the executor never buffers one lane's documents while it reads ahead for another.
+Each document gets a size in *units*: its estimated (or exact) tokens when the plan has them; otherwise
+(sample mixtures planned without a tokenizer) its shard's bytes per row, ``ceil(shard bytes / rows)`` — a
+length estimate that costs nothing (the scan knows both) and tracks document length across datasets and
+shards. The plan's stream of units is cut into chunks of ``QUANTUM`` units, dealt round-robin; a document
+goes to the lane of the chunk holding its middle unit. Each lane then holds ``U / L ± (QUANTUM + one
+document)`` of the first ``U`` units.
 
-Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 tokens: middles at 2, 6, 12, 17.5, 25 → chunks
+Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → chunks
 0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0.
 
-``Dealer`` deals a plan that arrives in chunks, carrying the position and the cumulative token count from
-chunk to chunk, in integers; the lanes equal ``deal`` over the whole plan (whose float64 sums are exact
-below 2^53 tokens).
+``Dealer`` deals a plan that arrives in chunks, carrying the cumulative unit count from chunk to chunk, in
+integers, so chunk boundaries never change a lane.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from zephon.executor.plan_reader import ShardRef
+
 QUANTUM = 4096
 
 
-def deal(length: int, lanes: int, tokens: np.ndarray | None) -> np.ndarray:
-    """Lane (int16) of each of ``length`` documents in plan order."""
-    if tokens is None:
-        return (np.arange(length) % lanes).astype(np.int16)
-    cumulative = np.cumsum(tokens, dtype=np.float64)
-    middle = cumulative - tokens / 2.0
-    return ((middle // QUANTUM).astype(np.int64) % lanes).astype(np.int16)
+def row_bytes(shards: tuple[tuple[ShardRef, ...], ...]) -> np.ndarray:
+    """Units per document of a plan without token counts, indexed by global shard id: ``ceil(bytes / rows)``
+    (at least 1)."""
+    refs = sorted((r for group in shards for r in group), key=lambda r: r.shard_id)
+    return np.array([max(1, -(-r.bytes // r.rows)) if r.rows else 1 for r in refs], dtype=np.int64)
 
 
 class Dealer:
-    """``deal`` over a plan handed over in consecutive chunks."""
+    """Lanes of a plan handed over in consecutive chunks of per-document units."""
 
-    def __init__(self, lanes: int, *, with_tokens: bool) -> None:
+    def __init__(self, lanes: int) -> None:
         self.lanes = lanes
-        self.with_tokens = with_tokens
-        self._position = 0
-        self._tokens = 0
+        self._units = 0
 
-    def deal(self, chunk: np.ndarray | int) -> np.ndarray:
-        """Lanes of the next chunk: its token counts, or (without tokens) its number of documents."""
-        if not self.with_tokens:
-            assert isinstance(chunk, int)
-            cycle = np.roll(np.arange(self.lanes, dtype=np.int16), -(self._position % self.lanes))
-            lanes = np.resize(cycle, chunk)
-            self._position += chunk
-            return lanes
-        assert isinstance(chunk, np.ndarray)
-        # Integer form of ``deal``: the middle token C - t/2 is a half-integer, and for a whole QUANTUM
-        # floor((C - t/2) / QUANTUM) = floor((C - ceil(t/2)) / QUANTUM).
-        cumulative = np.cumsum(chunk, dtype=np.int64)
-        cumulative += self._tokens
+    def deal(self, units: np.ndarray) -> np.ndarray:
+        """Lanes (int16) of the next chunk's documents, given their units (integers ≥ 0)."""
+        # The middle unit C - u/2 is a half-integer, and for a whole QUANTUM
+        # floor((C - u/2) / QUANTUM) = floor((C - ceil(u/2)) / QUANTUM).
+        units = np.asarray(units, dtype=np.int64)
+        cumulative = np.cumsum(units)
+        cumulative += self._units
         if len(cumulative):
-            self._tokens = int(cumulative[-1])
-        cumulative -= (chunk + 1) // 2
+            self._units = int(cumulative[-1])
+        cumulative -= (units + 1) // 2
         cumulative //= QUANTUM
         cumulative %= self.lanes
         return cumulative.astype(np.int16)

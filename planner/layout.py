@@ -26,7 +26,7 @@ import numpy as np
 from zephon.plan_format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
 from zephon.planner.interleave import Interleaving, exact_weights
-from zephon.planner.lanes import Dealer
+from zephon.planner.lanes import Dealer, row_bytes
 from zephon.planner.orders import Reader
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan
@@ -198,7 +198,8 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
     stages = prepared.stages
     raw = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
     known = prepared.tokens is not None
-    dealer = None if prepared.exact else Dealer(prepared.source.lanes, with_tokens=known)
+    dealer = None if prepared.exact else Dealer(prepared.source.lanes)
+    sizes = None if known else row_bytes(prepared.shards)
     start = offset = 0
     for stage, cols in raw:
         dataset_id, shard, row, epoch = cols[:4]
@@ -220,7 +221,7 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
             epoch=epoch.astype(np.int32, copy=False),
             tokens=tokens.astype(np.int32) if tokens is not None else None,
             token_offset=token_offset,
-            lane=dealer.deal(tokens if known else len(dataset_id)) if dealer is not None else None,
+            lane=dealer.deal(tokens if sizes is None else sizes[shard]) if dealer is not None else None,
         )
         start += len(dataset_id)
 
