@@ -78,7 +78,15 @@ def rows_by_lane(batches: list[Batch], lanes: int) -> dict[int, list[tuple[np.nd
     return out
 
 
-def test_wrap_packing_reproduces_each_lanes_independently_tokenized_stream(plan, tokenizer_dir) -> None:
+@pytest.fixture
+def small_quanta(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lanes dealt by 64-byte quanta, so a plan of a few KB still fills all 8 lanes."""
+    from zephon.planner import lanes
+
+    monkeypatch.setattr(lanes, "QUANTUM", 64)
+
+
+def test_wrap_packing_reproduces_each_lanes_independently_tokenized_stream(small_quanta, plan, tokenizer_dir) -> None:
     batches = run(plan, tokenizer_dir)
     docs = independent_docs(plan, tokenizer_dir)
     lanes = lanes_of(plan)
