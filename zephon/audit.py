@@ -99,18 +99,10 @@ class DatasetAudit:
     violated: bool
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PhaseAudit:
-    """The audit of one phase of a phased plan (positions ``[first_position, end_position)``)."""
+class _Verdict:
+    """``violations`` and ``ok`` of an audit part that holds ``datasets``."""
 
-    index: int
-    first_position: int
-    end_position: int
-    #: Steps holding the phase's documents (a boundary step belongs to both phases).
-    first_step: int
-    last_step: int
-    window: int
-    windows: int
+    __slots__ = ()
     datasets: tuple[DatasetAudit, ...]
 
     @property
@@ -123,7 +115,22 @@ class PhaseAudit:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class AuditResult:
+class PhaseAudit(_Verdict):
+    """The audit of one phase of a phased plan (positions ``[first_position, end_position)``)."""
+
+    index: int
+    first_position: int
+    end_position: int
+    #: Steps holding the phase's documents (a boundary step belongs to both phases).
+    first_step: int
+    last_step: int
+    window: int
+    windows: int
+    datasets: tuple[DatasetAudit, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AuditResult(_Verdict):
     """The audit of one plan; ``ok`` when no checked dataset leaves the tolerance in any window."""
 
     plan: str
@@ -148,14 +155,6 @@ class AuditResult:
     window_first_step: np.ndarray = field(repr=False, compare=False)
     window_shares: np.ndarray = field(repr=False, compare=False)
     window_targets: np.ndarray = field(repr=False, compare=False)
-
-    @property
-    def violations(self) -> tuple[DatasetAudit, ...]:
-        return tuple(d for d in self.datasets if d.violated)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
