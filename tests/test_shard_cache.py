@@ -429,6 +429,32 @@ def test_prefetch_stops_at_the_first_shard_that_does_not_fit(tmp_path: Path) -> 
     assert fetches(marks) == ["a"]
 
 
+def test_prefetch_threads_reserve_room_in_plan_order(tmp_path: Path) -> None:
+    # Two threads: b (second) must never take the room a (first) needs, however the threads are scheduled.
+    for attempt in range(10):
+        marks = tmp_path / f"marks{attempt}"
+        with ShardCache(tmp_path / f"cache{attempt}", 2000, prefetch_workers=2) as cache:
+            cache.prefetch([spec("a", 1000, marks=marks), spec("b", 1500, marks=marks), spec("c", 500, marks=marks)])
+            drain(cache)
+            assert _present(cache) == ["a"], attempt
+        assert fetches(marks) == ["a"], attempt
+
+
+def test_prefetch_stops_before_a_shard_someone_else_is_about_to_download(tmp_path: Path) -> None:
+    from zephon.shard_cache_lock import entry_name, exclusive
+
+    marks = tmp_path / "marks"
+    with ShardCache(tmp_path / "cache", 1500, prefetch_workers=2) as cache:
+        # Another downloader holds a's lock and has not reserved room yet: b must not take it.
+        with exclusive(cache._layout.download_lock(entry_name("a"))):
+            cache.prefetch([spec("a", 1000, marks=marks), spec("b", 1000, marks=marks)])
+            drain(cache)
+        assert _present(cache) == [] and fetches(marks) == []
+        cache.prefetch([spec("a", 1000, marks=marks), spec("b", 1000, marks=marks)])
+        drain(cache)
+        assert _present(cache) == ["a"] and fetches(marks) == ["a"]
+
+
 def test_prefetch_error_is_raised_by_the_acquire_of_that_shard(tmp_path: Path) -> None:
     marks = tmp_path / "marks"
     with ShardCache(tmp_path / "cache", 10_000) as cache:

@@ -36,7 +36,9 @@ Worked example: ``limit_bytes=3000``, shards a, b, c, d of 1000 bytes each, plan
 
 ``prefetch(specs, next_use=...)`` downloads the same way in background threads, but never waits and never
 evicts an entry needed sooner than the prefetched shard; it stops at the first shard that does not fit
-(a later one would only be evicted again). Its errors are re-raised by ``acquire`` of that shard.
+(a later one would only be evicted again), or that another thread or process is about to download and has
+not reserved room for yet. Shards reserve their room in plan order, one after the other, even with several
+prefetch threads; only the downloads overlap. Its errors are re-raised by ``acquire`` of that shard.
 """
 
 from __future__ import annotations
@@ -48,13 +50,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
 from zephon.errors import ConfigError, DatasetError, ZephonError
 from zephon.shard_cache_lock import (
+    PART_SUFFIX,
     CachedShard,
     CacheLayout,
     commit,
@@ -131,7 +134,25 @@ class CacheEntryInfo:
 
 @dataclass(slots=True)
 class _Batch:
+    """One ``prefetch`` call: its shards reserve room strictly in order (the downloads then overlap), so a
+    later shard never takes the room an earlier one needed."""
+
     stopped: bool = False
+    turn: int = 0  # index of the shard whose reservation comes next
+    ready: threading.Condition = field(default_factory=threading.Condition)
+
+    def wait_turn(self, index: int) -> bool:
+        """Block until shards ``< index`` have reserved (or were skipped); False once the batch stopped."""
+        with self.ready:
+            while self.turn < index and not self.stopped:
+                self.ready.wait(1.0)
+            return not self.stopped
+
+    def done_turn(self, index: int, *, stop: bool = False) -> None:
+        with self.ready:
+            self.turn = max(self.turn, index + 1)
+            self.stopped = self.stopped or stop
+            self.ready.notify_all()
 
 
 class ShardCache:
@@ -175,6 +196,7 @@ class ShardCache:
         self._open: set[CachedShard] = set()
         self._pool: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
+        self._batch: _Batch | None = None
         self._closed = False
         with self._global():
             scan(self._layout)  # deletes leftovers of killed downloads
@@ -249,10 +271,13 @@ class ShardCache:
         with self._lock:
             for future in self._pending:
                 future.cancel()
+            if self._batch is not None:
+                self._batch.done_turn(0, stop=True)  # its waiting tasks give up; running downloads finish
+            self._batch = batch
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self._workers, thread_name_prefix="zephon-prefetch")
             fitting = [s for s in specs if self.limit_bytes is None or s.size <= self.limit_bytes]
-            self._pending = [self._pool.submit(self._prefetch_one, s, ranks, batch) for s in fitting]
+            self._pending = [self._pool.submit(self._prefetch_one, s, ranks, batch, i) for i, s in enumerate(fitting)]
 
     def entries(self) -> list[CacheEntryInfo]:
         """Complete entries, sorted by key."""
@@ -389,32 +414,43 @@ class ShardCache:
             for _, fd in held:
                 os.close(fd)
 
-    def _prefetch_one(self, spec: CacheEntrySpec, ranks: dict[str, int] | None, batch: _Batch) -> None:
-        if batch.stopped or self._closed:
-            return
-        name = entry_name(spec.key)
-        fd = try_exclusive(self._layout.download_lock(name), create=True)
-        if fd is None:
-            return  # being downloaded by another thread or process
+    def _prefetch_one(self, spec: CacheEntrySpec, ranks: dict[str, int] | None, batch: _Batch, index: int) -> None:
+        reserved = False
         try:
-            with self._global():
-                if self._is_valid(spec, name):
-                    return
-                part, _ = self._reserve(spec, name, ranks, prefetch=True)
-            if part is None:
-                batch.stopped = True
+            if not batch.wait_turn(index) or self._closed:
+                return
+            name = entry_name(spec.key)
+            fd = try_exclusive(self._layout.download_lock(name), create=True)
+            if fd is None:
+                # Being downloaded by another thread or process. Until that download has reserved its room, a
+                # later shard of this batch could take it: stop here unless the reservation exists.
+                if not any(self._layout.tmp.glob(f"{name}.*{PART_SUFFIX}")):
+                    batch.done_turn(index, stop=True)
                 return
             try:
-                _fetch_and_check(spec, part)
                 with self._global():
-                    commit(self._layout, name, part, key=spec.key, size=spec.size, etag=spec.etag)
+                    if self._is_valid(spec, name):
+                        return
+                    part, _ = self._reserve(spec, name, ranks, prefetch=True)
+                if part is None:
+                    batch.done_turn(index, stop=True)
+                    return
+                batch.done_turn(index)
+                reserved = True
+                try:
+                    _fetch_and_check(spec, part)
+                    with self._global():
+                        commit(self._layout, name, part, key=spec.key, size=spec.size, etag=spec.etag)
+                finally:
+                    unlink_quietly(part)
+            except Exception as exc:  # kept for the acquire() of this shard
+                with self._lock:
+                    self._errors[spec.key] = exc
             finally:
-                unlink_quietly(part)
-        except Exception as exc:  # kept for the acquire() of this shard
-            with self._lock:
-                self._errors[spec.key] = exc
+                os.close(fd)
         finally:
-            os.close(fd)
+            if not reserved:
+                batch.done_turn(index)
 
 
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
