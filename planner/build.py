@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -188,6 +189,47 @@ def eval_fraction(text: str) -> float:
     return int(num) / int(den or 1)
 
 
+#: Suffix of the file beside a bundle's temporary directory that names its writer: ``"<hostname> <pid>"``.
+WRITER_SUFFIX = ".writer"
+
+
+def _writer_mark(tmp: Path) -> Path:
+    return tmp.with_name(tmp.name + WRITER_SUFFIX)
+
+
+def sweep_stale_temporaries(out_dir: Path) -> list[Path]:
+    """Remove ``.NAME.tmp-*`` siblings of ``out_dir`` left by writers that died (``kill -9``, power loss).
+
+    Each temporary has a mark beside it (``.NAME.tmp-XXXX.writer``) naming its writer's host and pid. Only
+    temporaries whose writer ran on this host and no longer exists are removed; another host's, a live
+    writer's and unmarked ones are left alone. Returns the removed temporaries.
+    """
+    removed = []
+    for mark in sorted(out_dir.parent.glob(f".{out_dir.name}.tmp-*{WRITER_SUFFIX}")):
+        try:
+            host, pid = mark.read_text(encoding="utf-8").split()
+            alive = host != socket.gethostname() or _process_exists(int(pid))
+        except (OSError, ValueError):
+            continue
+        if not alive:
+            tmp = mark.with_name(mark.name[: -len(WRITER_SUFFIX)])
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+            mark.unlink(missing_ok=True)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
 def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False) -> Path:
     """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``."""
     out_dir = Path(out_dir)
@@ -197,8 +239,10 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
             "or pass overwrite=True (--overwrite)"
         )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale_temporaries(out_dir)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
     try:
+        _writer_mark(tmp).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm == "best_fit"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
         writer = SamplesWriter(tmp / SAMPLES_FILE)
@@ -235,6 +279,8 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        _writer_mark(tmp).unlink(missing_ok=True)
     return out_dir
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -125,7 +126,7 @@ def test_killed_plan_never_leaves_a_visible_partial_bundle_and_a_rerun_succeeds(
     child = run_until_paused(tmp_path, moment, ["plan", str(cfg), "-o", str(out)])
     try:
         assert not out.exists()  # while it writes, only a hidden temporary sibling exists
-        (tmp,) = [p for p in out.parent.iterdir() if p.name.startswith(".run.tmp-")]
+        (tmp,) = [p for p in out.parent.iterdir() if p.name.startswith(".run.tmp-") and p.is_dir()]
         assert (tmp / "samples.parquet").is_file()
     finally:
         kill9(child)
@@ -136,8 +137,29 @@ def test_killed_plan_never_leaves_a_visible_partial_bundle_and_a_rerun_succeeds(
     assert rerun.exit_code == 0, rerun.output
     for name in ("plan.json", "shards.parquet", "samples.parquet"):
         assert (out / name).read_bytes() == (reference / name).read_bytes(), name
-    # The killed run's temporary stays hidden beside the bundle; nothing reads it.
-    assert [p.name for p in out.parent.iterdir() if not p.name.startswith(".")] == ["run"]
+    # The rerun removed the killed run's temporary and its writer mark (the writer is gone).
+    assert [p.name for p in out.parent.iterdir()] == ["run"]
+
+
+def test_a_live_or_foreign_writers_temporary_is_left_alone(tmp_path) -> None:
+    from zephon.planner.build import WRITER_SUFFIX, sweep_stale_temporaries
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    here = socket.gethostname()
+    marks = {"live": f"{here} {os.getpid()}", "foreign": "another-host 1", "dead": f"{here} {dead.pid}", "bare": None}
+    for name, mark in marks.items():
+        (tmp_path / f".run.tmp-{name}").mkdir()
+        if mark is not None:
+            (tmp_path / f".run.tmp-{name}{WRITER_SUFFIX}").write_text(mark)
+    assert sweep_stale_temporaries(tmp_path / "run") == [tmp_path / ".run.tmp-dead"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".run.tmp-bare",
+        ".run.tmp-foreign",
+        f".run.tmp-foreign{WRITER_SUFFIX}",
+        ".run.tmp-live",
+        f".run.tmp-live{WRITER_SUFFIX}",
+    ]
 
 
 def test_killed_overwrite_leaves_no_partial_bundle(tmp_path, corpus, tokenizer_dir) -> None:
