@@ -371,3 +371,26 @@ def test_the_phases_view_places_every_document_in_its_phase(plans) -> None:
         plans["samples_flat"], "SELECT phase, first_position, end_position, sum(weight) FROM phases GROUP BY ALL"
     )
     assert flat == [(0, 0, 30_000, 1.0)]
+
+
+def test_zephon_plan_prints_a_line_per_phase(demo, tmp_path) -> None:
+    config = tmp_path / "c.toml"
+    tables = "".join(f'[[datasets]]\nname = "{n}"\npath = "{demo}/{n}-*.parquet"\n' for n in NAMES)
+    config.write_text(
+        f"""seed = 3
+mixture = {{ prose = 0.5, code = 0.3, short = 0.2 }}
+num_documents = 3000
+{tables}
+[[phases]]
+start = 2000
+unit = "documents"
+mixture = {{ code = 1 }}
+""",
+        encoding="utf-8",
+    )
+    result = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-2:] == [
+        "  phase 0: positions 0..1999, 2000 documents; prose 0.500, code 0.300, short 0.200",
+        "  phase 1: positions 2000..2999, 1000 documents; code 1.000",
+    ]

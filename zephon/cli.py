@@ -135,6 +135,12 @@ def plan_summary(manifest: dict[str, Any], plan_dir: str) -> list[str]:
         if "planned_tokens" in d:
             line += f"  tokens {d['planned_tokens']} ({totals['tokens_are']}, share {d['planned_token_share']:.3f})"
         lines.append(line)
+    for phase in manifest.get("phases") or []:
+        weights = ", ".join(f"{name} {w:.3f}" for name, w in phase["weights"].items())
+        span = f"positions {phase['first_position']}..{phase['end_position'] - 1}"
+        if phase["end_position"] <= phase["first_position"]:
+            span = "no documents (the plan ended before it)"
+        lines.append(f"  phase {phase['index']}: {span}, {_count(phase['documents'], 'document')}; {weights}")
     return lines
 
 
