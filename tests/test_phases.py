@@ -394,3 +394,15 @@ mixture = {{ code = 1 }}
         "  phase 0: positions 0..1999, 2000 documents; prose 0.500, code 0.300, short 0.200",
         "  phase 1: positions 2000..2999, 1000 documents; code 1.000",
     ]
+
+
+def test_zephon_show_names_the_phase_of_each_document(plans) -> None:
+    result = CliRunner().invoke(
+        cli, ["show", str(plans["samples"]), "-s", "179", "-b", "10", "--no-text", "-f", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    docs = json.loads(result.output)["documents"]
+    assert [(d["position"], d["phase"]) for d in docs] == [(p, 0) for p in range(1790, 1800)]
+    boundary = CliRunner().invoke(cli, ["show", str(plans["samples"]), "-s", "180", "-b", "10", "--no-text"])
+    assert boundary.output.splitlines()[1].split() == ["position", "dataset", "shard", "row", "phase"]
+    assert {line.split()[4] for line in boundary.output.splitlines()[3:]} == {"1"}

@@ -101,12 +101,15 @@ def show_lines(view: StepView) -> list[str]:
     if tokens is not None and with_tokens:
         head += f", {_count(tokens, 'token')}"
     with_text = bool(view.rows) and view.rows[0].text is not None
+    with_phase = bool(view.rows) and view.rows[0].phase is not None
     columns = ["position", "dataset", "shard", "row"]
+    columns += ["phase"] if with_phase else []
     columns += ["tokens", "in_step"] if with_tokens else []
     columns += ["text"] if with_text else []
     rows = []
     for r in view.rows:
         values: list[Any] = [r.position, r.dataset, r.shard, r.row]
+        values += [r.phase] if with_phase else []
         values += [r.tokens, r.tokens_in_step] if with_tokens else []
         values += [r.text] if with_text else []
         rows.append(values)
@@ -132,6 +135,7 @@ def show_json(view: StepView) -> dict[str, Any]:
                 "tokens": r.tokens,
                 "tokens_in_step": r.tokens_in_step,
                 "text": r.text,
+                **({"phase": r.phase} if r.phase is not None else {}),
             }
             for r in view.rows
         ],

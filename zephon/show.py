@@ -16,6 +16,7 @@ part inside the step. Shard URIs are shortened to their path below the shards' c
 
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class ShowRow:
     tokens_in_step: int | None
     #: The first ``PREVIEW_CHARS`` characters, newlines as ``⏎``; ``None`` when text was not read.
     text: str | None
+    #: The document's phase (``plan.json`` ``phases``); ``None`` for a plan without phases.
+    phase: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -112,6 +115,7 @@ def show_step(
     )
     uri_of = dict(zip(wanted.column("shard_id").to_pylist(), wanted.column("uri").to_pylist(), strict=True))
     names = {int(d["id"]): d["name"] for d in manifest["datasets"]}
+    starts = [int(p["first_position"]) for p in manifest.get("phases") or []]
     texts: list[str | None] = [None] * len(docs)
     if text and len(docs):
         texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest)))
@@ -126,6 +130,7 @@ def show_step(
             tokens=None if docs.tokens is None else int(docs.tokens[i]),
             tokens_in_step=None if docs.tokens_in_range is None else int(docs.tokens_in_range[i]),
             text=texts[i],
+            phase=bisect.bisect_right(starts, int(docs.position[i])) - 1 if starts else None,
         )
         for i in range(len(docs))
     )
