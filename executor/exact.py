@@ -22,6 +22,7 @@ binary search too. The Python work per microbatch does not grow with the documen
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +31,7 @@ from zephon.errors import DatasetError, PlanFormatError
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoder
+from zephon.executor.tokenize import Encoded, Encoder
 
 #: Documents read and tokenized together when calls step steadily through the sequences (the executor's
 #: ``read_chunk`` default), and how many calls ahead that may reach.
@@ -70,7 +71,9 @@ def _ranges(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray
 class ExactSequences:
     """Sequence ``k`` of an exact plan as a packed row."""
 
-    def __init__(self, plan: PlanBundle, encoder: Encoder, reader: ShardReader, pad_id: int) -> None:
+    def __init__(
+        self, plan: PlanBundle, encoder: Encoder, reader: ShardReader, pad_id: int, *, background: bool = False
+    ) -> None:
         packing = plan.manifest["packing"]
         self.plan = plan
         self.max_length = int(packing["max_length"])
@@ -96,6 +99,12 @@ class ExactSequences:
         #: Tokenized documents: sorted positions, start and size of each in the token array, the array.
         self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (empty, empty, empty, empty)
         self._prev: np.ndarray | None = None  # the sequences of the previous call
+        self._stride: tuple[int, int] | None = None  # steady stride of the calls, and the calls read ahead
+        #: Read ahead on a thread (``zephon.executor.read_ahead``); the sequences of the last call covered.
+        self.background = background
+        self._reach: np.ndarray | None = None
+        self._job: tuple[np.ndarray, dict[str, np.ndarray], Future[Encoded]] | None = None
+        self._pool: ThreadPoolExecutor | None = None
 
     def _pieces(self, ks: np.ndarray) -> np.ndarray:
         """The pieces of sequences ``ks`` (``PIECE_DTYPE``; ``row`` = index into ``ks``), in row order."""
@@ -140,13 +149,20 @@ class ExactSequences:
         stride (one rank, one DataLoader worker): read ahead so that each read is about ``READ_AHEAD``
         documents, not one microbatch's — Parquet reads and tokenizer calls have a fixed cost per call."""
         prev, self._prev = self._prev, ks
+        self._stride = None
         if prev is None or len(prev) != len(ks) or not len(ks):
             return np.empty(0, dtype=np.int64)
         step = ks - prev
         if step[0] <= 0 or np.any(step != step[0]):
             return np.empty(0, dtype=np.int64)
         calls = int(min(MAX_AHEAD_CALLS, max(1, -(-READ_AHEAD // max(needed, 1)))))
-        ahead = (ks[None, :] + step[0] * np.arange(1, calls + 1)[:, None]).ravel()
+        self._stride = (int(step[0]), calls)
+        self._reach = ks + step[0] * calls
+        return self._positions_of(ks, int(step[0]), 1, calls)
+
+    def _positions_of(self, ks: np.ndarray, step: int, first: int, last: int) -> np.ndarray:
+        """The documents of calls ``first..last`` after ``ks`` at this stride (sorted, unique)."""
+        ahead = (ks[None, :] + step * np.arange(first, last + 1)[:, None]).ravel()
         ahead = ahead[ahead < self.num_sequences]
         return np.unique(self._pieces(ahead)["position"]) if len(ahead) else np.empty(0, dtype=np.int64)
 
@@ -155,17 +171,69 @@ class ExactSequences:
         each document in the token array, and the array. Missing documents are read and tokenized in one
         batch, with those the next calls will need (``_upcoming``), and their counts checked against the
         plan; documents before ``positions`` are dropped (a document spanning several sequences, or several
-        microbatches, is tokenized once)."""
-        cached, base, size, tokens = self._cache
+        microbatches, is tokenized once). With ``background``, the documents of the calls after those are
+        read and tokenized on a thread meanwhile (``_schedule``)."""
+        if self._job is not None and (self._job[2].done() or not _isin(positions, self._cache[0]).all()):
+            self._collect(positions)
+        cached = self._cache[0]
         missing = positions[~_isin(positions, cached)]
-        if not len(missing):
+        if len(missing):
+            ahead = self._upcoming(ks, len(positions))
+            want = np.union1d(missing, ahead[~_isin(ahead, cached)])
+            rows = self.samples.rows(want)
+            encoded = self.encoder.encode_flat(self.reader.texts(rows["shard_id"], rows["row"]))
+            self._merge(positions, want, rows, encoded)
+        else:
             self._prev = ks
-            return self._cache
-        ahead = self._upcoming(ks, len(positions))
-        want = np.union1d(missing, ahead[~_isin(ahead, cached)])
-        rows = self.samples.rows(want)
-        encoded = self.encoder.encode(self.reader.texts(rows["shard_id"], rows["row"]))
-        new_size = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        if self.background:
+            self._schedule(ks)
+        return self._cache
+
+    def _schedule(self, ks: np.ndarray) -> None:
+        """Start reading the calls after those already covered (``_reach``) on the read-ahead thread, when the
+        covered calls run low. Only this thread uses the reader and the encoder until ``_collect``."""
+        if self._job is not None or self._stride is None or self._reach is None:
+            return
+        step, calls = self._stride
+        if len(self._reach) != len(ks) or (int(self._reach[0]) - int(ks[0])) // step > calls // 2:
+            return
+        want = self._positions_of(self._reach, step, 1, calls)
+        want = want[~_isin(want, self._cache[0])]
+        self._reach = self._reach + step * calls
+        if not len(want):
+            return
+        rows = self.samples.rows(want)  # here: the row-group index is not thread-safe
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(1, thread_name_prefix="zephon-read-ahead")
+        shard_ids, row_ids = rows["shard_id"], rows["row"]
+        job = self._pool.submit(lambda: self.encoder.encode_flat(self.reader.texts(shard_ids, row_ids)))
+        self._job = (want, rows, job)
+
+    def _collect(self, positions: np.ndarray) -> None:
+        """Wait for the read-ahead job and add its documents to the cache. A job that failed is dropped: the
+        documents are read again when needed, which raises the same error at the same point as without it."""
+        assert self._job is not None
+        want, rows, job = self._job
+        self._job = None
+        try:
+            encoded = job.result()
+        except Exception:
+            self._reach = None
+            return
+        self._merge(positions, want, rows, encoded)
+
+    def close(self) -> None:
+        """Stop reading ahead (waits for a job in flight)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self._job = None
+
+    def _merge(self, positions: np.ndarray, want: np.ndarray, rows: dict[str, np.ndarray], encoded: Encoded) -> None:
+        """Add the documents ``want`` (rows ``rows`` of the samples table, tokenized: ``encoded``) to the cache,
+        after checking their token counts against the plan, and drop cached documents before ``positions``."""
+        cached, base, size, tokens = self._cache
+        new_size = encoded.sizes
         wrong = np.flatnonzero(new_size != rows["tokens"])
         if len(wrong):
             i = int(wrong[0])
@@ -175,7 +243,7 @@ class ExactSequences:
                 f"{int(want[i])}) must have {int(rows['tokens'][i])} tokens as counted at planning, got "
                 f"{int(new_size[i])} — the data or tokenizer changed; re-plan"
             )
-        keep = np.flatnonzero(cached >= positions[0])
+        keep = np.flatnonzero((cached >= positions[0]) & ~_isin(cached, want))
         if len(keep) > 8 * READ_AHEAD:  # calls jumped around: keep what this call needs
             keep = keep[_isin(cached[keep], positions)]
         merged = np.concatenate([cached[keep], want])
@@ -187,9 +255,8 @@ class ExactSequences:
         old = slice(0, len(keep))
         out[_spread(starts[old], sizes[old])] = tokens[_spread(base[keep], sizes[old])]
         new = slice(len(keep), None)
-        out[_spread(starts[new], sizes[new])] = np.concatenate(encoded) if encoded else out[:0]
+        out[_spread(starts[new], sizes[new])] = encoded.ids
         self._cache = (merged[order], starts[order], sizes[order], out)
-        return self._cache
 
     def rows(self, ks: list[int]) -> PackedRows:
         """Packed rows of the sequences ``ks`` (in that order)."""

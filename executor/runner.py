@@ -19,7 +19,8 @@ exactly there, without replaying the plan.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +33,12 @@ from zephon.executor.exact import ExactSequences
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
 from zephon.executor.pack import PackedRows, concat_rows
-from zephon.executor.plan_reader import PlanBundle, SampleChunk
+from zephon.executor.plan_reader import PlanBundle, SampleChunk, ShardRef
 from zephon.executor.provenance import ProvenanceLog
+from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
-from zephon.executor.tokenize import Encoder
+from zephon.executor.tokenize import Encoded, Encoder
 
 
 class RankRunner:
@@ -130,12 +132,16 @@ class RankRunner:
 
     def __iter__(self) -> Iterator[Batch]:
         window = int(self.plan.manifest.get("shuffle", {}).get("window_shards", 1))
+        skipped: list[tuple[ShardRef, int, str]] = []  # estimated plans: skipped in the chunk being read
+        on_skip = self.stats.skip if self.stats is not None else None
+        if not self.exact:  # counted when the chunk is consumed (reading may run ahead on a thread)
+            on_skip = lambda ref, row, reason: skipped.append((ref, row, reason))  # noqa: E731
         reader = ShardReader(
             self.plan.shards,
             self.spec.tokenize.field,
             capacity=(window + 1) * len(self.plan.dataset_names),
             on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
-            on_skip=self.stats.skip if self.stats is not None else None,
+            on_skip=on_skip,
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
         if self.provenance_dir is not None:
@@ -144,7 +150,7 @@ class RankRunner:
             if self.exact:
                 yield from self._exact(reader, remote)
             else:
-                yield from self._estimated(reader, remote)
+                yield from self._estimated(reader, remote, skipped)
         finally:
             remote.close()
             if self.log is not None:
@@ -163,7 +169,14 @@ class RankRunner:
         return (step * self.geometry.accumulation + micro) % count == index
 
     def _exact(self, reader: ShardReader, remote: RemoteAccess) -> Iterator[Batch]:
-        sequences = ExactSequences(self.plan, self.encoder, reader, self.pad)
+        background = read_ahead_enabled() and remote.cache is None  # remote shards: the reader stays on one thread
+        sequences = ExactSequences(self.plan, self.encoder, reader, self.pad, background=background)
+        try:
+            yield from self._exact_loop(sequences, remote)
+        finally:
+            sequences.close()
+
+    def _exact_loop(self, sequences: ExactSequences, remote: RemoteAccess) -> Iterator[Batch]:
         steps = self.num_steps()
         assert steps is not None
         n = sequences.num_sequences
@@ -190,13 +203,16 @@ class RankRunner:
             k = len(rows.lengths)
             tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
             pieces = rows.pieces
-        batch = Batch(tokens=tokens, doc_start=starts, lengths=lengths, step=step, microbatch=micro, sequences=ids,
-                      pieces=pieces)
+        batch = Batch(
+            tokens=tokens, doc_start=starts, lengths=lengths, step=step, microbatch=micro, sequences=ids, pieces=pieces
+        )
         if self.log is not None:
             self.log.write(batch)
         return batch
 
-    def _estimated(self, reader: ShardReader, remote: RemoteAccess) -> Iterator[Batch]:
+    def _estimated(
+        self, reader: ShardReader, remote: RemoteAccess, skipped: list[tuple[ShardRef, int, str]]
+    ) -> Iterator[Batch]:
         L = self.geometry.lanes
         assert L is not None
         lanes = self.lanes
@@ -207,47 +223,66 @@ class RankRunner:
         mine = np.zeros(L, dtype=bool)
         mine[list(lanes)] = True
         chunks = self.plan.chunks(self.spec.read_chunk, start=start)
-        names = self.plan.dataset_names
         exhausted = False
 
-        def read_more() -> None:
-            nonlocal exhausted
+        def produce() -> _Read | None:
+            """Read and tokenize the next chunk's documents of this rank's lanes, grouped by lane (a stable sort
+            keeps plan order within a lane, and each lane then takes one slice). Maybe on the read-ahead thread
+            (``zephon.executor.read_ahead``): it alone touches the reader, the encoder and the chunk iterator."""
             chunk: SampleChunk | None = next(chunks, None)
             if chunk is None:
-                exhausted = True
-                for lane in lanes.values():
-                    lane.read_to = self.plan.num_documents
-                return
+                return None
             remote.advance(chunk.start)
             assert chunk.lane is not None, "estimated plans carry a lane per document"
             positions = chunk.start + np.arange(len(chunk))
             keep = np.flatnonzero(mine[chunk.lane] & (positions >= starts[chunk.lane]))
+            texts: list[str] = []
             if len(keep):
-                texts = reader.texts(chunk.shard_id[keep], chunk.row[keep])
+                texts = reader.texts(chunk.shard_id[keep], chunk.row[keep])  # type: ignore[assignment]
                 if self.spec.on_bad_document == "skip":  # a skipped document (None) is not pushed: no tokens
-                    read = [i for i, t in enumerate(texts) if t is not None]
-                    keep, texts = keep[read], [texts[i] for i in read]
-                docs = self.encoder.encode(texts)
-                for i, doc in zip(keep.tolist(), docs, strict=True):
-                    lanes[int(chunk.lane[i])].push(int(positions[i]), doc)
-                if self.stats is not None:
-                    lengths = np.fromiter((len(d) for d in docs), np.int64, len(docs))
-                    self.stats.add(names, chunk.dataset_id[keep], lengths)
-            for lane in lanes.values():
-                lane.read_to = max(lane.read_to, chunk.start + len(chunk))
+                    kept = [i for i, t in enumerate(texts) if t is not None]
+                    keep, texts = keep[kept], [texts[i] for i in kept]
+                order = np.argsort(chunk.lane[keep], kind="stable")
+                keep, texts = keep[order], [texts[i] for i in order.tolist()]
+            taken = skipped[:]
+            skipped.clear()
+            return _Read(chunk, keep, self.encoder.encode_flat(texts) if texts else None, taken)
 
+        source: ReadAhead[_Read] = ReadAhead(produce, threaded=read_ahead_enabled())
+
+        def read_more() -> None:
+            nonlocal exhausted
+            read = source.next()
+            if read is None:
+                exhausted = True
+                for lane in lanes.values():
+                    lane.read_to = self.plan.num_documents
+                return
+            self._route(read)
+            for lane in lanes.values():
+                lane.read_to = max(lane.read_to, read.chunk.start + len(read.chunk))
+
+        try:
+            yield from self._estimated_loop(read_more, lambda: exhausted)
+        finally:
+            source.close()
+
+    def _estimated_loop(self, read_more: Callable[[], None], exhausted: Callable[[], bool]) -> Iterator[Batch]:
+        L = self.geometry.lanes
+        assert L is not None
+        lanes = self.lanes
         while True:
             if self.micro == 0:
-                while not exhausted and all(lane.buffered == 0 for lane in lanes.values()):
+                while not exhausted() and all(lane.buffered == 0 for lane in lanes.values()):
                     read_more()
-                if exhausted and all(lane.buffered == 0 for lane in lanes.values()):
+                if exhausted() and all(lane.buffered == 0 for lane in lanes.values()):
                     return
             step, micro = self._advance()
             ids = self.geometry.microbatch_sequences(step, micro)
             rows = []
             for j in ids.tolist():
                 lane = lanes[j % L]
-                while not lane.ready() and not exhausted:
+                while not lane.ready() and not exhausted():
                     read_more()
                 rows.append(lane.pop_row())
             if self.spec.batch.drop_last and any(int(r.lengths[0]) < self.spec.pack.max_length for r in rows):
@@ -255,6 +290,37 @@ class RankRunner:
             if not self._mine(step, micro):
                 continue
             yield self._batch(step, micro, ids, concat_rows(rows))
+
+    def _route(self, read: _Read) -> None:
+        """Push a chunk's tokenized documents (grouped by lane) to their lanes; count them and its skips."""
+        if self.stats is not None:
+            for ref, row, reason in read.skipped:
+                self.stats.skip(ref, row, reason)
+        if read.encoded is None:
+            return
+        chunk, keep, sizes = read.chunk, read.keep, read.encoded.sizes
+        assert chunk.lane is not None
+        lane_of = chunk.lane[keep]
+        ends = np.cumsum(sizes)
+        cuts = np.flatnonzero(np.diff(lane_of)) + 1
+        firsts, lasts = [0, *cuts.tolist()], [*cuts.tolist(), len(keep)]
+        positions = chunk.start + keep
+        for a, b in zip(firsts, lasts, strict=True):
+            tokens = read.encoded.ids[int(ends[a] - sizes[a]) : int(ends[b - 1])]
+            self.lanes[int(lane_of[a])].push_many(positions[a:b], tokens, sizes[a:b])
+        if self.stats is not None:
+            self.stats.add(self.plan.dataset_names, chunk.dataset_id[keep], sizes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One chunk of an estimated plan, read and tokenized: its kept documents (indices into the chunk, grouped
+    by lane), their ids in that order, and the documents skipped while reading it."""
+
+    chunk: SampleChunk
+    keep: np.ndarray
+    encoded: Encoded | None
+    skipped: list[tuple[ShardRef, int, str]]
 
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:

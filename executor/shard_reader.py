@@ -71,7 +71,10 @@ class _OpenShard:
     ref: ShardRef
     parquet: pq.ParquetFile | None = None
     rg_starts: np.ndarray | None = None
-    row_groups: dict[int, pa.Array] = field(default_factory=dict)
+    #: Parquet: the text of every row of the row groups decoded so far (None elsewhere), converted once.
+    values: list[object] = field(default_factory=list)
+    decoded: np.ndarray | None = None  # per row group: already in ``values``
+    nulls: bool = False  # a decoded row group holds a null: rows must be checked one by one
     jsonl: bytes | None = None
     spans: tuple[np.ndarray, np.ndarray] | None = None
     handle: object | None = None  # a pinned zephon.shard_cache.CachedShard for remote shards
@@ -138,14 +141,34 @@ class ShardReader:
         return self._shards[shard_id]
 
     def texts(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[str | None]:
-        """Texts of the documents, in the order given; None for a skipped document (``on_bad_document="skip"``)."""
-        out: list[str | None] = [None] * len(shard_ids)
-        # Group by shard, keeping the first-appearance order so LRU eviction follows the plan.
+        """Texts of the documents, in the order given; None for a skipped document (``on_bad_document="skip"``).
+
+        Shards are opened in the order they first appear (so LRU eviction follows the plan); Parquet row groups
+        are decoded once into per-shard lists, and the texts are gathered by one list comprehension.
+        """
+        if not len(shard_ids):
+            return []
         _, first = np.unique(shard_ids, return_index=True)
-        for shard_id in shard_ids[np.sort(first)]:
-            idx = np.flatnonzero(shard_ids == shard_id)
-            values = self._read(int(shard_id), rows[idx])
-            for i, v in zip(idx.tolist(), values, strict=True):
+        lists: dict[int, list[object]] = {}  # shards whose rows need no check: their values
+        others: list[tuple[np.ndarray, list[str | None]]] = []  # the rest: (indices, texts)
+        for shard_id in shard_ids[np.sort(first)].tolist():
+            shard = self.open_shard(shard_id)
+            mask = shard_ids == shard_id
+            if shard.parquet is not None:
+                self._decode(shard, rows[mask])
+                if not shard.nulls:
+                    lists[shard_id] = shard.values
+                    continue
+            idx = np.flatnonzero(mask)
+            read = self._read_parquet if shard.parquet is not None else self._read_jsonl
+            others.append((idx, read(shard, rows[idx])))
+        ids, rs = shard_ids.tolist(), rows.tolist()
+        if len(lists) == 1 and not others:
+            values = lists[ids[0]]
+            return [values[r] for r in rs]  # type: ignore[misc]  # strings: the shard has no null
+        out: list[str | None] = [lists[s][r] if s in lists else None for s, r in zip(ids, rs, strict=True)]  # type: ignore[misc]
+        for idx, texts in others:
+            for i, v in zip(idx.tolist(), texts, strict=True):
                 out[i] = v
         return out
 
@@ -309,26 +332,30 @@ class ShardReader:
                 message.rpartition(" — ")[0] or message,
             )
 
-    def _read(self, shard_id: int, rows: np.ndarray) -> list[str | None]:
-        shard = self.open_shard(shard_id)
-        if shard.parquet is not None:
-            return self._read_parquet(shard, rows)
-        return self._read_jsonl(shard, rows)
+    def _decode(self, shard: _OpenShard, rows: np.ndarray) -> None:
+        """Decode the row groups holding ``rows`` that are not yet in ``shard.values``."""
+        assert shard.parquet is not None and shard.rg_starts is not None
+        starts = shard.rg_starts
+        if shard.decoded is None:
+            shard.decoded = np.zeros(len(starts) - 1, dtype=bool)
+            shard.values = [None] * int(starts[-1])
+        groups = np.searchsorted(starts, rows, side="right") - 1
+        for g in np.unique(groups[~shard.decoded[groups]]).tolist():
+            column = self._row_group(shard, g)
+            shard.values[int(starts[g]) : int(starts[g + 1])] = column.to_pylist()
+            shard.nulls |= column.null_count > 0 or pa.types.is_null(column.type)
+            shard.decoded[g] = True
 
     def _read_parquet(self, shard: _OpenShard, rows: np.ndarray) -> list[str | None]:
-        assert shard.parquet is not None and shard.rg_starts is not None
+        """Texts of ``rows``, each checked (a shard with nulls), row group by row group."""
+        assert shard.rg_starts is not None
+        self._decode(shard, rows)
         groups = np.searchsorted(shard.rg_starts, rows, side="right") - 1
         out: list[str | None] = [None] * len(rows)
         for g in np.unique(groups).tolist():
-            column = shard.row_groups.get(g)
-            if column is None:
-                column = self._row_group(shard, g)
-                shard.row_groups[g] = column
             idx = np.flatnonzero(groups == g)
-            local = rows[idx] - shard.rg_starts[g]
-            values = column.take(pa.array(local)).to_pylist()
-            for i, local_row, v in zip(idx.tolist(), local.tolist(), values, strict=True):
-                out[i] = self._check(shard.ref, int(shard.rg_starts[g]) + local_row, v)
+            for i, row in zip(idx.tolist(), rows[idx].tolist(), strict=True):
+                out[i] = self._check(shard.ref, row, shard.values[row])
         return out
 
     def _read_jsonl(self, shard: _OpenShard, rows: np.ndarray) -> list[str | None]:

@@ -13,7 +13,7 @@ from tokenizers import Tokenizer
 
 from zephon.demo import DEMO_KINDS, generate_demo_documents
 from zephon.errors import ConfigError
-from zephon.executor import tokenize as tokenize_module
+from zephon.executor import tiktoken_engine
 from zephon.executor.tokenize import ENGINE_ENV, Encoder, TokenizeSpec
 
 pytest.importorskip("tiktoken")
@@ -141,8 +141,12 @@ def test_a_mismatch_on_the_first_documents_falls_back_for_good(tokenizer_dir: st
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
     real = Encoder._fast_run
 
-    def wrong_on_z(self: Encoder, texts: list[str]) -> list[np.ndarray]:
-        return [ids + (1 if "zz" in t else 0) for ids, t in zip(real(self, texts), texts, strict=True)]
+    def wrong_on_z(self: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ranks, sizes = real(self, texts)  # each text's ranks, then a separator
+        ranks, ends = ranks.copy(), np.cumsum(sizes)
+        for t, a, b in zip(texts, (ends - sizes).tolist(), ends.tolist(), strict=True):
+            ranks[a : b - 1] += 1 if "zz" in t else 0
+        return ranks, sizes
 
     monkeypatch.setattr(Encoder, "_fast_run", wrong_on_z)
     texts = ["plain text", "buzz zz", "more"]
@@ -155,7 +159,13 @@ def test_a_mismatch_on_the_first_documents_falls_back_for_good(tokenizer_dir: st
 
 def test_a_mismatch_on_the_probe_text_keeps_tokenizers(tokenizer_dir: str, monkeypatch) -> None:
     real = Encoder._fast_run
-    monkeypatch.setattr(Encoder, "_fast_run", lambda self, texts: [ids[:-1] for ids in real(self, texts)])
+
+    def last_token_lost(self: Encoder, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        ranks, sizes = real(self, texts)
+        lost = (np.cumsum(sizes) - 2)[sizes > 1]  # each non-empty text's last token (before its separator)
+        return np.delete(ranks, lost), sizes - (sizes > 1)
+
+    monkeypatch.setattr(Encoder, "_fast_run", last_token_lost)
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
     assert encoder._fast is None and "probe" in encoder.engine_note
     assert encoder.encode(["hello world"])[0].tolist() == encoder.encode(["hello world"])[0].tolist()
@@ -173,7 +183,7 @@ def test_the_engine_is_cached_and_a_broken_cache_is_rebuilt(tokenizer_dir: str, 
     warm = Encoder(spec)
     assert_same(warm.encode(texts), expected)
     assert warm.engine == "tiktoken"
-    assert tokenize_module._load_plan(files[0])  # rewritten, readable again
+    assert tiktoken_engine._load_plan(files[0])  # rewritten, readable again
 
 
 def test_encoder_pickles_without_its_threads(tokenizer_dir: str) -> None:
