@@ -14,10 +14,12 @@ plan order, into memory before timing the raw encoders on them (1024 documents p
 
 * raw ``tokenizers``: ``Tokenizer.encode_batch_fast`` (its Rust threads); also worker processes (one
   single-threaded tokenizer per core, texts and ids pickled) — the executor keeps whichever is faster;
-* raw tiktoken: the same encoding built from the tokenizer.json, one slice of texts per thread;
+* raw tiktoken: the same encoding built from the tokenizer.json, one slice of texts per thread, one tiktoken
+  call per text (``encode_to_tiktoken_buffer``), each slice's ids joined into one array;
 * Zephon end to end: ``Pipeline.from_plan(...).tokenize().pack_flat().batch()`` and ``to_training(labels)``
   on every batch: plan → read Parquet → tokenize → pack → batch → tensors, with the automatic engine and with
-  ``ZEPHON_TOKENIZER_ENGINE=tokenizers``.
+  ``ZEPHON_TOKENIZER_ENGINE=tokenizers``; on all cores also with ``ZEPHON_READ_AHEAD=off`` (no read-ahead
+  thread).
 
 Figures are the best of ``--repeats`` (runs interleaved, so all see the same machine load); tokens count
 each document's tokens plus its EOS. Peak RSS is ``ru_maxrss`` of the Zephon process at ``--copies`` and at
@@ -107,14 +109,15 @@ def worker_raw(args: argparse.Namespace) -> dict:
     else:  # tiktoken, built by the executor's own converter
         from concurrent.futures import ThreadPoolExecutor
 
+        from zephon.executor.tiktoken_engine import encode_buffers, join_ranks
         from zephon.executor.tokenize import Encoder, TokenizeSpec
 
         encoder = Encoder(TokenizeSpec(tokenizer_id=args.tokenizer))
         assert encoder._fast is not None, f"tiktoken engine unavailable: {encoder.engine_note}"
         pool = ThreadPoolExecutor(args.cores)
 
-        def run(part: list[str]) -> int:  # the executor's own per-thread loop, nothing around it
-            return sum(map(len, encoder._fast_run(part)))
+        def run(part: list[str]) -> int:  # one tiktoken call per text, the ids of the part in one array
+            return len(join_ranks(encode_buffers(encoder._fast, part), (), ())[0])
 
         def encode(batch: list[str]) -> int:
             size = -(-len(batch) // args.cores)
@@ -318,6 +321,8 @@ def main() -> None:
                     ("raw tiktoken", "raw", {"engine": "tiktoken"}, None),
                     ("zephon", "zephon", {}, fast),
                 ]
+                if cores > 1:  # the default reads ahead on a thread when it may use 2+ cores
+                    jobs.append(("zephon, no read-ahead", "zephon", {}, {**fast, "ZEPHON_READ_AHEAD": "off"}))
                 if mode == "samples":
                     jobs.append(("zephon, tokenizers engine", "zephon", {}, slow))
                     if cores > 1 and not args.skip_processes:
@@ -381,6 +386,9 @@ def _report(results: dict[tuple[str, str, int], list[dict]], all_cores: int, rep
             hf = _rate(_best(results[(mode, "raw tokenizers", cores)]))
             tt = _rate(_best(results[(mode, "raw tiktoken", cores)]))
             line = f"  {mode:8} {cores} core(s): ÷ raw tokenizers {ours / hf:5.2f}   ÷ raw tiktoken {ours / tt:5.2f}"
+            if (mode, "zephon, no read-ahead", cores) in results:
+                off = _rate(_best(results[(mode, "zephon, no read-ahead", cores)]))
+                line += f"   (no read-ahead ÷ raw tiktoken {off / tt:5.2f})"
             if mode == "samples":
                 same = _rate(_best(results[(mode, "zephon, tokenizers engine", cores)]))
                 line += f"   (tokenizers engine ÷ raw tokenizers {same / hf:5.2f})"
