@@ -20,6 +20,7 @@ exactly there, without replaying the plan.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,7 +229,8 @@ class RankRunner:
         def produce() -> _Read | None:
             """Read and tokenize the next chunk's documents of this rank's lanes, grouped by lane (a stable sort
             keeps plan order within a lane, and each lane then takes one slice). Maybe on the read-ahead thread
-            (``zephon.executor.read_ahead``): it alone touches the reader, the encoder and the chunk iterator."""
+            (``zephon.executor.read_ahead``): it alone touches the reader and the chunk iterator, and it hands
+            the texts to the encode stage (a Future in ``_Read.encoded``, resolved in order by ``_route``)."""
             chunk: SampleChunk | None = next(chunks, None)
             if chunk is None:
                 return None
@@ -246,9 +248,18 @@ class RankRunner:
                 keep, texts = keep[order], [texts[i] for i in order.tolist()]
             taken = skipped[:]
             skipped.clear()
-            return _Read(chunk, keep, self.encoder.encode_flat(texts) if texts else None, taken)
+            if not texts:
+                return _Read(chunk, keep, None, taken)
+            if stage is None:
+                return _Read(chunk, keep, self.encoder.encode_flat(texts), taken)
+            return _Read(chunk, keep, stage.submit(self.encoder.encode_flat, texts), taken)
 
-        source: ReadAhead[_Read] = ReadAhead(produce, threaded=read_ahead_enabled())
+        threaded = read_ahead_enabled()
+        # With read-ahead, tokenizing is a second stage: the read-ahead thread hands a chunk's texts to this
+        # thread (which also drives the encoder's own threads) and goes on reading the next chunk, so Parquet
+        # decoding overlaps tokenizing too. One thread: chunks are encoded in order, by one caller at a time.
+        stage = ThreadPoolExecutor(1, thread_name_prefix="zephon-encode") if threaded else None
+        source: ReadAhead[_Read] = ReadAhead(produce, threaded=threaded)
 
         def read_more() -> None:
             nonlocal exhausted
@@ -266,6 +277,8 @@ class RankRunner:
             yield from self._estimated_loop(read_more, lambda: exhausted)
         finally:
             source.close()
+            if stage is not None:
+                stage.shutdown(wait=True, cancel_futures=True)
 
     def _estimated_loop(self, read_more: Callable[[], None], exhausted: Callable[[], bool]) -> Iterator[Batch]:
         L = self.geometry.lanes
@@ -298,7 +311,8 @@ class RankRunner:
                 self.stats.skip(ref, row, reason)
         if read.encoded is None:
             return
-        chunk, keep, sizes = read.chunk, read.keep, read.encoded.sizes
+        encoded = read.encoded.result() if isinstance(read.encoded, Future) else read.encoded
+        chunk, keep, sizes = read.chunk, read.keep, encoded.sizes
         assert chunk.lane is not None
         lane_of = chunk.lane[keep]
         ends = np.cumsum(sizes)
@@ -306,7 +320,7 @@ class RankRunner:
         firsts, lasts = [0, *cuts.tolist()], [*cuts.tolist(), len(keep)]
         positions = chunk.start + keep
         for a, b in zip(firsts, lasts, strict=True):
-            tokens = read.encoded.ids[int(ends[a] - sizes[a]) : int(ends[b - 1])]
+            tokens = encoded.ids[int(ends[a] - sizes[a]) : int(ends[b - 1])]
             self.lanes[int(lane_of[a])].push_many(positions[a:b], tokens, sizes[a:b])
         if self.stats is not None:
             self.stats.add(self.plan.dataset_names, chunk.dataset_id[keep], sizes)
@@ -319,7 +333,7 @@ class _Read:
 
     chunk: SampleChunk
     keep: np.ndarray
-    encoded: Encoded | None
+    encoded: Encoded | Future[Encoded] | None
     skipped: list[tuple[ShardRef, int, str]]
 
 
