@@ -40,6 +40,17 @@ def datasets(make_parquet, make_jsonl) -> list[Dataset]:
     ]
 
 
+def _small_pipeline(plan: Path, tokenizer_dir: str) -> Pipeline:
+    """Chunks of 4 documents, rows of 32 tokens, microbatches of 3: many chunks and hand-overs on a tiny plan."""
+    return (
+        Pipeline.from_plan(plan)
+        .options(read_chunk=4)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=32)
+        .batch(microbatch_size=3)
+    )
+
+
 def _plan(datasets: list[Dataset], tmp_path: Path, tokenizer_dir: str, *, exact: bool = False) -> Path:
     mixture = MixtureSpec({"web": 0.7, "code": 0.3})
     if not exact:
@@ -85,21 +96,9 @@ def test_batches_are_identical_with_and_without_the_read_ahead_thread(
 def test_dropping_the_iterator_or_resuming_stops_the_thread(datasets, tmp_path, tokenizer_dir, monkeypatch) -> None:
     monkeypatch.setenv(READ_AHEAD_ENV, "on")
     plan = _plan(datasets, tmp_path, tokenizer_dir)
-    pipe = (
-        Pipeline.from_plan(plan)
-        .options(read_chunk=4)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=32)
-        .batch(microbatch_size=3)
-    )
+    pipe = _small_pipeline(plan, tokenizer_dir)
     everything = [b.tokens for b in pipe]
-    pipe = (
-        Pipeline.from_plan(plan)
-        .options(read_chunk=4)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=32)
-        .batch(microbatch_size=3)
-    )
+    pipe = _small_pipeline(plan, tokenizer_dir)
     it = iter(pipe)
     head = [next(it).tokens for _ in range(3)]
     assert _threads()
@@ -268,13 +267,7 @@ def test_exact_read_ahead_stops_with_the_run(datasets, tmp_path, tokenizer_dir, 
     plan = _plan(datasets, tmp_path, tokenizer_dir, exact=True)
     bundle = PlanBundle(plan)
     assert bundle.manifest["kind"] == "exact"
-    pipe = (
-        Pipeline.from_plan(plan)
-        .options(read_chunk=4)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=32)
-        .batch(microbatch_size=3)
-    )
+    pipe = _small_pipeline(plan, tokenizer_dir)
     it = iter(pipe)
     for _ in range(4):
         next(it)
