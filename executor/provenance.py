@@ -11,6 +11,10 @@ starts a new file (``from-{step}`` is its first step), so a crash never corrupts
 key-value metadata records the plan's ``config_hash``, ``max_length``, ``global_batch``, ``dp_size`` and
 ``lanes``. ``zephon audit PLAN --log DIR`` (``zephon.provenance``) checks the log against the plan.
 
+Documents the skip policy (``Pipeline.options(on_bad_document="skip")``) left out are listed beside it, in
+``DIR/skipped-rank-{r:05d}-worker-{w:02d}-from-{step:09d}.parquet`` (``position``, ``reason``; written when the
+log closes, only if something was skipped), so the check can tell a skipped document from a lost one.
+
 Row groups are flushed every ``FLUSH_ROWS`` pieces, so a log costs a few bytes per piece and bounded memory.
 """
 
@@ -40,6 +44,7 @@ LOG_SCHEMA = pa.schema(
         pa.field("length", pa.int32()),
     ]
 )
+SKIPPED_SCHEMA = pa.schema([pa.field("position", pa.int64()), pa.field("reason", pa.string())])
 FLUSH_ROWS = 1 << 16
 
 
@@ -60,9 +65,16 @@ class ProvenanceLog:
             "zephon.lanes": str(g.lanes if g.lanes is not None else ""),
         }
         self.path = directory / name
+        self.skipped_path = directory / f"skipped-{name}"
+        self._meta = meta
         self._writer = pq.ParquetWriter(self.path, LOG_SCHEMA.with_metadata(meta), compression="zstd")
         self._parts: list[pa.Table] = []
         self._rows = 0
+        self._skipped: list[tuple[int, str]] = []
+
+    def skip(self, lost: list[tuple[int, str]]) -> None:
+        """Record documents the skip policy left out: ``(position, reason)`` each."""
+        self._skipped.extend(lost)
 
     def write(self, batch: Batch) -> None:
         pieces = batch.pieces
@@ -96,3 +108,7 @@ class ProvenanceLog:
     def close(self) -> None:
         self.flush()
         self._writer.close()
+        if self._skipped:
+            positions, reasons = zip(*self._skipped, strict=True)
+            table = pa.table({"position": list(positions), "reason": list(reasons)}, schema=SKIPPED_SCHEMA)
+            pq.write_table(table.replace_schema_metadata(self._meta), self.skipped_path, compression="zstd")

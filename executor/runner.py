@@ -239,20 +239,28 @@ class RankRunner:
             positions = chunk.start + np.arange(len(chunk))
             keep = np.flatnonzero(mine[chunk.lane] & (positions >= starts[chunk.lane]))
             texts: list[str] = []
+            lost: list[tuple[int, str]] = []  # (position, reason) of the documents skipped in this chunk
             if len(keep):
                 texts = reader.texts(chunk.shard_id[keep], chunk.row[keep])  # type: ignore[assignment]
                 if self.spec.on_bad_document == "skip":  # a skipped document (None) is not pushed: no tokens
                     kept = [i for i, t in enumerate(texts) if t is not None]
+                    if len(kept) < len(texts):
+                        why = {(ref.shard_id, row): reason for ref, row, reason in skipped}
+                        lost = [
+                            (int(chunk.start + keep[i]), why[int(chunk.shard_id[keep[i]]), int(chunk.row[keep[i]])])
+                            for i, t in enumerate(texts)
+                            if t is None
+                        ]
                     keep, texts = keep[kept], [texts[i] for i in kept]
                 order = np.argsort(chunk.lane[keep], kind="stable")
                 keep, texts = keep[order], [texts[i] for i in order.tolist()]
             taken = skipped[:]
             skipped.clear()
             if not texts:
-                return _Read(chunk, keep, None, taken)
+                return _Read(chunk, keep, None, taken, lost)
             if stage is None:
-                return _Read(chunk, keep, self.encoder.encode_flat(texts), taken)
-            return _Read(chunk, keep, stage.submit(self.encoder.encode_flat, texts), taken)
+                return _Read(chunk, keep, self.encoder.encode_flat(texts), taken, lost)
+            return _Read(chunk, keep, stage.submit(self.encoder.encode_flat, texts), taken, lost)
 
         threaded = read_ahead_enabled()
         # With read-ahead, tokenizing is a second stage: the read-ahead thread hands a chunk's texts to this
@@ -309,6 +317,8 @@ class RankRunner:
         if self.stats is not None:
             for ref, row, reason in read.skipped:
                 self.stats.skip(ref, row, reason)
+        if self.log is not None and read.lost:
+            self.log.skip(read.lost)
         if read.encoded is None:
             return
         encoded = read.encoded.result() if isinstance(read.encoded, Future) else read.encoded
@@ -329,12 +339,15 @@ class RankRunner:
 @dataclass(frozen=True, slots=True)
 class _Read:
     """One chunk of an estimated plan, read and tokenized: its kept documents (indices into the chunk, grouped
-    by lane), their ids in that order, and the documents skipped while reading it."""
+    by lane), their ids in that order, and the documents skipped while reading it (as the reader reported
+    them, and by plan position)."""
 
     chunk: SampleChunk
     keep: np.ndarray
     encoded: Encoded | Future[Encoded] | None
     skipped: list[tuple[ShardRef, int, str]]
+    #: ``(position, reason)`` of each document skipped in the chunk, for the provenance log.
+    lost: list[tuple[int, str]]
 
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:

@@ -26,22 +26,46 @@ def plans(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
     write_demo_dataset(root / "data")
     datasets = [Dataset.from_path(k, str(root / "data" / "demo" / f"{k}-*.parquet")) for k in ("code", "short")]
     out = {}
-    for kind, exact, algorithm in (("estimated", False, "wrap"), ("wrap", True, "wrap"), ("best_fit", True, "best_fit")):
-        src = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec({"code": 0.6, "short": 0.4}), seed=1,
-                                      token_estimation=TokenEstimation(calibration_samples=32), exact_tokens=exact,
-                                      num_tokens=20_000)
-        out[kind] = src.plan(root / kind, tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir),
-                             pack=PackSpec(max_length=65, algorithm=algorithm))
+    for kind, exact, algorithm in (
+        ("estimated", False, "wrap"),
+        ("wrap", True, "wrap"),
+        ("best_fit", True, "best_fit"),
+    ):
+        src = StaticMixtureWorkSource(
+            datasets=datasets,
+            mixture=MixtureSpec({"code": 0.6, "short": 0.4}),
+            seed=1,
+            token_estimation=TokenEstimation(calibration_samples=32),
+            exact_tokens=exact,
+            num_tokens=20_000,
+        )
+        out[kind] = src.plan(
+            root / kind,
+            tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir),
+            pack=PackSpec(max_length=65, algorithm=algorithm),
+        )
     return out
 
 
-def run(plan: Path, tokenizer_dir: str, log: Path, *, ranks: int = 2, algorithm: str = "wrap", steps: int | None = None,
-        state: dict | None = None) -> list[dict]:
+def run(
+    plan: Path,
+    tokenizer_dir: str,
+    log: Path,
+    *,
+    ranks: int = 2,
+    algorithm: str = "wrap",
+    steps: int | None = None,
+    state: dict | None = None,
+) -> list[dict]:
     states = []
     for rank in range(ranks):
-        p = (Pipeline.from_plan(plan).options(dp_rank=rank, dp_size=ranks, provenance_dir=log)
-             .tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=65, algorithm=algorithm)
-             .batch(microbatch_size=2, global_batch_size=4))
+        p = (
+            Pipeline.from_plan(plan)
+            .options(dp_rank=rank, dp_size=ranks, provenance_dir=log)
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=65, algorithm=algorithm)
+            .batch(microbatch_size=2, global_batch_size=4)
+        )
         if state is not None:
             p.load_state_dict(state)
         for batch in p:
@@ -92,3 +116,50 @@ def test_a_log_of_another_plan_is_reported(plans, tokenizer_dir, tmp_path) -> No
     run(plans["wrap"], tokenizer_dir, tmp_path / "log", ranks=1)
     check = check_log(plans["best_fit"], tmp_path / "log")
     assert not check.ok and check.mismatches[0].startswith("log must be for plan ")
+
+
+def test_documents_skipped_by_the_policy_are_reported_not_mismatched(tokenizer_dir, tmp_path) -> None:
+    import json
+
+    lines = [json.dumps({"text": f"document {i} " + "word " * (i % 7)}) for i in range(60)]
+    for bad in (5, 17, 18, 41):
+        lines[bad] = json.dumps({"text": None})
+    lines[23] = json.dumps({"body": "no text"})
+    (tmp_path / "web").mkdir()
+    (tmp_path / "web" / "part-0.jsonl").write_text("\n".join(lines) + "\n")
+    src = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(tmp_path / "web"))], mixture=MixtureSpec({"web": 1}), seed=2, lanes=4
+    )
+    plan = src.plan(tmp_path / "plan")
+    log = tmp_path / "log"
+    for rank in range(2):
+        pipe = (
+            Pipeline.from_plan(plan)
+            .options(dp_rank=rank, dp_size=2, provenance_dir=log, on_bad_document="skip")
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=16)
+            .batch(microbatch_size=2, global_batch_size=4)
+        )
+        for _ in pipe:
+            pass
+    check = check_log(plan, log)
+    assert check.ok, check.mismatches
+    assert check.skipped == {"missing_field": 1, "null_text": 4}
+    result = CliRunner().invoke(cli, ["audit", str(plan), "--log", str(log)])
+    assert result.exit_code == 0, result.output
+    assert "  skipped by the skip policy: 5 documents (missing_field 1, null_text 4)" in result.output.splitlines()
+    # Without the list of skipped documents, the lanes have holes: the check must fail.
+    moved = []
+    for f in sorted(log.glob("skipped-*.parquet")):
+        moved.append(f.rename(tmp_path / f.name))
+    assert not check_log(plan, log).ok
+    for f in moved:
+        f.rename(log / f.name)
+    # A document listed as skipped whose tokens were yielded anyway is a mismatch.
+    meta = pq.read_table(log / moved[0].name).schema.metadata
+    logged = pq.read_table(sorted(log.glob("rank-*.parquet"))[0]).column("position").to_pylist()[0]
+    fake = pa.table({"position": [logged], "reason": ["null_text"]}).replace_schema_metadata(meta)
+    pq.write_table(fake, log / "skipped-rank-99999-worker-00-from-000000000.parquet")
+    bad = check_log(plan, log)
+    assert not bad.ok
+    assert bad.mismatches[0].startswith(f"position {logged} was skipped (null_text), got its tokens in sequence")

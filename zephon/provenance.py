@@ -12,7 +12,9 @@ what they should have yielded and reports every difference:
    token ranges ``[token_offset, token_offset + tokens)`` overlap ``[j·L, (j+1)·L)``; best fit: ``bins.parquet``.
 5. Estimated plans: each logged document belongs to the lane of its sequence (``j mod lanes``), and within a
    lane consecutive rows continue the same document or start the lane's next document at token 0 — no
-   document skipped, repeated or reordered.
+   document skipped, repeated or reordered. Documents the skip policy left out (``skipped-*.parquet`` beside
+   the log, with their reason) are not expected in their lane, are counted by reason, and must not appear
+   in the log; exact plans refuse the skip policy, so any skipped document there is a mismatch.
 
 Example: an exact wrap plan with L = 4 and documents of 3 and 5 tokens (offsets 0 and 3) plans sequence 1
 as [(offset 0, position 1, doc_start 1, length 3)]; a log row (0, 1, 0, 3) is reported as a mismatch.
@@ -43,6 +45,8 @@ class LogCheck:
     pieces: int
     steps: tuple[int, int] | None
     tokens_by_dataset: dict[str, int]
+    #: Documents the skip policy left out, by reason (each plan position counted once).
+    skipped: dict[str, int] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     mismatch_count: int = 0
 
@@ -76,6 +80,19 @@ def _load(log_dir: Path) -> tuple[pa.Table, list[dict[str, str]]]:
         metas.append({k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()})
         tables.append(table.replace_schema_metadata(None))
     return pa.concat_tables(tables), metas
+
+
+def _load_skipped(log_dir: Path, plan_hash: str, found: _Findings) -> dict[int, str]:
+    """Plan position → reason of every document a rank's skip policy left out (``skipped-*.parquet``)."""
+    out: dict[int, str] = {}
+    for f in sorted(log_dir.glob("skipped-rank-*.parquet")):
+        table = pq.read_table(f)
+        meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+        if meta.get("zephon.plan") != plan_hash:
+            found.add(f"{f.name} must be for plan {plan_hash[:12]}, got {str(meta.get('zephon.plan'))[:12]}")
+        rows = zip(table.column("position").to_pylist(), table.column("reason").to_pylist(), strict=True)
+        out.update((int(position), str(reason)) for position, reason in rows)
+    return out
 
 
 def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
@@ -122,11 +139,20 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
     for i in over[:5]:
         found.add(f"sequence {seq[i]} must fit in {width} tokens, got a piece ending at {off[i] + length[i]}")
 
+    skipped = _load_skipped(log_dir, manifest["config_hash"], found)
+    if skipped:
+        lost = np.fromiter(skipped, dtype=np.int64, count=len(skipped))
+        yielded = np.flatnonzero(np.isin(pos, lost))
+        for i in yielded[:5]:
+            found.add(f"position {pos[i]} was skipped ({skipped[int(pos[i])]}), got its tokens in sequence {seq[i]}")
+        found.count += max(0, len(yielded) - 5)
     samples = pq.read_table(plan_dir / manifest["files"]["samples"][0]).to_pydict()
     if manifest.get("kind") == "exact":
+        if skipped:
+            found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")
         _check_exact(manifest, plan_dir, samples, seq, off, pos, start, length, width, found)
     else:
-        _check_lanes(manifest, samples, seq, pos, start, length, found)
+        _check_lanes(manifest, samples, seq, pos, start, length, found, skipped=set(skipped))
 
     names = [d["name"] for d in manifest["datasets"]]
     ds = np.asarray(samples["dataset_id"])[pos] if len(pos) else np.array([], dtype=np.int64)
@@ -138,6 +164,7 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         pieces=len(seq),
         steps=steps,
         tokens_by_dataset={n: int(t) for n, t in zip(names, tokens, strict=True)},
+        skipped={reason: list(skipped.values()).count(reason) for reason in sorted(set(skipped.values()))},
         mismatches=found.items,
         mismatch_count=found.count,
     )
@@ -181,7 +208,7 @@ def _check_exact(manifest, plan_dir, samples, seq, off, pos, start, length, widt
     found.count += max(0, len(logged - planned) - 10) + max(0, len(planned - logged) - 10)
 
 
-def _check_lanes(manifest, samples, seq, pos, start, length, found: _Findings) -> None:
+def _check_lanes(manifest, samples, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
     lanes = int(manifest.get("lanes") or 1)
     plan_lane = np.asarray(samples["lane"], dtype=np.int64)
     wrong = np.flatnonzero(plan_lane[pos] != seq % lanes)
@@ -193,8 +220,10 @@ def _check_lanes(manifest, samples, seq, pos, start, length, found: _Findings) -
     found.count += max(0, len(wrong) - 5)
     # Within a lane, row k+1 follows row k: same document continued, or the lane's next document from token 0.
     next_in_lane = np.full(len(plan_lane), -1, dtype=np.int64)
+    lost = np.array(sorted(skipped), dtype=np.int64)
     for lane in range(lanes):
         members = np.flatnonzero(plan_lane == lane)
+        members = members[~np.isin(members, lost)]  # a skipped document has no tokens: the lane goes on past it
         next_in_lane[members[:-1]] = members[1:]
     lane_of, row_of = seq % lanes, seq // lanes
     order = np.lexsort((np.arange(len(seq)), row_of, lane_of))
@@ -221,6 +250,9 @@ def log_summary(check: LogCheck) -> list[str]:
     total = sum(check.tokens_by_dataset.values()) or 1
     for name, tokens in check.tokens_by_dataset.items():
         lines.append(f"  {name}  tokens {tokens}  share {tokens / total:.4f}")
+    if check.skipped:
+        reasons = ", ".join(f"{reason} {n}" for reason, n in check.skipped.items())
+        lines.append(f"  skipped by the skip policy: {sum(check.skipped.values())} documents ({reasons})")
     lines += [f"MISMATCH {m}" for m in check.mismatches]
     if check.mismatch_count > len(check.mismatches):
         lines.append(f"… and {check.mismatch_count - len(check.mismatches)} more mismatches")
@@ -237,6 +269,7 @@ def log_json(check: LogCheck) -> str:
             "pieces": check.pieces,
             "steps": check.steps,
             "tokens_by_dataset": check.tokens_by_dataset,
+            "skipped": check.skipped,
             "mismatch_count": check.mismatch_count,
             "mismatches": check.mismatches,
         },
