@@ -39,7 +39,7 @@ from zephon.executor.provenance import ProvenanceLog
 from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
-from zephon.executor.tokenize import Encoded, Encoder
+from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
 
 
 class RankRunner:
@@ -258,15 +258,19 @@ class RankRunner:
             skipped.clear()
             if not texts:
                 return _Read(chunk, keep, None, taken, lost)
-            if stage is None:
+            if stage is None or not encoded_once:
+                encoded_once.append(True)  # the first chunk verifies the fast engine before any parallel call
                 return _Read(chunk, keep, self.encoder.encode_flat(texts), taken, lost)
-            return _Read(chunk, keep, stage.submit(self.encoder.encode_flat, texts), taken, lost)
+            return _Read(chunk, keep, stage.submit(self.encoder.encode_flat, texts, split=False), taken, lost)
 
         threaded = read_ahead_enabled()
-        # With read-ahead, tokenizing is a second stage: the read-ahead thread hands a chunk's texts to this
-        # thread (which also drives the encoder's own threads) and goes on reading the next chunk, so Parquet
-        # decoding overlaps tokenizing too. One thread: chunks are encoded in order, by one caller at a time.
-        stage = ThreadPoolExecutor(1, thread_name_prefix="zephon-encode") if threaded else None
+        # With read-ahead, tokenizing is a second stage of as many threads as the tokenizer may use: the
+        # read-ahead thread hands each chunk's texts to it and goes on reading the next chunk, and each chunk is
+        # encoded whole on one thread (one tiktoken call), several chunks at once; the consumer takes them back
+        # in order (``_route``). Parquet decoding, tokenizing and packing all overlap, with no barrier inside
+        # a chunk. The first chunk is encoded on the read-ahead thread itself, which verifies the fast engine.
+        encoded_once: list[bool] = []
+        stage = ThreadPoolExecutor(tokenizer_threads(), thread_name_prefix="zephon-encode") if threaded else None
         source: ReadAhead[_Read] = ReadAhead(produce, threaded=threaded)
 
         def read_more() -> None:

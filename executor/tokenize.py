@@ -159,7 +159,7 @@ _PROBES = (
 _SAMPLE_DOCS, _SAMPLE_CHARS = 32, 8192
 
 
-def _threads() -> int:
+def tokenizer_threads() -> int:
     """Tokenizer threads: ``RAYON_NUM_THREADS`` (as for ``tokenizers``), else the cores this process may use."""
     value = os.environ.get("RAYON_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
@@ -283,15 +283,18 @@ class Encoder:
     def _executor(self) -> ThreadPoolExecutor:
         pid = os.getpid()  # a forked child (DataLoader worker) gets threads of its own
         if self._pool is None or self._pool[0] != pid:
-            self._pool = (pid, ThreadPoolExecutor(max(1, _threads() - 1), thread_name_prefix="zephon-tokenize"))
+            self._pool = (
+                pid,
+                ThreadPoolExecutor(max(1, tokenizer_threads() - 1), thread_name_prefix="zephon-tokenize"),
+            )
         return self._pool[1]
 
-    def _encode_fast(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    def _encode_fast(self, texts: list[str], *, split: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """tiktoken ranks of the texts, each followed by one separator rank (uint32), and the size of each, on
-        ``_threads()`` threads: contiguous slices of about equal characters, the calling thread taking the last
+        ``tokenizer_threads()`` threads: contiguous slices of about equal characters, the calling thread taking the last
         one (tiktoken releases the GIL while it encodes)."""
         run = self._fast_run
-        n = min(_threads(), max(1, len(texts) // 8))
+        n = min(tokenizer_threads(), max(1, len(texts) // 8)) if split else 1
         if n == 1:
             return run(texts)
         sizes = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
@@ -340,14 +343,18 @@ class Encoder:
         """Token ids (int64) of each text, with the BOS prefix and one EOS."""
         return self.encode_flat(texts).split()
 
-    def encode_flat(self, texts: list[str], order: np.ndarray | None = None) -> Encoded:
+    def encode_flat(self, texts: list[str], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
         """Token ids of the texts (BOS prefix, text, EOS), concatenated in one array; with ``order``, the
-        documents come in that order (``texts[order[0]]`` first), so a caller can group them for free."""
+        documents come in that order (``texts[order[0]]`` first), so a caller can group them for free.
+
+        ``split=False`` encodes on the calling thread alone (for callers that encode several batches at once,
+        each on its own thread); the first call always splits, and must not run alongside another, because it
+        verifies the fast engine."""
         if order is not None:
             texts = [texts[i] for i in order.tolist()]
         if self._fast is not None:
             try:
-                fast = self._encode_fast(texts)
+                fast = self._encode_fast(texts, split=split or not self._verified)
             except (UnicodeEncodeError, ValueError):  # e.g. lone surrogates: tokenizers handles (or refuses) them
                 fast = None
             if fast is not None and not self._verified:

@@ -29,7 +29,7 @@ from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 
 def _threads() -> set[str]:
-    return {t.name for t in threading.enumerate() if t.name.startswith("zephon-read-ahead")}
+    return {t.name for t in threading.enumerate() if t.name.startswith(("zephon-read-ahead", "zephon-encode"))}
 
 
 @pytest.fixture
@@ -90,7 +90,19 @@ def test_batches_are_identical_with_and_without_the_read_ahead_thread(
     monkeypatch.setenv(READ_AHEAD_ENV, "on")
     _same(inline, _batches(plan, tokenizer_dir))
     _same(inline, _batches(plan, tokenizer_dir, chunk=5))
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")  # three encode threads, chunks encoded in parallel
+    _same(inline, _batches(plan, tokenizer_dir, chunk=3))
     assert not _threads()  # every run shut its thread down
+
+
+def test_an_unsplit_encode_gives_the_same_ids(tokenizer_dir) -> None:
+    from zephon.executor.tokenize import Encoder
+
+    texts = [f"text {i} " + "word " * (i % 13) for i in range(100)]
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    first = encoder.encode_flat(texts)  # verifies the engine
+    again = encoder.encode_flat(texts, split=False)
+    assert np.array_equal(first.ids, again.ids) and np.array_equal(first.sizes, again.sizes)
 
 
 def test_dropping_the_iterator_or_resuming_stops_the_thread(datasets, tmp_path, tokenizer_dir, monkeypatch) -> None:
