@@ -22,6 +22,7 @@ binary search too. The Python work per microbatch does not grow with the documen
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,11 +32,14 @@ from zephon.errors import DatasetError, PlanFormatError
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoded, Encoder
+from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
 
-#: Documents read and tokenized together when calls step steadily through the sequences (the executor's
-#: ``read_chunk`` default), and how many calls ahead that may reach.
-READ_AHEAD, MAX_AHEAD_CALLS = 1024, 16
+#: Documents read and tokenized together when calls step steadily through the sequences, and how many calls
+#: ahead that may reach (64 microbatches bound a window's tokens whatever the document lengths).
+READ_AHEAD, MAX_AHEAD_CALLS = 4096, 64
+#: Read-ahead windows in flight at once: read one after another on one thread, each then tokenized whole on
+#: one of the encoder's threads (several at once), taken back in order.
+JOBS = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -44,6 +48,13 @@ class Piece:
     doc_start: int
     length: int
     offset: int
+
+
+def _ready(job: Future[Future[Encoded]]) -> bool:
+    """The read job and the encode job it started are both finished (or the read failed)."""
+    if not job.done():
+        return False
+    return job.exception() is not None or job.result().done()
 
 
 def _spread(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
@@ -103,8 +114,11 @@ class ExactSequences:
         #: Read ahead on a thread (``zephon.executor.read_ahead``); the sequences of the last call covered.
         self.background = background
         self._reach: np.ndarray | None = None
-        self._job: tuple[np.ndarray, dict[str, np.ndarray], Future[Encoded]] | None = None
-        self._pool: ThreadPoolExecutor | None = None
+        #: Windows in flight, oldest first (at most ``JOBS``): positions, their samples rows, and the read job
+        #: whose result is the encode job.
+        self._jobs: list[tuple[np.ndarray, dict[str, np.ndarray], Future[Future[Encoded]]]] = []
+        self._read_pool: ThreadPoolExecutor | None = None
+        self._encode_pool: ThreadPoolExecutor | None = None
 
     def _pieces(self, ks: np.ndarray) -> np.ndarray:
         """The pieces of sequences ``ks`` (``PIECE_DTYPE``; ``row`` = index into ``ks``), in row order."""
@@ -173,8 +187,9 @@ class ExactSequences:
         plan; documents before ``positions`` are dropped (a document spanning several sequences, or several
         microbatches, is tokenized once). With ``background``, the documents of the calls after those are
         read and tokenized on a thread meanwhile (``_schedule``)."""
-        if self._job is not None and (self._job[2].done() or not _isin(positions, self._cache[0]).all()):
-            self._collect(positions)
+        while self._jobs and (_ready(self._jobs[0][2]) or not _isin(positions, self._cache[0]).all()):
+            if not self._collect(positions):
+                break
         cached = self._cache[0]
         missing = positions[~_isin(positions, cached)]
         if len(missing):
@@ -190,44 +205,57 @@ class ExactSequences:
         return self._cache
 
     def _schedule(self, ks: np.ndarray) -> None:
-        """Start reading the calls after those already covered (``_reach``) on the read-ahead thread, when the
-        covered calls run low. Only this thread uses the reader and the encoder until ``_collect``."""
-        if self._job is not None or self._stride is None or self._reach is None:
+        """Start reading the calls after those already covered (``_reach``) when at most one window of covered
+        calls is left: a read thread reads the window, then hands its texts to an encode thread and reads the
+        next, so up to ``JOBS`` windows are in flight and Parquet decoding overlaps tokenizing. Until
+        ``_collect`` has taken every job, only these threads use the reader and the encoder."""
+        if len(self._jobs) >= JOBS or self._stride is None or self._reach is None:
             return
         step, calls = self._stride
-        if len(self._reach) != len(ks) or (int(self._reach[0]) - int(ks[0])) // step > calls // 2:
+        if len(self._reach) != len(ks) or (int(self._reach[0]) - int(ks[0])) // step > calls:
             return
         want = self._positions_of(self._reach, step, 1, calls)
         want = want[~_isin(want, self._cache[0])]
+        for _, pending, _ in self._jobs:
+            want = want[~np.isin(want, pending)]
         self._reach = self._reach + step * calls
         if not len(want):
             return
         rows = self.samples.rows(want)  # here: the row-group index is not thread-safe
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="zephon-read-ahead")
-        shard_ids, row_ids = rows["shard_id"], rows["row"]
-        job = self._pool.submit(lambda: self.encoder.encode_flat(self.reader.texts(shard_ids, row_ids)))
-        self._job = (want, rows, job)
+        if self._read_pool is None or self._encode_pool is None:
+            self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="zephon-read-ahead")
+            self._encode_pool = ThreadPoolExecutor(tokenizer_threads(), thread_name_prefix="zephon-encode")
+        shard_ids, row_ids, encode_pool = rows["shard_id"], rows["row"], self._encode_pool
 
-    def _collect(self, positions: np.ndarray) -> None:
-        """Wait for the read-ahead job and add its documents to the cache. A job that failed is dropped: the
-        documents are read again when needed, which raises the same error at the same point as without it."""
-        assert self._job is not None
-        want, rows, job = self._job
-        self._job = None
+        def read() -> Future[Encoded]:
+            return encode_pool.submit(self.encoder.encode_flat, self.reader.texts(shard_ids, row_ids), split=False)
+
+        self._jobs.append((want, rows, self._read_pool.submit(read)))
+
+    def _collect(self, positions: np.ndarray) -> bool:
+        """Wait for the oldest read-ahead job and add its documents to the cache; True when it succeeded. A job
+        that failed is dropped with every later one (read-ahead stops): the documents are read again when
+        needed, which raises the same error at the same point as without read-ahead."""
+        want, rows, job = self._jobs.pop(0)
         try:
-            encoded = job.result()
+            encoded = job.result().result()
         except Exception:
             self._reach = None
-            return
+            for _, _, later in self._jobs:  # let them finish: the caller is about to use the reader itself
+                with contextlib.suppress(Exception):
+                    later.result().result()
+            self._jobs.clear()
+            return False
         self._merge(positions, want, rows, encoded)
+        return True
 
     def close(self) -> None:
-        """Stop reading ahead (waits for a job in flight)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
-        self._job = None
+        """Stop reading ahead (waits for the jobs in flight)."""
+        for pool in (self._read_pool, self._encode_pool):
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+        self._read_pool = self._encode_pool = None
+        self._jobs.clear()
 
     def _merge(self, positions: np.ndarray, want: np.ndarray, rows: dict[str, np.ndarray], encoded: Encoded) -> None:
         """Add the documents ``want`` (rows ``rows`` of the samples table, tokenized: ``encoded``) to the cache,
