@@ -51,10 +51,7 @@ class Lane:
         if position < self.start_position:
             return
         n = len(tokens)
-        if self._end + n - self._base > len(self._buf):
-            self._make_room(n)
-        at = self._end - self._base
-        self._buf[at : at + n] = tokens
+        self._copy_in(tokens)
         self._starts.append(self._end)
         self._positions.append(position)
         self._end += n
@@ -71,10 +68,7 @@ class Lane:
         if not len(positions):
             return
         n = len(tokens)
-        if self._end + n - self._base > len(self._buf):
-            self._make_room(n)
-        at = self._end - self._base
-        self._buf[at : at + n] = tokens
+        self._copy_in(tokens)
         first = len(self._starts)
         self._starts.extend((np.cumsum(sizes) - sizes + self._end).tolist())
         self._positions.extend(positions.tolist())
@@ -82,6 +76,14 @@ class Lane:
         if self.start_skip and self._positions[first] == self.start_position:  # resume inside that document
             self._next += min(self.start_skip, int(sizes[0]))
             self._skip_done()
+
+    def _copy_in(self, tokens: np.ndarray) -> None:
+        """Copy ``tokens`` to the buffer after the last pushed token (``_end``), making room first."""
+        n = len(tokens)
+        if self._end + n - self._base > len(self._buf):
+            self._make_room(n)
+        at = self._end - self._base
+        self._buf[at : at + n] = tokens
 
     def _make_room(self, n: int) -> None:
         """Drop emitted tokens from the front of the array, growing it if that is not enough."""
