@@ -36,7 +36,7 @@ import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.inspect_views import connect_with_steps, document_steps_sql
-from zephon.plan_format import read_manifest
+from zephon.plan_format import manifest_phases, read_manifest
 from zephon.plan_steps import resolve_layout
 
 __all__ = ["AuditResult", "AuditSpec", "DatasetAudit", "PhaseAudit", "audit_plan", "plot_shares"]
@@ -168,11 +168,6 @@ class _Range:
 
 
 def _ranges(manifest: dict, names: list[str]) -> list[_Range]:
-    phases = manifest.get("phases")
-    if not phases:
-        weights = np.array([float(d["weight"]) for d in manifest["datasets"]])
-        total = int(manifest["totals"]["documents"])
-        return [_Range(index=0, first_position=0, end_position=total, weights=weights)]
     return [
         _Range(
             index=int(p["index"]),
@@ -180,7 +175,7 @@ def _ranges(manifest: dict, names: list[str]) -> list[_Range]:
             end_position=int(p["end_position"]),
             weights=np.array([float(p["weights"].get(n, 0.0)) for n in names]),
         )
-        for p in phases
+        for p in manifest_phases(manifest)
     ]
 
 
@@ -231,7 +226,6 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
             held = np.flatnonzero(per_step[k].sum(axis=1))
             first, last = int(held[0]), int(held[-1])
         parts.append(_windows(per_step[k, first : last + 1], first, r.weights, by == unit, spec, entries, ids))
-    tolerance = spec.tolerance_pp / 100
     if len(ranges) == 1:
         datasets = parts[0].datasets
         phases: tuple[PhaseAudit, ...] = ()
@@ -249,7 +243,7 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
             )
             for r, p in zip(ranges, parts, strict=True)
         )
-        datasets = _summary(per_step, parts, entries, ids, tolerance)
+        datasets = _summary(per_step, parts, entries, ids)
     return AuditResult(
         plan=str(plan_dir),
         by=by,
@@ -335,7 +329,7 @@ def _windows(
 
 
 def _summary(
-    per_step: np.ndarray, parts: list[_Windows], entries: list[dict], ids: list[int], tolerance: float
+    per_step: np.ndarray, parts: list[_Windows], entries: list[dict], ids: list[int]
 ) -> tuple[DatasetAudit, ...]:
     """Per dataset over all phases: overall share against the phases' combined target, and the worst window
     of any phase."""

@@ -106,6 +106,26 @@ def read_manifest(plan_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def manifest_phases(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """``plan.json`` ``phases``; for a plan without phases, one phase 0 spanning the plan with the mixture's
+    weights (the same keys: ``index``, ``first_position``, ``end_position``, ``weights``, ``planned_documents``
+    and, with token counts, ``planned_tokens``)."""
+    if manifest.get("phases"):
+        return list(manifest["phases"])
+    entries = manifest["datasets"]
+    tokens = {d["name"]: d["planned_tokens"] for d in entries if "planned_tokens" in d}
+    return [
+        {
+            "index": 0,
+            "first_position": 0,
+            "end_position": manifest["totals"]["documents"],
+            "weights": {d["name"]: d["weight"] for d in entries},
+            "planned_documents": {d["name"]: d["planned_documents"] for d in entries},
+            **({"planned_tokens": tokens} if tokens else {}),
+        }
+    ]
+
+
 def _same_type(got: pa.DataType | None, want: pa.DataType) -> bool:
     # Polars writes strings as large_string; both read the same.
     if pa.types.is_string(want):

@@ -38,7 +38,15 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 
 from zephon.errors import ConfigError, PlanFormatError
-from zephon.plan_format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema, read_manifest
+from zephon.plan_format import (
+    BINS_SCHEMA,
+    SAMPLES_SCHEMA,
+    SHARDS_FILE,
+    SHARDS_SCHEMA,
+    check_schema,
+    manifest_phases,
+    read_manifest,
+)
 
 __all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "QueryResult", "connect", "run_sql"]
 
@@ -166,16 +174,7 @@ def _datasets_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
 
 def _phases_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
     entries = manifest["datasets"]
-    phases = manifest.get("phases") or [
-        {
-            "index": 0,
-            "first_position": 0,
-            "end_position": manifest["totals"]["documents"],
-            "weights": {d["name"]: d["weight"] for d in entries},
-            "planned_documents": {d["name"]: d["planned_documents"] for d in entries},
-            "planned_tokens": {d["name"]: d["planned_tokens"] for d in entries if "planned_tokens" in d} or None,
-        }
-    ]
+    phases = manifest_phases(dict(manifest))
     try:
         rows = [
             {
