@@ -231,6 +231,7 @@ class RankRunner:
             keeps plan order within a lane, and each lane then takes one slice). Maybe on the read-ahead thread
             (``zephon.executor.read_ahead``): it alone touches the reader and the chunk iterator, and it hands
             the texts to the encode stage (a Future in ``_Read.encoded``, resolved in order by ``_route``)."""
+            nonlocal encoded_once
             chunk: SampleChunk | None = next(chunks, None)
             if chunk is None:
                 return None
@@ -259,7 +260,7 @@ class RankRunner:
             if not texts:
                 return _Read(chunk, keep, None, taken, lost)
             if stage is None or not encoded_once:
-                encoded_once.append(True)  # the first chunk verifies the fast engine before any parallel call
+                encoded_once = True  # the first chunk verifies the fast engine before any parallel call
                 return _Read(chunk, keep, self.encoder.encode_flat(texts), taken, lost)
             return _Read(chunk, keep, stage.submit(self.encoder.encode_flat, texts, split=False), taken, lost)
 
@@ -269,7 +270,7 @@ class RankRunner:
         # encoded whole on one thread (one tiktoken call), several chunks at once; the consumer takes them back
         # in order (``_route``). Parquet decoding, tokenizing and packing all overlap, with no barrier inside
         # a chunk. The first chunk is encoded on the read-ahead thread itself, which verifies the fast engine.
-        encoded_once: list[bool] = []
+        encoded_once = False
         stage = ThreadPoolExecutor(tokenizer_threads(), thread_name_prefix="zephon-encode") if threaded else None
         source: ReadAhead[_Read] = ReadAhead(produce, threaded=threaded)
 

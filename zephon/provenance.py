@@ -23,6 +23,7 @@ as [(offset 0, position 1, doc_start 1, length 3)]; a log row (0, 1, 0, 3) is re
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,7 +165,7 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         pieces=len(seq),
         steps=steps,
         tokens_by_dataset={n: int(t) for n, t in zip(names, tokens, strict=True)},
-        skipped={reason: list(skipped.values()).count(reason) for reason in sorted(set(skipped.values()))},
+        skipped=dict(sorted(Counter(skipped.values()).items())),
         mismatches=found.items,
         mismatch_count=found.count,
     )
