@@ -415,7 +415,6 @@ class ShardCache:
                 os.close(fd)
 
     def _prefetch_one(self, spec: CacheEntrySpec, ranks: dict[str, int] | None, batch: _Batch, index: int) -> None:
-        reserved = False
         try:
             if not batch.wait_turn(index) or self._closed:
                 return
@@ -435,8 +434,7 @@ class ShardCache:
                 if part is None:
                     batch.done_turn(index, stop=True)
                     return
-                batch.done_turn(index)
-                reserved = True
+                batch.done_turn(index)  # room reserved: the next shard may reserve while this one downloads
                 try:
                     _fetch_and_check(spec, part)
                     with self._global():
@@ -449,8 +447,7 @@ class ShardCache:
             finally:
                 os.close(fd)
         finally:
-            if not reserved:
-                batch.done_turn(index)
+            batch.done_turn(index)  # every way out passes the turn on (a no-op once passed)
 
 
 _STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM)
