@@ -285,3 +285,45 @@ def test_exact_read_ahead_stops_with_the_run(datasets, tmp_path, tokenizer_dir, 
         next(it)
     it.close()
     assert not _threads()
+
+
+def test_exact_read_ahead_keeps_jobs_windows_in_flight(datasets, tmp_path, tokenizer_dir, monkeypatch) -> None:
+    """With calls at a steady stride, ``JOBS`` windows are scheduled at once (not one window at a time), so
+    the encoder's threads have work while the following window is read; rows stay those of a plain instance.
+    The read thread is held until the calls already cached are done, so the count does not depend on timing."""
+    from zephon.executor import exact
+
+    monkeypatch.setattr(exact, "READ_AHEAD", 10**6)  # windows of MAX_AHEAD_CALLS = 2 calls of 3 sequences
+    monkeypatch.setattr(exact, "MAX_AHEAD_CALLS", 2)
+    bundle = PlanBundle(_plan(datasets, tmp_path, tokenizer_dir, exact=True))
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+
+    def sequences(background: bool) -> exact.ExactSequences:
+        reader = ShardReader(bundle.shards, "text", capacity=8)
+        return exact.ExactSequences(bundle, encoder, reader, encoder.pad_id, background=background)
+
+    ahead, plain = sequences(True), sequences(False)
+    release, read = threading.Event(), ahead.reader.texts
+
+    def held_texts(*args, **kwargs):
+        if threading.current_thread() is not threading.main_thread():
+            assert release.wait(10), "a call waited for the held read thread"
+        return read(*args, **kwargs)
+
+    monkeypatch.setattr(ahead.reader, "texts", held_texts)
+    in_flight = []
+    try:
+        for call in range(12):
+            if call == 4:  # calls 2 and 3 came from the inline read of call 1; call 4 needs the first window
+                release.set()
+            ks = list(range(3 * call, 3 * call + 3))
+            got, want = ahead.rows(ks), plain.rows(ks)
+            assert np.array_equal(got.tokens, want.tokens) and np.array_equal(got.pieces, want.pieces)
+            in_flight.append(len(ahead._jobs))
+    finally:
+        release.set()
+        ahead.close()
+    assert ahead._stride == (3, 2)
+    # call 0 sets no stride; call 1 reads calls 2-3 inline and schedules the windows after them up to JOBS
+    # windows ahead (JOBS - 1 jobs); from call 3 on, each window of calls used up is replaced at once
+    assert in_flight[:4] == [0, exact.JOBS - 1, exact.JOBS - 1, exact.JOBS], in_flight
