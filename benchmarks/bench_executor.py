@@ -1,6 +1,7 @@
 """Executor throughput against the raw tokenizer, on the same cores and texts; first batch; peak RSS.
 
 Run: python benchmarks/bench_executor.py [--copies 8] [--big 16] [--repeats 3] [--reference /tmp/refvenv/bin/python]
+         [--peers /tmp/peervenv/bin/python]
 
 Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents, ~4 MB of text per seed),
 mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a ``tokenizers`` tokenizer.json
@@ -25,7 +26,8 @@ Figures are the best of ``--repeats`` (runs interleaved, so all see the same mac
 each document's tokens plus its EOS. Peak RSS is ``ru_maxrss`` of the Zephon process at ``--copies`` and at
 ``--big`` copies. First batch: a fresh process, plan already cached (warm local cache), from
 ``Pipeline(work_source)`` to the first ``to_training`` dict. ``--reference PYTHON`` runs the published
-``zephon==0.2.0`` (its seed API, its own venv) on the same shards, tokenizer and token budget.
+``zephon==0.2.0`` (its seed API, its own venv) on the same shards, tokenizer and token budget;
+``--peers PYTHON`` runs Hugging Face ``datasets`` streaming and Google Grain the same way (``peers.py``).
 """
 
 from __future__ import annotations
@@ -288,6 +290,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--root", default=None, help="work directory (default: a new temporary one)")
     parser.add_argument("--reference", default=None, help="python of a venv with zephon==0.2.0")
+    parser.add_argument("--peers", default=None, help="python of a venv with datasets and grain (peers.py)")
     parser.add_argument("--skip-processes", action="store_true", help="skip raw tokenizers in worker processes")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     for name in ("cores", "plan", "tokenizer", "engine", "corpus"):
@@ -358,8 +361,22 @@ def main() -> None:
         f"{fb:.2f} s (imports {min(f['imports_s'] for f in firsts):.2f} s before it); from a plan bundle "
         f"{from_plan:.2f} s"
     )
+    shape = {"weights": WEIGHTS, "max_length": MAX_LENGTH, "microbatch": MICROBATCH}
+    common = {"corpus": corpora[args.copies], "tokenizer": tokenizer, "results": results, "all_cores": all_cores}
     if args.reference and results:
-        reference(args, corpora[args.copies], tokenizer, results, all_cores)
+        import peers
+
+        peers.compare(
+            "reference zephon==0.2.0", args.reference, ["reference"], ("samples", "tokens"),
+            shape=shape, best=_best, rate=_rate, **common,
+        )  # fmt: skip
+    if args.peers and results:
+        import peers
+
+        peers.compare(
+            "other data loaders, mixing by samples", args.peers, ["hf-datasets", "grain"], ("samples",),
+            shape=shape, best=_best, rate=_rate, **common,
+        )  # fmt: skip
 
 
 def _report(results: dict[tuple[str, str, int], list[dict]], all_cores: int, repeats: int) -> None:
@@ -393,80 +410,6 @@ def _report(results: dict[tuple[str, str, int], list[dict]], all_cores: int, rep
                 same = _rate(_best(results[(mode, "zephon, tokenizers engine", cores)]))
                 line += f"   (tokenizers engine ÷ raw tokenizers {same / hf:5.2f})"
             print(line)
-
-
-REFERENCE_SCRIPT = r"""
-import json, resource, sys, time
-cfg = json.loads(sys.argv[1])
-start = time.perf_counter()
-from zephon import Pipeline
-from zephon.io import Dataset
-from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
-datasets = [Dataset.from_path(k, f"{cfg['corpus']}/{k}") for k in cfg["weights"]]
-extra = {"token_estimation": TokenEstimation()} if cfg["mode"] == "tokens" else {}
-ws = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(cfg["weights"]), seed=0, chunk_size=4096, **extra)
-pipe = (Pipeline(ws).tokenize(tokenizer_id=cfg["tokenizer"], field="text", special_tokens="eos")
-        .pack_flat(max_length=cfg["max_length"], algorithm="wrap").batch(microbatch_size=cfg["microbatch"]))
-t0 = time.perf_counter(); tokens = 0; first = None; steady = None
-for batch in pipe:
-    out = batch.to_training(return_labels=True)
-    tokens += out["input_ids"].shape[0] * (out["input_ids"].shape[1] + 1)
-    if first is None:
-        first = time.perf_counter() - t0; steady = time.perf_counter(); steady_tokens = tokens
-    if tokens >= cfg["tokens"]:
-        break
-end = time.perf_counter()
-print(json.dumps({"seconds": end - t0, "tokens": tokens, "first_batch_s": first,
-                  "steady_tok_s": (tokens - steady_tokens) / (end - steady),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
-"""
-
-
-def reference(args: argparse.Namespace, corpus: Path, tokenizer: Path, results: dict, all_cores: int) -> None:
-    """The published zephon==0.2.0 on the same shards, tokenizer, mixture and token budget."""
-    print(f"\nreference zephon==0.2.0 ({args.reference}):")
-    for mode in ("samples", "tokens"):
-        for cores in (1, all_cores):
-            ours = _best(results[(mode, "zephon", cores)])
-            cfg = {
-                "corpus": str(corpus),
-                "weights": WEIGHTS,
-                "mode": mode,
-                "tokenizer": str(tokenizer),
-                "max_length": MAX_LENGTH,
-                "microbatch": MICROBATCH,
-                "tokens": ours["total_tokens"],
-            }
-            argv = [
-                "taskset",
-                "-c",
-                ",".join(map(str, sorted(os.sched_getaffinity(0))[:cores])),
-                args.reference,
-                "-c",
-                REFERENCE_SCRIPT,
-                json.dumps(cfg),
-            ]
-            env = {**os.environ, "RAYON_NUM_THREADS": str(cores), "PYTHONPATH": ""}
-            out = subprocess.run(argv, env=env, capture_output=True, text=True, cwd="/", check=False)
-            if out.returncode:
-                print(f"  {mode} {cores} core(s): failed: {out.stderr.strip().splitlines()[-1:]}")
-                continue
-            ref = json.loads(out.stdout.strip().splitlines()[-1])
-            ours_total = ours["total_tokens"] / ours["total_seconds"]
-            print(
-                f"  {mode:7} {cores} core(s): reference {_rate(ref) / 1e6:.2f} Mtok/s end to end, "
-                f"{ref['steady_tok_s'] / 1e6:.2f} after its first batch ({ref['first_batch_s']:.2f} s), peak RSS "
-                f"{ref['peak_rss_mb']:.0f} MB; ours ÷ reference: end to end {ours_total / _rate(ref):.1f}×, "
-                f"after the first batch {_rate(ours) / ref['steady_tok_s']:.1f}×"
-            )
-            same = results.get((mode, "zephon, tokenizers engine", cores))
-            if same:  # the same tokenizer library as the reference
-                slow = _best(same)
-                print(
-                    f"  {'':7} {cores} core(s): ours with the tokenizers engine ÷ reference: end to end "
-                    f"{slow['total_tokens'] / slow['total_seconds'] / _rate(ref):.1f}×, after the first batch "
-                    f"{_rate(slow) / ref['steady_tok_s']:.1f}×"
-                )
 
 
 if __name__ == "__main__":
