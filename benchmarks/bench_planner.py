@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -59,18 +60,22 @@ def synthetic_prepared(
     seed: int = 0,
     lanes: int = 8,
     weights: dict[str, float] | None = None,
+    lazy: bool = True,
 ):
     """A ``PreparedPlan`` over an in-memory shard table of about ``documents`` rows; budget ``documents``.
 
     ``unit``: ``"samples"`` (sample mixture, no tokens), ``"tokens"`` (token mixture over synthetic
     estimates) or ``"exact"`` (sample mixture, exact wrap plan over synthetic counts). ``weights`` replaces the
-    mixture's weights (the shard table keeps the shapes of ``WEIGHTS``).
+    mixture's weights (the shard table keeps the shapes of ``WEIGHTS``). Token counts are a ``ShardTokens``
+    that generates a shard's counts when it is read (``lazy``, what ``prepare`` gives: memory independent of
+    the corpus), or every array generated up front.
     """
     from zephon.executor.engine import PackSpec
     from zephon.executor.plan_reader import ShardRef
     from zephon.executor.tokenize import TokenizeSpec
     from zephon.io import Dataset
     from zephon.planner.prepare import assemble
+    from zephon.planner.shard_tokens import ShardTokens
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
     if unit not in ("samples", "tokens", "exact"):
@@ -102,10 +107,13 @@ def synthetic_prepared(
             )
             next_id += 1
             if unit != "samples":
-                draw = np.random.default_rng((seed, index, k)).lognormal(0.0, 1.0, rows)
-                group_tokens.append((1 + MEAN_TOKENS[name] * draw / np.exp(0.5)).astype(np.int64))
+                group_tokens.append(partial(_synthetic_tokens, (seed, index, k), rows, MEAN_TOKENS[name]))
         refs.append(tuple(group))
-        tokens.append(tuple(group_tokens))
+        rows_of = [r.rows for r in group]
+        if lazy:  # generated again whenever a shard is read, as counts are loaded from the cache in a real plan
+            tokens.append(ShardTokens(group_tokens, rows=rows_of, names=[r.uri for r in group]))
+        else:
+            tokens.append(tuple(make() for make in group_tokens))
     source = StaticMixtureWorkSource(
         datasets=datasets,
         mixture=MixtureSpec(weights or WEIGHTS),
@@ -125,6 +133,12 @@ def synthetic_prepared(
         tokenizer_fingerprint="synthetic" if tokenize is not None else None,
         pack=PackSpec(max_length=2049) if unit == "exact" else None,
     )
+
+
+def _synthetic_tokens(key: tuple[int, int, int], rows: int, mean: int) -> np.ndarray:
+    """Log-normal token counts of one synthetic shard, a pure function of its key."""
+    draw = np.random.default_rng(key).lognormal(0.0, 1.0, rows)
+    return (1 + mean * draw / np.exp(0.5)).astype(np.int64)
 
 
 def _vmhwm_kib() -> int:

@@ -29,6 +29,7 @@ from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder
 from zephon.planner.orders import permutation
+from zephon.planner.shard_tokens import ShardTokens
 from zephon.planner.token_lengths import byte_lengths
 from zephon.work import TokenEstimation
 
@@ -39,23 +40,23 @@ def _specials(encoder: Encoder) -> int:
     return len(encoder.prefix) + 1
 
 
-def _column_counts(name: str, refs: Sequence[ShardRef], column: str, specials: int) -> list[np.ndarray]:
-    out = []
-    for ref in refs:
-        if ref.format != "parquet":
-            raise ConfigError(
-                f"token_count_columns[{name!r}] must name a Parquet column, got dataset of format {ref.format} — "
-                "use exact counts (exact_tokens=True) for JSONL"
-            )
-        schema = pq.read_schema(ref.uri)
-        if column not in schema.names:
-            raise ConfigError(
-                f"dataset {name!r}: shard {ref.uri} must have the token-count column {column!r}, got columns "
-                f"{schema.names} — fix token_count_columns"
-            )
-        values = pq.read_table(ref.uri, columns=[column]).column(0).to_numpy(zero_copy_only=False)
-        out.append(values.astype(np.int64) + specials)
-    return out
+def _check_column(name: str, ref: ShardRef, column: str) -> None:
+    if ref.format != "parquet":
+        raise ConfigError(
+            f"token_count_columns[{name!r}] must name a Parquet column, got dataset of format {ref.format} — "
+            "use exact counts (exact_tokens=True) for JSONL"
+        )
+    schema = pq.read_schema(ref.uri)
+    if column not in schema.names:
+        raise ConfigError(
+            f"dataset {name!r}: shard {ref.uri} must have the token-count column {column!r}, got columns "
+            f"{schema.names} — fix token_count_columns"
+        )
+
+
+def _column_counts(ref: ShardRef, column: str, specials: int) -> np.ndarray:
+    values = pq.read_table(ref.uri, columns=[column]).column(0).to_numpy(zero_copy_only=False)
+    return values.astype(np.int64) + specials
 
 
 def estimate_dataset(
@@ -67,14 +68,24 @@ def estimate_dataset(
     encoder: Encoder,
     estimation: TokenEstimation,
     seed: int,
-) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """Estimated tokens per row (int64 arrays, one per shard) and the provenance for plan.json."""
+) -> tuple[ShardTokens, dict[str, Any]]:
+    """Estimated tokens per row (``ShardTokens``: one int64 array per shard, computed when the shard is read)
+    and the provenance for plan.json. Every shard's byte lengths are computed (and cached) here, so a bad
+    shard fails the estimate rather than the layout."""
     specials = _specials(encoder)
+    names = [f"{ref.uri} (dataset {name!r})" for ref in refs]
     column = (estimation.token_count_columns or {}).get(name)
     if column is not None:
-        counts = _column_counts(name, refs, column, specials)
+        for ref in refs:
+            _check_column(name, ref, column)
+        counts = ShardTokens(
+            [lambda ref=ref: _column_counts(ref, column, specials) for ref in refs],
+            rows=[ref.rows for ref in refs],
+            names=names,
+        )
         return counts, {"method": "column", "column": column, "specials": specials}
-    lengths = [byte_lengths(ref, field) for ref in refs]
+    for ref in refs:
+        byte_lengths(ref, field)
     primer = estimation.primer
     if isinstance(primer, int | float) and not isinstance(primer, bool):
         ratio, provenance = float(primer), {"method": "pinned", "tokens_per_byte": float(primer)}
@@ -85,10 +96,15 @@ def estimate_dataset(
             )
         ratio, provenance = float(primer[name]), {"method": "pinned", "tokens_per_byte": float(primer[name])}
     else:
-        ratio, provenance = _measure(index, name, refs, field, encoder, estimation, seed, lengths)
+        ratio, provenance = _measure(index, name, refs, field, encoder, estimation, seed)
     provenance["byte_unit"] = "utf8 text" if refs[0].format == "parquet" else "jsonl line"
     provenance["specials"] = specials
-    return [np.rint(ratio * lg).astype(np.int64) + specials for lg in lengths], provenance
+    estimates = ShardTokens(
+        [lambda ref=ref: np.rint(ratio * byte_lengths(ref, field)).astype(np.int64) + specials for ref in refs],
+        rows=[ref.rows for ref in refs],
+        names=names,
+    )
+    return estimates, provenance
 
 
 def _measure(
@@ -99,7 +115,6 @@ def _measure(
     encoder: Encoder,
     estimation: TokenEstimation,
     seed: int,
-    lengths: list[np.ndarray],
 ) -> tuple[float, dict[str, Any]]:
     bits = np.random.PCG64(np.random.SeedSequence([seed, index, CALIBRATION_STREAM]))
     chosen = np.sort(permutation(bits, len(refs))[: estimation.calibration_shards_max])
@@ -113,7 +128,9 @@ def _measure(
     texts = reader.texts(shard_ids, local_rows)
     specials = _specials(encoder)
     tokens = int(sum(len(t) - specials for t in encoder.encode(texts)))
-    nbytes = int(sum(int(lengths[chosen[p]][r]) for p, r in zip(shard_pos.tolist(), local_rows.tolist(), strict=True)))
+    lengths = {int(i): byte_lengths(refs[int(i)], field) for i in chosen}  # the calibration shards only
+    picked = zip(chosen[shard_pos].tolist(), local_rows.tolist(), strict=True)
+    nbytes = int(sum(int(lengths[shard][row]) for shard, row in picked))
     if nbytes == 0:
         raise ConfigError(f"dataset {name!r} calibration sample must hold text, got 0 bytes — check field {field!r}")
     ratio = tokens / nbytes

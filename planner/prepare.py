@@ -10,7 +10,9 @@ under it. Per-row token counts (estimated or exact) are computed here too.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +39,8 @@ class PreparedPlan:
     shards: tuple[tuple[ShardRef, ...], ...]  # per dataset, global shard ids
     config: dict[str, Any]
     config_hash: str
-    tokens: tuple[tuple[np.ndarray, ...], ...] | None  # per dataset, per shard: tokens of each row
+    #: Per dataset, per shard: tokens of each row (``ShardTokens`` loads a shard's array when it is read).
+    tokens: tuple[Sequence[np.ndarray], ...] | None
     token_provenance: dict[str, Any] | None
     tokenize: TokenizeSpec | None
     tokenizer_fingerprint: str | None
@@ -116,15 +119,15 @@ def prepare(
         )
     shards = shard_refs(source)
     encoder = Encoder(tokenize) if needs_tokens and tokenize is not None else None
-    tokens: list[tuple[np.ndarray, ...]] | None = None
+    tokens: list[Sequence[np.ndarray]] | None = None
     provenance: dict[str, Any] | None = None
     report = None
     if encoder is not None and tokenize is not None:
         if source.exact_tokens:
             flat = [r for refs in shards for r in refs]
             arrays, report = token_counts(flat, tokenize, encoder, workers=workers, progress=progress)
-            it = iter(arrays)
-            tokens = [tuple(next(it).astype(np.int64) for _ in refs) for refs in shards]
+            bounds = np.cumsum([0, *(len(refs) for refs in shards)]).tolist()
+            tokens = [arrays[a:b] for a, b in itertools.pairwise(bounds)]
             provenance = {ds.name: {"method": "exact"} for ds in source.datasets}
         else:
             assert source.token_estimation is not None
@@ -139,7 +142,7 @@ def prepare(
                     estimation=source.token_estimation,
                     seed=source.seed,
                 )
-                tokens.append(tuple(arrays))
+                tokens.append(arrays)
                 provenance[ds.name] = prov
     return assemble(
         source,
@@ -157,7 +160,7 @@ def assemble(
     source: StaticMixtureWorkSource,
     shards: tuple[tuple[ShardRef, ...], ...],
     *,
-    tokens: tuple[tuple[np.ndarray, ...], ...] | None = None,
+    tokens: tuple[Sequence[np.ndarray], ...] | None = None,
     token_provenance: dict[str, Any] | None = None,
     tokenize: TokenizeSpec | None = None,
     tokenizer_fingerprint: str | None = None,

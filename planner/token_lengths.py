@@ -21,18 +21,19 @@ import os
 import selectors
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import pyarrow.compute as pc
 
-from zephon.errors import ConfigError, DatasetError, ZephonError
+from zephon.errors import ConfigError, ZephonError
 from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder, TokenizeSpec
 from zephon.planner.count_worker import count_shard, save_atomic
+from zephon.planner.shard_tokens import ShardTokens
 from zephon.shard_scan import cache_dir
 
 
@@ -74,12 +75,13 @@ def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
     return lengths
 
 
-def _load(path: Path, rows: int) -> np.ndarray | None:
-    """A cached per-row array, or None when absent, unreadable or of the wrong length (computed again)."""
+def _load(path: Path, rows: int, *, header_only: bool = False) -> np.ndarray | None:
+    """A cached per-row array, or None when absent, unreadable or of the wrong length (computed again).
+    ``header_only``: map the file instead of reading it (to check what is cached without loading it)."""
     if not path.is_file():
         return None
     try:
-        array = np.load(path)
+        array = np.load(path, mmap_mode="r" if header_only else None)
     except (OSError, ValueError, EOFError):
         return None
     return array if array.ndim == 1 and len(array) == rows else None
@@ -146,8 +148,9 @@ def token_counts(
     workers: int | None = None,
     progress: bool = False,
     engine: str = "local",
-) -> tuple[list[np.ndarray], CountReport]:
-    """Exact per-row token counts (int32) for every shard, counting only what is not cached.
+) -> tuple[ShardTokens, CountReport]:
+    """Exact per-row token counts (int32) for every shard, counting only what is not cached; the arrays stay in
+    the cache and are loaded shard by shard (``ShardTokens``).
 
     ``engine="local"`` counts in worker subprocesses on this machine; ``engine="ray"`` as Ray tasks
     (``zephon.planner.count_ray``). Both save identical arrays to the same cache.
@@ -155,8 +158,7 @@ def token_counts(
     if engine not in ("local", "ray"):
         raise ConfigError(f'count engine must be "local" or "ray", got {engine!r}')
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
-    found = [_load(p, r.rows) for p, r in zip(paths, shards, strict=True)]
-    todo = [i for i, a in enumerate(found) if a is None]
+    todo = [i for i, (p, r) in enumerate(zip(paths, shards, strict=True)) if _load(p, r.rows, header_only=True) is None]
     if todo and engine == "ray":
         from zephon.planner.count_ray import count_with_ray
 
@@ -176,12 +178,20 @@ def token_counts(
                 tasks[w].append({"ref": asdict(shards[i]), "out": str(paths[i])})
             base = {"tokenize": asdict(spec), "single_thread": n_workers > 1}
             _run_workers([{**base, "tasks": t} for t in tasks if t], progress, len(todo))
-    arrays = [a if a is not None else np.load(p) for a, p in zip(found, paths, strict=True)]
-    for ref, arr in zip(shards, arrays, strict=True):
-        if len(arr) != ref.rows:
-            raise DatasetError(
-                f"dataset {ref.dataset!r}: token counts of shard {ref.uri} must have {ref.rows} rows, got {len(arr)} "
-                "— the shard changed while it was counted; re-plan"
-            )
-    total = int(sum(int(a.sum()) for a in arrays))
-    return arrays, CountReport(counted=len(todo), cached=len(shards) - len(todo), tokens=total)
+
+    def loader(ref: ShardRef, path: Path) -> Callable[[], np.ndarray]:
+        def load() -> np.ndarray:
+            cached = _load(path, ref.rows)
+            if cached is None:  # evicted from the cache since (or never written by a worker): count it here
+                cached = count_shard(ref, spec.field, encoder)
+                save_atomic(path, cached)
+            return cached
+
+        return load
+
+    arrays = ShardTokens(
+        [loader(r, p) for r, p in zip(shards, paths, strict=True)],
+        rows=[r.rows for r in shards],
+        names=[f"{r.uri} (dataset {r.dataset!r})" for r in shards],
+    )
+    return arrays, CountReport(counted=len(todo), cached=len(shards) - len(todo), tokens=arrays.total())
