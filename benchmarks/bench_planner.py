@@ -109,9 +109,10 @@ def synthetic_prepared(
             if unit != "samples":
                 group_tokens.append(partial(_synthetic_tokens, (seed, index, k), rows, MEAN_TOKENS[name]))
         refs.append(tuple(group))
-        rows_of = [r.rows for r in group]
+        if unit == "samples":
+            continue
         if lazy:  # generated again whenever a shard is read, as counts are loaded from the cache in a real plan
-            tokens.append(ShardTokens(group_tokens, rows=rows_of, names=[r.uri for r in group]))
+            tokens.append(ShardTokens(group_tokens, rows=[r.rows for r in group], names=[r.uri for r in group]))
         else:
             tokens.append(tuple(make() for make in group_tokens))
     source = StaticMixtureWorkSource(

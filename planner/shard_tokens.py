@@ -36,11 +36,6 @@ class ShardTokens(Sequence[np.ndarray]):
                              f"{len(rows)} and {len(names)} — pass them shard by shard")  # fmt: skip
         self._loaders, self._rows, self._names = list(loaders), [int(r) for r in rows], list(names)
 
-    @classmethod
-    def of(cls, arrays: Sequence[np.ndarray]) -> ShardTokens:
-        """Arrays already in memory (tests, small plans)."""
-        return cls([lambda a=a: a for a in arrays], rows=[len(a) for a in arrays], names=[""] * len(arrays))
-
     def __len__(self) -> int:
         return len(self._loaders)
 
