@@ -3,8 +3,9 @@
 Run: python benchmarks/bench_executor.py [--copies 8] [--big 16] [--repeats 3] [--reference /tmp/refvenv/bin/python]
          [--peers /tmp/peervenv/bin/python]
 
-Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents, ~4 MB of text per seed),
-mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a ``tokenizers`` tokenizer.json
+Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents, ~4 MB of text per seed), or
+with ``--text local`` real text from this machine's files (``local_corpus.py``; budgets still scale with
+``--copies``), mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a ``tokenizers`` tokenizer.json
 (``benchmarks/cl100k.py``, ids checked against tiktoken first); max_length 2049, microbatch 8. Plans: by
 samples (``num_documents`` = 2400 × copies), by tokens (``TokenEstimation``, ``num_tokens`` = 10^6 × copies)
 and an exact token plan (count pass, exact wrap offsets).
@@ -23,7 +24,7 @@ plan order, into memory before timing the raw encoders on them (1024 documents p
   thread).
 
 Figures are the best of ``--repeats`` (runs interleaved, so all see the same machine load); tokens count
-each document's tokens plus its EOS. Peak RSS is ``ru_maxrss`` of the Zephon process at ``--copies`` and at
+each document's tokens plus its EOS. Peak RSS is ``VmHWM`` of the Zephon process at ``--copies`` and at
 ``--big`` copies. First batch: a fresh process, plan already cached (warm local cache), from
 ``Pipeline(work_source)`` to the first ``to_training`` dict. ``--reference PYTHON`` runs the published
 ``zephon==0.2.0`` (its seed API, its own venv) on the same shards, tokenizer and token budget;
@@ -135,6 +136,8 @@ def worker_raw(args: argparse.Namespace) -> dict:
 
 def worker_zephon(args: argparse.Namespace) -> dict:
     """End to end: plan → read → tokenize → pack → batch → to_training, the whole plan."""
+    from peers import peak_rss_mb
+
     from zephon import Pipeline
 
     start_cpu, start = _usage(), time.perf_counter()
@@ -164,7 +167,7 @@ def worker_zephon(args: argparse.Namespace) -> dict:
         "batches": batches,
         "first_batch_s": first - start,
         "engine": getattr(pipe._runner.encoder, "engine", "tokenizers") if pipe._runner is not None else "?",
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
     }
 
 
@@ -262,7 +265,12 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
     from zephon.executor.tokenize import TokenizeSpec
 
     tokenizer = cl100k.build(root / "cl100k")
-    corpora = {n: _corpus(root, n) for n in sorted({args.copies, args.big})}
+    if args.text == "local":  # real text from this machine's files; one corpus, so no second size for RSS
+        import local_corpus
+
+        corpora = {args.copies: local_corpus.build(root / "corpus-local")}
+    else:
+        corpora = {n: _corpus(root, n) for n in sorted({args.copies, args.big})}
     sample = [
         t
         for kind in WEIGHTS
@@ -274,7 +282,7 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
     plans = {}
     for n, path in corpora.items():
         for mode in PLANS:
-            out = root / "plans" / f"{mode}-{n}"
+            out = root / "plans" / (f"{mode}-{n}" if args.text == "demo" else f"{mode}-local-{n}")
             if not (out / "plan.json").is_file():
                 _work_source(str(path), mode, n).plan(
                     out, tokenize=TokenizeSpec(tokenizer_id=str(tokenizer)), pack=PackSpec(max_length=MAX_LENGTH)
@@ -288,6 +296,10 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=8, help="demo seeds in the corpus (~4 MB of text each)")
     parser.add_argument("--big", type=int, default=16, help="seeds of the second corpus, for peak RSS")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--text", choices=("demo", "local"), default="demo",
+        help="demo: generated demo corpus; local: real text from this machine's files (local_corpus.py)",
+    )  # fmt: skip
     parser.add_argument("--root", default=None, help="work directory (default: a new temporary one)")
     parser.add_argument("--reference", default=None, help="python of a venv with zephon==0.2.0")
     parser.add_argument("--peers", default=None, help="python of a venv with datasets and grain (peers.py)")
@@ -311,7 +323,8 @@ def main() -> None:
     start = time.perf_counter()
     tokenizer, corpora, plans = _setup(args, root)
     mb = sum(f.stat().st_size for f in corpora[args.copies].rglob("*.parquet")) / 1e6
-    print(f"corpus: {args.copies} demo seeds, {mb:.1f} MB of Parquet (zstd); setup {time.perf_counter() - start:.0f} s")
+    what = f"{args.copies} demo seeds" if args.text == "demo" else f"local text ({corpora[args.copies]})"
+    print(f"corpus: {what}, {mb:.1f} MB of Parquet (zstd); setup {time.perf_counter() - start:.0f} s")
 
     fast, slow = {"ZEPHON_TOKENIZER_ENGINE": "auto"}, {"ZEPHON_TOKENIZER_ENGINE": "tokenizers"}
     results: dict[tuple[str, str, int], list[dict]] = {}

@@ -28,7 +28,6 @@ import argparse
 import glob
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -36,7 +35,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REFERENCE_SCRIPT = r"""
-import json, resource, sys, time
+import json, sys, time
 cfg = json.loads(sys.argv[1])
 start = time.perf_counter()
 from zephon import Pipeline
@@ -56,12 +55,21 @@ for batch in pipe:
     if tokens >= cfg["tokens"]:
         break
 end = time.perf_counter()
+hwm = [int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmHWM:")][0]
 print(json.dumps({"seconds": end - t0, "tokens": tokens, "first_batch_s": first,
-                  "steady_tok_s": (tokens - steady_tokens) / (end - steady),
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "steady_tok_s": (tokens - steady_tokens) / (end - steady), "peak_rss_mb": hwm / 1024}))
 """
 
 EOS = "<|endoftext|>"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS (``VmHWM``). Not ``ru_maxrss``: Linux carries that across ``exec``, so a child
+    would report its parent's peak when the parent's was larger (the benchmark's parent builds corpora)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
 
 # -- peers (run by the peer's Python) ----------------------------------------------------------------------------
@@ -155,7 +163,7 @@ def run_peer(name: str, cfg: dict) -> dict:
         "tokens": tokens,
         "first_batch_s": first,
         "steady_tok_s": (tokens - steady_tokens) / (end - steady),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": peak_rss_mb(),
     }
 
 
