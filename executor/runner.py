@@ -141,6 +141,7 @@ class RankRunner:
             self.plan.shards,
             self.spec.tokenize.field,
             capacity=(window + 1) * len(self.plan.dataset_names),
+            per_dataset=window + 1,  # a dataset reads within a window of shards, and crosses into the next
             on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
             on_skip=on_skip,
         )

@@ -102,6 +102,7 @@ class ShardReader:
         field_name: str,
         capacity: int,
         *,
+        per_dataset: int | None = None,
         cache: ShardCache | None = None,
         on_bad_document: str = "raise",
         on_skip: Callable[[ShardRef, int, str], None] | None = None,
@@ -111,6 +112,10 @@ class ShardReader:
         self._shards = {s.shard_id: s for s in shards}
         self._field = field_name
         self._capacity = max(1, capacity)
+        #: At most this many open shards per dataset (evicting that dataset's least recently used): a dataset
+        #: read slowly keeps its window open while another streams through its shards (a global LRU evicted
+        #: the slow one's shards, and their row groups were decoded again and again).
+        self._per_dataset = per_dataset
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
         self._cache = cache
         self._skip = on_bad_document == "skip"
@@ -209,8 +214,7 @@ class ShardReader:
                     "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
                 )
             if cache:  # release pins first, so the shards held open never exceed the reader's capacity
-                while len(self._open) >= self._capacity:
-                    self._open.popitem(last=False)[1].close()
+                self._make_room(ref)
             handle = self._cache.acquire(remote_spec(ref), next_use=self._next_use_keys())
             shard.handle, path = handle, str(handle.path)
         else:
@@ -236,10 +240,19 @@ class ShardReader:
             raise
         if not cache:
             return shard
+        self._make_room(ref)
         self._open[shard_id] = shard
-        while len(self._open) > self._capacity:
-            self._open.popitem(last=False)[1].close()
         return shard
+
+    def _make_room(self, ref: ShardRef) -> None:
+        """Close shards so that one more of ``ref``'s dataset fits: that dataset's least recently used beyond
+        its quota (``per_dataset``), then the least recently used of all beyond ``capacity``."""
+        if self._per_dataset is not None:
+            same = [k for k, s in self._open.items() if s.ref.dataset_id == ref.dataset_id]
+            for k in same[: max(0, len(same) - self._per_dataset + 1)]:
+                self._open.pop(k).close()
+        while len(self._open) >= self._capacity:
+            self._open.popitem(last=False)[1].close()
 
     def _open_parquet(self, shard: _OpenShard, path: str, *, local: bool) -> None:
         ref = shard.ref

@@ -256,6 +256,40 @@ def test_shard_reader_texts_match_pyarrow_across_shards_and_row_groups(make_parq
         assert got == [expected[s][r] for s, r in zip(shard_ids.tolist(), rows.tolist(), strict=True)]
 
 
+
+def test_a_slow_dataset_keeps_its_window_open_while_another_streams(make_parquet, monkeypatch) -> None:
+    """Per-dataset quotas: a dataset read rarely (few long documents) keeps its shards decoded while another
+    streams through many shards; a global LRU of the same capacity evicted them and decoded them again."""
+    slow, fast = make_parquet("slow", [6, 6], row_group_size=6), make_parquet("fast", [3] * 8, row_group_size=3)
+    refs = []
+    for dataset_id, directory in enumerate((slow, fast)):
+        for f in sorted(directory.glob("*.parquet")):
+            refs.append(ShardRef(shard_id=len(refs), dataset_id=dataset_id, dataset=directory.name, uri=str(f),
+                                 format="parquet", rows=pq.ParquetFile(f).metadata.num_rows,
+                                 bytes=f.stat().st_size, fingerprint=""))  # fmt: skip
+    # The plan's pattern: the slow dataset's two shards in its window, the fast one's eight shards streaming.
+    calls = []
+    for k in range(8):
+        calls += [(k % 2, k % 6)] if k % 4 < 2 else []  # the slow one: two reads, then two fast shards without
+        calls += [(2 + k, 0), (2 + k, 1), (2 + k, 2)]
+    decodes: list[int] = []
+    original = ShardReader._row_group
+
+    def counted(self, shard, g):
+        decodes.append(shard.ref.shard_id)
+        return original(self, shard, g)
+
+    monkeypatch.setattr(ShardReader, "_row_group", counted)
+    texts = {}
+    for per_dataset in (None, 2):
+        decodes.clear()
+        reader = ShardReader(refs, "text", capacity=4, per_dataset=per_dataset)
+        texts[per_dataset] = [reader.texts(np.array([s]), np.array([r]))[0] for s, r in calls]
+        slow_decodes = decodes.count(0) + decodes.count(1)
+        assert slow_decodes == (2 if per_dataset else 4), (per_dataset, decodes)
+    assert texts[None] == texts[2]
+
+
 def test_push_many_is_push_one_by_one_also_when_resuming() -> None:
     rng = np.random.default_rng(1)
     docs = [rng.integers(1, 99, size=rng.integers(1, 9)) for _ in range(60)]
