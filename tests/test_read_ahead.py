@@ -256,7 +256,6 @@ def test_shard_reader_texts_match_pyarrow_across_shards_and_row_groups(make_parq
         assert got == [expected[s][r] for s, r in zip(shard_ids.tolist(), rows.tolist(), strict=True)]
 
 
-
 def test_a_slow_dataset_keeps_its_window_open_while_another_streams(make_parquet, monkeypatch) -> None:
     """Per-dataset quotas: a dataset read rarely (few long documents) keeps its shards decoded while another
     streams through many shards; a global LRU of the same capacity evicted them and decoded them again."""
