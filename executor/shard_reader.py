@@ -205,6 +205,8 @@ class ShardReader:
             self._open.move_to_end(shard_id)
             return shard
         ref = self._shards[shard_id]
+        if cache:  # first, so that a remote shard's pin is released before another is acquired
+            self._make_room(ref)
         shard = _OpenShard(ref=ref)
         path = ref.uri
         if is_remote_uri(ref.uri):
@@ -213,8 +215,6 @@ class ShardReader:
                     f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
                     "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
                 )
-            if cache:  # release pins first, so the shards held open never exceed the reader's capacity
-                self._make_room(ref)
             handle = self._cache.acquire(remote_spec(ref), next_use=self._next_use_keys())
             shard.handle, path = handle, str(handle.path)
         else:
@@ -238,10 +238,8 @@ class ShardReader:
         except BaseException:
             shard.close()  # a refused remote shard releases its pin
             raise
-        if not cache:
-            return shard
-        self._make_room(ref)
-        self._open[shard_id] = shard
+        if cache:
+            self._open[shard_id] = shard
         return shard
 
     def _make_room(self, ref: ShardRef) -> None:
