@@ -30,7 +30,7 @@ from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder
 from zephon.planner.orders import permutation
 from zephon.planner.shard_tokens import ShardTokens
-from zephon.planner.token_lengths import byte_lengths
+from zephon.planner.token_lengths import byte_lengths, cache_byte_lengths
 from zephon.work import TokenEstimation
 
 CALIBRATION_STREAM = 0x7A_45_50_48  # distinct from every epoch number a plan uses for shuffling
@@ -85,7 +85,7 @@ def estimate_dataset(
         )
         return counts, {"method": "column", "column": column, "specials": specials}
     for ref in refs:
-        byte_lengths(ref, field)
+        cache_byte_lengths(ref, field)
     primer = estimation.primer
     if isinstance(primer, int | float) and not isinstance(primer, bool):
         ratio, provenance = float(primer), {"method": "pinned", "tokens_per_byte": float(primer)}

@@ -50,12 +50,25 @@ def _key(*parts: str) -> str:
     return hashlib.blake2b("\0".join(parts).encode(), digest_size=20).hexdigest()
 
 
+def _byte_lengths_path(ref: ShardRef, field: str) -> Path:
+    return cache_dir() / "byte-lengths" / f"{_key(ref.fingerprint, field)}.npy"
+
+
 def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
     """Per-row byte length (int64) of one shard, cached."""
-    path = cache_dir() / "byte-lengths" / f"{_key(ref.fingerprint, field)}.npy"
+    path = _byte_lengths_path(ref, field)
     cached = _load(path, ref.rows)
-    if cached is not None:
-        return cached
+    return cached if cached is not None else _compute_byte_lengths(ref, field, path)
+
+
+def cache_byte_lengths(ref: ShardRef, field: str) -> None:
+    """Make sure one shard's byte lengths are cached, without loading them when they already are."""
+    path = _byte_lengths_path(ref, field)
+    if _load(path, ref.rows, header_only=True) is None:
+        _compute_byte_lengths(ref, field, path)
+
+
+def _compute_byte_lengths(ref: ShardRef, field: str, path: Path) -> np.ndarray:
     reader = ShardReader([ref], field, capacity=1, cache=planning_cache())
     shard = reader.open_shard(ref.shard_id, cache=False)  # validates size (local) and the field's presence
     try:
