@@ -374,22 +374,17 @@ def main() -> None:
         f"{fb:.2f} s (imports {min(f['imports_s'] for f in firsts):.2f} s before it); from a plan bundle "
         f"{from_plan:.2f} s"
     )
+    import peers
+
     shape = {"weights": WEIGHTS, "max_length": MAX_LENGTH, "microbatch": MICROBATCH}
     common = {"corpus": corpora[args.copies], "tokenizer": tokenizer, "results": results, "all_cores": all_cores}
-    if args.reference and results:
-        import peers
-
-        peers.compare(
-            "reference zephon==0.2.0", args.reference, ["reference"], ("samples", "tokens"),
-            shape=shape, best=_best, rate=_rate, **common,
-        )  # fmt: skip
-    if args.peers and results:
-        import peers
-
-        peers.compare(
-            "other data loaders, mixing by samples", args.peers, ["hf-datasets", "grain"], ("samples",),
-            shape=shape, best=_best, rate=_rate, **common,
-        )  # fmt: skip
+    runs = [
+        ("reference zephon==0.2.0", args.reference, ["reference"], ("samples", "tokens")),
+        ("other data loaders, mixing by samples", args.peers, ["hf-datasets", "grain"], ("samples",)),
+    ]
+    for label, python, names, modes in runs:
+        if python and results:
+            peers.compare(label, python, names, modes, shape=shape, best=_best, rate=_rate, **common)
 
 
 def _report(results: dict[tuple[str, str, int], list[dict]], all_cores: int, repeats: int) -> None:

@@ -18,8 +18,10 @@ Zephon's environment:
 Every peer mixes by samples, appends EOS to each document, packs with wrap to ``max_length`` and turns each
 batch into torch ``input_ids`` / ``labels`` (``rows[:, :-1]``, ``rows[:, 1:]``) as ``to_training`` does; it
 stops at the first batch that reaches the token budget (Zephon's own samples plan's tokens). Throughput counts
-``rows × max_length`` tokens, first batch is from the script's start (imports excluded). Each peer runs in a
-subprocess pinned to the cores (``taskset`` + ``RAYON_NUM_THREADS``).
+``rows × max_length`` tokens. Time starts after the imports for the reference (as for Zephon), but before
+``datasets`` / ``grain`` are imported for the other two: their first batch and end-to-end figures include
+that import (~0.7 s for ``datasets`` on 2 cores). Each peer runs in a subprocess pinned to the cores
+(``taskset`` + ``RAYON_NUM_THREADS``).
 """
 
 from __future__ import annotations
