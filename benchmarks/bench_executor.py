@@ -113,7 +113,8 @@ def worker_raw(args: argparse.Namespace) -> dict:
         from concurrent.futures import ThreadPoolExecutor
 
         from zephon.executor.tiktoken_engine import encode_buffers, join_ranks
-        from zephon.executor.tokenize import Encoder, TokenizeSpec
+        from zephon.executor.tokenize import Encoder
+        from zephon.specs import TokenizeSpec
 
         encoder = Encoder(TokenizeSpec(tokenizer_id=args.tokenizer))
         assert encoder._fast is not None, f"tiktoken engine unavailable: {encoder.engine_note}"
@@ -261,8 +262,7 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
     import cl100k
     import pyarrow.parquet as pq
 
-    from zephon.executor.engine import PackSpec
-    from zephon.executor.tokenize import TokenizeSpec
+    from zephon.specs import PackSpec, TokenizeSpec
 
     tokenizer = cl100k.build(root / "cl100k")
     if args.text == "local":  # real text from this machine's files; one corpus, so no second size for RSS

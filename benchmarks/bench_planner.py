@@ -70,12 +70,11 @@ def synthetic_prepared(
     that generates a shard's counts when it is read (``lazy``, what ``prepare`` gives: memory independent of
     the corpus), or every array generated up front.
     """
-    from zephon.executor.engine import PackSpec
-    from zephon.executor.plan_reader import ShardRef
-    from zephon.executor.tokenize import TokenizeSpec
     from zephon.io import Dataset
+    from zephon.plan.records import ShardRef
     from zephon.planner.prepare import assemble
     from zephon.planner.shard_tokens import ShardTokens
+    from zephon.specs import PackSpec, TokenizeSpec
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
     if unit not in ("samples", "tokens", "exact"):

@@ -30,9 +30,8 @@ def main() -> None:
 
     from zephon import Pipeline
     from zephon.demo import demo_tokenizer_path, write_demo_dataset
-    from zephon.executor.engine import PackSpec
-    from zephon.executor.tokenize import TokenizeSpec
     from zephon.io import Dataset
+    from zephon.specs import PackSpec, TokenizeSpec
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
     for seed in range(args.copies):

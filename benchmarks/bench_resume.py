@@ -29,9 +29,8 @@ def main() -> None:
 
     from zephon import Pipeline
     from zephon.demo import demo_dataset_paths, demo_tokenizer_path
-    from zephon.executor.engine import PackSpec
-    from zephon.executor.tokenize import TokenizeSpec
     from zephon.io import Dataset
+    from zephon.specs import PackSpec, TokenizeSpec
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
     tok = demo_tokenizer_path()

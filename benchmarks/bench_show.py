@@ -5,7 +5,7 @@ Run: python benchmarks/bench_show.py [--documents N] [--batch-size B] [--repeats
 Synthesizes a plan bundle of N documents over three tiny shards (tests/synthetic_plans.py: an exact wrap plan,
 then the same documents as an estimated token plan), then times, for steps at the start, middle and end:
 
-* ``zephon.show.show_step`` in this process (the library call, text previews included; median of R runs);
+* ``zephon.inspection.show.show_step`` in this process (the library call, text previews included; median of R runs);
 * ``zephon show`` as a command in a fresh process (interpreter start and imports included);
 * SQL: ``step_documents(n)`` (seeks through row-group statistics) against ``steps WHERE step = n`` (a scan).
 
@@ -45,10 +45,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
 
-    from zephon.inspect_views import connect_with_steps
-    from zephon.plan_format import read_manifest
-    from zephon.plan_steps import resolve_layout
-    from zephon.show import show_step
+    from zephon.inspection.show import show_step
+    from zephon.inspection.steps import resolve_layout
+    from zephon.inspection.views import connect_with_steps
+    from zephon.plan.manifest import read_manifest
 
     root = Path(tempfile.mkdtemp(prefix="zephon-bench-show-"))
     zephon = Path(sys.executable).parent / "zephon"

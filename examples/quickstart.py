@@ -6,7 +6,8 @@ tokenizer (shipped in the package) make this run offline. Everything else is the
 
 from zephon import Pipeline
 from zephon.demo import demo_dataset_path, demo_tokenizer_path
-from zephon.io import CacheOptions, Dataset, StoreOptions
+from zephon.io import Dataset
+from zephon.specs import CacheOptions, StoreOptions
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 dataset = Dataset.from_path("fineweb_edu", demo_dataset_path())

@@ -28,9 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zephon.errors import DatasetError, PlanFormatError
+from zephon.errors import ConfigError, DatasetError, PlanFormatError
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
+from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
 
@@ -319,4 +320,32 @@ class ExactSequences:
         np.maximum.at(lengths, pieces["row"], pieces["offset"].astype(np.int64) + length)
         return PackedRows(
             tokens=tokens.reshape(n, width), doc_start=starts.reshape(n, width), lengths=lengths, pieces=pieces
+        )
+
+
+def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:
+    """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
+    if spec.on_bad_document != "raise":
+        raise ConfigError(
+            f'on_bad_document must be "raise" for an exact plan, got {spec.on_bad_document!r} — its token counts, '
+            "offsets and packing include every document, so none can be skipped: fix or remove the bad documents "
+            "and re-plan, or plan without exact_tokens to skip them"
+        )
+    tok = plan.manifest["tokenizer"]
+    packing = plan.manifest["packing"]
+    differences = []
+    if tok["fingerprint"] != encoder.fingerprint:
+        differences.append(
+            f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok['id']!r}; fingerprints differ)"
+        )
+    if tok["field"] != spec.tokenize.field:
+        differences.append(f"field {spec.tokenize.field!r} (planned {tok['field']!r})")
+    if packing["max_length"] != spec.pack.max_length:
+        differences.append(f"max_length {spec.pack.max_length} (planned {packing['max_length']})")
+    if packing["algorithm"] != spec.pack.algorithm:
+        differences.append(f"algorithm {spec.pack.algorithm!r} (planned {packing['algorithm']!r})")
+    if differences:
+        raise ConfigError(
+            f"an exact plan must run with the settings it was planned with, got {'; '.join(differences)} — "
+            "use the planned settings or re-plan"
         )

@@ -6,7 +6,7 @@ in increasing order, and yields them as ``A = G / (B·D)`` microbatches of ``B``
 The union over ranks of step ``s`` is the same ``G`` sequences, in the same order, for every ``D`` that
 divides ``G`` — elastic determinism.
 
-Estimated plans pack at train time inside ``L`` lanes (``zephon.planner.lanes``): sequence ``j`` is row
+Estimated plans pack at train time inside ``L`` lanes (``zephon.planner.lane_dealing``): sequence ``j`` is row
 ``j // L`` of lane ``j % L``. Rank ``r`` then only packs the lanes ``ℓ ≡ r (mod D)``, which requires ``D | L``.
 Exact plans fix every sequence, so any ``D`` dividing ``G`` works.
 

@@ -8,35 +8,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
-from zephon.plan_format import SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema, read_manifest
+from zephon.plan.format import SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema
+from zephon.plan.manifest import read_manifest
+from zephon.plan.records import ShardRef, shard_refs
 
 #: Documents in the first chunk ``PlanBundle.chunks`` yields (then doubling up to the chunk size).
 FIRST_CHUNK = 64
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShardRef:
-    """One row of shards.parquet."""
-
-    shard_id: int
-    dataset_id: int
-    dataset: str
-    uri: str
-    format: str
-    rows: int
-    bytes: int
-    fingerprint: str
-    row_groups: int = 1
-
-
-def shard_refs(table: pa.Table) -> list[ShardRef]:
-    """The rows of a shards.parquet table as ``ShardRef`` values."""
-    names = {f for f in ShardRef.__slots__}  # type: ignore[attr-defined]
-    return [ShardRef(**{k: v for k, v in r.items() if k in names}) for r in table.to_pylist()]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -29,17 +29,19 @@ import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import ExecutorSpec, RemoteAccess, RunStats, check_exact_plan
-from zephon.executor.exact import ExactSequences
+from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
 from zephon.executor.pack import PackedRows, concat_rows
-from zephon.executor.plan_reader import PlanBundle, SampleChunk, ShardRef
-from zephon.executor.provenance import ProvenanceLog
+from zephon.executor.plan_reader import PlanBundle, SampleChunk
+from zephon.executor.provenance_log import ProvenanceLog
 from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
+from zephon.executor.remote_access import RemoteAccess
+from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
 from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
+from zephon.plan.records import ShardRef
 
 
 class RankRunner:

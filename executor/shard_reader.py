@@ -36,12 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.errors import ConfigError, DatasetError
-from zephon.executor.plan_reader import ShardRef
-from zephon.jsonl_lines import decompress, line_spans
-from zephon.remote import is_remote_uri, remote_file
-from zephon.shard_cache import CacheEntrySpec, ShardCache
-from zephon.shard_scan import jsonl_fingerprint, one_line, parquet_fingerprint
+from zephon.errors import ConfigError, DatasetError, one_line
+from zephon.plan.records import ShardRef
+from zephon.storage.jsonl import decompress, line_spans
+from zephon.storage.remote import is_remote_uri, remote_file
+from zephon.storage.scan import jsonl_fingerprint, parquet_fingerprint
+from zephon.storage.shard_cache import CacheEntrySpec, ShardCache
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ _ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
 
 def remote_spec(ref: ShardRef) -> CacheEntrySpec:
     """The shard cache entry of a remote shard: downloaded whole, verified against size and etag."""
-    from zephon.hub import download_remote_file
+    from zephon.storage.hub.client import download_remote_file
 
     file = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
     return CacheEntrySpec(
@@ -77,7 +77,7 @@ class _OpenShard:
     nulls: bool = False  # a decoded row group holds a null: rows must be checked one by one
     jsonl: bytes | None = None
     spans: tuple[np.ndarray, np.ndarray] | None = None
-    handle: object | None = None  # a pinned zephon.shard_cache.CachedShard for remote shards
+    handle: object | None = None  # a pinned zephon.storage.shard_cache.CachedShard for remote shards
 
     def close(self) -> None:
         if self.handle is not None:
@@ -88,7 +88,7 @@ class _OpenShard:
 def planning_cache() -> ShardCache:
     """The shard cache the planner downloads remote shards into when it must read them (calibration, the
     count pass): ``$ZEPHON_CACHE_DIR/shards``, unbounded."""
-    from zephon.shard_scan import cache_dir
+    from zephon.storage.files import cache_dir
 
     return ShardCache(cache_dir() / "shards", None)
 

@@ -161,7 +161,7 @@ _PLAN_VERSION = 1
 
 
 def _plan_file(config_text: str) -> Path:
-    from zephon.shard_scan import cache_dir
+    from zephon.storage.files import cache_dir
 
     key = hashlib.sha256(f"{_PLAN_VERSION}\n{config_text}".encode()).hexdigest()
     return cache_dir() / "tokenizer-engines" / f"{key}.npz"

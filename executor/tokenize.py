@@ -54,31 +54,9 @@ from zephon.executor.tiktoken_engine import (
     separator,
     tiktoken_engine,
 )
+from zephon.specs import TokenizeSpec
 
 _EOS_GUESSES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|im_end|>")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TokenizeSpec:
-    """Settings of ``Pipeline.tokenize``.
-
-    Attributes:
-        tokenizer_id: Hub id, local directory, or tokenizer.json path.
-        field: the text column (Parquet) or key (JSONL).
-        add_bos: None follows the tokenizer's convention; True/False force it.
-        eos_token: EOS token string; None uses the tokenizer's.
-    """
-
-    tokenizer_id: str
-    field: str = "text"
-    add_bos: bool | None = None
-    eos_token: str | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.tokenizer_id, str) or not self.tokenizer_id:
-            raise ConfigError(f"tokenizer_id must be a non-empty string, got {self.tokenizer_id!r}")
-        if not isinstance(self.field, str) or not self.field:
-            raise ConfigError(f"field must be a non-empty column name, got {self.field!r}")
 
 
 def _special_tokens_from_config(directory: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Writing a plan bundle (see ``zephon.plan_format``) from a prepared work source.
+"""Writing a plan bundle (see ``zephon.plan.format``) from a prepared work source.
 
 ``write_plan`` = ``prepare`` (scan, count or estimate tokens, normalize, hash) → ``layout`` (positions,
 tokens, offsets, bins, in chunks) → write ``samples.parquet`` chunk by chunk with pyarrow
@@ -22,9 +22,7 @@ import numpy as np
 import polars as pl
 
 from zephon.errors import ConfigError
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
-from zephon.plan_format import (
+from zephon.plan.format import (
     BINS_FILE,
     BINS_ROW_GROUP,
     FORMAT_VERSION,
@@ -36,7 +34,8 @@ from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
-from zephon.work import StaticMixtureWorkSource
+from zephon.recipe.work_source import WorkSource
+from zephon.specs import PackSpec, TokenizeSpec
 
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
@@ -285,7 +284,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
 
 
 def write_plan(
-    source: StaticMixtureWorkSource,
+    source: WorkSource,
     out_dir: Path,
     *,
     tokenize: TokenizeSpec | None = None,

@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.executor.plan_reader import ShardRef
-from zephon.executor.tokenize import TokenizeSpec
+from zephon.plan.records import ShardRef
+from zephon.specs import TokenizeSpec
 
 
 def _import_ray():  # -> module

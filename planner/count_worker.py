@@ -15,10 +15,11 @@ from pathlib import Path
 import numpy as np
 
 from zephon.errors import ZephonError
-from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
-from zephon.executor.tokenize import Encoder, TokenizeSpec
-from zephon.shard_scan import write_atomic
+from zephon.executor.tokenize import Encoder
+from zephon.plan.records import ShardRef
+from zephon.specs import TokenizeSpec
+from zephon.storage.files import write_atomic
 
 
 def count_shard(ref: ShardRef, field: str, encoder: Encoder) -> np.ndarray:

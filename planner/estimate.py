@@ -25,13 +25,13 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
-from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder
+from zephon.plan.records import ShardRef
 from zephon.planner.orders import permutation
 from zephon.planner.shard_tokens import ShardTokens
 from zephon.planner.token_lengths import byte_lengths, cache_byte_lengths
-from zephon.work import TokenEstimation
+from zephon.recipe.work_source import TokenEstimation
 
 CALIBRATION_STREAM = 0x7A_45_50_48  # distinct from every epoch number a plan uses for shuffling
 

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zephon.plan_format import SAMPLES_ROW_GROUP
+from zephon.plan.format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
 from zephon.planner.interleave import Interleaving, exact_weights
-from zephon.planner.lanes import Dealer, row_bytes
+from zephon.planner.lane_dealing import Dealer, row_bytes
 from zephon.planner.orders import Reader
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan

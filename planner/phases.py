@@ -28,9 +28,9 @@ from fractions import Fraction
 from typing import Any
 
 from zephon.errors import ConfigError
-from zephon.executor.engine import PackSpec
 from zephon.planner.interleave import exact_fraction, exact_weights
-from zephon.work import StaticMixtureWorkSource
+from zephon.recipe.work_source import WorkSource
+from zephon.specs import PackSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,7 +58,7 @@ class Stage:
         return out
 
 
-def stages(source: StaticMixtureWorkSource, pack: PackSpec | None) -> tuple[Stage, ...]:
+def stages(source: WorkSource, pack: PackSpec | None) -> tuple[Stage, ...]:
     """The work source's phases as stages; one stage (from position 0) without phases."""
     names = [ds.name for ds in source.datasets]
     first = Stage(
@@ -100,7 +100,7 @@ def stages(source: StaticMixtureWorkSource, pack: PackSpec | None) -> tuple[Stag
     return tuple(out)
 
 
-def normalized(source: StaticMixtureWorkSource) -> list[dict[str, Any]]:
+def normalized(source: WorkSource) -> list[dict[str, Any]]:
     """The phases as they enter the plan's config (and its hash): starts and normalized weights."""
     out = []
     for phase in source.phases:

@@ -19,23 +19,22 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.engine import PackSpec
-from zephon.executor.plan_reader import ShardRef
-from zephon.executor.tokenize import Encoder, TokenizeSpec
-from zephon.plan_format import FORMAT_VERSION
+from zephon.executor.tokenize import Encoder
+from zephon.plan.format import FORMAT_VERSION
+from zephon.plan.records import ShardInfo, ShardRef
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.token_lengths import CountReport, token_counts
-from zephon.shard_scan import ShardInfo
-from zephon.work import StaticMixtureWorkSource
+from zephon.recipe.work_source import WorkSource
+from zephon.specs import PackSpec, TokenizeSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PreparedPlan:
     """A scanned, normalized work source ready to be laid out."""
 
-    source: StaticMixtureWorkSource
+    source: WorkSource
     shards: tuple[tuple[ShardRef, ...], ...]  # per dataset, global shard ids
     config: dict[str, Any]
     config_hash: str
@@ -73,7 +72,7 @@ def shard_ref(info: ShardInfo, *, shard_id: int, dataset_id: int, dataset: str) 
     )
 
 
-def shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], ...]:
+def shard_refs(source: WorkSource) -> tuple[tuple[ShardRef, ...], ...]:
     out = []
     next_id = 0
     for index, ds in enumerate(source.datasets):
@@ -93,7 +92,7 @@ def shard_refs(source: StaticMixtureWorkSource) -> tuple[tuple[ShardRef, ...], .
 
 
 def prepare(
-    source: StaticMixtureWorkSource,
+    source: WorkSource,
     *,
     tokenize: TokenizeSpec | None = None,
     pack: PackSpec | None = None,
@@ -157,7 +156,7 @@ def prepare(
 
 
 def assemble(
-    source: StaticMixtureWorkSource,
+    source: WorkSource,
     shards: tuple[tuple[ShardRef, ...], ...],
     *,
     tokens: tuple[Sequence[np.ndarray], ...] | None = None,

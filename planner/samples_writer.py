@@ -33,7 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.plan_format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
+from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
 from zephon.planner.layout import Chunk
 
 DICTIONARY = ["dataset_id", "shard_id", "epoch", "lane"]

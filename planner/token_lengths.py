@@ -29,12 +29,13 @@ import numpy as np
 import pyarrow.compute as pc
 
 from zephon.errors import ConfigError, ZephonError
-from zephon.executor.plan_reader import ShardRef
 from zephon.executor.shard_reader import ShardReader, planning_cache
-from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.executor.tokenize import Encoder
+from zephon.plan.records import ShardRef
 from zephon.planner.count_worker import count_shard, save_atomic
 from zephon.planner.shard_tokens import ShardTokens
-from zephon.shard_scan import cache_dir
+from zephon.specs import TokenizeSpec
+from zephon.storage.files import cache_dir
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

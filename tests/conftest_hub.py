@@ -250,7 +250,7 @@ def _transformers_hub_module():  # transformers.utils.hub when transformers is i
 @pytest.fixture
 def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubServer]:
     """A running :class:`HubServer` with the environment pointed at it (see the module docstring)."""
-    import zephon.hub
+    import zephon.storage.hub.client
 
     hub = HubServer().start()
     home = tmp_path / "hf_home"
@@ -285,7 +285,9 @@ def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubS
     if transformers_hub is not None:
         monkeypatch.setattr(transformers_hub, "_hf_api", None)
     monkeypatch.setattr(
-        zephon.hub, "DEFAULT_RETRY", zephon.hub.RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05)
+        zephon.storage.hub.client,
+        "DEFAULT_RETRY",
+        zephon.storage.hub.client.RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05),
     )
     url = hub.url
     try:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.plan_format import FORMAT_VERSION, SAMPLES_ROW_GROUP, SAMPLES_SCHEMA, SHARDS_SCHEMA
+from zephon.plan.format import FORMAT_VERSION, SAMPLES_ROW_GROUP, SAMPLES_SCHEMA, SHARDS_SCHEMA
 
 NAMES = ("alpha", "beta", "gamma")
 ROWS = 10

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from zephon.demo import DEMO_KINDS, generate_demo_documents
-from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.executor.tokenize import Encoder
+from zephon.specs import TokenizeSpec
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -48,7 +49,7 @@ def test_executor_runs_the_converted_cl100k_on_tiktoken_with_the_same_ids(cl100k
 def test_benchmark_workers_see_the_same_tokens(cl100k_dir: Path, tmp_path: Path) -> None:
     import bench_executor as bench
 
-    from zephon.executor.engine import PackSpec
+    from zephon.specs import PackSpec
 
     corpus = bench._corpus(tmp_path, 1)
     plan = tmp_path / "plan"

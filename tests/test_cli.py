@@ -1,4 +1,4 @@
-"""Tests for the ``zephon`` CLI (``zephon.cli``) and the SQL views it serves (``zephon.sql``)."""
+"""Tests for the ``zephon`` CLI (``zephon.cli``) and the SQL views it serves (``zephon.inspection.sql``)."""
 
 from __future__ import annotations
 
@@ -17,11 +17,13 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from zephon.cli import cli, format_table, param_value
+from zephon.cli import cli
+from zephon.cli.output import format_table
+from zephon.cli.sql import param_value
 from zephon.config_file import load_work_source
 from zephon.demo import demo_dataset_paths
 from zephon.errors import PlanFormatError
-from zephon.sql import connect, run_sql
+from zephon.inspection.sql import connect, run_sql
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 
@@ -336,7 +338,7 @@ def test_param_values_are_int_then_float_then_string(text: str, value: object) -
 
 
 # ----------------------------------------------------------------------------------------------------
-# zephon.sql library functions
+# zephon.inspection.sql library functions
 # ----------------------------------------------------------------------------------------------------
 
 

@@ -37,8 +37,11 @@ def independent_counts(tmp_path: Path, tokenizer_dir: str) -> dict[str, int]:
     tok = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
     out = {}
     for kind in ("code", "short"):
-        texts = [t for f in sorted((tmp_path / "data" / "demo").glob(f"{kind}-*.parquet"))
-                 for t in pq.read_table(f).column("text").to_pylist()]
+        texts = [
+            t
+            for f in sorted((tmp_path / "data" / "demo").glob(f"{kind}-*.parquet"))
+            for t in pq.read_table(f).column("text").to_pylist()
+        ]
         out[kind] = sum(len(e.ids) + 1 for e in tok.encode_batch(texts, add_special_tokens=False))
     return out
 
@@ -102,5 +105,7 @@ def test_count_on_ray_caches_arrays_identical_to_the_local_pool(config, tmp_path
     local_arrays = {p.name: np.load(p) for p in (tmp_path / "local-cache" / "token-counts").glob("*.npy")}
     assert ray_run.output == local_run.output and ray_run.output.startswith("counted 3 shards (0 cached)")
     assert sorted(ray_arrays) == sorted(local_arrays) and len(ray_arrays) == 3
-    assert all(np.array_equal(ray_arrays[k], local_arrays[k]) and ray_arrays[k].dtype == local_arrays[k].dtype
-               for k in ray_arrays)
+    assert all(
+        np.array_equal(ray_arrays[k], local_arrays[k]) and ray_arrays[k].dtype == local_arrays[k].dtype
+        for k in ray_arrays
+    )

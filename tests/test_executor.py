@@ -16,11 +16,12 @@ from tokenizers import Tokenizer
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec
 from zephon.executor.lanes import Lane
 from zephon.executor.runner import iterate_batches
-from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.executor.settings import ExecutorSpec
+from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
+from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 REPO = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ from tokenizers import Tokenizer
 from zephon.demo import DEMO_KINDS, generate_demo_documents
 from zephon.errors import ConfigError
 from zephon.executor import tiktoken_engine
-from zephon.executor.tokenize import ENGINE_ENV, Encoder, TokenizeSpec
+from zephon.executor.tokenize import ENGINE_ENV, Encoder
+from zephon.specs import TokenizeSpec
 
 pytest.importorskip("tiktoken")
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from zephon.errors import ConfigError
-from zephon.hf_path import HfPath, is_hf_path, parse_hf_path
+from zephon.storage.hub.paths import HfPath, is_hf_path, parse_hf_path
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

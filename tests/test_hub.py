@@ -15,13 +15,13 @@ from conftest_hub import ALPACA, FINEWEB, WIKIPEDIA, add_reference_datasets, fin
 from hub_server import HubServer, git_blob_oid
 
 from zephon.errors import ConfigError, DatasetError, HubError
-from zephon.hub import (
+from zephon.storage.hub.client import (
     RetryPolicy,
     download_remote_file,
     read_remote_parquet_metadata,
     resolve_hf_dataset,
 )
-from zephon.hub_discovery import conversion_layout, default_layout, dir_layout, glob_to_regex, listing_prefix
+from zephon.storage.hub.discovery import conversion_layout, default_layout, dir_layout, glob_to_regex, listing_prefix
 
 TOKEN = "hf_secretTOKENvalue123"
 FAST = RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.02)

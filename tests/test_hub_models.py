@@ -21,7 +21,8 @@ from tokenizers import Tokenizer
 
 from zephon.demo import demo_tokenizer_path
 from zephon.errors import TokenizerError
-from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.executor.tokenize import Encoder
+from zephon.specs import TokenizeSpec
 
 TEXTS = [
     "Hello world",

@@ -12,8 +12,9 @@ from tokenizers import Tokenizer
 
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
-from zephon.io import CacheOptions, Dataset, StoreOptions
-from zephon.shard_cache import ShardCache
+from zephon.io import Dataset
+from zephon.specs import CacheOptions, StoreOptions
+from zephon.storage.shard_cache import ShardCache
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 FINEWEB = "hf://HuggingFaceFW/fineweb-edu/sample-10BT/train"
@@ -85,10 +86,14 @@ def test_pipeline_reads_remote_shards_through_a_bounded_cache(reference_hub, tmp
     samples = pq.read_table(plan / "samples.parquet").to_pylist()
     files = hub.files_at("HuggingFaceFW/fineweb-edu")
     texts = {
-        s["shard_id"]: pq.read_table(io.BytesIO(files[s["uri"].split("@", 1)[1].split("/", 1)[1]])).column("text").to_pylist()
+        s["shard_id"]: pq.read_table(io.BytesIO(files[s["uri"].split("@", 1)[1].split("/", 1)[1]]))
+        .column("text")
+        .to_pylist()
         for s in shards
     }
-    expected = [t for s in samples for t in [*tok.encode(texts[s["shard_id"]][s["row"]], add_special_tokens=False).ids, 0]]
+    expected = [
+        t for s in samples for t in [*tok.encode(texts[s["shard_id"]][s["row"]], add_special_tokens=False).ids, 0]
+    ]
     assert np.array_equal(stream_of(batches), np.array(expected))
     assert ShardCache(tmp_path / "cache", limit).total_bytes() <= limit
     # Each shard downloaded once (window 1: shards are read one after another).
@@ -98,7 +103,9 @@ def test_pipeline_reads_remote_shards_through_a_bounded_cache(reference_hub, tmp
 
 def test_remote_plan_without_the_cache_is_refused(reference_hub, tmp_path, tokenizer_dir) -> None:
     plan = fineweb_source().plan(tmp_path / "plan")
-    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=65).batch(microbatch_size=2)
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=65).batch(microbatch_size=2)
+    )
     with pytest.raises(ConfigError, match="remote shards must be read through the shard cache"):
         next(iter(pipe))
 
@@ -106,8 +113,13 @@ def test_remote_plan_without_the_cache_is_refused(reference_hub, tmp_path, token
 def test_a_shard_larger_than_the_cache_limit_fails_at_start(reference_hub, tmp_path, tokenizer_dir) -> None:
     plan = fineweb_source().plan(tmp_path / "plan")
     cache = CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=1000)
-    pipe = (Pipeline.from_plan(plan).options(io_options=StoreOptions(cache=cache)).tokenize(tokenizer_id=tokenizer_dir)
-            .pack_flat(max_length=65).batch(microbatch_size=2))
+    pipe = (
+        Pipeline.from_plan(plan)
+        .options(io_options=StoreOptions(cache=cache))
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=65)
+        .batch(microbatch_size=2)
+    )
     hub, _ = reference_hub
     hub.clear_requests()
     with pytest.raises(DatasetError, match="limit"):
@@ -123,14 +135,22 @@ def test_a_moved_branch_does_not_change_what_a_plan_reads(reference_hub, tmp_pat
     cache = CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=1 << 30)
 
     def run() -> np.ndarray:
-        pipe = (Pipeline.from_plan(plan).options(io_options=StoreOptions(cache=cache)).tokenize(tokenizer_id=tokenizer_dir)
-                .pack_flat(max_length=65).batch(microbatch_size=4))
+        pipe = (
+            Pipeline.from_plan(plan)
+            .options(io_options=StoreOptions(cache=cache))
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=65)
+            .batch(microbatch_size=4)
+        )
         return stream_of(list(pipe))
 
     before = run()
     new = hub.commit("HuggingFaceFW/fineweb-edu", {"sample/10BT/000_00000.parquet": fineweb_shard(99)}, keep=True)
     assert new != commits["fineweb_main"]
-    assert Dataset.from_path("x", FINEWEB).pinned != Dataset.from_path("y", FINEWEB.replace("/sample", f"@{commits['fineweb_main']}/sample")).pinned
+    assert (
+        Dataset.from_path("x", FINEWEB).pinned
+        != Dataset.from_path("y", FINEWEB.replace("/sample", f"@{commits['fineweb_main']}/sample")).pinned
+    )
     # Same plan, fresh cache: the pinned commit is still what is read.
     cache = CacheOptions(enabled=True, root=str(tmp_path / "cache2"), limit_bytes=1 << 30)
     assert np.array_equal(run(), before)
@@ -144,6 +164,11 @@ def test_show_reads_remote_text_through_the_shard_cache(reference_hub, tmp_path)
     plan = fineweb_source(shuffle=ShuffleSpec(enabled=False)).plan(tmp_path / "plan")
     result = CliRunner().invoke(cli, ["show", str(plan), "--step", "0", "--batch-size", "2"])
     assert result.exit_code == 0, result.output
-    first_text = pq.read_table(io.BytesIO(reference_hub[0].files_at("HuggingFaceFW/fineweb-edu")[
-        "sample/10BT/000_00000.parquet"])).column("text")[0].as_py()
+    first_text = (
+        pq.read_table(
+            io.BytesIO(reference_hub[0].files_at("HuggingFaceFW/fineweb-edu")["sample/10BT/000_00000.parquet"])
+        )
+        .column("text")[0]
+        .as_py()
+    )
     assert first_text[:20] in result.output

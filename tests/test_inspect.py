@@ -16,17 +16,17 @@ from click.testing import CliRunner, Result
 from conftest import write_parquet_dataset
 from synthetic_plans import ROWS, shard_text, token_pattern, write_synthetic_plan
 
-from zephon.audit import AuditSpec, audit_plan, plot_shares
 from zephon.cli import cli
 from zephon.errors import ConfigError
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
-from zephon.inspect_views import connect_with_steps, run_query
+from zephon.inspection.audit import AuditSpec, audit_plan, plot_shares
+from zephon.inspection.diff import ConfigChange, DatasetVolumes, ShardRef, diff_plans
+from zephon.inspection.show import preview, short_uris, show_step
+from zephon.inspection.steps import resolve_layout
+from zephon.inspection.views import connect_with_steps, run_query
 from zephon.io import Dataset
-from zephon.plan_diff import ConfigChange, DatasetVolumes, ShardRef, diff_plans
-from zephon.plan_format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA, read_manifest
-from zephon.plan_steps import resolve_layout
-from zephon.show import preview, short_uris, show_step
+from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
+from zephon.plan.manifest import read_manifest
+from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 WEIGHTS = {"a": 0.5, "b": 0.3, "c": 0.2}

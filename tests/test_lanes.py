@@ -9,11 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from zephon.demo import write_demo_dataset
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
 from zephon.planner import lanes
-from zephon.planner.lanes import Dealer
+from zephon.planner.lane_dealing import Dealer
+from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 

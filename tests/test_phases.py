@@ -11,15 +11,14 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
-from zephon.audit import AuditSpec, audit_plan
 from zephon.cli import cli
 from zephon.config_file import load_work_source
 from zephon.demo import write_demo_dataset
 from zephon.errors import ConfigError
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
+from zephon.inspection.audit import AuditSpec, audit_plan
 from zephon.io import Dataset
 from zephon.pipeline import Pipeline
+from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource, TokenEstimation
 
 NAMES = ("prose", "code", "short")
@@ -350,7 +349,7 @@ phases:
 
 
 def test_the_phases_view_places_every_document_in_its_phase(plans) -> None:
-    from zephon.sql import run_sql
+    from zephon.inspection.sql import run_sql
 
     _, rows = run_sql(
         plans["samples"],

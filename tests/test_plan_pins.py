@@ -18,9 +18,8 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import write_jsonl_dataset, write_parquet_dataset
 
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
+from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource, TokenEstimation
 
 PINS = {

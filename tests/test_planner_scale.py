@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from zephon.plan_format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
+from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
 from zephon.planner import layout, token_mix
 from zephon.planner.build import write_bundle
 

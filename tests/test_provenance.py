@@ -11,10 +11,9 @@ from click.testing import CliRunner
 
 from zephon import Pipeline
 from zephon.cli import cli
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
+from zephon.inspection.log_check import check_log
 from zephon.io import Dataset
-from zephon.provenance import check_log
+from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 

@@ -16,15 +16,17 @@ import pytest
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec
 from zephon.executor.lanes import Lane
-from zephon.executor.plan_reader import PlanBundle, ShardRef
+from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.read_ahead import READ_AHEAD_ENV, ReadAhead, read_ahead_enabled
 from zephon.executor.runner import iterate_batches
+from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tiktoken_engine import encode_buffers, join_ranks, separator
-from zephon.executor.tokenize import Encoder, TokenizeSpec
+from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
+from zephon.plan.records import ShardRef
+from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 

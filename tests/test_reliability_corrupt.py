@@ -18,15 +18,15 @@ from tokenizers import Tokenizer
 
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec
-from zephon.executor.plan_reader import ShardRef
 from zephon.executor.runner import iterate_batches
+from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
+from zephon.plan.records import ShardRef
 from zephon.planner.prepare import shard_ref
-from zephon.shard_scan import scan_shard
-from zephon.sources import discover_local_files
+from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
+from zephon.storage.local import discover_local_files
+from zephon.storage.scan import scan_shard
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
 
 FIX_SKIP = re.escape('or skip and count such documents with Pipeline.options(on_bad_document="skip")')

@@ -21,9 +21,10 @@ from click.testing import CliRunner
 from zephon import Pipeline
 from zephon.cli import cli
 from zephon.errors import HubError
-from zephon.hub import resolve_hf_dataset
-from zephon.io import CacheOptions, Dataset, StoreOptions
-from zephon.shard_cache import ShardCache
+from zephon.io import Dataset
+from zephon.specs import CacheOptions, StoreOptions
+from zephon.storage.hub.client import resolve_hf_dataset
+from zephon.storage.shard_cache import ShardCache
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 TOKEN = "hf_ZephonSecretToken0123456789abcdefXY"

@@ -25,10 +25,11 @@ import pytest
 
 from zephon import Pipeline
 from zephon.errors import StorageError
-from zephon.executor.tokenize import Encoder, TokenizeSpec
-from zephon.io import CacheOptions, Dataset, StoreOptions
+from zephon.executor.tokenize import Encoder
+from zephon.io import Dataset
 from zephon.planner.token_lengths import token_counts
-from zephon.shard_cache import CacheEntrySpec, ShardCache
+from zephon.specs import CacheOptions, StoreOptions, TokenizeSpec
+from zephon.storage.shard_cache import CacheEntrySpec, ShardCache
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 FINEWEB = "hf://HuggingFaceFW/fineweb-edu/sample-10BT/train"
@@ -181,7 +182,7 @@ def test_shard_cache_download_that_fills_the_disk_is_removed(tmp_path) -> None:
 
 
 def test_hub_download_with_a_failing_fsync_is_removed(reference_hub, tmp_path, monkeypatch) -> None:
-    from zephon.hub import download_remote_file, resolve_hf_dataset
+    from zephon.storage.hub.client import download_remote_file, resolve_hf_dataset
 
     file = resolve_hf_dataset(FINEWEB).files[0]
     monkeypatch.setattr(os, "fsync", lambda fd: (_ for _ in ()).throw(enospc(f"fd {fd}")))
@@ -194,8 +195,8 @@ def test_hub_download_with_a_failing_fsync_is_removed(reference_hub, tmp_path, m
     assert list((tmp_path / "out").iterdir()) == []
     spec_root = tmp_path / "cache"
     with ShardCache(spec_root, None) as cache:  # through the cache: the cache words the fix
-        from zephon.executor.plan_reader import ShardRef
         from zephon.executor.shard_reader import remote_spec
+        from zephon.plan.records import ShardRef
 
         ref = ShardRef(
             shard_id=0,
@@ -229,7 +230,9 @@ def test_planning_into_an_unwritable_cache_directory_is_a_storage_error(tmp_path
 
     (tmp_path / "d").mkdir()
     pq.write_table(pa.table({"text": ["a", "b"]}), tmp_path / "d" / "a.parquet")
-    src = StaticMixtureWorkSource(datasets=[Dataset.from_path("a", tmp_path / "d")], mixture=MixtureSpec({"a": 1}), seed=0)
+    src = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("a", tmp_path / "d")], mixture=MixtureSpec({"a": 1}), seed=0
+    )
     real_mkdir = _os.mkdir
 
     def refuse(path, *args, **kwargs):  # the plans directory sits on a read-only file system

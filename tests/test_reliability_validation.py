@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 from zephon import config_file
 from zephon.config_file import load_plan_config, read_config, work_source_from_dict
 from zephon.errors import ConfigError, HubError, ZephonError
-from zephon.hf_path import HfPath, parse_hf_path
-from zephon.hub import is_safe_repo_path, resolve_hf_dataset
 from zephon.io import Dataset
-from zephon.shard_cache_lock import entry_name
+from zephon.storage.hub.client import is_safe_repo_path, resolve_hf_dataset
+from zephon.storage.hub.paths import HfPath, parse_hf_path
+from zephon.storage.shard_cache_lock import entry_name
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -15,7 +15,8 @@ from conftest_hub import add_demo_gpt2, parquet_bytes
 
 from zephon import Pipeline
 from zephon.demo import generate_demo_documents
-from zephon.io import CacheOptions, Dataset, StoreOptions
+from zephon.io import Dataset
+from zephon.specs import CacheOptions, StoreOptions
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import pytest
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.io import CacheOptions
-from zephon.shard_cache import CacheEntrySpec, ShardCache
-from zephon.shard_cache_lock import entry_name
+from zephon.specs import CacheOptions
+from zephon.storage.shard_cache import CacheEntrySpec, ShardCache
+from zephon.storage.shard_cache_lock import entry_name
 
 SPAWN = mp.get_context("spawn")
 
@@ -441,7 +441,7 @@ def test_prefetch_threads_reserve_room_in_plan_order(tmp_path: Path) -> None:
 
 
 def test_prefetch_stops_before_a_shard_someone_else_is_about_to_download(tmp_path: Path) -> None:
-    from zephon.shard_cache_lock import entry_name, exclusive
+    from zephon.storage.shard_cache_lock import entry_name, exclusive
 
     marks = tmp_path / "marks"
     with ShardCache(tmp_path / "cache", 1500, prefetch_workers=2) as cache:
@@ -492,8 +492,9 @@ def test_cache_cli_lists_sizes_and_prunes(tmp_path) -> None:
 
     cache = ShardCache(tmp_path / "c", None)
     for i, size in enumerate((10, 20)):
-        spec = CacheEntrySpec(key=f"hf/o/n/{i}", size=size, etag=f"e{i}",
-                              fetch=lambda p, size=size: Path(p).write_bytes(b"x" * size))
+        spec = CacheEntrySpec(
+            key=f"hf/o/n/{i}", size=size, etag=f"e{i}", fetch=lambda p, size=size: Path(p).write_bytes(b"x" * size)
+        )
         cache.acquire(spec).close()
     runner = CliRunner()
     ls = runner.invoke(cli, ["cache", "ls", "--root", str(tmp_path / "c")])

@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 
 from zephon.errors import DatasetError
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
 from zephon.planner.build import write_bundle
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.shard_tokens import ShardTokens
-from zephon.shard_scan import cache_dir
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.storage.files import cache_dir
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 _path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_planner.py"
@@ -88,7 +87,9 @@ def _tracked(prepared: PreparedPlan) -> tuple[PreparedPlan, dict[str, int]]:
         ShardTokens([track(g._loaders[j]) for j in range(len(g))], rows=g._rows, names=g._names)
         for g in prepared.tokens
     )
-    return PreparedPlan(**{**{f: getattr(prepared, f) for f in PreparedPlan.__dataclass_fields__}, "tokens": groups}), seen
+    return PreparedPlan(
+        **{**{f: getattr(prepared, f) for f in PreparedPlan.__dataclass_fields__}, "tokens": groups}
+    ), seen
 
 
 @pytest.mark.parametrize("unit", ["tokens", "exact"])

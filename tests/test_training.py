@@ -15,9 +15,8 @@ import torch
 
 from zephon import Pipeline, merge_states
 from zephon.errors import ConfigError
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
 from zephon.io import Dataset
+from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 MAX_LENGTH = 33
@@ -39,17 +38,27 @@ def plans(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
     tok = TokenizeSpec(tokenizer_id=tokenizer_dir)
     out = {}
     for kind, exact in (("estimated", False), ("exact", True)):
-        src = StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec({"code": 0.7, "short": 0.3}), seed=5,
-                                      token_estimation=TokenEstimation(calibration_samples=64), exact_tokens=exact,
-                                      num_tokens=60_000)
+        src = StaticMixtureWorkSource(
+            datasets=datasets,
+            mixture=MixtureSpec({"code": 0.7, "short": 0.3}),
+            seed=5,
+            token_estimation=TokenEstimation(calibration_samples=64),
+            exact_tokens=exact,
+            num_tokens=60_000,
+        )
         out[kind] = src.plan(root / kind, tokenize=tok, pack=PackSpec(max_length=MAX_LENGTH))
     return out
 
 
 def pipeline(plan: Path, tokenizer_dir: str, *, rank: int = 0, size: int = 1, micro: int | None = None) -> Pipeline:
     micro = micro or GLOBAL // size
-    return (Pipeline.from_plan(plan).options(dp_rank=rank, dp_size=size).tokenize(tokenizer_id=tokenizer_dir)
-            .pack_flat(max_length=MAX_LENGTH).batch(microbatch_size=micro, global_batch_size=GLOBAL))
+    return (
+        Pipeline.from_plan(plan)
+        .options(dp_rank=rank, dp_size=size)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=micro, global_batch_size=GLOBAL)
+    )
 
 
 def global_steps(plan: Path, tokenizer_dir: str, size: int, micro: int | None = None, limit: int | None = None):
@@ -85,8 +94,14 @@ def test_ranks_get_disjoint_slices_in_sequence_order(plans, tokenizer_dir) -> No
 
 def test_dp_size_must_divide_the_lanes_of_an_estimated_plan(plans, tokenizer_dir) -> None:
     with pytest.raises(ConfigError, match="dp_size must divide the plan's 8 packing lanes, got 3"):
-        (Pipeline.from_plan(plans["estimated"]).options(dp_rank=0, dp_size=3).tokenize(tokenizer_id=tokenizer_dir)
-         .pack_flat(max_length=MAX_LENGTH).batch(microbatch_size=1, global_batch_size=24).geometry())
+        (
+            Pipeline.from_plan(plans["estimated"])
+            .options(dp_rank=0, dp_size=3)
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=MAX_LENGTH)
+            .batch(microbatch_size=1, global_batch_size=24)
+            .geometry()
+        )
 
 
 def test_identity_comes_from_rank_and_world_size(plans, tokenizer_dir, monkeypatch) -> None:
@@ -174,14 +189,22 @@ def test_resume_against_another_plan_tokenizer_or_max_length_is_refused(plans, t
     state = p.state_dict()
     with pytest.raises(ConfigError, match="plan \\(config_hash\\)"):
         pipeline(plans["estimated"], tokenizer_dir).load_state_dict(state)
-    other_len = (Pipeline.from_plan(plans["estimated"]).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=17)
-                 .batch(microbatch_size=8))
+    other_len = (
+        Pipeline.from_plan(plans["estimated"])
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=17)
+        .batch(microbatch_size=8)
+    )
     est = pipeline(plans["estimated"], tokenizer_dir)
     next(iter(est))
     with pytest.raises(ConfigError, match="max_length 33 \\(this pipeline: 17\\)"):
         other_len.load_state_dict(est.state_dict())
-    bos = (Pipeline.from_plan(plans["estimated"]).tokenize(tokenizer_id=tokenizer_dir, add_bos=True)
-           .pack_flat(max_length=MAX_LENGTH).batch(microbatch_size=8))
+    bos = (
+        Pipeline.from_plan(plans["estimated"])
+        .tokenize(tokenizer_id=tokenizer_dir, add_bos=True)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=8)
+    )
     with pytest.raises(ConfigError, match="tokenizer fingerprint"):
         bos.load_state_dict(est.state_dict())
     with pytest.raises(ConfigError, match="state version must be 1"):
@@ -208,8 +231,11 @@ def test_tokenizer_threads_never_change_the_data(plans, tokenizer_dir) -> None:
     outs = set()
     for threads, chunk in (("1", "1024"), ("2", "37")):
         env = {**os.environ, "RAYON_NUM_THREADS": threads}
-        outs.add(subprocess.run([sys.executable, "-c", code, chunk], env=env, capture_output=True, text=True,
-                                check=True).stdout)
+        outs.add(
+            subprocess.run(
+                [sys.executable, "-c", code, chunk], env=env, capture_output=True, text=True, check=True
+            ).stdout
+        )
     assert len(outs) == 1
 
 
@@ -217,15 +243,27 @@ def test_exact_plan_knows_its_steps(plans, tokenizer_dir) -> None:
     p = pipeline(plans["exact"], tokenizer_dir)
     n = json.loads((plans["exact"] / "plan.json").read_text())["packing"]["sequences"]
     assert p.num_steps() == -(-n // GLOBAL) == sum(1 for _ in p)
-    assert np.isclose(n, json.loads((plans["exact"] / "plan.json").read_text())["totals"]["tokens"] / MAX_LENGTH, atol=1)
+    assert np.isclose(
+        n, json.loads((plans["exact"] / "plan.json").read_text())["totals"]["tokens"] / MAX_LENGTH, atol=1
+    )
 
 
 def test_train_tiny_example_resumes_on_one_process_with_identical_losses(tmp_path) -> None:
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run(
-        [sys.executable, str(repo / "examples" / "train_tiny.py"), "--workdir", str(tmp_path), "--steps", "5",
-         "--checkpoint-at", "2"],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(repo / "examples" / "train_tiny.py"),
+            "--workdir",
+            str(tmp_path),
+            "--steps",
+            "5",
+            "--checkpoint-at",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert out.returncode == 0, out.stderr[-2000:]
     losses = json.loads(out.stdout.splitlines()[0])

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from zephon import _moved
 from zephon.errors import ConfigError, DatasetError, HubError, PlanFormatError, TokenizerError, ZephonError
+
+_moved.install()
 
 if TYPE_CHECKING:
     from zephon.executor.batch import Batch

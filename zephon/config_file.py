@@ -49,10 +49,10 @@ from typing import Any
 import yaml
 
 from zephon.errors import ConfigError, ZephonError
-from zephon.executor.engine import PackSpec
-from zephon.executor.tokenize import TokenizeSpec
-from zephon.io import Dataset
-from zephon.work import MixtureSpec, Phase, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.recipe.dataset import Dataset
+from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.work import StaticMixtureWorkSource
 
 __all__ = [
     "CONFIG_SUFFIXES",

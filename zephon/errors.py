@@ -33,3 +33,17 @@ class TokenizerError(ZephonError):
 
 class StorageError(ZephonError):
     """A cache or output directory cannot be written: disk full, read-only file system, permission denied."""
+
+
+def one_line(exc: BaseException | str) -> str:
+    """An error message on one printable line: the one formatter of every message Zephon prints.
+
+    Arrow and Thrift messages span lines and carry raw bytes; DuckDB's point at the error with a line of
+    carets (``"...\n\nLINE 1: SELEC 1\n        ^^^^^"``). The words are kept, the caret lines dropped,
+    white space folded and unprintable characters shown as ``?``.
+    """
+    lines = [line for line in str(exc).splitlines() if set(line.strip()) != {"^"}]
+    text = " ".join(" ".join(lines).split())
+    if not text and isinstance(exc, BaseException):
+        text = type(exc).__name__
+    return "".join(c if c.isprintable() else "?" for c in text)

@@ -1,93 +1,10 @@
-"""Datasets and storage options of the public API (``zephon.io``).
+"""``zephon.io``: the seed API's datasets and storage options.
 
-``Dataset.from_path(name, path)`` accepts a local directory, a glob or a single file of Parquet or JSONL
-shards (see ``zephon.sources``), or an ``hf://`` dataset path (see ``zephon.hf_path``), which is pinned to
-its commit here, so every later step reads the same files. Shards are listed when the dataset is created,
-so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
-footers (range requests for remote shards), JSONL from one scan.
+``Dataset`` is the recipe's dataset (``zephon.recipe.dataset``: local paths, globs, files and ``hf://``
+paths); ``CacheOptions`` and ``StoreOptions`` are stage settings (``zephon.specs``).
 """
 
-from __future__ import annotations
+from zephon.recipe.dataset import Dataset
+from zephon.specs import CacheOptions, StoreOptions
 
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
-
-from zephon.errors import ConfigError
-from zephon.shard_scan import ShardInfo, scan_shard
-from zephon.sources import SourceFile, discover_local_files
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CacheOptions:
-    """The local shard cache that remote shards are downloaded into before they are read.
-
-    Attributes:
-        enabled: download remote shards into ``root`` (required for hf:// datasets).
-        root: cache directory; ranks of one node may share it.
-        limit_bytes: upper bound of the cache's total size; None means unbounded.
-    """
-
-    enabled: bool = False
-    root: str | None = None
-    limit_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.enabled and not self.root:
-            raise ConfigError("CacheOptions.root must be a directory when enabled=True, got None — pass root=...")
-        if self.limit_bytes is not None and self.limit_bytes <= 0:
-            raise ConfigError(
-                f"CacheOptions.limit_bytes must be > 0 or None, got {self.limit_bytes} — pass a size in bytes"
-            )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StoreOptions:
-    """How the executor reaches shards.
-
-    Attributes:
-        cache: the shard cache settings.
-    """
-
-    cache: CacheOptions = field(default_factory=CacheOptions)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Dataset:
-    """A named collection of shards.
-
-    Attributes:
-        name: the dataset's name in mixtures and plans (letters, digits, ``_ . -``).
-        path: the path as the user gave it.
-        files: the shards found, sorted by path.
-    """
-
-    name: str
-    path: str
-    files: tuple[SourceFile, ...]
-    #: The form that reads the same files again: for hf:// the path pinned to its commit, else ``path``.
-    pinned: str = ""
-
-    @classmethod
-    def from_path(cls, name: str, path: str | Path) -> Dataset:
-        """Create a dataset from a local directory, glob or file, or an ``hf://`` dataset path."""
-        if not isinstance(name, str) or not _NAME.match(name):
-            raise ConfigError(
-                f"dataset name must be letters, digits, '_', '.' or '-' (not starting with a symbol), "
-                f"got {name!r} — rename it"
-            )
-        text = str(path)
-        if text.startswith("hf://"):
-            from zephon.hub import resolve_hf_dataset
-            from zephon.remote import remote_uri
-
-            resolved = resolve_hf_dataset(text)
-            files = tuple(SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f) for f in resolved.files)
-            return cls(name=name, path=text, files=files, pinned=str(resolved.pinned))
-        return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text)
-
-    def shards(self) -> tuple[ShardInfo, ...]:
-        """Scan every shard's metadata (Parquet footers; JSONL row index, cached)."""
-        return tuple(scan_shard(self.name, f) for f in self.files)
+__all__ = ["CacheOptions", "Dataset", "StoreOptions"]

@@ -20,15 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.engine import BatchSpec, ExecutorSpec, PackSpec, RunStats
 from zephon.executor.geometry import Geometry
 from zephon.executor.identity import resolve_dp
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
+from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import merge_states
-from zephon.executor.tokenize import TokenizeSpec
-from zephon.io import StoreOptions
-from zephon.shard_scan import cache_dir, storage_error
+from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
+from zephon.storage.files import cache_dir, storage_error
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -91,7 +90,7 @@ class Pipeline:
 
         ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
         RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together;
-        ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance``), for
+        ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance_log``), for
         ``zephon audit PLAN --log DIR``. ``on_bad_document="skip"`` (estimated plans only; default
         ``"raise"``) skips documents that cannot be read as text and counts them by reason and shard in
         ``stats().skipped`` (docs/reliability.md); a skipped document contributes no tokens.

@@ -1,311 +1,38 @@
-"""Work sources: the training curriculum described as configuration (``zephon.work``).
+"""``zephon.work``: the seed API's work sources, mixtures, phases and token estimation.
 
-A work source says which datasets are mixed, in what proportions, how they are shuffled and how much is
-read. It holds no data: ``zephon.planner`` turns it into a plan bundle (``StaticMixtureWorkSource.plan``).
+The configuration types live in ``zephon.recipe.work_source``; this module exports them under the seed
+API's names and adds what joins a recipe to the planner: ``StaticMixtureWorkSource.plan()``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
-from zephon.errors import ConfigError
-from zephon.io import Dataset
+from zephon.recipe.work_source import (
+    MixtureSpec,
+    OnExhaustion,
+    Phase,
+    PhaseUnit,
+    ShuffleSpec,
+    TokenEstimation,
+    WorkSource,
+)
+from zephon.specs import PackSpec, TokenizeSpec
 
-if TYPE_CHECKING:
-    from zephon.executor.engine import PackSpec
-    from zephon.executor.tokenize import TokenizeSpec
-
-
-@dataclass(frozen=True, slots=True)
-class MixtureSpec:
-    """Target proportions per dataset name, e.g. ``MixtureSpec({"web": 0.7, "code": 0.3})``.
-
-    Weights are normalized to sum to 1; each must be a finite number > 0.
-    """
-
-    weights: Mapping[str, float]
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.weights, Mapping) or not self.weights:
-            raise ConfigError(
-                f"mixture must be a non-empty mapping of dataset name to weight, got {self.weights!r} — "
-                'pass e.g. MixtureSpec({"web": 0.7, "code": 0.3})'
-            )
-        for name, weight in self.weights.items():
-            if not isinstance(weight, int | float) or isinstance(weight, bool) or not math.isfinite(weight):
-                raise ConfigError(f"mixture weight of {name!r} must be a finite number, got {weight!r} — fix it")
-            if weight <= 0:
-                raise ConfigError(
-                    f"mixture weight of {name!r} must be > 0, got {weight} — remove the dataset from the "
-                    "work source instead of giving it weight 0"
-                )
-        object.__setattr__(self, "weights", dict(self.weights))
+__all__ = [
+    "MixtureSpec",
+    "OnExhaustion",
+    "Phase",
+    "PhaseUnit",
+    "ShuffleSpec",
+    "StaticMixtureWorkSource",
+    "TokenEstimation",
+]
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class TokenEstimation:
-    """Mix by tokens instead of documents, estimating each document's tokens (see docs/plans.md).
-
-    Attributes:
-        primer: ``"measure"`` (tokenize a seeded calibration sample), a float tokens-per-byte ratio for all
-            datasets, or a dict of ratios per dataset name.
-        calibration_samples: documents tokenized per dataset when measuring.
-        calibration_shards_max: shards sampled per dataset when measuring.
-        token_count_columns: dataset name → a Parquet column with each document's token count (e.g.
-            FineWeb's ``token_count``), used instead of an estimate for that dataset.
-    """
-
-    primer: str | float | Mapping[str, float] = "measure"
-    calibration_samples: int = 2048
-    calibration_shards_max: int = 4
-    token_count_columns: Mapping[str, str] | None = None
-
-    def __post_init__(self) -> None:
-        if isinstance(self.primer, Mapping):
-            object.__setattr__(self, "primer", dict(self.primer))
-            bad = {k: v for k, v in self.primer.items() if not isinstance(v, int | float) or v <= 0}
-            if bad:
-                raise ConfigError(f"TokenEstimation.primer ratios must be numbers > 0, got {bad} — fix them")
-        elif not isinstance(self.primer, str) and (not isinstance(self.primer, int | float) or self.primer <= 0):
-            raise ConfigError(f"TokenEstimation.primer as a ratio must be > 0, got {self.primer!r}")
-        if self.token_count_columns is not None:
-            object.__setattr__(self, "token_count_columns", dict(self.token_count_columns))
-        if isinstance(self.primer, str) and self.primer != "measure":
-            raise ConfigError(f'TokenEstimation.primer must be "measure", a float or a dict, got {self.primer!r}')
-        if self.calibration_samples < 1 or self.calibration_shards_max < 1:
-            raise ConfigError(
-                "TokenEstimation.calibration_samples and calibration_shards_max must be ≥ 1, got "
-                f"{self.calibration_samples} and {self.calibration_shards_max} — raise them"
-            )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ShuffleSpec:
-    """How documents are shuffled, per dataset and epoch, from the work source's seed.
-
-    Attributes:
-        enabled: False keeps shards in path order and rows in file order.
-        window_shards: rows are shuffled within windows of this many consecutive shards (after the shard
-            order is shuffled). The executor holds about this many shards per dataset in memory; 1 shuffles
-            rows within each shard only.
-    """
-
-    enabled: bool = True
-    window_shards: int = 4
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.window_shards, int) or self.window_shards < 1:
-            raise ConfigError(f"ShuffleSpec.window_shards must be an integer ≥ 1, got {self.window_shards!r}")
-
-
-PhaseUnit = Literal["fraction", "documents", "tokens", "steps"]
-PHASE_UNITS: tuple[str, ...] = ("fraction", "documents", "tokens", "steps")
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Phase:
-    """From ``start`` on, the plan mixes by ``mixture`` (until the next phase or the end of the plan).
-
-    The work source's own ``mixture`` is phase 0, from the start of training. Phases compile into the same
-    plan: each dataset keeps reading where it stopped (same epoch order, no document repeated early), only
-    the proportions change, and each phase's mixture holds in every window inside the phase
-    (docs/plans.md, "Phases").
-
-    Attributes:
-        start: where the phase begins, in ``unit``.
-        mixture: the phase's weights; datasets it does not name get weight 0 (are not read) in the phase.
-        unit: ``"fraction"`` of the budget (``num_documents`` or ``num_tokens``); ``"documents"`` (plan
-            positions); ``"tokens"`` (token mixtures: the phase starts with the first document after the
-            first ``start`` tokens); ``"steps"`` (exact wrap plans: ``start × global_batch_size ×
-            max_length`` tokens, so the phase starts in step ``start``).
-        global_batch_size: sequences per step, for ``unit="steps"``.
-
-    Example — anneal on a high-quality mix for the last 10 % of a token budget::
-
-        Phase(start=0.9, mixture=MixtureSpec({"web": 0.3, "math": 0.4, "code": 0.3}))
-    """
-
-    start: float
-    mixture: MixtureSpec
-    unit: PhaseUnit = "fraction"
-    global_batch_size: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.unit not in PHASE_UNITS:
-            raise ConfigError(
-                f'Phase unit must be "fraction", "documents", "tokens" or "steps", got {self.unit!r} — pick one'
-            )
-        if not isinstance(self.mixture, MixtureSpec):
-            raise ConfigError(
-                f"Phase mixture must be a MixtureSpec, got {type(self.mixture).__name__} — wrap the weights in "
-                "MixtureSpec({...})"
-            )
-        if not _is_number(self.start) or not math.isfinite(self.start) or self.start <= 0:
-            raise ConfigError(
-                f"Phase start must be a number > 0, got {self.start!r} — phase 0 is the work source's `mixture`"
-            )
-        if self.unit == "fraction" and self.start >= 1:
-            raise ConfigError(
-                f"Phase start as a fraction of the budget must be in (0, 1), got {self.start} — e.g. 0.9 for the "
-                "last 10 %"
-            )
-        if self.unit != "fraction" and (not isinstance(self.start, int) or isinstance(self.start, bool)):
-            raise ConfigError(
-                f'Phase start in {self.unit} must be an integer, got {self.start!r} — round it, or use unit="fraction"'
-            )
-        if self.unit == "steps":
-            g = self.global_batch_size
-            if not isinstance(g, int) or isinstance(g, bool) or g < 1:
-                raise ConfigError(
-                    f"a Phase in steps must give global_batch_size (sequences per step), got {g!r} — pass it"
-                )
-        elif self.global_batch_size is not None:
-            raise ConfigError(
-                f'Phase global_batch_size is only for unit="steps", got {self.global_batch_size!r} with unit '
-                f"{self.unit!r} — drop it"
-            )
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-OnExhaustion = Literal["new_epoch", "stop"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class StaticMixtureWorkSource:
-    """A fixed mixture of datasets, interleaved so that every prefix of the plan holds the proportions.
-
-    Attributes:
-        datasets: the datasets, each with a unique name.
-        mixture: weight per dataset name; every dataset needs one.
-        seed: the only source of randomness (shuffles); a non-negative integer.
-        token_estimation: when set, weights are token shares (not available in this build yet).
-        num_documents: plan exactly this many documents. Exclusive with ``epochs`` and ``num_tokens``.
-        num_tokens: plan documents until their (estimated or exact) tokens reach this many; needs
-            ``token_estimation``.
-        epochs: plan until every dataset has completed this many passes (default 1 when neither budget is
-            given); datasets that finish earlier keep repeating to hold the mixture.
-        on_exhaustion: ``"new_epoch"`` starts a dataset's next pass with a fresh permutation when it runs
-            out; ``"stop"`` ends the plan just before any dataset would need more than ``epochs`` passes
-            (1 when only ``num_documents`` is given).
-        shuffle: shuffle settings.
-        exact_tokens: run the count pass (tokenize every document once, cached) and write an exact plan:
-            token counts and stream offsets per document, packing decided in the plan. With
-            ``token_estimation`` set, token shares are scheduled by the exact counts.
-        phases: later mixtures of a curriculum (``Phase``), in order of their start; they need a
-            ``num_documents`` or ``num_tokens`` budget.
-        lanes: estimated plans only: documents are dealt to this many packing lanes, each packed on its own
-            at train time, so a data-parallel size that divides ``lanes`` gives the same global batches
-            (see docs/training.md). Exact plans need no lanes: any size dividing the global batch works.
-    """
-
-    datasets: Sequence[Dataset]
-    mixture: MixtureSpec
-    seed: int
-    token_estimation: TokenEstimation | None = None
-    num_documents: int | None = None
-    epochs: int | None = None
-    num_tokens: int | None = None
-    on_exhaustion: OnExhaustion = "new_epoch"
-    shuffle: ShuffleSpec = field(default_factory=ShuffleSpec)
-    exact_tokens: bool = False
-    lanes: int = 8
-    phases: Sequence[Phase] = ()
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "datasets", tuple(self.datasets))
-        if not self.datasets:
-            raise ConfigError("datasets must hold at least one Dataset, got none — add Dataset.from_path(...)")
-        for ds in self.datasets:
-            if not isinstance(ds, Dataset):
-                raise ConfigError(f"datasets must be zephon.io.Dataset objects, got {type(ds).__name__}")
-        names = [ds.name for ds in self.datasets]
-        dupes = sorted({n for n in names if names.count(n) > 1})
-        if dupes:
-            raise ConfigError(f"dataset names must be unique, got {dupes} more than once — rename them")
-        unknown = sorted(set(self.mixture.weights) - set(names))
-        if unknown:
-            raise ConfigError(
-                f"mixture names must be dataset names {names}, got unknown {unknown} — fix the mixture keys"
-            )
-        missing = [n for n in names if n not in self.mixture.weights]
-        if missing:
-            raise ConfigError(f"mixture must give a weight to every dataset, got none for {missing} — add them")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
-            raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if self.num_documents is not None and self.epochs is not None:
-            raise ConfigError(
-                f"budget must be num_documents or epochs, got both ({self.num_documents}, {self.epochs}) — drop one"
-            )
-        if self.num_tokens is not None:
-            given = {k: v for k, v in (("num_documents", self.num_documents), ("epochs", self.epochs)) if v is not None}
-            if given:
-                raise ConfigError(f"budget must be num_tokens alone, got it with {given} — drop one")
-            if self.token_estimation is None:
-                raise ConfigError(
-                    f"num_tokens={self.num_tokens} needs a token mixture, got token_estimation=None — set "
-                    "token_estimation (TokenEstimation()), or give the budget as num_documents"
-                )
-        for label, value in (
-            ("num_documents", self.num_documents),
-            ("epochs", self.epochs),
-            ("num_tokens", self.num_tokens),
-        ):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"{label} must be an integer ≥ 1, got {value!r}")
-        if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096:
-            raise ConfigError(f"lanes must be an integer in [1, 4096], got {self.lanes!r} — use e.g. 8 or 64")
-        object.__setattr__(self, "phases", tuple(self.phases))
-        self._check_phases(names)
-        if self.on_exhaustion not in ("new_epoch", "stop"):
-            raise ConfigError(f'on_exhaustion must be "new_epoch" or "stop", got {self.on_exhaustion!r}')
-
-    def _check_phases(self, names: list[str]) -> None:
-        for phase in self.phases:
-            if not isinstance(phase, Phase):
-                raise ConfigError(f"phases must be zephon.work.Phase values, got {type(phase).__name__} — wrap them")
-            unknown = sorted(set(phase.mixture.weights) - set(names))
-            if unknown:
-                raise ConfigError(
-                    f"phase mixture names must be dataset names {names}, got unknown {unknown} — fix the keys"
-                )
-        if not self.phases:
-            return
-        if self.num_documents is None and self.num_tokens is None:
-            raise ConfigError(
-                "phases must come with a num_documents or num_tokens budget, got "
-                f"{'epochs=' + str(self.epochs) if self.epochs else 'no budget (1 epoch)'} — set one"
-            )
-        units = sorted({p.unit for p in self.phases})
-        if len(units) > 1:
-            raise ConfigError(f"phases must share one unit, got {units} — express every start in one unit")
-        starts = [p.start for p in self.phases]
-        if any(b <= a for a, b in pairwise(starts)):
-            raise ConfigError(f"phase starts must strictly increase, got {starts} — order the phases")
-        unit = units[0]
-        if unit in ("tokens", "steps") and self.token_estimation is None:
-            raise ConfigError(
-                f"phases in {unit} need a token mixture, got token_estimation=None — set token_estimation, or give "
-                'starts in unit="fraction" or "documents"'
-            )
-        if unit == "steps" and not self.exact_tokens:
-            raise ConfigError(
-                "phases in steps need an exact plan (steps are known at plan time only there), got "
-                'exact_tokens=False — set exact_tokens=True, or use unit="tokens"'
-            )
-        sizes = {p.global_batch_size for p in self.phases}
-        if len(sizes) > 1:
-            raise ConfigError(f"phases in steps must share one global_batch_size, got {sorted(sizes)} — pick one")
-
-    def budget(self) -> dict[str, int | None]:
-        return {"num_documents": self.num_documents, "epochs": self.epochs, "num_tokens": self.num_tokens}
+class StaticMixtureWorkSource(WorkSource):
+    __doc__ = WorkSource.__doc__
+    __slots__ = ()
 
     def plan(
         self,
@@ -320,7 +47,8 @@ class StaticMixtureWorkSource:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
         ``tokenize`` is needed for token mixtures and exact plans, ``pack`` for exact plans; ``workers`` and
-        ``progress`` steer the count pass of exact plans.
+        ``progress`` steer the count pass of exact plans. The planner (Polars, DuckDB) is imported here, on
+        first use, so that making a work source stays light.
         """
         from zephon.planner.build import write_plan
 

@@ -1,0 +1,63 @@
+"""Remote shards of a plan on a training rank: the shard cache, checked at start, fed with future accesses."""
+
+from __future__ import annotations
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.shard_reader import ShardReader, remote_spec
+from zephon.executor.shard_schedule import ShardSchedule
+from zephon.specs import StoreOptions
+from zephon.storage.remote import is_remote_uri
+from zephon.storage.shard_cache import ShardCache
+
+
+class RemoteAccess:
+    """Remote shards of a plan: the shard cache, checked at start, fed with the plan's future accesses.
+
+    Before the first batch every remote shard must fit in the cache (a shard larger than ``limit_bytes`` is
+    an error now, not mid-run). As the run advances, ``advance(position)`` tells the reader each shard's next
+    use (for eviction: the shard needed farthest in the future goes first) and prefetches the next shards
+    in plan order.
+    """
+
+    PREFETCH = 4
+
+    def __init__(self, plan: PlanBundle, io: StoreOptions, reader: ShardReader) -> None:
+        self.remote = {s.shard_id: s for s in plan.shards if is_remote_uri(s.uri)}
+        self.reader = reader
+        self.cache: ShardCache | None = None
+        if not self.remote:
+            return
+        if not io.cache.enabled:
+            first = next(iter(self.remote.values()))
+            raise ConfigError(
+                f"dataset {first.dataset!r}: remote shards must be read through the shard cache, got "
+                "CacheOptions(enabled=False) — pass .options(io_options=StoreOptions(cache=CacheOptions("
+                "enabled=True, root=..., limit_bytes=...)))"
+            )
+        self.cache = ShardCache.from_options(io.cache)
+        self.specs = {sid: remote_spec(ref) for sid, ref in self.remote.items()}
+        self.cache.check_fits(list(self.specs.values()))
+        largest = sorted((ref.bytes for ref in self.remote.values()), reverse=True)[: reader.capacity]
+        limit = io.cache.limit_bytes
+        if limit is not None and sum(largest) > limit:
+            raise DatasetError(
+                f"CacheOptions.limit_bytes must hold the {len(largest)} shards the executor keeps open at once "
+                f"(shuffle window + 1 per dataset), {sum(largest)} bytes, got {limit} — raise limit_bytes or "
+                "plan with a smaller ShuffleSpec.window_shards"
+            )
+        self.schedule = ShardSchedule(plan.sample_files, set(self.remote))
+        reader.attach_cache(self.cache)
+
+    def advance(self, position: int) -> None:
+        if self.cache is None:
+            return
+        self.reader.next_use = {sid: self.schedule.next_use(sid, position) for sid in self.remote}
+        keys = {self.specs[s].key: p for s, p in self.reader.next_use.items() if p is not None}
+        upcoming = self.schedule.upcoming(position, self.PREFETCH)
+        self.cache.prefetch([self.specs[s] for s in upcoming], next_use=keys)
+
+    def close(self) -> None:
+        self.reader.close()
+        if self.cache is not None:
+            self.cache.close()

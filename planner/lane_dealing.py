@@ -1,0 +1,59 @@
+"""Dealing the documents of an estimated plan to packing lanes.
+
+An estimated plan packs at train time, and packing is sequential: a row's content depends on every
+document before it. To let ``D`` data-parallel ranks pack independently, documents are dealt to ``L`` lanes
+at plan time; each lane is packed on its own, and a data-parallel size that divides ``L`` splits the lanes
+among ranks without changing any row (docs/training.md).
+
+Lanes should progress at the same speed in tokens, so that row ``k`` of every lane comes from the same
+stretch of the plan and the executor never buffers one lane's documents while it reads ahead for another.
+Each document gets a size in *units*: its estimated (or exact) tokens when the plan has them; otherwise
+(sample mixtures planned without a tokenizer) its shard's bytes per row, ``ceil(shard bytes / rows)`` — a
+length estimate that costs nothing (the scan knows both) and tracks document length across datasets and
+shards. The plan's stream of units is cut into chunks of ``QUANTUM`` units, dealt round-robin; a document
+goes to the lane of the chunk holding its middle unit. Each lane then holds ``U / L ± (QUANTUM + one
+document)`` of the first ``U`` units.
+
+Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → chunks
+0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0.
+
+``Dealer`` deals a plan that arrives in chunks, carrying the cumulative unit count from chunk to chunk, in
+integers, so chunk boundaries never change a lane.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from zephon.plan.records import ShardRef
+
+QUANTUM = 4096
+
+
+def row_bytes(shards: tuple[tuple[ShardRef, ...], ...]) -> np.ndarray:
+    """Units per document of a plan without token counts, indexed by global shard id: ``ceil(bytes / rows)``
+    (at least 1)."""
+    refs = sorted((r for group in shards for r in group), key=lambda r: r.shard_id)
+    return np.array([max(1, -(-r.bytes // r.rows)) if r.rows else 1 for r in refs], dtype=np.int64)
+
+
+class Dealer:
+    """Lanes of a plan handed over in consecutive chunks of per-document units."""
+
+    def __init__(self, lanes: int) -> None:
+        self.lanes = lanes
+        self._units = 0
+
+    def deal(self, units: np.ndarray) -> np.ndarray:
+        """Lanes (int16) of the next chunk's documents, given their units (integers ≥ 0)."""
+        # The middle unit C - u/2 is a half-integer, and for a whole QUANTUM
+        # floor((C - u/2) / QUANTUM) = floor((C - ceil(u/2)) / QUANTUM).
+        units = np.asarray(units, dtype=np.int64)
+        cumulative = np.cumsum(units)
+        cumulative += self._units
+        if len(cumulative):
+            self._units = int(cumulative[-1])
+        cumulative -= (units + 1) // 2
+        cumulative //= QUANTUM
+        cumulative %= self.lanes
+        return cumulative.astype(np.int16)

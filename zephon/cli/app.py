@@ -1,0 +1,45 @@
+"""The ``zephon`` command group: a thin layer over library functions that notebooks and users call directly.
+
+Commands (documented in docs/cli.md), each in its own module::
+
+    zephon plan CONFIG -o PLAN_DIR [--overwrite]          zephon.cli.plan
+    zephon count CONFIG                                   zephon.cli.plan
+    zephon sql PLAN_DIR QUERY [--format ...] [-o FILE]    zephon.cli.sql
+    zephon show / audit / diff                            zephon.cli.inspect
+    zephon cache ls / du / prune                          zephon.cli.cache
+
+Shared options, one-line errors and table formatting are in ``zephon.cli.output``. Library modules are
+imported inside the commands so that ``zephon --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from zephon.cli.cache import cache
+from zephon.cli.inspect import audit, diff, show
+from zephon.cli.plan import count, plan
+from zephon.cli.sql import sql
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="zephon", prog_name="zephon", message="%(prog)s %(version)s")
+def cli() -> None:
+    """Zephon: plan a training-data curriculum once, inspect it with SQL, stream it as token batches."""
+
+
+for _command in (plan, count, sql, show, audit, diff, cache):
+    cli.add_command(_command)
+
+
+def main() -> None:
+    """Entry point of the ``zephon`` console script."""
+    cli.main(prog_name="zephon")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

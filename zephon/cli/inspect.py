@@ -1,0 +1,368 @@
+"""``zephon show``, ``zephon audit`` and ``zephon diff``: a thin layer over ``zephon.inspection`` (``show``,
+``audit``, ``diff``), registered on the ``zephon`` group by ``zephon.cli.app``.
+
+Output formats are documented in docs/cli.md. Expected failures print ``zephon: error: <message>`` on one line
+and exit 1 (``zephon.cli.output.one_line_errors``); ``audit`` also exits 1 when the mixture leaves its tolerance.
+Library modules are imported inside the commands, so that ``zephon --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from zephon.cli.output import count_of, format_table, one_line_errors
+
+if TYPE_CHECKING:
+    from zephon.inspection.diff import PlanDiff
+    from zephon.inspection.show import StepView
+
+__all__ = ["audit", "diff", "diff_lines", "show", "show_lines"]
+
+_PLAN = click.Path(exists=True, file_okay=False, path_type=Path)
+
+
+def _batch_size_option(help_text: str) -> Any:
+    return click.option("-b", "--batch-size", type=click.IntRange(min=1), default=None, help=help_text)
+
+
+_max_length_option = click.option(
+    "--max-length",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens per sequence of an estimated token plan (exact plans fix it).",
+)
+
+
+def _format_option(*choices: str) -> Any:
+    return click.option(
+        "-f",
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default=choices[0],
+        show_default=True,
+        help="Output format.",
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# zephon show
+# ----------------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("plan_dir", type=_PLAN)
+@click.option("-s", "--step", type=click.IntRange(min=0), required=True, help="The step to show (0-based).")
+@_batch_size_option("Global batch in sequences (default: plan.json batch.global_batch_size; required otherwise).")
+@_max_length_option
+@click.option("--field", default=None, help="Shard column to preview (default: the plan's tokenizer field, else text).")
+@click.option("--no-text", is_flag=True, help="Do not open the shards; leave the text column out.")
+@_format_option("table", "json")
+def show(
+    plan_dir: Path,
+    step: int,
+    batch_size: int | None,
+    max_length: int | None,
+    field: str | None,
+    no_text: bool,
+    fmt: str,
+) -> None:
+    """Show the documents of one training step of the plan in PLAN_DIR.
+
+    Prints a summary line, then one line per document in plan order: position, dataset, shard (below the
+    shards' common directory), row, its tokens, its tokens inside the step, and its first 60 characters
+    (line breaks as ⏎). Seeks by Parquet row-group statistics: fast on plans of any size.
+    """
+    from zephon.inspection.show import show_step
+
+    with one_line_errors():
+        view = show_step(plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field)
+    if fmt == "json":
+        click.echo(json.dumps(show_json(view), ensure_ascii=False, indent=2))
+        return
+    for line in show_lines(view):
+        click.echo(line)
+
+
+def show_lines(view: StepView) -> list[str]:
+    """The lines ``zephon show`` prints: a summary, then an aligned table (``zephon.cli.format_table``)."""
+
+    head = (
+        f"step {view.step} of {view.steps}: sequences {view.first_sequence}..{view.last_sequence} "
+        f"({view.sequences_are}; batch {view.batch_size}), {count_of(len(view.rows), 'document')}"
+    )
+    tokens = view.tokens
+    with_tokens = bool(view.rows) and view.rows[0].tokens is not None
+    if tokens is not None and with_tokens:
+        head += f", {count_of(tokens, 'token')}"
+    with_text = bool(view.rows) and view.rows[0].text is not None
+    with_phase = bool(view.rows) and view.rows[0].phase is not None
+    columns = ["position", "dataset", "shard", "row"]
+    columns += ["phase"] if with_phase else []
+    columns += ["tokens", "in_step"] if with_tokens else []
+    columns += ["text"] if with_text else []
+    rows = []
+    for r in view.rows:
+        values: list[Any] = [r.position, r.dataset, r.shard, r.row]
+        values += [r.phase] if with_phase else []
+        values += [r.tokens, r.tokens_in_step] if with_tokens else []
+        values += [r.text] if with_text else []
+        rows.append(values)
+    return [head, *format_table(columns, rows).splitlines()]
+
+
+def show_json(view: StepView) -> dict[str, Any]:
+    return {
+        "step": view.step,
+        "steps": view.steps,
+        "batch_size": view.batch_size,
+        "first_sequence": view.first_sequence,
+        "last_sequence": view.last_sequence,
+        "sequences_are": view.sequences_are,
+        "tokens": view.tokens,
+        "documents": [
+            {
+                "position": r.position,
+                "dataset": r.dataset,
+                "shard": r.uri,
+                "row": r.row,
+                "epoch": r.epoch,
+                "tokens": r.tokens,
+                "tokens_in_step": r.tokens_in_step,
+                "text": r.text,
+                **({"phase": r.phase} if r.phase is not None else {}),
+            }
+            for r in view.rows
+        ],
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# zephon audit
+# ----------------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("plan_dir", type=_PLAN)
+@click.option("-w", "--window", type=click.IntRange(min=1), default=100, show_default=True, help="Steps per window.")
+@click.option(
+    "-t",
+    "--tolerance",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    metavar="PCT",
+    help="Allowed deviation of a window's share from the target, in percentage points.",
+)
+@click.option(
+    "--by",
+    type=click.Choice(["samples", "tokens"]),
+    default=None,
+    help="Unit of the shares (default: the plan's mixture unit).",
+)
+@_batch_size_option("Global batch in sequences (default: plan.json batch.global_batch_size; required otherwise).")
+@_max_length_option
+@_format_option("table", "json")
+@click.option(
+    "--plot",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE.png",
+    help="Write a PNG of each dataset's share per window (needs matplotlib).",
+)
+@click.option(
+    "--log",
+    "log_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=None,
+    metavar="LOGDIR",
+    help="Check a provenance log (Pipeline.options(provenance_dir=LOGDIR)) against the plan instead.",
+)
+def audit(
+    plan_dir: Path,
+    window: int,
+    tolerance: float,
+    by: str | None,
+    batch_size: int | None,
+    max_length: int | None,
+    fmt: str,
+    plot: Path | None,
+    log_dir: Path | None,
+) -> None:
+    """Audit the mixture of the plan in PLAN_DIR in every window of consecutive steps.
+
+    Compares each dataset's share (of tokens or samples) overall and in its worst sliding window of
+    --window steps with its target (the normalized mixture weight). Exits 1 when a dataset with weight
+    ≥ 5% is more than --tolerance percentage points off in some window, naming the dataset and the window;
+    0 otherwise. With --log LOGDIR it instead checks what the ranks actually yielded (their provenance log)
+    against the plan and exits 1 on any mismatch.
+    """
+    from zephon.cli.audit_report import audit_json, audit_lines
+    from zephon.inspection.audit import AuditSpec, audit_plan, plot_shares
+
+    if log_dir is not None:
+        from zephon.inspection.log_check import check_log, log_json, log_summary
+
+        with one_line_errors():
+            check = check_log(plan_dir, log_dir)
+        click.echo(log_json(check) if fmt == "json" else "\n".join(log_summary(check)))
+        if not check.ok:
+            sys.exit(1)
+        return
+    with one_line_errors():
+        spec = AuditSpec(
+            batch_size=batch_size,
+            max_length=max_length,
+            window=window,
+            tolerance_pp=tolerance,
+            by=by,  # type: ignore[arg-type]
+        )
+        result = audit_plan(plan_dir, spec)
+        if plot is not None:
+            plot_shares(result, plot)
+    if fmt == "json":
+        click.echo(json.dumps(audit_json(result), indent=2))
+    else:
+        for line in audit_lines(result):
+            click.echo(line)
+    if not result.ok:
+        sys.exit(1)
+
+
+# ----------------------------------------------------------------------------------------------------
+# zephon diff
+# ----------------------------------------------------------------------------------------------------
+
+
+@click.command()
+@click.argument("plan_a", type=_PLAN)
+@click.argument("plan_b", type=_PLAN)
+@_batch_size_option("Global batch in sequences: report the step of the first difference in each plan.")
+@_max_length_option
+@_format_option("table", "json")
+def diff(plan_a: Path, plan_b: Path, batch_size: int | None, max_length: int | None, fmt: str) -> None:
+    """Compare the plans in PLAN_A and PLAN_B.
+
+    Prints the config keys whose values differ (dotted paths), the first position whose document differs
+    (and its step with --batch-size), documents and tokens per dataset in A and B, and the shards added and
+    removed (by URI and fingerprint). Exits 0 whatever the differences.
+    """
+    from zephon.inspection.diff import diff_plans
+
+    with one_line_errors():
+        result = diff_plans(plan_a, plan_b, batch_size=batch_size, max_length=max_length)
+    if fmt == "json":
+        click.echo(json.dumps(diff_json(result), ensure_ascii=False, indent=2))
+        return
+    for line in diff_lines(result):
+        click.echo(line)
+
+
+def _value(present: bool, value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False) if present else "(missing)"
+
+
+def diff_lines(result: PlanDiff) -> list[str]:
+    """The lines ``zephon diff`` prints (see docs/cli.md)."""
+    from zephon.inspection.show import short_uris
+
+    changes = result.config_changes
+    lines = [
+        f"diff {result.plan_a} → {result.plan_b}",
+        f"config {result.config_hash_a[:12]} → {result.config_hash_b[:12]}: {count_of(len(changes), 'difference')}",
+    ]
+    width = max((len(c.path) for c in changes), default=0)
+    lines += [f"  {c.path:<{width}}  {_value(c.in_a, c.a)} → {_value(c.in_b, c.b)}" for c in changes]
+    first = result.first_difference
+    uris = [s.uri for s in (*result.shards_added, *result.shards_removed)]
+    if first is not None:
+        uris += [ref.uri for ref in (first.a, first.b) if ref is not None]
+    short = short_uris(uris)
+    if first is None:
+        lines.append(f"first difference: none (the same {count_of(result.documents_a, 'document')} in the same order)")
+    else:
+        steps = ""
+        if first.step_a is not None or first.step_b is not None:
+            steps = f" (step {_or_none(first.step_a)} in A, step {_or_none(first.step_b)} in B)"
+        lines.append(f"first difference: position {first.position}{steps}")
+        refs = (("A", first.a), ("B", first.b))
+        name_w = max(len(ref.dataset) for _, ref in refs if ref is not None)
+        uri_w = max(len(short[ref.uri]) for _, ref in refs if ref is not None)
+        for label, ref in refs:
+            where = f"{ref.dataset:<{name_w}}  {short[ref.uri]:<{uri_w}}  row {ref.row}" if ref else "(plan ended)"
+            lines.append(f"  {label}  {where}")
+    lines.append(f"documents: {result.documents_a} → {result.documents_b}")
+    with_tokens = any(d.tokens_a is not None or d.tokens_b is not None for d in result.datasets)
+    header = ["dataset", "documents A", "documents B", "Δ documents"]
+    header += ["tokens A", "tokens B", "Δ tokens"] if with_tokens else []
+    rows = []
+    for d in result.datasets:
+        row: list[Any] = [d.name, d.documents_a, d.documents_b, d.documents_b - d.documents_a]
+        if with_tokens:
+            delta = None if d.tokens_a is None or d.tokens_b is None else d.tokens_b - d.tokens_a
+            row += [d.tokens_a, d.tokens_b, delta]
+        rows.append(row)
+    lines += ["  " + line for line in format_table(header, rows).splitlines()]
+    lines.append(f"shards: {len(result.shards_added)} added, {len(result.shards_removed)} removed")
+    lines += [f"  + {s.dataset}  {short[s.uri]}  {s.fingerprint}" for s in result.shards_added]
+    lines += [f"  - {s.dataset}  {short[s.uri]}  {s.fingerprint}" for s in result.shards_removed]
+    return lines
+
+
+def _or_none(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def diff_json(result: PlanDiff) -> dict[str, Any]:
+    first = result.first_difference
+
+    def ref(r: Any) -> dict[str, Any] | None:
+        return None if r is None else {"dataset": r.dataset, "uri": r.uri, "fingerprint": r.fingerprint, "row": r.row}
+
+    def change(c: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": c.path}
+        if c.in_a:
+            out["a"] = c.a
+        if c.in_b:
+            out["b"] = c.b
+        return out
+
+    return {
+        "plan_a": result.plan_a,
+        "plan_b": result.plan_b,
+        "config_hash_a": result.config_hash_a,
+        "config_hash_b": result.config_hash_b,
+        "config_changes": [change(c) for c in result.config_changes],
+        "first_difference": None
+        if first is None
+        else {
+            "position": first.position,
+            "step_a": first.step_a,
+            "step_b": first.step_b,
+            "a": ref(first.a),
+            "b": ref(first.b),
+        },
+        "documents_a": result.documents_a,
+        "documents_b": result.documents_b,
+        "datasets": [
+            {
+                "name": d.name,
+                "documents_a": d.documents_a,
+                "documents_b": d.documents_b,
+                "tokens_a": d.tokens_a,
+                "tokens_b": d.tokens_b,
+            }
+            for d in result.datasets
+        ],
+        "shards_added": [
+            {"dataset": s.dataset, "uri": s.uri, "fingerprint": s.fingerprint} for s in result.shards_added
+        ],
+        "shards_removed": [
+            {"dataset": s.dataset, "uri": s.uri, "fingerprint": s.fingerprint} for s in result.shards_removed
+        ],
+    }

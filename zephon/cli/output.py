@@ -1,0 +1,105 @@
+"""What every ``zephon`` command shares: one-line failures, counted nouns, and tables in text, CSV and JSON.
+
+Commands import these helpers; nothing here imports a command, so helpers flow down, never back up.
+Expected failures (a ``ZephonError``, an OS error, a DuckDB error in ``sql``) print one line
+``zephon: error: <message>`` to stderr and exit 1 (``one_line_errors``); usage errors exit 2 with click's
+usage message.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import IO, Any
+
+import click
+
+from zephon.errors import ZephonError, one_line
+
+
+class CommandError(click.ClickException):
+    """An expected failure: printed as ``zephon: error: <message>`` on one line, exit status 1."""
+
+    exit_code = 1
+
+    def show(self, file: IO[Any] | None = None) -> None:
+        click.echo(f"zephon: error: {self.format_message()}", file=file, err=file is None)
+
+
+@contextmanager
+def one_line_errors(*extra: type[BaseException]) -> Iterator[None]:
+    """Turn expected exceptions into a ``CommandError`` whose message is a single line."""
+    try:
+        yield
+    except (ZephonError, OSError, *extra) as exc:
+        raise CommandError(one_line(exc)) from exc
+
+
+def count_of(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """An aligned text table: header, a line of dashes, rows; numeric columns right-aligned, NULL as ``NULL``."""
+    cells = [[_cell(v) for v in row] for row in rows]
+    numeric = [
+        any(row[i] is not None for row in rows) and all(row[i] is None or _is_number(row[i]) for row in rows)
+        for i in range(len(columns))
+    ]
+    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
+
+    def line(values: Sequence[str]) -> str:
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)]
+        return "  ".join(parts).rstrip()
+
+    out = [line(columns), "  ".join("-" * w for w in widths)]
+    out.extend(line(r) for r in cells)
+    return "\n".join(out) + "\n"
+
+
+def format_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """CSV with a header row (``\\n`` line endings, NULL as an empty field)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([["" if v is None else v for v in row] for row in rows])
+    return out.getvalue()
+
+
+def format_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A JSON array of one object per row, one row per line; a repeated column name gets ``_1``, ``_2``..."""
+    keys: list[str] = []
+    for name in columns:
+        key, n = name, 0
+        while key in keys:
+            n += 1
+            key = f"{name}_{n}"
+        keys.append(key)
+    objects = [json.dumps(dict(zip(keys, row, strict=True)), ensure_ascii=False, default=_json_value) for row in rows]
+    return "[" + ",\n ".join(objects) + "]\n"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    text = str(value)
+    return text.replace("\n", "\\n").replace("\r", "\\r").replace("\t", "\\t")
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return str(value)

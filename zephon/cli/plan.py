@@ -1,0 +1,130 @@
+"""``zephon plan`` and ``zephon count``: write a plan bundle from a CONFIG file; run the count pass alone."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from zephon.cli.output import CommandError, count_of, one_line_errors
+
+
+@click.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    required=True,
+    metavar="PLAN_DIR",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Directory to write the plan bundle to (created; must be new or empty unless --overwrite).",
+)
+@click.option("--overwrite", is_flag=True, help="Replace an existing non-empty PLAN_DIR.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Count-pass processes (exact plans).")
+def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> None:
+    """Plan the work source in CONFIG and write the bundle to PLAN_DIR.
+
+    CONFIG is a .yaml, .yml or .toml file (see docs/cli.md); relative dataset paths in it resolve against
+    its directory. Prints a summary line and one line per dataset: its normalized weight, planned documents
+    and passes (planned documents / rows).
+    """
+    from zephon.config_file import load_plan_config
+    from zephon.plan.manifest import read_manifest
+
+    with one_line_errors():
+        loaded = load_plan_config(config)
+        # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
+        from zephon.planner.build import write_plan
+
+        write_plan(
+            loaded.source,
+            output,
+            tokenize=loaded.tokenize,
+            pack=loaded.pack,
+            overwrite=overwrite,
+            workers=workers,
+            progress=sys.stderr.isatty(),
+        )
+        manifest = read_manifest(output)
+    for line in plan_summary(manifest, str(output)):
+        click.echo(line)
+
+
+def plan_summary(manifest: dict[str, Any], plan_dir: str) -> list[str]:
+    """The lines ``zephon plan`` prints for a bundle's manifest (names and numbers aligned in columns)."""
+    datasets = manifest["datasets"]
+    totals = manifest["totals"]
+    lines = [
+        f"planned {count_of(totals['documents'], 'document')} from {count_of(len(datasets), 'dataset')} "
+        f"({count_of(totals['shards'], 'shard')}) → {plan_dir}  config {manifest['config_hash'][:12]}"
+    ]
+    names = [d["name"] for d in datasets]
+    docs = [str(d["planned_documents"]) for d in datasets]
+    passes = [f"{d['planned_documents'] / d['rows']:.2f}" for d in datasets]
+    name_w, docs_w, pass_w = (max(map(len, col)) for col in (names, docs, passes))
+    for d, name, n, p in zip(datasets, names, docs, passes, strict=True):
+        line = f"  {name:<{name_w}}  weight {d['weight']:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
+        if "planned_tokens" in d:
+            line += f"  tokens {d['planned_tokens']} ({totals['tokens_are']}, share {d['planned_token_share']:.3f})"
+        lines.append(line)
+    for phase in manifest.get("phases") or []:
+        weights = ", ".join(f"{name} {w:.3f}" for name, w in phase["weights"].items())
+        span = f"positions {phase['first_position']}..{phase['end_position'] - 1}"
+        if phase["end_position"] <= phase["first_position"]:
+            span = "no documents (the plan ended before it)"
+        lines.append(f"  phase {phase['index']}: {span}, {count_of(phase['documents'], 'document')}; {weights}")
+    return lines
+
+
+@click.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Worker processes (default: all cores).")
+@click.option(
+    "--progress/--no-progress", default=None, help="Show a progress bar (default: when stderr is a terminal)."
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Count in local worker processes, or as Ray tasks (RAY_ADDRESS, else a local Ray instance).",
+)
+def count(config: Path, workers: int | None, progress: bool | None, engine: str) -> None:
+    """Tokenize every document of CONFIG's datasets once and cache exact token counts.
+
+    Counts are cached per (shard fingerprint, field, tokenizer fingerprint) under $ZEPHON_CACHE_DIR, so exact
+    plans (`exact_tokens: true`) and reruns reuse them. CONFIG needs a `tokenizer:` section. Prints the
+    shards counted now and found cached, and the tokens per dataset.
+    """
+    from zephon.config_file import load_plan_config
+
+    with one_line_errors():
+        loaded = load_plan_config(config)
+        if loaded.tokenize is None:
+            raise CommandError(
+                f"{config}: `tokenizer` must be set to count tokens, got nothing — add `tokenizer: {{id: ...}}`"
+            )
+        from zephon.executor.tokenize import Encoder
+        from zephon.planner.prepare import shard_refs
+        from zephon.planner.token_lengths import token_counts
+
+        groups = shard_refs(loaded.source)
+        flat = [r for g in groups for r in g]
+        arrays, report = token_counts(
+            flat,
+            loaded.tokenize,
+            Encoder(loaded.tokenize),
+            workers=workers,
+            progress=sys.stderr.isatty() if progress is None else progress,
+            engine=engine,
+        )
+    click.echo(f"counted {count_of(report.counted, 'shard')} ({report.cached} cached): {report.tokens} tokens")
+    it = iter(arrays)
+    names = [ds.name for ds in loaded.source.datasets]
+    width = max(map(len, names))
+    for name, group in zip(names, groups, strict=True):
+        tokens = sum(int(next(it).sum()) for _ in group)
+        click.echo(f"  {name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}")

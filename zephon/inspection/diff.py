@@ -1,0 +1,295 @@
+"""What changed between two plans: config, the first diverging document, per-dataset volumes, shards.
+
+``diff_plans(a, b)`` compares two bundles:
+
+* **config**: the leaves of ``plan.json`` ``config`` whose values differ, as dotted paths (list items by
+  index: ``datasets.2.path``, ``mixture.weights.prose``); a key present in one plan only is a difference.
+* **first difference**: the first position whose document — (shard URI, shard fingerprint, row) — differs,
+  or where one plan ends; with a batch size, the step holding that document's first token in each plan.
+  Shards are compared by URI and fingerprint, never by ``shard_id`` (adding a shard renumbers the rest).
+  Both samples files are streamed side by side a million rows at a time and the scan stops at the first
+  difference, so identical prefixes cost one read of two columns.
+* **datasets**: documents and tokens per dataset name in A and in B (matched by name; a dataset missing
+  from a plan counts 0).
+* **shards**: added (in B only) and removed (in A only), by (URI, fingerprint): a shard rewritten in place
+  shows as removed and added.
+
+Worked example: plan A mixes prose/code 1/2 each with seed 1, plan B 3/5 and 2/5. Config differences:
+``mixture.weights.code: "1/2" → "2/5"`` and ``mixture.weights.prose: "1/2" → "3/5"``; the earliest-deadline
+interleave diverges at the first position where the two weightings pick different datasets; documents per
+dataset move from 500/500 to 600/400 in a 1000-document plan.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from zephon.inspection.sql import connect
+from zephon.inspection.steps import resolve_layout
+from zephon.inspection.views import connect_with_steps, document_steps_sql
+from zephon.plan.format import SHARDS_FILE
+from zephon.plan.manifest import read_manifest
+
+__all__ = ["ConfigChange", "DatasetVolumes", "DocumentRef", "FirstDifference", "PlanDiff", "ShardRef", "diff_plans"]
+
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConfigChange:
+    """A config leaf whose value differs; ``in_a``/``in_b`` say whether the plan has the key at all."""
+
+    path: str
+    a: Any
+    b: Any
+    in_a: bool = True
+    in_b: bool = True
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DocumentRef:
+    """A scheduled document: where it lives."""
+
+    dataset: str
+    uri: str
+    fingerprint: str
+    row: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FirstDifference:
+    """The first position whose document differs; ``a`` or ``b`` is ``None`` past the end of that plan."""
+
+    position: int
+    step_a: int | None
+    step_b: int | None
+    a: DocumentRef | None
+    b: DocumentRef | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetVolumes:
+    """Documents and tokens of one dataset in each plan (tokens ``None`` when that plan has none)."""
+
+    name: str
+    documents_a: int
+    documents_b: int
+    tokens_a: int | None
+    tokens_b: int | None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShardRef:
+    """A shard, identified by URI and fingerprint."""
+
+    dataset: str
+    uri: str
+    fingerprint: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanDiff:
+    """Differences from plan A to plan B."""
+
+    plan_a: str
+    plan_b: str
+    config_hash_a: str
+    config_hash_b: str
+    config_changes: tuple[ConfigChange, ...]
+    #: ``None`` when both plans schedule the same documents in the same order.
+    first_difference: FirstDifference | None
+    documents_a: int
+    documents_b: int
+    datasets: tuple[DatasetVolumes, ...]
+    shards_added: tuple[ShardRef, ...]
+    shards_removed: tuple[ShardRef, ...]
+
+    @property
+    def identical(self) -> bool:
+        return (
+            not self.config_changes
+            and self.first_difference is None
+            and not self.shards_added
+            and not self.shards_removed
+        )
+
+
+def diff_plans(
+    plan_a: str | os.PathLike[str],
+    plan_b: str | os.PathLike[str],
+    *,
+    batch_size: int | None = None,
+    max_length: int | None = None,
+) -> PlanDiff:
+    """Compare two plan bundles (see the module docstring); steps need ``batch_size``."""
+    a, b = Path(plan_a), Path(plan_b)
+    ma, mb = read_manifest(a), read_manifest(b)
+    shards_a, shards_b = _shards(a, ma), _shards(b, mb)
+    keys_a = {(s.uri, s.fingerprint) for s in shards_a.values()}
+    keys_b = {(s.uri, s.fingerprint) for s in shards_b.values()}
+    first = _first_difference(a, ma, shards_a, b, mb, shards_b)
+    if first is not None and batch_size is not None:
+        first = FirstDifference(
+            position=first.position,
+            step_a=_step_of(a, ma, first.position, batch_size, max_length) if first.a else None,
+            step_b=_step_of(b, mb, first.position, batch_size, max_length) if first.b else None,
+            a=first.a,
+            b=first.b,
+        )
+    vol_a, vol_b = _volumes(a), _volumes(b)
+    names = list(dict.fromkeys([*vol_a, *vol_b]))
+    return PlanDiff(
+        plan_a=str(a),
+        plan_b=str(b),
+        config_hash_a=ma["config_hash"],
+        config_hash_b=mb["config_hash"],
+        config_changes=tuple(config_changes(ma.get("config") or {}, mb.get("config") or {})),
+        first_difference=first,
+        documents_a=int(ma["totals"]["documents"]),
+        documents_b=int(mb["totals"]["documents"]),
+        datasets=tuple(
+            DatasetVolumes(
+                name=n,
+                documents_a=vol_a.get(n, (0, None))[0],
+                documents_b=vol_b.get(n, (0, None))[0],
+                tokens_a=vol_a.get(n, (0, _zero_tokens(ma)))[1],
+                tokens_b=vol_b.get(n, (0, _zero_tokens(mb)))[1],
+            )
+            for n in names
+        ),
+        shards_added=tuple(s for s in shards_b.values() if (s.uri, s.fingerprint) not in keys_a),
+        shards_removed=tuple(s for s in shards_a.values() if (s.uri, s.fingerprint) not in keys_b),
+    )
+
+
+def config_changes(a: Any, b: Any, prefix: str = "") -> Iterator[ConfigChange]:
+    """Differing leaves of two JSON values, depth first, keys in A's order then B's new keys."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in dict.fromkeys([*a, *b]):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            if key not in b:
+                yield ConfigChange(path=path, a=a[key], b=None, in_b=False)
+            elif key not in a:
+                yield ConfigChange(path=path, a=None, b=b[key], in_a=False)
+            else:
+                yield from config_changes(a[key], b[key], path)
+    elif isinstance(a, list) and isinstance(b, list):
+        for i in range(max(len(a), len(b))):
+            path = f"{prefix}.{i}" if prefix else str(i)
+            if i >= len(b):
+                yield ConfigChange(path=path, a=a[i], b=None, in_b=False)
+            elif i >= len(a):
+                yield ConfigChange(path=path, a=None, b=b[i], in_a=False)
+            else:
+                yield from config_changes(a[i], b[i], path)
+    elif a != b or type(a) is not type(b):
+        yield ConfigChange(path=prefix, a=a, b=b)
+
+
+def _zero_tokens(manifest: Mapping[str, Any]) -> int | None:
+    return 0 if manifest["totals"].get("tokens") is not None else None
+
+
+def _shards(plan: Path, manifest: Mapping[str, Any]) -> dict[int, ShardRef]:
+    table = pq.read_table(plan / (manifest["files"].get("shards") or SHARDS_FILE))
+    return {
+        int(r["shard_id"]): ShardRef(dataset=r["dataset"], uri=r["uri"], fingerprint=r["fingerprint"])
+        for r in table.select(["shard_id", "dataset", "uri", "fingerprint"]).to_pylist()
+    }
+
+
+def _chunks(plan: Path, manifest: Mapping[str, Any]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(shard_id, row) of the samples in plan order, in chunks of exactly ``_CHUNK`` rows (the last shorter)."""
+    shard_parts: list[np.ndarray] = []
+    row_parts: list[np.ndarray] = []
+    held = 0
+    for name in manifest["files"]["samples"]:
+        for batch in pq.ParquetFile(plan / name).iter_batches(batch_size=_CHUNK, columns=["shard_id", "row"]):
+            shard_parts.append(batch.column(0).to_numpy())
+            row_parts.append(batch.column(1).to_numpy())
+            held += batch.num_rows
+            while held >= _CHUNK:
+                shard, row = np.concatenate(shard_parts), np.concatenate(row_parts)
+                yield shard[:_CHUNK], row[:_CHUNK]
+                shard_parts, row_parts, held = [shard[_CHUNK:]], [row[_CHUNK:]], held - _CHUNK
+    if held:
+        yield np.concatenate(shard_parts), np.concatenate(row_parts)
+
+
+def _first_difference(
+    a: Path, ma: Mapping[str, Any], sa: dict[int, ShardRef], b: Path, mb: Mapping[str, Any], sb: dict[int, ShardRef]
+) -> FirstDifference | None:
+    # One integer per distinct (uri, fingerprint) across both plans, so shard ids of A and B compare.
+    keys: dict[tuple[str, str], int] = {}
+    for s in [*sa.values(), *sb.values()]:
+        keys.setdefault((s.uri, s.fingerprint), len(keys))
+
+    def lookup(shards: dict[int, ShardRef]) -> np.ndarray:
+        table = np.full(max(shards, default=-1) + 1, -1, dtype=np.int64)
+        for shard_id, s in shards.items():
+            table[shard_id] = keys[(s.uri, s.fingerprint)]
+        return table
+
+    la, lb = lookup(sa), lookup(sb)
+    start = 0
+    chunks_b = _chunks(b, mb)
+    for shard_a, row_a in _chunks(a, ma):
+        shard_b, row_b = next(chunks_b, (np.zeros(0, np.int32), np.zeros(0, np.int32)))
+        n = min(len(shard_a), len(shard_b))
+        differs = (la[shard_a[:n]] != lb[shard_b[:n]]) | (row_a[:n] != row_b[:n])
+        if differs.any() or len(shard_a) != len(shard_b):
+            i = int(np.argmax(differs)) if differs.any() else n
+            return FirstDifference(
+                position=start + i,
+                step_a=None,
+                step_b=None,
+                a=_ref(sa, shard_a, row_a, i),
+                b=_ref(sb, shard_b, row_b, i),
+            )
+        start += n
+    rest = next(chunks_b, None)
+    if rest is not None:
+        return FirstDifference(position=start, step_a=None, step_b=None, a=None, b=_ref(sb, *rest, 0))
+    return None
+
+
+def _ref(shards: dict[int, ShardRef], shard_ids: np.ndarray, rows: np.ndarray, i: int) -> DocumentRef | None:
+    if i >= len(shard_ids):
+        return None
+    s = shards[int(shard_ids[i])]
+    return DocumentRef(dataset=s.dataset, uri=s.uri, fingerprint=s.fingerprint, row=int(rows[i]))
+
+
+def _step_of(
+    plan: Path, manifest: Mapping[str, Any], position: int, batch_size: int, max_length: int | None
+) -> int | None:
+    layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
+    con = connect_with_steps(plan, batch_size, max_length=max_length)
+    try:
+        found = con.execute(f"SELECT step FROM ({document_steps_sql(layout)}) WHERE position = $p", {"p": position})
+        row = found.fetchone()
+    finally:
+        con.close()
+    return None if row is None else int(row[0])
+
+
+def _volumes(plan: Path) -> dict[str, tuple[int, int | None]]:
+    """Documents and tokens per dataset name (tokens ``None`` for a plan without token counts)."""
+    manifest = read_manifest(plan)
+    has_tokens = manifest["totals"].get("tokens") is not None
+    con = connect(plan)
+    try:
+        rows = con.execute(
+            "SELECT d.name, count(s.position), sum(s.tokens) FROM datasets d LEFT JOIN samples s USING (dataset_id) "
+            "GROUP BY d.dataset_id, d.name ORDER BY d.dataset_id"
+        ).fetchall()
+    finally:
+        con.close()
+    return {name: (int(n), int(t or 0) if has_tokens else None) for name, n, t in rows}

@@ -1,0 +1,184 @@
+"""What is in step N: the documents of one global batch, with a preview of their text.
+
+``show_step(plan_dir, n, batch_size=B)`` resolves the plan's sequences (``zephon.inspection.steps``), seeks to
+sequences ``[n·B, (n+1)·B)`` without scanning the plan — positions are row numbers, token offsets and bin
+sequences are sorted and found through Parquet row-group statistics — and reads the first characters of
+each document from its shard (one row group per shard, with ``zephon.executor.shard_reader``).
+
+Worked example: an exact wrap plan with ``L = 257`` and ``B = 4`` has 1028 tokens per step. Step 3 is stream
+tokens ``[3084, 4112)``: the document straddling token 3084 (found in the one row group whose minimum
+``token_offset`` is the largest ≤ 3084), every document after it that starts before 4112, and for each the
+tokens it has inside the step (``in_step``): the first and last are usually cut.
+
+A document that spans two steps is listed in both; its preview is the start of the document, not of the
+part inside the step. Shard URIs are shortened to their path below the shards' common directory.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from zephon.errors import ConfigError
+from zephon.inspection.steps import StepSeeker, resolve_layout
+from zephon.plan.format import SHARDS_FILE
+from zephon.plan.manifest import read_manifest
+
+__all__ = ["PREVIEW_CHARS", "ShowRow", "StepView", "preview", "short_uris", "show_step"]
+
+#: Characters of text shown per document.
+PREVIEW_CHARS = 60
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ShowRow:
+    """One document of a step."""
+
+    position: int
+    dataset: str
+    #: Absolute shard URI and its short form (path below the shards' common directory).
+    uri: str
+    shard: str
+    row: int
+    epoch: int
+    #: The document's tokens, and how many of them are in this step (``None`` for plans without tokens).
+    tokens: int | None
+    tokens_in_step: int | None
+    #: The first ``PREVIEW_CHARS`` characters, newlines as ``⏎``; ``None`` when text was not read.
+    text: str | None
+    #: The document's phase (``plan.json`` ``phases``); ``None`` for a plan without phases.
+    phase: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StepView:
+    """The documents of step ``step``, in plan order."""
+
+    step: int
+    steps: int
+    batch_size: int
+    first_sequence: int
+    #: Last sequence of the step (inclusive; the plan's last step may be short).
+    last_sequence: int
+    sequences: int
+    #: How sequences are defined for this plan, e.g. ``exact wrap, 257 tokens per sequence``.
+    sequences_are: str
+    rows: tuple[ShowRow, ...]
+
+    @property
+    def tokens(self) -> int | None:
+        """Tokens in the step, or ``None`` for plans without tokens."""
+        if not self.rows or self.rows[0].tokens_in_step is None:
+            return None if self.rows else 0
+        return sum(r.tokens_in_step or 0 for r in self.rows)
+
+
+def show_step(
+    plan_dir: str | os.PathLike[str],
+    step: int,
+    *,
+    batch_size: int | None = None,
+    max_length: int | None = None,
+    text: bool = True,
+    field: str | None = None,
+) -> StepView:
+    """The documents of step ``step`` (0-based) of global batches of ``batch_size`` sequences.
+
+    ``field`` is the shard column to preview (default: the plan's tokenizer field, else ``text``); with
+    ``text=False`` no shard is opened.
+    """
+    plan_dir = Path(plan_dir)
+    manifest = read_manifest(plan_dir)
+    layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
+    steps = layout.require_steps()
+    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < steps:
+        raise ConfigError(
+            f"step must be an integer in 0..{steps - 1} (the plan has {steps} steps of {layout.batch_size} "
+            f"sequences), got {step!r} — pass a step in range"
+        )
+    assert layout.batch_size is not None and layout.sequences is not None
+    first = step * layout.batch_size
+    end = min(first + layout.batch_size, layout.sequences)
+    docs = StepSeeker(plan_dir, layout).documents(first, end)
+
+    shards = pq.read_table(plan_dir / (manifest["files"].get("shards") or SHARDS_FILE))
+    short = short_uris(shards.column("uri").to_pylist())
+    wanted = shards.filter(
+        pc.is_in(shards.column("shard_id"), value_set=pa.array(np.unique(docs.shard_id), pa.int32()))
+    )
+    uri_of = dict(zip(wanted.column("shard_id").to_pylist(), wanted.column("uri").to_pylist(), strict=True))
+    names = {int(d["id"]): d["name"] for d in manifest["datasets"]}
+    starts = [int(p["first_position"]) for p in manifest.get("phases") or []]
+    texts: list[str | None] = [None] * len(docs)
+    if text and len(docs):
+        texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest)))
+    rows = tuple(
+        ShowRow(
+            position=int(docs.position[i]),
+            dataset=names.get(int(docs.dataset_id[i]), str(docs.dataset_id[i])),
+            uri=uri_of[int(docs.shard_id[i])],
+            shard=short[uri_of[int(docs.shard_id[i])]],
+            row=int(docs.row[i]),
+            epoch=int(docs.epoch[i]),
+            tokens=None if docs.tokens is None else int(docs.tokens[i]),
+            tokens_in_step=None if docs.tokens_in_range is None else int(docs.tokens_in_range[i]),
+            text=texts[i],
+            phase=bisect.bisect_right(starts, int(docs.position[i])) - 1 if starts else None,
+        )
+        for i in range(len(docs))
+    )
+    return StepView(
+        step=step,
+        steps=steps,
+        batch_size=layout.batch_size,
+        first_sequence=first,
+        last_sequence=end - 1,
+        sequences=layout.sequences,
+        sequences_are=layout.describe(),
+        rows=rows,
+    )
+
+
+def preview(text: str, chars: int = PREVIEW_CHARS) -> str:
+    """The first ``chars`` characters, line breaks as ``⏎`` and tabs as spaces; ``…`` marks a cut."""
+    head = text[: 2 * chars + 2]  # enough characters even if every "\r\n" collapses to one
+    flat = head.replace("\r\n", "⏎").replace("\n", "⏎").replace("\r", "⏎").replace("\t", " ")
+    return flat if len(flat) <= chars and len(head) == len(text) else flat[:chars] + "…"
+
+
+def short_uris(uris: Sequence[str]) -> dict[str, str]:
+    """Each URI relative to the common directory of all of them (``data/a/x.parquet`` → ``a/x.parquet``)."""
+    if not uris:
+        return {}
+    try:
+        base = os.path.commonpath([os.path.dirname(u) for u in uris])
+    except ValueError:  # a mix of absolute and relative paths, or of drives
+        return {u: os.path.basename(u) for u in uris}
+    return {u: os.path.relpath(u, base) if base else u for u in uris}
+
+
+def _field(manifest: dict) -> str:
+    tokenizer = manifest.get("tokenizer") or {}
+    return tokenizer.get("field") or "text"
+
+
+def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:
+    # Imported here: the executor's reader is only needed when text is shown.
+    from zephon.executor.shard_reader import ShardReader, planning_cache
+    from zephon.plan.records import shard_refs
+
+    refs = shard_refs(shards)
+    # Remote (hf://) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards).
+    reader = ShardReader(refs, field, capacity=len(refs), cache=planning_cache())
+    try:
+        return [preview(t) for t in reader.texts(shard_ids, rows)]
+    finally:
+        reader.close()

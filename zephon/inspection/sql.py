@@ -1,0 +1,191 @@
+"""SQL over a plan bundle with DuckDB: read-only inspection of what a training run will see.
+
+``connect(plan_dir)`` opens an in-memory DuckDB connection with three views:
+
+* ``samples``  — the bundle's samples Parquet file(s) (``plan.json`` ``files.samples``), one row per
+  scheduled document: position, dataset_id, shard_id, row, epoch, tokens, token_offset.
+* ``shards``   — ``shards.parquet``: shard_id, dataset_id, dataset, uri, format, rows, bytes, row_groups,
+  fingerprint.
+* ``datasets`` — ``plan.json`` ``datasets``: dataset_id, name, path, pinned, format, fingerprint, shards,
+  rows, weight, planned_documents.
+* ``phases``   — one row per (phase, dataset) from ``plan.json`` ``phases`` (one phase 0 spanning the plan
+  when it has none): phase, first_position, end_position, dataset_id, weight (0 where the phase does not
+  read the dataset), planned_documents, planned_tokens (null without token counts). A document's phase is
+  the row with ``first_position <= position < end_position``.
+* ``bins``     — best-fit exact plans only: ``bins.parquet`` (sequence, offset, position, doc_start, length).
+
+Example — documents per dataset in the first 1000 positions::
+
+    run_sql(plan_dir, "SELECT d.name, count(*) AS n FROM samples s JOIN datasets d USING (dataset_id) "
+                      "WHERE s.position < $n GROUP BY d.name ORDER BY d.name", {"n": 1000})
+
+The connection cannot touch the file system: the Parquet files are opened by pyarrow (lazily; DuckDB pushes
+column projections and filters such as ``position BETWEEN a AND b`` down to row-group statistics), then
+DuckDB's external access is switched off and its configuration locked. ``COPY ... TO``, ``ATTACH``,
+``INSTALL``, ``read_csv('/etc/...')`` and the like fail with a permission error; temporary tables live in
+memory only. Parameters are bound by DuckDB (``$name`` with a dict, ``?`` with a list), never formatted in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import duckdb
+import pyarrow as pa
+import pyarrow.dataset as pds
+
+from zephon.errors import ConfigError, PlanFormatError
+from zephon.plan.format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema
+from zephon.plan.manifest import manifest_phases, read_manifest
+
+__all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "QueryResult", "connect", "run_sql"]
+
+#: Columns of the ``datasets`` view, built from ``plan.json`` (``dataset_id`` is the manifest's ``id``).
+DATASETS_SCHEMA = pa.schema(
+    [
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("path", pa.string(), nullable=False),
+        pa.field("pinned", pa.string(), nullable=False),
+        pa.field("format", pa.string()),
+        pa.field("fingerprint", pa.string(), nullable=False),
+        pa.field("shards", pa.int64(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("weight", pa.float64(), nullable=False),
+        pa.field("planned_documents", pa.int64(), nullable=False),
+    ]
+)
+
+
+#: Columns of the ``phases`` view, built from ``plan.json``.
+PHASES_SCHEMA = pa.schema(
+    [
+        pa.field("phase", pa.int32(), nullable=False),
+        pa.field("first_position", pa.int64(), nullable=False),
+        pa.field("end_position", pa.int64(), nullable=False),
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("weight", pa.float64(), nullable=False),
+        pa.field("planned_documents", pa.int64(), nullable=False),
+        pa.field("planned_tokens", pa.int64()),
+    ]
+)
+
+
+class QueryResult(NamedTuple):
+    """Column names and rows of a query; unpacks as ``columns, rows = run_sql(...)``."""
+
+    columns: list[str]
+    rows: list[tuple[Any, ...]]
+
+
+def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """An in-memory, file-system-less DuckDB connection with the views ``samples``, ``shards``, ``datasets``."""
+    plan_dir = Path(plan_dir)
+    manifest = read_manifest(plan_dir)
+    files = manifest.get("files") or {}
+    samples_names = files.get("samples")
+    if not isinstance(samples_names, list) or not samples_names or not all(isinstance(n, str) for n in samples_names):
+        raise PlanFormatError(
+            f"{plan_dir / 'plan.json'} `files.samples` must be a non-empty list of file names, got "
+            f"{samples_names!r} — the bundle is damaged; re-plan"
+        )
+    samples = _parquet(plan_dir, samples_names, SAMPLES_SCHEMA)
+    shards = _parquet(plan_dir, [files.get("shards") or SHARDS_FILE], SHARDS_SCHEMA)
+    datasets = _datasets_table(manifest, plan_dir)
+
+    con = duckdb.connect(":memory:")
+    try:
+        # Unknown table names must not resolve to Python variables of the caller (DuckDB's replacement scans).
+        con.execute("SET python_enable_replacements = false")
+        con.register("samples", samples)
+        con.register("shards", shards)
+        con.register("datasets", datasets)
+        con.register("phases", _phases_table(manifest, plan_dir))
+        if files.get("bins"):
+            con.register("bins", _parquet(plan_dir, [files["bins"]], BINS_SCHEMA))
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def run_sql(
+    plan_dir: str | os.PathLike[str],
+    query: str,
+    params: Mapping[str, Any] | Sequence[Any] | None = None,
+) -> QueryResult:
+    """Run ``query`` on a plan bundle's views and return its columns and rows (all rows, in memory).
+
+    The last statement's result is returned when ``query`` holds several. DuckDB errors (``duckdb.Error``)
+    propagate unchanged.
+    """
+    if not isinstance(query, str) or not query.strip():
+        raise ConfigError(f"query must be a SQL statement, got {query!r} — pass e.g. 'SELECT * FROM datasets'")
+    con = connect(plan_dir)
+    try:
+        result = con.execute(query, params) if params else con.execute(query)
+        if result is None or result.description is None:
+            return QueryResult(columns=[], rows=[])
+        columns = [str(d[0]) for d in result.description]
+        return QueryResult(columns=columns, rows=result.fetchall())
+    finally:
+        con.close()
+
+
+def _parquet(plan_dir: Path, names: list[str], schema: pa.Schema) -> pds.Dataset:
+    paths = [plan_dir / name for name in names]
+    for path in paths:
+        if not path.is_file():
+            raise PlanFormatError(
+                f"plan bundle file {path} must exist, got nothing there — the bundle is incomplete; re-plan"
+            )
+    dataset = pds.dataset([str(p) for p in paths], format="parquet")
+    check_schema(dataset.schema, schema, paths[0])
+    return dataset
+
+
+def _datasets_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
+    entries = manifest["datasets"]
+    try:
+        columns = {
+            field.name: [entry["id" if field.name == "dataset_id" else field.name] for entry in entries]
+            for field in DATASETS_SCHEMA
+        }
+        return pa.Table.from_pydict(columns, schema=DATASETS_SCHEMA)
+    except (KeyError, TypeError, pa.ArrowException) as exc:
+        raise PlanFormatError(
+            f"{plan_dir / 'plan.json'} `datasets` must be a list of entries with keys "
+            f"{['id', *DATASETS_SCHEMA.names[1:]]}, got an invalid entry ({type(exc).__name__}: {exc}) — "
+            "the bundle is damaged; re-plan"
+        ) from exc
+
+
+def _phases_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
+    entries = manifest["datasets"]
+    phases = manifest_phases(dict(manifest))
+    try:
+        rows = [
+            {
+                "phase": p["index"],
+                "first_position": p["first_position"],
+                "end_position": p["end_position"],
+                "dataset_id": d["id"],
+                "weight": float(p["weights"].get(d["name"], 0.0)),
+                "planned_documents": p["planned_documents"][d["name"]],
+                "planned_tokens": (p.get("planned_tokens") or {}).get(d["name"]),
+            }
+            for p in phases
+            for d in entries
+        ]
+        return pa.Table.from_pylist(rows, schema=PHASES_SCHEMA)
+    except (KeyError, TypeError, AttributeError, pa.ArrowException) as exc:
+        raise PlanFormatError(
+            f"{plan_dir / 'plan.json'} `phases` must be a list of phases with index, first_position, end_position, "
+            f"weights and planned_documents, got an invalid entry ({type(exc).__name__}: {exc}) — the bundle is "
+            "damaged; re-plan"
+        ) from exc

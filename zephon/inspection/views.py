@@ -1,0 +1,236 @@
+"""SQL views of sequences and steps over a plan bundle: "what is in step N" as one query.
+
+``connect_with_steps(plan_dir, batch_size)`` opens the read-only connection of ``zephon.inspection.sql.connect`` (views
+``samples``, ``shards``, ``datasets``, ``bins``) and adds, where the plan defines them (see
+``zephon.inspection.steps`` for the definitions per kind of plan):
+
+* ``sequences(sequence, position, dataset_id, tokens_in_sequence)`` — one row per (sequence, document
+  overlapping it): the document's tokens inside that sequence. Needs sequences: exact plans, plans without
+  tokens (a sequence is one document; ``tokens_in_sequence`` is NULL), estimated token plans given
+  ``max_length``.
+* ``steps(step, position, dataset_id, tokens_in_step)`` — the same per step of ``batch_size`` sequences.
+  Needs ``batch_size`` too.
+* table macros ``sequence_documents(k)`` and ``step_documents(n)``: the rows of ``sequences`` / ``steps`` for
+  one sequence or step, in plan order, found by seeking — filters on ``token_offset``, ``position`` or
+  ``bins.sequence`` that DuckDB pushes down to Parquet row-group statistics — rather than by scanning the
+  views (estimated token plans have no offsets column; there the macros scan).
+
+Rows of the views come in no particular order: add ``ORDER BY``. Examples::
+
+    SELECT * FROM step_documents(1200);                                   -- what is in step 1200
+    SELECT step, d.name, sum(tokens_in_step) AS tokens                     -- tokens per dataset per step
+    FROM steps JOIN datasets d USING (dataset_id) GROUP BY ALL ORDER BY ALL;
+
+Worked example (exact wrap, ``L = 4``, ``B = 2``; documents of 3, 6, 2 tokens at offsets 0, 3, 9)::
+
+    steps: (0, 0, ., 3), (0, 1, ., 5), (1, 1, ., 1), (1, 2, ., 2)
+
+Integers in the view definitions (``L``, ``B``, the longest document) are validated Python ``int`` values
+written into the SQL text: DuckDB views cannot take bound parameters.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephon.inspection.sql import QueryResult, connect
+from zephon.inspection.steps import StepLayout, resolve_layout
+from zephon.plan.manifest import read_manifest
+
+__all__ = [
+    "connect_with_steps",
+    "document_steps_sql",
+    "query_table",
+    "run_query",
+    "unique_names",
+    "view_statements",
+]
+
+
+def connect_with_steps(
+    plan_dir: str | os.PathLike[str], batch_size: int | None = None, *, max_length: int | None = None
+) -> duckdb.DuckDBPyConnection:
+    """``zephon.inspection.sql.connect(plan_dir)`` plus the ``sequences`` and ``steps`` views and their table macros.
+
+    ``batch_size`` (global batch, in sequences) enables ``steps``; ``max_length`` gives estimated token plans
+    their sequences. Passing ``batch_size`` for a plan whose sequences are unknown raises ``ConfigError``.
+    """
+    manifest = read_manifest(plan_dir)
+    layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
+    if batch_size is not None:
+        layout.require_steps()
+    con = connect(plan_dir)
+    try:
+        for statement in view_statements(layout, longest_document(plan_dir, manifest)):
+            con.execute(statement)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def run_query(
+    plan_dir: str | os.PathLike[str],
+    query: str,
+    params: Mapping[str, Any] | Sequence[Any] | None = None,
+    *,
+    batch_size: int | None = None,
+    max_length: int | None = None,
+) -> QueryResult:
+    """``zephon.inspection.sql.run_sql`` over ``connect_with_steps``: the last statement's columns and rows."""
+    con = connect_with_steps(plan_dir, batch_size, max_length=max_length)
+    try:
+        result = con.execute(query, params) if params else con.execute(query)
+        if result is None or result.description is None:
+            return QueryResult(columns=[], rows=[])
+        return QueryResult(columns=[str(d[0]) for d in result.description], rows=result.fetchall())
+    finally:
+        con.close()
+
+
+def query_table(
+    plan_dir: str | os.PathLike[str],
+    query: str,
+    params: Mapping[str, Any] | Sequence[Any] | None = None,
+    *,
+    batch_size: int | None = None,
+    max_length: int | None = None,
+) -> pa.Table | None:
+    """The last statement's result as an Arrow table (``None`` for a statement without a result).
+
+    Repeated column names get ``_1``, ``_2``... (Parquet needs unique names), as in ``zephon sql -f json``.
+    """
+    con = connect_with_steps(plan_dir, batch_size, max_length=max_length)
+    try:
+        result = con.execute(query, params) if params else con.execute(query)
+        if result is None or result.description is None:
+            return None
+        with warnings.catch_warnings():
+            # DuckDB warns that Arrow output of an execute() result copies the rows; it is one copy, and
+            # execute() is what runs several statements and binds parameters.
+            warnings.simplefilter("ignore", UserWarning)
+            table = result.to_arrow_table()
+    finally:
+        con.close()
+    return table.rename_columns(unique_names(table.column_names))
+
+
+def unique_names(columns: Sequence[str]) -> list[str]:
+    """Column names with repeats suffixed ``_1``, ``_2``...: ``[a, a, b]`` → ``[a, a_1, b]``."""
+    names: list[str] = []
+    for name in columns:
+        key, n = name, 0
+        while key in names:
+            n += 1
+            key = f"{name}_{n}"
+        names.append(key)
+    return names
+
+
+def longest_document(plan_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> int | None:
+    """The largest ``tokens`` value of the samples files, from the footer statistics (``None`` if unknown)."""
+    best = 0
+    for name in manifest["files"]["samples"]:
+        meta = pq.ParquetFile(Path(plan_dir) / name).metadata
+        col = meta.schema.to_arrow_schema().get_field_index("tokens")
+        for g in range(meta.num_row_groups):
+            stats = meta.row_group(g).column(col).statistics
+            if stats is None or stats.null_count == meta.row_group(g).num_rows:
+                continue
+            if not stats.has_min_max:
+                return None
+            best = max(best, int(stats.max))
+    return best
+
+
+def view_statements(layout: StepLayout, longest: int | None) -> list[str]:
+    """``CREATE TEMP VIEW`` / ``CREATE TEMP MACRO`` statements of the views the layout defines."""
+    if not layout.has_sequences:
+        return []
+    units = [("sequence", "sequences", 1)]
+    if layout.batch_size is not None:
+        units.append(("step", "steps", layout.batch_size))
+    out = []
+    for col, view, per in units:
+        out.append(f"CREATE TEMP VIEW {view} AS {_rows_sql(layout, col, per, None, longest)}")
+        body = _rows_sql(layout, col, per, "n", longest)
+        out.append(f"CREATE TEMP MACRO {col}_documents(n) AS TABLE {body} ORDER BY position")
+    return out
+
+
+def document_steps_sql(layout: StepLayout) -> str:
+    """A query of ``(position, dataset_id, step)``: the step holding each document's first token.
+
+    Documents in no sequence (best_fit drops, empty documents) are left out.
+    """
+    batch = layout.batch_size
+    assert batch is not None
+    if layout.packing == "document":
+        return f"SELECT position, dataset_id, position // {batch} AS step FROM samples"
+    if layout.packing == "best_fit":
+        return (
+            f"SELECT b.position, any_value(s.dataset_id) AS dataset_id, min(b.sequence) // {batch} AS step "
+            "FROM bins b JOIN samples s USING (position) GROUP BY b.position"
+        )
+    unit = layout.step_tokens
+    return f"SELECT position, dataset_id, token_offset // {unit} AS step FROM ({_offsets_sql(layout)}) WHERE tokens > 0"
+
+
+def _offsets_sql(layout: StepLayout) -> str:
+    if layout.offsets == "column":
+        return "SELECT position, dataset_id, tokens, token_offset FROM samples"
+    # Estimated plans: each document's offset is the running sum of the estimated tokens before it.
+    return (
+        "SELECT position, dataset_id, tokens, CAST(coalesce(sum(tokens) OVER (ORDER BY position "
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS BIGINT) AS token_offset FROM samples"
+    )
+
+
+def _rows_sql(layout: StepLayout, col: str, per: int, arg: str | None, longest: int | None) -> str:
+    """Rows ``(col, position, dataset_id, tokens_in_col)`` for units of ``per`` sequences.
+
+    With ``arg`` (a macro parameter name) only unit ``arg`` is produced, with seek-friendly filters.
+    """
+    n = f"CAST({arg} AS BIGINT)" if arg else None
+    if layout.packing == "document":
+        where = f" WHERE position >= {n} * {per} AND position < ({n} + 1) * {per}" if n else ""
+        return f"SELECT position // {per} AS {col}, position, dataset_id, tokens AS tokens_in_{col} FROM samples{where}"
+    if layout.packing == "best_fit":
+        if n is None:
+            return (
+                f"SELECT b.sequence // {per} AS {col}, b.position, s.dataset_id, "
+                f"CAST(sum(b.length) AS INTEGER) AS tokens_in_{col} "
+                "FROM bins b JOIN samples s USING (position) GROUP BY ALL"
+            )
+        # Pieces of the unit from bins (sorted by sequence: row-group statistics skip the rest), then their
+        # documents from samples within the pieces' position range.
+        return (
+            f"WITH p AS (SELECT sequence, position, length FROM bins "
+            f"WHERE sequence >= {n} * {per} AND sequence < ({n} + 1) * {per}) "
+            f"SELECT p.sequence // {per} AS {col}, p.position, s.dataset_id, "
+            f"CAST(sum(p.length) AS INTEGER) AS tokens_in_{col} FROM p JOIN samples s ON s.position = p.position "
+            "AND s.position BETWEEN (SELECT min(position) FROM p) AND (SELECT max(position) FROM p) GROUP BY ALL"
+        )
+    assert layout.max_length is not None
+    unit = per * layout.max_length
+    source = _offsets_sql(layout)
+    if n is not None and layout.offsets == "column":
+        bound = f" AND token_offset > {n} * {unit} - {longest}" if longest is not None else ""
+        source = f"{source} WHERE token_offset < ({n} + 1) * {unit}{bound}"
+    inner = (
+        f"SELECT unnest(range(token_offset // {unit}, (token_offset + tokens - 1) // {unit} + 1)) AS {col}, "
+        f"position, dataset_id, tokens, token_offset FROM ({source}) WHERE tokens > 0"
+    )
+    where = f" WHERE {col} = {n}" if n else ""
+    return (
+        f"SELECT {col}, position, dataset_id, CAST(least(token_offset + tokens, ({col} + 1) * {unit}) "
+        f"- greatest(token_offset, {col} * {unit}) AS INTEGER) AS tokens_in_{col} FROM ({inner}){where}"
+    )

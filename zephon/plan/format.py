@@ -1,0 +1,98 @@
+"""The plan bundle: the one place that defines its files, columns, Arrow types and format version.
+
+A plan bundle is a directory that the planner writes and the executor reads; nothing else joins them.
+
+```
+PLAN_DIR/
+  plan.json        manifest: format version, normalized config and its hash, datasets, mixture, totals
+  shards.parquet   one row per shard (SHARDS_SCHEMA)
+  samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA)
+  bins.parquet     best-fit exact plans only: the planned rows (BINS_SCHEMA)
+```
+
+Version rule: ``FORMAT_VERSION`` is a single integer. A change that a reader of the previous version would
+misread (a column renamed, retyped or given a new meaning) bumps it; adding an optional ``plan.json`` key
+does not. Readers refuse any version they do not know, with a message naming both versions.
+
+This module imports only pyarrow and the standard library, so the executor can use it on training nodes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+
+from zephon.errors import PlanFormatError
+
+FORMAT_VERSION = 1
+PLAN_JSON = "plan.json"
+SHARDS_FILE = "shards.parquet"
+SAMPLES_FILE = "samples.parquet"
+BINS_FILE = "bins.parquet"
+
+#: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
+SAMPLES_ROW_GROUP = 65_536
+
+SHARDS_SCHEMA = pa.schema(
+    [
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("dataset", pa.string(), nullable=False),
+        pa.field("uri", pa.string(), nullable=False),
+        pa.field("format", pa.string(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("row_groups", pa.int32(), nullable=False),
+        pa.field("fingerprint", pa.string(), nullable=False),
+    ]
+)
+
+SAMPLES_SCHEMA = pa.schema(
+    [
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("dataset_id", pa.int16(), nullable=False),
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("row", pa.int32(), nullable=False),
+        pa.field("epoch", pa.int32(), nullable=False),
+        # Tokens of the document (EOS and BOS included) when the plan knows them; null otherwise.
+        pa.field("tokens", pa.int32(), nullable=True),
+        # Offset of the document's first token in the global token stream, for exact plans only.
+        pa.field("token_offset", pa.int64(), nullable=True),
+        # Estimated plans only: the packing lane the document is dealt to (see zephon.planner.lane_dealing).
+        pa.field("lane", pa.int16(), nullable=True),
+    ]
+)
+
+# Best-fit exact plans only: row ``sequence`` holds ``length`` tokens of the document at ``position``, from its
+# token ``doc_start``, placed at ``offset``; sorted by (sequence, offset).
+BINS_SCHEMA = pa.schema(
+    [
+        pa.field("sequence", pa.int64(), nullable=False),
+        pa.field("offset", pa.int32(), nullable=False),
+        pa.field("position", pa.int64(), nullable=False),
+        pa.field("doc_start", pa.int32(), nullable=False),
+        pa.field("length", pa.int32(), nullable=False),
+    ]
+)
+BINS_ROW_GROUP = 65_536
+
+SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst")
+
+
+def _same_type(got: pa.DataType | None, want: pa.DataType) -> bool:
+    # Polars writes strings as large_string; both read the same.
+    if pa.types.is_string(want):
+        return got is not None and (pa.types.is_string(got) or pa.types.is_large_string(got))
+    return got == want
+
+
+def check_schema(table_schema: pa.Schema, expected: pa.Schema, file: Path) -> None:
+    """Refuse a Parquet file whose columns or types differ from the format's schema."""
+    got = {f.name: f.type for f in table_schema}
+    for field in expected:
+        if not _same_type(got.get(field.name), field.type):
+            raise PlanFormatError(
+                f"{file} column {field.name!r} must be {field.type}, got {got.get(field.name)} — "
+                "the bundle was not written by this plan format; re-plan"
+            )

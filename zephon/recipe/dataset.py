@@ -1,0 +1,60 @@
+"""Datasets and storage options of the public API (``zephon.io``).
+
+``Dataset.from_path(name, path)`` accepts a local directory, a glob or a single file of Parquet or JSONL
+shards (see ``zephon.storage.local``), or an ``hf://`` dataset path (see ``zephon.storage.hub.paths``), which
+is pinned to its commit here, so every later step reads the same files. Shards are listed when the dataset is created,
+so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
+footers (range requests for remote shards), JSONL from one scan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from zephon.errors import ConfigError
+from zephon.plan.records import ShardInfo
+from zephon.storage.local import SourceFile, discover_local_files
+from zephon.storage.scan import scan_shard
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Dataset:
+    """A named collection of shards.
+
+    Attributes:
+        name: the dataset's name in mixtures and plans (letters, digits, ``_ . -``).
+        path: the path as the user gave it.
+        files: the shards found, sorted by path.
+    """
+
+    name: str
+    path: str
+    files: tuple[SourceFile, ...]
+    #: The form that reads the same files again: for hf:// the path pinned to its commit, else ``path``.
+    pinned: str = ""
+
+    @classmethod
+    def from_path(cls, name: str, path: str | Path) -> Dataset:
+        """Create a dataset from a local directory, glob or file, or an ``hf://`` dataset path."""
+        if not isinstance(name, str) or not _NAME.match(name):
+            raise ConfigError(
+                f"dataset name must be letters, digits, '_', '.' or '-' (not starting with a symbol), "
+                f"got {name!r} — rename it"
+            )
+        text = str(path)
+        if text.startswith("hf://"):
+            from zephon.storage.hub.client import resolve_hf_dataset
+            from zephon.storage.remote import remote_uri
+
+            resolved = resolve_hf_dataset(text)
+            files = tuple(SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f) for f in resolved.files)
+            return cls(name=name, path=text, files=files, pinned=str(resolved.pinned))
+        return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text)
+
+    def shards(self) -> tuple[ShardInfo, ...]:
+        """Scan every shard's metadata (Parquet footers; JSONL row index, cached)."""
+        return tuple(scan_shard(self.name, f) for f in self.files)

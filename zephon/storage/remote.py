@@ -1,0 +1,87 @@
+"""Remote shards in plans: their URI form, and their metadata scan (footers only for Parquet).
+
+A remote shard is stored in ``shards.parquet`` as ``hf://datasets/{org}/{name}@{commit}/{path_in_repo}`` — the
+file form, pinned to a commit, so it names exactly one blob — with ``fingerprint = "etag:<etag>"`` (the LFS
+sha256, or the git blob id) and its size in ``bytes``. This is not a dataset path: dataset paths
+(``hf://{org}/{name}/...``) name a split and are what users write.
+
+Scanning a remote Parquet shard reads only its footer (two HTTP range requests); the result is cached
+under ``$ZEPHON_CACHE_DIR/hub-meta`` keyed by the shard's etag, so re-planning makes no requests. A remote
+JSONL shard must be read whole to count its lines: it is downloaded to a temporary file, indexed, and
+deleted; its row count is cached the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from zephon.errors import PlanFormatError
+from zephon.storage.files import cache_dir, write_atomic
+from zephon.storage.jsonl import decompress, line_spans
+
+_URI = re.compile(r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<rev>[0-9a-f]{40})/(?P<path>.+)$")
+
+
+def is_remote_uri(uri: str) -> bool:
+    return uri.startswith("hf://datasets/")
+
+
+def remote_uri(file: object) -> str:
+    """The plan's URI of a ``zephon.storage.hub.client.RemoteFile``."""
+    return f"hf://datasets/{file.repo_id}@{file.revision}/{file.path_in_repo}"  # type: ignore[attr-defined]
+
+
+def remote_file(uri: str, *, size: int, fingerprint: str, fmt: str):  # -> zephon.storage.hub.client.RemoteFile
+    """Rebuild the ``RemoteFile`` of a plan row."""
+    from zephon.storage.hub.client import RemoteFile
+
+    m = _URI.match(uri)
+    if m is None or not fingerprint.startswith("etag:"):
+        raise PlanFormatError(
+            f"remote shard uri must be hf://datasets/ORG/NAME@COMMIT/PATH with an etag fingerprint, got {uri!r} "
+            f"({fingerprint!r}) — re-plan"
+        )
+    return RemoteFile(
+        repo_id=m["repo"],
+        revision=m["rev"],
+        path_in_repo=m["path"],
+        size=size,
+        etag=fingerprint.removeprefix("etag:"),
+        format=fmt,
+    )
+
+
+def _meta_path(etag: str, uri: str) -> Path:
+
+    key = hashlib.blake2b(f"{uri}\0{etag}".encode(), digest_size=16).hexdigest()
+    return cache_dir() / "hub-meta" / f"{key}.json"
+
+
+def scan_remote(file: object) -> tuple[int, int]:
+    """``(rows, row_groups)`` of a remote shard (a ``zephon.storage.hub.client.RemoteFile``), cached by etag."""
+    from zephon.storage.hub.client import download_remote_file, read_remote_parquet_metadata
+
+    uri = remote_uri(file)
+    cached = _meta_path(file.etag, uri)  # type: ignore[attr-defined]
+    try:
+        data = json.loads(cached.read_text())
+        return int(data["rows"]), int(data["row_groups"])
+    except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: read the shard again
+        pass
+    if file.format == "parquet":  # type: ignore[attr-defined]
+        meta = read_remote_parquet_metadata(file)  # type: ignore[arg-type]
+        rows, groups = meta.num_rows, meta.num_row_groups
+    else:
+        with tempfile.TemporaryDirectory(prefix="zephon-scan-") as tmp:
+            dest = os.path.join(tmp, "shard")
+            download_remote_file(file, dest)  # type: ignore[arg-type]
+            rows = len(line_spans(decompress(Path(dest).read_bytes(), file.format))[0])  # type: ignore[attr-defined]
+            groups = 1
+    record = json.dumps({"uri": uri, "rows": rows, "row_groups": groups})
+    write_atomic(cached, lambda tmp: tmp.write_text(record), "the Hub metadata cache")
+    return rows, groups

@@ -1,0 +1,147 @@
+"""Shard metadata for planning: rows, bytes, row groups and a content fingerprint per shard.
+
+* Parquet: row counts and row groups come from the footer; no data page is read. The fingerprint is a
+  BLAKE2b digest of the file size and the footer bytes (the footer holds every column chunk's offsets,
+  sizes and statistics, so a rewritten file has a different footer).
+* JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
+  hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
+  fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
+  modification time, so a second plan over the same files does not rescan them.
+
+The executor recomputes the same fingerprints when it opens a shard (:func:`parquet_fingerprint`,
+:func:`jsonl_fingerprint`) to refuse data that changed under a plan. Cache files under ``$ZEPHON_CACHE_DIR``
+are written with :func:`write_atomic` (a temporary in the same directory, then a rename), so a killed writer
+leaves at most an unused ``*.tmp.*`` file, and a full or read-only disk raises a
+:class:`~zephon.errors.StorageError` naming the path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from zephon.errors import DatasetError, one_line
+from zephon.plan.records import ShardInfo
+from zephon.storage.files import cache_dir, write_atomic
+from zephon.storage.jsonl import decompress, line_spans
+from zephon.storage.local import SourceFile
+
+
+def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
+    """Metadata of one shard; errors name the dataset and file."""
+    if file.remote is not None:
+        from zephon.storage.remote import scan_remote
+
+        try:
+            rows, groups = scan_remote(file.remote)
+        except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
+            raise DatasetError(
+                f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix the "
+                "file on the Hub, or leave it out of the dataset's configs"
+            ) from exc
+        etag = file.remote.etag  # type: ignore[attr-defined]
+        return ShardInfo(
+            uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=f"etag:{etag}"
+        )
+    if file.format == "parquet":
+        return _scan_parquet(dataset, file)
+    return _scan_jsonl(dataset, file)
+
+
+def parquet_fingerprint(path: str) -> tuple[int, str]:
+    """``(size, "pqfooter:<digest>")`` of a Parquet file, reading only its last 8 bytes and its footer.
+
+    Raises ``ValueError`` (not Parquet, truncated) or ``OSError`` (unreadable).
+    """
+    with open(path, "rb") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        if size < 12:
+            raise ValueError("file is shorter than a Parquet header and footer")
+        fh.seek(size - 8)
+        tail = fh.read(8)
+        if tail[4:] != b"PAR1":
+            raise ValueError("file does not end with the Parquet magic bytes PAR1 (truncated or not Parquet)")
+        (footer_len,) = struct.unpack("<I", tail[:4])
+        if footer_len + 12 > size:
+            raise ValueError(f"footer length {footer_len} does not fit in a file of {size} bytes")
+        fh.seek(size - 8 - footer_len)
+        footer = fh.read(footer_len)
+    digest = hashlib.blake2b(struct.pack("<Q", size) + footer, digest_size=16).hexdigest()
+    return size, f"pqfooter:{digest}"
+
+
+def jsonl_fingerprint(raw: bytes) -> str:
+    """``"blake2b:<digest>"`` of a JSONL shard's bytes as stored (compressed, for .gz and .zst)."""
+    return "blake2b:" + hashlib.blake2b(raw, digest_size=16).hexdigest()
+
+
+def _scan_parquet(dataset: str, file: SourceFile) -> ShardInfo:
+    try:
+        size, fingerprint = parquet_fingerprint(file.uri)
+        meta = pq.read_metadata(file.uri)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(
+            f"dataset {dataset!r}: shard {file.uri} must be a readable Parquet file, got {one_line(exc)} — "
+            "re-export or remove the file"
+        ) from exc
+    return ShardInfo(
+        uri=file.uri,
+        format="parquet",
+        rows=meta.num_rows,
+        bytes=size,
+        row_groups=meta.num_row_groups,
+        fingerprint=fingerprint,
+    )
+
+
+def _index_path(file: SourceFile) -> Path:
+    st = os.stat(file.uri)
+    key = hashlib.blake2b(f"{file.uri}\0{st.st_size}\0{st.st_mtime_ns}".encode(), digest_size=16).hexdigest()
+    return cache_dir() / "jsonl-index" / f"{key}.npz"
+
+
+def _read_index(index: Path) -> tuple[int, int, str] | None:
+    """``(rows, bytes, fingerprint)`` of a cached JSONL index, or None when absent or unreadable (rescan)."""
+    if not index.is_file():
+        return None
+    try:
+        with np.load(index) as cached:
+            return int(cached["rows"]), int(cached["bytes"]), str(cached["fingerprint"])
+    except Exception:  # a damaged cache file (any numpy/zip error) is a cache miss, never a failure
+        return None
+
+
+def _scan_jsonl(dataset: str, file: SourceFile) -> ShardInfo:
+    index = _index_path(file)
+    cached = _read_index(index)
+    if cached is not None:
+        rows, size, fingerprint = cached
+        return ShardInfo(uri=file.uri, format=file.format, rows=rows, bytes=size, row_groups=1, fingerprint=fingerprint)
+    try:
+        raw = Path(file.uri).read_bytes()
+        data = decompress(raw, file.format)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(
+            f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — "
+            "re-export or remove the file"
+        ) from exc
+    starts, _ends = line_spans(data)
+    fingerprint = jsonl_fingerprint(raw)
+    write_atomic(
+        index,
+        lambda tmp: np.savez(tmp, rows=len(starts), bytes=len(raw), fingerprint=fingerprint, offsets=starts),
+        "the JSONL index cache",
+    )
+    return ShardInfo(
+        uri=file.uri,
+        format=file.format,
+        rows=len(starts),
+        bytes=len(raw),
+        row_groups=1,
+        fingerprint=fingerprint,
+    )
