@@ -243,4 +243,4 @@ class Pipeline:
         and the DataLoader's in-order fetching restores the pipeline's order for any ``N``."""
         from zephon.torch_data import PipelineDataset
 
-        return PipelineDataset(self, training)
+        return PipelineDataset(self._make_runner, training)

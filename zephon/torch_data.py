@@ -9,27 +9,29 @@ every N-th microbatch, so workers parallelize batch assembly and reading, not to
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-if TYPE_CHECKING:
-    from zephon.pipeline import Pipeline
+from zephon.executor.batch import Batch
+
+#: Makes the runner of one DataLoader worker, given ``(worker_id, num_workers)``: ``Pipeline._make_runner``.
+RunnerFactory = Callable[[tuple[int, int]], Iterable[Batch]]
 
 
 class PipelineDataset(IterableDataset):
     """Yields ``batch.to_training(**training)`` for this rank's microbatches (see the module docstring)."""
 
-    def __init__(self, pipeline: Pipeline, training: dict[str, Any]) -> None:
+    def __init__(self, make_runner: RunnerFactory, training: dict[str, Any]) -> None:
         super().__init__()
-        self.pipeline = pipeline
+        self.make_runner = make_runner
         self.training = training
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor | int]]:
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
-        runner = self.pipeline._make_runner(worker=worker)
+        runner = self.make_runner(worker)
         for batch in runner:
             yield batch.to_training(**self.training)
