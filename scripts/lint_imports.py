@@ -27,9 +27,7 @@ def main() -> int:
     package_dir: dict[str, str] = config["tool"]["setuptools"]["package-dir"]
     with tempfile.TemporaryDirectory(prefix="zephon-lint-") as tmp:
         for package, folder in sorted(package_dir.items()):  # "zephon" sorts before "zephon.executor"
-            shutil.copytree(
-                ROOT / folder, Path(tmp, *package.split(".")), ignore=shutil.ignore_patterns("__pycache__")
-            )
+            shutil.copytree(ROOT / folder, Path(tmp, *package.split(".")), ignore=shutil.ignore_patterns("__pycache__"))
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([tmp, os.environ.get("PYTHONPATH", "")])}
         lint = shutil.which("lint-imports") or "lint-imports"
         return subprocess.run([lint, str(ROOT / "pyproject.toml")], env=env, cwd=tmp).returncode

@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from zephon.cli import cli
 from zephon.cli.output import format_table
-from zephon.cli.sql import param_value
+from zephon.cli.sql_command import param_value
 from zephon.config_file import load_work_source
 from zephon.demo import demo_dataset_paths
 from zephon.errors import PlanFormatError

@@ -16,8 +16,8 @@ from types import ModuleType
 MOVED: dict[str, str] = {
     "zephon.audit": "zephon.inspection.audit",
     "zephon.audit_report": "zephon.cli.audit_report",
-    "zephon.cli_cache": "zephon.cli.cache",
-    "zephon.cli_inspect": "zephon.cli.inspect",
+    "zephon.cli_cache": "zephon.cli.cache_commands",
+    "zephon.cli_inspect": "zephon.cli.inspect_commands",
     "zephon.executor.engine": "zephon.specs",
     "zephon.executor.provenance": "zephon.executor.provenance_log",
     "zephon.hf_path": "zephon.storage.hub.paths",

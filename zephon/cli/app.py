@@ -2,11 +2,11 @@
 
 Commands (documented in docs/cli.md), each in its own module::
 
-    zephon plan CONFIG -o PLAN_DIR [--overwrite]          zephon.cli.plan
-    zephon count CONFIG                                   zephon.cli.plan
-    zephon sql PLAN_DIR QUERY [--format ...] [-o FILE]    zephon.cli.sql
-    zephon show / audit / diff                            zephon.cli.inspect
-    zephon cache ls / du / prune                          zephon.cli.cache
+    zephon plan CONFIG -o PLAN_DIR [--overwrite]          zephon.cli.plan_commands
+    zephon count CONFIG                                   zephon.cli.plan_commands
+    zephon sql PLAN_DIR QUERY [--format ...] [-o FILE]    zephon.cli.sql_command
+    zephon show / audit / diff                            zephon.cli.inspect_commands
+    zephon cache ls / du / prune                          zephon.cli.cache_commands
 
 Shared options, one-line errors and table formatting are in ``zephon.cli.output``. Library modules are
 imported inside the commands so that ``zephon --help`` stays fast.
@@ -18,10 +18,10 @@ import sys
 
 import click
 
-from zephon.cli.cache import cache
-from zephon.cli.inspect import audit, diff, show
-from zephon.cli.plan import count, plan
-from zephon.cli.sql import sql
+from zephon.cli.cache_commands import cache
+from zephon.cli.inspect_commands import audit, diff, show
+from zephon.cli.plan_commands import count, plan
+from zephon.cli.sql_command import sql
 
 __all__ = ["cli", "main"]
 
