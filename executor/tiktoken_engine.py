@@ -26,7 +26,6 @@ import contextlib
 import hashlib
 import itertools
 import json
-import os
 import zipfile
 from collections.abc import Sequence
 from operator import attrgetter
@@ -35,6 +34,8 @@ from typing import Any
 
 import numpy as np
 from tokenizers import Tokenizer
+
+from zephon.errors import StorageError
 
 #: GPT-2's pre-tokenization regex (``ByteLevel(use_regex=True)`` in ``tokenizers``).
 _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
@@ -194,11 +195,13 @@ def _save_plan(file: Path, plan: _Plan | None, reason: str = "") -> None:
             "ranks": np.fromiter(ranks.values(), np.int64, len(ranks)),
             "table": table if table is not None else np.empty(0, dtype=np.int64),
         }
-    with contextlib.suppress(OSError):
-        file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = file.with_name(f".{file.stem}.{os.getpid()}.npz")
+    from zephon.storage.files import write_atomic
+
+    def save(tmp: Path) -> None:
         np.savez(tmp, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8), **arrays)
-        os.replace(tmp, file)
+
+    with contextlib.suppress(StorageError):
+        write_atomic(file, save, "the tokenizer-engine cache")
 
 
 def _derive_plan(config_text: str) -> _Plan:

@@ -1,10 +1,49 @@
-"""Local files Zephon writes: the cache root, all-or-nothing writes, and one-line storage errors."""
+"""Local files Zephon writes: the cache root, all-or-nothing writes, and one-line storage errors.
+
+Invariant: a reader of a path Zephon writes sees the old file (or directory) or the new one, never a part.
+Every write goes to a temporary beside its target (same directory, so same file system), the writer checks
+what it wrote, and only then ``os.replace`` moves it into place — one atomic rename. A failure removes the
+temporary; a kill leaves it under a name no reader opens, for the writer's own stale-temporary cleanup. An
+``OSError`` (disk full, read-only, permission denied) becomes a one-line :class:`StorageError`
+(:func:`storage_error`): what was written, where, why, and the fix.
+
+This module is the one place that does it:
+
+* :func:`atomic_file` / :func:`write_atomic` — one file (caches, the Hub download);
+* :func:`atomic_directory` — a directory (the plan bundle), with a writer mark and :func:`sweep_stale_temporaries`;
+* :func:`removed_on_failure` — the lower-level piece for protocols that rename themselves (the shard cache commits
+  a shard and its sidecar under a lock, see :mod:`zephon.storage.shard_cache_lock`).
+
+Worked example — a per-shard token-count array, while another process may be reading it::
+
+    write_atomic(cache_dir() / "token-counts" / "ab12.npy", lambda tmp: np.save(tmp, counts), "the token-count cache")
+
+1. ``token-counts/`` is created if missing; numpy writes ``token-counts/ab12.4242-9f3e01c7.tmp.npy`` (pid 4242,
+   random hex; the suffix is kept, else numpy would append ``.npy``).
+2. ``os.replace`` renames it to ``ab12.npy``. A reader that opened ``ab12.npy`` before keeps reading the old
+   bytes; one that opens it after reads the new ones. Nobody opens ``*.tmp.npy``.
+3. ``kill -9`` before the rename leaves ``ab12.4242-9f3e01c7.tmp.npy`` and no ``ab12.npy``: a rerun counts
+   that shard again. A full disk instead raises, with the temporary removed::
+
+       StorageError: the token-count cache must be written to /home/u/.cache/zephon/token-counts/ab12.npy, got a
+       full disk (ENOSPC: no space left on device) — free space on that file system, or set ZEPHON_CACHE_DIR to a
+       writable directory with free space
+
+A directory, ``with atomic_directory(Path("plans/run"), "the plan bundle") as tmp:`` writes into
+``plans/.run.tmp-k3j2x9`` (beside it ``plans/.run.tmp-k3j2x9.writer``: ``"<host> 4242"``); when the block ends
+an existing ``plans/run`` is moved to ``plans/.run.old-4242``, the temporary renamed to ``plans/run``, the old
+one deleted. A kill between those two renames leaves ``run`` absent and the old bundle whole.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
-from collections.abc import Callable
+import shutil
+import socket
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from zephon.errors import StorageError
@@ -15,7 +54,7 @@ def cache_dir() -> Path:
     return Path(os.environ.get("ZEPHON_CACHE_DIR") or Path.home() / ".cache" / "zephon")
 
 
-# -- writing cache files -----------------------------------------------------------------------------------
+# -- one-line storage errors ---------------------------------------------------------------------------------
 _STORAGE_FAILURES = {
     errno.ENOSPC: ("a full disk (ENOSPC: no space left on device)", "free space on that file system"),
     errno.EDQUOT: ("an exceeded disk quota (EDQUOT)", "free space within your quota"),
@@ -36,24 +75,137 @@ def storage_error(
     return StorageError(f"{what} must be written to {os.fspath(where)}, got {got} — {fix}, {alternative}")
 
 
-def write_atomic(path: Path, write: Callable[[Path], object], what: str, alternative: str = CACHE_DIR_FIX) -> None:
-    """Write ``path`` all or nothing: ``write(tmp)`` in the same directory, then rename.
+# -- the temporary: removed unless it was moved into place -----------------------------------------------------
+def discard(path: Path) -> None:
+    """Remove a file or directory tree if it is there; errors are ignored (a failed write's cleanup must not
+    hide why it failed, and a leftover is the stale-temporary cleanup's to remove)."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
-    The temporary keeps ``path``'s suffix (numpy appends ``.npy``/``.npz`` otherwise). On any failure it is
-    removed, so readers see the old file or the new one, never a part; an ``OSError`` becomes a
-    :class:`StorageError` (disk full, read-only, permission denied) naming ``path``.
+
+@contextlib.contextmanager
+def removed_on_failure(temporary: Path) -> Iterator[Path]:
+    """Yield ``temporary``; when the block raises, :func:`discard` it and re-raise.
+
+    The block writes, checks and renames it; whoever renames it owns what is left. For a protocol that cannot
+    use :func:`atomic_file` (the shard cache renames under its lock, in two steps).
     """
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}-{os.urandom(4).hex()}.tmp{path.suffix}")
+    try:
+        yield temporary
+    except BaseException:
+        discard(temporary)
+        raise
+
+
+# -- one file ------------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def atomic_file(
+    path: Path, what: str, alternative: str = CACHE_DIR_FIX, *, temporary: Path | None = None
+) -> Iterator[Path]:
+    """Yield a temporary beside ``path``; when the block ends without an error, rename it to ``path``.
+
+    The block writes the temporary and checks it (size, hash): raising leaves ``path`` as it was and removes the
+    temporary. The default temporary, ``<stem>.<pid>-<hex>.tmp<suffix>``, keeps ``path``'s suffix (numpy appends
+    ``.npy``/``.npz`` otherwise). ``temporary`` names it instead, for a caller whose documentation or cleanup
+    knows the name; an ``OSError`` — creating the directory, in the block, renaming — becomes a
+    :class:`StorageError` naming that temporary (the file being written), else ``path``.
+    """
+    tmp = temporary or path.with_name(f"{path.stem}.{os.getpid()}-{os.urandom(4).hex()}.tmp{path.suffix}")
+    try:
+        with removed_on_failure(tmp):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            yield tmp
+            os.replace(tmp, path)
+    except OSError as exc:
+        raise storage_error(exc, what, temporary or path, alternative) from exc
+
+
+def write_atomic(path: Path, write: Callable[[Path], object], what: str, alternative: str = CACHE_DIR_FIX) -> None:
+    """Write ``path`` all or nothing: ``write(tmp)`` in the same directory, then rename (:func:`atomic_file`).
+
+    On any failure the temporary is removed, so readers see the old file or the new one, never a part; an
+    ``OSError`` becomes a :class:`StorageError` (disk full, read-only, permission denied) naming ``path``.
+    """
+    with atomic_file(path, what, alternative) as tmp:
+        write(tmp)
+
+
+# -- one directory -------------------------------------------------------------------------------------------
+#: Suffix of the file beside a temporary directory that names its writer: ``"<hostname> <pid>"``.
+WRITER_SUFFIX = ".writer"
+
+
+def _writer_mark(tmp: Path) -> Path:
+    return tmp.with_name(tmp.name + WRITER_SUFFIX)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def sweep_stale_temporaries(path: Path) -> list[Path]:
+    """Remove ``.NAME.tmp-*`` siblings of ``path`` left by writers that died (``kill -9``, power loss).
+
+    Each temporary has a mark beside it (``.NAME.tmp-XXXX.writer``) naming its writer's host and pid. Only
+    temporaries whose writer ran on this host and no longer exists are removed; another host's, a live
+    writer's and unmarked ones are left alone. Returns the removed temporaries.
+    """
+    removed: list[Path] = []
+    for mark in sorted(path.parent.glob(f".{path.name}.tmp-*{WRITER_SUFFIX}")):
+        try:
+            host, pid = mark.read_text(encoding="utf-8").split()
+            alive = host != socket.gethostname() or _process_exists(int(pid))
+        except (OSError, ValueError):
+            continue
+        if not alive:
+            tmp = mark.with_name(mark.name[: -len(WRITER_SUFFIX)])
+            if tmp.exists():
+                discard(tmp)
+                removed.append(tmp)
+            mark.unlink(missing_ok=True)
+    return removed
+
+
+def _move_into_place(tmp: Path, path: Path) -> None:
+    """Rename ``tmp`` to ``path``; an existing ``path`` is first moved aside to ``.NAME.old-<pid>`` (a directory
+    cannot be replaced in one rename), then deleted. A kill in between leaves ``path`` absent, the old whole."""
+    if path.exists():
+        old = path.with_name(f".{path.name}.old-{os.getpid()}")
+        os.replace(path, old)
+        os.replace(tmp, path)
+        discard(old)
+    else:
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def atomic_directory(path: Path, what: str, alternative: str = CACHE_DIR_FIX) -> Iterator[Path]:
+    """Yield a new temporary sibling ``.NAME.tmp-XXXX`` of ``path``; when the block ends without an error, rename
+    it to ``path``, replacing an existing one (whether it may be replaced is the caller's to decide).
+
+    Before, temporaries of dead writers are swept (:func:`sweep_stale_temporaries`); the temporary's writer
+    mark is removed afterwards, and the temporary itself on failure. An ``OSError`` becomes a
+    :class:`StorageError` naming ``path``.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write(tmp)
-        os.replace(tmp, path)
+        sweep_stale_temporaries(path)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        try:
+            with removed_on_failure(tmp):
+                _writer_mark(tmp).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+                yield tmp
+                _move_into_place(tmp, path)
+        finally:
+            _writer_mark(tmp).unlink(missing_ok=True)
     except OSError as exc:
         raise storage_error(exc, what, path, alternative) from exc
-    finally:
-        try:
-            tmp.unlink()
-        except FileNotFoundError:
-            pass
-        except OSError:  # e.g. a read-only file system: nothing was created there anyway
-            pass

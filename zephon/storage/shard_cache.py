@@ -56,7 +56,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from zephon.errors import ConfigError, DatasetError, ZephonError
-from zephon.storage.files import storage_error
+from zephon.storage.files import removed_on_failure, storage_error
 from zephon.storage.shard_cache_lock import (
     PART_SUFFIX,
     CachedShard,
@@ -74,7 +74,6 @@ from zephon.storage.shard_cache_lock import (
     scan,
     touch,
     try_exclusive,
-    unlink_quietly,
 )
 
 if TYPE_CHECKING:
@@ -252,13 +251,11 @@ class ShardCache:
                         f"close shards sooner (CachedShard.close()) or raise limit_bytes"
                     )
                 time.sleep(self._poll)
-            try:
+            with removed_on_failure(part):  # renamed by commit; removed when the download or its check fails
                 _fetch_and_check(spec, part)
                 with self._global():
                     commit(self._layout, name, part, key=spec.key, size=spec.size, etag=spec.etag)
                     return self._pin(spec, name)
-            finally:
-                unlink_quietly(part)
 
     def prefetch(self, specs: Sequence[CacheEntrySpec], *, next_use: Mapping[str, int] | None = None) -> None:
         """Download ``specs`` in the background, in order; replaces the not-yet-started rest of earlier calls.
@@ -435,12 +432,10 @@ class ShardCache:
                     batch.done_turn(index, stop=True)
                     return
                 batch.done_turn(index)  # room reserved: the next shard may reserve while this one downloads
-                try:
+                with removed_on_failure(part):
                     _fetch_and_check(spec, part)
                     with self._global():
                         commit(self._layout, name, part, key=spec.key, size=spec.size, etag=spec.etag)
-                finally:
-                    unlink_quietly(part)
             except Exception as exc:  # kept for the acquire() of this shard
                 with self._lock:
                     self._errors[spec.key] = exc

@@ -30,6 +30,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from zephon.storage.files import removed_on_failure
+
 META_FORMAT = 1
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _BASENAME_MAX = 64
@@ -289,18 +291,20 @@ def read_meta(layout: CacheLayout, name: str) -> Meta | None:
 
 def commit(layout: CacheLayout, name: str, part: Path, *, key: str, size: int, etag: str) -> None:
     """Move a checked download into place, then its sidecar (written first to ``tmp/``, so a full disk fails
-    before anything moves; a sidecar temporary left behind is deleted by the next :func:`scan`)."""
-    meta_tmp = layout.meta_tmp(name)
-    try:
+    before anything moves; a sidecar temporary left behind is deleted by the next :func:`scan`).
+
+    Not :func:`~zephon.storage.files.atomic_file`: that renames one file as soon as it is written, while an
+    entry is two files committed under the global lock — the sidecar's temporary must exist before the shard
+    moves, and both temporaries live in ``tmp/`` under names :func:`scan` recognizes (a ``.part`` carries its
+    reservation). The cache words its own ``StorageError`` (``ShardCache._global``). The shared piece it uses is
+    :func:`~zephon.storage.files.removed_on_failure`: a failure removes the temporary.
+    """
+    with removed_on_failure(layout.meta_tmp(name)) as meta_tmp:
         meta_tmp.write_text(
             json.dumps({"format": META_FORMAT, "key": key, "size": size, "etag": etag}), encoding="utf-8"
         )
         os.replace(part, layout.data(name))
         os.replace(meta_tmp, layout.meta(name))
-    except BaseException:
-        with contextlib.suppress(OSError):
-            meta_tmp.unlink()
-        raise
     touch(layout.data(name))
 
 

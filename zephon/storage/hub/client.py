@@ -39,6 +39,7 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -54,7 +55,7 @@ from huggingface_hub.errors import (
 from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_stream_backoff
 
 from zephon.errors import DatasetError, HubError
-from zephon.storage.files import storage_error
+from zephon.storage.files import atomic_file, removed_on_failure
 from zephon.storage.hub.discovery import SUPPORTED_FORMATS, file_format, select_conversion, select_original
 from zephon.storage.hub.paths import HfPath, is_commit_sha, parse_hf_path
 
@@ -436,13 +437,24 @@ def download_remote_file(
     retry: RetryPolicy | None = None,
     in_place: bool = False,
 ) -> None:
-    """Download ``file`` whole to ``dest`` atomically (``dest + ".part-<pid>"``, then ``os.replace``), checking
-    its size and hash: sha256 when the etag is an LFS sha256, the git blob sha1 when it is a 40-hex oid.
-    ``in_place=True`` writes ``dest`` itself, for a caller (the shard cache) whose ``dest`` is already a
-    temporary name it renames; a failed download then removes ``dest``."""
+    """Download ``file`` whole to ``dest`` atomically (``dest + ".part-<pid>"``, then ``os.replace``; see
+    :func:`~zephon.storage.files.atomic_file`), checking its size and hash before the rename: sha256 when the
+    etag is an LFS sha256, the git blob sha1 when it is a 40-hex oid. ``in_place=True`` writes ``dest`` itself,
+    for a caller (the shard cache) whose ``dest`` is already a temporary name it renames; a failed download then
+    removes ``dest``, and an ``OSError`` is left for that caller to word."""
     label = f"{file.path_in_repo} of dataset {file.repo_id} at {file.revision}"
-    part = dest if in_place else f"{dest}.part-{os.getpid()}"
-    os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+    if in_place:
+        with removed_on_failure(Path(dest)):
+            Path(dest).parent.mkdir(parents=True, exist_ok=True)
+            _download_checked(file, dest, label, token, retry)
+        return
+    part = Path(f"{dest}.part-{os.getpid()}")
+    with atomic_file(Path(dest), f"the download of {label}", _DOWNLOAD_FIX, temporary=part):
+        _download_checked(file, str(part), label, token, retry)
+
+
+def _download_checked(file: RemoteFile, part: str, label: str, token: str | None, retry: RetryPolicy | None) -> None:
+    """Stream ``file`` into ``part`` (fsynced), then check its size and hash; raise ``HubError`` when they differ."""
 
     def consume(response: Any) -> tuple[int, str | None]:  # (bytes received, hex digest or None)
         if _SHA256.fullmatch(file.etag):
@@ -464,28 +476,14 @@ def download_remote_file(
             os.fsync(out.fileno())
         return written, digest.hexdigest() if digest is not None else None
 
-    try:
-        try:
-            written, hexdigest = _stream(file, token, retry, {}, f"the download of {label}", consume)
-        except OSError as exc:  # writing the file (network failures arrive as HubError); the cache words its own
-            if in_place:
-                raise
-            raise storage_error(exc, f"the download of {label}", part, _DOWNLOAD_FIX) from exc
-        if written != file.size:
-            raise HubError(
-                f"size of {label} must be {file.size} bytes, got {'more' if written > file.size else written} — the "
-                f"file changed on the Hub or the transfer broke; resolve the dataset again"
-            )
-        if hexdigest is not None and hexdigest != file.etag:
-            raise HubError(
-                f"hash of {label} must match etag {file.etag}, got {hexdigest} — the download is corrupt; retry it"
-            )
-        if not in_place:
-            os.replace(part, dest)
-    except BaseException:
-        if in_place and os.path.exists(part):
-            os.remove(part)
-        raise
-    finally:
-        if not in_place and os.path.exists(part):
-            os.remove(part)
+    # An OSError here is writing the file (network failures arrive as HubError).
+    written, hexdigest = _stream(file, token, retry, {}, f"the download of {label}", consume)
+    if written != file.size:
+        raise HubError(
+            f"size of {label} must be {file.size} bytes, got {'more' if written > file.size else written} — the "
+            f"file changed on the Hub or the transfer broke; resolve the dataset again"
+        )
+    if hexdigest is not None and hexdigest != file.etag:
+        raise HubError(
+            f"hash of {label} must match etag {file.etag}, got {hexdigest} — the download is corrupt; retry it"
+        )
