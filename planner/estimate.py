@@ -12,6 +12,10 @@ A float primer pins one ratio for all datasets; a dict pins one per dataset. ``t
 Parquet column holding each document's own count (e.g. FineWeb's ``token_count``), used as exact content
 counts (+ specials); it is the user's promise that the column was produced with the same tokenizer.
 
+Invariant: an estimate depends only on the plan's seed, the dataset's index, the tokenizer and the shards'
+contents (the sample is drawn from a seeded stream; each document's estimate comes from its own bytes or
+column value), so planning twice gives the same counts.
+
 Example: a calibration sample of 2,048 documents holding 1,000,000 bytes and 250,000 tokens gives
 0.25 tokens/byte; a 4,000-byte document is estimated at 1,000 + 1 (EOS) tokens.
 """
@@ -19,6 +23,7 @@ Example: a calibration sample of 2,048 documents holding 1,000,000 bytes and 250
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,6 +39,25 @@ from zephon.planner.token_lengths import byte_lengths, cache_byte_lengths
 from zephon.recipe.work_source import TokenEstimation
 
 CALIBRATION_STREAM = 0x7A_45_50_48  # distinct from every epoch number a plan uses for shuffling
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DatasetEstimate:
+    """One dataset's estimated token counts and how they were obtained."""
+
+    #: Estimated tokens of each row, one int64 array per shard, computed when the shard is read.
+    tokens: ShardTokens
+    #: plan.json's ``token_estimation`` entry for the dataset: the method (column | pinned | measure), the
+    #: ratio or column, the specials added, and the calibration sample when measured.
+    provenance: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Ratio:
+    """A dataset's tokens-per-byte ratio and its provenance (before ``byte_unit`` and ``specials``)."""
+
+    tokens_per_byte: float
+    provenance: dict[str, Any]
 
 
 def _specials(encoder: Encoder) -> int:
@@ -68,10 +92,9 @@ def estimate_dataset(
     encoder: Encoder,
     estimation: TokenEstimation,
     seed: int,
-) -> tuple[ShardTokens, dict[str, Any]]:
-    """Estimated tokens per row (``ShardTokens``: one int64 array per shard, computed when the shard is read)
-    and the provenance for plan.json. Every shard's byte lengths are computed (and cached) here, so a bad
-    shard fails the estimate rather than the layout."""
+) -> DatasetEstimate:
+    """Estimated tokens per row and the provenance for plan.json. Every shard's byte lengths are computed (and
+    cached) here, so a bad shard fails the estimate rather than the layout."""
     specials = _specials(encoder)
     names = [f"{ref.uri} (dataset {name!r})" for ref in refs]
     column = (estimation.token_count_columns or {}).get(name)
@@ -83,20 +106,22 @@ def estimate_dataset(
             rows=[ref.rows for ref in refs],
             names=names,
         )
-        return counts, {"method": "column", "column": column, "specials": specials}
+        return DatasetEstimate(tokens=counts, provenance={"method": "column", "column": column, "specials": specials})
     for ref in refs:
         cache_byte_lengths(ref, field)
     primer = estimation.primer
     if isinstance(primer, int | float) and not isinstance(primer, bool):
-        ratio, provenance = float(primer), {"method": "pinned", "tokens_per_byte": float(primer)}
+        found = _Ratio(tokens_per_byte=float(primer), provenance={"method": "pinned", "tokens_per_byte": float(primer)})
     elif isinstance(primer, dict):
         if name not in primer:
             raise ConfigError(
                 f"TokenEstimation.primer must give a ratio for every dataset, got none for {name!r} — add it"
             )
-        ratio, provenance = float(primer[name]), {"method": "pinned", "tokens_per_byte": float(primer[name])}
+        pinned = float(primer[name])
+        found = _Ratio(tokens_per_byte=pinned, provenance={"method": "pinned", "tokens_per_byte": pinned})
     else:
-        ratio, provenance = _measure(index, name, refs, field, encoder, estimation, seed)
+        found = _measure(index, name, refs, field, encoder, estimation, seed)
+    ratio, provenance = found.tokens_per_byte, found.provenance
     provenance["byte_unit"] = "utf8 text" if refs[0].format == "parquet" else "jsonl line"
     provenance["specials"] = specials
     estimates = ShardTokens(
@@ -104,7 +129,7 @@ def estimate_dataset(
         rows=[ref.rows for ref in refs],
         names=names,
     )
-    return estimates, provenance
+    return DatasetEstimate(tokens=estimates, provenance=provenance)
 
 
 def _measure(
@@ -115,7 +140,8 @@ def _measure(
     encoder: Encoder,
     estimation: TokenEstimation,
     seed: int,
-) -> tuple[float, dict[str, Any]]:
+) -> _Ratio:
+    """Calibrate the ratio on a sample of the dataset's documents (steps 1–3 of the module docstring)."""
     bits = np.random.PCG64(np.random.SeedSequence([seed, index, CALIBRATION_STREAM]))
     chosen = np.sort(permutation(bits, len(refs))[: estimation.calibration_shards_max])
     rows = np.array([refs[i].rows for i in chosen], dtype=np.int64)
@@ -134,13 +160,8 @@ def _measure(
     if nbytes == 0:
         raise ConfigError(f"dataset {name!r} calibration sample must hold text, got 0 bytes — check field {field!r}")
     ratio = tokens / nbytes
-    return ratio, {
-        "method": "measure",
-        "tokens_per_byte": ratio,
-        "calibration": {
-            "documents": len(texts),
-            "shards": [refs[i].uri for i in chosen],
-            "tokens": tokens,
-            "bytes": nbytes,
-        },
-    }
+    calibration = {"documents": len(texts), "shards": [refs[i].uri for i in chosen], "tokens": tokens, "bytes": nbytes}
+    return _Ratio(
+        tokens_per_byte=ratio,
+        provenance={"method": "measure", "tokens_per_byte": ratio, "calibration": calibration},
+    )

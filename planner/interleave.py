@@ -28,10 +28,28 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import NamedTuple
 
 import numpy as np
 
 MAX_PERIOD = 1 << 20
+
+
+class Block(NamedTuple):
+    """Positions ``[start, stop)`` of an interleaving, grouped by dataset so each dataset's documents can be
+    taken in one run and scattered into place (``column[order] = concatenated runs``).
+
+    Example, the schedule ``a b a c a b a b a c`` of the module docstring, block ``[0, 5)``:
+    ``choice = [0, 1, 0, 2, 0]``, ``order = [0, 2, 4, 1, 3]``, ``counts = [3, 1, 1]``.
+    """
+
+    #: The dataset (int16) supplying each position of the block, in plan order.
+    choice: np.ndarray
+    #: The block's positions (offsets from ``start``) grouped by dataset — dataset 0's first, each group in
+    #: plan order: ``np.argsort(choice, kind="stable")``.
+    order: np.ndarray
+    #: Positions of each dataset in the block (int64, one entry per dataset, 0 for a dataset it skips).
+    counts: np.ndarray
 
 
 def exact_fraction(value: float) -> Fraction:
@@ -140,16 +158,14 @@ class Interleaving:
             start += len(choice)
         return result
 
-    def block(self, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Positions ``[start, stop)``, each block starting where the previous one stopped: the dataset
-        (int16) of each, the positions grouped by dataset (offsets from ``start``, dataset 0's first, each
-        group in plan order — ``np.argsort(choice, kind="stable")``), and the size of each group."""
+    def block(self, start: int, stop: int) -> Block:
+        """Positions ``[start, stop)``, each block starting where the previous one stopped."""
         if start != sum(self._counts):
             raise ValueError(f"blocks must follow each other, got start {start} after {sum(self._counts)}")
         m = len(self._numerators)
         if not self.periodic:
             choice = _edf(self._numerators, self._denominator, stop - start, self._counts)
-            return choice, np.argsort(choice, kind="stable"), np.bincount(choice, minlength=m)
+            return Block(choice, np.argsort(choice, kind="stable"), np.bincount(choice, minlength=m))
         period = len(self._pattern)
         first = start % period
         choice = np.resize(np.roll(self._pattern, -first), stop - start) if stop > start else self._pattern[:0]
@@ -160,4 +176,4 @@ class Interleaving:
             lo, hi = np.searchsorted(offsets, [0, stop - start])
             parts.append(offsets[lo:hi])
             self._counts[i] += int(hi - lo)
-        return choice, np.concatenate(parts), np.array([len(p) for p in parts], dtype=np.int64)
+        return Block(choice, np.concatenate(parts), np.array([len(p) for p in parts], dtype=np.int64))

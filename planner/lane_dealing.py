@@ -11,8 +11,9 @@ Each document gets a size in *units*: its estimated (or exact) tokens when the p
 (sample mixtures planned without a tokenizer) its shard's bytes per row, ``ceil(shard bytes / rows)`` — a
 length estimate that costs nothing (the scan knows both) and tracks document length across datasets and
 shards. The plan's stream of units is cut into chunks of ``QUANTUM`` units, dealt round-robin; a document
-goes to the lane of the chunk holding its middle unit. Each lane then holds ``U / L ± (QUANTUM + one
-document)`` of the first ``U`` units.
+goes to the lane of the chunk holding its middle unit.
+
+Invariant: of the plan's first ``U`` units, each lane holds ``U / L ± (QUANTUM + one document)``.
 
 Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → chunks
 0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0.

@@ -11,8 +11,18 @@ completes its E-th pass. With ``on_exhaustion="stop"`` the plan also ends just b
 start a pass beyond E (1 when another budget is given).
 
 The plan is produced in chunks of consecutive positions (``chunks``), so memory does not grow with its
-length: ``CHUNK`` positions at a time, plus a few shuffle windows per dataset. Chunk boundaries never
-change the result. ``layout`` collects the chunks into whole columns for callers that want them.
+length: ``CHUNK`` positions at a time, plus a few shuffle windows per dataset. The mixtures hand over each
+run of positions as a ``Placement`` (``zephon.planner.placement``); ``chunks`` turns it into a ``Chunk`` of
+samples.parquet's columns. ``layout`` collects the chunks into whole columns for callers that want them.
+
+Invariant: chunk boundaries never change the result — the plan is a function of the prepared work source
+alone, and the same at any ``CHUNK``.
+
+Worked example, a sample mixture a 0.5 / b 0.5 over a (2 documents) and b (3 documents), no budget (so
+``epochs=1``): the interleaving is ``a b a b a b …``; b's last document of pass 1 is at position 5, so the
+plan has 6 positions — ``dataset_id = [0 1 0 1 0 1]``, ``epoch = [0 0 0 0 1 0]`` (a starts its second
+pass at position 4). With ``num_documents=6`` and ``on_exhaustion="stop"`` it ends just before that: 4
+positions.
 """
 
 from __future__ import annotations
@@ -27,8 +37,9 @@ from zephon.plan.format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
 from zephon.planner.interleave import Interleaving, exact_weights
 from zephon.planner.lane_dealing import Dealer, row_bytes
-from zephon.planner.orders import Reader
+from zephon.planner.orders import Documents, Reader
 from zephon.planner.phases import Stage
+from zephon.planner.placement import Placement
 from zephon.planner.prepare import PreparedPlan
 from zephon.planner.token_mix import schedule
 
@@ -41,15 +52,24 @@ class Chunk:
     """Columns of samples.parquet for positions ``[start, start + len)``; ``tokens``/``token_offset``/``lane``
     None when the plan has none."""
 
+    #: The plan position of the chunk's first document.
     start: int
-    stage: int  # the phase of every position in the chunk (0 without phases)
-    dataset_id: np.ndarray  # int16
-    shard_id: np.ndarray  # int32
-    row: np.ndarray  # int32
-    epoch: np.ndarray  # int32
-    tokens: np.ndarray | None  # int32
-    token_offset: np.ndarray | None  # int64
-    lane: np.ndarray | None  # int16
+    #: The phase of every position in the chunk (0 without phases).
+    stage: int
+    #: The dataset of each document (int16).
+    dataset_id: np.ndarray
+    #: Its global shard id (int32).
+    shard_id: np.ndarray
+    #: Its row within that shard (int32).
+    row: np.ndarray
+    #: The epoch (pass of its dataset, from 0) that reads it (int32).
+    epoch: np.ndarray
+    #: Its tokens, estimated or exact (int32).
+    tokens: np.ndarray | None
+    #: Exact plans: the offset of its first token in the plan's token stream (int64).
+    token_offset: np.ndarray | None
+    #: Estimated plans: the packing lane it is dealt to (int16; ``zephon.planner.lane_dealing``).
+    lane: np.ndarray | None
 
     def __len__(self) -> int:
         return len(self.dataset_id)
@@ -84,8 +104,8 @@ def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -
     )
 
 
-def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
-    """The plan in chunks of ``(stage, (dataset, shard, row, epoch[, tokens]))``, by document counts."""
+def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[Placement]:
+    """The plan, a chunk of positions at a time, by document counts."""
     source = prepared.source
     weights = list(stages[0].raw)
     fr = [float(f) for f in exact_weights(weights)]
@@ -123,24 +143,33 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
                 length = min(length, beyond)
     length = min(length, bound)
     readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
-    for cols in _blocks(schedule_, readers, list(range(len(readers))), length):
-        yield 0, cols
+    yield from _blocks(schedule_, readers, list(range(len(readers))), length, stage=0)
 
 
 def _blocks(
-    schedule_: Interleaving, readers: list[Reader], active: list[int], length: int
-) -> Iterator[tuple[np.ndarray, ...]]:
+    schedule_: Interleaving, readers: list[Reader], active: list[int], length: int, *, stage: int
+) -> Iterator[Placement]:
     """Positions ``[0, length)`` of ``schedule_`` over the ``active`` datasets' readers, CHUNK at a time."""
     ids = np.asarray(active, dtype=np.int16)
     for start in range(0, length, CHUNK):
-        choice, order, counts = schedule_.block(start, min(length, start + CHUNK))
-        parts = [readers[i].take(int(k)) for i, k in zip(active, counts, strict=True)]
-        cols = [ids[choice]]
-        for c in range(len(parts[0])):
-            col = np.empty(len(choice), dtype=parts[0][c].dtype)
-            col[order] = np.concatenate([p[c] for p in parts])
-            cols.append(col)
-        yield tuple(cols)
+        block = schedule_.block(start, min(length, start + CHUNK))
+        # Each dataset's run, one after another; ``block.order`` scatters them back to plan order.
+        runs = Documents.concat([readers[i].take(int(k)) for i, k in zip(active, block.counts, strict=True)])
+        yield Placement(
+            stage=stage,
+            dataset_id=ids[block.choice],
+            shard_id=_scatter(runs.shard_id, block.order),
+            row=_scatter(runs.row, block.order),
+            epoch=_scatter(runs.epoch, block.order),
+            tokens=_scatter(runs.tokens, block.order) if runs.tokens is not None else None,
+        )
+
+
+def _scatter(values: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """``column`` with ``column[order] = values``."""
+    column = np.empty(len(order), dtype=values.dtype)
+    column[order] = values
+    return column
 
 
 def _stages(
@@ -151,7 +180,7 @@ def _stages(
     passes: int,
     rows: list[int],
     stop: bool,
-) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
+) -> Iterator[Placement]:
     """A phased sample mixture: stage ``k`` interleaves its datasets over positions ``[bounds[k], bounds[k+1])``,
     each dataset reading on from where the previous stages left it. With ``stop``, the plan ends just before
     any dataset would start pass ``passes + 1``."""
@@ -169,16 +198,17 @@ def _stages(
             beyond = min((p for (p,) in found if p is not None), default=None)
             if beyond is not None:
                 length, ended = beyond, True
-        for cols in _blocks(schedule_, readers, active, length):
-            for i, n in zip(active, np.bincount(cols[0], minlength=len(readers))[active].tolist(), strict=True):
+        for placement in _blocks(schedule_, readers, active, length, stage=k):
+            counts = np.bincount(placement.dataset_id, minlength=len(readers))[active].tolist()
+            for i, n in zip(active, counts, strict=True):
                 read[i] += n
-            yield k, cols
+            yield placement
         if ended:
             return
 
 
-def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
-    """The plan in chunks of ``(stage, (dataset, shard, row, epoch, tokens))``, by token counts."""
+def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[Placement]:
+    """The plan, a chunk of positions at a time, by token counts."""
     source = prepared.source
     assert prepared.tokens is not None
     epoch_tokens = [int(sum(int(t.sum()) for t in group)) for group in prepared.tokens]
@@ -196,14 +226,12 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
 def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
     """The plan described by ``prepared``, in chunks of consecutive positions."""
     stages = prepared.stages
-    raw = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
-    known = prepared.tokens is not None
+    placements = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
     dealer = None if prepared.exact else Dealer(prepared.source.lanes)
-    sizes = None if known else row_bytes(prepared.shards)
+    sizes = None if prepared.tokens is not None else row_bytes(prepared.shards)
     start = offset = 0
-    for stage, cols in raw:
-        dataset_id, shard, row, epoch = cols[:4]
-        tokens = cols[4] if known else None
+    for placement in placements:
+        tokens = placement.tokens
         token_offset = None
         if prepared.exact:
             assert tokens is not None
@@ -214,16 +242,16 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
             offset += int(tokens.sum())
         yield Chunk(
             start=start,
-            stage=stage,
-            dataset_id=dataset_id.astype(np.int16, copy=False),
-            shard_id=shard.astype(np.int32, copy=False),
-            row=row.astype(np.int32, copy=False),
-            epoch=epoch.astype(np.int32, copy=False),
+            stage=placement.stage,
+            dataset_id=placement.dataset_id.astype(np.int16, copy=False),
+            shard_id=placement.shard_id.astype(np.int32, copy=False),
+            row=placement.row.astype(np.int32, copy=False),
+            epoch=placement.epoch.astype(np.int32, copy=False),
             tokens=tokens.astype(np.int32) if tokens is not None else None,
             token_offset=token_offset,
-            lane=dealer.deal(tokens if sizes is None else sizes[shard]) if dealer is not None else None,
+            lane=dealer.deal(tokens if sizes is None else sizes[placement.shard_id]) if dealer is not None else None,
         )
-        start += len(dataset_id)
+        start += len(placement.dataset_id)
 
 
 def best_fit(prepared: PreparedPlan, tokens: np.ndarray) -> Bins | None:

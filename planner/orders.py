@@ -20,8 +20,69 @@ per dataset however large the dataset is.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Literal, NamedTuple
 
 import numpy as np
+
+
+class Window(NamedTuple):
+    """One shuffle window of an epoch: which shards it reads, and in what order it reads their rows."""
+
+    #: The window's shard indexes (into the dataset's shards, not global ids), in window order.
+    shards: np.ndarray
+    #: Permutation of the window's rows (rows numbered shard after shard, in ``shards`` order); None without
+    #: shuffling (rows are read in that order).
+    perm: np.ndarray | None
+
+
+class WindowRows(NamedTuple):
+    """A window's documents in reading order, one entry per document."""
+
+    #: The shard index (into the dataset's shards; int32) of each document.
+    shard: np.ndarray
+    #: Its row within that shard (int32).
+    row: np.ndarray
+
+
+class EpochOrder(NamedTuple):
+    """One epoch of one dataset in reading order, one entry per document."""
+
+    #: Global shard id (int32) of each document.
+    shard_id: np.ndarray
+    #: Its row within that shard (int32).
+    row: np.ndarray
+
+
+class Documents(NamedTuple):
+    """A run of one dataset's documents in reading order, one array per column (``Reader.take``)."""
+
+    #: Global shard id (int32) of each document.
+    shard_id: np.ndarray
+    #: Its row within that shard (int32).
+    row: np.ndarray
+    #: The epoch (pass, from 0) that reads it (int32).
+    epoch: np.ndarray
+    #: Its tokens (int64); None when the plan has no token counts.
+    tokens: np.ndarray | None
+
+    def slice(self, start: int, stop: int) -> Documents:
+        """Documents ``[start, stop)`` of the run (views)."""
+        return Documents._make(None if c is None else c[start:stop] for c in self)
+
+    @staticmethod
+    def concat(runs: Sequence[Documents]) -> Documents:
+        """``runs`` one after another, copied (at least one run; all with tokens or all without)."""
+        return Documents._make(None if c[0] is None else np.concatenate(c) for c in zip(*runs, strict=True))
+
+    @staticmethod
+    def empty(tokens: bool) -> Documents:
+        """No documents; with an (empty) tokens column when ``tokens``."""
+        return Documents(
+            shard_id=np.empty(0, np.int32),
+            row=np.empty(0, np.int32),
+            epoch=np.empty(0, np.int32),
+            tokens=np.empty(0, np.int64) if tokens else None,
+        )
 
 
 def permutation(bits: np.random.PCG64, n: int) -> np.ndarray:
@@ -70,28 +131,27 @@ def epoch_windows(
     epoch: int,
     shuffle: bool,
     window_shards: int,
-) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """Yield ``(shards, perm)`` per window of one epoch: the window's shard indexes (into ``shard_rows``) in
-    window order, and the permutation of the window's rows (None without shuffling)."""
+) -> Iterator[Window]:
+    """Yield each window of one epoch, in reading order (``shards`` index ``shard_rows``)."""
     bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, epoch]))
     order = permutation(bits, len(shard_rows)) if shuffle else np.arange(len(shard_rows))
     for start in range(0, len(order), window_shards):
         window = order[start : start + window_shards]
-        yield window, (permutation(bits, int(shard_rows[window].sum())) if shuffle else None)
+        yield Window(window, permutation(bits, int(shard_rows[window].sum())) if shuffle else None)
 
 
-def window_rows(window: np.ndarray, shard_rows: np.ndarray, perm: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """``(shard index, row)`` arrays of one window in reading order: the window's rows, shard after shard,
-    taken in ``perm`` order."""
-    counts = shard_rows[window]
+def window_rows(window: Window, shard_rows: np.ndarray) -> WindowRows:
+    """The documents of ``window`` in reading order: its rows, shard after shard, taken in ``perm`` order."""
+    shards, perm = window
+    counts = shard_rows[shards]
     total = int(counts.sum())
     kind = np.int32 if total <= np.iinfo(np.int32).max else np.int64
-    shards = np.repeat(window.astype(np.int32), counts)
+    local = np.repeat(shards.astype(np.int32), counts)
     # Row index within its shard: position minus the start of that shard's run.
     rows = np.arange(total, dtype=kind) - np.repeat((np.cumsum(counts) - counts).astype(kind), counts)
     if perm is not None:
-        shards, rows = shards[perm], rows[perm]
-    return shards, rows.astype(np.int32, copy=False)
+        local, rows = local[perm], rows[perm]
+    return WindowRows(shard=local, row=rows.astype(np.int32, copy=False))
 
 
 def epoch_order(
@@ -103,27 +163,27 @@ def epoch_order(
     epoch: int,
     shuffle: bool,
     window_shards: int,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Return ``(shard_id, row)`` arrays (int32) of one epoch of one dataset, in reading order."""
+) -> EpochOrder:
+    """One epoch of one dataset, in reading order."""
     ids = np.asarray(shard_ids, dtype=np.int32)
     shard_parts: list[np.ndarray] = []
     row_parts: list[np.ndarray] = []
-    for window, perm in epoch_windows(
+    for window in epoch_windows(
         shard_rows, seed=seed, dataset_index=dataset_index, epoch=epoch, shuffle=shuffle, window_shards=window_shards
     ):
-        local, rows = window_rows(window, shard_rows, perm)
-        shard_parts.append(ids[local])
-        row_parts.append(rows)
+        rows = window_rows(window, shard_rows)
+        shard_parts.append(ids[rows.shard])
+        row_parts.append(rows.row)
     if not shard_parts:
-        return np.empty(0, np.int32), np.empty(0, np.int32)
-    return np.concatenate(shard_parts), np.concatenate(row_parts)
+        return EpochOrder(shard_id=np.empty(0, np.int32), row=np.empty(0, np.int32))
+    return EpochOrder(shard_id=np.concatenate(shard_parts), row=np.concatenate(row_parts))
 
 
 class Reader:
     """One dataset's documents in reading order, epoch after epoch, produced a window at a time.
 
-    ``take(k)`` returns the next ``k`` documents as ``(shard_id, row, epoch, tokens)`` (``tokens`` None when
-    the plan has no token counts); with ``max_epochs`` set it returns fewer once those epochs are read.
+    ``take(k)`` returns the next ``k`` documents as ``Documents`` (``tokens`` None when the plan has no token
+    counts); with ``max_epochs`` set it returns fewer once those epochs are read.
     """
 
     def __init__(
@@ -145,8 +205,8 @@ class Reader:
         self._shuffle, self._window = shuffle, window_shards
         self._max_epochs = max_epochs
         self.epoch = -1  # epoch of the window generated last
-        self._windows: Iterator[tuple[np.ndarray, np.ndarray | None]] = iter(())
-        self._parts: list[tuple[np.ndarray, ...]] = []
+        self._windows: Iterator[Window] = iter(())
+        self._parts: list[Documents] = []
         self._head = 0  # documents of _parts[0] already taken
         self.buffered = 0  # documents generated and not yet taken
         self.exhausted = False
@@ -154,16 +214,25 @@ class Reader:
     def _next_window(self) -> bool:
         """Generate the next non-empty window; False when ``max_epochs`` epochs are generated."""
         while True:
-            for window, perm in self._windows:
-                if not self._rows[window].any():
+            for window in self._windows:
+                if not self._rows[window.shards].any():
                     continue
-                local, rows = window_rows(window, self._rows, perm)
-                part: tuple[np.ndarray, ...] = (self._ids[local], rows, np.full(len(rows), self.epoch, np.int32))
+                rows = window_rows(window, self._rows)
+                tokens = None
                 if self._tokens is not None:
-                    flat = np.concatenate([self._tokens[j] for j in window.tolist()]).astype(np.int64, copy=False)
-                    part += (flat[perm] if perm is not None else flat,)
-                self._parts.append(part)
-                self.buffered += len(rows)
+                    flat = np.concatenate([self._tokens[j] for j in window.shards.tolist()])
+                    flat = flat.astype(np.int64, copy=False)
+                    tokens = flat[window.perm] if window.perm is not None else flat
+                n = len(rows.row)
+                self._parts.append(
+                    Documents(
+                        shard_id=self._ids[rows.shard],
+                        row=rows.row,
+                        epoch=np.full(n, self.epoch, np.int32),
+                        tokens=tokens,
+                    )
+                )
+                self.buffered += n
                 return True
             if (self._max_epochs is not None and self.epoch + 1 >= self._max_epochs) or not self._rows.any():
                 self.exhausted = True
@@ -188,37 +257,35 @@ class Reader:
         """Generate one more window; False when none is left."""
         return self._next_window()
 
-    def peek(self, column: int) -> np.ndarray:
-        """One column of every buffered document (0 shard, 1 row, 2 epoch, 3 tokens), concatenated."""
+    def peek(self, column: Literal["shard_id", "row", "epoch", "tokens"]) -> np.ndarray:
+        """One column of every buffered document, concatenated (the merge peeks at ``"tokens"``)."""
         self._consolidate()
-        return self._parts[0][column][self._head :] if self._parts else np.empty(0, np.int64)
+        values = getattr(self._parts[0], column) if self._parts else None
+        return values[self._head :] if values is not None else np.empty(0, np.int64)
 
     def _consolidate(self) -> None:
         if len(self._parts) > 1 or self._head:
-            first, rest = self._parts[0], self._parts[1:]
-            width = len(first)
-            self._parts = [tuple(np.concatenate([first[c][self._head :], *(p[c] for p in rest)]) for c in range(width))]
+            first = self._parts[0]
+            self._parts = [Documents.concat([first.slice(self._head, len(first.row)), *self._parts[1:]])]
             self._head = 0
 
-    def take(self, k: int) -> tuple[np.ndarray, ...]:
-        """The next ``k`` documents (fewer when the epochs run out), one array per column."""
+    def take(self, k: int) -> Documents:
+        """The next ``k`` documents (fewer when the epochs run out)."""
         self.fill(k)
         k = min(k, self.buffered)
-        out: list[list[np.ndarray]] = []
+        out: list[Documents] = []
         need = k
         while need:
             part = self._parts[0]
-            n = min(need, len(part[0]) - self._head)
-            out.append([c[self._head : self._head + n] for c in part])
+            size = len(part.row)
+            n = min(need, size - self._head)
+            out.append(part.slice(self._head, self._head + n))
             self._head += n
             need -= n
-            if self._head == len(part[0]):
+            if self._head == size:
                 self._parts.pop(0)
                 self._head = 0
         self.buffered -= k
-        width = 4 if self._tokens is not None else 3
         if not out:
-            return tuple(np.empty(0, np.int64 if c == 3 else np.int32) for c in range(width))
-        if len(out) == 1:
-            return tuple(out[0])
-        return tuple(np.concatenate(c) for c in zip(*out, strict=True))
+            return Documents.empty(self._tokens is not None)
+        return out[0] if len(out) == 1 else Documents.concat(out)

@@ -12,8 +12,11 @@ plan position or as a token count — whichever the unit fixes before the plan i
 
 A stage that starts at a token begins with the first document placed after the stream has reached that
 many tokens (the document that crosses the boundary belongs to the earlier stage), so in a wrap plan a
-phase in steps begins within its step. Starts are validated to increase; two starts that round to the same
-position leave the earlier stage empty.
+phase in steps begins within its step.
+
+Invariant: every stage has exactly one start (a position or a token count), stage 0 starts at position 0,
+and starts are validated to increase; two starts that round to the same position leave the earlier stage
+empty.
 
 Worked example: ``num_tokens = 10^6``, phases at fraction 0.9 → stage 0 from position 0 and stage 1 from
 token 900,000. If the documents reach 899,990 and then one of 40 tokens is placed (899,990 → 900,030), that

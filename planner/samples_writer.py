@@ -21,6 +21,14 @@ Encodings, chosen by measuring each column's bytes per document (docs/performanc
 * ``tokens`` (estimated or exact counts) are plain, zstd; all-null columns cost nothing.
 
 All pages are zstd (level 3). Writing happens on a second thread, overlapping the layout of the next chunk.
+
+Invariant: the file's bytes depend only on the plan's rows (and the pyarrow version), never on how they
+were chunked: rows are held back until a whole row group is available, and only the last row group is short.
+
+Worked example, row groups of R rows and chunks of 1.5 R, 1.5 R and 0.2 R rows: the first chunk writes one
+row group and holds 0.5 R rows; the second completes and writes two more (0.5 R + 1.5 R = 2 R); the third
+is held, and ``close`` writes it as the last row group of 0.2 R — the same four row groups as one chunk
+of 3.2 R rows.
 """
 
 from __future__ import annotations
@@ -49,9 +57,13 @@ ENCODINGS = {
 class StageTotals:
     """One stage's share of the totals (chunks never span stages)."""
 
+    #: The position of the stage's first document.
     first_position: int
+    #: Datasets in the plan (the length of ``docs`` and ``tokens``).
     datasets: int
+    #: Documents the stage placed, per dataset.
     docs: np.ndarray = field(init=False)
+    #: Tokens the stage placed, per dataset (float64 sums of integers: exact); None without tokens.
     tokens: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -62,12 +74,19 @@ class StageTotals:
 class Totals:
     """What plan.json reports about the samples, accumulated chunk by chunk."""
 
+    #: Datasets in the plan (the length of the per-dataset arrays).
     datasets: int
-    keep_tokens: bool  # keep every document's tokens (best-fit packing needs them all)
+    #: Keep every document's tokens (best-fit packing needs them all).
+    keep_tokens: bool
+    #: Documents (positions) so far.
     documents: int = 0
-    docs: np.ndarray = field(init=False)  # per dataset
-    last_epoch: np.ndarray = field(init=False)  # per dataset, -1 before its first document
-    tokens: np.ndarray | None = None  # per dataset (float64 sums of integers: exact), None without tokens
+    #: Documents per dataset.
+    docs: np.ndarray = field(init=False)
+    #: The last epoch started, per dataset; -1 before its first document.
+    last_epoch: np.ndarray = field(init=False)
+    #: Tokens per dataset (float64 sums of integers: exact); None without tokens.
+    tokens: np.ndarray | None = None
+    #: With ``keep_tokens``: every chunk's tokens, in plan order.
     token_parts: list[np.ndarray] = field(default_factory=list)
     #: Per stage (phase) that placed documents: first position, documents and tokens per dataset.
     stages: dict[int, StageTotals] = field(default_factory=dict)

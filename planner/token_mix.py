@@ -26,31 +26,41 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.planner.orders import Reader
+from zephon.planner.orders import Documents, Reader
 from zephon.planner.phases import Stage
+from zephon.planner.placement import Placement
 
 #: Documents each reader keeps buffered ahead of the placed prefix.
 FILL = 1 << 18
 
 
-def _budget(
-    epoch_tokens: list[int], weights: list[float], *, passes: int, stop: bool, open_ended: bool
-) -> tuple[float, list[int | None]]:
-    """The last finish time the plan may place, and the epochs each dataset may read."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Budget:
+    """How far the first stage's merge may run, and how many epochs each dataset's reader may produce."""
+
+    #: The last finish time the plan may place (``math.inf`` when only a document or token budget ends it).
+    horizon: float
+    #: Per dataset, the epochs its reader may read; None for no cap.
+    max_epochs: tuple[int | None, ...]
+
+
+def _budget(epoch_tokens: list[int], weights: list[float], *, passes: int, stop: bool, open_ended: bool) -> _Budget:
+    """The budget of the first stage's merge over datasets of ``epoch_tokens`` tokens per pass."""
     pass_finish = [passes * max(1, e) / w for e, w in zip(epoch_tokens, weights, strict=True)]
     limit = min(pass_finish) if stop else math.inf
     if open_ended:
-        return limit, [passes if stop else None] * len(weights)
+        return _Budget(horizon=limit, max_epochs=(passes if stop else None,) * len(weights))
     horizon = min(limit, max(pass_finish))
-    caps: list[int | None] = [
+    caps = tuple(
         max(1, int(np.ceil(horizon * w / max(1, e)))) + (0 if stop else 1)
         for e, w in zip(epoch_tokens, weights, strict=True)
-    ]
-    return horizon, caps
+    )
+    return _Budget(horizon=horizon, max_epochs=caps)
 
 
 def schedule(
@@ -62,8 +72,8 @@ def schedule(
     stop: bool,
     num_documents: int | None,
     num_tokens: int | None,
-) -> Iterator[tuple[int, tuple[np.ndarray, ...]]]:
-    """Yield the plan in order, in chunks ``(stage, (dataset, shard, row, epoch, tokens))``.
+) -> Iterator[Placement]:
+    """Yield the plan in order, a chunk of positions at a time (``tokens`` always set).
 
     ``reader(i, max_epochs)`` opens dataset ``i``'s documents. Budget rules as in ``zephon.planner.layout``:
     with neither ``num_documents`` nor ``num_tokens``, every document whose finish time is at most
@@ -85,8 +95,9 @@ def schedule(
     if not open_ended and len(stages) > 1:
         raise ConfigError("phases must come with a num_documents or num_tokens budget, got none — set one")
     first = [float(f) for f in stages[0].fractions()]
-    horizon, caps = _budget(epoch_tokens, first, passes=passes, stop=stop, open_ended=open_ended)
-    merge = _Merge([reader(i, cap) for i, cap in enumerate(caps)])
+    budget = _budget(epoch_tokens, first, passes=passes, stop=stop, open_ended=open_ended)
+    horizon = budget.horizon
+    merge = _Merge([reader(i, cap) for i, cap in enumerate(budget.max_epochs)])
     for k, stage in enumerate(stages):
         later = stages[k + 1] if k + 1 < len(stages) else None
         end_documents = later.start_position if later is not None else num_documents
@@ -94,8 +105,7 @@ def schedule(
         weights = [float(f) for f in stage.fractions()]
         if open_ended and stop:
             horizon = min((passes * epoch_tokens[i] - merge.consumed[i]) / weights[i] for i in stage.active)
-        for cols in merge.run(weights, horizon, end_documents=end_documents, end_tokens=end_tokens):
-            yield k, cols
+        yield from merge.run(weights, horizon, stage=k, end_documents=end_documents, end_tokens=end_tokens)
         if merge.ended:
             return
 
@@ -111,10 +121,17 @@ class _Merge:
         self.ended = False  # the plan ended (stop limit or epochs budget) before the stage's end
 
     def run(
-        self, weights: list[float], horizon: float, *, end_documents: int | None, end_tokens: int | None
-    ) -> Iterator[tuple[np.ndarray, ...]]:
+        self,
+        weights: list[float],
+        horizon: float,
+        *,
+        stage: int,
+        end_documents: int | None,
+        end_tokens: int | None,
+    ) -> Iterator[Placement]:
         """Place documents by finish time with ``weights`` until ``end_documents`` positions or the document
-        that reaches ``end_tokens`` tokens (in the whole plan), or the ``horizon``."""
+        that reaches ``end_tokens`` tokens (in the whole plan), or the ``horizon``; as placements of
+        ``stage``."""
         active = [i for i, w in enumerate(weights) if w > 0]
         readers = [self.readers[i] for i in active]
         w = [weights[i] for i in active]
@@ -127,7 +144,7 @@ class _Merge:
             finish = []
             for j, r in enumerate(readers):
                 r.fill(FILL)
-                finish.append((carry[j] + np.cumsum(r.peek(3), dtype=np.float64)) / w[j])
+                finish.append((carry[j] + np.cumsum(r.peek("tokens"), dtype=np.float64)) / w[j])
             live = [f[-1] for r, f in zip(readers, finish, strict=True) if not r.exhausted]
             bound = min(live, default=math.inf)
             final = bound > horizon
@@ -142,7 +159,7 @@ class _Merge:
                         r.grow()
                 continue
             keys = np.concatenate([f[:k] for f, k in zip(finish, counts, strict=True)])
-            tokens = np.concatenate([r.peek(3)[:k] for r, k in zip(readers, counts, strict=True)])
+            tokens = np.concatenate([r.peek("tokens")[:k] for r, k in zip(readers, counts, strict=True)])
             slot = np.concatenate([np.full(k, j, np.int16) for j, k in enumerate(counts)])
             # Runs are concatenated by dataset, each in reading order: a stable sort by finish time alone gives
             # (finish, dataset, reading order), merging the sorted runs.
@@ -162,16 +179,26 @@ class _Merge:
                 slot = np.concatenate([np.full(k, j, np.int16) for j, k in enumerate(counts)])
                 order = np.argsort(keys, kind="stable")
             parts = [r.take(k) for r, k in zip(readers, counts, strict=True)]
-            dataset = np.asarray(active, np.int16)[slot]
-            cols = [dataset[order]] + [np.concatenate([p[c] for p in parts])[order] for c in range(4)]
             for j, p in enumerate(parts):
-                placed = int(p[3].sum())
+                assert p.tokens is not None, "a token mixture's readers have token counts"
+                placed = int(p.tokens.sum())
                 carry[j] += float(placed)
                 self.consumed[active[j]] += placed
+            # Runs concatenated by dataset; ``order`` gathers them into plan order.
+            runs = Documents.concat(parts)
+            assert runs.tokens is not None
+            ordered_tokens = runs.tokens[order]
             if n:
-                yield tuple(cols)
+                yield Placement(
+                    stage=stage,
+                    dataset_id=np.asarray(active, np.int16)[slot][order],
+                    shard_id=runs.shard_id[order],
+                    row=runs.row[order],
+                    epoch=runs.epoch[order],
+                    tokens=ordered_tokens,
+                )
             self.documents += n
-            self.tokens += int(cols[4].sum())
+            self.tokens += int(ordered_tokens.sum())
             if final:
                 self.ended = True
             if done:
