@@ -86,21 +86,22 @@ class ExactSequences:
     def __init__(
         self, plan: PlanBundle, encoder: Encoder, reader: ShardReader, pad_id: int, *, background: bool = False
     ) -> None:
-        packing = plan.manifest["packing"]
+        packing = plan.manifest.exact_packing()
         self.plan = plan
-        self.max_length = int(packing["max_length"])
-        self.algorithm = packing["algorithm"]
-        self.num_sequences = int(packing["sequences"])
+        self.max_length = packing.max_length
+        self.algorithm = packing.algorithm
+        self.num_sequences = packing.sequences
         self.encoder = encoder
         self.reader = reader
         self.pad_id = pad_id
         self.samples = RowGroupIndex(
             plan.sample_files[0], ["dataset_id", "shard_id", "row", "tokens", "token_offset"], key="token_offset"
         )
-        self.total_tokens = int(plan.manifest["totals"]["tokens"])
+        assert plan.manifest.totals.tokens is not None  # read_manifest requires it of exact plans
+        self.total_tokens = plan.manifest.totals.tokens
         self.bins = (
             RowGroupIndex(
-                plan.path / plan.manifest["files"]["bins"],
+                plan.path / (plan.manifest.files.bins or ""),  # read_manifest requires it of best-fit plans
                 ["sequence", "offset", "position", "doc_start", "length"],
                 key="sequence",
             )
@@ -331,19 +332,18 @@ def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> 
             "offsets and packing include every document, so none can be skipped: fix or remove the bad documents "
             "and re-plan, or plan without exact_tokens to skip them"
         )
-    tok = plan.manifest["tokenizer"]
-    packing = plan.manifest["packing"]
+    tok = plan.manifest.tokenizer
+    assert tok is not None  # read_manifest requires it of exact plans
+    packing = plan.manifest.exact_packing()
     differences = []
-    if tok["fingerprint"] != encoder.fingerprint:
-        differences.append(
-            f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok['id']!r}; fingerprints differ)"
-        )
-    if tok["field"] != spec.tokenize.field:
-        differences.append(f"field {spec.tokenize.field!r} (planned {tok['field']!r})")
-    if packing["max_length"] != spec.pack.max_length:
-        differences.append(f"max_length {spec.pack.max_length} (planned {packing['max_length']})")
-    if packing["algorithm"] != spec.pack.algorithm:
-        differences.append(f"algorithm {spec.pack.algorithm!r} (planned {packing['algorithm']!r})")
+    if tok.fingerprint != encoder.fingerprint:
+        differences.append(f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok.id!r}; fingerprints differ)")
+    if tok.field != spec.tokenize.field:
+        differences.append(f"field {spec.tokenize.field!r} (planned {tok.field!r})")
+    if packing.max_length != spec.pack.max_length:
+        differences.append(f"max_length {spec.pack.max_length} (planned {packing.max_length})")
+    if packing.algorithm != spec.pack.algorithm:
+        differences.append(f"algorithm {spec.pack.algorithm!r} (planned {packing.algorithm!r})")
     if differences:
         raise ConfigError(
             f"an exact plan must run with the settings it was planned with, got {'; '.join(differences)} — "

@@ -5,14 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
-from zephon.plan.format import SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema
-from zephon.plan.manifest import read_manifest
+from zephon.plan.format import SAMPLES_SCHEMA, SHARDS_SCHEMA, check_schema
+from zephon.plan.manifest import Manifest, read_manifest
 from zephon.plan.records import ShardRef, shard_refs
 
 #: Documents in the first chunk ``PlanBundle.chunks`` yields (then doubling up to the chunk size).
@@ -38,25 +37,25 @@ class PlanBundle:
 
     def __init__(self, plan_dir: str | Path) -> None:
         self.path = Path(plan_dir)
-        self.manifest: dict[str, Any] = read_manifest(self.path)
-        shards_file = self.path / SHARDS_FILE
+        self.manifest: Manifest = read_manifest(self.path)
+        shards_file = self.path / self.manifest.files.shards
         try:
             table = pq.read_table(shards_file)
         except (OSError, ValueError) as exc:
             raise PlanFormatError(f"{shards_file} must be a readable Parquet file, got {exc} — re-plan") from exc
         check_schema(table.schema, SHARDS_SCHEMA, shards_file)
         self.shards: list[ShardRef] = shard_refs(table)
-        self.sample_files = [self.path / name for name in self.manifest["files"]["samples"]]
+        self.sample_files = [self.path / name for name in self.manifest.files.samples]
         for file in self.sample_files:
             check_schema(pq.read_schema(file), SAMPLES_SCHEMA, file)
 
     @property
     def num_documents(self) -> int:
-        return int(self.manifest["totals"]["documents"])
+        return self.manifest.totals.documents
 
     @property
     def dataset_names(self) -> list[str]:
-        return [d["name"] for d in self.manifest["datasets"]]
+        return self.manifest.dataset_names
 
     def chunks(self, chunk_size: int, start: int = 0, *, ramp: int = FIRST_CHUNK) -> Iterator[SampleChunk]:
         """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time.

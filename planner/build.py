@@ -10,10 +10,6 @@ directory renamed into place, so a reader never sees a half-written bundle.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import tempfile
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -30,12 +26,16 @@ from zephon.plan.format import (
     SAMPLES_FILE,
     SHARDS_FILE,
 )
+from zephon.plan.records import shards_table
 from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
+from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir
+from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
+from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
@@ -48,20 +48,10 @@ def _zephon_version() -> str:
 
 
 def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
-    refs = [r for group in prepared.shards for r in group]
-    return pl.DataFrame(
-        {
-            "shard_id": pl.Series([r.shard_id for r in refs], dtype=pl.Int32),
-            "dataset_id": pl.Series([r.dataset_id for r in refs], dtype=pl.Int16),
-            "dataset": pl.Series([r.dataset for r in refs], dtype=pl.String),
-            "uri": pl.Series([r.uri for r in refs], dtype=pl.String),
-            "format": pl.Series([r.format for r in refs], dtype=pl.String),
-            "rows": pl.Series([r.rows for r in refs], dtype=pl.Int64),
-            "bytes": pl.Series([r.bytes for r in refs], dtype=pl.Int64),
-            "row_groups": pl.Series([r.row_groups for r in refs], dtype=pl.Int32),
-            "fingerprint": pl.Series([r.fingerprint for r in refs], dtype=pl.String),
-        }
-    )
+    # Columns and types from SHARDS_SCHEMA; written by Polars, as the bundle's other small tables.
+    frame = pl.from_arrow(shards_table(r for group in prepared.shards for r in group))
+    assert isinstance(frame, pl.DataFrame)
+    return frame
 
 
 def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict[str, Any]:
@@ -188,60 +178,23 @@ def eval_fraction(text: str) -> float:
     return int(num) / int(den or 1)
 
 
-#: Suffix of the file beside a bundle's temporary directory that names its writer: ``"<hostname> <pid>"``.
-WRITER_SUFFIX = ".writer"
-
-
-def _writer_mark(tmp: Path) -> Path:
-    return tmp.with_name(tmp.name + WRITER_SUFFIX)
-
-
-def sweep_stale_temporaries(out_dir: Path) -> list[Path]:
-    """Remove ``.NAME.tmp-*`` siblings of ``out_dir`` left by writers that died (``kill -9``, power loss).
-
-    Each temporary has a mark beside it (``.NAME.tmp-XXXX.writer``) naming its writer's host and pid. Only
-    temporaries whose writer ran on this host and no longer exists are removed; another host's, a live
-    writer's and unmarked ones are left alone. Returns the removed temporaries.
-    """
-    removed = []
-    for mark in sorted(out_dir.parent.glob(f".{out_dir.name}.tmp-*{WRITER_SUFFIX}")):
-        try:
-            host, pid = mark.read_text(encoding="utf-8").split()
-            alive = host != socket.gethostname() or _process_exists(int(pid))
-        except (OSError, ValueError):
-            continue
-        if not alive:
-            tmp = mark.with_name(mark.name[: -len(WRITER_SUFFIX)])
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
-                removed.append(tmp)
-            mark.unlink(missing_ok=True)
-    return removed
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+def _storage_fix(out_dir: Path) -> str:
+    """The alternative a storage error offers: the Pipeline plans into the cache, ``zephon plan`` where told."""
+    if out_dir.absolute().is_relative_to(cache_dir().absolute()):
+        return CACHE_DIR_FIX
+    return "or write the plan to another directory"
 
 
 def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False) -> Path:
-    """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``."""
+    """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``
+    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
         raise ConfigError(
             f"plan output directory must be new or empty, got existing {out_dir} — choose another path "
             "or pass overwrite=True (--overwrite)"
         )
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    sweep_stale_temporaries(out_dir)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.tmp-", dir=out_dir.parent))
-    try:
-        _writer_mark(tmp).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+    with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm == "best_fit"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
         writer = SamplesWriter(tmp / SAMPLES_FILE)
@@ -268,18 +221,6 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
         text = json.dumps(_manifest(prepared, totals, bins), indent=2) + "\n"
         (tmp / PLAN_JSON).write_text(text, encoding="utf-8")
-        if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            os.replace(out_dir, old)
-            os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    finally:
-        _writer_mark(tmp).unlink(missing_ok=True)
     return out_dir
 
 

@@ -21,7 +21,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.tokenize import Encoder
 from zephon.plan.format import FORMAT_VERSION
-from zephon.plan.records import ShardInfo, ShardRef
+from zephon.plan.records import ShardRef
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
@@ -57,21 +57,6 @@ class PreparedPlan:
         return self.source.exact_tokens
 
 
-def shard_ref(info: ShardInfo, *, shard_id: int, dataset_id: int, dataset: str) -> ShardRef:
-    """The plan's record of a scanned shard."""
-    return ShardRef(
-        shard_id=shard_id,
-        dataset_id=dataset_id,
-        dataset=dataset,
-        uri=info.uri,
-        format=info.format,
-        rows=info.rows,
-        bytes=info.bytes,
-        fingerprint=info.fingerprint,
-        row_groups=info.row_groups,
-    )
-
-
 def shard_refs(source: WorkSource) -> tuple[tuple[ShardRef, ...], ...]:
     out = []
     next_id = 0
@@ -80,7 +65,7 @@ def shard_refs(source: WorkSource) -> tuple[tuple[ShardRef, ...], ...]:
         for info in ds.shards():
             if info.rows > np.iinfo(np.int32).max:
                 raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
-            refs.append(shard_ref(info, shard_id=next_id, dataset_id=index, dataset=ds.name))
+            refs.append(info.placed(shard_id=next_id, dataset_id=index, dataset=ds.name))
             next_id += 1
         if sum(r.rows for r in refs) == 0:
             raise DatasetError(
@@ -132,7 +117,7 @@ def prepare(
             assert source.token_estimation is not None
             tokens, provenance = [], {}
             for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True)):
-                arrays, prov = estimate_dataset(
+                estimate = estimate_dataset(
                     index=index,
                     name=ds.name,
                     refs=refs,
@@ -141,8 +126,8 @@ def prepare(
                     estimation=source.token_estimation,
                     seed=source.seed,
                 )
-                tokens.append(arrays)
-                provenance[ds.name] = prov
+                tokens.append(estimate.tokens)
+                provenance[ds.name] = estimate.provenance
     return assemble(
         source,
         shards,

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import sys
@@ -19,13 +20,13 @@ from synthetic_plans import ROWS, shard_text, token_pattern, write_synthetic_pla
 from zephon.cli import cli
 from zephon.errors import ConfigError
 from zephon.inspection.audit import AuditSpec, audit_plan, plot_shares
-from zephon.inspection.diff import ConfigChange, DatasetVolumes, ShardRef, diff_plans
+from zephon.inspection.diff import ConfigChange, DatasetVolumes, diff_plans
 from zephon.inspection.show import preview, short_uris, show_step
 from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, run_query
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
-from zephon.plan.manifest import read_manifest
+from zephon.plan.manifest import PlanBatch, read_manifest
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
@@ -85,9 +86,9 @@ def _expected_units(plan: Path, per: int) -> list[tuple[int, int, int, int | Non
     m = read_manifest(plan)
     s = _samples(plan)
     out: list[tuple[int, int, int, int | None]] = []
-    if m["totals"].get("tokens") is None:
+    if m.totals.tokens is None:
         return [(int(p) // per, int(p), int(d), None) for p, d in zip(s["position"], s["dataset_id"], strict=True)]
-    if (m.get("packing") or {}).get("algorithm") == "best_fit":
+    if m.packing is not None and m.packing.algorithm == "best_fit":
         bins = pq.read_table(plan / "bins.parquet").to_pylist()
         acc: dict[tuple[int, int], int] = {}
         for b in bins:
@@ -141,9 +142,9 @@ def test_wrap_steps_hold_batch_times_length_tokens_except_the_last(plans) -> Non
         plans["wrap"], "SELECT step, sum(tokens_in_step) FROM steps GROUP BY step ORDER BY step", batch_size=B
     )
     sums = [t for _, t in rows.rows]
-    total = read_manifest(plans["wrap"])["totals"]["tokens"]
+    total = read_manifest(plans["wrap"]).totals.tokens
     assert sums[:-1] == [B * L] * (len(sums) - 1) and sum(sums) == total
-    assert len(sums) == -(-read_manifest(plans["wrap"])["packing"]["sequences"] // B)
+    assert len(sums) == -(-read_manifest(plans["wrap"]).exact_packing().sequences // B)
 
 
 def test_worked_example_of_the_docs(tmp_path) -> None:
@@ -180,7 +181,7 @@ def test_layout_errors_name_the_option_to_pass(plans) -> None:
         resolve_layout(wrap).require_steps()
     with pytest.raises(ConfigError, match=r"^batch_size must be an integer ≥ 1, got 0"):
         resolve_layout(wrap, batch_size=0)
-    recorded = {**wrap, "batch": {"global_batch_size": 6}}
+    recorded = dataclasses.replace(wrap, batch=PlanBatch(global_batch_size=6))
     assert resolve_layout(recorded).batch_size == 6
 
 
@@ -407,7 +408,7 @@ def test_audit_numbers_match_an_independent_duckdb_computation(plans) -> None:
         assert (d.worst_first_step, d.worst_last_step) == (worst, worst + 4)
         assert d.worst_share == pytest.approx(shares[worst, i], abs=1e-12)
         assert d.worst_deviation == pytest.approx(dev[worst], abs=1e-12)
-    planned = {d["name"]: d["planned_token_share"] for d in read_manifest(plans["wrap"])["datasets"]}
+    planned = {d.name: d.planned_token_share for d in read_manifest(plans["wrap"]).datasets}
     assert {d.name: d.overall_share for d in result.datasets} == pytest.approx(planned, abs=1e-12)
 
 
@@ -535,7 +536,7 @@ def test_diff_of_another_seed(corpus, plans, tmp_path) -> None:
     assert (d.shards_added, d.shards_removed, d.identical) == ((), (), False)
     doc_a, doc_b = _documents(plans["samples"])[first], _documents(other)[first]
     short = short_uris([doc_a[0], doc_b[0]])
-    ha, hb = read_manifest(plans["samples"])["config_hash"][:12], read_manifest(other)["config_hash"][:12]
+    ha, hb = read_manifest(plans["samples"]).config_hash[:12], read_manifest(other).config_hash[:12]
     name_a, name_b = Path(doc_a[0]).parent.name, Path(doc_b[0]).parent.name
     result = _invoke("diff", str(plans["samples"]), str(other), "-b", "4")
     assert result.exit_code == 0, result.output
@@ -594,8 +595,9 @@ def test_diff_of_an_added_shard(corpus, tmp_path) -> None:
 
     d = diff_plans(before, after)
     fingerprint = pq.read_table(after / "shards.parquet").to_pylist()[-1]["fingerprint"]
-    assert (d.shards_added, d.shards_removed) == ((ShardRef(dataset="c", uri=str(added), fingerprint=fingerprint),), ())
-    ca, cb = read_manifest(before)["config"]["datasets"][2], read_manifest(after)["config"]["datasets"][2]
+    assert [(s.dataset, s.uri, s.fingerprint) for s in d.shards_added] == [("c", str(added), fingerprint)]
+    assert d.shards_removed == ()
+    ca, cb = read_manifest(before).config["datasets"][2], read_manifest(after).config["datasets"][2]
     assert d.config_changes == (
         ConfigChange(path="datasets.2.shards", a=1, b=2),
         ConfigChange(path="datasets.2.rows", a=80, b=110),
@@ -614,6 +616,6 @@ def test_diff_of_a_plan_with_itself_is_empty(plans) -> None:
     assert lines[1].endswith(": 0 differences")
     assert (
         lines[2]
-        == f"first difference: none (the same {read_manifest(plans['best_fit'])['totals']['documents']} documents in the same order)"
+        == f"first difference: none (the same {read_manifest(plans['best_fit']).totals.documents} documents in the same order)"
     )
     assert lines[-1] == "shards: 0 added, 0 removed"

@@ -23,7 +23,6 @@ from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
 from zephon.io import Dataset
 from zephon.plan.records import ShardRef
-from zephon.planner.prepare import shard_ref
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.storage.local import discover_local_files
 from zephon.storage.scan import scan_shard
@@ -65,7 +64,7 @@ def refs_of(path: Path, dataset: str = "web") -> list[ShardRef]:
     refs = []
     for i, f in enumerate(discover_local_files(dataset, str(path))):
         info = scan_shard(dataset, f)
-        refs.append(shard_ref(info, shard_id=i, dataset_id=0, dataset=dataset))
+        refs.append(info.placed(shard_id=i, dataset_id=0, dataset=dataset))
     return refs
 
 

@@ -27,7 +27,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import merge_states
 from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
-from zephon.storage.files import cache_dir, storage_error
+from zephon.storage.files import cache_dir
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -147,10 +147,8 @@ class Pipeline:
             prepared = prepare(self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack)
             target = cache_dir() / "plans" / prepared.config_hash
             if not (target / "plan.json").is_file():
-                try:
-                    write_bundle(prepared, target, overwrite=True)
-                except OSError as exc:  # a read-only or full cache directory: say where and how to fix it
-                    raise storage_error(exc, "the plan bundle", target) from exc
+                # A read-only or full cache directory is a StorageError naming it (storage.files).
+                write_bundle(prepared, target, overwrite=True)
             self._plan_dir = target
         return self._plan_dir
 
@@ -178,8 +176,7 @@ class Pipeline:
         """Batch sizes and data-parallel identity of this process."""
         spec = self.executor_spec()
         rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
-        manifest = PlanBundle(self.plan_dir).manifest
-        lanes = None if manifest.get("kind") == "exact" else int(manifest.get("lanes") or 1)
+        lanes = PlanBundle(self.plan_dir).manifest.lanes
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
         return Geometry(microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, lanes=lanes)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from zephon.cli.output import CommandError, count_of, one_line_errors
+
+if TYPE_CHECKING:
+    from zephon.plan.manifest import Manifest
 
 
 @click.command()
@@ -53,29 +56,29 @@ def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> No
         click.echo(line)
 
 
-def plan_summary(manifest: dict[str, Any], plan_dir: str) -> list[str]:
+def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
     """The lines ``zephon plan`` prints for a bundle's manifest (names and numbers aligned in columns)."""
-    datasets = manifest["datasets"]
-    totals = manifest["totals"]
+    datasets = manifest.datasets
+    totals = manifest.totals
     lines = [
-        f"planned {count_of(totals['documents'], 'document')} from {count_of(len(datasets), 'dataset')} "
-        f"({count_of(totals['shards'], 'shard')}) → {plan_dir}  config {manifest['config_hash'][:12]}"
+        f"planned {count_of(totals.documents, 'document')} from {count_of(len(datasets), 'dataset')} "
+        f"({count_of(totals.shards, 'shard')}) → {plan_dir}  config {manifest.config_hash[:12]}"
     ]
-    names = [d["name"] for d in datasets]
-    docs = [str(d["planned_documents"]) for d in datasets]
-    passes = [f"{d['planned_documents'] / d['rows']:.2f}" for d in datasets]
+    names = [d.name for d in datasets]
+    docs = [str(d.planned_documents) for d in datasets]
+    passes = [f"{d.planned_documents / d.rows:.2f}" for d in datasets]
     name_w, docs_w, pass_w = (max(map(len, col)) for col in (names, docs, passes))
     for d, name, n, p in zip(datasets, names, docs, passes, strict=True):
-        line = f"  {name:<{name_w}}  weight {d['weight']:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
-        if "planned_tokens" in d:
-            line += f"  tokens {d['planned_tokens']} ({totals['tokens_are']}, share {d['planned_token_share']:.3f})"
+        line = f"  {name:<{name_w}}  weight {d.weight:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
+        if d.planned_tokens is not None:
+            line += f"  tokens {d.planned_tokens} ({totals.tokens_are}, share {d.planned_token_share:.3f})"
         lines.append(line)
-    for phase in manifest.get("phases") or []:
-        weights = ", ".join(f"{name} {w:.3f}" for name, w in phase["weights"].items())
-        span = f"positions {phase['first_position']}..{phase['end_position'] - 1}"
-        if phase["end_position"] <= phase["first_position"]:
+    for phase in manifest.phases:
+        weights = ", ".join(f"{name} {w:.3f}" for name, w in phase.weights.items())
+        span = f"positions {phase.first_position}..{phase.end_position - 1}"
+        if phase.end_position <= phase.first_position:
             span = "no documents (the plan ended before it)"
-        lines.append(f"  phase {phase['index']}: {span}, {count_of(phase['documents'], 'document')}; {weights}")
+        lines.append(f"  phase {phase.index}: {span}, {count_of(phase.documents, 'document')}; {weights}")
     return lines
 
 

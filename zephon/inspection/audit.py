@@ -37,7 +37,7 @@ import numpy as np
 from zephon.errors import ConfigError
 from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, document_steps_sql
-from zephon.plan.manifest import manifest_phases, read_manifest
+from zephon.plan.manifest import Manifest, PlanDataset, read_manifest
 
 __all__ = ["AuditResult", "AuditSpec", "DatasetAudit", "PhaseAudit", "audit_plan", "plot_shares"]
 
@@ -167,15 +167,15 @@ class _Range:
     weights: np.ndarray  # per dataset, normalized (0 where the phase reads nothing)
 
 
-def _ranges(manifest: dict, names: list[str]) -> list[_Range]:
+def _ranges(manifest: Manifest, names: list[str]) -> list[_Range]:
     return [
         _Range(
-            index=int(p["index"]),
-            first_position=int(p["first_position"]),
-            end_position=int(p["end_position"]),
-            weights=np.array([float(p["weights"].get(n, 0.0)) for n in names]),
+            index=p.index,
+            first_position=p.first_position,
+            end_position=p.end_position,
+            weights=np.array([p.weights.get(n, 0.0) for n in names]),
         )
-        for p in manifest_phases(manifest)
+        for p in manifest.resolved_phases
     ]
 
 
@@ -188,16 +188,16 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
     steps = layout.require_steps()
     if steps == 0:
         raise ConfigError(f"plan {plan_dir} must have at least one step to audit, got none — audit a non-empty plan")
-    unit: Unit = (manifest.get("mixture") or {}).get("unit", "samples")
+    unit: Unit = manifest.mixture.unit
     by: Unit = spec.by or unit
     if by == "tokens" and layout.tokens is None:
         raise ConfigError(
             "by must be 'samples' for a plan without token counts, got 'tokens' — omit --by tokens, or plan a "
             "token mixture (token_estimation) or an exact plan"
         )
-    entries = manifest["datasets"]
-    ids = [int(d["id"]) for d in entries]
-    ranges = [r for r in _ranges(manifest, [d["name"] for d in entries]) if r.end_position > r.first_position]
+    entries = manifest.datasets
+    ids = [d.id for d in entries]
+    ranges = [r for r in _ranges(manifest, manifest.dataset_names) if r.end_position > r.first_position]
     # Phase of a position: the number of phase ends at or below it (integers from plan.json, not user text).
     phase = " + ".join(f"(position >= {r.end_position})::INTEGER" for r in ranges[:-1]) or "0"
     if by == "tokens":
@@ -281,7 +281,7 @@ def _windows(
     weights: np.ndarray,
     by_weights: bool,
     spec: AuditSpec,
-    entries: list[dict],
+    entries: tuple[PlanDataset, ...],
     ids: list[int],
 ) -> _Windows:
     """Sliding windows over ``per_step`` (steps × datasets, starting at ``first_step``) against ``weights``
@@ -305,7 +305,7 @@ def _windows(
         datasets.append(
             DatasetAudit(
                 dataset_id=ids[i],
-                name=entry["name"],
+                name=entry.name,
                 weight=float(weights[i]),
                 target=float(target[i]),
                 overall_share=float(overall[i]),
@@ -329,7 +329,7 @@ def _windows(
 
 
 def _summary(
-    per_step: np.ndarray, parts: list[_Windows], entries: list[dict], ids: list[int]
+    per_step: np.ndarray, parts: list[_Windows], entries: tuple[PlanDataset, ...], ids: list[int]
 ) -> tuple[DatasetAudit, ...]:
     """Per dataset over all phases: overall share against the phases' combined target, and the worst window
     of any phase."""
@@ -343,8 +343,8 @@ def _summary(
         out.append(
             DatasetAudit(
                 dataset_id=ids[i],
-                name=entry["name"],
-                weight=float(entry["weight"]),
+                name=entry.name,
+                weight=entry.weight,
                 target=float(target[i]),
                 overall_share=float(overall[i]),
                 worst_share=worst.worst_share,

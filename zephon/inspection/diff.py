@@ -11,8 +11,9 @@
   difference, so identical prefixes cost one read of two columns.
 * **datasets**: documents and tokens per dataset name in A and in B (matched by name; a dataset missing
   from a plan counts 0).
-* **shards**: added (in B only) and removed (in A only), by (URI, fingerprint): a shard rewritten in place
-  shows as removed and added.
+* **shards**: added (in B only) and removed (in A only), by (URI, fingerprint) (``ShardInfo.identity``): a
+  shard rewritten in place shows as removed and added. They are the plans' ``ShardRef`` records (rows of
+  shards.parquet).
 
 Worked example: plan A mixes prose/code 1/2 each with seed 1, plan B 3/5 and 2/5. Config differences:
 ``mixture.weights.code: "1/2" → "2/5"`` and ``mixture.weights.prose: "1/2" → "3/5"``; the earliest-deadline
@@ -34,8 +35,8 @@ import pyarrow.parquet as pq
 from zephon.inspection.sql import connect
 from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, document_steps_sql
-from zephon.plan.format import SHARDS_FILE
-from zephon.plan.manifest import read_manifest
+from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.records import ShardRef, shard_refs
 
 __all__ = ["ConfigChange", "DatasetVolumes", "DocumentRef", "FirstDifference", "PlanDiff", "ShardRef", "diff_plans"]
 
@@ -86,15 +87,6 @@ class DatasetVolumes:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ShardRef:
-    """A shard, identified by URI and fingerprint."""
-
-    dataset: str
-    uri: str
-    fingerprint: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class PlanDiff:
     """Differences from plan A to plan B."""
 
@@ -132,8 +124,8 @@ def diff_plans(
     a, b = Path(plan_a), Path(plan_b)
     ma, mb = read_manifest(a), read_manifest(b)
     shards_a, shards_b = _shards(a, ma), _shards(b, mb)
-    keys_a = {(s.uri, s.fingerprint) for s in shards_a.values()}
-    keys_b = {(s.uri, s.fingerprint) for s in shards_b.values()}
+    keys_a = {s.identity for s in shards_a.values()}
+    keys_b = {s.identity for s in shards_b.values()}
     first = _first_difference(a, ma, shards_a, b, mb, shards_b)
     if first is not None and batch_size is not None:
         first = FirstDifference(
@@ -148,12 +140,12 @@ def diff_plans(
     return PlanDiff(
         plan_a=str(a),
         plan_b=str(b),
-        config_hash_a=ma["config_hash"],
-        config_hash_b=mb["config_hash"],
-        config_changes=tuple(config_changes(ma.get("config") or {}, mb.get("config") or {})),
+        config_hash_a=ma.config_hash,
+        config_hash_b=mb.config_hash,
+        config_changes=tuple(config_changes(ma.config, mb.config)),
         first_difference=first,
-        documents_a=int(ma["totals"]["documents"]),
-        documents_b=int(mb["totals"]["documents"]),
+        documents_a=ma.totals.documents,
+        documents_b=mb.totals.documents,
         datasets=tuple(
             DatasetVolumes(
                 name=n,
@@ -164,8 +156,8 @@ def diff_plans(
             )
             for n in names
         ),
-        shards_added=tuple(s for s in shards_b.values() if (s.uri, s.fingerprint) not in keys_a),
-        shards_removed=tuple(s for s in shards_a.values() if (s.uri, s.fingerprint) not in keys_b),
+        shards_added=tuple(s for s in shards_b.values() if s.identity not in keys_a),
+        shards_removed=tuple(s for s in shards_a.values() if s.identity not in keys_b),
     )
 
 
@@ -193,24 +185,20 @@ def config_changes(a: Any, b: Any, prefix: str = "") -> Iterator[ConfigChange]:
         yield ConfigChange(path=prefix, a=a, b=b)
 
 
-def _zero_tokens(manifest: Mapping[str, Any]) -> int | None:
-    return 0 if manifest["totals"].get("tokens") is not None else None
+def _zero_tokens(manifest: Manifest) -> int | None:
+    return 0 if manifest.totals.tokens is not None else None
 
 
-def _shards(plan: Path, manifest: Mapping[str, Any]) -> dict[int, ShardRef]:
-    table = pq.read_table(plan / (manifest["files"].get("shards") or SHARDS_FILE))
-    return {
-        int(r["shard_id"]): ShardRef(dataset=r["dataset"], uri=r["uri"], fingerprint=r["fingerprint"])
-        for r in table.select(["shard_id", "dataset", "uri", "fingerprint"]).to_pylist()
-    }
+def _shards(plan: Path, manifest: Manifest) -> dict[int, ShardRef]:
+    return {s.shard_id: s for s in shard_refs(pq.read_table(plan / manifest.files.shards))}
 
 
-def _chunks(plan: Path, manifest: Mapping[str, Any]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _chunks(plan: Path, manifest: Manifest) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(shard_id, row) of the samples in plan order, in chunks of exactly ``_CHUNK`` rows (the last shorter)."""
     shard_parts: list[np.ndarray] = []
     row_parts: list[np.ndarray] = []
     held = 0
-    for name in manifest["files"]["samples"]:
+    for name in manifest.files.samples:
         for batch in pq.ParquetFile(plan / name).iter_batches(batch_size=_CHUNK, columns=["shard_id", "row"]):
             shard_parts.append(batch.column(0).to_numpy())
             row_parts.append(batch.column(1).to_numpy())
@@ -224,17 +212,17 @@ def _chunks(plan: Path, manifest: Mapping[str, Any]) -> Iterator[tuple[np.ndarra
 
 
 def _first_difference(
-    a: Path, ma: Mapping[str, Any], sa: dict[int, ShardRef], b: Path, mb: Mapping[str, Any], sb: dict[int, ShardRef]
+    a: Path, ma: Manifest, sa: dict[int, ShardRef], b: Path, mb: Manifest, sb: dict[int, ShardRef]
 ) -> FirstDifference | None:
     # One integer per distinct (uri, fingerprint) across both plans, so shard ids of A and B compare.
     keys: dict[tuple[str, str], int] = {}
     for s in [*sa.values(), *sb.values()]:
-        keys.setdefault((s.uri, s.fingerprint), len(keys))
+        keys.setdefault(s.identity, len(keys))
 
     def lookup(shards: dict[int, ShardRef]) -> np.ndarray:
         table = np.full(max(shards, default=-1) + 1, -1, dtype=np.int64)
         for shard_id, s in shards.items():
-            table[shard_id] = keys[(s.uri, s.fingerprint)]
+            table[shard_id] = keys[s.identity]
         return table
 
     la, lb = lookup(sa), lookup(sb)
@@ -267,9 +255,7 @@ def _ref(shards: dict[int, ShardRef], shard_ids: np.ndarray, rows: np.ndarray, i
     return DocumentRef(dataset=s.dataset, uri=s.uri, fingerprint=s.fingerprint, row=int(rows[i]))
 
 
-def _step_of(
-    plan: Path, manifest: Mapping[str, Any], position: int, batch_size: int, max_length: int | None
-) -> int | None:
+def _step_of(plan: Path, manifest: Manifest, position: int, batch_size: int, max_length: int | None) -> int | None:
     layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
     con = connect_with_steps(plan, batch_size, max_length=max_length)
     try:
@@ -282,8 +268,7 @@ def _step_of(
 
 def _volumes(plan: Path) -> dict[str, tuple[int, int | None]]:
     """Documents and tokens per dataset name (tokens ``None`` for a plan without token counts)."""
-    manifest = read_manifest(plan)
-    has_tokens = manifest["totals"].get("tokens") is not None
+    has_tokens = read_manifest(plan).totals.tokens is not None
     con = connect(plan)
     try:
         rows = con.execute(

@@ -32,7 +32,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
-from zephon.plan.manifest import read_manifest
+from zephon.plan.manifest import Manifest, read_manifest
 
 _KEYS = ("sequence", "offset", "position", "doc_start", "length")
 
@@ -106,8 +106,8 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         values = {m.get(key) for m in metas}
         if len(values) != 1:
             found.add(f"log files must agree on {key}, got {sorted(map(str, values))}")
-    if metas[0].get("zephon.plan") != manifest["config_hash"]:
-        found.add(f"log must be for plan {manifest['config_hash'][:12]}, got {str(metas[0].get('zephon.plan'))[:12]}")
+    if metas[0].get("zephon.plan") != manifest.config_hash:
+        found.add(f"log must be for plan {manifest.config_hash[:12]}, got {str(metas[0].get('zephon.plan'))[:12]}")
     width = int(metas[0]["zephon.max_length"])
     global_batch = int(metas[0]["zephon.global_batch"])
 
@@ -140,22 +140,22 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
     for i in over[:5]:
         found.add(f"sequence {seq[i]} must fit in {width} tokens, got a piece ending at {off[i] + length[i]}")
 
-    skipped = _load_skipped(log_dir, manifest["config_hash"], found)
+    skipped = _load_skipped(log_dir, manifest.config_hash, found)
     if skipped:
         lost = np.fromiter(skipped, dtype=np.int64, count=len(skipped))
         yielded = np.flatnonzero(np.isin(pos, lost))
         for i in yielded[:5]:
             found.add(f"position {pos[i]} was skipped ({skipped[int(pos[i])]}), got its tokens in sequence {seq[i]}")
         found.count += max(0, len(yielded) - 5)
-    samples = pq.read_table(plan_dir / manifest["files"]["samples"][0]).to_pydict()
-    if manifest.get("kind") == "exact":
+    samples = pq.read_table(plan_dir / manifest.files.samples[0]).to_pydict()
+    if manifest.exact:
         if skipped:
             found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")
         _check_exact(manifest, plan_dir, samples, seq, off, pos, start, length, width, found)
     else:
         _check_lanes(manifest, samples, seq, pos, start, length, found, skipped=set(skipped))
 
-    names = [d["name"] for d in manifest["datasets"]]
+    names = manifest.dataset_names
     ds = np.asarray(samples["dataset_id"])[pos] if len(pos) else np.array([], dtype=np.int64)
     tokens = np.bincount(ds, weights=length, minlength=len(names)) if len(pos) else np.zeros(len(names))
     steps = (int(cols["step"].min()), int(cols["step"].max())) if len(seq) else None
@@ -171,13 +171,13 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
     )
 
 
-def _check_exact(manifest, plan_dir, samples, seq, off, pos, start, length, width, found: _Findings) -> None:
-    packing = manifest["packing"]
+def _check_exact(manifest: Manifest, plan_dir, samples, seq, off, pos, start, length, width, found: _Findings) -> None:
+    packing = manifest.exact_packing()
     logged = set(zip(seq.tolist(), off.tolist(), pos.tolist(), start.tolist(), length.tolist(), strict=True))
     planned: set[tuple[int, int, int, int, int]] = set()
     sequences = np.unique(seq)
-    if packing["algorithm"] == "best_fit":
-        bins = pq.read_table(plan_dir / manifest["files"]["bins"]).to_pydict()
+    if packing.algorithm == "best_fit":
+        bins = pq.read_table(plan_dir / (manifest.files.bins or "")).to_pydict()
         wanted = set(sequences.tolist())
         for row in zip(
             bins["sequence"], bins["offset"], bins["position"], bins["doc_start"], bins["length"], strict=True
@@ -209,8 +209,8 @@ def _check_exact(manifest, plan_dir, samples, seq, off, pos, start, length, widt
     found.count += max(0, len(logged - planned) - 10) + max(0, len(planned - logged) - 10)
 
 
-def _check_lanes(manifest, samples, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
-    lanes = int(manifest.get("lanes") or 1)
+def _check_lanes(manifest: Manifest, samples, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
+    lanes = manifest.lanes or 1
     plan_lane = np.asarray(samples["lane"], dtype=np.int64)
     wrong = np.flatnonzero(plan_lane[pos] != seq % lanes)
     for i in wrong[:5]:

@@ -29,8 +29,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
 from zephon.inspection.steps import StepSeeker, resolve_layout
-from zephon.plan.format import SHARDS_FILE
-from zephon.plan.manifest import read_manifest
+from zephon.plan.manifest import Manifest, read_manifest
 
 __all__ = ["PREVIEW_CHARS", "ShowRow", "StepView", "preview", "short_uris", "show_step"]
 
@@ -109,14 +108,14 @@ def show_step(
     end = min(first + layout.batch_size, layout.sequences)
     docs = StepSeeker(plan_dir, layout).documents(first, end)
 
-    shards = pq.read_table(plan_dir / (manifest["files"].get("shards") or SHARDS_FILE))
+    shards = pq.read_table(plan_dir / manifest.files.shards)
     short = short_uris(shards.column("uri").to_pylist())
     wanted = shards.filter(
         pc.is_in(shards.column("shard_id"), value_set=pa.array(np.unique(docs.shard_id), pa.int32()))
     )
     uri_of = dict(zip(wanted.column("shard_id").to_pylist(), wanted.column("uri").to_pylist(), strict=True))
-    names = {int(d["id"]): d["name"] for d in manifest["datasets"]}
-    starts = [int(p["first_position"]) for p in manifest.get("phases") or []]
+    names = {d.id: d.name for d in manifest.datasets}
+    starts = [p.first_position for p in manifest.phases]
     texts: list[str | None] = [None] * len(docs)
     if text and len(docs):
         texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest)))
@@ -165,9 +164,8 @@ def short_uris(uris: Sequence[str]) -> dict[str, str]:
     return {u: os.path.relpath(u, base) if base else u for u in uris}
 
 
-def _field(manifest: dict) -> str:
-    tokenizer = manifest.get("tokenizer") or {}
-    return tokenizer.get("field") or "text"
+def _field(manifest: Manifest) -> str:
+    return (manifest.tokenizer.field if manifest.tokenizer is not None else "") or "text"
 
 
 def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:

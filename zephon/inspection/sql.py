@@ -38,8 +38,8 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 
 from zephon.errors import ConfigError, PlanFormatError
-from zephon.plan.format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_FILE, SHARDS_SCHEMA, check_schema
-from zephon.plan.manifest import manifest_phases, read_manifest
+from zephon.plan.format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, check_schema
+from zephon.plan.manifest import Manifest, read_manifest
 
 __all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "QueryResult", "connect", "run_sql"]
 
@@ -85,15 +85,9 @@ def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
     """An in-memory, file-system-less DuckDB connection with the views ``samples``, ``shards``, ``datasets``."""
     plan_dir = Path(plan_dir)
     manifest = read_manifest(plan_dir)
-    files = manifest.get("files") or {}
-    samples_names = files.get("samples")
-    if not isinstance(samples_names, list) or not samples_names or not all(isinstance(n, str) for n in samples_names):
-        raise PlanFormatError(
-            f"{plan_dir / 'plan.json'} `files.samples` must be a non-empty list of file names, got "
-            f"{samples_names!r} — the bundle is damaged; re-plan"
-        )
-    samples = _parquet(plan_dir, samples_names, SAMPLES_SCHEMA)
-    shards = _parquet(plan_dir, [files.get("shards") or SHARDS_FILE], SHARDS_SCHEMA)
+    files = manifest.files
+    samples = _parquet(plan_dir, list(files.samples), SAMPLES_SCHEMA)
+    shards = _parquet(plan_dir, [files.shards], SHARDS_SCHEMA)
     datasets = _datasets_table(manifest, plan_dir)
 
     con = duckdb.connect(":memory:")
@@ -104,8 +98,8 @@ def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
         con.register("shards", shards)
         con.register("datasets", datasets)
         con.register("phases", _phases_table(manifest, plan_dir))
-        if files.get("bins"):
-            con.register("bins", _parquet(plan_dir, [files["bins"]], BINS_SCHEMA))
+        if files.bins is not None:
+            con.register("bins", _parquet(plan_dir, [files.bins], BINS_SCHEMA))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -149,43 +143,38 @@ def _parquet(plan_dir: Path, names: list[str], schema: pa.Schema) -> pds.Dataset
     return dataset
 
 
-def _datasets_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
-    entries = manifest["datasets"]
+def _datasets_table(manifest: Manifest, plan_dir: Path) -> pa.Table:
     try:
         columns = {
-            field.name: [entry["id" if field.name == "dataset_id" else field.name] for entry in entries]
+            field.name: [getattr(d, "id" if field.name == "dataset_id" else field.name) for d in manifest.datasets]
             for field in DATASETS_SCHEMA
         }
         return pa.Table.from_pydict(columns, schema=DATASETS_SCHEMA)
-    except (KeyError, TypeError, pa.ArrowException) as exc:
+    except pa.ArrowException as exc:
         raise PlanFormatError(
-            f"{plan_dir / 'plan.json'} `datasets` must be a list of entries with keys "
-            f"{['id', *DATASETS_SCHEMA.names[1:]]}, got an invalid entry ({type(exc).__name__}: {exc}) — "
-            "the bundle is damaged; re-plan"
+            f"{plan_dir / 'plan.json'} `datasets` must fit the datasets view {DATASETS_SCHEMA.names}, got an "
+            f"invalid entry ({type(exc).__name__}: {exc}) — the bundle is damaged; re-plan"
         ) from exc
 
 
-def _phases_table(manifest: Mapping[str, Any], plan_dir: Path) -> pa.Table:
-    entries = manifest["datasets"]
-    phases = manifest_phases(dict(manifest))
+def _phases_table(manifest: Manifest, plan_dir: Path) -> pa.Table:
     try:
         rows = [
             {
-                "phase": p["index"],
-                "first_position": p["first_position"],
-                "end_position": p["end_position"],
-                "dataset_id": d["id"],
-                "weight": float(p["weights"].get(d["name"], 0.0)),
-                "planned_documents": p["planned_documents"][d["name"]],
-                "planned_tokens": (p.get("planned_tokens") or {}).get(d["name"]),
+                "phase": p.index,
+                "first_position": p.first_position,
+                "end_position": p.end_position,
+                "dataset_id": d.id,
+                "weight": p.weights.get(d.name, 0.0),
+                "planned_documents": p.planned_documents[d.name],
+                "planned_tokens": (p.planned_tokens or {}).get(d.name),
             }
-            for p in phases
-            for d in entries
+            for p in manifest.resolved_phases
+            for d in manifest.datasets
         ]
         return pa.Table.from_pylist(rows, schema=PHASES_SCHEMA)
-    except (KeyError, TypeError, AttributeError, pa.ArrowException) as exc:
+    except (KeyError, pa.ArrowException) as exc:
         raise PlanFormatError(
-            f"{plan_dir / 'plan.json'} `phases` must be a list of phases with index, first_position, end_position, "
-            f"weights and planned_documents, got an invalid entry ({type(exc).__name__}: {exc}) — the bundle is "
-            "damaged; re-plan"
+            f"{plan_dir / 'plan.json'} `phases` must give planned_documents of every dataset in the phases view, "
+            f"got an invalid entry ({type(exc).__name__}: {exc}) — the bundle is damaged; re-plan"
         ) from exc

@@ -36,17 +36,16 @@ document, no other column). This module uses pyarrow only (no DuckDB or Polars),
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, PlanFormatError
-from zephon.plan.manifest import read_manifest
+from zephon.plan.manifest import Manifest, read_manifest
 
 __all__ = ["StepDocuments", "StepLayout", "StepSeeker", "resolve_layout"]
 
@@ -123,9 +122,7 @@ class StepLayout:
         return f"{tokens} {kind}{length}"
 
 
-def resolve_layout(
-    manifest: Mapping[str, Any], *, batch_size: int | None = None, max_length: int | None = None
-) -> StepLayout:
+def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_length: int | None = None) -> StepLayout:
     """The plan's ``StepLayout``; ``batch_size`` defaults to ``plan.json`` ``batch.global_batch_size`` if set.
 
     ``max_length`` is required (for steps) by estimated plans with tokens, must equal ``packing.max_length``
@@ -133,22 +130,19 @@ def resolve_layout(
     """
     _check_positive("batch_size", batch_size, "--batch-size B, the global batch in sequences")
     _check_positive("max_length", max_length, "--max-length L, tokens per sequence")
-    if batch_size is None:
-        recorded = (manifest.get("batch") or {}).get("global_batch_size")
-        if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 1:
-            batch_size = recorded
-    totals = manifest["totals"]
-    documents = int(totals["documents"])
-    total_tokens = int(totals["tokens"]) if totals.get("tokens") is not None else None
-    packing = manifest.get("packing")
-    exact = manifest.get("kind") == "exact"
-    if exact and packing:
-        fixed = int(packing["max_length"])
+    if batch_size is None and manifest.batch is not None:
+        batch_size = manifest.batch.global_batch_size
+    documents = manifest.totals.documents
+    total_tokens = manifest.totals.tokens
+    packing = manifest.packing
+    exact = manifest.exact
+    if exact and packing is not None:
+        fixed = packing.max_length
         if max_length is not None and max_length != fixed:
             raise ConfigError(
                 f"max_length must be {fixed} (fixed by the exact plan's packing), got {max_length} — omit --max-length"
             )
-        best_fit = packing.get("algorithm") == "best_fit"
+        best_fit = packing.algorithm == "best_fit"
         return StepLayout(
             packing="best_fit" if best_fit else "wrap",
             offsets="none" if best_fit else "column",
@@ -157,7 +151,7 @@ def resolve_layout(
             batch_size=batch_size,
             documents=documents,
             total_tokens=total_tokens,
-            sequences=int(packing["sequences"]),
+            sequences=packing.sequences,
         )
     if total_tokens is None:
         if max_length is not None:
@@ -223,14 +217,13 @@ class StepSeeker:
     def __init__(self, plan_dir: str | os.PathLike[str], layout: StepLayout) -> None:
         self.plan_dir = Path(plan_dir)
         self.layout = layout
-        manifest = read_manifest(self.plan_dir)
-        files = manifest["files"]
-        self._files = [pq.ParquetFile(self.plan_dir / name) for name in files["samples"]]
+        files = read_manifest(self.plan_dir).files
+        self._files = [pq.ParquetFile(self.plan_dir / name) for name in files.samples]
         # (file, row group) pairs in plan order and the first row (= position) of each.
         self._groups = [(f, g) for f, pf in enumerate(self._files) for g in range(pf.metadata.num_row_groups)]
         counts = [self._files[f].metadata.row_group(g).num_rows for f, g in self._groups]
         self._first_row = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-        self._bins = pq.ParquetFile(self.plan_dir / files["bins"]) if layout.packing == "best_fit" else None
+        self._bins = pq.ParquetFile(self.plan_dir / (files.bins or "")) if layout.packing == "best_fit" else None
         self._offset_minima: np.ndarray | None = None
 
     @property

@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 
 from zephon.inspection.sql import QueryResult, connect
 from zephon.inspection.steps import StepLayout, resolve_layout
-from zephon.plan.manifest import read_manifest
+from zephon.plan.manifest import Manifest, read_manifest
 
 __all__ = [
     "connect_with_steps",
@@ -135,10 +135,10 @@ def unique_names(columns: Sequence[str]) -> list[str]:
     return names
 
 
-def longest_document(plan_dir: str | os.PathLike[str], manifest: Mapping[str, Any]) -> int | None:
+def longest_document(plan_dir: str | os.PathLike[str], manifest: Manifest) -> int | None:
     """The largest ``tokens`` value of the samples files, from the footer statistics (``None`` if unknown)."""
     best = 0
-    for name in manifest["files"]["samples"]:
+    for name in manifest.files.samples:
         meta = pq.ParquetFile(Path(plan_dir) / name).metadata
         col = meta.schema.to_arrow_schema().get_field_index("tokens")
         for g in range(meta.num_row_groups):

@@ -1,17 +1,248 @@
-"""plan.json: reading and validating the bundle's manifest."""
+"""plan.json, typed: the bundle's manifest, read and validated at one door, ``read_manifest``.
+
+``read_manifest(plan_dir)`` parses ``plan.json`` into a frozen ``Manifest``; the executor, inspection tools,
+CLI and pipeline read its attributes, never keys of the JSON. Field names are the JSON keys
+(``Manifest.packing.max_length`` is ``plan.json`` ``packing.max_length``), so these dataclasses are the one
+list of the keys readers know; docs/plan-format.md says what each means. Only ``config`` (the normalized
+config, hashed into ``config_hash``) and ``token_estimation`` (provenance) stay JSON mappings.
+
+Validation is here too: an unknown format version, a missing required key or a value of the wrong type is a
+``PlanFormatError`` of one line naming the file and the key (``zephon.plan.json_fields``). Keys added over
+time are optional and read as the plans without them meant: no ``kind`` is an estimated plan, no ``lanes``
+one lane, no ``phases`` none (``Manifest.resolved_phases`` gives one phase 0 then), no ``shuffle`` a window
+of one shard, no ``files.shards`` ``shards.parquet``. Unknown keys are ignored: adding an optional key does
+not bump the format version.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Literal
 
 from zephon.errors import PlanFormatError
-from zephon.plan.format import FORMAT_VERSION, PLAN_JSON
+from zephon.plan.format import FORMAT_VERSION, PLAN_JSON, SHARDS_FILE
+from zephon.plan.json_fields import (
+    COUNT,
+    FLAG,
+    INT,
+    NAME,
+    NUMBER,
+    POSITIVE,
+    TEXT,
+    JsonObject,
+    Value,
+    json_mapping,
+    list_of,
+    mapping_of,
+    nested,
+    one_of,
+    texts,
+)
+
+Kind = Literal["estimated", "exact"]
 
 
-def read_manifest(plan_dir: str | Path) -> dict[str, Any]:
-    """Read and validate ``plan.json`` of a bundle; refuse unknown format versions."""
+def _empty() -> Mapping[str, Any]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanDataset:
+    """One entry of ``datasets``, in work-source order; ``planned_tokens`` and its share with token counts only."""
+
+    id: int
+    name: str
+    path: str
+    pinned: str
+    format: str | None
+    fingerprint: str
+    shards: int
+    rows: int
+    weight: float
+    planned_documents: int
+    first_shard_id: int | None = None
+    epochs_started: int | None = None
+    passes_completed: int | None = None
+    planned_tokens: int | None = None
+    planned_token_share: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanMixture:
+    """``mixture``: the unit of the weights and the normalized weights per dataset name."""
+
+    unit: Literal["samples", "tokens"] = "samples"
+    weights: Mapping[str, float] = field(default_factory=_empty)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanTokenizer:
+    """``tokenizer``: the tokenizer the plan depends on (token mixtures and exact plans)."""
+
+    id: str
+    fingerprint: str
+    field: str
+    add_bos: bool | None = None
+    eos_token: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanPacking:
+    """``packing``: packing decided in the plan (exact plans); the best-fit statistics with best fit only."""
+
+    algorithm: Literal["wrap", "best_fit"]
+    max_length: int
+    sequences: int
+    padding_fraction: float | None = None
+    oversize: str | None = None
+    first_fit_padding_fraction: float | None = None
+    split_documents: int | None = None
+    dropped_documents: int | None = None
+    dropped_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanShuffle:
+    """``shuffle``; a plan without it reads a window of one shard (``enabled`` ``None``: not recorded)."""
+
+    enabled: bool | None = None
+    window_shards: int = 1
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanBudget:
+    """``budget``: the one of documents, epochs or tokens the plan was sized by (the others ``None``)."""
+
+    num_documents: int | None = None
+    epochs: int | None = None
+    num_tokens: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanFiles:
+    """``files``: the bundle's files, relative to the plan directory."""
+
+    samples: tuple[str, ...]
+    shards: str = SHARDS_FILE
+    bins: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanTotals:
+    """``totals``: documents (rows of the samples files) and shards; tokens when the plan knows them."""
+
+    documents: int
+    shards: int
+    tokens: int | None = None
+    tokens_are: Literal["exact", "estimated"] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PhaseStart:
+    """A phase's ``start`` as configured: a fraction (``"1/2"``) or a count in ``unit``."""
+
+    start: str | int
+    unit: str
+    global_batch_size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanPhase:
+    """One entry of ``phases``: the positions ``[first_position, end_position)`` it occupies and its mixture."""
+
+    index: int
+    first_position: int
+    end_position: int
+    documents: int
+    weights: Mapping[str, float]
+    planned_documents: Mapping[str, int]
+    start: PhaseStart | None = None
+    start_position: int | None = None
+    start_tokens: int | None = None
+    tokens: int | None = None
+    planned_tokens: Mapping[str, int] | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanBatch:
+    """``batch`` (optional, not written by the planner): the global batch inspection tools cut steps with."""
+
+    global_batch_size: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Manifest:
+    """``plan.json`` of a bundle, validated (see the module docstring); build it with ``read_manifest``."""
+
+    format_version: int
+    config_hash: str
+    datasets: tuple[PlanDataset, ...]
+    totals: PlanTotals
+    files: PlanFiles
+    #: The normalized config as JSON (the mapping ``config_hash`` hashes); empty when plan.json has none.
+    config: Mapping[str, Any] = field(default_factory=_empty)
+    zephon_version: str | None = None
+    seed: int | None = None
+    kind: Kind = "estimated"
+    #: Packing lanes of an estimated plan (1 when plan.json has none); ``None`` for an exact plan.
+    lanes: int | None = 1
+    mixture: PlanMixture = field(default_factory=PlanMixture)
+    #: Method and provenance of the token counts per dataset, as JSON; ``None`` for sample mixtures.
+    token_estimation: Mapping[str, Any] | None = None
+    tokenizer: PlanTokenizer | None = None
+    packing: PlanPacking | None = None
+    shuffle: PlanShuffle = field(default_factory=PlanShuffle)
+    budget: PlanBudget | None = None
+    on_exhaustion: Literal["new_epoch", "stop"] | None = None
+    phases: tuple[PlanPhase, ...] = ()
+    batch: PlanBatch | None = None
+
+    @property
+    def exact(self) -> bool:
+        """Whether token counts, offsets and packing are in the plan (``kind == "exact"``)."""
+        return self.kind == "exact"
+
+    @property
+    def dataset_names(self) -> list[str]:
+        return [d.name for d in self.datasets]
+
+    def exact_packing(self) -> PlanPacking:
+        """``packing`` of an exact plan (``read_manifest`` refuses an exact plan without it)."""
+        if self.packing is None:
+            raise PlanFormatError(
+                f"plan {self.config_hash[:12]} must have packing (an exact plan), got a plan of kind {self.kind!r} "
+                "without — run it as an estimated plan"
+            )
+        return self.packing
+
+    @property
+    def resolved_phases(self) -> tuple[PlanPhase, ...]:
+        """``phases``; for a plan without phases, one phase 0 spanning the plan with the mixture's weights and
+        planned documents (and planned tokens, with token counts)."""
+        if self.phases:
+            return self.phases
+        tokens = {d.name: d.planned_tokens for d in self.datasets if d.planned_tokens is not None}
+        return (
+            PlanPhase(
+                index=0,
+                first_position=0,
+                end_position=self.totals.documents,
+                documents=self.totals.documents,
+                weights=MappingProxyType({d.name: d.weight for d in self.datasets}),
+                planned_documents=MappingProxyType({d.name: d.planned_documents for d in self.datasets}),
+                start_position=0,
+                tokens=self.totals.tokens if tokens else None,
+                planned_tokens=MappingProxyType(tokens) if tokens else None,
+            ),
+        )
+
+
+def read_manifest(plan_dir: str | Path) -> Manifest:
+    """Read and validate ``plan.json`` of a bundle; refuse unknown format versions (one line naming the file)."""
     path = Path(plan_dir) / PLAN_JSON
     if not path.is_file():
         raise PlanFormatError(
@@ -19,36 +250,158 @@ def read_manifest(plan_dir: str | Path) -> dict[str, Any]:
             "pass a directory written by `zephon plan` or Pipeline.plan()"
         )
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PlanFormatError(f"{path} must be valid JSON, got {exc} — rewrite the plan with `zephon plan`") from exc
-    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    return parse_manifest(data, path)
+
+
+def parse_manifest(data: object, file: Path) -> Manifest:
+    """The ``Manifest`` of the parsed JSON ``data`` of ``file`` (validated; see the module docstring)."""
+    version = data.get("format_version") if isinstance(data, dict) else None
     if version != FORMAT_VERSION:
         raise PlanFormatError(
-            f"plan format version must be {FORMAT_VERSION}, got {version!r} in {path} — "
+            f"plan format version must be {FORMAT_VERSION}, got {version!r} in {file} — "
             "re-plan with this Zephon version, or install the version that wrote the plan"
         )
-    for key in ("config_hash", "datasets", "totals"):
-        if key not in manifest:
-            raise PlanFormatError(f"{path} must have the key {key!r}, got none — the bundle is damaged; re-plan")
+    top = JsonObject(data, file)
+    values = top.read(
+        config_hash=TEXT,
+        datasets=list_of(_dataset),
+        totals=nested(_totals),
+        files=nested(_files),
+        format_version=INT,
+        config=json_mapping().optional(_empty()),
+        zephon_version=TEXT.optional(),
+        seed=INT.optional(),
+        kind=one_of("estimated", "exact").optional("estimated"),
+        lanes=POSITIVE.optional(),
+        mixture=nested(_mixture).optional(PlanMixture()),
+        token_estimation=json_mapping().optional(),
+        tokenizer=nested(_tokenizer).optional(),
+        packing=nested(_packing).optional(),
+        shuffle=nested(_shuffle).optional(PlanShuffle()),
+        budget=nested(_budget).optional(),
+        on_exhaustion=one_of("new_epoch", "stop").optional(),
+        phases=list_of(_phase).optional(()),
+        batch=nested(_batch).optional(),
+    )
+    exact = values["kind"] == "exact"
+    values["lanes"] = None if exact else values["lanes"] or 1
+    manifest = Manifest(**values)
+    if exact:
+        for name in ("packing", "tokenizer"):
+            if getattr(manifest, name) is None:
+                raise top.missing(name, " (an exact plan's)")
+        if manifest.totals.tokens is None:
+            raise top.missing("totals.tokens", " (an exact plan's)")
+        if manifest.exact_packing().algorithm == "best_fit" and manifest.files.bins is None:
+            raise top.missing("files.bins", " (a best-fit plan's)")
     return manifest
 
 
-def manifest_phases(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """``plan.json`` ``phases``; for a plan without phases, one phase 0 spanning the plan with the mixture's
-    weights (the same keys: ``index``, ``first_position``, ``end_position``, ``weights``, ``planned_documents``
-    and, with token counts, ``planned_tokens``)."""
-    if manifest.get("phases"):
-        return list(manifest["phases"])
-    entries = manifest["datasets"]
-    tokens = {d["name"]: d["planned_tokens"] for d in entries if "planned_tokens" in d}
-    return [
-        {
-            "index": 0,
-            "first_position": 0,
-            "end_position": manifest["totals"]["documents"],
-            "weights": {d["name"]: d["weight"] for d in entries},
-            "planned_documents": {d["name"]: d["planned_documents"] for d in entries},
-            **({"planned_tokens": tokens} if tokens else {}),
-        }
-    ]
+_WEIGHTS = mapping_of(NUMBER, "an object of dataset names to numbers")
+_COUNTS = mapping_of(COUNT, "an object of dataset names to integers ≥ 0")
+
+
+def _dataset(o: JsonObject) -> PlanDataset:
+    entry = PlanDataset(
+        **o.read(
+            id=COUNT,
+            name=TEXT,
+            path=TEXT,
+            pinned=TEXT,
+            format=TEXT.or_null(),
+            fingerprint=TEXT,
+            shards=COUNT,
+            rows=COUNT,
+            weight=NUMBER,
+            planned_documents=COUNT,
+            first_shard_id=COUNT.optional(),
+            epochs_started=COUNT.optional(),
+            passes_completed=COUNT.optional(),
+            planned_tokens=COUNT.optional(),
+            planned_token_share=NUMBER.optional(),
+        )
+    )
+    if entry.planned_tokens is not None and entry.planned_token_share is None:
+        raise o.missing(o.key("planned_token_share"), " (with planned_tokens)")
+    return entry
+
+
+def _mixture(o: JsonObject) -> PlanMixture:
+    return PlanMixture(
+        **o.read(unit=one_of("samples", "tokens").optional("samples"), weights=_WEIGHTS.optional(_empty()))
+    )
+
+
+def _tokenizer(o: JsonObject) -> PlanTokenizer:
+    return PlanTokenizer(
+        **o.read(id=TEXT, fingerprint=TEXT, field=TEXT, add_bos=FLAG.optional(), eos_token=TEXT.optional())
+    )
+
+
+def _packing(o: JsonObject) -> PlanPacking:
+    return PlanPacking(
+        **o.read(
+            algorithm=one_of("wrap", "best_fit"),
+            max_length=POSITIVE,
+            sequences=COUNT,
+            padding_fraction=NUMBER.optional(),
+            oversize=TEXT.optional(),
+            first_fit_padding_fraction=NUMBER.optional(),
+            split_documents=COUNT.optional(),
+            dropped_documents=COUNT.optional(),
+            dropped_tokens=COUNT.optional(),
+        )
+    )
+
+
+def _shuffle(o: JsonObject) -> PlanShuffle:
+    return PlanShuffle(**o.read(enabled=FLAG.optional(), window_shards=POSITIVE.optional(1)))
+
+
+def _budget(o: JsonObject) -> PlanBudget:
+    return PlanBudget(**o.read(num_documents=COUNT.optional(), epochs=COUNT.optional(), num_tokens=COUNT.optional()))
+
+
+def _files(o: JsonObject) -> PlanFiles:
+    return PlanFiles(**o.read(samples=texts(), shards=NAME.optional(SHARDS_FILE), bins=NAME.optional()))
+
+
+def _totals(o: JsonObject) -> PlanTotals:
+    return PlanTotals(
+        **o.read(
+            documents=COUNT,
+            shards=COUNT,
+            tokens=COUNT.optional(),
+            tokens_are=one_of("exact", "estimated").optional(),
+        )
+    )
+
+
+def _phase_start(o: JsonObject) -> PhaseStart:
+    start = Value("a fraction or an integer", lambda v: isinstance(v, str) or INT.test(v))
+    return PhaseStart(**o.read(start=start, unit=TEXT, global_batch_size=POSITIVE.optional()))
+
+
+def _phase(o: JsonObject) -> PlanPhase:
+    return PlanPhase(
+        **o.read(
+            index=COUNT,
+            first_position=COUNT,
+            end_position=COUNT,
+            documents=COUNT,
+            weights=_WEIGHTS,
+            planned_documents=_COUNTS,
+            start=nested(_phase_start).optional(),
+            start_position=COUNT.optional(),
+            start_tokens=COUNT.optional(),
+            tokens=COUNT.optional(),
+            planned_tokens=_COUNTS.optional(),
+        )
+    )
+
+
+def _batch(o: JsonObject) -> PlanBatch:
+    return PlanBatch(**o.read(global_batch_size=POSITIVE.optional()))
