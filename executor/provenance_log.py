@@ -20,17 +20,16 @@ Row groups are flushed every ``FLUSH_ROWS`` pieces, so a log costs a few bytes p
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.executor.batch import Batch
-
-if TYPE_CHECKING:
-    from zephon.executor.runner import RankRunner
+from zephon.executor.geometry import Geometry
 
 LOG_SCHEMA = pa.schema(
     [
@@ -48,18 +47,45 @@ SKIPPED_SCHEMA = pa.schema([pa.field("position", pa.int64()), pa.field("reason",
 FLUSH_ROWS = 1 << 16
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LogHeader:
+    """What a log file says about its run: its name and key-value metadata (see the module docstring).
+
+    Attributes:
+        plan: the plan's ``config_hash``.
+        max_length: tokens per row.
+        geometry: batch sizes, data-parallel rank and size, lanes.
+        first_step: the first step this log records (the run's step when it starts or resumes).
+        worker: the DataLoader worker's index (0 without a DataLoader).
+    """
+
+    plan: str
+    max_length: int
+    geometry: Geometry
+    first_step: int
+    worker: int = 0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SkippedDocument:
+    """A plan document the skip policy left out: its plan ``position`` and why (``SKIP_REASONS``)."""
+
+    position: int
+    reason: str
+
+
 class ProvenanceLog:
     """Appends yielded batches' pieces to this rank's log file."""
 
-    def __init__(self, directory: str | Path, runner: RankRunner, *, worker: tuple[int, int] = (0, 1)) -> None:
-        g = runner.geometry
+    def __init__(self, directory: str | Path, header: LogHeader) -> None:
+        g = header.geometry
         self.rank = g.dp_rank
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        name = f"rank-{g.dp_rank:05d}-worker-{worker[0]:02d}-from-{runner.step:09d}.parquet"
+        name = f"rank-{g.dp_rank:05d}-worker-{header.worker:02d}-from-{header.first_step:09d}.parquet"
         meta = {
-            "zephon.plan": runner.plan.manifest["config_hash"],
-            "zephon.max_length": str(runner.spec.pack.max_length),
+            "zephon.plan": header.plan,
+            "zephon.max_length": str(header.max_length),
             "zephon.global_batch": str(g.global_batch),
             "zephon.dp_size": str(g.dp_size),
             "zephon.lanes": str(g.lanes if g.lanes is not None else ""),
@@ -70,11 +96,11 @@ class ProvenanceLog:
         self._writer = pq.ParquetWriter(self.path, LOG_SCHEMA.with_metadata(meta), compression="zstd")
         self._parts: list[pa.Table] = []
         self._rows = 0
-        self._skipped: list[tuple[int, str]] = []
+        self._skipped: list[SkippedDocument] = []
 
-    def skip(self, lost: list[tuple[int, str]]) -> None:
-        """Record documents the skip policy left out: ``(position, reason)`` each."""
-        self._skipped.extend(lost)
+    def skip(self, documents: Sequence[SkippedDocument]) -> None:
+        """Record documents the skip policy left out."""
+        self._skipped.extend(documents)
 
     def write(self, batch: Batch) -> None:
         pieces = batch.pieces
@@ -109,6 +135,7 @@ class ProvenanceLog:
         self.flush()
         self._writer.close()
         if self._skipped:
-            positions, reasons = zip(*self._skipped, strict=True)
-            table = pa.table({"position": list(positions), "reason": list(reasons)}, schema=SKIPPED_SCHEMA)
+            positions = [document.position for document in self._skipped]
+            reasons = [document.reason for document in self._skipped]
+            table = pa.table({"position": positions, "reason": reasons}, schema=SKIPPED_SCHEMA)
             pq.write_table(table.replace_schema_metadata(self._meta), self.skipped_path, compression="zstd")

@@ -7,9 +7,9 @@ on one background thread, up to ``depth`` chunks ahead of the consumer, so that 
 overlap. The consumer takes the chunks in the order they were produced; the producer is the only thread that
 touches the reader and the plan iterator, the consumer the only one that touches the lanes. The data is
 therefore the same, byte for byte, with or without the thread; only timing changes. (Estimated plans go one
-step further in ``zephon.executor.runner``: the producer only reads, and hands each chunk's texts to one
-encode thread, so decoding the next chunk overlaps tokenizing this one; the consumer waits on each chunk's
-encoding in order.)
+step further in ``zephon.executor.estimated``: the producer reads, and hands each chunk's texts to an encode
+pool, so decoding the next chunk overlaps tokenizing this one; the consumer waits on each chunk's encoding in
+order.)
 
 * Errors: an exception raised by the producer is raised again, the same object (type and message), by the
   ``next()`` call that would have returned that chunk; nothing after it is produced.

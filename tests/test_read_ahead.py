@@ -313,7 +313,7 @@ def test_exact_read_ahead_stops_with_the_run(datasets, tmp_path, tokenizer_dir, 
     monkeypatch.setenv(READ_AHEAD_ENV, "on")
     plan = _plan(datasets, tmp_path, tokenizer_dir, exact=True)
     bundle = PlanBundle(plan)
-    assert bundle.manifest["kind"] == "exact"
+    assert bundle.manifest.kind == "exact"
     pipe = _small_pipeline(plan, tokenizer_dir)
     it = iter(pipe)
     for _ in range(4):

@@ -1,0 +1,361 @@
+"""The estimated-plan hot path: five stages from plan rows to microbatches, each a small object with named state.
+
+An estimated plan fixes which packing lane each document goes to (plan column ``lane``) but not where rows
+are cut: a rank cuts the rows of its own lanes at train time (``zephon.executor.lanes``). A document goes
+through five stages, each wrapping the one before and handing on one named value per chunk of the plan:
+
+1. ``ReadPlanRows`` reads the plan in order, a chunk of positions at a time, from the earliest cursor of this
+   rank's lanes, and keeps the documents of this rank's lanes at or after their lane's cursor → ``PlanRows``.
+2. ``FetchTexts`` reads their texts from the shards, drops the documents the skip policy left out, and groups
+   the rest by lane (a stable sort: plan order within each lane) → ``ChunkTexts``.
+3. ``Tokenize`` encodes the chunk's texts in one call → ``ChunkTokens`` (its encoding may still be running).
+4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
+   copy per lane, no Python per document.
+5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
+   (``zephon.executor.geometry``), the next row of lane ``j % L``, reading on until that lane holds a full row
+   or the plan is read to the end → ``LaneMicrobatch``. A step starts only while some lane has tokens left.
+
+Stages 1-3 are the producer. With read-ahead (``zephon.executor.read_ahead``) they run on the read-ahead
+thread, the only one that touches the plan iterator and the shard reader; ``Tokenize`` encodes the first chunk
+there (which verifies the fast engine) and hands every later chunk whole to an encode pool, several chunks at
+once, so Parquet decoding, tokenizing and packing overlap with no barrier inside a chunk. Stages 4-5 are the
+consumer, on the caller's thread, the only one that touches the lanes; it waits on each chunk's encoding in
+plan order.
+
+Invariant: lane ``ℓ``'s token stream is the tokenized documents dealt to ``ℓ`` from its cursor on, in plan
+order, and sequence ``j`` is row ``j // L`` of lane ``j % L``. The batches therefore depend only on the plan,
+the tokenizer, the packing and the cursors — never on the chunk size, the threads or the read-ahead.
+
+State: the checkpoint holds only the consumer's — ``Progress`` (microbatches handed out) and every lane's
+cursor ``(position, skip)``, which says where its stream resumes (``zephon.executor.state``). The producer's
+state is how far it has read (``ReadPlanRows``' chunk iterator, ``FetchTexts``' pending skip reports,
+``Tokenize``'s first-call flag and pool); it runs ahead of the consumer, so a resumed run rebuilds it from the
+cursors instead of saving it.
+
+Worked example: 2 lanes, one rank, ``max_length`` 4, microbatch 2 (one per step). Plan positions 0-3 have
+lanes [0, 1, 0, 1] and tokenize to 0: [a a E], 1: [b E], 2: [c E], 3: [d d d E].
+
+* stages 1-2: one chunk, ``keep`` [0, 1, 2, 3] → grouped by lane [0, 2, 1, 3];
+* stage 4: lane 0's stream is a a E c E, lane 1's is b E d d d E;
+* stage 5: step 0 is sequences [0, 1] = row 0 of lane 0 [a a E c], row 0 of lane 1 [b E d d]; the cursors
+  are then (2, 1) and (3, 2). Step 1 is sequences [2, 3] = [E p p p] (length 1) and [d E p p] (length 2),
+  padded because the plan is read to the end. No lane has tokens left: the iteration ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from zephon.executor.geometry import Geometry
+from zephon.executor.lanes import Lane
+from zephon.executor.pack import PackedRows, concat_rows
+from zephon.executor.plan_reader import PlanBundle, SampleChunk
+from zephon.executor.progress import MicrobatchAt, Progress
+from zephon.executor.provenance_log import ProvenanceLog, SkippedDocument
+from zephon.executor.read_ahead import ReadAhead
+from zephon.executor.remote_access import RemoteAccess
+from zephon.executor.settings import RunStats
+from zephon.executor.shard_reader import ShardReader
+from zephon.executor.tokenize import Encoded, Encoder
+from zephon.plan.records import ShardRef
+
+# -- the values handed from stage to stage ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanRows:
+    """A chunk of the plan and the documents of it this rank tokenizes: ``keep`` indexes ``chunk``, in plan
+    order (its lanes' documents at or after their lane's cursor)."""
+
+    chunk: SampleChunk
+    keep: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SkipReport:
+    """A document the shard reader skipped (``on_bad_document="skip"``), as it reported it: shard, row, reason."""
+
+    ref: ShardRef
+    row: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkTexts:
+    """A chunk's texts: ``keep`` indexes ``chunk`` grouped by lane (plan order within a lane), ``texts[i]`` is
+    the text of document ``keep[i]``; ``reports`` are what the reader skipped while reading them, and
+    ``skipped`` the same documents by plan position."""
+
+    chunk: SampleChunk
+    keep: np.ndarray
+    texts: list[str]
+    reports: tuple[SkipReport, ...]
+    skipped: tuple[SkippedDocument, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChunkTokens:
+    """``ChunkTexts`` tokenized: ``encoded`` holds the ids of ``keep``'s documents in that order (None when the
+    chunk has none), maybe still being encoded on the encode pool."""
+
+    chunk: SampleChunk
+    keep: np.ndarray
+    encoded: Future[Encoded] | None
+    reports: tuple[SkipReport, ...]
+    skipped: tuple[SkippedDocument, ...]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LaneMicrobatch:
+    """A microbatch's rows: ``rows`` row ``i`` is global sequence ``sequences[i]``."""
+
+    at: MicrobatchAt
+    sequences: np.ndarray
+    rows: PackedRows
+
+
+# -- producer: stages 1-3 (on the read-ahead thread when there is one) --------------------------------------
+
+
+class ReadPlanRows:
+    """Stage 1: the plan from the earliest cursor of this rank's lanes, a chunk at a time, kept to its lanes.
+
+    State: the chunk iterator (how far the plan is read); ``starts`` and ``mine`` are fixed at the start.
+    """
+
+    def __init__(self, plan: PlanBundle, lanes: dict[int, Lane], *, num_lanes: int, chunk_size: int) -> None:
+        self.starts = np.zeros(num_lanes, dtype=np.int64)  # per lane: the first plan position it takes
+        self.mine = np.zeros(num_lanes, dtype=bool)  # per lane: whether this rank packs it
+        for k, lane in lanes.items():
+            self.starts[k] = lane.start_position
+        self.mine[list(lanes)] = True
+        start = min(lane.start_position for lane in lanes.values())
+        self._chunks = plan.chunks(chunk_size, start=start)
+
+    def next(self) -> PlanRows | None:
+        """The next chunk (None at the end of the plan)."""
+        chunk = next(self._chunks, None)
+        if chunk is None:
+            return None
+        assert chunk.lane is not None, "estimated plans carry a lane per document"
+        positions = chunk.start + np.arange(len(chunk))
+        keep = np.flatnonzero(self.mine[chunk.lane] & (positions >= self.starts[chunk.lane]))
+        return PlanRows(chunk=chunk, keep=keep)
+
+
+class SkipReports:
+    """The shard reader's ``on_skip`` callback: holds its reports until the chunk being read takes them."""
+
+    def __init__(self) -> None:
+        self._pending: list[SkipReport] = []
+
+    def add(self, ref: ShardRef, row: int, reason: str) -> None:
+        self._pending.append(SkipReport(ref=ref, row=row, reason=reason))
+
+    def take(self) -> tuple[SkipReport, ...]:
+        taken = tuple(self._pending)
+        self._pending.clear()
+        return taken
+
+
+class FetchTexts:
+    """Stage 2: the texts of a chunk's kept documents, grouped by lane; documents the skip policy left out
+    (text None) are dropped — they get no tokens — and reported.
+
+    State: the reader's pending skip reports (``reports``, taken by the chunk that caused them).
+    """
+
+    def __init__(
+        self,
+        rows: ReadPlanRows,
+        reader: ShardReader,
+        remote: RemoteAccess,
+        reports: SkipReports,
+        *,
+        skip_bad: bool,
+    ) -> None:
+        self.rows = rows
+        self.reader = reader
+        self.remote = remote
+        self.reports = reports  # the reader's on_skip callback fills it
+        self.skip_bad = skip_bad
+
+    def next(self) -> ChunkTexts | None:
+        """The next chunk's texts (None at the end of the plan)."""
+        rows = self.rows.next()
+        if rows is None:
+            return None
+        chunk, keep = rows.chunk, rows.keep
+        assert chunk.lane is not None
+        self.remote.advance(chunk.start)
+        got: list[str | None] = self.reader.texts(chunk.shard_id[keep], chunk.row[keep]) if len(keep) else []
+        reports = self.reports.take()
+        skipped: tuple[SkippedDocument, ...] = ()
+        if len(keep) and self.skip_bad:
+            kept = [i for i, t in enumerate(got) if t is not None]
+            if len(kept) < len(got):
+                why = {(r.ref.shard_id, r.row): r.reason for r in reports}
+                skipped = tuple(
+                    SkippedDocument(
+                        position=int(chunk.start + keep[i]),
+                        reason=why[int(chunk.shard_id[keep[i]]), int(chunk.row[keep[i]])],
+                    )
+                    for i, t in enumerate(got)
+                    if t is None
+                )
+            keep, got = keep[kept], [got[i] for i in kept]
+        texts: list[str] = []
+        if len(keep):
+            order = np.argsort(chunk.lane[keep], kind="stable")
+            keep, texts = keep[order], [got[i] for i in order.tolist()]  # type: ignore[misc]  # None dropped
+        return ChunkTexts(chunk=chunk, keep=keep, texts=texts, reports=reports, skipped=skipped)
+
+
+class Tokenize:
+    """Stage 3: each chunk's texts encoded together, in one call. Without a pool (``threads`` None) on this
+    thread; with one, the first chunk on this thread (it verifies the fast engine, which must not run alongside
+    another call) and every later chunk whole on one pool thread, several chunks at once.
+
+    State: ``verified`` (the first encoding is done) and the pool.
+    """
+
+    def __init__(self, texts: FetchTexts, encoder: Encoder, *, threads: int | None) -> None:
+        self.texts = texts
+        self.encoder = encoder
+        self.verified = False
+        self._pool = ThreadPoolExecutor(threads, thread_name_prefix="zephon-encode") if threads else None
+
+    def next(self) -> ChunkTokens | None:
+        """The next chunk, its encoding submitted (None at the end of the plan)."""
+        got = self.texts.next()
+        if got is None:
+            return None
+        encoded: Future[Encoded] | None = None
+        if got.texts and (self._pool is None or not self.verified):
+            self.verified = True
+            encoded = Future()
+            encoded.set_result(self.encoder.encode_flat(got.texts))
+        elif got.texts:
+            assert self._pool is not None
+            encoded = self._pool.submit(self.encoder.encode_flat, got.texts, split=False)
+        return ChunkTokens(chunk=got.chunk, keep=got.keep, encoded=encoded, reports=got.reports, skipped=got.skipped)
+
+    def close(self) -> None:
+        """Stop the pool (after the producer has stopped): queued encodings are cancelled."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+# -- consumer: stages 4-5 (on the caller's thread) -----------------------------------------------------------
+
+
+class DealLanes:
+    """Stage 4: chunks taken in plan order, each lane's slice pushed to its ``Lane``; documents and tokens
+    counted in ``stats``, skipped documents in ``stats`` and the provenance ``log``.
+
+    State: the lanes (their buffers and cursors) and ``exhausted`` (the plan is read to the end).
+    """
+
+    def __init__(
+        self,
+        source: ReadAhead[ChunkTokens],
+        lanes: dict[int, Lane],
+        *,
+        num_documents: int,
+        dataset_names: list[str],
+        stats: RunStats | None,
+        log: ProvenanceLog | None,
+    ) -> None:
+        self.source = source
+        self.lanes = lanes
+        self.exhausted = False
+        self.num_documents = num_documents
+        self.dataset_names = dataset_names
+        self.stats = stats
+        self.log = log
+
+    @property
+    def empty(self) -> bool:
+        """No lane holds a token."""
+        return all(lane.buffered == 0 for lane in self.lanes.values())
+
+    def row(self, lane: int) -> PackedRows:
+        """The next row of ``lane``: full, or (the plan read to the end) what is left, padded."""
+        target = self.lanes[lane]
+        while not target.ready() and not self.exhausted:
+            self.fill()
+        return target.pop_row()
+
+    def fill(self) -> None:
+        """Deal the next chunk to the lanes; at the end of the plan, mark every lane as read to the end."""
+        got = self.source.next()
+        if got is None:
+            self.exhausted = True
+            for lane in self.lanes.values():
+                lane.read_to = self.num_documents
+            return
+        self._deal(got)
+        end = got.chunk.start + len(got.chunk)
+        for lane in self.lanes.values():
+            lane.read_to = max(lane.read_to, end)
+
+    def _deal(self, got: ChunkTokens) -> None:
+        if self.stats is not None:
+            for report in got.reports:
+                self.stats.skip(report.ref, report.row, report.reason)
+        if self.log is not None and got.skipped:
+            self.log.skip(got.skipped)
+        if got.encoded is None:
+            return
+        encoded = got.encoded.result()
+        chunk, keep, sizes = got.chunk, got.keep, encoded.sizes
+        assert chunk.lane is not None
+        lane_of = chunk.lane[keep]
+        ends = np.cumsum(sizes)
+        cuts = np.flatnonzero(np.diff(lane_of)) + 1  # keep is grouped by lane: one slice per lane
+        firsts, lasts = [0, *cuts.tolist()], [*cuts.tolist(), len(keep)]
+        positions = chunk.start + keep
+        for a, b in zip(firsts, lasts, strict=True):
+            tokens = encoded.ids[int(ends[a] - sizes[a]) : int(ends[b - 1])]
+            self.lanes[int(lane_of[a])].push_many(positions[a:b], tokens, sizes[a:b])
+        if self.stats is not None:
+            self.stats.add(self.dataset_names, chunk.dataset_id[keep], sizes)
+
+
+class LaneBatches:
+    """Stage 5: microbatch ``(step, index)`` is, for each of its sequences ``j``, the next row of lane
+    ``j % L``; a DataLoader worker packs every microbatch and yields its own (``Progress.mine``).
+
+    State: ``progress`` (microbatches handed out; shared with the runner, which saves it).
+    """
+
+    def __init__(
+        self, lanes: DealLanes, geometry: Geometry, progress: Progress, *, drop_last: bool, max_length: int
+    ) -> None:
+        assert geometry.lanes is not None
+        self.lanes = lanes
+        self.geometry = geometry
+        self.progress = progress
+        self.drop_last = drop_last
+        self.max_length = max_length
+
+    def __iter__(self) -> Iterator[LaneMicrobatch]:
+        deal, progress, num_lanes = self.lanes, self.progress, self.geometry.lanes
+        assert num_lanes is not None
+        while True:
+            if progress.microbatch == 0:  # a step starts only while some lane has tokens left
+                while not deal.exhausted and deal.empty:
+                    deal.fill()
+                if deal.exhausted and deal.empty:
+                    return
+            at = progress.advance()
+            ids = self.geometry.microbatch_sequences(at.step, at.index)
+            rows = [deal.row(j % num_lanes) for j in ids.tolist()]
+            if self.drop_last and any(int(r.lengths[0]) < self.max_length for r in rows):
+                return
+            if progress.mine(at):
+                yield LaneMicrobatch(at=at, sequences=ids, rows=concat_rows(rows))
