@@ -2,7 +2,7 @@
 
 Run: python benchmarks/bench_show.py [--documents N] [--batch-size B] [--repeats R]
 
-Synthesizes a plan bundle of N documents over three tiny shards (tests/synthetic_plans.py: an exact wrap plan,
+Synthesizes a plan bundle of N documents over three tiny shards (tests/support/synthetic_plans.py: an exact wrap plan,
 then the same documents as an estimated token plan), then times, for steps at the start, middle and end:
 
 * ``zephon.inspection.show.show_step`` in this process (the library call, text previews included; median of R runs);
@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from synthetic_plans import write_synthetic_plan
+from support.synthetic_plans import write_synthetic_plan
 
 
 def _median_seconds(fn, repeats: int) -> float:

@@ -13,8 +13,8 @@ import pytest
 
 from zephon.demo import demo_tokenizer_path
 
-# The Hub test server and its fixtures (hub_server, reference_hub) live in tests/conftest_hub.py.
-pytest_plugins = ["conftest_hub"]
+# The Hub test server and its fixtures (hub_server, reference_hub) live in tests/servers/hub_fixtures.py.
+pytest_plugins = ["servers.hub_fixtures"]
 
 
 @pytest.fixture(autouse=True)

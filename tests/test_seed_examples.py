@@ -11,7 +11,7 @@ import json
 
 import pyarrow as pa
 import pytest
-from conftest_hub import add_demo_gpt2, parquet_bytes
+from servers.hub_fixtures import add_demo_gpt2, parquet_bytes
 
 from zephon import Pipeline
 from zephon.demo import generate_demo_documents

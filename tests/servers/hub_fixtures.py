@@ -1,6 +1,6 @@
 """Pytest plugin: the ``hub_server`` fixture and small generated copies of real Hub datasets.
 
-Register it from ``tests/conftest.py`` with ``pytest_plugins = ["conftest_hub"]`` (``tests/`` is on
+Register it from ``tests/conftest.py`` with ``pytest_plugins = ["servers.hub_fixtures"]`` (``tests/`` is on
 ``sys.path`` under pytest's default rootdir/prepend import mode).
 
 ``hub_server`` starts a :class:`hub_server.HubServer` on 127.0.0.1 (random port), points ``HF_ENDPOINT`` at
@@ -41,8 +41,8 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hub_server import HubServer
 from huggingface_hub import constants as hf_constants
+from servers.hub_server import HubServer
 
 FINEWEB = "HuggingFaceFW/fineweb-edu"
 WIKIPEDIA = "wikimedia/wikipedia"

@@ -24,7 +24,7 @@ from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import cache_dir
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
-_path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_planner.py"
+_path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_planner.py"
 _spec = importlib.util.spec_from_file_location("bench_planner", _path)
 assert _spec is not None and _spec.loader is not None
 bench = importlib.util.module_from_spec(_spec)

@@ -128,7 +128,7 @@ def test_a_shard_larger_than_the_cache_limit_fails_at_start(reference_hub, tmp_p
 
 
 def test_a_moved_branch_does_not_change_what_a_plan_reads(reference_hub, tmp_path, tokenizer_dir) -> None:
-    from conftest_hub import fineweb_shard
+    from servers.hub_fixtures import fineweb_shard
 
     hub, commits = reference_hub
     plan = fineweb_source().plan(tmp_path / "plan")

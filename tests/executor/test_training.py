@@ -249,7 +249,7 @@ def test_exact_plan_knows_its_steps(plans, tokenizer_dir) -> None:
 
 
 def test_train_tiny_example_resumes_on_one_process_with_identical_losses(tmp_path) -> None:
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     out = subprocess.run(
         [
             sys.executable,

@@ -25,7 +25,7 @@ from zephon.demo import demo_dataset_paths
 from zephon.errors import PlanFormatError
 from zephon.inspection.sql import connect, run_sql
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 YAML_CONFIG = """\
 seed: 7

@@ -21,7 +21,7 @@ DOCUMENTS = 2_000_000
 
 
 def _bench():
-    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_planner.py"
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_planner.py"
     spec = importlib.util.spec_from_file_location("bench_planner", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -8,8 +8,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest_hub import DEMO_TOKENIZER_FILES, add_demo_gpt2, demo_tokenizer_files
-from hub_server import HubServer
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import (
     GatedRepoError,
@@ -17,6 +15,8 @@ from huggingface_hub.errors import (
     RepositoryNotFoundError,
     RevisionNotFoundError,
 )
+from servers.hub_fixtures import DEMO_TOKENIZER_FILES, add_demo_gpt2, demo_tokenizer_files
+from servers.hub_server import HubServer
 from tokenizers import Tokenizer
 
 from zephon.demo import demo_tokenizer_path

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from conftest_hub import ALPACA, FINEWEB, WIKIPEDIA, add_reference_datasets, fineweb_shard
-from hub_server import HubServer, git_blob_oid
+from servers.hub_fixtures import ALPACA, FINEWEB, WIKIPEDIA, add_reference_datasets, fineweb_shard
+from servers.hub_server import HubServer, git_blob_oid
 
 from zephon.errors import ConfigError, DatasetError, HubError
 from zephon.storage.hub.client import (

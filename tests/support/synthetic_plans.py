@@ -1,6 +1,6 @@
 """Plan bundles synthesized directly with pyarrow: millions of documents in a second, over tiny shards.
 
-Used by tests/test_inspect.py and benchmarks/bench_show.py. The bundle is an exact wrap plan (format version 1)
+Used by tests/inspection/test_inspect.py and benchmarks/bench_show.py. The bundle is an exact wrap plan (format version 1)
 over three datasets whose shards hold a few rows each; document ``p`` is dataset ``p % 3``, shard
 ``p % 3``, row ``(p // 3) % ROWS`` and has ``token_pattern(p)`` tokens.
 """

@@ -24,7 +24,7 @@ from zephon.io import Dataset
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 from conftest import write_parquet_dataset
-from synthetic_plans import ROWS, shard_text, token_pattern, write_synthetic_plan
+from support.synthetic_plans import ROWS, shard_text, token_pattern, write_synthetic_plan
 
 from zephon.cli import cli
 from zephon.errors import ConfigError
