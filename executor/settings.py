@@ -1,5 +1,7 @@
-"""The executor's settings and shared pieces: pack/batch specs, run statistics, exact-plan checks, remote
-shard access. The loop itself is ``zephon.executor.runner``.
+"""The executor's own settings (``ExecutorSpec``) and what a run reports (``RunStats``).
+
+The stage settings it is built from (``TokenizeSpec``, ``PackSpec``, ``BatchSpec``, ``StoreOptions``) are in
+``zephon.specs``, which the planner reads too; the loop itself is ``zephon.executor.runner``.
 
 The executor follows the plan and decides nothing about *what* is read: the documents, their order and
 therefore every batch are fixed by the plan bundle and the tokenize/pack settings. ``read_chunk`` (documents

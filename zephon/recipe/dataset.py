@@ -1,9 +1,9 @@
-"""Datasets and storage options of the public API (``zephon.io``).
+"""Datasets of the recipe (exported by ``zephon.io``).
 
 ``Dataset.from_path(name, path)`` accepts a local directory, a glob or a single file of Parquet or JSONL
 shards (see ``zephon.storage.local``), or an ``hf://`` dataset path (see ``zephon.storage.hub.paths``), which
-is pinned to its commit here, so every later step reads the same files. Shards are listed when the dataset is created,
-so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
+is pinned to its commit here, so every later step reads the same files. Shards are listed when the dataset is
+created, so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
 footers (range requests for remote shards), JSONL from one scan.
 """
 
