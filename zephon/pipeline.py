@@ -231,6 +231,11 @@ class Pipeline:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iteration resume where ``state`` was taken (validated now)."""
+        if not isinstance(state, dict):
+            raise ConfigError(
+                f"state must be the dict that state_dict() returned, got {type(state).__name__} — pass a saved "
+                "pipeline.state_dict() (or merge_states([...]) of every rank's)"
+            )
         self._pending_state = state
         self._make_runner()  # refuses a state of another plan, tokenizer, packing or geometry
 

@@ -13,11 +13,13 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
 from zephon.storage.local import SourceFile, discover_local_files
 from zephon.storage.scan import scan_shard
 
+#: A URL scheme at the start of a path (``s3://``, ``gs://``, ``https://``, ...).
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
 
@@ -46,6 +48,13 @@ class Dataset:
                 f"got {name!r} — rename it"
             )
         text = str(path)
+        scheme = _SCHEME.match(text)
+        if scheme and scheme.group(1).lower() != "hf":
+            raise DatasetError(
+                f"dataset {name!r}: path must be a local path, glob or file, or an hf:// dataset path, got "
+                f"{scheme.group(1)}:// in {text!r} — {scheme.group(1)}:// is not supported by this version: copy the "
+                "shards to a local or mounted directory, or publish them as a Hugging Face dataset"
+            )
         if text.startswith("hf://"):
             from zephon.storage.hub.client import resolve_hf_dataset
             from zephon.storage.remote import remote_uri

@@ -217,6 +217,11 @@ class WorkSource:
     phases: Sequence[Phase] = ()
 
     def __post_init__(self) -> None:
+        if not isinstance(self.mixture, MixtureSpec):
+            raise ConfigError(
+                f"mixture must be a MixtureSpec, got {type(self.mixture).__name__} — wrap the weights in "
+                "MixtureSpec({...})"
+            )
         object.__setattr__(self, "datasets", tuple(self.datasets))
         if not self.datasets:
             raise ConfigError("datasets must hold at least one Dataset, got none — add Dataset.from_path(...)")

@@ -128,7 +128,12 @@ def parse_hf_path(text: str) -> HfPath:
             raise ConfigError(
                 f"hf:// path segments must be non-empty, got an empty {part} in {text!r} — write it as {GRAMMAR}"
             )
-    if len(segments) < 3:
+    if len(segments) == 1:
+        raise ConfigError(
+            f"hf:// path must name a dataset and a split, got only the organization in {text!r} — write "
+            f"'hf://{segments[0]}/{{name}}/{{split}}', e.g. 'hf://{segments[0]}/NAME/train'"
+        )
+    if len(segments) == 2:
         raise ConfigError(
             f"hf:// path must name a split, got {text!r} — append '/{{split}}' "
             f"(and '/{{config}}' before it when the dataset has several configs), "

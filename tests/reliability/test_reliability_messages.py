@@ -1,0 +1,42 @@
+"""Wrong values that used to escape as raw Python errors or with wrong advice: each is one ZephonError line
+that says what was wrong and what to write instead."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from zephon import Pipeline
+from zephon.errors import ConfigError, DatasetError
+from zephon.io import Dataset
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+
+@pytest.mark.parametrize(
+    "path", ["s3://bucket/web/*.parquet", "gs://bucket/web", "az://c/web", "https://x.org/a.parquet"]
+)
+def test_an_unsupported_url_scheme_is_named_not_treated_as_a_missing_local_path(path: str) -> None:
+    scheme = path.split("://")[0]
+    with pytest.raises(
+        DatasetError, match=rf"got {scheme}:// in {re.escape(repr(path))} — {scheme}:// is not supported"
+    ) as info:
+        Dataset.from_path("web", path)
+    assert "\n" not in str(info.value)
+
+
+def test_a_plain_dict_as_the_mixture_is_refused_with_the_fix(make_parquet) -> None:
+    web = Dataset.from_path("web", str(make_parquet("web", [4])))
+    with pytest.raises(
+        ConfigError, match=r"^mixture must be a MixtureSpec, got dict — wrap the weights in MixtureSpec"
+    ):
+        StaticMixtureWorkSource(datasets=[web], mixture={"web": 1.0}, seed=0)  # type: ignore[arg-type]
+
+
+def test_load_state_dict_refuses_what_is_not_a_state(make_parquet) -> None:
+    web = Dataset.from_path("web", str(make_parquet("web", [4])))
+    source = StaticMixtureWorkSource(datasets=[web], mixture=MixtureSpec({"web": 1.0}), seed=0)
+    pipeline = Pipeline(source)
+    for bad in (None, [], "state"):
+        with pytest.raises(ConfigError, match=r"^state must be the dict that state_dict\(\) returned, got "):
+            pipeline.load_state_dict(bad)  # type: ignore[arg-type]
