@@ -3,11 +3,15 @@ that says what was wrong and what to write instead."""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 
 import pytest
+from click.testing import CliRunner
 
 from zephon import Pipeline
+from zephon.cli import cli
 from zephon.errors import ConfigError, DatasetError
 from zephon.io import Dataset
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -40,3 +44,29 @@ def test_load_state_dict_refuses_what_is_not_a_state(make_parquet) -> None:
     for bad in (None, [], "state"):
         with pytest.raises(ConfigError, match=r"^state must be the dict that state_dict\(\) returned, got "):
             pipeline.load_state_dict(bad)  # type: ignore[arg-type]
+
+
+def _small_plan(make_parquet, out) -> None:
+    web = Dataset.from_path("web", str(make_parquet("web", [6])))
+    StaticMixtureWorkSource(datasets=[web], mixture=MixtureSpec({"web": 1.0}), seed=0).plan(out)
+
+
+def test_a_plan_directory_takes_the_users_umask_not_0700(make_parquet, tmp_path) -> None:
+    old = os.umask(0o022)
+    try:
+        _small_plan(make_parquet, tmp_path / "plan")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "plan").stat().st_mode) == 0o755
+
+
+def test_audit_plot_into_a_missing_directory_is_one_line_before_any_work(make_parquet, tmp_path) -> None:
+    _small_plan(make_parquet, tmp_path / "plan")
+    target = tmp_path / "nodir" / "shares.png"
+    result = CliRunner().invoke(cli, ["audit", str(tmp_path / "plan"), "--batch-size", "2", "--plot", str(target)])
+    assert result.exit_code == 1
+    assert result.output == (
+        f"zephon: error: --plot must be a file in an existing directory, got {target} (no directory "
+        f"{target.parent}) — create the directory or choose another path\n"
+    )
+    assert not target.parent.exists()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from zephon.cli.output import count_of, format_table, one_line_errors
+from zephon.cli.output import CommandError, count_of, format_table, one_line_errors
 
 if TYPE_CHECKING:
     from zephon.inspection.diff import PlanDiff
@@ -214,6 +214,11 @@ def audit(
         if not check.ok:
             sys.exit(1)
         return
+    if plot is not None and not plot.parent.is_dir():
+        raise CommandError(
+            f"--plot must be a file in an existing directory, got {plot} (no directory {plot.parent}) — create "
+            "the directory or choose another path"
+        )
     with one_line_errors():
         spec = AuditSpec(
             batch_size=batch_size,

@@ -42,7 +42,6 @@ import errno
 import os
 import shutil
 import socket
-import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -199,7 +198,7 @@ def atomic_directory(path: Path, what: str, alternative: str = CACHE_DIR_FIX) ->
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         sweep_stale_temporaries(path)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+        tmp = _new_directory(path.parent, f".{path.name}.tmp-")
         try:
             with removed_on_failure(tmp):
                 _writer_mark(tmp).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
@@ -209,3 +208,19 @@ def atomic_directory(path: Path, what: str, alternative: str = CACHE_DIR_FIX) ->
             _writer_mark(tmp).unlink(missing_ok=True)
     except OSError as exc:
         raise storage_error(exc, what, path, alternative) from exc
+
+
+def _new_directory(parent: Path, prefix: str) -> Path:
+    """A new, uniquely named directory ``parent/prefix<random>``, created with the user's umask.
+
+    ``tempfile.mkdtemp`` would create it ``0700`` whatever the umask, so a plan bundle written on shared
+    storage could not be read by the other users of a cluster; ``os.mkdir(..., 0o777)`` leaves the mode to
+    the umask as any other directory the user creates.
+    """
+    while True:
+        candidate = parent / f"{prefix}{os.urandom(6).hex()}"
+        try:
+            candidate.mkdir(mode=0o777)
+        except FileExistsError:
+            continue
+        return candidate
