@@ -21,6 +21,7 @@ from zephon.errors import ConfigError
 from zephon.plan.format import (
     BINS_FILE,
     BINS_ROW_GROUP,
+    BUNDLE_FILES,
     FORMAT_VERSION,
     PLAN_JSON,
     SAMPLES_FILE,
@@ -185,15 +186,42 @@ def _storage_fix(out_dir: Path) -> str:
     return "or write the plan to another directory"
 
 
-def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False) -> Path:
-    """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``
-    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``)."""
-    out_dir = Path(out_dir)
-    if out_dir.exists() and any(out_dir.iterdir()) and not overwrite:
+def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
+    """Refuse to write over anything but nothing, an empty directory or (with ``overwrite``) a plan bundle.
+
+    Writing replaces ``out_dir`` whole, so ``overwrite`` must never reach a directory that holds anything a
+    plan writer did not write: a mistyped ``-o`` pointed at a dataset, a home directory or an old bundle a
+    user added notes to is refused, with the first foreign entry named.
+    """
+    if not out_dir.exists() and not out_dir.is_symlink():
+        return
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise ConfigError(
+            f"plan output must be a directory, got {'a link' if out_dir.is_symlink() else 'a file'} at {out_dir} "
+            "— choose another path"
+        )
+    entries = sorted(p.name for p in out_dir.iterdir())
+    if not entries:
+        return
+    if not overwrite:
         raise ConfigError(
             f"plan output directory must be new or empty, got existing {out_dir} — choose another path "
             "or pass overwrite=True (--overwrite)"
         )
+    foreign = [name for name in entries if name not in BUNDLE_FILES or (out_dir / name).is_dir()]
+    if foreign or PLAN_JSON not in entries:
+        what = f"{foreign[0]!r}" if foreign else f"no {PLAN_JSON}"
+        raise ConfigError(
+            f"overwrite replaces only a plan bundle, got {out_dir} with {what} in it — nothing was changed; "
+            "choose another output directory (overwrite never deletes what a plan writer did not write)"
+        )
+
+
+def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False) -> Path:
+    """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``
+    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``)."""
+    out_dir = Path(out_dir)
+    _check_replaceable(out_dir, overwrite)
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm == "best_fit"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)

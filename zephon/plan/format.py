@@ -30,6 +30,8 @@ PLAN_JSON = "plan.json"
 SHARDS_FILE = "shards.parquet"
 SAMPLES_FILE = "samples.parquet"
 BINS_FILE = "bins.parquet"
+#: Every file a bundle may hold: a directory with anything else in it is not (only) a plan bundle.
+BUNDLE_FILES = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE, BINS_FILE})
 
 #: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
 SAMPLES_ROW_GROUP = 65_536

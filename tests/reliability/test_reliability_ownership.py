@@ -1,0 +1,83 @@
+"""Never touch what is not ours: ``zephon plan --overwrite`` replaces a plan bundle or an empty directory, and
+refuses anything else without changing a byte of it."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from zephon.cli import cli
+from zephon.config_file import load_work_source
+from zephon.errors import ConfigError
+
+
+def _tree(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture
+def config(make_parquet, tmp_path) -> tuple[Path, Path]:
+    data = make_parquet("web", [5, 7])
+    file = tmp_path / "plan.yaml"
+    file.write_text(f"seed: 3\ndatasets:\n  - name: web\n    path: {data}\nmixture: {{web: 1.0}}\n", encoding="utf-8")
+    return file, data
+
+
+def _plan(config_file: Path, out: Path, *extra: str):
+    return CliRunner().invoke(cli, ["plan", str(config_file), "-o", str(out), *extra])
+
+
+def test_overwrite_aimed_at_the_dataset_being_planned_changes_nothing(config) -> None:
+    config_file, data = config
+    before = _tree(data)
+    result = _plan(config_file, data, "--overwrite")
+    assert result.exit_code == 1
+    assert result.output == (
+        f"zephon: error: overwrite replaces only a plan bundle, got {data} with 'part-00000.parquet' in it — nothing "
+        "was changed; choose another output directory (overwrite never deletes what a plan writer did not write)\n"
+    )
+    assert _tree(data) == before
+    assert sorted(p.name for p in data.parent.iterdir()) == ["web"]  # no temporary left beside it
+
+
+def test_overwrite_of_a_bundle_with_a_users_file_in_it_changes_nothing(config, tmp_path) -> None:
+    config_file, _ = config
+    out = tmp_path / "plan"
+    assert _plan(config_file, out).exit_code == 0
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    before = _tree(out)
+    result = _plan(config_file, out, "--overwrite")
+    assert result.exit_code == 1
+    assert "got " + str(out) + " with 'notes.txt' in it — nothing was changed" in result.output
+    assert _tree(out) == before
+
+
+def test_overwrite_of_a_directory_without_plan_json_is_refused(config, tmp_path) -> None:
+    config_file, _ = config
+    out = tmp_path / "looks-like-a-plan"
+    out.mkdir()
+    (out / "samples.parquet").write_bytes(b"user bytes")
+    result = _plan(config_file, out, "--overwrite")
+    assert result.exit_code == 1
+    assert f"got {out} with no plan.json in it" in result.output
+    assert (out / "samples.parquet").read_bytes() == b"user bytes"
+
+
+def test_overwrite_replaces_a_plan_bundle_and_an_output_that_is_a_file_is_refused(config, tmp_path) -> None:
+    config_file, _ = config
+    out = tmp_path / "plan"
+    assert _plan(config_file, out).exit_code == 0
+    first = _tree(out)
+    assert _plan(config_file, out, "--overwrite").exit_code == 0
+    assert _tree(out) == first  # the same plan, written again
+    file = tmp_path / "file"
+    file.write_text("mine", encoding="utf-8")
+    assert _plan(config_file, file, "--overwrite").exit_code == 2  # click: "Directory ... is a file."
+    with pytest.raises(ConfigError, match=f"^plan output must be a directory, got a file at {file} — "):
+        load_work_source(config_file).plan(file, overwrite=True)
+    assert file.read_text(encoding="utf-8") == "mine"
