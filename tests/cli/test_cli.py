@@ -148,6 +148,14 @@ def test_plan_refuses_a_non_empty_output_without_overwrite(project: Path, tmp_pa
     )
     assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
 
+    # --overwrite replaces plan bundles only: the user's keep.txt is not ours to delete (#14).
+    refused = _invoke("plan", str(project / "mix.yaml"), "-o", str(out), "--overwrite")
+    assert refused.exit_code == 1
+    assert "overwrite replaces only a plan bundle, got" in refused.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["keep.txt"]
+
+    (out / "keep.txt").unlink()
+    assert _invoke("plan", str(project / "mix.yaml"), "-o", str(out)).exit_code == 0
     replaced = _invoke("plan", str(project / "mix.yaml"), "-o", str(out), "--overwrite")
     assert replaced.exit_code == 0, replaced.output
     assert sorted(p.name for p in out.iterdir()) == ["plan.json", "samples.parquet", "shards.parquet"]

@@ -250,7 +250,7 @@ def _transformers_hub_module():  # transformers.utils.hub when transformers is i
 @pytest.fixture
 def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubServer]:
     """A running :class:`HubServer` with the environment pointed at it (see the module docstring)."""
-    import zephon.storage.hub.client
+    import zephon.storage.hub.retry
 
     hub = HubServer().start()
     home = tmp_path / "hf_home"
@@ -284,10 +284,10 @@ def hub_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[HubS
     transformers_hub = _transformers_hub_module()
     if transformers_hub is not None:
         monkeypatch.setattr(transformers_hub, "_hf_api", None)
-    monkeypatch.setattr(
-        zephon.storage.hub.client,
+    monkeypatch.setattr(  # where the default is read at call time (zephon.storage.hub.client re-exports it)
+        zephon.storage.hub.retry,
         "DEFAULT_RETRY",
-        zephon.storage.hub.client.RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05),
+        zephon.storage.hub.retry.RetryPolicy(attempts=3, base_delay=0.01, max_delay=0.05),
     )
     url = hub.url
     try:

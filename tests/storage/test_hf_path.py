@@ -92,7 +92,10 @@ def test_datasets_file_path_gets_the_generic_form() -> None:
     [
         ("s3://org/name/train", "hf:// path must start with 'hf://', got 's3://org/name/train'"),
         ("hf://org/name", "hf:// path must name a split, got 'hf://org/name' — append '/{split}'"),
-        ("hf://org", "hf:// path must name a dataset and a split, got only the organization in 'hf://org' — write 'hf://org/{name}/{split}', e.g. 'hf://org/NAME/train'"),
+        (
+            "hf://org",
+            "hf:// path must name a dataset and a split, got only the organization in 'hf://org' — write 'hf://org/{name}/{split}', e.g. 'hf://org/NAME/train'",
+        ),
         ("hf://org//train", "got an empty name in 'hf://org//train'"),
         ("hf://org/name/", "got an empty split in 'hf://org/name/'"),
         ("hf://org/name//train", "got an empty config in 'hf://org/name//train'"),

@@ -89,7 +89,7 @@ def shard_bytes_on_disk(root: Path) -> int:
 
 def drain(cache: ShardCache) -> None:
     """Wait until the prefetches queued so far have run (test hook on the cache's futures)."""
-    wait(list(cache._pending), timeout=10)
+    wait(list(cache._prefetcher.pending), timeout=10)
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -303,6 +303,7 @@ def _present(cache: ShardCache) -> list[str]:
 
 
 def test_eviction_follows_the_plan_as_in_the_module_docstring(tmp_path: Path) -> None:
+    """The worked example of the docstring of ``zephon.storage.shard_cache_evict``."""
     marks = tmp_path / "marks"
     specs = {k: spec(k, marks=marks) for k in "abcd"}
     with ShardCache(tmp_path / "cache", 3000) as cache:

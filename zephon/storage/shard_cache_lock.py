@@ -252,23 +252,6 @@ def scan(layout: CacheLayout) -> Scan:
     return Scan(entries, reserved)
 
 
-def eviction_order(entry: Entry, ranks: dict[str, int] | None) -> tuple[int, int, int, str]:
-    """Sort key, first evicted first: orphans, never needed again, farthest next use; ties least recently used."""
-    if not entry.has_meta:
-        return (0, 0, entry.access_ns, entry.name)
-    rank = ranks.get(entry.name) if ranks is not None else None
-    return (1, 0, entry.access_ns, entry.name) if rank is None else (2, -rank, entry.access_ns, entry.name)
-
-
-def needed_later(victim: str, own: str, ranks: dict[str, int] | None) -> bool:
-    """True when ``victim`` is never needed again or needed after ``own`` (by entry name)."""
-    if ranks is None:
-        return False
-    if victim not in ranks:
-        return True
-    return own in ranks and ranks[victim] > ranks[own]
-
-
 @dataclass(frozen=True, slots=True)
 class Meta:
     """The sidecar of an entry."""
@@ -296,7 +279,7 @@ def commit(layout: CacheLayout, name: str, part: Path, *, key: str, size: int, e
     Not :func:`~zephon.storage.files.atomic_file`: that renames one file as soon as it is written, while an
     entry is two files committed under the global lock — the sidecar's temporary must exist before the shard
     moves, and both temporaries live in ``tmp/`` under names :func:`scan` recognizes (a ``.part`` carries its
-    reservation). The cache words its own ``StorageError`` (``ShardCache._global``). The shared piece it uses is
+    reservation). The cache words its own ``StorageError`` (``CacheStore.locked``). The shared piece it uses is
     :func:`~zephon.storage.files.removed_on_failure`: a failure removes the temporary.
     """
     with removed_on_failure(layout.meta_tmp(name)) as meta_tmp:
