@@ -80,6 +80,8 @@ class ShardCache:
         wait_timeout_s: how long ``acquire`` waits for room held by shards in use before it raises.
         poll_interval_s: sleep between two tries while waiting for room.
         prefetch_workers: threads that run ``prefetch`` downloads.
+        create: make the cache's folders under ``root`` when missing (the executor); ``False`` opens an existing
+            cache only and creates nothing (``zephon cache ls | du | prune``).
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class ShardCache:
         wait_timeout_s: float = 600.0,
         poll_interval_s: float = 0.05,
         prefetch_workers: int = 2,
+        create: bool = True,
     ) -> None:
         if limit_bytes is not None and (isinstance(limit_bytes, bool) or limit_bytes <= 0):
             raise ConfigError(f"limit_bytes must be an int > 0 or None, got {limit_bytes!r} — pass a size in bytes")
@@ -99,7 +102,7 @@ class ShardCache:
             raise ConfigError(f"prefetch_workers must be ≥ 1, got {prefetch_workers}")
         self.root = Path(root)
         self.limit_bytes = limit_bytes
-        self._store = CacheStore(self.root, limit_bytes)  # creates the directories
+        self._store = CacheStore(self.root, limit_bytes, create=create)  # creates the directories if asked
         self._layout = self._store.layout
         self._timeout = wait_timeout_s
         self._poll = poll_interval_s

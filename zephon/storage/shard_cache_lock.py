@@ -39,6 +39,26 @@ PART_SUFFIX = ".part"
 META_TMP_SUFFIX = ".json.tmp"
 
 
+#: What :func:`entry_name` produces. Only files so named are the cache's: anything else a user puts under the
+#: root (a file in ``shards/``, ``meta/`` or ``tmp/``) is never listed, counted, evicted or deleted.
+_ENTRY_NAME = re.compile(r"^[0-9a-f]{32}-[A-Za-z0-9._-]+$")
+
+
+def is_entry_name(name: str) -> bool:
+    """True for a name :func:`entry_name` can produce (so a file the cache may have written)."""
+    return _ENTRY_NAME.match(name) is not None
+
+
+def _is_own_temporary(file_name: str) -> bool:
+    """A ``.part`` download or a sidecar temporary of an entry (the names :class:`CacheLayout` makes)."""
+    part = parse_part(file_name)
+    if part is not None:
+        return is_entry_name(part[0])
+    if file_name.endswith(META_TMP_SUFFIX):
+        return is_entry_name(file_name[: -len(META_TMP_SUFFIX)].rsplit(".", 1)[0])
+    return False
+
+
 def entry_name(key: str) -> str:
     """File name of a key: ``<32 hex of sha256(key)>-<sanitized basename, ≤ 64 chars>``.
 
@@ -86,6 +106,11 @@ class CacheLayout:
     def create(self) -> None:
         for directory in (self.shards, self.meta_dir, self.locks, self.tmp):
             directory.mkdir(parents=True, exist_ok=True)
+
+    def exists(self) -> bool:
+        """True when ``root`` holds a cache: its global lock file and its four directories."""
+        dirs = (self.shards, self.meta_dir, self.locks, self.tmp)
+        return self.global_lock.is_file() and all(d.is_dir() for d in dirs)
 
     def data(self, name: str) -> Path:
         return self.shards / name
@@ -234,14 +259,22 @@ def scan(layout: CacheLayout) -> Scan:
     """List entries and live reservations; delete stale temporaries and sidecars without a shard."""
     reserved = 0
     for tmp in os.scandir(layout.tmp):
+        if not _is_own_temporary(tmp.name):
+            continue  # not a name the cache makes: not ours to delete
         part = parse_part(tmp.name)
         if part is not None and is_locked(layout.download_lock(part[0])):
             reserved += part[1]
         else:  # a killed download, or a sidecar never renamed: nobody owns it
             unlink_quietly(Path(tmp.path))
-    metas = {m.name.removesuffix(".json") for m in os.scandir(layout.meta_dir)}
+    metas = {
+        m.name.removesuffix(".json")
+        for m in os.scandir(layout.meta_dir)
+        if m.name.endswith(".json") and is_entry_name(m.name.removesuffix(".json"))
+    }
     entries: dict[str, Entry] = {}
     for data in os.scandir(layout.shards):
+        if not is_entry_name(data.name):
+            continue
         try:
             st = data.stat()
         except FileNotFoundError:

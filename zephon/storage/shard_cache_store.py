@@ -67,10 +67,17 @@ class CacheEntrySpec:
 class CacheStore:
     """The entries of one cache root (``root``, at most ``limit_bytes``), changed under the cache's locks."""
 
-    def __init__(self, root: Path, limit_bytes: int | None) -> None:
+    def __init__(self, root: Path, limit_bytes: int | None, *, create: bool = True) -> None:
         self.root = root
         self.limit_bytes = limit_bytes
         self.layout = CacheLayout(root)
+        if not create:
+            if not self.layout.exists():
+                raise ConfigError(
+                    f"cache root must be a shard cache (a directory with zephon-cache.lock, shards/, meta/, locks/ "
+                    f"and tmp/), got {root} — pass the CacheOptions.root the executor used; nothing was created"
+                )
+            return
         try:
             self.layout.create()
         except OSError as exc:
