@@ -32,16 +32,17 @@ Rules:
   Values are checked before any dataset path is listed.
 
 ``work_source_from_dict`` applies the same rules to a dict (notebooks, tests, other front ends).
+
+This module reads and parses the file (``read_config``) and assembles its top level into a work source; each
+section (``datasets``, ``mixture``, ``shuffle``, ``phases``, ``tokenizer``, ...) is checked and built by
+``zephon.recipe.config_sections``, which also words the errors.
 """
 
 from __future__ import annotations
 
-import difflib
-import math
 import os
-import re
 import tomllib
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,22 @@ from typing import Any
 import yaml
 
 from zephon.errors import ConfigError, ZephonError
+from zephon.recipe.config_sections import (
+    check_keys,
+    describe,
+    optional_integer,
+    parse_datasets,
+    parse_mixture,
+    parse_packing,
+    parse_phases,
+    parse_shuffle,
+    parse_token_estimation,
+    parse_tokenizer,
+    require_integer,
+    type_error,
+)
 from zephon.recipe.dataset import Dataset
-from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
+from zephon.recipe.work_source import MixtureSpec
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import StaticMixtureWorkSource
 
@@ -82,14 +97,7 @@ _TOP_KEYS = (
     "phases",
 )
 _REQUIRED_KEYS = ("seed", "datasets", "mixture")
-_DATASET_KEYS = ("name", "path")
-_SHUFFLE_KEYS = ("enabled", "window_shards")
-_TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
-_TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
-_PACKING_KEYS = ("max_length", "algorithm", "oversize")
-_PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _ON_EXHAUSTION = ("new_epoch", "stop")
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -115,8 +123,8 @@ def load_plan_config(path: str | os.PathLike[str]) -> PlanConfig:
     try:
         return PlanConfig(
             source=source,
-            tokenize=_tokenizer(data.get("tokenizer"), base_dir, origin),
-            pack=_packing(data.get("packing"), origin),
+            tokenize=parse_tokenizer(data.get("tokenizer"), base_dir, origin),
+            pack=parse_packing(data.get("packing"), origin),
         )
     except ZephonError as exc:
         raise ConfigError(f"{origin}: {exc}") from exc
@@ -153,7 +161,7 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         ) from exc
     if not isinstance(data, dict):
         raise ConfigError(
-            f"{origin} must hold a mapping of settings (seed, datasets, mixture, ...), got {_describe(data)} — "
+            f"{origin} must hold a mapping of settings (seed, datasets, mixture, ...), got {describe(data)} — "
             "see docs/cli.md for an example"
         )
     return data
@@ -162,31 +170,31 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
 def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: str) -> StaticMixtureWorkSource:
     """Build a work source from CONFIG data; ``base_dir`` anchors relative paths, ``origin`` names the source."""
     if not isinstance(data, Mapping):
-        raise ConfigError(f"{origin} must hold a mapping of settings, got {_describe(data)} — pass a dict")
-    _check_keys(data, _TOP_KEYS, origin, "top-level")
+        raise ConfigError(f"{origin} must hold a mapping of settings, got {describe(data)} — pass a dict")
+    check_keys(data, _TOP_KEYS, origin, "top-level")
     for key in _REQUIRED_KEYS:
         if data.get(key) is None:
             raise ConfigError(f"{origin}: `{key}` must be set, got nothing — add it (see docs/cli.md)")
 
-    seed = _integer(data["seed"], "seed", 0, origin, "write e.g. `seed: 42`")
-    entries = _datasets(data["datasets"], base_dir, origin)
-    weights = _mixture(data["mixture"], origin)
-    num_documents = _optional_integer(data, "num_documents", origin)
-    epochs = _optional_integer(data, "epochs", origin)
+    seed = require_integer(data["seed"], "seed", 0, origin, "write e.g. `seed: 42`")
+    entries = parse_datasets(data["datasets"], base_dir, origin)
+    weights = parse_mixture(data["mixture"], origin)
+    num_documents = optional_integer(data, "num_documents", origin)
+    epochs = optional_integer(data, "epochs", origin)
     on_exhaustion = data.get("on_exhaustion")
     if on_exhaustion is None:
         on_exhaustion = "new_epoch"
     elif on_exhaustion not in _ON_EXHAUSTION:
-        raise _type_error(origin, "on_exhaustion", '"new_epoch" or "stop"', on_exhaustion, "use one of them")
-    shuffle = _shuffle(data.get("shuffle"), origin)
-    token_estimation = _token_estimation(data.get("token_estimation"), origin)
-    num_tokens = _optional_integer(data, "num_tokens", origin)
+        raise type_error(origin, "on_exhaustion", '"new_epoch" or "stop"', on_exhaustion, "use one of them")
+    shuffle = parse_shuffle(data.get("shuffle"), origin)
+    token_estimation = parse_token_estimation(data.get("token_estimation"), origin)
+    num_tokens = optional_integer(data, "num_tokens", origin)
     lanes = data.get("lanes")
-    lanes = 8 if lanes is None else _integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
-    phases = _phases(data.get("phases"), origin)
+    lanes = 8 if lanes is None else require_integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
+    phases = parse_phases(data.get("phases"), origin)
     exact_tokens = data.get("exact_tokens")
     if exact_tokens is not None and not isinstance(exact_tokens, bool):
-        raise _type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
+        raise type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
 
     try:
         datasets = [Dataset.from_path(name, path) for name, path in entries]
@@ -209,221 +217,8 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
 
 
 # ----------------------------------------------------------------------------------------------------
-# Sections
+# YAML: the parser's problem as one line, and a loader that refuses duplicate keys
 # ----------------------------------------------------------------------------------------------------
-
-
-def _datasets(value: Any, base_dir: Path, origin: str) -> list[tuple[str, str]]:
-    """``(name, resolved path)`` per entry of ``datasets``."""
-    if not isinstance(value, list) or not value:
-        raise _type_error(
-            origin, "datasets", "a non-empty list of {name, path} entries", value, "add `- {name: web, path: data/web}`"
-        )
-    entries = []
-    for index, entry in enumerate(value):
-        key = f"datasets[{index}]"
-        if not isinstance(entry, Mapping):
-            raise _type_error(origin, key, "a mapping with `name` and `path`", entry, "write `{name: web, path: ...}`")
-        _check_keys(entry, _DATASET_KEYS, origin, f"`{key}`")
-        for field in _DATASET_KEYS:
-            if not isinstance(entry.get(field), str) or not entry[field]:
-                raise _type_error(origin, f"{key}.{field}", "a non-empty string", entry.get(field), "quote it")
-        entries.append((entry["name"], _resolve_path(entry["path"], base_dir)))
-    return entries
-
-
-def _mixture(value: Any, origin: str) -> dict[str, float]:
-    if not isinstance(value, Mapping) or not value:
-        raise _type_error(
-            origin, "mixture", "a non-empty mapping of dataset name to weight", value, "write `{web: 0.7, code: 0.3}`"
-        )
-    for name, weight in value.items():
-        if not isinstance(name, str):
-            fix = f'quote the name: "{name}"'
-            if isinstance(name, bool):
-                fix = 'quote names that YAML reads as booleans (yes, no, on, off, true, false), e.g. "no": 0.3'
-            raise _type_error(origin, "mixture", "keyed by dataset names", name, fix)
-        if not _is_number(weight):
-            raise _type_error(origin, f"mixture.{name}", "a number", weight, "write e.g. 0.7")
-    return dict(value)
-
-
-def _shuffle(value: Any, origin: str) -> ShuffleSpec:
-    if value is None:
-        return ShuffleSpec()
-    if not isinstance(value, Mapping):
-        raise _type_error(origin, "shuffle", "a mapping", value, "write `{enabled: true, window_shards: 4}`")
-    _check_keys(value, _SHUFFLE_KEYS, origin, "`shuffle`")
-    kwargs: dict[str, Any] = {}
-    if value.get("enabled") is not None:
-        if not isinstance(value["enabled"], bool):
-            raise _type_error(origin, "shuffle.enabled", "true or false", value["enabled"], "write true or false")
-        kwargs["enabled"] = value["enabled"]
-    if value.get("window_shards") is not None:
-        kwargs["window_shards"] = _integer(
-            value["window_shards"], "shuffle.window_shards", 1, origin, "write e.g. `window_shards: 4`"
-        )
-    return ShuffleSpec(**kwargs)
-
-
-def _token_estimation(value: Any, origin: str) -> TokenEstimation | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise _type_error(origin, "token_estimation", "a mapping", value, "write `{primer: measure}`")
-    _check_keys(value, _TOKEN_KEYS, origin, "`token_estimation`")
-    kwargs: dict[str, Any] = {}
-    primer = value.get("primer")
-    if primer is not None:
-        valid = primer == "measure" or _is_number(primer)
-        if isinstance(primer, Mapping):
-            valid = all(isinstance(k, str) and _is_number(v) for k, v in primer.items())
-            primer = dict(primer)
-        if not valid:
-            raise _type_error(
-                origin,
-                "token_estimation.primer",
-                '"measure", a tokens-per-byte number or a mapping of dataset name to number',
-                primer,
-                "use one of them",
-            )
-        kwargs["primer"] = primer
-    columns = value.get("token_count_columns")
-    if columns is not None:
-        if not isinstance(columns, Mapping) or not all(isinstance(v, str) for v in columns.values()):
-            raise _type_error(
-                origin,
-                "token_estimation.token_count_columns",
-                "a mapping of dataset name to column",
-                columns,
-                "write `{fineweb: token_count}`",
-            )
-        kwargs["token_count_columns"] = dict(columns)
-    for key in _TOKEN_KEYS[1:3]:
-        if value.get(key) is not None:
-            kwargs[key] = _integer(value[key], f"token_estimation.{key}", 1, origin, f"write e.g. `{key}: 4`")
-    return TokenEstimation(**kwargs)
-
-
-def _phases(value: Any, origin: str) -> list[Phase]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise _type_error(
-            origin,
-            "phases",
-            "a list of {start, mixture, unit}",
-            value,
-            "write `- {start: 0.9, mixture: {web: 0.5, math: 0.5}}`",
-        )
-    out = []
-    for index, entry in enumerate(value):
-        key = f"phases[{index}]"
-        if not isinstance(entry, Mapping):
-            raise _type_error(origin, key, "a mapping with `start` and `mixture`", entry, "write `{start: 0.9, ...}`")
-        _check_keys(entry, _PHASE_KEYS, origin, f"`{key}`")
-        if not _is_number(entry.get("start")):
-            raise _type_error(origin, f"{key}.start", "a number", entry.get("start"), "write e.g. `start: 0.9`")
-        try:
-            out.append(
-                Phase(
-                    start=entry["start"],
-                    mixture=MixtureSpec(_mixture(entry.get("mixture"), origin)),
-                    unit=entry.get("unit") or "fraction",
-                    global_batch_size=entry.get("global_batch_size"),
-                )
-            )
-        except ZephonError as exc:
-            raise ConfigError(f"{origin}: `{key}`: {exc}") from exc
-    return out
-
-
-def _tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping) or not isinstance(value.get("id"), str):
-        raise _type_error(origin, "tokenizer", "a mapping with an `id`", value, "write `{id: gpt2, field: text}`")
-    _check_keys(value, _TOKENIZER_KEYS, origin, "`tokenizer`")
-    tokenizer_id = value["id"]
-    local = Path(tokenizer_id).expanduser()
-    if not local.is_absolute() and (base_dir / local).exists():
-        tokenizer_id = str(base_dir / local)  # a local tokenizer next to the CONFIG file
-    return TokenizeSpec(
-        tokenizer_id=tokenizer_id,
-        field=value.get("field") or "text",
-        add_bos=value.get("add_bos"),
-        eos_token=value.get("eos_token"),
-    )
-
-
-def _packing(value: Any, origin: str) -> PackSpec | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise _type_error(origin, "packing", "a mapping", value, "write `{max_length: 2049, algorithm: wrap}`")
-    _check_keys(value, _PACKING_KEYS, origin, "`packing`")
-    max_length = _integer(value.get("max_length"), "packing.max_length", 2, origin, "write e.g. `max_length: 2049`")
-    return PackSpec(
-        max_length=max_length, algorithm=value.get("algorithm") or "wrap", oversize=value.get("oversize") or "split"
-    )
-
-
-# ----------------------------------------------------------------------------------------------------
-# Checks and messages
-# ----------------------------------------------------------------------------------------------------
-
-
-def _resolve_path(path: str, base_dir: Path) -> str:
-    """Anchor a relative local path at ``base_dir``; keep URLs, absolute and ``~`` paths as written."""
-    if _URL.match(path) or os.path.isabs(os.path.expanduser(path)):
-        return path
-    return str(Path(os.path.abspath(base_dir)) / path)
-
-
-def _check_keys(mapping: Mapping[Any, Any], allowed: Sequence[str], origin: str, scope: str) -> None:
-    for key in mapping:
-        if key in allowed:
-            continue
-        close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f" (did you mean `{close[0]}`?)" if close else ""
-        raise ConfigError(
-            f"{origin}: {scope} keys must be among {', '.join(allowed)}, got unknown `{key}`{hint} — "
-            "fix the spelling or remove it"
-        )
-
-
-def _integer(value: Any, key: str, minimum: int, origin: str, fix: str) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise _type_error(origin, key, f"an integer ≥ {minimum}", value, fix)
-    return value
-
-
-def _optional_integer(data: Mapping[str, Any], key: str, origin: str) -> int | None:
-    value = data.get(key)
-    return None if value is None else _integer(value, key, 1, origin, f"write e.g. `{key}: 2` or remove it")
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _type_error(origin: str, key: str, want: str, got: Any, fix: str) -> ConfigError:
-    return ConfigError(f"{origin}: `{key}` must be {want}, got {_describe(got)} — {fix}")
-
-
-def _describe(value: Any) -> str:
-    """A value as a CONFIG author wrote it: its YAML/TOML kind and a short repr."""
-    if value is None:
-        return "null (or nothing)"
-    if isinstance(value, bool):
-        return f"boolean {str(value).lower()}"
-    if isinstance(value, Mapping):
-        return f"a mapping with keys {sorted(map(str, value))}"
-    if isinstance(value, list):
-        return f"a list of {len(value)} item(s)"
-    kind = {int: "integer", float: "number", str: "string"}.get(type(value), type(value).__name__)
-    text = repr(value)
-    return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

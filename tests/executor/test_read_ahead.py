@@ -17,6 +17,7 @@ from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.lanes import Lane
+from zephon.executor.parquet_shard import ParquetShard
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.read_ahead import READ_AHEAD_ENV, ReadAhead, read_ahead_enabled
 from zephon.executor.runner import iterate_batches
@@ -274,13 +275,13 @@ def test_a_slow_dataset_keeps_its_window_open_while_another_streams(make_parquet
         calls += [(k % 2, k % 6)] if k % 4 < 2 else []  # the slow one: two reads, then two fast shards without
         calls += [(2 + k, 0), (2 + k, 1), (2 + k, 2)]
     decodes: list[int] = []
-    original = ShardReader._row_group
+    original = ParquetShard.row_group
 
-    def counted(self, shard, g):
-        decodes.append(shard.ref.shard_id)
-        return original(self, shard, g)
+    def counted(self, g):
+        decodes.append(self.ref.shard_id)
+        return original(self, g)
 
-    monkeypatch.setattr(ShardReader, "_row_group", counted)
+    monkeypatch.setattr(ParquetShard, "row_group", counted)
     texts = {}
     for per_dataset in (None, 2):
         decodes.clear()

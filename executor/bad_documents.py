@@ -1,0 +1,76 @@
+"""What the shard reader does with a bad document: raise (the default), or skip it and count it.
+
+A bad *document* — invalid UTF-8 or JSON, not an object, no such field, null or not a string — raises a
+``DatasetError`` naming the dataset, shard and row, unless the reader runs with ``on_bad_document="skip"``:
+then its text is None, ``on_skip(ref, row, reason)`` counts it and the first one per shard is logged. A bad
+*shard* (truncated, corrupt, changed, missing column) always raises, never through this policy: a shard is not
+a document. Empty texts (``""``) are valid documents.
+
+The format readers (``zephon.executor.parquet_shard``, ``zephon.executor.jsonl_shard``) find the bad
+documents and word the problem; ``BadDocuments`` decides what happens next.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.plan.records import ShardRef
+
+# The skip warnings keep the logger they had before this module was split out of the shard reader.
+log = logging.getLogger("zephon.executor.shard_reader")
+
+#: Values of ``on_bad_document``: raise a ``DatasetError`` (default), or skip the document and count it.
+ON_BAD_DOCUMENT = ("raise", "skip")
+#: Why a document was skipped: the keys of ``RunStats.skipped``.
+SKIP_REASONS = ("not_utf8", "invalid_json", "not_an_object", "missing_field", "null_text", "not_text")
+_SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip") (estimated plans)'
+
+
+class BadDocuments:
+    """The ``on_bad_document`` policy of one reader, for the text field ``field``.
+
+    State: the shards whose first skipped document was logged (``warned``).
+    """
+
+    __slots__ = ("_on_skip", "_skip", "field", "warned")
+
+    def __init__(self, field: str, on_bad_document: str, on_skip: Callable[[ShardRef, int, str], None] | None) -> None:
+        if on_bad_document not in ON_BAD_DOCUMENT:
+            raise ConfigError(f'on_bad_document must be "raise" or "skip", got {on_bad_document!r}')
+        self.field = field
+        self._skip = on_bad_document == "skip"
+        self._on_skip = on_skip
+        self.warned: set[int] = set()
+
+    def report(self, ref: ShardRef, row: int, reason: str, message: str) -> None:
+        """A bad document: raise (default), or count it for ``on_bad_document="skip"`` (its text becomes None).
+
+        ``message`` is the problem and its fix, ending in a comma: the hint to skip such documents follows it.
+        """
+        if not self._skip:
+            raise DatasetError(f"{message} {_SKIP_HINT}")
+        if self._on_skip is not None:
+            self._on_skip(ref, row, reason)
+        if ref.shard_id not in self.warned:
+            self.warned.add(ref.shard_id)
+            log.warning(
+                "skipping a bad document (on_bad_document='skip'; Pipeline.stats().skipped counts them, this is "
+                "logged once per shard): %s",
+                message.rpartition(" — ")[0] or message,
+            )
+
+    def text(self, ref: ShardRef, row: int, value: object) -> str | None:
+        """``value`` when it is a string; otherwise a bad document (None when skipped)."""
+        if isinstance(value, str):
+            return value
+        reason, got = ("null_text", "null") if value is None else ("not_text", type(value).__name__)
+        self.report(
+            ref,
+            row,
+            reason,
+            f"dataset {ref.dataset!r}: shard {ref.uri} row {row} field {self.field!r} must be a string, got {got} "
+            "— clean the data, pick another field,",
+        )
+        return None

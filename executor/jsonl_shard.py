@@ -1,0 +1,129 @@
+"""Reading one JSONL shard (plain, gzip or zstd): read and decompressed whole, then one line per row.
+
+gzip and zstd streams cannot be sought, so ``JsonlShard`` reads the file's bytes at once and keeps the
+decompressed text with the span of every non-empty line (``zephon.storage.jsonl``). It checks the shard when
+it is opened, before any row is used — a shard that changed since planning is refused, never read: the
+BLAKE2b fingerprint of the file's bytes when the reader asks for it (one hash pass over the bytes read anyway,
+~0.9 GB/s on one core), a complete gzip/zstd stream, and the planned row count.
+
+A row's text is its JSON object's ``field``; a line that is not UTF-8, not JSON, not an object, lacks the field
+or holds no string there is a bad document, handed to the reader's ``BadDocuments`` policy.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from zephon.errors import DatasetError, one_line
+from zephon.executor.bad_documents import BadDocuments
+from zephon.plan.records import ShardRef
+from zephon.storage.jsonl import decompress, line_spans
+from zephon.storage.scan import jsonl_fingerprint
+
+
+class JsonlShard:
+    """One open JSONL shard: its decompressed bytes (``data``) and the ``(starts, ends)`` of its lines."""
+
+    __slots__ = ("_documents", "data", "ref", "spans")
+
+    def __init__(self, ref: ShardRef, path: str, documents: BadDocuments, *, check_fingerprint: bool) -> None:
+        """Read ``path`` (the shard ``ref``, or its cached copy) and check it; ``check_fingerprint``: compare the
+        file's bytes with the planned fingerprint too."""
+        self.ref = ref
+        self._documents = documents
+        where = f"dataset {ref.dataset!r}: shard {ref.uri}"
+        try:
+            raw = Path(path).read_bytes()
+        except OSError as exc:
+            raise DatasetError(f"{where} must be readable, got {exc.strerror or exc} — restore the file") from exc
+        if check_fingerprint:
+            fingerprint = jsonl_fingerprint(raw)
+            if fingerprint != ref.fingerprint:
+                raise DatasetError(
+                    f"{where} changed since planning: its bytes must match fingerprint {ref.fingerprint}, got "
+                    f"{fingerprint} — restore the planned data or re-plan"
+                )
+        try:
+            self.data: bytes = decompress(raw, ref.format)
+        except ValueError as exc:
+            raise DatasetError(
+                f"{where} must be a complete {ref.format} file, got {one_line(exc)} — restore it from its source or "
+                "re-export it, then re-plan"
+            ) from exc
+        self.spans: tuple[np.ndarray, np.ndarray] = line_spans(self.data)
+        if len(self.spans[0]) != ref.rows:
+            raise DatasetError(
+                f"{where} changed since planning: rows (non-empty lines) must be {ref.rows}, got "
+                f"{len(self.spans[0])} — restore the planned data or re-plan"
+            )
+
+    def read(self, rows: np.ndarray) -> list[str | None]:
+        """Texts of ``rows``, in the order given; None for a skipped document."""
+        starts, ends = self.spans
+        data = self.data
+        return [self._row(row, data[starts[row] : ends[row]]) for row in rows.tolist()]
+
+    def iter_texts(self, chunk_rows: int) -> Iterator[list[str | None]]:
+        """Every text in row order, ``chunk_rows`` rows at a time."""
+        count = len(self.spans[0])
+        for start in range(0, count, chunk_rows):
+            yield self.read(np.arange(start, min(start + chunk_rows, count)))
+
+    def _row(self, row: int, line: bytes) -> str | None:
+        ref, documents, field = self.ref, self._documents, self._documents.field
+        where = f"dataset {ref.dataset!r}: shard {ref.uri} row {row}"
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            documents.report(
+                ref,
+                row,
+                "not_utf8",
+                f"{where} must be UTF-8 text, got byte 0x{line[exc.start]:02x} at byte {exc.start} of the line — "
+                "re-encode the file as UTF-8 (e.g. iconv -t utf-8), fix or remove that line,",
+            )
+            return None
+        if row == 0 and text.startswith("\ufeff"):  # a UTF-8 byte order mark opens the file
+            text = text[1:]
+        try:
+            record = json.loads(text)
+        except ValueError as exc:
+            documents.report(
+                ref,
+                row,
+                "invalid_json",
+                f"{where} must be a JSON object, got invalid JSON ({one_line(exc)}) in {_excerpt(text)} — fix or "
+                "remove that line,",
+            )
+            return None
+        if not isinstance(record, dict):
+            documents.report(
+                ref,
+                row,
+                "not_an_object",
+                f"{where} must be a JSON object, got a JSON {_json_kind(record)} — fix or remove that line,",
+            )
+            return None
+        if field not in record:
+            documents.report(
+                ref,
+                row,
+                "missing_field",
+                f"{where} must have the field {field!r}, got keys {sorted(record)} — pass field=... to "
+                "tokenize(), fix the data,",
+            )
+            return None
+        return documents.text(ref, row, record[field])
+
+
+def _excerpt(text: str, limit: int = 60) -> str:
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
+
+
+def _json_kind(value: object) -> str:
+    names = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)

@@ -1,0 +1,284 @@
+"""The sections of a CONFIG file (``zephon.config_file``), each checked and turned into a recipe value.
+
+Every ``parse_*`` function takes one section as plain data (what YAML or TOML parsed), checks it and returns
+the recipe or spec value it describes: ``datasets`` → ``(name, path)`` pairs, ``mixture`` → weights,
+``shuffle`` → ``ShuffleSpec``, ``token_estimation`` → ``TokenEstimation``, ``phases`` → ``Phase`` list,
+``tokenizer`` → ``TokenizeSpec``, ``packing`` → ``PackSpec``. ``null`` (None) for an optional section means
+its default.
+
+The checks below them word every error the same way — a ``ConfigError`` that starts with ``origin`` (the
+file name): "config.yaml: `seed` must be an integer ≥ 0, got string '42' — write e.g. `seed: 42`". Unknown
+keys are refused with the allowed keys and, when one is close, a suggestion.
+
+Nothing here reads a file or lists a dataset's shards: ``zephon.config_file`` reads the file and assembles
+the work source from these pieces.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from zephon.errors import ConfigError, ZephonError
+from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
+from zephon.specs import PackSpec, TokenizeSpec
+
+__all__ = [
+    "check_keys",
+    "describe",
+    "is_number",
+    "optional_integer",
+    "parse_datasets",
+    "parse_mixture",
+    "parse_packing",
+    "parse_phases",
+    "parse_shuffle",
+    "parse_token_estimation",
+    "parse_tokenizer",
+    "require_integer",
+    "type_error",
+]
+
+_DATASET_KEYS = ("name", "path")
+_SHUFFLE_KEYS = ("enabled", "window_shards")
+_TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
+_TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
+_PACKING_KEYS = ("max_length", "algorithm", "oversize")
+_PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Sections
+# ----------------------------------------------------------------------------------------------------
+
+
+def parse_datasets(value: Any, base_dir: Path, origin: str) -> list[tuple[str, str]]:
+    """``(name, resolved path)`` per entry of ``datasets``."""
+    if not isinstance(value, list) or not value:
+        raise type_error(
+            origin, "datasets", "a non-empty list of {name, path} entries", value, "add `- {name: web, path: data/web}`"
+        )
+    entries = []
+    for index, entry in enumerate(value):
+        key = f"datasets[{index}]"
+        if not isinstance(entry, Mapping):
+            raise type_error(origin, key, "a mapping with `name` and `path`", entry, "write `{name: web, path: ...}`")
+        check_keys(entry, _DATASET_KEYS, origin, f"`{key}`")
+        for field in _DATASET_KEYS:
+            if not isinstance(entry.get(field), str) or not entry[field]:
+                raise type_error(origin, f"{key}.{field}", "a non-empty string", entry.get(field), "quote it")
+        entries.append((entry["name"], _resolve_path(entry["path"], base_dir)))
+    return entries
+
+
+def parse_mixture(value: Any, origin: str) -> dict[str, float]:
+    """The weights of ``mixture`` (or of a phase's ``mixture``), by dataset name."""
+    if not isinstance(value, Mapping) or not value:
+        raise type_error(
+            origin, "mixture", "a non-empty mapping of dataset name to weight", value, "write `{web: 0.7, code: 0.3}`"
+        )
+    for name, weight in value.items():
+        if not isinstance(name, str):
+            fix = f'quote the name: "{name}"'
+            if isinstance(name, bool):
+                fix = 'quote names that YAML reads as booleans (yes, no, on, off, true, false), e.g. "no": 0.3'
+            raise type_error(origin, "mixture", "keyed by dataset names", name, fix)
+        if not is_number(weight):
+            raise type_error(origin, f"mixture.{name}", "a number", weight, "write e.g. 0.7")
+    return dict(value)
+
+
+def parse_shuffle(value: Any, origin: str) -> ShuffleSpec:
+    """``shuffle``: the default ``ShuffleSpec`` when absent."""
+    if value is None:
+        return ShuffleSpec()
+    if not isinstance(value, Mapping):
+        raise type_error(origin, "shuffle", "a mapping", value, "write `{enabled: true, window_shards: 4}`")
+    check_keys(value, _SHUFFLE_KEYS, origin, "`shuffle`")
+    kwargs: dict[str, Any] = {}
+    if value.get("enabled") is not None:
+        if not isinstance(value["enabled"], bool):
+            raise type_error(origin, "shuffle.enabled", "true or false", value["enabled"], "write true or false")
+        kwargs["enabled"] = value["enabled"]
+    if value.get("window_shards") is not None:
+        kwargs["window_shards"] = require_integer(
+            value["window_shards"], "shuffle.window_shards", 1, origin, "write e.g. `window_shards: 4`"
+        )
+    return ShuffleSpec(**kwargs)
+
+
+def parse_token_estimation(value: Any, origin: str) -> TokenEstimation | None:
+    """``token_estimation`` (None when absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise type_error(origin, "token_estimation", "a mapping", value, "write `{primer: measure}`")
+    check_keys(value, _TOKEN_KEYS, origin, "`token_estimation`")
+    kwargs: dict[str, Any] = {}
+    primer = value.get("primer")
+    if primer is not None:
+        valid = primer == "measure" or is_number(primer)
+        if isinstance(primer, Mapping):
+            valid = all(isinstance(k, str) and is_number(v) for k, v in primer.items())
+            primer = dict(primer)
+        if not valid:
+            raise type_error(
+                origin,
+                "token_estimation.primer",
+                '"measure", a tokens-per-byte number or a mapping of dataset name to number',
+                primer,
+                "use one of them",
+            )
+        kwargs["primer"] = primer
+    columns = value.get("token_count_columns")
+    if columns is not None:
+        if not isinstance(columns, Mapping) or not all(isinstance(v, str) for v in columns.values()):
+            raise type_error(
+                origin,
+                "token_estimation.token_count_columns",
+                "a mapping of dataset name to column",
+                columns,
+                "write `{fineweb: token_count}`",
+            )
+        kwargs["token_count_columns"] = dict(columns)
+    for key in _TOKEN_KEYS[1:3]:
+        if value.get(key) is not None:
+            kwargs[key] = require_integer(value[key], f"token_estimation.{key}", 1, origin, f"write e.g. `{key}: 4`")
+    return TokenEstimation(**kwargs)
+
+
+def parse_phases(value: Any, origin: str) -> list[Phase]:
+    """``phases`` (an empty list when absent)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise type_error(
+            origin,
+            "phases",
+            "a list of {start, mixture, unit}",
+            value,
+            "write `- {start: 0.9, mixture: {web: 0.5, math: 0.5}}`",
+        )
+    out = []
+    for index, entry in enumerate(value):
+        key = f"phases[{index}]"
+        if not isinstance(entry, Mapping):
+            raise type_error(origin, key, "a mapping with `start` and `mixture`", entry, "write `{start: 0.9, ...}`")
+        check_keys(entry, _PHASE_KEYS, origin, f"`{key}`")
+        if not is_number(entry.get("start")):
+            raise type_error(origin, f"{key}.start", "a number", entry.get("start"), "write e.g. `start: 0.9`")
+        try:
+            out.append(
+                Phase(
+                    start=entry["start"],
+                    mixture=MixtureSpec(parse_mixture(entry.get("mixture"), origin)),
+                    unit=entry.get("unit") or "fraction",
+                    global_batch_size=entry.get("global_batch_size"),
+                )
+            )
+        except ZephonError as exc:
+            raise ConfigError(f"{origin}: `{key}`: {exc}") from exc
+    return out
+
+
+def parse_tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | None:
+    """``tokenizer`` (None when absent); an ``id`` naming a path next to the CONFIG file resolves to it."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not isinstance(value.get("id"), str):
+        raise type_error(origin, "tokenizer", "a mapping with an `id`", value, "write `{id: gpt2, field: text}`")
+    check_keys(value, _TOKENIZER_KEYS, origin, "`tokenizer`")
+    tokenizer_id = value["id"]
+    local = Path(tokenizer_id).expanduser()
+    if not local.is_absolute() and (base_dir / local).exists():
+        tokenizer_id = str(base_dir / local)  # a local tokenizer next to the CONFIG file
+    return TokenizeSpec(
+        tokenizer_id=tokenizer_id,
+        field=value.get("field") or "text",
+        add_bos=value.get("add_bos"),
+        eos_token=value.get("eos_token"),
+    )
+
+
+def parse_packing(value: Any, origin: str) -> PackSpec | None:
+    """``packing`` (None when absent)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise type_error(origin, "packing", "a mapping", value, "write `{max_length: 2049, algorithm: wrap}`")
+    check_keys(value, _PACKING_KEYS, origin, "`packing`")
+    max_length = require_integer(
+        value.get("max_length"), "packing.max_length", 2, origin, "write e.g. `max_length: 2049`"
+    )
+    return PackSpec(
+        max_length=max_length, algorithm=value.get("algorithm") or "wrap", oversize=value.get("oversize") or "split"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------
+# Checks and messages
+# ----------------------------------------------------------------------------------------------------
+
+
+def _resolve_path(path: str, base_dir: Path) -> str:
+    """Anchor a relative local path at ``base_dir``; keep URLs, absolute and ``~`` paths as written."""
+    if _URL.match(path) or os.path.isabs(os.path.expanduser(path)):
+        return path
+    return str(Path(os.path.abspath(base_dir)) / path)
+
+
+def check_keys(mapping: Mapping[Any, Any], allowed: Sequence[str], origin: str, scope: str) -> None:
+    """Refuse a key of ``mapping`` not in ``allowed``, suggesting the closest allowed one."""
+    for key in mapping:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f" (did you mean `{close[0]}`?)" if close else ""
+        raise ConfigError(
+            f"{origin}: {scope} keys must be among {', '.join(allowed)}, got unknown `{key}`{hint} — "
+            "fix the spelling or remove it"
+        )
+
+
+def require_integer(value: Any, key: str, minimum: int, origin: str, fix: str) -> int:
+    """``value`` when it is an integer ≥ ``minimum`` (booleans are not integers here)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise type_error(origin, key, f"an integer ≥ {minimum}", value, fix)
+    return value
+
+
+def optional_integer(data: Mapping[str, Any], key: str, origin: str) -> int | None:
+    """``data[key]`` as an integer ≥ 1, or None when absent or null."""
+    value = data.get(key)
+    return None if value is None else require_integer(value, key, 1, origin, f"write e.g. `{key}: 2` or remove it")
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float (not a boolean)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def type_error(origin: str, key: str, want: str, got: Any, fix: str) -> ConfigError:
+    """The error for a value of the wrong kind: "origin: `key` must be want, got ... — fix"."""
+    return ConfigError(f"{origin}: `{key}` must be {want}, got {describe(got)} — {fix}")
+
+
+def describe(value: Any) -> str:
+    """A value as a CONFIG author wrote it: its YAML/TOML kind and a short repr."""
+    if value is None:
+        return "null (or nothing)"
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, Mapping):
+        return f"a mapping with keys {sorted(map(str, value))}"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item(s)"
+    kind = {int: "integer", float: "number", str: "string"}.get(type(value), type(value).__name__)
+    text = repr(value)
+    return f"{kind} {text if len(text) <= 60 else text[:57] + '...'}"
