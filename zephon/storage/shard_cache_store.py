@@ -122,7 +122,12 @@ class CacheStore:
         with removed_on_failure(part):
             _fetch_and_check(spec, part)
             with self.locked():
-                commit(self.layout, name, part, key=spec.key, size=spec.size, etag=spec.etag)
+                try:
+                    commit(self.layout, name, part, key=spec.key, size=spec.size, etag=spec.etag)
+                except OSError as exc:  # the sidecar hit a full disk: name the shard, as a failed download does
+                    if exc.errno not in _STORAGE_ERRNOS:
+                        raise
+                    raise storage_error(exc, f"shard {spec.key!r}", self.layout.meta(name), STORAGE_FIX) from exc
                 yield
 
 
