@@ -37,8 +37,10 @@ from zephon.planner.orders import permutation
 from zephon.planner.shard_tokens import ShardTokens
 from zephon.planner.token_lengths import byte_lengths, cache_byte_lengths
 from zephon.recipe.work_source import TokenEstimation
+from zephon.storage.progress import progress_bar, track
 
 CALIBRATION_STREAM = 0x7A_45_50_48  # distinct from every epoch number a plan uses for shuffling
+CALIBRATION_BATCH = 256  # documents encoded per call while calibrating (a progress bar moves between calls)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,9 +94,11 @@ def estimate_dataset(
     encoder: Encoder,
     estimation: TokenEstimation,
     seed: int,
+    progress: bool | None = None,
 ) -> DatasetEstimate:
     """Estimated tokens per row and the provenance for plan.json. Every shard's byte lengths are computed (and
-    cached) here, so a bad shard fails the estimate rather than the layout."""
+    cached) here, so a bad shard fails the estimate rather than the layout. ``progress``: bars for sizing the
+    shards and encoding the calibration sample (``zephon.storage.progress``); they never change the estimate."""
     specials = _specials(encoder)
     names = [f"{ref.uri} (dataset {name!r})" for ref in refs]
     column = (estimation.token_count_columns or {}).get(name)
@@ -107,7 +111,7 @@ def estimate_dataset(
             names=names,
         )
         return DatasetEstimate(tokens=counts, provenance={"method": "column", "column": column, "specials": specials})
-    for ref in refs:
+    for ref in track(refs, total=len(refs), desc=f"sizing documents of {name}", unit="shard", progress=progress):
         cache_byte_lengths(ref, field)
     primer = estimation.primer
     if isinstance(primer, int | float) and not isinstance(primer, bool):
@@ -120,7 +124,7 @@ def estimate_dataset(
         pinned = float(primer[name])
         found = _Ratio(tokens_per_byte=pinned, provenance={"method": "pinned", "tokens_per_byte": pinned})
     else:
-        found = _measure(index, name, refs, field, encoder, estimation, seed)
+        found = _measure(index, name, refs, field, encoder, estimation, seed, progress)
     ratio, provenance = found.tokens_per_byte, found.provenance
     provenance["byte_unit"] = "utf8 text" if refs[0].format == "parquet" else "jsonl line"
     provenance["specials"] = specials
@@ -140,6 +144,7 @@ def _measure(
     encoder: Encoder,
     estimation: TokenEstimation,
     seed: int,
+    progress: bool | None,
 ) -> _Ratio:
     """Calibrate the ratio on a sample of the dataset's documents (steps 1–3 of the module docstring)."""
     bits = np.random.PCG64(np.random.SeedSequence([seed, index, CALIBRATION_STREAM]))
@@ -153,7 +158,13 @@ def _measure(
     reader = ShardReader(list(refs), field, capacity=len(chosen), cache=planning_cache())
     texts = reader.texts(shard_ids, local_rows)
     specials = _specials(encoder)
-    tokens = int(sum(len(t) - specials for t in encoder.encode(texts)))
+    tokens = 0
+    # Encoded CALIBRATION_BATCH documents at a time, whether or not a bar is shown: the sum is the same.
+    with progress_bar(total=len(texts), desc=f"calibrating {name}", unit="doc", progress=progress) as bar:
+        for start in range(0, len(texts), CALIBRATION_BATCH):
+            batch = texts[start : start + CALIBRATION_BATCH]
+            tokens += int(sum(len(t) - specials for t in encoder.encode(batch)))
+            bar.update(len(batch))
     lengths = {int(i): byte_lengths(refs[int(i)], field) for i in chosen}  # the calibration shards only
     picked = zip(chosen[shard_pos].tolist(), local_rows.tolist(), strict=True)
     nbytes = int(sum(int(lengths[shard][row]) for shard, row in picked))

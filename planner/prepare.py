@@ -28,6 +28,8 @@ from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.token_lengths import CountReport, token_counts
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
+from zephon.storage.progress import progress_bar
+from zephon.storage.scan import scan_shard
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -57,22 +59,31 @@ class PreparedPlan:
         return self.source.exact_tokens
 
 
-def shard_refs(source: WorkSource) -> tuple[tuple[ShardRef, ...], ...]:
+def shard_refs(source: WorkSource, *, progress: bool | None = None) -> tuple[tuple[ShardRef, ...], ...]:
+    """Scan every dataset's shards and number them (global shard ids in dataset order).
+
+    The scan is ``Dataset.shards()`` taken a shard at a time, so that a bar can follow it on a terminal
+    (``zephon.storage.progress``): Hub shards cost two range requests each, JSONL shards a full read.
+    """
     out = []
     next_id = 0
-    for index, ds in enumerate(source.datasets):
-        refs = []
-        for info in ds.shards():
-            if info.rows > np.iinfo(np.int32).max:
-                raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
-            refs.append(info.placed(shard_id=next_id, dataset_id=index, dataset=ds.name))
-            next_id += 1
-        if sum(r.rows for r in refs) == 0:
-            raise DatasetError(
-                f"dataset {ds.name!r} must have at least one row, got 0 rows in {len(refs)} shard(s) at "
-                f"{ds.path!r} — fix the path or remove the dataset"
-            )
-        out.append(tuple(refs))
+    total = sum(len(ds.files) for ds in source.datasets)
+    with progress_bar(total=total, desc="scanning shards", unit="shard", progress=progress) as bar:
+        for index, ds in enumerate(source.datasets):
+            refs = []
+            for file in ds.files:
+                info = scan_shard(ds.name, file)
+                bar.update(1)
+                if info.rows > np.iinfo(np.int32).max:
+                    raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
+                refs.append(info.placed(shard_id=next_id, dataset_id=index, dataset=ds.name))
+                next_id += 1
+            if sum(r.rows for r in refs) == 0:
+                raise DatasetError(
+                    f"dataset {ds.name!r} must have at least one row, got 0 rows in {len(refs)} shard(s) at "
+                    f"{ds.path!r} — fix the path or remove the dataset"
+                )
+            out.append(tuple(refs))
     return tuple(out)
 
 
@@ -82,9 +93,12 @@ def prepare(
     tokenize: TokenizeSpec | None = None,
     pack: PackSpec | None = None,
     workers: int | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> PreparedPlan:
-    """Scan the datasets, compute token counts if the plan needs them, and normalize the config."""
+    """Scan the datasets, compute token counts if the plan needs them, and normalize the config.
+
+    ``progress``: bars for the scan, the estimate and the count pass (``zephon.storage.progress``: ``None``
+    draws them on a terminal only); they never change the result."""
     needs_tokens = source.token_estimation is not None or source.exact_tokens
     if needs_tokens and tokenize is None:
         raise ConfigError(
@@ -101,7 +115,7 @@ def prepare(
             'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
             "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
         )
-    shards = shard_refs(source)
+    shards = shard_refs(source, progress=progress)
     encoder = Encoder(tokenize) if needs_tokens and tokenize is not None else None
     tokens: list[Sequence[np.ndarray]] | None = None
     provenance: dict[str, Any] | None = None
@@ -125,6 +139,7 @@ def prepare(
                     encoder=encoder,
                     estimation=source.token_estimation,
                     seed=source.seed,
+                    progress=progress,
                 )
                 tokens.append(estimate.tokens)
                 provenance[ds.name] = estimate.provenance

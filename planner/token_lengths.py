@@ -10,7 +10,8 @@ so reruns and other plans reuse them:
 * token counts — ``token-counts/<key>.npy``, key = (shard fingerprint, field, tokenizer fingerprint). The
   count includes the BOS prefix and the EOS token the executor adds, so it is exactly the number of tokens
   the document contributes to the stream. Computed by worker subprocesses (``zephon.planner.count_worker``),
-  shards split among them longest first, with a progress bar; one worker runs in-process.
+  shards split among them longest first; one worker runs in-process. A progress bar follows the shards on a
+  terminal (``zephon.storage.progress``).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc
@@ -36,6 +38,10 @@ from zephon.planner.count_worker import count_shard, save_atomic
 from zephon.planner.shard_tokens import ShardTokens
 from zephon.specs import TokenizeSpec
 from zephon.storage.files import cache_dir
+from zephon.storage.progress import progress_bar, track
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -105,13 +111,9 @@ def _counts_path(ref: ShardRef, field: str, tokenizer_fingerprint: str) -> Path:
     return cache_dir() / "token-counts" / f"{_key(ref.fingerprint, field, tokenizer_fingerprint)}.npy"
 
 
-def _run_workers(jobs: list[dict], progress: bool, total: int) -> int:
-    """Run count workers as subprocesses; return the tokens they counted."""
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=total, unit="shard", desc="counting tokens", leave=False)
+def _run_workers(jobs: list[dict], bar: tqdm) -> int:
+    """Run count workers as subprocesses, advancing ``bar`` (a ``progress_bar``) per shard; return the tokens
+    they counted."""
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "zephon.planner.count_worker"],
@@ -140,17 +142,14 @@ def _run_workers(jobs: list[dict], progress: bool, total: int) -> int:
                     open_streams -= 1
                     continue
                 tokens += json.loads(line)["tokens"]
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix(tokens=f"{tokens:,}")
+                bar.set_postfix(tokens=f"{tokens:,}", refresh=False)  # drawn by the update
+                bar.update(1)
     for proc in procs:
         assert proc.stderr is not None
         err = proc.stderr.read()
         if proc.wait() != 0:
             last = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
             raise ZephonError(f"the count pass must finish every shard, got a worker failure: {last}")
-    if bar is not None:
-        bar.close()
     return tokens
 
 
@@ -160,14 +159,16 @@ def token_counts(
     encoder: Encoder,
     *,
     workers: int | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
     engine: str = "local",
 ) -> tuple[ShardTokens, CountReport]:
     """Exact per-row token counts (int32) for every shard, counting only what is not cached; the arrays stay in
     the cache and are loaded shard by shard (``ShardTokens``).
 
-    ``engine="local"`` counts in worker subprocesses on this machine; ``engine="ray"`` as Ray tasks
-    (``zephon.planner.count_ray``). Both save identical arrays to the same cache.
+    ``engine="local"`` counts in worker subprocesses on this machine (in this process when one worker is
+    enough); ``engine="ray"`` as Ray tasks (``zephon.planner.count_ray``). All save identical arrays to the
+    same cache. ``progress``: a bar of the shards counted by the local engine (``zephon.storage.progress``:
+    ``None`` draws it on a terminal only).
     """
     if engine not in ("local", "ray"):
         raise ConfigError(f'count engine must be "local" or "ray", got {engine!r}')
@@ -179,8 +180,8 @@ def token_counts(
         count_with_ray([shards[i] for i in todo], spec, [paths[i] for i in todo], save_atomic, workers=workers)
     elif todo:
         n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
-        if n_workers == 1 and not progress:
-            for i in todo:
+        if n_workers == 1:
+            for i in track(todo, total=len(todo), desc="counting tokens", unit="shard", progress=progress):
                 save_atomic(paths[i], count_shard(shards[i], spec.field, encoder))
         else:
             # Longest shards first, each to the least loaded worker: a deterministic, balanced split.
@@ -190,8 +191,9 @@ def token_counts(
                 w = loads.index(min(loads))
                 loads[w] += shards[i].bytes
                 tasks[w].append({"ref": asdict(shards[i]), "out": str(paths[i])})
-            base = {"tokenize": asdict(spec), "single_thread": n_workers > 1}
-            _run_workers([{**base, "tasks": t} for t in tasks if t], progress, len(todo))
+            base = {"tokenize": asdict(spec), "single_thread": True}
+            with progress_bar(total=len(todo), desc="counting tokens", unit="shard", progress=progress) as bar:
+                _run_workers([{**base, "tasks": t} for t in tasks if t], bar)
 
     def loader(ref: ShardRef, path: Path) -> Callable[[], np.ndarray]:
         def load() -> np.ndarray:

@@ -42,13 +42,14 @@ class StaticMixtureWorkSource(WorkSource):
         pack: PackSpec | None = None,
         overwrite: bool = False,
         workers: int | None = None,
-        progress: bool = False,
+        progress: bool | None = None,
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
-        ``tokenize`` is needed for token mixtures and exact plans, ``pack`` for exact plans; ``workers`` and
-        ``progress`` steer the count pass of exact plans. The planner (Polars, DuckDB) is imported here, on
-        first use, so that making a work source stays light.
+        ``tokenize`` is needed for token mixtures and exact plans, ``pack`` for exact plans; ``workers`` steers
+        the count pass of exact plans; ``progress`` the bars of long steps (``None``: on a terminal only, see
+        ``zephon.storage.progress``). The planner (Polars, DuckDB) is imported here, on first use, so that
+        making a work source stays light.
         """
         from zephon.planner.build import write_plan
 

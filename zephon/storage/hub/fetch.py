@@ -34,6 +34,7 @@ from zephon.storage.hub.errors import HTTP_ERRORS, TransportError, check_online,
 from zephon.storage.hub.paths import is_commit_sha
 from zephon.storage.hub.resolve import RemoteFile, hub_endpoint
 from zephon.storage.hub.retry import RetryPolicy, retry_policy
+from zephon.storage.progress import progress_bar
 
 __all__ = ["download_remote_file", "read_remote_parquet_metadata"]
 
@@ -128,25 +129,31 @@ def download_remote_file(
     token: str | None = None,
     retry: RetryPolicy | None = None,
     in_place: bool = False,
+    progress: bool | None = None,
 ) -> None:
     """Download ``file`` whole to ``dest`` atomically (``dest + ".part-<pid>"``, then ``os.replace``; see
     :func:`~zephon.storage.files.atomic_file`), checking its size and hash before the rename: sha256 when the
     etag is an LFS sha256, the git blob sha1 when it is a 40-hex oid. ``in_place=True`` writes ``dest`` itself,
     for a caller (the shard cache) whose ``dest`` is already a temporary name it renames; a failed download then
-    removes ``dest``, and an ``OSError`` is left for that caller to word."""
+    removes ``dest``, and an ``OSError`` is left for that caller to word. ``progress``: a bar of the bytes
+    received (:mod:`zephon.storage.progress`: ``None`` draws it on a terminal only, once a download has run
+    a few seconds); it never changes what is written."""
     label = f"{file.path_in_repo} of dataset {file.repo_id} at {file.revision}"
     if in_place:
         with removed_on_failure(Path(dest)):
             Path(dest).parent.mkdir(parents=True, exist_ok=True)
-            _download_checked(file, dest, label, token, retry)
+            _download_checked(file, dest, label, token, retry, progress)
         return
     part = Path(f"{dest}.part-{os.getpid()}")
     with atomic_file(Path(dest), f"the download of {label}", _DOWNLOAD_FIX, temporary=part):
-        _download_checked(file, str(part), label, token, retry)
+        _download_checked(file, str(part), label, token, retry, progress)
 
 
-def _download_checked(file: RemoteFile, part: str, label: str, token: str | None, retry: RetryPolicy | None) -> None:
+def _download_checked(
+    file: RemoteFile, part: str, label: str, token: str | None, retry: RetryPolicy | None, progress: bool | None
+) -> None:
     """Stream ``file`` into ``part`` (fsynced), then check its size and hash; raise ``HubError`` when they differ."""
+    desc = f"downloading {file.path_in_repo.rpartition('/')[2]}"
 
     def consume(response: Any) -> tuple[int, str | None]:  # (bytes received, hex digest or None)
         if _SHA256.fullmatch(file.etag):
@@ -156,7 +163,8 @@ def _download_checked(file: RemoteFile, part: str, label: str, token: str | None
         else:
             digest = None
         written = 0
-        with open(part, "wb") as out:
+        bar = progress_bar(total=file.size, desc=desc, unit="B", unit_scale=True, progress=progress)
+        with bar, open(part, "wb") as out:  # a retried body starts a new bar
             for chunk in response.iter_bytes(1 << 20):
                 written += len(chunk)
                 if written > file.size:
@@ -164,6 +172,7 @@ def _download_checked(file: RemoteFile, part: str, label: str, token: str | None
                 out.write(chunk)
                 if digest is not None:
                     digest.update(chunk)
+                bar.update(len(chunk))
             out.flush()
             os.fsync(out.fileno())
         return written, digest.hexdigest() if digest is not None else None

@@ -39,6 +39,7 @@ from zephon.storage.hub.discovery import SUPPORTED_FORMATS, file_format, select_
 from zephon.storage.hub.errors import HTTP_ERRORS, check_online, http_error
 from zephon.storage.hub.paths import HfPath, is_commit_sha, parse_hf_path
 from zephon.storage.hub.retry import RetryPolicy, retry_policy, with_retries
+from zephon.storage.progress import track
 
 __all__ = [
     "CONVERSION_REVISION",
@@ -174,13 +175,13 @@ class _Resolver:
         return ResolvedHfDataset(path=self.hf, pinned=pinned, commit=commit, source=source, files=tuple(files))
 
     def _list(self, commit: str, prefix: str) -> dict[str, object]:
-        """Files under ``prefix`` at ``commit`` (path -> RepoFile). Pages are retried by huggingface_hub."""
+        """Files under ``prefix`` at ``commit`` (path -> RepoFile). Pages are retried by huggingface_hub; a
+        listing of many pages shows a bar of the entries listed on a terminal (:mod:`zephon.storage.progress`)."""
         try:
-            items = list(
-                self.api.list_repo_tree(
-                    self.hf.repo_id, prefix or None, recursive=True, revision=commit, repo_type="dataset"
-                )
+            tree = self.api.list_repo_tree(
+                self.hf.repo_id, prefix or None, recursive=True, revision=commit, repo_type="dataset"
             )
+            items = list(track(tree, total=None, desc=f"listing {self.hf.repo_id}", unit="file"))
         except RemoteEntryNotFoundError:
             return {}
         except HTTP_ERRORS as exc:
