@@ -8,6 +8,10 @@ a document. Empty texts (``""``) are valid documents.
 
 The format readers (``zephon.executor.parquet_shard``, ``zephon.executor.jsonl_shard``) find the bad
 documents and word the problem; ``BadDocuments`` decides what happens next.
+
+Hints fit every caller: the text field is named with all its spellings (``FIELD_HINT``: Python, CONFIG, the
+CLI), and the skip policy is suggested only by a reader that is told it applies (``skippable``: a run of an
+estimated plan; exact plans refuse it, and planning and ``zephon show`` cannot skip).
 """
 
 from __future__ import annotations
@@ -25,32 +29,44 @@ log = logging.getLogger("zephon.executor.shard_reader")
 ON_BAD_DOCUMENT = ("raise", "skip")
 #: Why a document was skipped: the keys of ``RunStats.skipped``.
 SKIP_REASONS = ("not_utf8", "invalid_json", "not_an_object", "missing_field", "null_text", "not_text")
-_SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip") (estimated plans)'
+#: How to choose the text field, in every caller's words (the shard readers' missing-column messages).
+FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show"
+_SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip")'
 
 
 class BadDocuments:
-    """The ``on_bad_document`` policy of one reader, for the text field ``field``.
+    """The ``on_bad_document`` policy of one reader, for the text field ``field``; ``skippable``: the reader
+    serves a run that may switch on the skip policy (an estimated plan), so its errors suggest it.
 
     State: the shards whose first skipped document was logged (``warned``).
     """
 
-    __slots__ = ("_on_skip", "_skip", "field", "warned")
+    __slots__ = ("_on_skip", "_skip", "field", "skippable", "warned")
 
-    def __init__(self, field: str, on_bad_document: str, on_skip: Callable[[ShardRef, int, str], None] | None) -> None:
+    def __init__(
+        self,
+        field: str,
+        on_bad_document: str,
+        on_skip: Callable[[ShardRef, int, str], None] | None,
+        *,
+        skippable: bool = False,
+    ) -> None:
         if on_bad_document not in ON_BAD_DOCUMENT:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {on_bad_document!r}')
         self.field = field
         self._skip = on_bad_document == "skip"
         self._on_skip = on_skip
+        self.skippable = skippable
         self.warned: set[int] = set()
 
     def report(self, ref: ShardRef, row: int, reason: str, message: str) -> None:
         """A bad document: raise (default), or count it for ``on_bad_document="skip"`` (its text becomes None).
 
-        ``message`` is the problem and its fix, ending in a comma: the hint to skip such documents follows it.
+        ``message`` is the problem and its fix ("... — fix or remove that line"); a ``skippable`` reader adds
+        the hint to skip such documents.
         """
         if not self._skip:
-            raise DatasetError(f"{message} {_SKIP_HINT}")
+            raise DatasetError(f"{message}, {_SKIP_HINT}" if self.skippable else message)
         if self._on_skip is not None:
             self._on_skip(ref, row, reason)
         if ref.shard_id not in self.warned:
@@ -71,6 +87,6 @@ class BadDocuments:
             row,
             reason,
             f"dataset {ref.dataset!r}: shard {ref.uri} row {row} field {self.field!r} must be a string, got {got} "
-            "— clean the data, pick another field,",
+            f"— clean the data or choose another text field ({FIELD_HINT})",
         )
         return None

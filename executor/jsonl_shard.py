@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from zephon.errors import DatasetError, one_line
-from zephon.executor.bad_documents import BadDocuments
+from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
 from zephon.plan.records import ShardRef
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.scan import jsonl_fingerprint
@@ -84,7 +84,7 @@ class JsonlShard:
                 row,
                 "not_utf8",
                 f"{where} must be UTF-8 text, got byte 0x{line[exc.start]:02x} at byte {exc.start} of the line — "
-                "re-encode the file as UTF-8 (e.g. iconv -t utf-8), fix or remove that line,",
+                "re-encode the file as UTF-8 (e.g. iconv -t utf-8), fix or remove that line",
             )
             return None
         if row == 0 and text.startswith("\ufeff"):  # a UTF-8 byte order mark opens the file
@@ -97,7 +97,7 @@ class JsonlShard:
                 row,
                 "invalid_json",
                 f"{where} must be a JSON object, got invalid JSON ({one_line(exc)}) in {_excerpt(text)} — fix or "
-                "remove that line,",
+                "remove that line",
             )
             return None
         if not isinstance(record, dict):
@@ -105,7 +105,7 @@ class JsonlShard:
                 ref,
                 row,
                 "not_an_object",
-                f"{where} must be a JSON object, got a JSON {_json_kind(record)} — fix or remove that line,",
+                f"{where} must be a JSON object, got a JSON {_json_kind(record)} — fix or remove that line",
             )
             return None
         if field not in record:
@@ -113,8 +113,8 @@ class JsonlShard:
                 ref,
                 row,
                 "missing_field",
-                f"{where} must have the field {field!r}, got keys {sorted(record)} — pass field=... to "
-                "tokenize(), fix the data,",
+                f"{where} must have the field {field!r}, got keys {sorted(record)} — fix the data or choose "
+                f"another text field ({FIELD_HINT})",
             )
             return None
         return documents.text(ref, row, record[field])

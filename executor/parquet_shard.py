@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, one_line
-from zephon.executor.bad_documents import BadDocuments
+from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
 from zephon.plan.records import ShardRef
 from zephon.storage.scan import parquet_fingerprint
 
@@ -64,14 +64,14 @@ class ParquetShard:
         schema = self.file.schema_arrow
         if field not in schema.names:
             raise DatasetError(
-                f"{where} must have the column {field!r}, got columns {schema.names} — pass field=... to "
-                "tokenize() with one of them"
+                f"{where} must have the column {field!r}, got columns {schema.names} — choose one of them as the "
+                f"text field: {FIELD_HINT}"
             )
         kind = schema.field(field).type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
             raise DatasetError(
-                f"{where} column {field!r} must hold strings, got {kind} — pass field=... to tokenize() with "
-                "a text column, or convert the column to strings"
+                f"{where} column {field!r} must hold strings, got {kind} — choose a text column as the text field "
+                f"({FIELD_HINT}), or convert the column to strings"
             )
         counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self.rg_starts: np.ndarray = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)

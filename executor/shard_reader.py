@@ -22,7 +22,8 @@ Fingerprints are compared for local shards whose plan holds one that Zephon comp
 
 A bad *document* (invalid UTF-8 or JSON, not an object, no such field, null or not a string) raises a
 ``DatasetError`` naming the dataset, shard and row, unless the reader runs with ``on_bad_document="skip"``:
-then its text is None and it is counted (``zephon.executor.bad_documents``). A bad *shard* (truncated,
+then its text is None and it is counted (``zephon.executor.bad_documents``); the error suggests that policy
+only when the reader is ``skippable`` (a run of an estimated plan). A bad *shard* (truncated,
 corrupt, changed, missing column) always raises: a shard is not a document. Empty texts (``""``) are valid
 documents.
 """
@@ -106,8 +107,11 @@ class ShardReader:
         cache: ShardCache | None = None,
         on_bad_document: str = "raise",
         on_skip: Callable[[ShardRef, int, str], None] | None = None,
+        skippable: bool = False,
     ) -> None:
-        self._documents = BadDocuments(field_name, on_bad_document, on_skip)
+        """``skippable``: the caller may switch on ``on_bad_document="skip"`` (a run of an estimated plan), so a
+        bad document's error suggests it; planning, inspection and exact plans cannot skip, and are not told to."""
+        self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable)
         self._shards = {s.shard_id: s for s in shards}
         self._capacity = max(1, capacity)
         #: At most this many open shards per dataset (evicting that dataset's least recently used): a dataset

@@ -27,7 +27,7 @@ Rules:
 * A relative dataset path resolves against the CONFIG file's directory, never the working directory, so a
   config and its data move together; ``hf://`` and other ``scheme://`` paths, absolute paths and ``~`` paths
   are kept as written.
-* Every error is a ``ConfigError`` that starts with the file name, in the form
+* Every error is a ``ConfigError`` that names the file once, at the start (as given, normalized), in the form
   "config.yaml: `seed` must be an integer ≥ 0, got string '42' — write e.g. `seed: 42`".
   Values are checked before any dataset path is listed.
 
@@ -53,6 +53,7 @@ from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.config_sections import (
     check_keys,
     describe,
+    in_file,
     optional_integer,
     parse_datasets,
     parse_mixture,
@@ -67,6 +68,7 @@ from zephon.recipe.config_sections import (
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.work_source import MixtureSpec
 from zephon.specs import PackSpec, TokenizeSpec
+from zephon.storage.local import display_missing
 from zephon.work import StaticMixtureWorkSource
 
 __all__ = [
@@ -118,7 +120,7 @@ def load_plan_config(path: str | os.PathLike[str]) -> PlanConfig:
     """The work source, tokenizer (``tokenizer:``) and packing (``packing:``) of a CONFIG file."""
     data = read_config(path)
     base_dir = Path(os.path.abspath(os.fspath(path))).parent
-    origin = os.fspath(path)
+    origin = _origin(path)
     source = work_source_from_dict(data, base_dir=base_dir, origin=origin)
     try:
         return PlanConfig(
@@ -127,21 +129,21 @@ def load_plan_config(path: str | os.PathLike[str]) -> PlanConfig:
             pack=parse_packing(data.get("packing"), origin),
         )
     except ZephonError as exc:
-        raise ConfigError(f"{origin}: {exc}") from exc
+        raise in_file(origin, exc) from exc
 
 
 def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Parse a CONFIG file into a dict (no validation of its keys yet); refuse unknown suffixes."""
-    origin = os.fspath(path)
+    origin = _origin(path)
     suffix = Path(origin).suffix.lower()
     if suffix not in CONFIG_SUFFIXES:
         raise ConfigError(
             f"CONFIG file name must end in {', '.join(CONFIG_SUFFIXES)}, got {origin!r} — rename it to .yaml or .toml"
         )
     try:
-        text = Path(origin).read_text(encoding="utf-8")
+        text = Path(os.fspath(path)).read_text(encoding="utf-8")  # as given: `origin` is for messages
     except FileNotFoundError as exc:
-        raise ConfigError(f"CONFIG file must exist, got nothing at {origin!r} — fix the path") from exc
+        raise ConfigError(f"CONFIG file must exist, got nothing at {display_missing(path)!r} — fix the path") from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"CONFIG file {origin!r} must be readable UTF-8 text, got {exc} — fix the file") from exc
     kind = "TOML" if suffix == ".toml" else "YAML"
@@ -165,6 +167,11 @@ def read_config(path: str | os.PathLike[str]) -> dict[str, Any]:
             "see docs/cli.md for an example"
         )
     return data
+
+
+def _origin(path: str | os.PathLike[str]) -> str:
+    """The CONFIG file as its errors name it: as given, normalized (``conf/../x.yaml`` → ``x.yaml``)."""
+    return os.path.normpath(os.fspath(path))
 
 
 def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: str) -> StaticMixtureWorkSource:
@@ -213,7 +220,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
             phases=phases,
         )
     except ZephonError as exc:
-        raise ConfigError(f"{origin}: {exc}") from exc
+        raise in_file(origin, exc) from exc
 
 
 # ----------------------------------------------------------------------------------------------------

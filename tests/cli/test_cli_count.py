@@ -87,7 +87,7 @@ def test_config_packing_and_tokenizer_sections_are_validated(config, tmp_path) -
     assert loaded.pack is not None and loaded.pack.max_length == 257 and loaded.tokenize is not None
     bad = tmp_path / "bad.yaml"
     bad.write_text(config.read_text().replace("oversize: drop", "oversize: chop"))
-    with pytest.raises(Exception, match='bad.yaml: pack_flat oversize must be "split" or "drop", got \'chop\''):
+    with pytest.raises(Exception, match='bad.yaml: `packing.oversize` must be "split" or "drop", got string \'chop\''):
         load_plan_config(bad)
 
 

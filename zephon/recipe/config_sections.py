@@ -27,10 +27,12 @@ from typing import Any
 from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
 from zephon.specs import PackSpec, TokenizeSpec
+from zephon.storage.local import display_missing, looks_like_local_path
 
 __all__ = [
     "check_keys",
     "describe",
+    "in_file",
     "is_number",
     "optional_integer",
     "parse_datasets",
@@ -51,6 +53,8 @@ _TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
 _PACKING_KEYS = ("max_length", "algorithm", "oversize")
 _PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
+_ALGORITHMS = ("wrap", "best_fit")
+_OVERSIZE = ("split", "drop")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -77,20 +81,20 @@ def parse_datasets(value: Any, base_dir: Path, origin: str) -> list[tuple[str, s
     return entries
 
 
-def parse_mixture(value: Any, origin: str) -> dict[str, float]:
-    """The weights of ``mixture`` (or of a phase's ``mixture``), by dataset name."""
+def parse_mixture(value: Any, origin: str, key: str = "mixture") -> dict[str, float]:
+    """The weights of ``mixture`` (or of a phase's mixture, ``key`` ``phases[0].mixture``), by dataset name."""
     if not isinstance(value, Mapping) or not value:
         raise type_error(
-            origin, "mixture", "a non-empty mapping of dataset name to weight", value, "write `{web: 0.7, code: 0.3}`"
+            origin, key, "a non-empty mapping of dataset name to weight", value, "write `{web: 0.7, code: 0.3}`"
         )
     for name, weight in value.items():
         if not isinstance(name, str):
             fix = f'quote the name: "{name}"'
             if isinstance(name, bool):
                 fix = 'quote names that YAML reads as booleans (yes, no, on, off, true, false), e.g. "no": 0.3'
-            raise type_error(origin, "mixture", "keyed by dataset names", name, fix)
+            raise type_error(origin, key, "keyed by dataset names", name, fix)
         if not is_number(weight):
-            raise type_error(origin, f"mixture.{name}", "a number", weight, "write e.g. 0.7")
+            raise type_error(origin, f"{key}.{name}", "a number", weight, "write e.g. 0.7")
     return dict(value)
 
 
@@ -173,17 +177,18 @@ def parse_phases(value: Any, origin: str) -> list[Phase]:
         check_keys(entry, _PHASE_KEYS, origin, f"`{key}`")
         if not is_number(entry.get("start")):
             raise type_error(origin, f"{key}.start", "a number", entry.get("start"), "write e.g. `start: 0.9`")
+        weights = parse_mixture(entry.get("mixture"), origin, f"{key}.mixture")
         try:
             out.append(
                 Phase(
                     start=entry["start"],
-                    mixture=MixtureSpec(parse_mixture(entry.get("mixture"), origin)),
+                    mixture=MixtureSpec(weights),
                     unit=entry.get("unit") or "fraction",
                     global_batch_size=entry.get("global_batch_size"),
                 )
             )
         except ZephonError as exc:
-            raise ConfigError(f"{origin}: `{key}`: {exc}") from exc
+            raise in_file(origin, exc, f"`{key}`") from exc
     return out
 
 
@@ -198,12 +203,21 @@ def parse_tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | N
     local = Path(tokenizer_id).expanduser()
     if not local.is_absolute() and (base_dir / local).exists():
         tokenizer_id = str(base_dir / local)  # a local tokenizer next to the CONFIG file
-    return TokenizeSpec(
-        tokenizer_id=tokenizer_id,
-        field=value.get("field") or "text",
-        add_bos=value.get("add_bos"),
-        eos_token=value.get("eos_token"),
-    )
+    elif looks_like_local_path(tokenizer_id) and not local.exists():
+        where = display_missing(local if local.is_absolute() else base_dir / local)
+        raise ConfigError(
+            f"{origin}: `tokenizer.id` must be an existing directory or tokenizer.json, or a Hub id, got path "
+            f"{where} which does not exist — fix the path (a relative one is read from the CONFIG file's directory)"
+        )
+    field = value.get("field")
+    if field is not None and (not isinstance(field, str) or not field):
+        raise type_error(origin, "tokenizer.field", "a non-empty string", field, "write e.g. `field: text`")
+    if value.get("add_bos") is not None and not isinstance(value["add_bos"], bool):
+        raise type_error(origin, "tokenizer.add_bos", "true, false or null", value["add_bos"], "write one of them")
+    eos = value.get("eos_token")
+    if eos is not None and (not isinstance(eos, str) or not eos):
+        raise type_error(origin, "tokenizer.eos_token", "a token string", eos, 'write e.g. `eos_token: "</s>"`')
+    return TokenizeSpec(tokenizer_id=tokenizer_id, field=field or "text", add_bos=value.get("add_bos"), eos_token=eos)
 
 
 def parse_packing(value: Any, origin: str) -> PackSpec | None:
@@ -216,9 +230,12 @@ def parse_packing(value: Any, origin: str) -> PackSpec | None:
     max_length = require_integer(
         value.get("max_length"), "packing.max_length", 2, origin, "write e.g. `max_length: 2049`"
     )
-    return PackSpec(
-        max_length=max_length, algorithm=value.get("algorithm") or "wrap", oversize=value.get("oversize") or "split"
-    )
+    algorithm, oversize = value.get("algorithm") or "wrap", value.get("oversize") or "split"
+    if algorithm not in _ALGORITHMS:
+        raise type_error(origin, "packing.algorithm", '"wrap" or "best_fit"', algorithm, "use one of them")
+    if oversize not in _OVERSIZE:
+        raise type_error(origin, "packing.oversize", '"split" or "drop"', oversize, "use one of them")
+    return PackSpec(max_length=max_length, algorithm=algorithm, oversize=oversize)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -262,6 +279,15 @@ def optional_integer(data: Mapping[str, Any], key: str, origin: str) -> int | No
 def is_number(value: Any) -> bool:
     """A finite int or float (not a boolean)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def in_file(origin: str, exc: ZephonError, scope: str = "") -> ConfigError:
+    """``exc`` as a CONFIG error that names the file once: "origin: scope: message", or the message as it is
+    when it already starts with the file name (a section's own checks word it that way)."""
+    message = str(exc)
+    if message.startswith((f"{origin}: ", f"{origin} ")):
+        return ConfigError(message)
+    return ConfigError(f"{origin}: {scope}: {message}" if scope else f"{origin}: {message}")
 
 
 def type_error(origin: str, key: str, want: str, got: Any, fix: str) -> ConfigError:

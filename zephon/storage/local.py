@@ -7,6 +7,9 @@ use them for markers); shards are sorted by path, so the shard order never depen
 Parquet and JSONL cannot be mixed in one dataset; JSONL files may mix compressions. In a directory, files
 of other formats (README.md, checksums) are ignored when shards are present; a file named directly or
 matched by a glob must be a shard.
+
+Errors show a path in its absolute, normalized form (``display_path``: ``/a/bad/../data/nope`` is shown as
+``/a/data/nope``), so the message names the place that was looked at, whatever the working directory was.
 """
 
 from __future__ import annotations
@@ -42,6 +45,30 @@ class SourceFile:
     remote: object | None = None
 
 
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A local path as errors show it: ``~`` expanded, absolute and normalized (``/a/bad/../data/nope`` →
+    ``/a/data/nope``). For messages only: the path itself is used as given (``..`` after a symbolic link is
+    resolved by the file system, not by this)."""
+    return os.path.normpath(os.path.abspath(os.path.expanduser(os.fspath(path))))
+
+
+def display_missing(path: str | os.PathLike[str]) -> str:
+    """A path that does not exist, as errors show it: ``display_path``, unless that names something that does
+    exist (``..`` after a missing directory or a symbolic link): then the path as given, made absolute, so the
+    message never calls an existing file missing."""
+    shown = display_path(path)
+    if not os.path.lexists(shown):
+        return shown
+    given = os.path.expanduser(os.fspath(path))
+    return given if os.path.isabs(given) else os.path.join(os.getcwd(), given)
+
+
+def looks_like_local_path(text: str) -> bool:
+    """Whether ``text`` can only be a local path, never a Hub id (``name`` or ``org/name``): it starts with
+    ``.``, ``/`` or ``~``, holds a backslash or more than one ``/``, or ends in ``.json``."""
+    return text.startswith((".", "/", "~")) or "\\" in text or text.count("/") > 1 or text.lower().endswith(".json")
+
+
 def detect_format(name: str) -> str | None:
     """Return the shard format implied by a file name, or None when it is not a supported format."""
     lower = name.lower()
@@ -63,27 +90,28 @@ def discover_local_files(dataset: str, path: str) -> tuple[SourceFile, ...]:
     glob follows Python's ``glob`` rules). Zephon only reads through links; nothing is written under a dataset
     path.
     """
-    if "\0" in path:
+    if "\0" in path:  # repr: the NUL is shown as \x00 (display_path would fail on it)
         raise DatasetError(
             f"dataset {dataset!r}: path {path!r} must not contain a NUL character, got one — fix the path"
         )
     try:
         return _discover(dataset, path)
     except OSError as exc:
-        where = exc.filename if exc.filename is not None else path
+        where = display_path(exc.filename if exc.filename is not None else path)
         raise DatasetError(
-            f"dataset {dataset!r}: path {path!r} must be readable, got {exc.strerror or exc} for {where!s} — fix the "
-            "path or its permissions"
+            f"dataset {dataset!r}: path {display_path(path)!r} must be readable, got {exc.strerror or exc} for "
+            f"{where} — fix the path or its permissions"
         ) from exc
 
 
 def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
     expanded = os.path.expanduser(path)
+    shown = display_path(path)
     if any(ch in expanded for ch in "*?["):
         candidates = sorted(p for p in glob.glob(expanded, recursive=True) if os.path.isfile(p))
         if not candidates:
             raise DatasetError(
-                f"dataset {dataset!r}: glob {path!r} must match at least one file, got none — check the pattern"
+                f"dataset {dataset!r}: glob {shown!r} must match at least one file, got none — check the pattern"
             )
     elif os.path.isdir(expanded):
         candidates = sorted(
@@ -93,13 +121,15 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
         )
         if not candidates:
             raise DatasetError(
-                f"dataset {dataset!r}: directory {path!r} must contain shard files, got an empty directory — "
+                f"dataset {dataset!r}: directory {shown!r} must contain shard files, got an empty directory — "
                 f"put {', '.join(SUPPORTED_SUFFIXES)} files there or fix the path"
             )
     elif os.path.isfile(expanded):
         candidates = [expanded]
     else:
-        raise DatasetError(f"dataset {dataset!r}: path {path!r} must exist, got nothing there — fix the path")
+        raise DatasetError(
+            f"dataset {dataset!r}: path {display_missing(path)!r} must exist, got nothing there — fix the path"
+        )
 
     found: list[SourceFile] = []
     unknown: list[str] = []
@@ -114,7 +144,7 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
     if unknown and (not found or not os.path.isdir(expanded)):
         raise DatasetError(
             f"dataset {dataset!r}: files must be Parquet or JSONL ({', '.join(SUPPORTED_SUFFIXES)}), "
-            f"got unknown format for {unknown[0]!r}"
+            f"got unknown format for {display_path(unknown[0])!r}"
             + (f" and {len(unknown) - 1} more" if len(unknown) > 1 else "")
             + " — convert them or point the path at the data files"
         )
