@@ -1,4 +1,5 @@
-"""Reading a plan bundle on a training node (pyarrow only; never Polars or DuckDB)."""
+"""Reading a plan bundle on a training node (pyarrow only; never Polars or DuckDB), opened through the one
+door that checks it (``zephon.plan.bundle.open_bundle``)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
-from zephon.plan.format import SAMPLES_SCHEMA, SHARDS_SCHEMA, check_schema
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import CheckedBundle, open_bundle, read_row_group
+from zephon.plan.manifest import Manifest
 from zephon.plan.records import ShardRef, shard_refs
 
 #: Documents in the first chunk ``PlanBundle.chunks`` yields (then doubling up to the chunk size).
@@ -33,21 +34,18 @@ class SampleChunk:
 
 
 class PlanBundle:
-    """A validated plan bundle: manifest, shard table and chunked access to the samples."""
+    """A checked plan bundle (``zephon.plan.bundle.open_bundle``): manifest, shard table and chunked samples.
+
+    Opening it checks plan.json (its integrity record and config_hash) and the footer, schema, row count and
+    fingerprint of every Parquet file, so a damaged bundle is one ``PlanFormatError`` naming the file.
+    """
 
     def __init__(self, plan_dir: str | Path) -> None:
-        self.path = Path(plan_dir)
-        self.manifest: Manifest = read_manifest(self.path)
-        shards_file = self.path / self.manifest.files.shards
-        try:
-            table = pq.read_table(shards_file)
-        except (OSError, ValueError) as exc:
-            raise PlanFormatError(f"{shards_file} must be a readable Parquet file, got {exc} — re-plan") from exc
-        check_schema(table.schema, SHARDS_SCHEMA, shards_file)
-        self.shards: list[ShardRef] = shard_refs(table)
-        self.sample_files = [self.path / name for name in self.manifest.files.samples]
-        for file in self.sample_files:
-            check_schema(pq.read_schema(file), SAMPLES_SCHEMA, file)
+        self.checked: CheckedBundle = open_bundle(plan_dir)
+        self.path = self.checked.path
+        self.manifest: Manifest = self.checked.manifest
+        self.shards: list[ShardRef] = shard_refs(self.checked.shards.read())
+        self.sample_files = [f.path for f in self.checked.samples]
 
     @property
     def num_documents(self) -> int:
@@ -68,15 +66,15 @@ class PlanBundle:
         columns = ["dataset_id", "shard_id", "row", "lane"]
         first_row = 0
         size = max(1, min(ramp, chunk_size))
-        for file in self.sample_files:
-            reader = pq.ParquetFile(file)
+        for file in self.checked.samples:
+            reader = file.open()
             meta = reader.metadata
             for g in range(meta.num_row_groups):
                 n = meta.row_group(g).num_rows
                 if first_row + n <= start:
                     first_row += n
                     continue
-                table = reader.read_row_group(g, columns=columns)
+                table = read_row_group(reader, file.path, g, columns)
                 lo = max(0, start - first_row)
                 while lo < n:
                     part = table.slice(lo, size)
@@ -102,6 +100,7 @@ class RowGroupIndex:
 
     def __init__(self, file: Path, columns: list[str], key: str | None = None, cache_groups: int = 4) -> None:
         self._pf = pq.ParquetFile(file)
+        self._file = file
         self._columns = columns
         meta = self._pf.metadata
         counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
@@ -125,7 +124,7 @@ class RowGroupIndex:
         hit = self._cache.get(g)
         if hit is not None:
             return hit
-        table = self._pf.read_row_group(g, columns=self._columns)
+        table = read_row_group(self._pf, self._file, g, self._columns)
         data = {name: table.column(name).to_numpy() for name in self._columns}
         self._cache[g] = data
         self._order.append(g)

@@ -26,6 +26,7 @@ from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, run_query
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
+from zephon.plan.integrity import seal_bundle
 from zephon.plan.manifest import PlanBatch, read_manifest
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
@@ -422,6 +423,7 @@ def _planted(plan: Path, out: Path, stretch: int) -> Path:
     moved = pa.concat_tables([head.take(pa.array(order)), table.slice(stretch)])
     moved = moved.set_column(0, "position", pa.array(np.arange(moved.num_rows), pa.int64())).cast(SAMPLES_SCHEMA)
     pq.write_table(moved, out / "samples.parquet", row_group_size=SAMPLES_ROW_GROUP)
+    seal_bundle(out)  # rewritten on purpose: recorded as the bundle's own file
     return out
 
 

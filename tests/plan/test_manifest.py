@@ -214,7 +214,7 @@ def test_plan_json_that_is_not_json_names_the_file(plans: dict[str, Path], tmp_p
 
 #: Keys an older (or hand-written) plan may lack, top level and per dataset.
 OPTIONAL = ("kind", "lanes", "phases", "shuffle", "mixture", "tokenizer", "token_estimation", "packing", "budget")
-OPTIONAL_TOO = ("on_exhaustion", "zephon_version", "seed", "config", "batch")
+OPTIONAL_TOO = ("on_exhaustion", "zephon_version", "seed", "config", "batch", "integrity")
 
 
 def _old_style(m: dict[str, Any]) -> None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.plan.format import FORMAT_VERSION, SAMPLES_ROW_GROUP, SAMPLES_SCHEMA, SHARDS_SCHEMA
+from zephon.plan.integrity import config_digest, seal_bundle
 
 NAMES = ("alpha", "beta", "gamma")
 ROWS = 10
@@ -87,11 +88,12 @@ def write_synthetic_plan(
 
     total = int(offsets[-1] + tokens[-1]) if documents else 0
     per_dataset = [int(tokens[d::3].astype(np.int64).sum()) for d in range(3)]
+    config = {"seed": 0, "mixture": {"unit": "tokens", "weights": {n: "1/3" for n in NAMES}}}
     manifest = {
         "format_version": FORMAT_VERSION,
         "zephon_version": "0.1.0",
-        "config_hash": "0" * 64,
-        "config": {"seed": 0, "mixture": {"unit": "tokens", "weights": {n: "1/3" for n in NAMES}}},
+        "config_hash": config_digest(config),
+        "config": config,
         "seed": 0,
         "kind": kind,
         "datasets": [
@@ -121,4 +123,5 @@ def write_synthetic_plan(
         "totals": {"documents": documents, "shards": 3, "tokens": total, "tokens_are": kind},
     }
     (plan / "plan.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    seal_bundle(plan)  # the integrity record the planner writes (zephon.plan.integrity)
     return plan

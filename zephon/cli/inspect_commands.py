@@ -38,6 +38,15 @@ _max_length_option = click.option(
 )
 
 
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """Errors of reading a bundle's data that its checks at opening cannot see (a damaged data page under an
+    intact footer), printed as one line like any other failure."""
+    import duckdb
+    import pyarrow as pa
+
+    return (duckdb.Error, pa.ArrowException)
+
+
 def _format_option(*choices: str) -> Any:
     return click.option(
         "-f",
@@ -80,7 +89,7 @@ def show(
     """
     from zephon.inspection.show import show_step
 
-    with one_line_errors():
+    with one_line_errors(*_read_errors()):
         view = show_step(plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field)
     if fmt == "json":
         click.echo(json.dumps(show_json(view), ensure_ascii=False, indent=2))
@@ -208,7 +217,7 @@ def audit(
     if log_dir is not None:
         from zephon.inspection.log_check import check_log, log_json, log_summary
 
-        with one_line_errors():
+        with one_line_errors(*_read_errors()):
             check = check_log(plan_dir, log_dir)
         click.echo(log_json(check) if fmt == "json" else "\n".join(log_summary(check)))
         if not check.ok:
@@ -219,7 +228,7 @@ def audit(
             f"--plot must be a file in an existing directory, got {plot} (no directory {plot.parent}) — create "
             "the directory or choose another path"
         )
-    with one_line_errors():
+    with one_line_errors(*_read_errors()):
         spec = AuditSpec(
             batch_size=batch_size,
             max_length=max_length,
@@ -259,7 +268,7 @@ def diff(plan_a: Path, plan_b: Path, batch_size: int | None, max_length: int | N
     """
     from zephon.inspection.diff import diff_plans
 
-    with one_line_errors():
+    with one_line_errors(*_read_errors()):
         result = diff_plans(plan_a, plan_b, batch_size=batch_size, max_length=max_length)
     if fmt == "json":
         click.echo(json.dumps(diff_json(result), ensure_ascii=False, indent=2))

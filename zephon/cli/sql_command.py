@@ -102,6 +102,7 @@ def sql(
     views and output formats.
     """
     import duckdb
+    import pyarrow as pa
 
     from zephon.inspection.views import query_table, run_query
 
@@ -113,7 +114,7 @@ def sql(
         query = sys.stdin.read()
     if not query.strip():
         raise click.BadParameter("must be a SQL statement, got an empty query", param_hint="'QUERY'")
-    with one_line_errors(duckdb.Error):
+    with one_line_errors(duckdb.Error, pa.ArrowException):
         if fmt == "parquet":
             import pyarrow.parquet as pq
 

@@ -37,7 +37,8 @@ import numpy as np
 from zephon.errors import ConfigError
 from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, document_steps_sql
-from zephon.plan.manifest import Manifest, PlanDataset, read_manifest
+from zephon.plan.bundle import open_bundle
+from zephon.plan.manifest import Manifest, PlanDataset
 
 __all__ = ["AuditResult", "AuditSpec", "DatasetAudit", "PhaseAudit", "audit_plan", "plot_shares"]
 
@@ -183,7 +184,8 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
     """Audit the plan's mixture per window of ``spec.window`` steps (see the module docstring)."""
     spec = spec or AuditSpec()
     plan_dir = Path(plan_dir)
-    manifest = read_manifest(plan_dir)
+    bundle = open_bundle(plan_dir)
+    manifest = bundle.manifest
     layout = resolve_layout(manifest, batch_size=spec.batch_size, max_length=spec.max_length)
     steps = layout.require_steps()
     if steps == 0:
@@ -207,7 +209,7 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
             f"SELECT step, dataset_id, {phase} AS phase, count(*) AS units "
             f"FROM ({document_steps_sql(layout)}) GROUP BY ALL"
         )
-    con = connect_with_steps(plan_dir, layout.batch_size, max_length=spec.max_length)
+    con = connect_with_steps(bundle, layout.batch_size, max_length=spec.max_length)
     try:
         rows = con.execute(query).fetchnumpy()
     finally:

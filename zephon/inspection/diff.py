@@ -26,16 +26,17 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.parquet as pq
+import pyarrow as pa
 
+from zephon.errors import PlanFormatError, one_line
 from zephon.inspection.sql import connect
 from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, document_steps_sql
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import DAMAGED, CheckedBundle, CheckedFile, open_bundle
+from zephon.plan.manifest import Manifest
 from zephon.plan.records import ShardRef, shard_refs
 
 __all__ = ["ConfigChange", "DatasetVolumes", "DocumentRef", "FirstDifference", "PlanDiff", "ShardRef", "diff_plans"]
@@ -121,25 +122,25 @@ def diff_plans(
     max_length: int | None = None,
 ) -> PlanDiff:
     """Compare two plan bundles (see the module docstring); steps need ``batch_size``."""
-    a, b = Path(plan_a), Path(plan_b)
-    ma, mb = read_manifest(a), read_manifest(b)
-    shards_a, shards_b = _shards(a, ma), _shards(b, mb)
+    a, b = open_bundle(plan_a), open_bundle(plan_b)
+    ma, mb = a.manifest, b.manifest
+    shards_a, shards_b = _shards(a), _shards(b)
     keys_a = {s.identity for s in shards_a.values()}
     keys_b = {s.identity for s in shards_b.values()}
-    first = _first_difference(a, ma, shards_a, b, mb, shards_b)
+    first = _first_difference(a, shards_a, b, shards_b)
     if first is not None and batch_size is not None:
         first = FirstDifference(
             position=first.position,
-            step_a=_step_of(a, ma, first.position, batch_size, max_length) if first.a else None,
-            step_b=_step_of(b, mb, first.position, batch_size, max_length) if first.b else None,
+            step_a=_step_of(a, first.position, batch_size, max_length) if first.a else None,
+            step_b=_step_of(b, first.position, batch_size, max_length) if first.b else None,
             a=first.a,
             b=first.b,
         )
     vol_a, vol_b = _volumes(a), _volumes(b)
     names = list(dict.fromkeys([*vol_a, *vol_b]))
     return PlanDiff(
-        plan_a=str(a),
-        plan_b=str(b),
+        plan_a=str(a.path),
+        plan_b=str(b.path),
         config_hash_a=ma.config_hash,
         config_hash_b=mb.config_hash,
         config_changes=tuple(config_changes(ma.config, mb.config)),
@@ -189,17 +190,17 @@ def _zero_tokens(manifest: Manifest) -> int | None:
     return 0 if manifest.totals.tokens is not None else None
 
 
-def _shards(plan: Path, manifest: Manifest) -> dict[int, ShardRef]:
-    return {s.shard_id: s for s in shard_refs(pq.read_table(plan / manifest.files.shards))}
+def _shards(plan: CheckedBundle) -> dict[int, ShardRef]:
+    return {s.shard_id: s for s in shard_refs(plan.shards.read())}
 
 
-def _chunks(plan: Path, manifest: Manifest) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def _chunks(plan: CheckedBundle) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(shard_id, row) of the samples in plan order, in chunks of exactly ``_CHUNK`` rows (the last shorter)."""
     shard_parts: list[np.ndarray] = []
     row_parts: list[np.ndarray] = []
     held = 0
-    for name in manifest.files.samples:
-        for batch in pq.ParquetFile(plan / name).iter_batches(batch_size=_CHUNK, columns=["shard_id", "row"]):
+    for file in plan.samples:
+        for batch in _batches(file):
             shard_parts.append(batch.column(0).to_numpy())
             row_parts.append(batch.column(1).to_numpy())
             held += batch.num_rows
@@ -211,8 +212,16 @@ def _chunks(plan: Path, manifest: Manifest) -> Iterator[tuple[np.ndarray, np.nda
         yield np.concatenate(shard_parts), np.concatenate(row_parts)
 
 
+def _batches(file: CheckedFile) -> Iterator[pa.RecordBatch]:
+    """(shard_id, row) batches of a samples file; a data page that does not decode is one line naming it."""
+    try:
+        yield from file.open().iter_batches(batch_size=_CHUNK, columns=["shard_id", "row"])
+    except (OSError, ValueError, pa.ArrowException) as exc:
+        raise PlanFormatError(f"{file.path} must be readable Parquet, got {one_line(exc)} — {DAMAGED}") from exc
+
+
 def _first_difference(
-    a: Path, ma: Manifest, sa: dict[int, ShardRef], b: Path, mb: Manifest, sb: dict[int, ShardRef]
+    a: CheckedBundle, sa: dict[int, ShardRef], b: CheckedBundle, sb: dict[int, ShardRef]
 ) -> FirstDifference | None:
     # One integer per distinct (uri, fingerprint) across both plans, so shard ids of A and B compare.
     keys: dict[tuple[str, str], int] = {}
@@ -227,8 +236,8 @@ def _first_difference(
 
     la, lb = lookup(sa), lookup(sb)
     start = 0
-    chunks_b = _chunks(b, mb)
-    for shard_a, row_a in _chunks(a, ma):
+    chunks_b = _chunks(b)
+    for shard_a, row_a in _chunks(a):
         shard_b, row_b = next(chunks_b, (np.zeros(0, np.int32), np.zeros(0, np.int32)))
         n = min(len(shard_a), len(shard_b))
         differs = (la[shard_a[:n]] != lb[shard_b[:n]]) | (row_a[:n] != row_b[:n])
@@ -255,8 +264,8 @@ def _ref(shards: dict[int, ShardRef], shard_ids: np.ndarray, rows: np.ndarray, i
     return DocumentRef(dataset=s.dataset, uri=s.uri, fingerprint=s.fingerprint, row=int(rows[i]))
 
 
-def _step_of(plan: Path, manifest: Manifest, position: int, batch_size: int, max_length: int | None) -> int | None:
-    layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
+def _step_of(plan: CheckedBundle, position: int, batch_size: int, max_length: int | None) -> int | None:
+    layout = resolve_layout(plan.manifest, batch_size=batch_size, max_length=max_length)
     con = connect_with_steps(plan, batch_size, max_length=max_length)
     try:
         found = con.execute(f"SELECT step FROM ({document_steps_sql(layout)}) WHERE position = $p", {"p": position})
@@ -266,9 +275,9 @@ def _step_of(plan: Path, manifest: Manifest, position: int, batch_size: int, max
     return None if row is None else int(row[0])
 
 
-def _volumes(plan: Path) -> dict[str, tuple[int, int | None]]:
+def _volumes(plan: CheckedBundle) -> dict[str, tuple[int, int | None]]:
     """Documents and tokens per dataset name (tokens ``None`` for a plan without token counts)."""
-    has_tokens = read_manifest(plan).totals.tokens is not None
+    has_tokens = plan.manifest.totals.tokens is not None
     con = connect(plan)
     try:
         rows = con.execute(

@@ -32,7 +32,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import CheckedBundle, open_bundle
+from zephon.plan.manifest import Manifest
 
 _KEYS = ("sequence", "offset", "position", "doc_start", "length")
 
@@ -99,7 +100,8 @@ def _load_skipped(log_dir: Path, plan_hash: str, found: _Findings) -> dict[int, 
 def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
     """Compare the provenance log in ``log_dir`` with the plan in ``plan_dir`` (see the module docstring)."""
     plan_dir, log_dir = Path(plan_dir), Path(log_dir)
-    manifest = read_manifest(plan_dir)
+    bundle = open_bundle(plan_dir)
+    manifest = bundle.manifest
     table, metas = _load(log_dir)
     found = _Findings()
     for key in ("zephon.plan", "zephon.max_length", "zephon.global_batch", "zephon.lanes"):
@@ -147,11 +149,11 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         for i in yielded[:5]:
             found.add(f"position {pos[i]} was skipped ({skipped[int(pos[i])]}), got its tokens in sequence {seq[i]}")
         found.count += max(0, len(yielded) - 5)
-    samples = pq.read_table(plan_dir / manifest.files.samples[0]).to_pydict()
+    samples = bundle.samples[0].read().to_pydict()
     if manifest.exact:
         if skipped:
             found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")
-        _check_exact(manifest, plan_dir, samples, seq, off, pos, start, length, width, found)
+        _check_exact(bundle, samples, seq, off, pos, start, length, width, found)
     else:
         _check_lanes(manifest, samples, seq, pos, start, length, found, skipped=set(skipped))
 
@@ -171,13 +173,14 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
     )
 
 
-def _check_exact(manifest: Manifest, plan_dir, samples, seq, off, pos, start, length, width, found: _Findings) -> None:
-    packing = manifest.exact_packing()
+def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, width, found: _Findings) -> None:
+    packing = bundle.manifest.exact_packing()
     logged = set(zip(seq.tolist(), off.tolist(), pos.tolist(), start.tolist(), length.tolist(), strict=True))
     planned: set[tuple[int, int, int, int, int]] = set()
     sequences = np.unique(seq)
     if packing.algorithm == "best_fit":
-        bins = pq.read_table(plan_dir / (manifest.files.bins or "")).to_pydict()
+        assert bundle.bins is not None  # read_manifest requires bins of a best-fit plan
+        bins = bundle.bins.read().to_pydict()
         wanted = set(sequences.tolist())
         for row in zip(
             bins["sequence"], bins["offset"], bins["position"], bins["doc_start"], bins["length"], strict=True

@@ -20,16 +20,15 @@ import bisect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
 from zephon.inspection.steps import StepSeeker, resolve_layout
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import open_bundle
+from zephon.plan.manifest import Manifest
 
 __all__ = ["PREVIEW_CHARS", "ShowRow", "StepView", "preview", "short_uris", "show_step"]
 
@@ -94,8 +93,8 @@ def show_step(
     ``field`` is the shard column to preview (default: the plan's tokenizer field, else ``text``); with
     ``text=False`` no shard is opened.
     """
-    plan_dir = Path(plan_dir)
-    manifest = read_manifest(plan_dir)
+    bundle = open_bundle(plan_dir)
+    manifest = bundle.manifest
     layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
     steps = layout.require_steps()
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < steps:
@@ -106,9 +105,9 @@ def show_step(
     assert layout.batch_size is not None and layout.sequences is not None
     first = step * layout.batch_size
     end = min(first + layout.batch_size, layout.sequences)
-    docs = StepSeeker(plan_dir, layout).documents(first, end)
+    docs = StepSeeker(bundle, layout).documents(first, end)
 
-    shards = pq.read_table(plan_dir / manifest.files.shards)
+    shards = bundle.shards.read()
     short = short_uris(shards.column("uri").to_pylist())
     wanted = shards.filter(
         pc.is_in(shards.column("shard_id"), value_set=pa.array(np.unique(docs.shard_id), pa.int32()))

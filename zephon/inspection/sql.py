@@ -7,7 +7,9 @@
 * ``shards``   — ``shards.parquet``: shard_id, dataset_id, dataset, uri, format, rows, bytes, row_groups,
   fingerprint.
 * ``datasets`` — ``plan.json`` ``datasets``: dataset_id, name, path, pinned, format, fingerprint, shards,
-  rows, weight, planned_documents.
+  rows, weight, planned_documents. ``format`` is that of the dataset's shards (``shards.parquet``): one
+  format, or the formats found, sorted and comma-joined, when its JSONL shards mix compressions
+  (``jsonl.gz,jsonl.zst``).
 * ``phases``   — one row per (phase, dataset) from ``plan.json`` ``phases`` (one phase 0 spanning the plan
   when it has none): phase, first_position, end_position, dataset_id, weight (0 where the phase does not
   read the dataset), planned_documents, planned_tokens (null without token counts). A document's phase is
@@ -38,8 +40,8 @@ import pyarrow as pa
 import pyarrow.dataset as pds
 
 from zephon.errors import ConfigError, PlanFormatError
-from zephon.plan.format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, check_schema
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import CheckedBundle, CheckedFile, open_bundle
+from zephon.plan.manifest import Manifest
 
 __all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "QueryResult", "connect", "run_sql"]
 
@@ -81,14 +83,18 @@ class QueryResult(NamedTuple):
     rows: list[tuple[Any, ...]]
 
 
-def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
-    """An in-memory, file-system-less DuckDB connection with the views ``samples``, ``shards``, ``datasets``."""
-    plan_dir = Path(plan_dir)
-    manifest = read_manifest(plan_dir)
-    files = manifest.files
-    samples = _parquet(plan_dir, list(files.samples), SAMPLES_SCHEMA)
-    shards = _parquet(plan_dir, [files.shards], SHARDS_SCHEMA)
-    datasets = _datasets_table(manifest, plan_dir)
+def connect(plan: str | os.PathLike[str] | CheckedBundle) -> duckdb.DuckDBPyConnection:
+    """An in-memory, file-system-less DuckDB connection with the views ``samples``, ``shards``, ``datasets``.
+
+    ``plan`` is a bundle directory, opened and checked here (``zephon.plan.bundle.open_bundle``: a damaged
+    bundle is one ``PlanFormatError`` naming the file), or a bundle a caller already opened.
+    """
+    bundle = plan if isinstance(plan, CheckedBundle) else open_bundle(plan)
+    plan_dir = bundle.path
+    manifest = bundle.manifest
+    samples = _parquet(bundle.samples)
+    shards = _parquet((bundle.shards,))
+    datasets = _datasets_table(manifest, plan_dir, shards)
 
     con = duckdb.connect(":memory:")
     try:
@@ -98,8 +104,8 @@ def connect(plan_dir: str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
         con.register("shards", shards)
         con.register("datasets", datasets)
         con.register("phases", _phases_table(manifest, plan_dir))
-        if files.bins is not None:
-            con.register("bins", _parquet(plan_dir, [files.bins], BINS_SCHEMA))
+        if bundle.bins is not None:
+            con.register("bins", _parquet((bundle.bins,)))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -131,24 +137,28 @@ def run_sql(
         con.close()
 
 
-def _parquet(plan_dir: Path, names: list[str], schema: pa.Schema) -> pds.Dataset:
-    paths = [plan_dir / name for name in names]
-    for path in paths:
-        if not path.is_file():
-            raise PlanFormatError(
-                f"plan bundle file {path} must exist, got nothing there — the bundle is incomplete; re-plan"
-            )
-    dataset = pds.dataset([str(p) for p in paths], format="parquet")
-    check_schema(dataset.schema, schema, paths[0])
-    return dataset
+def _parquet(files: Sequence[CheckedFile]) -> pds.Dataset:
+    # Checked by open_bundle (present, complete, the format's columns): the schema need not be read again.
+    return pds.dataset([str(f.path) for f in files], schema=files[0].schema, format="parquet")
 
 
-def _datasets_table(manifest: Manifest, plan_dir: Path) -> pa.Table:
+def _shard_formats(shards: pds.Dataset) -> dict[int, str]:
+    """Each dataset's shard formats from ``shards.parquet``: one, or several sorted and comma-joined."""
+    pairs = shards.to_table(columns=["dataset_id", "format"]).group_by(["dataset_id", "format"]).aggregate([])
+    found: dict[int, list[str]] = {}
+    for dataset_id, fmt in zip(pairs["dataset_id"].to_pylist(), pairs["format"].to_pylist(), strict=True):
+        found.setdefault(dataset_id, []).append(fmt)
+    return {dataset_id: ",".join(sorted(formats)) for dataset_id, formats in found.items()}
+
+
+def _datasets_table(manifest: Manifest, plan_dir: Path, shards: pds.Dataset) -> pa.Table:
+    formats = _shard_formats(shards)
     try:
         columns = {
             field.name: [getattr(d, "id" if field.name == "dataset_id" else field.name) for d in manifest.datasets]
             for field in DATASETS_SCHEMA
         }
+        columns["format"] = [formats.get(d.id, d.format) for d in manifest.datasets]
         return pa.Table.from_pydict(columns, schema=DATASETS_SCHEMA)
     except pa.ArrowException as exc:
         raise PlanFormatError(

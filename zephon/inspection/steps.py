@@ -37,15 +37,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, PlanFormatError
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import CheckedBundle, open_bundle
+from zephon.plan.manifest import Manifest
 
 __all__ = ["StepDocuments", "StepLayout", "StepSeeker", "resolve_layout"]
 
@@ -214,16 +213,18 @@ _COLUMNS = ["position", "dataset_id", "shard_id", "row", "epoch", "tokens", "tok
 class StepSeeker:
     """Random access to a plan's samples by sequence, reading row groups chosen by footer statistics."""
 
-    def __init__(self, plan_dir: str | os.PathLike[str], layout: StepLayout) -> None:
-        self.plan_dir = Path(plan_dir)
+    def __init__(self, plan: str | os.PathLike[str] | CheckedBundle, layout: StepLayout) -> None:
+        bundle = plan if isinstance(plan, CheckedBundle) else open_bundle(plan)
+        self.plan_dir = bundle.path
         self.layout = layout
-        files = read_manifest(self.plan_dir).files
-        self._files = [pq.ParquetFile(self.plan_dir / name) for name in files.samples]
+        self._checked = bundle.samples
+        self._files = [f.open() for f in bundle.samples]
         # (file, row group) pairs in plan order and the first row (= position) of each.
         self._groups = [(f, g) for f, pf in enumerate(self._files) for g in range(pf.metadata.num_row_groups)]
         counts = [self._files[f].metadata.row_group(g).num_rows for f, g in self._groups]
         self._first_row = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
-        self._bins = pq.ParquetFile(self.plan_dir / (files.bins or "")) if layout.packing == "best_fit" else None
+        self._bins_file = bundle.bins if layout.packing == "best_fit" else None
+        self._bins = self._bins_file.open() if self._bins_file is not None else None
         self._offset_minima: np.ndarray | None = None
 
     @property
@@ -234,7 +235,7 @@ class StepSeeker:
 
     def _read_group(self, i: int, columns: list[str]) -> pa.Table:
         f, g = self._groups[i]
-        return self._files[f].read_row_group(g, columns=columns)
+        return self._checked[f].read_row_group(self._files[f], g, columns)
 
     def read_rows(self, start: int, stop: int, columns: list[str] | None = None) -> pa.Table:
         """Rows ``[start, stop)`` (plan positions) with ``columns`` (default: all samples columns)."""
@@ -351,7 +352,8 @@ class StepSeeker:
             stats = meta.row_group(g).column(col).statistics
             if stats is not None and stats.has_min_max and (stats.max < first_sequence or stats.min >= end_sequence):
                 continue
-            table = self._bins.read_row_group(g, columns=["sequence", "position", "length"])
+            assert self._bins_file is not None
+            table = self._bins_file.read_row_group(self._bins, g, ["sequence", "position", "length"])
             seq = table.column("sequence").to_numpy()
             parts.append(table.filter(pa.array((seq >= first_sequence) & (seq < end_sequence))))
         pieces = pa.concat_tables(parts) if parts else None

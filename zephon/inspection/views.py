@@ -34,16 +34,14 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from zephon.inspection.sql import QueryResult, connect
 from zephon.inspection.steps import StepLayout, resolve_layout
-from zephon.plan.manifest import Manifest, read_manifest
+from zephon.plan.bundle import CheckedBundle, open_bundle
 
 __all__ = [
     "connect_with_steps",
@@ -56,20 +54,20 @@ __all__ = [
 
 
 def connect_with_steps(
-    plan_dir: str | os.PathLike[str], batch_size: int | None = None, *, max_length: int | None = None
+    plan: str | os.PathLike[str] | CheckedBundle, batch_size: int | None = None, *, max_length: int | None = None
 ) -> duckdb.DuckDBPyConnection:
     """``zephon.inspection.sql.connect(plan_dir)`` plus the ``sequences`` and ``steps`` views and their table macros.
 
     ``batch_size`` (global batch, in sequences) enables ``steps``; ``max_length`` gives estimated token plans
     their sequences. Passing ``batch_size`` for a plan whose sequences are unknown raises ``ConfigError``.
     """
-    manifest = read_manifest(plan_dir)
-    layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
+    bundle = plan if isinstance(plan, CheckedBundle) else open_bundle(plan)
+    layout = resolve_layout(bundle.manifest, batch_size=batch_size, max_length=max_length)
     if batch_size is not None:
         layout.require_steps()
-    con = connect(plan_dir)
+    con = connect(bundle)
     try:
-        for statement in view_statements(layout, longest_document(plan_dir, manifest)):
+        for statement in view_statements(layout, longest_document(bundle)):
             con.execute(statement)
     except BaseException:
         con.close()
@@ -78,7 +76,7 @@ def connect_with_steps(
 
 
 def run_query(
-    plan_dir: str | os.PathLike[str],
+    plan_dir: str | os.PathLike[str] | CheckedBundle,
     query: str,
     params: Mapping[str, Any] | Sequence[Any] | None = None,
     *,
@@ -97,7 +95,7 @@ def run_query(
 
 
 def query_table(
-    plan_dir: str | os.PathLike[str],
+    plan_dir: str | os.PathLike[str] | CheckedBundle,
     query: str,
     params: Mapping[str, Any] | Sequence[Any] | None = None,
     *,
@@ -135,12 +133,12 @@ def unique_names(columns: Sequence[str]) -> list[str]:
     return names
 
 
-def longest_document(plan_dir: str | os.PathLike[str], manifest: Manifest) -> int | None:
+def longest_document(bundle: CheckedBundle) -> int | None:
     """The largest ``tokens`` value of the samples files, from the footer statistics (``None`` if unknown)."""
     best = 0
-    for name in manifest.files.samples:
-        meta = pq.ParquetFile(Path(plan_dir) / name).metadata
-        col = meta.schema.to_arrow_schema().get_field_index("tokens")
+    for file in bundle.samples:
+        meta = file.metadata
+        col = file.schema.get_field_index("tokens")
         for g in range(meta.num_row_groups):
             stats = meta.row_group(g).column(col).statistics
             if stats is None or stats.null_count == meta.row_group(g).num_rows:

@@ -93,8 +93,14 @@ def check_schema(table_schema: pa.Schema, expected: pa.Schema, file: Path) -> No
     """Refuse a Parquet file whose columns or types differ from the format's schema."""
     got = {f.name: f.type for f in table_schema}
     for field in expected:
-        if not _same_type(got.get(field.name), field.type):
+        if field.name not in got:
+            shown = ", ".join(list(got)[:8]) + (", ..." if len(got) > 8 else "")
             raise PlanFormatError(
-                f"{file} column {field.name!r} must be {field.type}, got {got.get(field.name)} — "
+                f"{file} must have the column {field.name!r} ({field.type}), got a file with columns [{shown}] — "
+                "it is not a file of this plan format; restore the bundle's own file or re-plan"
+            )
+        if not _same_type(got[field.name], field.type):
+            raise PlanFormatError(
+                f"{file} column {field.name!r} must be {field.type}, got {got[field.name]} — "
                 "the bundle was not written by this plan format; re-plan"
             )

@@ -10,8 +10,8 @@ Validation is here too: an unknown format version, a missing required key or a v
 ``PlanFormatError`` of one line naming the file and the key (``zephon.plan.json_fields``). Keys added over
 time are optional and read as the plans without them meant: no ``kind`` is an estimated plan, no ``lanes``
 one lane, no ``phases`` none (``Manifest.resolved_phases`` gives one phase 0 then), no ``shuffle`` a window
-of one shard, no ``files.shards`` ``shards.parquet``. Unknown keys are ignored: adding an optional key does
-not bump the format version.
+of one shard, no ``files.shards`` ``shards.parquet``, no ``warnings`` none. Unknown keys are ignored: adding an
+optional key does not bump the format version.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from zephon.errors import PlanFormatError
+from zephon.errors import PlanFormatError, PlanWarning, warn
 from zephon.plan.format import FORMAT_VERSION, PLAN_JSON, SHARDS_FILE
 from zephon.plan.json_fields import (
     COUNT,
@@ -175,6 +175,27 @@ class PlanBatch:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PlanWarningEntry:
+    """One entry of ``warnings``: a shortfall the planner found (docs/plans.md, "Warnings").
+
+    ``kind`` is ``"budget_not_met"`` (``budget``, ``requested`` and ``planned`` in the budget's unit:
+    documents, tokens, or passes for ``epochs``; ``dataset`` is the one that ran out) or ``"repetition"``
+    (``dataset`` read ``passes`` times, more than ``limit`` = ``REPETITION_LIMIT`` × ``epochs``). A reader
+    keeps kinds it does not know; ``message`` is the line ``zephon plan`` prints.
+    """
+
+    kind: str
+    message: str
+    dataset: str | None = None
+    budget: str | None = None
+    requested: int | float | None = None
+    planned: int | float | None = None
+    passes: int | float | None = None
+    epochs: int | None = None
+    limit: int | float | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Manifest:
     """``plan.json`` of a bundle, validated (see the module docstring); build it with ``read_manifest``."""
 
@@ -200,6 +221,11 @@ class Manifest:
     on_exhaustion: Literal["new_epoch", "stop"] | None = None
     phases: tuple[PlanPhase, ...] = ()
     batch: PlanBatch | None = None
+    #: Digests of plan.json's keys and of the Parquet files, as JSON; checked by ``zephon.plan.bundle.open_bundle``
+    #: (``zephon.plan.integrity``). ``None`` in plans written before it.
+    integrity: Mapping[str, Any] | None = None
+    #: Shortfalls found when planning (budget not met, heavy repetition); ``()`` in plans written without them.
+    warnings: tuple[PlanWarningEntry, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -242,7 +268,15 @@ class Manifest:
 
 
 def read_manifest(plan_dir: str | Path) -> Manifest:
-    """Read and validate ``plan.json`` of a bundle; refuse unknown format versions (one line naming the file)."""
+    """Read and validate ``plan.json`` of a bundle; refuse unknown format versions (one line naming the file).
+
+    Parses only: ``zephon.plan.bundle.open_bundle`` also checks the bundle's integrity and its Parquet files."""
+    data, path = read_plan_json(plan_dir)
+    return parse_manifest(data, path)
+
+
+def read_plan_json(plan_dir: str | Path) -> tuple[object, Path]:
+    """``plan.json`` of a bundle as parsed JSON, with its path (missing or not JSON: one line naming it)."""
     path = Path(plan_dir) / PLAN_JSON
     if not path.is_file():
         raise PlanFormatError(
@@ -253,7 +287,7 @@ def read_manifest(plan_dir: str | Path) -> Manifest:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise PlanFormatError(f"{path} must be valid JSON, got {exc} — rewrite the plan with `zephon plan`") from exc
-    return parse_manifest(data, path)
+    return data, path
 
 
 def parse_manifest(data: object, file: Path) -> Manifest:
@@ -285,6 +319,8 @@ def parse_manifest(data: object, file: Path) -> Manifest:
         on_exhaustion=one_of("new_epoch", "stop").optional(),
         phases=list_of(_phase).optional(()),
         batch=nested(_batch).optional(),
+        integrity=json_mapping().optional(),
+        warnings=list_of(_warning).optional(()),
     )
     exact = values["kind"] == "exact"
     values["lanes"] = None if exact else values["lanes"] or 1
@@ -401,6 +437,33 @@ def _phase(o: JsonObject) -> PlanPhase:
             planned_tokens=_COUNTS.optional(),
         )
     )
+
+
+#: A number kept as written (an integer stays one: documents and tokens are counts).
+_AMOUNT = Value("a number", NUMBER.test)
+
+
+def _warning(o: JsonObject) -> PlanWarningEntry:
+    return PlanWarningEntry(
+        **o.read(
+            kind=NAME,
+            message=TEXT,
+            dataset=TEXT.or_null().optional(),
+            budget=TEXT.optional(),
+            requested=_AMOUNT.optional(),
+            planned=_AMOUNT.optional(),
+            passes=_AMOUNT.optional(),
+            epochs=COUNT.optional(),
+            limit=_AMOUNT.optional(),
+        )
+    )
+
+
+def warn_plan(manifest: Manifest) -> None:
+    """Issue each of the plan's ``warnings`` as a ``zephon.PlanWarning`` (``warnings.warn``, attributed to the
+    caller outside Zephon)."""
+    for entry in manifest.warnings:
+        warn(entry.message, PlanWarning)
 
 
 def _batch(o: JsonObject) -> PlanBatch:

@@ -2,7 +2,8 @@
 
 * Parquet: row counts and row groups come from the footer; no data page is read. The fingerprint is a
   BLAKE2b digest of the file size and the footer bytes (the footer holds every column chunk's offsets,
-  sizes and statistics, so a rewritten file has a different footer).
+  sizes and statistics, so a rewritten file has a different footer); ``zephon.plan.footer`` computes it, for
+  shards and for the plan bundle's own files alike.
 * JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
@@ -19,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, one_line
+from zephon.plan.footer import parquet_fingerprint as parquet_fingerprint  # re-exported: the executor uses it
 from zephon.plan.records import ShardInfo
 from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
@@ -51,28 +52,6 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     if file.format == "parquet":
         return _scan_parquet(dataset, file)
     return _scan_jsonl(dataset, file)
-
-
-def parquet_fingerprint(path: str) -> tuple[int, str]:
-    """``(size, "pqfooter:<digest>")`` of a Parquet file, reading only its last 8 bytes and its footer.
-
-    Raises ``ValueError`` (not Parquet, truncated) or ``OSError`` (unreadable).
-    """
-    with open(path, "rb") as fh:
-        size = fh.seek(0, os.SEEK_END)
-        if size < 12:
-            raise ValueError("file is shorter than a Parquet header and footer")
-        fh.seek(size - 8)
-        tail = fh.read(8)
-        if tail[4:] != b"PAR1":
-            raise ValueError("file does not end with the Parquet magic bytes PAR1 (truncated or not Parquet)")
-        (footer_len,) = struct.unpack("<I", tail[:4])
-        if footer_len + 12 > size:
-            raise ValueError(f"footer length {footer_len} does not fit in a file of {size} bytes")
-        fh.seek(size - 8 - footer_len)
-        footer = fh.read(footer_len)
-    digest = hashlib.blake2b(struct.pack("<Q", size) + footer, digest_size=16).hexdigest()
-    return size, f"pqfooter:{digest}"
 
 
 def jsonl_fingerprint(raw: bytes) -> str:
