@@ -32,6 +32,12 @@ state is how far it has read (``ReadPlanRows``' chunk iterator, ``FetchTexts``' 
 ``Tokenize``'s first-call flag and pool); it runs ahead of the consumer, so a resumed run rebuilds it from the
 cursors instead of saving it.
 
+Stats (``RunStats``) are the consumer's too, counted when ``LaneBatches`` hands a microbatch out, never when a
+chunk is read or dealt: each piece of its rows is looked up in ``DealLanes``' dataset of each position (kept
+from the earliest lane cursor on), and the skipped documents dealt so far are counted once a microbatch holds a
+later document of their lane (the rest at the end of the plan). So the stats, like the batches, never depend
+on the chunk size or the read-ahead.
+
 Worked example: 2 lanes, one rank, ``max_length`` 4, microbatch 2 (one per step). Plan positions 0-3 have
 lanes [0, 1, 0, 1] and tokenize to 0: [a a E], 1: [b E], 2: [c E], 3: [d d d E].
 
@@ -111,11 +117,13 @@ class ChunkTokens:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaneMicrobatch:
-    """A microbatch's rows: ``rows`` row ``i`` is global sequence ``sequences[i]``."""
+    """A microbatch's rows: ``rows`` row ``i`` is global sequence ``sequences[i]``; ``datasets[k]`` is the
+    dataset of piece ``k`` of ``rows.pieces`` (for ``RunStats``, counted when the microbatch is handed out)."""
 
     at: MicrobatchAt
     sequences: np.ndarray
     rows: PackedRows
+    datasets: np.ndarray
 
 
 # -- producer: stages 1-3 (on the read-ahead thread when there is one) --------------------------------------
@@ -254,10 +262,13 @@ class Tokenize:
 
 
 class DealLanes:
-    """Stage 4: chunks taken in plan order, each lane's slice pushed to its ``Lane``; documents and tokens
-    counted in ``stats``, skipped documents in ``stats`` and the provenance ``log``.
+    """Stage 4: chunks taken in plan order, each lane's slice pushed to its ``Lane``; skipped documents written
+    to the provenance ``log`` and held until ``LaneBatches`` hands out a microbatch past them (``stats``).
 
-    State: the lanes (their buffers and cursors) and ``exhausted`` (the plan is read to the end).
+    State: the lanes (their buffers and cursors), ``exhausted`` (the plan is read to the end), the dataset of
+    every position from the earliest lane cursor on (``dataset_of``: the provenance of the rows, for the
+    stats), the documents dealt (``dealt``) and skipped (``skipped``, by reason) so far, and the skipped
+    documents not yet counted in ``stats`` (per lane and position).
     """
 
     def __init__(
@@ -277,6 +288,13 @@ class DealLanes:
         self.dataset_names = dataset_names
         self.stats = stats
         self.log = log
+        self.dealt = 0  # documents pushed to the lanes (tokenized), this run
+        self.skipped: dict[str, int] = {}  # documents the skip policy left out, this run, by reason
+        self._ids = np.empty(0, dtype=np.int16)  # dataset of positions [_ids_from, _ids_from + len(_ids))
+        self._ids_from: int | None = None
+        self._keep_from = 0  # positions before this are no longer needed (set by ``hold``)
+        #: Skipped documents not yet counted in ``stats``: position, lane, shard, row and reason.
+        self._pending: list[tuple[int, int, ShardRef, int, str]] = []
 
     @property
     def empty(self) -> bool:
@@ -303,12 +321,59 @@ class DealLanes:
         for lane in self.lanes.values():
             lane.read_to = max(lane.read_to, end)
 
-    def _deal(self, got: ChunkTokens) -> None:
+    def hold(self) -> None:
+        """Keep the datasets of positions from the earliest lane cursor on: no later row reaches before it."""
+        self._keep_from = min((lane.cursor()[0] for lane in self.lanes.values()), default=0)
+
+    def dataset_of(self, positions: np.ndarray) -> np.ndarray:
+        """The dataset of each plan position (dealt, and not before the cursors at the last ``hold``)."""
+        assert self._ids_from is not None or not len(positions), "positions are dealt before they are emitted"
+        return self._ids[positions - (self._ids_from or 0)]
+
+    def _remember(self, chunk: SampleChunk) -> None:
+        """Add the chunk's datasets to ``_ids``, dropping positions before ``_keep_from``."""
+        if self._ids_from is None:
+            self._ids_from = chunk.start
+        assert chunk.start == self._ids_from + len(self._ids), "chunks are consecutive"
+        drop = min(max(0, self._keep_from - self._ids_from), len(self._ids))
+        self._ids = np.concatenate([self._ids[drop:], chunk.dataset_id.astype(np.int16, copy=False)])
+        self._ids_from += drop
+
+    def count_skipped(self, lanes: np.ndarray, positions: np.ndarray) -> None:
+        """Count in ``stats`` the skipped documents a handed-out microbatch moved past: those before a document
+        it holds in the same lane (``lanes[k]``, ``positions[k]``: the lane and position of its piece ``k``)."""
+        if not self._pending or self.stats is None or not len(positions):
+            return
+        reached = {lane: int(positions[lanes == lane].max()) for lane in np.unique(lanes).tolist()}
+        rest = []
+        for entry in self._pending:
+            if entry[0] < reached.get(entry[1], -1):
+                self.stats.skip(entry[2], entry[3], entry[4])
+            else:
+                rest.append(entry)
+        self._pending = rest
+
+    def count_all_skipped(self) -> None:
+        """At the end of the run: count in ``stats`` every skipped document not counted yet."""
         if self.stats is not None:
-            for report in got.reports:
-                self.stats.skip(report.ref, report.row, report.reason)
-        if self.log is not None and got.skipped:
-            self.log.skip(got.skipped)
+            for _, _, ref, row, reason in self._pending:
+                self.stats.skip(ref, row, reason)
+        self._pending = []
+
+    def _deal(self, got: ChunkTokens) -> None:
+        chunk = got.chunk
+        self._remember(chunk)
+        if got.skipped:
+            assert chunk.lane is not None
+            refs = {(r.ref.shard_id, r.row): r.ref for r in got.reports}
+            for doc in got.skipped:
+                self.skipped[doc.reason] = self.skipped.get(doc.reason, 0) + 1
+                if self.stats is not None:  # held until a microbatch handed out moves past it
+                    i = doc.position - chunk.start
+                    shard, row = int(chunk.shard_id[i]), int(chunk.row[i])
+                    self._pending.append((doc.position, int(chunk.lane[i]), refs[shard, row], row, doc.reason))
+            if self.log is not None:
+                self.log.skip(got.skipped)
         if got.encoded is None:
             return
         encoded = got.encoded.result()
@@ -322,13 +387,14 @@ class DealLanes:
         for a, b in zip(firsts, lasts, strict=True):
             tokens = encoded.ids[int(ends[a] - sizes[a]) : int(ends[b - 1])]
             self.lanes[int(lane_of[a])].push_many(positions[a:b], tokens, sizes[a:b])
-        if self.stats is not None:
-            self.stats.add(self.dataset_names, chunk.dataset_id[keep], sizes)
+        self.dealt += len(keep)
 
 
 class LaneBatches:
     """Stage 5: microbatch ``(step, index)`` is, for each of its sequences ``j``, the next row of lane
-    ``j % L``; a DataLoader worker packs every microbatch and yields its own (``Progress.mine``).
+    ``j % L``; a DataLoader worker packs every microbatch and yields its own (``Progress.mine``), with the
+    dataset of each of its pieces. The skipped documents it moves past (in their lane) are counted then, and
+    those left when the plan is read to the end at the end.
 
     State: ``progress`` (microbatches handed out; shared with the runner, which saves it).
     """
@@ -351,11 +417,18 @@ class LaneBatches:
                 while not deal.exhausted and deal.empty:
                     deal.fill()
                 if deal.exhausted and deal.empty:
+                    deal.count_all_skipped()
                     return
+            deal.hold()
             at = progress.advance()
             ids = self.geometry.microbatch_sequences(at.step, at.index)
             rows = [deal.row(j % num_lanes) for j in ids.tolist()]
             if self.drop_last and any(int(r.lengths[0]) < self.max_length for r in rows):
+                deal.count_all_skipped()  # the plan is read to the end
                 return
             if progress.mine(at):
-                yield LaneMicrobatch(at=at, sequences=ids, rows=concat_rows(rows))
+                packed = concat_rows(rows)
+                assert packed.pieces is not None
+                positions = packed.pieces["position"]
+                deal.count_skipped((ids % num_lanes)[packed.pieces["row"]], positions)
+                yield LaneMicrobatch(at=at, sequences=ids, rows=packed, datasets=deal.dataset_of(positions))

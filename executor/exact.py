@@ -111,6 +111,8 @@ class ExactSequences:
         empty = np.empty(0, dtype=np.int64)
         #: Tokenized documents: sorted positions, start and size of each in the token array, the array.
         self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (empty, empty, empty, empty)
+        #: The dataset of each cached document (parallel to ``_cache[0]``): the provenance the stats count by.
+        self._datasets = np.empty(0, dtype=np.int16)
         self._prev: np.ndarray | None = None  # the sequences of the previous call
         self._stride: tuple[int, int] | None = None  # steady stride of the calls, and the calls read ahead
         #: Read ahead on a thread (``zephon.executor.read_ahead``); the sequences of the last call covered.
@@ -272,6 +274,7 @@ class ExactSequences:
         """Add the documents ``want`` (rows ``rows`` of the samples table, tokenized: ``encoded``) to the cache,
         after checking their token counts against the plan, and drop cached documents before ``positions``."""
         cached, base, size, tokens = self._cache
+        datasets = self._datasets
         new_size = encoded.sizes
         wrong = np.flatnonzero(new_size != rows["tokens"])
         if len(wrong):
@@ -296,9 +299,14 @@ class ExactSequences:
         new = slice(len(keep), None)
         out[_spread(starts[new], sizes[new])] = encoded.ids
         self._cache = (merged[order], starts[order], sizes[order], out)
+        self._datasets = np.concatenate([datasets[keep], rows["dataset_id"].astype(np.int16, copy=False)])[order]
 
     def rows(self, ks: list[int]) -> PackedRows:
         """Packed rows of the sequences ``ks`` (in that order)."""
+        return self.rows_and_datasets(ks)[0]
+
+    def rows_and_datasets(self, ks: list[int]) -> tuple[PackedRows, np.ndarray]:
+        """Packed rows of the sequences ``ks`` (in that order), and the dataset of each of their pieces."""
         ks_array = np.asarray(ks, dtype=np.int64)
         pieces = self._pieces(ks_array)
         width, n = self.max_length, len(ks_array)
@@ -319,9 +327,10 @@ class ExactSequences:
         starts[dest] = (doc_start == 0) | (self.algorithm == "best_fit")
         lengths = np.zeros(n, dtype=np.int64)
         np.maximum.at(lengths, pieces["row"], pieces["offset"].astype(np.int64) + length)
-        return PackedRows(
+        packed = PackedRows(
             tokens=tokens.reshape(n, width), doc_start=starts.reshape(n, width), lengths=lengths, pieces=pieces
         )
+        return packed, self._datasets[doc]
 
 
 def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:

@@ -17,6 +17,10 @@ within a step or so of each other — stop training at a fixed step count below 
 ``state()`` says where the rank stands (``zephon.executor.state``): its ``Progress``
 (``zephon.executor.progress``) and, for estimated plans, its lanes' cursors; a runner built with that state
 resumes exactly there, without replaying the plan.
+
+``stats`` (``RunStats``) count each batch as it is handed out, by the dataset of each piece of its rows. Under
+``on_bad_document="skip"`` a run that read its whole share from the start and packed none of it — every
+document skipped — ends with a ``DatasetError`` counting the skips by reason, instead of yielding nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
@@ -80,6 +84,7 @@ class RankRunner:
         self.provenance_dir = provenance_dir
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
+        self.names = self.plan.dataset_names
         cursors: dict[str, list[int]] = {}
         if state is not None:
             check_state(state, self.identity())
@@ -90,6 +95,8 @@ class RankRunner:
                     f"{state.get('dp_size')}, got {geometry.dp_size} — checkpoint at a step boundary to change it"
                 )
             cursors = state["lane_cursors"]
+        #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
+        self.from_start = self.progress.step == 0 and self.progress.microbatch == 0
         self.lanes: dict[int, Lane] = {}
         if not self.exact:
             for lane in geometry.my_lanes:
@@ -136,6 +143,8 @@ class RankRunner:
 
     def __iter__(self) -> Iterator[Batch]:
         window = self.plan.manifest.shuffle.window_shards
+        if self.stats is not None:
+            self.stats.include(self.plan.dataset_names)
         reports = SkipReports()  # estimated plans: skipped in the chunk being read
         on_skip = self.stats.skip if self.stats is not None else None
         if not self.exact:  # counted when the chunk is consumed (reading may run ahead on a thread)
@@ -146,6 +155,7 @@ class RankRunner:
             capacity=(window + 1) * len(self.plan.dataset_names),
             per_dataset=window + 1,  # a dataset reads within a window of shards, and crosses into the next
             on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
+            skippable=not self.exact,  # so only an estimated plan's errors suggest the skip policy
             on_skip=on_skip,
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
@@ -189,11 +199,12 @@ class RankRunner:
             if real and remote.cache is not None:
                 pieces = sequences.pieces(real[0])
                 remote.advance(pieces[0].position if pieces else 0)
-            rows = sequences.rows(real) if real else None
-            yield self._batch(at, ids, rows)
+            rows, datasets = sequences.rows_and_datasets(real) if real else (None, None)
+            yield self._batch(at, ids, rows, datasets)
 
-    def _batch(self, at: MicrobatchAt, ids: np.ndarray, rows: PackedRows | None) -> Batch:
-        """A batch of len(ids) rows: the given rows first, then empty rows for sequences past the plan."""
+    def _batch(self, at: MicrobatchAt, ids: np.ndarray, rows: PackedRows | None, datasets: np.ndarray | None) -> Batch:
+        """A batch of len(ids) rows: the given rows first, then empty rows for sequences past the plan; counted
+        in ``stats`` as it is handed out (``datasets``: the dataset of each of the rows' pieces)."""
         width = self.spec.pack.max_length
         tokens = np.full((len(ids), width), self.pad, dtype=np.int64)
         starts = np.zeros((len(ids), width), dtype=bool)
@@ -214,6 +225,8 @@ class RankRunner:
         )
         if self.log is not None:
             self.log.write(batch)
+        if self.stats is not None and pieces is not None and datasets is not None:
+            self.stats.handed_out(self.names, datasets, pieces)
         return batch
 
     def _estimated(self, reader: ShardReader, remote: RemoteAccess, reports: SkipReports) -> Iterator[Batch]:
@@ -242,10 +255,24 @@ class RankRunner:
         )
         try:
             for microbatch in batches:
-                yield self._batch(microbatch.at, microbatch.sequences, microbatch.rows)
+                yield self._batch(microbatch.at, microbatch.sequences, microbatch.rows, microbatch.datasets)
         finally:
             source.close()  # the producer stops first, then the encode pool it feeds
             tokens.close()
+        if lanes.skipped and not lanes.dealt and self.from_start:
+            raise self._all_skipped(lanes.skipped)
+
+    def _all_skipped(self, skipped: dict[str, int]) -> DatasetError:
+        """The error of a rank whose whole share was skipped (``on_bad_document="skip"``; docs/training.md)."""
+        total = sum(skipped.values())
+        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+        g = self.geometry
+        share = f"dp_rank {g.dp_rank}'s share (dp_size {g.dp_size})" if g.dp_size > 1 else "the plan"
+        return DatasetError(
+            f'on_bad_document="skip" must leave documents to train on, got all {total} documents of {share} '
+            f"skipped ({reasons}) — check the text field {self.spec.tokenize.field!r} and the data; "
+            "Pipeline.stats().skipped_by_shard names the shards"
+        )
 
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:

@@ -44,11 +44,20 @@ class ExecutorSpec:
 
 @dataclass(slots=True)
 class RunStats:
-    """What an executor run has read so far, per dataset name: documents and (realized) tokens.
+    """What a run has handed out so far, per dataset name, for every plan kind: documents and tokens.
+
+    Counted when a batch is handed out (yielded), from the provenance of its rows — never when a document is
+    read or tokenized, which the read-ahead does early — so read-ahead, ``read_chunk`` and threads never change
+    them. ``tokens`` are the tokens of a dataset's documents in the batches handed out (BOS/EOS included; a
+    document split across rows or batches counts its tokens in each batch that holds them); a document counts
+    in ``documents`` in the batch that holds its first token. After a whole run, ``tokens`` sum to the valid
+    tokens (``Batch.lengths``) of every batch; a run resumed inside a document counts the rest of its tokens,
+    not the document again. Every dataset of the plan is present, 0 until it is handed out.
 
     Under ``on_bad_document="skip"``, ``skipped`` counts skipped documents by reason (``SKIP_REASONS``) and
     ``skipped_by_shard`` by shard URI, then reason; a skipped document is in neither ``documents`` nor
-    ``tokens``.
+    ``tokens``. It is counted when a batch handed out holds a later document of its packing lane, or at the
+    end of the plan.
     """
 
     documents: dict[str, int] = field(default_factory=dict)
@@ -62,10 +71,21 @@ class RunStats:
         shard = self.skipped_by_shard.setdefault(ref.uri, {})
         shard[reason] = shard.get(reason, 0) + 1
 
-    def add(self, names: list[str], dataset_ids: np.ndarray, lengths: np.ndarray) -> None:
-        docs = np.bincount(dataset_ids, minlength=len(names))
-        toks = np.bincount(dataset_ids, weights=lengths, minlength=len(names))
-        for i, name in enumerate(names):
+    def include(self, names: list[str]) -> None:
+        """Make every dataset of the plan present (0 until counted)."""
+        for name in names:
+            self.documents.setdefault(name, 0)
+            self.tokens.setdefault(name, 0)
+
+    def handed_out(self, names: list[str], datasets: np.ndarray, pieces: np.ndarray) -> None:
+        """Count a batch handed out: its ``pieces`` (``PIECE_DTYPE``), piece ``k`` of dataset ``datasets[k]``
+        (an index into ``names``). Per batch, in numpy: no Python work per document."""
+        if not len(pieces):
+            return
+        toks = np.bincount(datasets, weights=pieces["length"], minlength=len(names))
+        docs = np.bincount(datasets[pieces["doc_start"] == 0], minlength=len(names))
+        for i in np.flatnonzero(toks + docs).tolist():
+            name = names[i]
             self.documents[name] = self.documents.get(name, 0) + int(docs[i])
             self.tokens[name] = self.tokens.get(name, 0) + int(toks[i])
 

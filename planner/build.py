@@ -27,11 +27,14 @@ from zephon.plan.format import (
     SAMPLES_FILE,
     SHARDS_FILE,
 )
+from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
+from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.plan.records import shards_table
 from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
+from zephon.planner.shortfalls import plan_warnings
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir
@@ -141,6 +144,7 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
         "on_exhaustion": source.on_exhaustion,
         "files": files,
         "totals": counts,
+        "warnings": plan_warnings(prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None),
     } | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
 
 
@@ -247,7 +251,10 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
                     "length": b.length,
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
-        text = json.dumps(_manifest(prepared, totals, bins), indent=2) + "\n"
+        manifest = _manifest(prepared, totals, bins)
+        # Last: digests of every key above and of the Parquet files, checked whenever the bundle is opened.
+        manifest[INTEGRITY_KEY] = integrity_record(manifest, tmp)
+        text = json.dumps(manifest, indent=2) + "\n"
         (tmp / PLAN_JSON).write_text(text, encoding="utf-8")
     return out_dir
 
@@ -260,8 +267,10 @@ def write_plan(
     pack: PackSpec | None = None,
     overwrite: bool = False,
     workers: int | None = None,
-    progress: bool = False,
+    progress: bool | None = None,
 ) -> Path:
-    """Plan ``source`` and write the bundle to ``out_dir``."""
+    """Plan ``source`` and write the bundle to ``out_dir`` (``progress``: see ``prepare``)."""
     prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress)
-    return write_bundle(prepared, out_dir, overwrite=overwrite)
+    written = write_bundle(prepared, out_dir, overwrite=overwrite)
+    warn_plan(read_manifest(written))  # a budget not met or heavy repetition: zephon.PlanWarning
+    return written

@@ -21,8 +21,9 @@ alone, and the same at any ``CHUNK``.
 Worked example, a sample mixture a 0.5 / b 0.5 over a (2 documents) and b (3 documents), no budget (so
 ``epochs=1``): the interleaving is ``a b a b a b …``; b's last document of pass 1 is at position 5, so the
 plan has 6 positions — ``dataset_id = [0 1 0 1 0 1]``, ``epoch = [0 0 0 0 1 0]`` (a starts its second
-pass at position 4). With ``num_documents=6`` and ``on_exhaustion="stop"`` it ends just before that: 4
-positions.
+pass at position 4). With ``on_exhaustion="stop"`` (and no budget, or ``num_documents=6``) it ends just
+before that: 4 positions, and b has read 2 of its 3 documents — a budget not met, which plan.json
+``warnings`` records (``zephon.planner.shortfalls``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,12 @@ from zephon.planner.token_mix import schedule
 
 #: Positions per chunk: a multiple of the samples row group, so chunks are written as whole row groups.
 CHUNK = 8 * SAMPLES_ROW_GROUP
+
+
+#: Bumped whenever the layout of the same config changes (2: on_exhaustion="stop" ends an epochs-budget plan
+#: before any dataset's extra pass, whatever the dataset order). ``Pipeline(work_source)`` keys its plan cache
+#: by config hash *and* this version, so a plan cached by an older layout is never reused for a newer one.
+LAYOUT_VERSION = 2
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -132,15 +139,13 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
     length = budget if budget is not None else 0
     if budget is None or stop:
         complete = [passes * r for r in rows]
-        # Folded in dataset order, as the budget rules were first written: max with each completion, min with
-        # each overrun.
+        # Per dataset: the position of its last document of pass E, and of its first of pass E + 1.
         found = schedule_.positions([[c - 1, c] for c in complete])
-        for last, beyond in found:
-            if budget is None:
-                assert last is not None, "the bound leaves room for every dataset's passes"
-                length = max(length, last + 1)
-            if stop and beyond is not None:
-                length = min(length, beyond)
+        if budget is None:  # the epochs budget: up to the last dataset's E-th pass
+            assert all(last is not None for last, _ in found), "the bound leaves room for every dataset's passes"
+            length = max(last + 1 for last, _ in found if last is not None)
+        if stop:  # and never past the first dataset's pass E + 1 (all overruns, after all completions)
+            length = min([length, *(beyond for _, beyond in found if beyond is not None)])
     length = min(length, bound)
     readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
     yield from _blocks(schedule_, readers, list(range(len(readers))), length, stage=0)

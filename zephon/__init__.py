@@ -9,7 +9,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from zephon import _moved
-from zephon.errors import ConfigError, DatasetError, HubError, PlanFormatError, TokenizerError, ZephonError
+from zephon.errors import (
+    ConfigError,
+    DatasetError,
+    HubError,
+    PlanFormatError,
+    PlanWarning,
+    TokenizerError,
+    ZephonError,
+    ZephonWarning,
+)
 
 _moved.install()
 
@@ -25,8 +34,10 @@ __all__ = [
     "HubError",
     "Pipeline",
     "PlanFormatError",
+    "PlanWarning",
     "TokenizerError",
     "ZephonError",
+    "ZephonWarning",
     "merge_states",
 ]
 

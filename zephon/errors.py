@@ -1,10 +1,13 @@
-"""Error types raised by Zephon.
+"""Error types raised by Zephon, and the warnings it issues (``ZephonWarning``, ``PlanWarning``).
 
 Every message says what is wrong, where (dataset, shard, row, file) and how to fix it, in the form
 "X must be Y, got Z — fix". Callers catch :class:`ZephonError`; the CLI prints its message on one line.
 """
 
 from __future__ import annotations
+
+import sys
+import warnings
 
 
 class ZephonError(Exception):
@@ -33,6 +36,26 @@ class TokenizerError(ZephonError):
 
 class StorageError(ZephonError):
     """A cache or output directory cannot be written: disk full, read-only file system, permission denied."""
+
+
+class ZephonWarning(UserWarning):
+    """Base class of every warning Zephon issues with ``warnings.warn`` (filter it like any warning)."""
+
+
+class PlanWarning(ZephonWarning):
+    """A plan falls short of its budget or repeats a dataset heavily: plan.json ``warnings`` (docs/plans.md).
+
+    ``warnings.filterwarnings("error", category=zephon.PlanWarning)`` turns such a plan into an error.
+    """
+
+
+def warn(message: str, category: type[Warning] = ZephonWarning) -> None:
+    """``warnings.warn(message, category)`` attributed to the first caller outside Zephon, so the line shown
+    (and a filter by module) is the user's code, not Zephon's."""
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).split(".")[0] == "zephon":
+        level, frame = level + 1, frame.f_back  # type: ignore[assignment]
+    warnings.warn(message, category, stacklevel=level)
 
 
 def one_line(exc: BaseException | str) -> str:

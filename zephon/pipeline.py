@@ -26,6 +26,7 @@ from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import merge_states
+from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
 from zephon.storage.files import cache_dir
 
@@ -62,8 +63,11 @@ class Pipeline:
 
     @classmethod
     def from_plan(cls, path: str | Path) -> Pipeline:
-        """A pipeline over a plan bundle written by ``zephon plan`` (validated now)."""
-        PlanBundle(path)
+        """A pipeline over a plan bundle written by ``zephon plan`` (validated now; its plan.json ``warnings``
+        are issued now as ``zephon.PlanWarning``). The bundle is checked now and again when iterated
+        (``zephon.plan.bundle.open_bundle``): a missing, truncated, foreign or edited file is one
+        ``PlanFormatError`` naming it."""
+        warn_plan(PlanBundle(path).manifest)
         return cls(_plan_dir=Path(path))
 
     def _with(self, **changes: object) -> Pipeline:
@@ -93,7 +97,8 @@ class Pipeline:
         ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance_log``), for
         ``zephon audit PLAN --log DIR``. ``on_bad_document="skip"`` (estimated plans only; default
         ``"raise"``) skips documents that cannot be read as text and counts them by reason and shard in
-        ``stats().skipped`` (docs/reliability.md); a skipped document contributes no tokens.
+        ``stats().skipped`` (docs/reliability.md); a skipped document contributes no tokens, and a rank whose
+        whole share is skipped raises a ``DatasetError`` (docs/training.md).
         """
         if io_options is not None and not isinstance(io_options, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
@@ -143,12 +148,14 @@ class Pipeline:
         if self._plan_dir is None:
             assert self._work_source is not None
             from zephon.planner.build import prepare, write_bundle
+            from zephon.planner.layout import LAYOUT_VERSION
 
             prepared = prepare(self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack)
-            target = cache_dir() / "plans" / prepared.config_hash
+            target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
             if not (target / "plan.json").is_file():
                 # A read-only or full cache directory is a StorageError naming it (storage.files).
                 write_bundle(prepared, target, overwrite=True)
+            warn_plan(read_manifest(target))  # planned now or cached: a shortfall is a zephon.PlanWarning
             self._plan_dir = target
         return self._plan_dir
 
@@ -176,7 +183,7 @@ class Pipeline:
         """Batch sizes and data-parallel identity of this process."""
         spec = self.executor_spec()
         rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
-        lanes = PlanBundle(self.plan_dir).manifest.lanes
+        lanes = read_manifest(self.plan_dir).lanes  # the runner opens (and checks) the whole bundle
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
         return Geometry(microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, lanes=lanes)
@@ -200,8 +207,10 @@ class Pipeline:
         return iter(self._runner)
 
     def stats(self) -> RunStats:
-        """Documents and realized tokens per dataset read by this rank in the latest iteration, and the
-        documents skipped under ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``)."""
+        """What this rank handed out in the latest iteration, for every plan kind: documents and tokens per
+        dataset, counted as each batch is yielded (never what was read ahead), and the documents skipped under
+        ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``). See ``RunStats`` and
+        docs/training.md."""
         return self._stats
 
     def num_steps(self) -> int | None:

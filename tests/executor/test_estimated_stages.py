@@ -33,6 +33,7 @@ from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_SCHEMA
+from zephon.plan.integrity import seal_bundle
 from zephon.specs import StoreOptions, TokenizeSpec
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
@@ -64,6 +65,7 @@ def write_plan(root: Path, texts: list[str], lanes: list[int]) -> Path:
     lane = SAMPLES_SCHEMA.field("lane")
     samples = samples.set_column(samples.schema.get_field_index("lane"), lane, pa.array(lanes, pa.int16()))
     pq.write_table(samples, plan / "samples.parquet")
+    seal_bundle(plan)  # rewritten on purpose: recorded as the bundle's own file
     return plan
 
 

@@ -19,33 +19,34 @@ import pytest
 from conftest import write_jsonl_dataset, write_parquet_dataset
 
 from zephon.io import Dataset
+from zephon.plan.bundle import open_bundle
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource, TokenEstimation
 
 PINS = {
     "exact_best_fit": {
         "bins.parquet": "e245c70200cde561",
-        "plan.json": "fa8cf64578b151c5",
+        "plan.json": "5cd083c6d8bb9e10",
         "samples.parquet": "0dce6fbdf6fe54a9",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "exact_wrap": {
-        "plan.json": "f399817dda4b3a19",
+        "plan.json": "d22e2390725f632b",
         "samples.parquet": "959b4b5f6d9b912c",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "phases": {
-        "plan.json": "92a70a4e469fed3e",
+        "plan.json": "9c2f366af69be867",
         "samples.parquet": "e1b1e2fd6a0c0bbb",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "samples": {
-        "plan.json": "cfbd0760c3ee5c09",
+        "plan.json": "bbf1e871dbe4c468",
         "samples.parquet": "c42c0969e3170192",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "tokens": {
-        "plan.json": "08a6447c814b2bd4",
+        "plan.json": "26188f399e25cc78",
         "samples.parquet": "37155fdd1a9b5475",
         "shards.parquet": "7605c3f8c7f18707",
     },
@@ -64,6 +65,13 @@ def _bundle_digest(plan: Path, root: Path, tokenizer: str) -> dict[str, str]:
             # fingerprints; those are pinned through shards.parquet.
             for entry in (*manifest["datasets"], *manifest["config"]["datasets"]):
                 entry.pop("fingerprint")
+            # The integrity record digests the rest of plan.json (paths included) and the Parquet footers
+            # (which name their writer's version): its shape is pinned; open_bundle checks its digests.
+            integrity = manifest.pop("integrity")
+            manifest["integrity"] = {
+                "plan_json": sorted(integrity["plan_json"]),
+                "files": {name: sorted(entry) for name, entry in integrity["files"].items()},
+            }
             # The tokenizer is named by its path, which is wherever the checkout is.
             text = json.dumps(manifest, sort_keys=True).replace(str(root), "<root>").replace(tokenizer, "<tokenizer>")
             out[path.name] = hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -106,6 +114,7 @@ def test_plan_hashes_are_pinned(kind: str, tmp_path: Path, tokenizer_dir: str) -
     source = _source(tmp_path, **kw)
     pack = PackSpec(max_length=33, algorithm=algorithm) if algorithm else None
     plan = source.plan(tmp_path / "plan", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=pack)
+    assert open_bundle(plan).sealed  # the record matches what was written
     got = _bundle_digest(plan, tmp_path, tokenizer_dir)
     print(kind, json.dumps(got))
     assert got == PINS[kind]

@@ -18,6 +18,7 @@ from zephon.errors import ConfigError
 from zephon.inspection.audit import AuditSpec, audit_plan
 from zephon.io import Dataset
 from zephon.pipeline import Pipeline
+from zephon.plan.integrity import seal_bundle
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource, TokenEstimation
 
@@ -211,6 +212,7 @@ def test_audit_fails_a_planted_violation_inside_one_phase(plans, tmp_path) -> No
     d = table.column("dataset_id").to_numpy().copy()
     d[2000:2100] = 1  # 100 positions of phase 1 all code (its mix is code/short 50/50)
     pq.write_table(table.set_column(1, "dataset_id", [d]), planted / "samples.parquet")
+    seal_bundle(planted)  # rewritten on purpose: recorded as the bundle's own file
     result = CliRunner().invoke(cli, ["audit", str(planted), "-b", "10", "-w", "20", "-t", "5"])
     assert result.exit_code == 1, result.output
     fails = [line for line in result.output.splitlines() if line.startswith("FAIL")]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import sys
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from zephon.cli.output import CommandError, count_of, one_line_errors
+from zephon.errors import PlanWarning, one_line
 
 if TYPE_CHECKING:
     from zephon.plan.manifest import Manifest
@@ -32,12 +33,14 @@ def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> No
 
     CONFIG is a .yaml, .yml or .toml file (see docs/cli.md); relative dataset paths in it resolve against
     its directory. Prints a summary line and one line per dataset: its normalized weight, planned documents
-    and passes (planned documents / rows).
+    and passes (planned documents / rows). A plan that falls short of its budget or repeats a dataset heavily
+    (plan.json `warnings`) adds one `zephon: warning: ...` line each on stderr; the exit status stays 0.
     """
     from zephon.config_file import load_plan_config
     from zephon.plan.manifest import read_manifest
 
-    with one_line_errors():
+    with one_line_errors(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlanWarning)  # printed below, after the summary, from plan.json
         loaded = load_plan_config(config)
         # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
         from zephon.planner.build import write_plan
@@ -49,11 +52,13 @@ def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> No
             pack=loaded.pack,
             overwrite=overwrite,
             workers=workers,
-            progress=sys.stderr.isatty(),
+            progress=None,  # bars on a terminal only: zephon.storage.progress
         )
         manifest = read_manifest(output)
     for line in plan_summary(manifest, str(output)):
         click.echo(line)
+    for entry in manifest.warnings:
+        click.echo(f"zephon: warning: {one_line(entry.message)}", err=True)
 
 
 def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
@@ -114,14 +119,14 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
         from zephon.planner.prepare import shard_refs
         from zephon.planner.token_lengths import token_counts
 
-        groups = shard_refs(loaded.source)
+        groups = shard_refs(loaded.source, progress=progress)
         flat = [r for g in groups for r in g]
         arrays, report = token_counts(
             flat,
             loaded.tokenize,
             Encoder(loaded.tokenize),
             workers=workers,
-            progress=sys.stderr.isatty() if progress is None else progress,
+            progress=progress,  # None: bars on a terminal only (zephon.storage.progress)
             engine=engine,
         )
     click.echo(f"counted {count_of(report.counted, 'shard')} ({report.cached} cached): {report.tokens} tokens")

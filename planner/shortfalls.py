@@ -1,0 +1,102 @@
+"""No silent shortfalls: what plan.json ``warnings`` records about a plan that falls short of its budget or
+repeats a dataset heavily (``zephon plan`` prints them; Python issues them as ``zephon.PlanWarning``).
+
+Two kinds, decided from the plan's totals once it is laid out (``E`` is the epochs budget: ``epochs``, else 1
+— also with a ``num_documents`` or ``num_tokens`` budget, as the stop rule counts it):
+
+* ``budget_not_met`` — ``on_exhaustion="stop"`` ended the plan before its budget: fewer documents than
+  ``num_documents``, fewer (estimated or exact) tokens than ``num_tokens``, or, with an epochs budget, some
+  dataset short of its ``E`` passes. ``dataset`` is the one that ran out (the first, in work-source order,
+  that read all of its ``E`` passes); ``requested`` and ``planned`` are in the budget's unit (documents,
+  tokens, or passes of the dataset furthest short).
+* ``repetition`` — a dataset planned for more than ``REPETITION_LIMIT × E`` passes (planned documents /
+  rows). Repeating data up to about four times costs little against fresh data; beyond that its value falls
+  quickly (Muennighoff et al., "Scaling Data-Constrained Language Models", 2023), so a mixture that reads a
+  small dataset hundreds of times is almost always a mistake of weights or data.
+
+Worked example: weights a 0.5 / b 0.5, a with 2 documents, b with 3, ``num_documents=100`` and
+``on_exhaustion="stop"``: the plan ends after 4 positions, before a would start its second pass — one
+``budget_not_met`` (``num_documents``, requested 100, planned 4, dataset a). The same with ``new_epoch``
+plans 100 positions, 50 of a (25 passes) and 50 of b (16.67 passes): two ``repetition`` entries (limit 4).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from zephon.planner.prepare import PreparedPlan
+
+#: A dataset read more than this many times its epochs budget (planned documents / rows) draws a warning.
+REPETITION_LIMIT = 4
+
+_REPEAT_ANYWAY = "or set on_exhaustion to new_epoch to repeat datasets"
+
+
+def plan_warnings(
+    prepared: PreparedPlan, *, documents: int, docs: np.ndarray, tokens: int | None
+) -> list[dict[str, Any]]:
+    """plan.json ``warnings`` of a plan of ``documents`` positions, ``docs`` per dataset and ``tokens`` in all
+    (None without token counts)."""
+    source = prepared.source
+    names = [ds.name for ds in source.datasets]
+    rows = [sum(r.rows for r in refs) for refs in prepared.shards]
+    passes = source.epochs or 1
+    planned = [int(d) for d in docs]
+    out: list[dict[str, Any]] = []
+    if source.on_exhaustion == "stop":
+        ran_out = next((i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d >= passes * r), None)
+        name = names[ran_out] if ran_out is not None else None
+        why = (
+            f"on_exhaustion stop ended the plan before dataset {name!r} ({rows[ran_out]} documents) would start "
+            f"pass {passes + 1}"
+            if ran_out is not None
+            else "on_exhaustion stop ended the plan"
+        )
+        entry: dict[str, Any] | None = None
+        if source.num_documents is not None and documents < source.num_documents:
+            entry = {"budget": "num_documents", "requested": source.num_documents, "planned": documents}
+            text = (
+                f"budget not met: num_documents {source.num_documents} asked, {documents} planned — {why}; add "
+                f"data, lower num_documents, {_REPEAT_ANYWAY}"
+            )
+        elif source.num_tokens is not None and tokens is not None and tokens < source.num_tokens:
+            kind = "exact" if prepared.exact else "estimated"
+            entry = {"budget": "num_tokens", "requested": source.num_tokens, "planned": tokens}
+            text = (
+                f"budget not met: num_tokens {source.num_tokens} asked, {tokens} ({kind}) planned — {why}; add "
+                f"data, lower num_tokens, {_REPEAT_ANYWAY}"
+            )
+        elif source.num_documents is None and source.num_tokens is None:
+            short = [i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d < passes * r]
+            if short:
+                worst = min(short, key=lambda i: planned[i] / rows[i])
+                got = planned[worst] / rows[worst]
+                entry = {"budget": "epochs", "requested": passes, "planned": got}
+                text = (
+                    f"budget not met: epochs {passes} asked of every dataset, {got:.2f} passes planned of dataset "
+                    f"{names[worst]!r} — {why}; give {names[worst]!r} more weight, add data to "
+                    f"{name!r}, {_REPEAT_ANYWAY}"
+                )
+        if entry is not None:
+            out.append({"kind": "budget_not_met", "dataset": name, **entry, "message": text})
+    limit = REPETITION_LIMIT * passes
+    for name, d, r in zip(names, planned, rows, strict=True):
+        if r and d > limit * r:
+            read = d / r
+            out.append(
+                {
+                    "kind": "repetition",
+                    "dataset": name,
+                    "passes": read,
+                    "epochs": passes,
+                    "limit": limit,
+                    "message": (
+                        f"heavy repetition: dataset {name!r} is planned for {read:.2f} passes ({d} documents of "
+                        f"{r}), more than {REPETITION_LIMIT} × its epochs budget {passes} — add data to it, lower "
+                        "its weight, or set on_exhaustion to stop"
+                    ),
+                }
+            )
+    return out
