@@ -1,6 +1,6 @@
 """SQL over a plan bundle with DuckDB: read-only inspection of what a training run will see.
 
-``connect(plan_dir)`` opens an in-memory DuckDB connection with three views:
+``connect(plan_dir)`` opens an in-memory DuckDB connection with these views:
 
 * ``samples``  — the bundle's samples Parquet file(s) (``plan.json`` ``files.samples``), one row per
   scheduled document: position, dataset_id, shard_id, row, epoch, tokens, token_offset.
