@@ -15,7 +15,16 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from zephon.cli.output import CommandError, count_of, format_table, one_line_errors
+from zephon.cli.output import (
+    CommandError,
+    batch_size_option,
+    count_of,
+    format_option,
+    format_table,
+    max_length_option,
+    one_line_errors,
+    read_errors,
+)
 
 if TYPE_CHECKING:
     from zephon.inspection.diff import PlanDiff
@@ -26,39 +35,6 @@ __all__ = ["audit", "diff", "diff_lines", "show", "show_lines"]
 _PLAN = click.Path(exists=True, file_okay=False, path_type=Path)
 
 
-def _batch_size_option(help_text: str) -> Any:
-    return click.option("-b", "--batch-size", type=click.IntRange(min=1), default=None, help=help_text)
-
-
-_max_length_option = click.option(
-    "--max-length",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Tokens per sequence of an estimated token plan (exact plans fix it).",
-)
-
-
-def _read_errors() -> tuple[type[BaseException], ...]:
-    """Errors of reading a bundle's data that its checks at opening cannot see (a damaged data page under an
-    intact footer), printed as one line like any other failure."""
-    import duckdb
-    import pyarrow as pa
-
-    return (duckdb.Error, pa.ArrowException)
-
-
-def _format_option(*choices: str) -> Any:
-    return click.option(
-        "-f",
-        "--format",
-        "fmt",
-        type=click.Choice(choices),
-        default=choices[0],
-        show_default=True,
-        help="Output format.",
-    )
-
-
 # ----------------------------------------------------------------------------------------------------
 # zephon show
 # ----------------------------------------------------------------------------------------------------
@@ -67,11 +43,11 @@ def _format_option(*choices: str) -> Any:
 @click.command()
 @click.argument("plan_dir", type=_PLAN)
 @click.option("-s", "--step", type=click.IntRange(min=0), required=True, help="The step to show (0-based).")
-@_batch_size_option("Global batch in sequences (default: plan.json batch.global_batch_size; required otherwise).")
-@_max_length_option
+@batch_size_option("Global batch in sequences (default: plan.json batch.global_batch_size; required otherwise).")
+@max_length_option
 @click.option("--field", default=None, help="Shard column to preview (default: the plan's tokenizer field, else text).")
 @click.option("--no-text", is_flag=True, help="Do not open the shards; leave the text column out.")
-@_format_option("table", "json")
+@format_option("table", "json")
 def show(
     plan_dir: Path,
     step: int,
@@ -89,7 +65,7 @@ def show(
     """
     from zephon.inspection.show import show_step
 
-    with one_line_errors(*_read_errors()):
+    with one_line_errors(*read_errors()):
         view = show_step(plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field)
     if fmt == "json":
         click.echo(json.dumps(show_json(view), ensure_ascii=False, indent=2))
@@ -174,9 +150,9 @@ def show_json(view: StepView) -> dict[str, Any]:
     default=None,
     help="Unit of the shares (default: the plan's mixture unit).",
 )
-@_batch_size_option("Global batch in sequences (default: plan.json batch.global_batch_size; required otherwise).")
-@_max_length_option
-@_format_option("table", "json")
+@batch_size_option("Global batch in sequences (default: plan.json batch.global_batch_size; required otherwise).")
+@max_length_option
+@format_option("table", "json")
 @click.option(
     "--plot",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -217,7 +193,7 @@ def audit(
     if log_dir is not None:
         from zephon.inspection.log_check import check_log, log_json, log_summary
 
-        with one_line_errors(*_read_errors()):
+        with one_line_errors(*read_errors()):
             check = check_log(plan_dir, log_dir)
         click.echo(log_json(check) if fmt == "json" else "\n".join(log_summary(check)))
         if not check.ok:
@@ -228,7 +204,7 @@ def audit(
             f"--plot must be a file in an existing directory, got {plot} (no directory {plot.parent}) — create "
             "the directory or choose another path"
         )
-    with one_line_errors(*_read_errors()):
+    with one_line_errors(*read_errors()):
         spec = AuditSpec(
             batch_size=batch_size,
             max_length=max_length,
@@ -256,9 +232,9 @@ def audit(
 @click.command()
 @click.argument("plan_a", type=_PLAN)
 @click.argument("plan_b", type=_PLAN)
-@_batch_size_option("Global batch in sequences: report the step of the first difference in each plan.")
-@_max_length_option
-@_format_option("table", "json")
+@batch_size_option("Global batch in sequences: report the step of the first difference in each plan.")
+@max_length_option
+@format_option("table", "json")
 def diff(plan_a: Path, plan_b: Path, batch_size: int | None, max_length: int | None, fmt: str) -> None:
     """Compare the plans in PLAN_A and PLAN_B.
 
@@ -268,7 +244,7 @@ def diff(plan_a: Path, plan_b: Path, batch_size: int | None, max_length: int | N
     """
     from zephon.inspection.diff import diff_plans
 
-    with one_line_errors(*_read_errors()):
+    with one_line_errors(*read_errors()):
         result = diff_plans(plan_a, plan_b, batch_size=batch_size, max_length=max_length)
     if fmt == "json":
         click.echo(json.dumps(diff_json(result), ensure_ascii=False, indent=2))

@@ -103,3 +103,40 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).hex()
     return str(value)
+
+
+# ---------------------------------------------------------------- options shared by commands over a plan bundle
+def batch_size_option(help_text: str) -> Any:
+    """``-b/--batch-size``: the global batch in sequences (steps need it)."""
+    return click.option("-b", "--batch-size", type=click.IntRange(min=1), default=None, help=help_text)
+
+
+#: ``--max-length``: tokens per sequence of an estimated token plan.
+max_length_option = click.option(
+    "--max-length",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Tokens per sequence of an estimated token plan (exact plans fix it).",
+)
+
+
+def format_option(*choices: str, help_text: str = "Output format.") -> Any:
+    """``-f/--format`` among ``choices``, the first being the default."""
+    return click.option(
+        "-f",
+        "--format",
+        "fmt",
+        type=click.Choice(choices),
+        default=choices[0],
+        show_default=True,
+        help=help_text,
+    )
+
+
+def read_errors() -> tuple[type[BaseException], ...]:
+    """Errors of reading a bundle's data that its checks at opening cannot see (a damaged data page under an
+    intact footer), printed as one line like any other failure. Imported here, when a command runs."""
+    import duckdb
+    import pyarrow as pa
+
+    return (duckdb.Error, pa.ArrowException)

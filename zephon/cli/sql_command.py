@@ -11,7 +11,18 @@ from typing import Any
 
 import click
 
-from zephon.cli.output import CommandError, count_of, format_csv, format_json, format_table, one_line_errors
+from zephon.cli.output import (
+    CommandError,
+    batch_size_option,
+    count_of,
+    format_csv,
+    format_json,
+    format_option,
+    format_table,
+    max_length_option,
+    one_line_errors,
+    read_errors,
+)
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -44,15 +55,7 @@ def param_value(text: str) -> int | float | str:
 @click.command()
 @click.argument("plan_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.argument("query")
-@click.option(
-    "-f",
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "csv", "json", "parquet"]),
-    default="table",
-    show_default=True,
-    help="Output format; parquet needs -o FILE.",
-)
+@format_option("table", "csv", "json", "parquet", help_text="Output format; parquet needs -o FILE.")
 @click.option(
     "-p",
     "--param",
@@ -71,19 +74,8 @@ def param_value(text: str) -> int | float | str:
     metavar="FILE",
     help="Write the result to FILE instead of stdout (required by --format parquet).",
 )
-@click.option(
-    "-b",
-    "--batch-size",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Global batch in sequences: adds the views steps and step_documents(n).",
-)
-@click.option(
-    "--max-length",
-    type=click.IntRange(min=1),
-    default=None,
-    help="Tokens per sequence of an estimated token plan (exact plans fix it).",
-)
+@batch_size_option("Global batch in sequences: adds the views steps and step_documents(n).")
+@max_length_option
 def sql(
     plan_dir: Path,
     query: str,
@@ -101,8 +93,6 @@ def sql(
     batch). The connection is read-only: it cannot read or write other files. See docs/cli.md for the
     views and output formats.
     """
-    import duckdb
-    import pyarrow as pa
 
     from zephon.inspection.views import query_table, run_query
 
@@ -114,7 +104,7 @@ def sql(
         query = sys.stdin.read()
     if not query.strip():
         raise click.BadParameter("must be a SQL statement, got an empty query", param_hint="'QUERY'")
-    with one_line_errors(duckdb.Error, pa.ArrowException):
+    with one_line_errors(*read_errors()):
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
