@@ -326,7 +326,7 @@ def test_sql_on_a_directory_without_plan_json_exits_1(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr == (
         f"zephon: error: plan directory must contain plan.json, got none at {tmp_path / 'plan.json'} — "
-        "pass a directory written by `zephon plan` or Pipeline.plan()\n"
+        "pass a directory written by `zephon plan` or work_source.plan(DIR)\n"
     )
     assert _invoke("sql", str(tmp_path / "nope"), "SELECT 1").exit_code == 2
 

@@ -281,7 +281,7 @@ def read_plan_json(plan_dir: str | Path) -> tuple[object, Path]:
     if not path.is_file():
         raise PlanFormatError(
             f"plan directory must contain {PLAN_JSON}, got none at {path} — "
-            "pass a directory written by `zephon plan` or Pipeline.plan()"
+            "pass a directory written by `zephon plan` or work_source.plan(DIR)"
         )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
