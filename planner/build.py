@@ -37,7 +37,7 @@ from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.planner.shortfalls import plan_warnings
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
-from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir
+from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, write_atomic
 from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
@@ -251,12 +251,28 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
                     "length": b.length,
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
-        manifest = _manifest(prepared, totals, bins)
-        # Last: digests of every key above and of the Parquet files, checked whenever the bundle is opened.
-        manifest[INTEGRITY_KEY] = integrity_record(manifest, tmp)
-        text = json.dumps(manifest, indent=2) + "\n"
-        (tmp / PLAN_JSON).write_text(text, encoding="utf-8")
+        # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
+        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, _manifest(prepared, totals, bins)), encoding="utf-8")
     return out_dir
+
+
+def _sealed_text(plan_dir: Path, manifest: dict[str, Any]) -> str:
+    """plan.json's text with, last, its ``integrity`` record: digests of every key above and of the bundle's
+    Parquet files in ``plan_dir``, checked whenever the bundle is opened (``zephon.plan.integrity``)."""
+    manifest.pop(INTEGRITY_KEY, None)
+    manifest[INTEGRITY_KEY] = integrity_record(manifest, plan_dir)
+    return json.dumps(manifest, indent=2) + "\n"
+
+
+def seal_bundle(plan_dir: str | Path) -> None:
+    """Rewrite plan.json of ``plan_dir`` with an ``integrity`` record of its present content and files.
+
+    For tools and tests that write or rewrite a bundle on purpose; ``write_bundle`` seals what it writes.
+    plan.json is replaced by a rename, so a reader sees the old or the new file, whole.
+    """
+    path = Path(plan_dir)
+    text = _sealed_text(path, json.loads((path / PLAN_JSON).read_text(encoding="utf-8")))
+    write_atomic(path / PLAN_JSON, lambda tmp: tmp.write_text(text, encoding="utf-8"), "plan.json", _storage_fix(path))
 
 
 def write_plan(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.tokenize import Encoder
 from zephon.plan.format import FORMAT_VERSION
+from zephon.plan.integrity import config_digest
 from zephon.plan.records import ShardRef
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
@@ -216,12 +216,11 @@ def assemble(
         config["phases"] = normalized(source)
     if source.exact_tokens and pack is not None:
         config["packing"] = {"algorithm": pack.algorithm, "max_length": pack.max_length, "oversize": pack.oversize}
-    canonical = json.dumps(config, sort_keys=True, separators=(",", ":"))
     return PreparedPlan(
         source=source,
         shards=shards,
         config=config,
-        config_hash=hashlib.sha256(canonical.encode()).hexdigest(),
+        config_hash=config_digest(config),
         tokens=tokens,
         token_provenance=token_provenance,
         tokenize=tokenize,

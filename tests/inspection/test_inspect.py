@@ -26,8 +26,8 @@ from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, run_query
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
-from zephon.plan.integrity import seal_bundle
 from zephon.plan.manifest import PlanBatch, read_manifest
+from zephon.planner.build import seal_bundle
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 

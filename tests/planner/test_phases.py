@@ -18,7 +18,7 @@ from zephon.errors import ConfigError
 from zephon.inspection.audit import AuditSpec, audit_plan
 from zephon.io import Dataset
 from zephon.pipeline import Pipeline
-from zephon.plan.integrity import seal_bundle
+from zephon.planner.build import seal_bundle
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource, TokenEstimation
 

@@ -22,8 +22,8 @@ from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
 from zephon.io import Dataset
-from zephon.plan.integrity import seal_bundle
 from zephon.plan.records import ShardRef
+from zephon.planner.build import seal_bundle
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.storage.local import discover_local_files
 from zephon.storage.scan import scan_shard

@@ -15,7 +15,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.plan.format import FORMAT_VERSION, SAMPLES_ROW_GROUP, SAMPLES_SCHEMA, SHARDS_SCHEMA
-from zephon.plan.integrity import config_digest, seal_bundle
+from zephon.plan.integrity import config_digest
+from zephon.planner.build import seal_bundle
 
 NAMES = ("alpha", "beta", "gamma")
 ROWS = 10
@@ -123,5 +124,5 @@ def write_synthetic_plan(
         "totals": {"documents": documents, "shards": 3, "tokens": total, "tokens_are": kind},
     }
     (plan / "plan.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
-    seal_bundle(plan)  # the integrity record the planner writes (zephon.plan.integrity)
+    seal_bundle(plan)  # the integrity record the planner writes (zephon.planner.build)
     return plan

@@ -37,7 +37,6 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +62,6 @@ __all__ = [
     "key_digests",
     "parse_integrity",
     "row_group_digest",
-    "seal_bundle",
 ]
 
 INTEGRITY_KEY = "integrity"
@@ -171,26 +169,6 @@ def integrity_record(manifest: Mapping[str, Any], plan_dir: str | os.PathLike[st
             "row_groups": row_group_digest(path, footer.metadata()),
         }
     return {"plan_json": key_digests(manifest), "files": files}
-
-
-def seal_bundle(plan_dir: str | os.PathLike[str]) -> None:
-    """Rewrite plan.json of ``plan_dir`` with an ``integrity`` record of its present content and files.
-
-    For tools and tests that write or rewrite a bundle on purpose; the planner seals what it writes. plan.json
-    is replaced by a rename, so a reader sees the old or the new file, whole.
-    """
-    path = Path(plan_dir) / PLAN_JSON
-    data = json.loads(path.read_text(encoding="utf-8"))
-    data.pop(INTEGRITY_KEY, None)
-    data[INTEGRITY_KEY] = integrity_record(data, plan_dir)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{PLAN_JSON}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def parse_integrity(value: object, file: Path) -> Integrity | None:
