@@ -73,13 +73,10 @@ def format_csv(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 def format_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """A JSON array of one object per row, one row per line; a repeated column name gets ``_1``, ``_2``..."""
-    keys: list[str] = []
-    for name in columns:
-        key, n = name, 0
-        while key in keys:
-            n += 1
-            key = f"{name}_{n}"
-        keys.append(key)
+    # Imported here: `zephon --help` stays fast (the views import DuckDB); a query has imported it already.
+    from zephon.inspection.views import unique_names
+
+    keys = unique_names(columns)
     objects = [json.dumps(dict(zip(keys, row, strict=True)), ensure_ascii=False, default=_json_value) for row in rows]
     return "[" + ",\n ".join(objects) + "]\n"
 
