@@ -91,6 +91,16 @@ class SkipReport:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class HeldSkip:
+    """A skipped document not yet in ``RunStats``: counted once a microbatch handed out passes ``position`` in
+    its ``lane`` (or at the end of the run)."""
+
+    position: int
+    lane: int
+    report: SkipReport
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class ChunkTexts:
     """A chunk's texts: ``keep`` indexes ``chunk`` grouped by lane (plan order within a lane), ``texts[i]`` is
     the text of document ``keep[i]``; ``reports`` are what the reader skipped while reading them, and
@@ -294,7 +304,7 @@ class DealLanes:
         self._ids_from: int | None = None
         self._keep_from = 0  # positions before this are no longer needed (set by ``hold``)
         #: Skipped documents not yet counted in ``stats``: position, lane, shard, row and reason.
-        self._pending: list[tuple[int, int, ShardRef, int, str]] = []
+        self._pending: list[HeldSkip] = []
 
     @property
     def empty(self) -> bool:
@@ -346,18 +356,18 @@ class DealLanes:
             return
         reached = {lane: int(positions[lanes == lane].max()) for lane in np.unique(lanes).tolist()}
         rest = []
-        for entry in self._pending:
-            if entry[0] < reached.get(entry[1], -1):
-                self.stats.skip(entry[2], entry[3], entry[4])
+        for held in self._pending:
+            if held.position < reached.get(held.lane, -1):
+                self.stats.skip(held.report.ref, held.report.row, held.report.reason)
             else:
-                rest.append(entry)
+                rest.append(held)
         self._pending = rest
 
     def count_all_skipped(self) -> None:
         """At the end of the run: count in ``stats`` every skipped document not counted yet."""
         if self.stats is not None:
-            for _, _, ref, row, reason in self._pending:
-                self.stats.skip(ref, row, reason)
+            for held in self._pending:
+                self.stats.skip(held.report.ref, held.report.row, held.report.reason)
         self._pending = []
 
     def _deal(self, got: ChunkTokens) -> None:
@@ -371,7 +381,8 @@ class DealLanes:
                 if self.stats is not None:  # held until a microbatch handed out moves past it
                     i = doc.position - chunk.start
                     shard, row = int(chunk.shard_id[i]), int(chunk.row[i])
-                    self._pending.append((doc.position, int(chunk.lane[i]), refs[shard, row], row, doc.reason))
+                    report = SkipReport(ref=refs[shard, row], row=row, reason=doc.reason)
+                    self._pending.append(HeldSkip(position=doc.position, lane=int(chunk.lane[i]), report=report))
             if self.log is not None:
                 self.log.skip(got.skipped)
         if got.encoded is None:

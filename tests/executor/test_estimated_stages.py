@@ -33,7 +33,7 @@ from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_SCHEMA
-from zephon.plan.integrity import seal_bundle
+from zephon.planner.build import seal_bundle
 from zephon.specs import StoreOptions, TokenizeSpec
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
