@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,6 +35,9 @@ from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
+
+if TYPE_CHECKING:
+    from zephon.executor.documents import ChatEncoder, TextEncoder
 
 #: Documents read and tokenized together when calls step steadily through the sequences, and how many calls
 #: ahead that may reach (64 microbatches bound a window's tokens whatever the document lengths).
@@ -84,7 +88,13 @@ class ExactSequences:
     """Sequence ``k`` of an exact plan as a packed row."""
 
     def __init__(
-        self, plan: PlanBundle, encoder: Encoder, reader: ShardReader, pad_id: int, *, background: bool = False
+        self,
+        plan: PlanBundle,
+        encoder: Encoder | TextEncoder | ChatEncoder,
+        reader: ShardReader,
+        pad_id: int,
+        *,
+        background: bool = False,
     ) -> None:
         packing = plan.manifest.exact_packing()
         self.plan = plan
@@ -333,7 +343,7 @@ class ExactSequences:
         return packed, self._datasets[doc]
 
 
-def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:
+def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | TextEncoder | ChatEncoder) -> None:
     """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
     if spec.on_bad_document != "raise":
         raise ConfigError(

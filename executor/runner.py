@@ -33,6 +33,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
+from zephon.executor.documents import carries_flags, converter_of, make_encoder
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry
@@ -46,7 +47,8 @@ from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
-from zephon.executor.tokenize import Encoder, tokenizer_threads
+from zephon.executor.token_flags import untag
+from zephon.executor.tokenize import tokenizer_threads
 
 
 class RankRunner:
@@ -66,7 +68,8 @@ class RankRunner:
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
-        self.encoder = Encoder(spec.tokenize)
+        self.encoder = make_encoder(spec.tokenize)
+        self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
         self.exact = self.plan.manifest.exact
         self.stats = stats
         self.worker = worker
@@ -157,6 +160,7 @@ class RankRunner:
             on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
             skippable=not self.exact,  # so only an estimated plan's errors suggest the skip policy
             on_skip=on_skip,
+            convert=converter_of(self.encoder),  # chat: records rendered on the reader's thread
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
         if self.provenance_dir is not None:
@@ -214,6 +218,9 @@ class RankRunner:
             k = len(rows.lengths)
             tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
             pieces = rows.pieces
+        loss_mask = None
+        if self.flags:
+            tokens, starts, loss_mask = untag(tokens, starts)
         batch = Batch(
             tokens=tokens,
             doc_start=starts,
@@ -222,6 +229,7 @@ class RankRunner:
             microbatch=at.index,
             sequences=ids,
             pieces=pieces,
+            loss_mask=loss_mask,
         )
         if self.log is not None:
             self.log.write(batch)

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments
+from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.jsonl_shard import JsonlShard
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
@@ -108,10 +108,13 @@ class ShardReader:
         on_bad_document: str = "raise",
         on_skip: Callable[[ShardRef, int, str], None] | None = None,
         skippable: bool = False,
+        convert: RecordConverter | None = None,
     ) -> None:
-        """``skippable``: the caller may switch on ``on_bad_document="skip"`` (a run of an estimated plan), so a
-        bad document's error suggests it; planning, inspection and exact plans cannot skip, and are not told to."""
-        self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable)
+        """``convert`` (chat): hand out each whole record converted by it instead of the field's string
+        (``zephon.executor.bad_documents.RecordConverter``). ``skippable``: the caller may switch on
+        ``on_bad_document="skip"`` (a run of an estimated plan), so a bad document's error suggests it; planning,
+        inspection and exact plans cannot skip, and are not told to."""
+        self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable, convert=convert)
         self._shards = {s.shard_id: s for s in shards}
         self._capacity = max(1, capacity)
         #: At most this many open shards per dataset (evicting that dataset's least recently used): a dataset

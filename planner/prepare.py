@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.documents import make_encoder
 from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
 from zephon.plan.records import ShardRef
@@ -116,7 +116,7 @@ def prepare(
             "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
         )
     shards = shard_refs(source, progress=progress)
-    encoder = Encoder(tokenize) if needs_tokens and tokenize is not None else None
+    encoder = make_encoder(tokenize) if needs_tokens and tokenize is not None else None
     tokens: list[Sequence[np.ndarray]] | None = None
     provenance: dict[str, Any] | None = None
     report = None

@@ -27,7 +27,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import merge_states
 from zephon.plan.manifest import read_manifest, warn_plan
-from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
+from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
 from zephon.storage.files import cache_dir
 
 if TYPE_CHECKING:
@@ -125,9 +125,53 @@ class Pipeline:
         field: str = "text",
         add_bos: bool | None = None,
         eos_token: str | None = None,
+        special_tokens: str | None = None,
+        max_tokens: int | None = None,
+        long_documents: str = "truncate",
     ) -> Pipeline:
-        """Tokenize ``field`` with a Hugging Face tokenizer, appending EOS (see zephon.executor.tokenize)."""
-        spec = TokenizeSpec(tokenizer_id=tokenizer_id, field=field, add_bos=add_bos, eos_token=eos_token)
+        """Tokenize ``field`` with a Hugging Face tokenizer, appending EOS (see zephon.executor.tokenize).
+
+        ``special_tokens``: ``"bos_eos" | "bos" | "eos" | "none" | "tokenizer_default"`` (default: BOS by the
+        tokenizer's convention or ``add_bos``, one EOS); ``max_tokens`` caps each document, which
+        ``long_documents="truncate"`` cuts or ``"split"`` splits into several (zephon.executor.documents)."""
+        spec = TokenizeSpec(
+            tokenizer_id=tokenizer_id,
+            field=field,
+            add_bos=add_bos,
+            eos_token=eos_token,
+            special_tokens=special_tokens,
+            max_tokens=max_tokens,
+            long_documents=long_documents,
+        )
+        return self._with(tokenize=spec)
+
+    def tokenize_chat(
+        self,
+        *,
+        tokenizer_id: str,
+        field: str | None = None,
+        chat_template: str | None = None,
+        loss_on: str = "assistant",
+        layout: str = "messages",
+        max_tokens: int | None = None,
+        long_documents: str = "truncate",
+    ) -> Pipeline:
+        """Tokenize conversations with a chat template and a loss mask over the assistant turns.
+
+        ``layout``: ``"messages"`` (``field``, default ``"messages"``, holds ``[{role, content}]``),
+        ``"alpaca"`` (columns instruction, input, output) or ``"sharegpt"`` (``field``, default
+        ``"conversations"``, holds ``[{from, value}]``). ``chat_template``: a Jinja template (default: the
+        tokenizer's). ``loss_on="all"`` trains on every token. Batches then carry ``loss_mask``, and
+        ``to_training`` puts -100 on labels outside it and across documents (docs/operators.md)."""
+        chat = ChatSpec(layout=layout, chat_template=chat_template, loss_on=loss_on)
+        default = {"sharegpt": "conversations", "alpaca": "instruction"}.get(layout, "messages")
+        spec = TokenizeSpec(
+            tokenizer_id=tokenizer_id,
+            field=field or default,
+            chat=chat,
+            max_tokens=max_tokens,
+            long_documents=long_documents,
+        )
         return self._with(tokenize=spec)
 
     def pack_flat(
