@@ -8,9 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from support.chat_data import (
+    CHATML,
+    CHATML_TAGGED,
+    INST,
+    UNDIFFABLE,
+    build_tokenizer,
+    conversation,
+    write_jsonl,
+    write_parquet,
+)
 
-from support.chat_data import CHATML, CHATML_TAGGED, INST, UNDIFFABLE, build_tokenizer, conversation
-from support.chat_data import write_jsonl, write_parquet
 from zephon import Pipeline
 from zephon.errors import DatasetError, TokenizerError
 from zephon.io import Dataset
@@ -218,7 +226,10 @@ def build_text(tok: Path, *, layout: str, record: dict) -> str:
         ({"messages": [{"role": "wizard", "content": "x"}]}, r"row 1: field 'messages' message 0 role must be one of"),
         ({"messages": []}, r"row 1: field 'messages' must hold at least one message, got an empty list"),
         ({"messages": "hi"}, r"row 1: field 'messages' must be a list of \{role, content\} objects, got str"),
-        ({"messages": [{"role": "user", "content": "only a question"}]}, r"row 1: a conversation must have an assistant turn"),
+        (
+            {"messages": [{"role": "user", "content": "only a question"}]},
+            r"row 1: a conversation must have an assistant turn",
+        ),
         (
             {"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "a"}]},
             r"row 1: field .messages. message 0 content must be a string, got int",

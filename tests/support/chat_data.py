@@ -34,7 +34,27 @@ INST = (
 #: A template that rewrites earlier turns when more follow: no tags and no consistent prefixes.
 UNDIFFABLE = "{% for m in messages %}{{ m.role }}:{{ m.content }}({{ messages | length }})\n{% endfor %}"
 
-WORDS = "the a model data token train loss mask chat user reply helpful answer question why how 42 7 café".split()
+WORDS = [
+    "the",
+    "a",
+    "model",
+    "data",
+    "token",
+    "train",
+    "loss",
+    "mask",
+    "chat",
+    "user",
+    "reply",
+    "helpful",
+    "answer",
+    "question",
+    "why",
+    "how",
+    "42",
+    "7",
+    "café",
+]
 
 
 def build_tokenizer(directory: Path, *, template: str = CHATML, eos: str = "<|im_end|>") -> Path:
