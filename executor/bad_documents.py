@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.chat import CHAT_SKIP_REASONS, BadRecord
+from zephon.executor.chat import CHAT_SKIP_REASONS
 from zephon.plan.records import ShardRef
 
 # The skip warnings keep the logger they had before this module was split out of the shard reader.
@@ -38,6 +38,8 @@ SKIP_REASONS = (
     "null_text",
     "not_text",
     *CHAT_SKIP_REASONS,
+    "operator_error",
+    "dropped",
 )
 #: How to choose the text field, in every caller's words (the shard readers' missing-column messages).
 FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show"
@@ -45,13 +47,13 @@ _SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_docu
 
 
 class RecordConverter(Protocol):
-    """Turns a whole record into what the encoder takes (``zephon.executor.documents.RecordConverter``):
-    ``columns`` to read from Parquet, ``required`` of them must exist; raises ``BadRecord``."""
+    """Turns whole records into what the encoder takes (``zephon.executor.documents.RecordConverter``):
+    ``columns`` to read from Parquet (None: all), ``required`` of them must exist."""
 
-    columns: tuple[str, ...]
+    columns: tuple[str, ...] | None
     required: tuple[str, ...]
 
-    def __call__(self, record: dict[str, Any]) -> object: ...
+    def convert_all(self, where: list[Any], records: list[Any], documents: BadDocuments) -> list[Any]: ...
 
 
 class BadDocuments:
@@ -100,20 +102,16 @@ class BadDocuments:
                 message.rpartition(" — ")[0] or message,
             )
 
-    def record(self, ref: ShardRef, row: int, record: dict[str, Any]) -> object | None:
-        """A whole record converted (``convert``), or a bad document (None when skipped)."""
-        assert self.convert is not None
-        try:
-            return self.convert(record)
-        except BadRecord as exc:
-            self.report(ref, row, exc.reason, f"dataset {ref.dataset!r}: shard {ref.uri} row {row}: {exc.expected}")
-            return None
+    def drop(self, ref: ShardRef, row: int) -> None:
+        """A record a user operator dropped: counted (reason ``dropped``) under any policy, never an error."""
+        if self._on_skip is not None:
+            self._on_skip(ref, row, "dropped")
 
     def text(self, ref: ShardRef, row: int, value: object) -> Any:
-        """``value`` when it is a string (in record mode: the record converted); otherwise a bad document (None
-        when skipped)."""
+        """``value`` when it is a string (in record mode: the record, a dict, converted later by
+        ``convert.convert_all``); otherwise a bad document (None when skipped)."""
         if self.convert is not None:
-            return self.record(ref, row, value)  # type: ignore[arg-type]  # a dict: the readers' record mode
+            return value
         if isinstance(value, str):
             return value
         reason, got = ("null_text", "null") if value is None else ("not_text", type(value).__name__)

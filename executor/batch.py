@@ -87,27 +87,34 @@ class Batch:
         tokens = torch.from_numpy(self.tokens)
         width = self.tokens.shape[1]
         out: dict[str, torch.Tensor | int] = {}
-        valid = np.arange(width)[None, :] < self.lengths[:, None]  # real tokens (not padding)
-        keep = valid if self.loss_mask is None else valid & self.loss_mask  # tokens that train
         boundaries = self.loss_mask is not None if ignore_document_boundaries is None else ignore_document_boundaries
+        # The seed's path (no mask, no boundary rule, no mask outputs) stays exactly as cheap as it was.
+        masked = self.loss_mask is not None or boundaries or return_loss_mask or return_num_valid_tokens
+        counts = None
+        if masked:
+            counts = np.arange(width)[None, :] < self.lengths[:, None]  # real tokens (not padding)
+            if self.loss_mask is not None:
+                counts &= self.loss_mask  # tokens that train
+            if return_labels:
+                counts = counts[:, 1:] & ~self.segment_starts()[:, 1:] if boundaries else counts[:, 1:]
         if return_labels:
             out["input_ids"] = tokens[:, :-1]
             labels = tokens[:, 1:].clone()
-            counts = keep[:, 1:]
-            if boundaries:
-                counts = counts & ~self.segment_starts()[:, 1:]
-            if self.loss_mask is not None or boundaries or np.any(self.lengths < width):
+            if counts is not None:
                 labels[torch.from_numpy(~counts)] = IGNORE_INDEX
+            elif np.any(self.lengths < width):  # only rows with padding need masking
+                labels[torch.arange(1, width)[None, :] >= torch.from_numpy(self.lengths)[:, None]] = IGNORE_INDEX
             out["labels"] = labels
         else:
             out["input_ids"] = tokens
-            counts = keep
         if return_loss_mask:
+            assert counts is not None
             out["loss_mask"] = torch.from_numpy(np.ascontiguousarray(counts))
         if return_attention_mask:
-            attention = valid[:, :-1] if return_labels else valid
+            attention = np.arange(width - 1 if return_labels else width)[None, :] < self.lengths[:, None]
             out["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
         if return_num_valid_tokens:
+            assert counts is not None
             out["num_valid_tokens"] = torch.tensor(int(np.count_nonzero(counts)), dtype=torch.int64)
         if return_position_ids or return_cu_seqlens:
             starts = self.segment_starts()[:, :-1] if return_labels else self.segment_starts()

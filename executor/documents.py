@@ -29,13 +29,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from zephon.errors import ConfigError, TokenizerError
-from zephon.executor.chat import ChatRenderer, RenderedChat, to_messages
+from zephon.executor.chat import BadRecord, ChatRenderer, RenderedChat, to_messages
+from zephon.executor.operators import Operator, OperatorChain, Where
 from zephon.executor.token_flags import LOSS, SEGMENT
 from zephon.executor.tokenize import Encoded, Encoder
 from zephon.specs import TokenizeSpec
@@ -165,23 +167,71 @@ def _post_processor_tokens(encoder: Encoder) -> tuple[list[int], list[int]]:
     return [], []
 
 
-class RecordConverter:
-    """What the shard reader does with a chat record: ``columns`` to read (Parquet; ``required`` of them must
-    exist) and ``__call__`` (record → ``RenderedChat``, or ``zephon.executor.chat.BadRecord``)."""
+class ChatRecord:
+    """A chat record to a ``RenderedChat`` (layout, checks, template), or ``BadRecord``."""
 
     def __init__(self, spec: TokenizeSpec, renderer: ChatRenderer) -> None:
         assert spec.chat is not None
-        self.chat = spec.chat
-        self.field = spec.field
-        self.renderer = renderer
-        if spec.chat.layout == "alpaca":
-            self.columns: tuple[str, ...] = ("instruction", "input", "output")
-            self.required: tuple[str, ...] = ("instruction", "output")
-        else:
-            self.columns = self.required = (spec.field,)
+        self.chat, self.field, self.renderer = spec.chat, spec.field, renderer
 
     def __call__(self, record: dict[str, Any]) -> RenderedChat:
         return self.renderer.render(to_messages(record, self.chat, self.field))
+
+
+class TextField:
+    """A record's text field (after user operators), or ``BadRecord``."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __call__(self, record: dict[str, Any]) -> str:
+        value = record.get(self.field)
+        if isinstance(value, str):
+            return value
+        if self.field not in record:
+            raise BadRecord("missing_field", f"field {self.field!r} must be in the record, got keys {sorted(record)}")
+        reason = "null_text" if value is None else "not_text"
+        raise BadRecord(reason, f"field {self.field!r} must be a string, got {type(value).__name__}")
+
+
+class RecordConverter:
+    """What the shard reader does with whole records (chat, or user operators): ``columns`` to read from Parquet
+    (None: all), ``required`` of them must exist; ``convert_all`` runs the operators (``zephon.executor.operators``)
+    and then ``final`` on each record (``ChatRecord`` or ``TextField``), reporting problems with their location."""
+
+    def __init__(
+        self,
+        *,
+        columns: tuple[str, ...] | None,
+        required: tuple[str, ...],
+        final: Callable[[dict[str, Any]], Any],
+        operators: tuple[Operator, ...] = (),
+    ) -> None:
+        self.columns, self.required, self.final, self.operators = columns, required, final, operators
+        self.chain = OperatorChain(operators) if operators else None
+
+    def convert_all(self, where: list[Where], records: list[Any], documents: Any) -> list[Any]:
+        """The records converted; None where one was skipped, dropped or failed (``documents``: the reader's
+        ``BadDocuments``, which raises or counts)."""
+        values = records
+        if self.chain is not None:
+            values = self.chain.run(
+                records,
+                where,
+                report=lambda w, reason, message: documents.report(w.ref, w.row, reason, message),
+                drop=lambda w: documents.drop(w.ref, w.row),
+            )
+        out: list[Any] = []
+        for w, value in zip(where, values, strict=True):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                out.append(self.final(value))
+            except BadRecord as exc:
+                documents.report(w.ref, w.row, exc.reason, f"{w}: {exc.expected} — fix the record")
+                out.append(None)
+        return out
 
 
 def load_chat_template(tokenizer_id: str) -> str | None:
@@ -232,13 +282,17 @@ class ChatEncoder:
         specials = {"eos_token": b.tokenizer.id_to_token(b.eos_id) or ""}
         if b.bos_id is not None:
             specials["bos_token"] = b.tokenizer.id_to_token(b.bos_id) or ""
-        from zephon.executor.chat import BadRecord
-
         try:
             renderer = ChatRenderer(template, spec.chat, specials)
         except BadRecord as exc:
             raise TokenizerError(f"{exc.expected} — fix the template") from exc
-        self.converter = RecordConverter(spec, renderer)
+        self.final = ChatRecord(spec, renderer)
+        alpaca = spec.chat.layout == "alpaca"
+        self.converter = RecordConverter(
+            columns=("instruction", "input", "output") if alpaca else (spec.field,),
+            required=("instruction", "output") if alpaca else (spec.field,),
+            final=self.final,
+        )
         self.cap = spec.max_tokens
         self.split = spec.long_documents == "split"
         chat = spec.chat
@@ -279,14 +333,41 @@ class ChatEncoder:
         return self.encode_flat(chats).split()
 
 
-def make_encoder(spec: TokenizeSpec) -> Encoder | TextEncoder | ChatEncoder:
-    """The encoder ``spec`` asks for: the seed ``Encoder`` for ``spec.plain`` settings (unchanged ids,
-    fingerprint and speed)."""
+class WithOperators:
+    """An encoder behind user operators: the reader hands it records run through ``operators`` and then the
+    inner encoder's own conversion (its text field, or the chat template); everything else is the inner
+    encoder's. Its fingerprint covers the operators'."""
+
+    def __init__(self, inner: Encoder | TextEncoder | ChatEncoder, operators: tuple[Operator, ...]) -> None:
+        self.inner = inner
+        self.operators = operators
+        final = inner.final if isinstance(inner, ChatEncoder) else TextField(inner.spec.field)
+        self.converter = RecordConverter(columns=None, required=(), final=final, operators=operators)
+        self.flags = carries_flags(inner)
+        self.fingerprint = _digest(inner.fingerprint, "operators", [op.fingerprint for op in operators])
+
+    def __getattr__(self, name: str) -> Any:  # spec, pad_id, eos_id, prefix, tokenizer, engine, encode_flat, ...
+        return getattr(self.inner, name)
+
+
+AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators
+
+
+def make_encoder(spec: TokenizeSpec, operators: tuple[Operator, ...] = ()) -> AnyEncoder:
+    """The encoder ``spec`` asks for, behind ``operators`` when there are any: the seed ``Encoder`` for
+    ``spec.plain`` settings without operators (unchanged ids, fingerprint and speed)."""
     if spec.chat is not None:
-        return ChatEncoder(spec)
-    if spec.plain:
-        return Encoder(spec)
-    return TextEncoder(spec)
+        inner: Encoder | TextEncoder | ChatEncoder = ChatEncoder(spec)
+    elif spec.plain:
+        inner = Encoder(spec)
+    else:
+        inner = TextEncoder(spec)
+    return WithOperators(inner, operators) if operators else inner
+
+
+def operators_of(encoder: object) -> tuple[Operator, ...]:
+    """The user operators in front of ``encoder`` (none for a bare encoder)."""
+    return getattr(encoder, "operators", ())
 
 
 def converter_of(encoder: object) -> RecordConverter | None:

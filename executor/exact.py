@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.executor.operators import describe as describe_operators
+from zephon.executor.operators import names as operator_names
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.settings import ExecutorSpec
@@ -350,6 +352,14 @@ def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | Te
             f'on_bad_document must be "raise" for an exact plan, got {spec.on_bad_document!r} — its token counts, '
             "offsets and packing include every document, so none can be skipped: fix or remove the bad documents "
             "and re-plan, or plan without exact_tokens to skip them"
+        )
+    planned_ops = plan.manifest.config.get("operators")
+    ops = describe_operators(spec.operators) or None
+    if planned_ops != ops:
+        raise ConfigError(
+            f"an exact plan must run with the operators it was counted with, got {operator_names(ops)} (planned "
+            f"with {operator_names(planned_ops)}) — add the same map_transform/map_batch calls (same source and "
+            "version), or re-plan"
         )
     tok = plan.manifest.tokenizer
     assert tok is not None  # read_manifest requires it of exact plans

@@ -110,7 +110,7 @@ class JsonlShard:
             )
             return None
         if documents.convert is not None:  # record mode (chat): the whole record, converted
-            return documents.record(ref, row, record)
+            return record
         if field not in record:
             documents.report(
                 ref,

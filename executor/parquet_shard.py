@@ -72,7 +72,8 @@ class ParquetShard:
                     f"{where} must have the columns {list(convert.required)}, got columns {schema.names} — choose "
                     "the chat layout and field that match the data (tokenize_chat(layout=..., field=...))"
                 )
-            self._columns = [c for c in convert.columns if c in schema.names]
+            wanted = schema.names if convert.columns is None else convert.columns
+            self._columns = [c for c in wanted if c in schema.names]
         elif field not in schema.names:
             raise DatasetError(
                 f"{where} must have the column {field!r}, got columns {schema.names} — choose one of them as the "

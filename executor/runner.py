@@ -38,6 +38,7 @@ from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPl
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
+from zephon.executor.operators import describe as describe_operators
 from zephon.executor.pack import PackedRows
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
@@ -68,7 +69,7 @@ class RankRunner:
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
-        self.encoder = make_encoder(spec.tokenize)
+        self.encoder = make_encoder(spec.tokenize, spec.operators)
         self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
         self.exact = self.plan.manifest.exact
         self.stats = stats
@@ -123,6 +124,8 @@ class RankRunner:
             "algorithm": packing.algorithm if packing is not None else self.spec.pack.algorithm,
             "global_batch": self.geometry.global_batch,
             "lanes": self.geometry.lanes,
+            # only with user operators: states of pipelines without them are as they were
+            **({"operators": describe_operators(self.spec.operators)} if self.spec.operators else {}),
         }
 
     def state(self) -> dict[str, Any]:
@@ -243,7 +246,9 @@ class RankRunner:
         assert L is not None
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
-        texts = FetchTexts(rows, reader, remote, reports, skip_bad=self.spec.on_bad_document == "skip")
+        # Records a user operator drops leave the stream like skipped ones (counted as "dropped").
+        may_drop = self.spec.on_bad_document == "skip" or bool(self.spec.operators)
+        texts = FetchTexts(rows, reader, remote, reports, skip_bad=may_drop)
         tokens = Tokenize(texts, self.encoder, threads=tokenizer_threads() if threaded else None)
         source = ReadAhead(tokens.next, threaded=threaded)
         lanes = DealLanes(

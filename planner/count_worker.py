@@ -27,7 +27,13 @@ def count_shard(ref: ShardRef, field: str, encoder: Encoder | TextEncoder | Chat
     """Tokens (with BOS/EOS) of every row of one shard, int32: what the executor's encoder gives each (chat
     records rendered by the same converter)."""
     reader = ShardReader([ref], field, capacity=1, cache=planning_cache(), convert=converter_of(encoder))
-    parts = [np.fromiter((len(d) for d in encoder.encode(t)), np.int32) for t in reader.iter_shard(ref.shard_id)]
+    parts = []
+    for values in reader.iter_shard(ref.shard_id):
+        counts = np.zeros(len(values), np.int32)  # a record a user operator dropped has no tokens: in no sequence
+        kept = [i for i, v in enumerate(values) if v is not None]
+        if kept:
+            counts[kept] = [len(d) for d in encoder.encode([values[i] for i in kept])]
+        parts.append(counts)
     return np.concatenate(parts) if parts else np.empty(0, np.int32)
 
 

@@ -14,7 +14,7 @@ resume there (load before iterating). See docs/training.md.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
 from zephon.executor.identity import resolve_dp
+from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
@@ -46,6 +47,7 @@ class _Steps:
     tokenize: TokenizeSpec | None = None
     pack: PackSpec | None = None
     batch: BatchSpec | None = None
+    operators: tuple[Operator, ...] = ()
 
 
 class Pipeline:
@@ -174,6 +176,24 @@ class Pipeline:
         )
         return self._with(tokenize=spec)
 
+    def map_transform(
+        self, fn: Callable[[dict[str, Any]], dict[str, Any] | None], *, version: str | int | None = None
+    ) -> Pipeline:
+        """Run ``fn`` on every record before tokenizing: it gets the record (a dict of its columns) and returns a
+        record, or None to drop it (counted in ``stats().skipped["dropped"]``). Operators run in the order they
+        were added, always before tokenizing, on the read-ahead thread. They are fingerprinted (name, source,
+        ``version``): a state or an exact plan made with other operators is refused, and a function that gives
+        different outputs for the same record is refused at start-up (docs/operators.md)."""
+        return self._with(operators=(*self._steps.operators, Operator.of("map_transform", fn, version)))
+
+    def map_batch(
+        self, fn: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]], *, version: str | int | None = None
+    ) -> Pipeline:
+        """Like ``map_transform`` over a list of records at once: ``fn`` returns one output per record (None drops
+        it). Each output must depend on its own record only (batch sizes are execution settings): checked at
+        start-up like determinism (docs/operators.md)."""
+        return self._with(operators=(*self._steps.operators, Operator.of("map_batch", fn, version)))
+
     def pack_flat(
         self, *, max_length: int, algorithm: str = "wrap", pad_token_id: int | None = None, oversize: str = "split"
     ) -> Pipeline:
@@ -194,7 +214,9 @@ class Pipeline:
             from zephon.planner.build import prepare, write_bundle
             from zephon.planner.layout import LAYOUT_VERSION
 
-            prepared = prepare(self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack)
+            prepared = prepare(
+                self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack, operators=self._steps.operators
+            )
             target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
             if not (target / "plan.json").is_file():
                 # A read-only or full cache directory is a StorageError naming it (storage.files).
@@ -221,6 +243,7 @@ class Pipeline:
             io=steps.io,
             read_chunk=steps.read_chunk,
             on_bad_document=steps.on_bad_document,
+            operators=steps.operators,
         )
 
     def geometry(self) -> Geometry:

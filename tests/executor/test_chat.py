@@ -217,7 +217,7 @@ def build_text(tok: Path, *, layout: str, record: dict) -> str:
     from zephon.executor.documents import make_encoder
 
     encoder = make_encoder(TokenizeSpec(tokenizer_id=str(tok), field="messages", chat=ChatSpec(layout=layout)))
-    return encoder.converter(record).text
+    return encoder.final(record).text
 
 
 @pytest.mark.parametrize(
