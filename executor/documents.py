@@ -347,6 +347,8 @@ class WithOperators:
         self.fingerprint = _digest(inner.fingerprint, "operators", [op.fingerprint for op in operators])
 
     def __getattr__(self, name: str) -> Any:  # spec, pad_id, eos_id, prefix, tokenizer, engine, encode_flat, ...
+        if name == "inner":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
 

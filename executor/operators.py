@@ -201,6 +201,7 @@ class OperatorChain:
         """Run each operator twice on a sample (map_batch: also on its halves); refuse one whose outputs differ."""
         idx = [i for i, r in enumerate(records) if r is not None][:SAMPLE]
         sample = [records[i] for i in idx]
+        at = [where[i] for i in idx]  # where each sample record came from, through the chain
         for op in self.operators:
             try:
                 if op.kind == "map_transform":
@@ -223,8 +224,9 @@ class OperatorChain:
                 )
                 raise ConfigError(
                     f"{op.kind} {op.name} must be deterministic (the plan, every resume and every rank depend on "
-                    f"it), got different outputs for the same input at {where[idx[bad]]} — derive any randomness "
+                    f"it), got different outputs for the same input at {at[bad]} — derive any randomness "
                     "from the record (e.g. a hash of its text), not from global state"
                     + (", and make each output depend on its own record only" if op.kind == "map_batch" else "")
                 )
-            sample = [r for r in runs[0] if r is not None]  # the next operator's input
+            kept = [k for k, r in enumerate(runs[0]) if r is not None]  # the next operator's input
+            sample, at = [runs[0][k] for k in kept], [at[k] for k in kept]

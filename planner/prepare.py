@@ -121,6 +121,12 @@ def prepare(
             'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
             "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
         )
+    chat = tokenize is not None and tokenize.chat is not None
+    if chat and source.token_estimation is not None and not source.exact_tokens:
+        raise ConfigError(
+            "a token mixture of chat data must count tokens exactly, got token_estimation without exact_tokens "
+            "— set exact_tokens=True (calibration measures tokens per byte of text, which a conversation is not)"
+        )
     shards = shard_refs(source, progress=progress)
     encoder = make_encoder(tokenize, operators) if needs_tokens and tokenize is not None else None
     tokens: list[Sequence[np.ndarray]] | None = None

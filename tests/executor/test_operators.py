@@ -181,3 +181,29 @@ def test_without_operators_nothing_changes(tmp_path, tokenizer_dir, make_parquet
         expected = b.tokens[:, 1:].copy()
         expected[np.arange(1, b.tokens.shape[1])[None, :] >= b.lengths[:, None]] = -100
         assert np.array_equal(b.to_training()["labels"].numpy(), expected)
+
+
+def to_messages(record: dict) -> dict:
+    return {"messages": [{"role": "user", "content": record["q"]}, {"role": "assistant", "content": record["a"]}]}
+
+
+def test_a_map_transform_can_feed_tokenize_chat(tmp_path, tok) -> None:
+    from support.chat_data import write_parquet
+    from tokenizers import Tokenizer
+
+    data = write_parquet(tmp_path / "qa", [{"q": f"What is {i}?", "a": f"It is {i}."} for i in range(10)])
+    planned = source(data).plan(tmp_path / "plan")
+    p = (
+        Pipeline.from_plan(planned)
+        .map_transform(to_messages)
+        .tokenize_chat(tokenizer_id=tok)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=2)
+    )
+    decoder = Tokenizer.from_file(f"{tok}/tokenizer.json")
+    answers = []
+    for b in p:
+        for r in range(len(b)):
+            row = b.tokens[r][b.loss_mask[r]]
+            answers.append(decoder.decode(row.tolist(), skip_special_tokens=False))
+    assert sorted("".join(answers).split("<|im_end|>"))[1:] == sorted(f"It is {i}." for i in range(10))
