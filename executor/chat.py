@@ -60,6 +60,7 @@ SHAREGPT_ROLES = {
 #: Skip reasons of chat records (``RunStats.skipped`` keys under ``on_bad_document="skip"``).
 CHAT_SKIP_REASONS = ("bad_messages", "unknown_role", "empty_conversation", "no_assistant_turn", "template_error")
 _OPEN, _CLOSE = "\ue000", "\ue001"
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 #: ``strftime_now`` in templates formats this fixed instant: a rendering must not depend on the day it runs.
 FIXED_NOW = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -159,13 +160,22 @@ class _Generation(Extension):
         return f"{_OPEN}{caller()}{_CLOSE}"
 
 
+def _tojson(
+    value: Any, ensure_ascii: bool = False, indent: int | None = None, separators: Any = None, sort_keys: bool = False
+) -> str:
+    """Hugging Face's ``tojson`` filter: not HTML-escaped, non-ASCII kept."""
+    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+
 def _raise(message: str) -> None:
     raise TemplateError(message)
 
 
 def _environment() -> ImmutableSandboxedEnvironment:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation])
-    env.filters["tojson"] = lambda x, indent=None, **_: json.dumps(x, ensure_ascii=False, indent=indent)
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, "jinja2.ext.loopcontrols"]
+    )
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise
     env.globals["strftime_now"] = FIXED_NOW.strftime
     return env
@@ -176,7 +186,7 @@ class ChatRenderer:
 
     def __init__(self, template: str, spec: ChatSpec, specials: dict[str, str]) -> None:
         self.spec = spec
-        self.tagged = "generation" in template and "endgeneration" in template
+        self.tagged = _GENERATION_TAG.search(template) is not None
         try:
             self._template = _environment().from_string(template)
         except TemplateError as exc:
@@ -227,7 +237,7 @@ class ChatRenderer:
         for i, message in enumerate(messages):
             if message["role"] != "assistant":
                 continue
-            before = _unfence(self._render(messages[:i], True))[0] if i else ""
+            before = _unfence(self._render(messages[:i], True))[0]  # i == 0 too: a default system prompt
             upto = _unfence(self._render(messages[: i + 1], False))[0]
             if not upto.startswith(before) or not text.startswith(upto):
                 raise BadRecord(

@@ -267,3 +267,37 @@ def test_a_tokenizer_without_a_chat_template_is_refused(tmp_path, tokenizer_dir)
 
     with pytest.raises(TokenizerError, match=r"must have a chat template for tokenize_chat, got none — pass"):
         make_encoder(TokenizeSpec(tokenizer_id=tokenizer_dir, field="messages", chat=ChatSpec()))
+
+
+LLAMA3 = (
+    "{{ bos_token }}{% for message in messages %}{% set content = '<|start_header_id|>' + message['role'] + "
+    "'<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' %}{{ content }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
+)
+QWEN_LIKE = (
+    "{%- if messages[0]['role'] == 'system' %}{{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}{%- if loop.first and message.role == 'system' %}{%- continue %}{%- endif %}"
+    "{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>' + '\\n' }}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+@pytest.mark.parametrize(("template", "eot"), [(LLAMA3, "<|eot_id|>"), (QWEN_LIKE, "<|im_end|>")])
+def test_common_template_shapes_mask_exactly_the_replies(chat_tokenizers, template, eot) -> None:
+    from zephon.executor.documents import make_encoder
+    from zephon.executor.token_flags import LOSS, untag
+
+    tok = chat_tokenizers["chatml"]
+    encoder = make_encoder(TokenizeSpec(tokenizer_id=str(tok), field="messages", chat=ChatSpec(chat_template=template)))
+    data = [conversation(i) for i in range(30)]
+    if template is LLAMA3:  # a conversation the assistant opens (the Qwen-like template cannot render none)
+        data.append([{"role": "assistant", "content": "I start."}])
+    chats = [encoder.final({"messages": m}) for m in data]
+    for messages, ids in zip(data, encoder.encode(chats), strict=True):
+        tokens, _, mask = untag(ids[None, :], np.zeros((1, len(ids)), dtype=bool))
+        assert ((ids & LOSS) != 0).any()
+        runs = [
+            encoder.tokenizer.decode(r.tolist(), skip_special_tokens=False) for r in masked_runs(tokens[0], mask[0])
+        ]
+        assert runs == [m["content"].strip() + eot for m in messages if m["role"] == "assistant"]
