@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any, Protocol
 
 from zephon.errors import ConfigError, DatasetError
+from zephon.executor.chat import CHAT_SKIP_REASONS
 from zephon.plan.records import ShardRef
 
 # The skip warnings keep the logger they had before this module was split out of the shard reader.
@@ -28,10 +30,30 @@ log = logging.getLogger("zephon.executor.shard_reader")
 #: Values of ``on_bad_document``: raise a ``DatasetError`` (default), or skip the document and count it.
 ON_BAD_DOCUMENT = ("raise", "skip")
 #: Why a document was skipped: the keys of ``RunStats.skipped``.
-SKIP_REASONS = ("not_utf8", "invalid_json", "not_an_object", "missing_field", "null_text", "not_text")
+SKIP_REASONS = (
+    "not_utf8",
+    "invalid_json",
+    "not_an_object",
+    "missing_field",
+    "null_text",
+    "not_text",
+    *CHAT_SKIP_REASONS,
+    "operator_error",
+    "dropped",
+)
 #: How to choose the text field, in every caller's words (the shard readers' missing-column messages).
 FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show"
 _SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip")'
+
+
+class RecordConverter(Protocol):
+    """Turns whole records into what the encoder takes (``zephon.executor.documents.RecordConverter``):
+    ``columns`` to read from Parquet (None: all), ``required`` of them must exist."""
+
+    columns: tuple[str, ...] | None
+    required: tuple[str, ...]
+
+    def convert_all(self, where: list[Any], records: list[Any], documents: BadDocuments) -> list[Any]: ...
 
 
 class BadDocuments:
@@ -41,7 +63,7 @@ class BadDocuments:
     State: the shards whose first skipped document was logged (``warned``).
     """
 
-    __slots__ = ("_on_skip", "_skip", "field", "skippable", "warned")
+    __slots__ = ("_on_skip", "_skip", "convert", "field", "skippable", "warned")
 
     def __init__(
         self,
@@ -50,13 +72,16 @@ class BadDocuments:
         on_skip: Callable[[ShardRef, int, str], None] | None,
         *,
         skippable: bool = False,
+        convert: RecordConverter | None = None,
     ) -> None:
+        """``convert``: the reader hands out whole records converted by it (chat), not the field's strings."""
         if on_bad_document not in ON_BAD_DOCUMENT:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {on_bad_document!r}')
         self.field = field
         self._skip = on_bad_document == "skip"
         self._on_skip = on_skip
         self.skippable = skippable
+        self.convert = convert
         self.warned: set[int] = set()
 
     def report(self, ref: ShardRef, row: int, reason: str, message: str) -> None:
@@ -77,8 +102,16 @@ class BadDocuments:
                 message.rpartition(" — ")[0] or message,
             )
 
-    def text(self, ref: ShardRef, row: int, value: object) -> str | None:
-        """``value`` when it is a string; otherwise a bad document (None when skipped)."""
+    def drop(self, ref: ShardRef, row: int) -> None:
+        """A record a user operator dropped: counted (reason ``dropped``) under any policy, never an error."""
+        if self._on_skip is not None:
+            self._on_skip(ref, row, "dropped")
+
+    def text(self, ref: ShardRef, row: int, value: object) -> Any:
+        """``value`` when it is a string (in record mode: the record, a dict, converted later by
+        ``convert.convert_all``); otherwise a bad document (None when skipped)."""
+        if self.convert is not None:
+            return value
         if isinstance(value, str):
             return value
         reason, got = ("null_text", "null") if value is None else ("not_text", type(value).__name__)

@@ -14,6 +14,20 @@ documents.
 
 Example, one row [a1 a2 E b1 E] (max_length 5): input_ids [a1 a2 E b1], labels [a2 E b1 E],
 position_ids [0 1 2 0], cu_seqlens [0 3 4], max_seqlen 3.
+
+Loss masks (``tokenize_chat``, ``zephon.executor.chat``): ``loss_mask`` (B, max_length) says which tokens train.
+Labels are then ``-100`` where the predicted token's mask is 0 *and* at every document or segment boundary (the
+last token of a document never predicts the next document's first), so a batch packs many conversations
+without one leaking into another's loss. ``ignore_document_boundaries`` asks for the boundary rule without a
+mask (default: on exactly when the batch has a loss mask, so pretraining labels stay as they were).
+
+Other outputs on request: ``loss_mask`` (aligned with ``labels`` when labels are returned: 1 where the label
+counts; else with ``input_ids``), ``attention_mask`` (1 on real tokens, 0 on padding), ``num_valid_tokens``
+(a 0-d int64 tensor: labels that count toward the loss — sum it across microbatches and ranks to normalize a
+summed loss).
+
+Example with a mask, one row [u1 u2 a1 a2 E | v1] (5 tokens of one conversation, mask [0 0 1 1 1], then v1
+starting the next, mask 0): labels [-100 a1 a2 E -100], num_valid_tokens 3.
 """
 
 from __future__ import annotations
@@ -43,6 +57,8 @@ class Batch:
     sequences: np.ndarray | None = None
     #: Provenance: the plan documents' token spans in each row (``zephon.executor.pack.PIECE_DTYPE``).
     pieces: np.ndarray | None = None
+    #: (B, max_length) bool: the tokens that count toward the loss (None: every real token; no chat data).
+    loss_mask: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.lengths)
@@ -61,20 +77,45 @@ class Batch:
         *,
         return_position_ids: bool = False,
         return_cu_seqlens: bool = False,
+        return_loss_mask: bool = False,
+        return_attention_mask: bool = False,
+        return_num_valid_tokens: bool = False,
+        ignore_document_boundaries: bool | None = None,
         pin_memory: bool = False,
     ) -> dict[str, torch.Tensor | int]:
         """Torch tensors for a training step (see the module docstring)."""
         tokens = torch.from_numpy(self.tokens)
         width = self.tokens.shape[1]
         out: dict[str, torch.Tensor | int] = {}
+        boundaries = self.loss_mask is not None if ignore_document_boundaries is None else ignore_document_boundaries
+        # The seed's path (no mask, no boundary rule, no mask outputs) stays exactly as cheap as it was.
+        masked = self.loss_mask is not None or boundaries or return_loss_mask or return_num_valid_tokens
+        counts = None
+        if masked:
+            counts = np.arange(width)[None, :] < self.lengths[:, None]  # real tokens (not padding)
+            if self.loss_mask is not None:
+                counts &= self.loss_mask  # tokens that train
+            if return_labels:
+                counts = counts[:, 1:] & ~self.segment_starts()[:, 1:] if boundaries else counts[:, 1:]
         if return_labels:
             out["input_ids"] = tokens[:, :-1]
             labels = tokens[:, 1:].clone()
-            if np.any(self.lengths < width):  # only rows with padding need masking
+            if counts is not None:
+                labels[torch.from_numpy(~counts)] = IGNORE_INDEX
+            elif np.any(self.lengths < width):  # only rows with padding need masking
                 labels[torch.arange(1, width)[None, :] >= torch.from_numpy(self.lengths)[:, None]] = IGNORE_INDEX
             out["labels"] = labels
         else:
             out["input_ids"] = tokens
+        if return_loss_mask:
+            assert counts is not None
+            out["loss_mask"] = torch.from_numpy(np.ascontiguousarray(counts))
+        if return_attention_mask:
+            attention = np.arange(width - 1 if return_labels else width)[None, :] < self.lengths[:, None]
+            out["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
+        if return_num_valid_tokens:
+            assert counts is not None
+            out["num_valid_tokens"] = torch.tensor(int(np.count_nonzero(counts)), dtype=torch.int64)
         if return_position_ids or return_cu_seqlens:
             starts = self.segment_starts()[:, :-1] if return_labels else self.segment_starts()
         if return_position_ids:

@@ -25,15 +25,21 @@ from __future__ import annotations
 import contextlib
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.executor.operators import describe as describe_operators
+from zephon.executor.operators import names as operator_names
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
+
+if TYPE_CHECKING:
+    from zephon.executor.documents import ChatEncoder, TextEncoder
 
 #: Documents read and tokenized together when calls step steadily through the sequences, and how many calls
 #: ahead that may reach (64 microbatches bound a window's tokens whatever the document lengths).
@@ -84,7 +90,13 @@ class ExactSequences:
     """Sequence ``k`` of an exact plan as a packed row."""
 
     def __init__(
-        self, plan: PlanBundle, encoder: Encoder, reader: ShardReader, pad_id: int, *, background: bool = False
+        self,
+        plan: PlanBundle,
+        encoder: Encoder | TextEncoder | ChatEncoder,
+        reader: ShardReader,
+        pad_id: int,
+        *,
+        background: bool = False,
     ) -> None:
         packing = plan.manifest.exact_packing()
         self.plan = plan
@@ -333,13 +345,21 @@ class ExactSequences:
         return packed, self._datasets[doc]
 
 
-def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder) -> None:
+def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | TextEncoder | ChatEncoder) -> None:
     """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
     if spec.on_bad_document != "raise":
         raise ConfigError(
             f'on_bad_document must be "raise" for an exact plan, got {spec.on_bad_document!r} — its token counts, '
             "offsets and packing include every document, so none can be skipped: fix or remove the bad documents "
             "and re-plan, or plan without exact_tokens to skip them"
+        )
+    planned_ops = plan.manifest.config.get("operators")
+    ops = describe_operators(spec.operators) or None
+    if planned_ops != ops:
+        raise ConfigError(
+            f"an exact plan must run with the operators it was counted with, got {operator_names(ops)} (planned "
+            f"with {operator_names(planned_ops)}) — add the same map_transform/map_batch calls (same source and "
+            "version), or re-plan"
         )
     tok = plan.manifest.tokenizer
     assert tok is not None  # read_manifest requires it of exact plans

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -61,8 +62,8 @@ class JsonlShard:
                 f"{len(self.spans[0])} — restore the planned data or re-plan"
             )
 
-    def read(self, rows: np.ndarray) -> list[str | None]:
-        """Texts of ``rows``, in the order given; None for a skipped document."""
+    def read(self, rows: np.ndarray) -> list[Any]:
+        """Texts (record mode: converted records) of ``rows``, in the order given; None for a skipped document."""
         starts, ends = self.spans
         data = self.data
         return [self._row(row, data[starts[row] : ends[row]]) for row in rows.tolist()]
@@ -73,7 +74,7 @@ class JsonlShard:
         for start in range(0, count, chunk_rows):
             yield self.read(np.arange(start, min(start + chunk_rows, count)))
 
-    def _row(self, row: int, line: bytes) -> str | None:
+    def _row(self, row: int, line: bytes) -> Any:
         ref, documents, field = self.ref, self._documents, self._documents.field
         where = f"dataset {ref.dataset!r}: shard {ref.uri} row {row}"
         try:
@@ -108,6 +109,8 @@ class JsonlShard:
                 f"{where} must be a JSON object, got a JSON {_json_kind(record)} — fix or remove that line",
             )
             return None
+        if documents.convert is not None:  # record mode (chat): the whole record, converted
+            return record
         if field not in record:
             documents.report(
                 ref,

@@ -34,7 +34,7 @@ class ParquetShard:
     one).
     """
 
-    __slots__ = ("_documents", "decoded", "file", "nulls", "ref", "rg_starts", "values")
+    __slots__ = ("_columns", "_documents", "decoded", "file", "nulls", "ref", "rg_starts", "values")
 
     def __init__(self, ref: ShardRef, path: str, documents: BadDocuments, *, check_fingerprint: bool) -> None:
         """Open ``path`` (the shard ``ref``, or its cached copy) and check it; ``check_fingerprint``: compare the
@@ -62,12 +62,24 @@ class ParquetShard:
                 f"fingerprint {ref.fingerprint}, got {actual} — restore the planned data or re-plan"
             )
         schema = self.file.schema_arrow
-        if field not in schema.names:
+        #: Record mode (``documents.convert``, chat): the columns read, each row handed over as a dict.
+        self._columns: list[str] | None = None
+        convert = documents.convert
+        if convert is not None:
+            missing = [c for c in convert.required if c not in schema.names]
+            if missing:
+                raise DatasetError(
+                    f"{where} must have the columns {list(convert.required)}, got columns {schema.names} — choose "
+                    "the chat layout and field that match the data (tokenize_chat(layout=..., field=...))"
+                )
+            wanted = schema.names if convert.columns is None else convert.columns
+            self._columns = [c for c in wanted if c in schema.names]
+        elif field not in schema.names:
             raise DatasetError(
                 f"{where} must have the column {field!r}, got columns {schema.names} — choose one of them as the "
                 f"text field: {FIELD_HINT}"
             )
-        kind = schema.field(field).type
+        kind = schema.field(field).type if self._columns is None else pa.string()
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
             raise DatasetError(
                 f"{where} column {field!r} must hold strings, got {kind} — choose a text column as the text field "
@@ -82,6 +94,9 @@ class ParquetShard:
     def row_group(self, g: int) -> pa.Array:
         """The text column of row group ``g``; a row group that cannot be decoded is a corrupt shard."""
         try:
+            if self._columns is not None:  # record mode: one struct per row
+                table = self.file.read_row_group(g, columns=self._columns)
+                return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=self._columns)
             return self.file.read_row_group(g, columns=[self._documents.field]).column(0).combine_chunks()
         except _ARROW_ERRORS as exc:
             first, end = int(self.rg_starts[g]), int(self.rg_starts[g + 1])
@@ -101,7 +116,7 @@ class ParquetShard:
         for g in np.unique(groups[~self.decoded[groups]]).tolist():
             column = self.row_group(g)
             self.values[int(starts[g]) : int(starts[g + 1])] = column.to_pylist()
-            self.nulls |= column.null_count > 0 or pa.types.is_null(column.type)
+            self.nulls |= column.null_count > 0 or pa.types.is_null(column.type) or self._columns is not None
             self.decoded[g] = True
 
     def read(self, rows: np.ndarray) -> list[str | None]:

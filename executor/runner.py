@@ -33,10 +33,12 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
+from zephon.executor.documents import carries_flags, converter_of, make_encoder
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
+from zephon.executor.operators import describe as describe_operators
 from zephon.executor.pack import PackedRows
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
@@ -46,7 +48,8 @@ from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
-from zephon.executor.tokenize import Encoder, tokenizer_threads
+from zephon.executor.token_flags import untag
+from zephon.executor.tokenize import tokenizer_threads
 
 
 class RankRunner:
@@ -66,7 +69,8 @@ class RankRunner:
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
-        self.encoder = Encoder(spec.tokenize)
+        self.encoder = make_encoder(spec.tokenize, spec.operators)
+        self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
         self.exact = self.plan.manifest.exact
         self.stats = stats
         self.worker = worker
@@ -120,6 +124,8 @@ class RankRunner:
             "algorithm": packing.algorithm if packing is not None else self.spec.pack.algorithm,
             "global_batch": self.geometry.global_batch,
             "lanes": self.geometry.lanes,
+            # only with user operators: states of pipelines without them are as they were
+            **({"operators": describe_operators(self.spec.operators)} if self.spec.operators else {}),
         }
 
     def state(self) -> dict[str, Any]:
@@ -157,6 +163,7 @@ class RankRunner:
             on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
             skippable=not self.exact,  # so only an estimated plan's errors suggest the skip policy
             on_skip=on_skip,
+            convert=converter_of(self.encoder),  # chat: records rendered on the reader's thread
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
         if self.provenance_dir is not None:
@@ -214,6 +221,9 @@ class RankRunner:
             k = len(rows.lengths)
             tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
             pieces = rows.pieces
+        loss_mask = None
+        if self.flags:
+            tokens, starts, loss_mask = untag(tokens, starts)
         batch = Batch(
             tokens=tokens,
             doc_start=starts,
@@ -222,6 +232,7 @@ class RankRunner:
             microbatch=at.index,
             sequences=ids,
             pieces=pieces,
+            loss_mask=loss_mask,
         )
         if self.log is not None:
             self.log.write(batch)
@@ -235,7 +246,9 @@ class RankRunner:
         assert L is not None
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
-        texts = FetchTexts(rows, reader, remote, reports, skip_bad=self.spec.on_bad_document == "skip")
+        # Records a user operator drops leave the stream like skipped ones (counted as "dropped").
+        may_drop = self.spec.on_bad_document == "skip" or bool(self.spec.operators)
+        texts = FetchTexts(rows, reader, remote, reports, skip_bad=may_drop)
         tokens = Tokenize(texts, self.encoder, threads=tokenizer_threads() if threaded else None)
         source = ReadAhead(tokens.next, threaded=threaded)
         lanes = DealLanes(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from zephon.errors import ConfigError
+from zephon.executor.operators import Operator
 from zephon.executor.shard_reader import ON_BAD_DOCUMENT
 from zephon.plan.records import ShardRef
 from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
@@ -36,6 +37,8 @@ class ExecutorSpec:
     io: StoreOptions = field(default_factory=StoreOptions)
     read_chunk: int = 1024
     on_bad_document: str = "raise"
+    #: User operators (``Pipeline.map_transform`` / ``map_batch``), run before tokenizing (executor.operators).
+    operators: tuple[Operator, ...] = ()
 
     def __post_init__(self) -> None:
         if self.on_bad_document not in ON_BAD_DOCUMENT:

@@ -34,13 +34,15 @@ import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments
+from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.jsonl_shard import JsonlShard
+from zephon.executor.operators import Where
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
 from zephon.storage.remote import is_remote_uri, remote_file
@@ -108,10 +110,13 @@ class ShardReader:
         on_bad_document: str = "raise",
         on_skip: Callable[[ShardRef, int, str], None] | None = None,
         skippable: bool = False,
+        convert: RecordConverter | None = None,
     ) -> None:
-        """``skippable``: the caller may switch on ``on_bad_document="skip"`` (a run of an estimated plan), so a
-        bad document's error suggests it; planning, inspection and exact plans cannot skip, and are not told to."""
-        self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable)
+        """``convert`` (chat): hand out each whole record converted by it instead of the field's string
+        (``zephon.executor.bad_documents.RecordConverter``). ``skippable``: the caller may switch on
+        ``on_bad_document="skip"`` (a run of an estimated plan), so a bad document's error suggests it; planning,
+        inspection and exact plans cannot skip, and are not told to."""
+        self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable, convert=convert)
         self._shards = {s.shard_id: s for s in shards}
         self._capacity = max(1, capacity)
         #: At most this many open shards per dataset (evicting that dataset's least recently used): a dataset
@@ -166,6 +171,13 @@ class ShardReader:
             idx = np.flatnonzero(mask)
             others.append((idx, text.read(rows[idx])))
         ids, rs = shard_ids.tolist(), rows.tolist()
+        if self._documents.convert is not None:  # record mode: the records, converted together
+            records: list[Any] = [None] * len(ids)
+            for idx, got in others:
+                for i, v in zip(idx.tolist(), got, strict=True):
+                    records[i] = v
+            where = [Where(self._shards[s], r) for s, r in zip(ids, rs, strict=True)]
+            return self._documents.convert.convert_all(where, records, self._documents)
         if len(lists) == 1 and not others:
             values = lists[ids[0]]
             return [values[r] for r in rs]  # type: ignore[misc]  # strings: the shard has no null
@@ -181,11 +193,17 @@ class ShardReader:
         Used by the planner's count pass; nothing is cached, so memory stays at one row group.
         """
         shard = self.open_shard(shard_id, cache=False)
+        convert, ref, first = self._documents.convert, self._shards[shard_id], 0
         try:
-            if isinstance(shard.text, ParquetShard):
-                yield from shard.text.iter_texts()
-            else:
-                yield from shard.text.iter_texts(chunk_rows)
+            chunks = (
+                shard.text.iter_texts() if isinstance(shard.text, ParquetShard) else shard.text.iter_texts(chunk_rows)
+            )
+            for chunk in chunks:
+                if convert is not None:  # record mode: converted as training converts them
+                    where = [Where(ref, first + i) for i in range(len(chunk))]
+                    chunk = convert.convert_all(where, chunk, self._documents)
+                first += len(chunk)
+                yield chunk
         finally:
             shard.close()
 

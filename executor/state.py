@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from zephon.errors import ConfigError
+from zephon.executor.operators import names as operator_names
 
 STATE_VERSION = 1
-_IDENTITY = ("plan", "tokenizer", "field", "max_length", "algorithm", "global_batch", "lanes")
+_IDENTITY = ("plan", "tokenizer", "field", "max_length", "algorithm", "global_batch", "lanes", "operators")
 
 
 def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -38,9 +39,11 @@ def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
         )
     names = {"plan": "plan (config_hash)", "tokenizer": "tokenizer fingerprint"}
     differences = [
-        f"{names.get(k, k)} {state.get(k)!r} (this pipeline: {expected[k]!r})"
+        f"operators {operator_names(state.get(k))} (this pipeline: {operator_names(expected.get(k))})"
+        if k == "operators"
+        else f"{names.get(k, k)} {state.get(k)!r} (this pipeline: {expected.get(k)!r})"
         for k in _IDENTITY
-        if state.get(k) != expected[k]
+        if state.get(k) != expected.get(k)  # "operators" is absent without user operators
     ]
     if differences:
         raise ConfigError(

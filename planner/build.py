@@ -18,6 +18,7 @@ import numpy as np
 import polars as pl
 
 from zephon.errors import ConfigError
+from zephon.executor.operators import Operator
 from zephon.plan.format import (
     BINS_FILE,
     BINS_ROW_GROUP,
@@ -284,9 +285,10 @@ def write_plan(
     overwrite: bool = False,
     workers: int | None = None,
     progress: bool | None = None,
+    operators: tuple[Operator, ...] = (),
 ) -> Path:
-    """Plan ``source`` and write the bundle to ``out_dir`` (``progress``: see ``prepare``)."""
-    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress)
+    """Plan ``source`` and write the bundle to ``out_dir`` (``progress``, ``operators``: see ``prepare``)."""
+    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
     written = write_bundle(prepared, out_dir, overwrite=overwrite)
     warn_plan(read_manifest(written))  # a budget not met or heavy repetition: zephon.PlanWarning
     return written

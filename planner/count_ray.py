@@ -77,11 +77,11 @@ _ENCODERS: dict[str, object] = {}
 
 def _count_remote(ref: dict, spec: dict) -> np.ndarray:
     """Runs in a Ray worker: the local worker's counting function, with the tokenizer loaded once."""
-    from zephon.executor.tokenize import Encoder
+    from zephon.executor.documents import make_encoder
     from zephon.planner.count_worker import count_shard
 
     key = repr(sorted(spec.items()))
     encoder = _ENCODERS.get(key)
     if encoder is None:
-        encoder = _ENCODERS[key] = Encoder(TokenizeSpec(**spec))
+        encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec))
     return count_shard(ShardRef(**ref), spec["field"], encoder)  # type: ignore[arg-type]

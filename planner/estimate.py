@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
+from zephon.executor.documents import TextEncoder
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder
 from zephon.plan.records import ShardRef
@@ -62,8 +63,8 @@ class _Ratio:
     provenance: dict[str, Any]
 
 
-def _specials(encoder: Encoder) -> int:
-    return len(encoder.prefix) + 1
+def _specials(encoder: Encoder | TextEncoder) -> int:
+    return len(encoder.prefix) + len(getattr(encoder, "suffix", (encoder.eos_id,)))  # TextEncoder: its mode's
 
 
 def _check_column(name: str, ref: ShardRef, column: str) -> None:

@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.documents import make_encoder
+from zephon.executor.operators import Operator
+from zephon.executor.operators import describe as describe_operators
 from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
 from zephon.plan.records import ShardRef
@@ -94,8 +96,12 @@ def prepare(
     pack: PackSpec | None = None,
     workers: int | None = None,
     progress: bool | None = None,
+    operators: tuple[Operator, ...] = (),
 ) -> PreparedPlan:
     """Scan the datasets, compute token counts if the plan needs them, and normalize the config.
+
+    ``operators`` (``Pipeline.map_transform`` / ``map_batch``) run before the count pass counts, and are named
+    in the config (so in ``config_hash``) when there are any.
 
     ``progress``: bars for the scan, the estimate and the count pass (``zephon.storage.progress``: ``None``
     draws them on a terminal only); they never change the result."""
@@ -115,8 +121,14 @@ def prepare(
             'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
             "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
         )
+    chat = tokenize is not None and tokenize.chat is not None
+    if chat and source.token_estimation is not None and not source.exact_tokens:
+        raise ConfigError(
+            "a token mixture of chat data must count tokens exactly, got token_estimation without exact_tokens "
+            "— set exact_tokens=True (calibration measures tokens per byte of text, which a conversation is not)"
+        )
     shards = shard_refs(source, progress=progress)
-    encoder = Encoder(tokenize) if needs_tokens and tokenize is not None else None
+    encoder = make_encoder(tokenize, operators) if needs_tokens and tokenize is not None else None
     tokens: list[Sequence[np.ndarray]] | None = None
     provenance: dict[str, Any] | None = None
     report = None
@@ -152,6 +164,7 @@ def prepare(
         tokenizer_fingerprint=encoder.fingerprint if encoder is not None else None,
         pack=pack,
         count_report=report,
+        operators=operators,
     )
 
 
@@ -165,6 +178,7 @@ def assemble(
     tokenizer_fingerprint: str | None = None,
     pack: PackSpec | None = None,
     count_report: CountReport | None = None,
+    operators: tuple[Operator, ...] = (),
 ) -> PreparedPlan:
     """Normalize the config of ``source`` over already scanned ``shards`` (and per-row ``tokens``) and hash it.
 
@@ -214,6 +228,8 @@ def assemble(
         }
     if source.phases:
         config["phases"] = normalized(source)
+    if operators:  # only then: plans without user operators keep their config and hash
+        config["operators"] = describe_operators(operators)
     if source.exact_tokens and pack is not None:
         config["packing"] = {"algorithm": pack.algorithm, "max_length": pack.max_length, "oversize": pack.oversize}
     return PreparedPlan(

@@ -31,8 +31,8 @@ import numpy as np
 import pyarrow.compute as pc
 
 from zephon.errors import ConfigError, ZephonError
+from zephon.executor.documents import AnyEncoder, operators_of
 from zephon.executor.shard_reader import ShardReader, planning_cache
-from zephon.executor.tokenize import Encoder
 from zephon.plan.records import ShardRef
 from zephon.planner.count_worker import count_shard, save_atomic
 from zephon.planner.shard_tokens import ShardTokens
@@ -156,7 +156,7 @@ def _run_workers(jobs: list[dict], bar: tqdm) -> int:
 def token_counts(
     shards: Sequence[ShardRef],
     spec: TokenizeSpec,
-    encoder: Encoder,
+    encoder: AnyEncoder,
     *,
     workers: int | None = None,
     progress: bool | None = None,
@@ -172,6 +172,12 @@ def token_counts(
     """
     if engine not in ("local", "ray"):
         raise ConfigError(f'count engine must be "local" or "ray", got {engine!r}')
+    in_process = bool(operators_of(encoder))  # user functions do not travel to worker processes as JSON
+    if in_process and engine == "ray":
+        raise ConfigError(
+            'count engine must be "local" for a pipeline with user operators, got "ray" — count locally (the '
+            "operators run in this process)"
+        )
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
     todo = [i for i, (p, r) in enumerate(zip(paths, shards, strict=True)) if _load(p, r.rows, header_only=True) is None]
     if todo and engine == "ray":
@@ -179,7 +185,7 @@ def token_counts(
 
         count_with_ray([shards[i] for i in todo], spec, [paths[i] for i in todo], save_atomic, workers=workers)
     elif todo:
-        n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo)))
+        n_workers = 1 if in_process else max(1, min(workers or os.cpu_count() or 1, len(todo)))
         if n_workers == 1:
             for i in track(todo, total=len(todo), desc="counting tokens", unit="shard", progress=progress):
                 save_atomic(paths[i], count_shard(shards[i], spec.field, encoder))

@@ -14,7 +14,7 @@ resume there (load before iterating). See docs/training.md.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +22,13 @@ from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
 from zephon.executor.identity import resolve_dp
+from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import merge_states
 from zephon.plan.manifest import read_manifest, warn_plan
-from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
+from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
 from zephon.storage.files import cache_dir
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ class _Steps:
     tokenize: TokenizeSpec | None = None
     pack: PackSpec | None = None
     batch: BatchSpec | None = None
+    operators: tuple[Operator, ...] = ()
 
 
 class Pipeline:
@@ -125,10 +127,72 @@ class Pipeline:
         field: str = "text",
         add_bos: bool | None = None,
         eos_token: str | None = None,
+        special_tokens: str | None = None,
+        max_tokens: int | None = None,
+        long_documents: str = "truncate",
     ) -> Pipeline:
-        """Tokenize ``field`` with a Hugging Face tokenizer, appending EOS (see zephon.executor.tokenize)."""
-        spec = TokenizeSpec(tokenizer_id=tokenizer_id, field=field, add_bos=add_bos, eos_token=eos_token)
+        """Tokenize ``field`` with a Hugging Face tokenizer, appending EOS (see zephon.executor.tokenize).
+
+        ``special_tokens``: ``"bos_eos" | "bos" | "eos" | "none" | "tokenizer_default"`` (default: BOS by the
+        tokenizer's convention or ``add_bos``, one EOS); ``max_tokens`` caps each document, which
+        ``long_documents="truncate"`` cuts or ``"split"`` splits into several (zephon.executor.documents)."""
+        spec = TokenizeSpec(
+            tokenizer_id=tokenizer_id,
+            field=field,
+            add_bos=add_bos,
+            eos_token=eos_token,
+            special_tokens=special_tokens,
+            max_tokens=max_tokens,
+            long_documents=long_documents,
+        )
         return self._with(tokenize=spec)
+
+    def tokenize_chat(
+        self,
+        *,
+        tokenizer_id: str,
+        field: str | None = None,
+        chat_template: str | None = None,
+        loss_on: str = "assistant",
+        layout: str = "messages",
+        max_tokens: int | None = None,
+        long_documents: str = "truncate",
+    ) -> Pipeline:
+        """Tokenize conversations with a chat template and a loss mask over the assistant turns.
+
+        ``layout``: ``"messages"`` (``field``, default ``"messages"``, holds ``[{role, content}]``),
+        ``"alpaca"`` (columns instruction, input, output) or ``"sharegpt"`` (``field``, default
+        ``"conversations"``, holds ``[{from, value}]``). ``chat_template``: a Jinja template (default: the
+        tokenizer's). ``loss_on="all"`` trains on every token. Batches then carry ``loss_mask``, and
+        ``to_training`` puts -100 on labels outside it and across documents (docs/operators.md)."""
+        chat = ChatSpec(layout=layout, chat_template=chat_template, loss_on=loss_on)
+        default = {"sharegpt": "conversations", "alpaca": "instruction"}.get(layout, "messages")
+        spec = TokenizeSpec(
+            tokenizer_id=tokenizer_id,
+            field=field or default,
+            chat=chat,
+            max_tokens=max_tokens,
+            long_documents=long_documents,
+        )
+        return self._with(tokenize=spec)
+
+    def map_transform(
+        self, fn: Callable[[dict[str, Any]], dict[str, Any] | None], *, version: str | int | None = None
+    ) -> Pipeline:
+        """Run ``fn`` on every record before tokenizing: it gets the record (a dict of its columns) and returns a
+        record, or None to drop it (counted in ``stats().skipped["dropped"]``). Operators run in the order they
+        were added, always before tokenizing, on the read-ahead thread. They are fingerprinted (name, source,
+        ``version``): a state or an exact plan made with other operators is refused, and a function that gives
+        different outputs for the same record is refused at start-up (docs/operators.md)."""
+        return self._with(operators=(*self._steps.operators, Operator.of("map_transform", fn, version)))
+
+    def map_batch(
+        self, fn: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]], *, version: str | int | None = None
+    ) -> Pipeline:
+        """Like ``map_transform`` over a list of records at once: ``fn`` returns one output per record (None drops
+        it). Each output must depend on its own record only (batch sizes are execution settings): checked at
+        start-up like determinism (docs/operators.md)."""
+        return self._with(operators=(*self._steps.operators, Operator.of("map_batch", fn, version)))
 
     def pack_flat(
         self, *, max_length: int, algorithm: str = "wrap", pad_token_id: int | None = None, oversize: str = "split"
@@ -150,7 +214,9 @@ class Pipeline:
             from zephon.planner.build import prepare, write_bundle
             from zephon.planner.layout import LAYOUT_VERSION
 
-            prepared = prepare(self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack)
+            prepared = prepare(
+                self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack, operators=self._steps.operators
+            )
             target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
             if not (target / "plan.json").is_file():
                 # A read-only or full cache directory is a StorageError naming it (storage.files).
@@ -177,6 +243,7 @@ class Pipeline:
             io=steps.io,
             read_chunk=steps.read_chunk,
             on_bad_document=steps.on_bad_document,
+            operators=steps.operators,
         )
 
     def geometry(self) -> Geometry:

@@ -13,28 +13,98 @@ from dataclasses import dataclass, field
 
 from zephon.errors import ConfigError
 
+#: ``TokenizeSpec.special_tokens`` modes: BOS and EOS, one of them, none, or what the tokenizer itself adds.
+SPECIAL_TOKENS = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
+#: ``TokenizeSpec.long_documents``: a document past ``max_tokens`` is cut there, or split into several.
+LONG_DOCUMENTS = ("truncate", "split")
+#: ``ChatSpec.layout``: how a record becomes a list of ``{role, content}`` messages.
+CHAT_LAYOUTS = ("messages", "alpaca", "sharegpt")
+#: ``ChatSpec.loss_on``: the tokens the loss mask covers.
+LOSS_ON = ("assistant", "all")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ChatSpec:
+    """Settings of ``Pipeline.tokenize_chat`` (``zephon.executor.chat``).
+
+    Attributes:
+        layout: ``"messages"`` (a list of ``{role, content}`` in ``TokenizeSpec.field``), ``"alpaca"`` (columns
+            ``instruction``, optional ``input``, ``output``) or ``"sharegpt"`` (a list of ``{from, value}`` in
+            ``TokenizeSpec.field``, roles ``human``/``gpt``/``system``).
+        chat_template: a Jinja chat template; None uses the tokenizer's (``chat_template`` in
+            tokenizer_config.json, or ``chat_template.jinja`` beside it).
+        loss_on: ``"assistant"`` (the loss mask covers assistant turns only) or ``"all"``.
+    """
+
+    layout: str = "messages"
+    chat_template: str | None = None
+    loss_on: str = "assistant"
+
+    def __post_init__(self) -> None:
+        if self.layout not in CHAT_LAYOUTS:
+            raise ConfigError(f"tokenize_chat layout must be one of {', '.join(CHAT_LAYOUTS)}, got {self.layout!r}")
+        if self.loss_on not in LOSS_ON:
+            raise ConfigError(f'tokenize_chat loss_on must be "assistant" or "all", got {self.loss_on!r}')
+        if self.chat_template is not None and (not isinstance(self.chat_template, str) or not self.chat_template):
+            raise ConfigError(f"chat_template must be a non-empty Jinja string or None, got {self.chat_template!r}")
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenizeSpec:
-    """Settings of ``Pipeline.tokenize``.
+    """Settings of ``Pipeline.tokenize`` (and ``Pipeline.tokenize_chat``, with ``chat`` set).
 
     Attributes:
         tokenizer_id: Hub id, local directory, or tokenizer.json path.
-        field: the text column (Parquet) or key (JSONL).
+        field: the text column (Parquet) or key (JSONL); for chat, the messages column.
         add_bos: None follows the tokenizer's convention; True/False force it.
         eos_token: EOS token string; None uses the tokenizer's.
+        special_tokens: None (default) is BOS by ``add_bos`` and one EOS per document; ``"bos_eos"``,
+            ``"bos"``, ``"eos"``, ``"none"`` add exactly those; ``"tokenizer_default"`` adds what the tokenizer's
+            own post-processor adds (GPT-2: nothing, Llama: ``<s>``).
+        max_tokens: None, or the most tokens a document may have (special tokens included).
+        long_documents: ``"truncate"`` cuts a longer document to ``max_tokens`` (its last special tokens kept);
+            ``"split"`` cuts it into documents of at most ``max_tokens`` tokens, each with the special tokens.
+        chat: None for text; the chat settings for ``tokenize_chat``.
     """
 
     tokenizer_id: str
     field: str = "text"
     add_bos: bool | None = None
     eos_token: str | None = None
+    special_tokens: str | None = None
+    max_tokens: int | None = None
+    long_documents: str = "truncate"
+    chat: ChatSpec | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.tokenizer_id, str) or not self.tokenizer_id:
             raise ConfigError(f"tokenizer_id must be a non-empty string, got {self.tokenizer_id!r}")
         if not isinstance(self.field, str) or not self.field:
             raise ConfigError(f"field must be a non-empty column name, got {self.field!r}")
+        if self.special_tokens is not None and self.special_tokens not in SPECIAL_TOKENS:
+            raise ConfigError(f"special_tokens must be one of {', '.join(SPECIAL_TOKENS)}, got {self.special_tokens!r}")
+        if self.special_tokens is not None and self.add_bos is not None:
+            raise ConfigError(
+                f"add_bos must be None when special_tokens is set, got add_bos={self.add_bos!r} and "
+                f"special_tokens={self.special_tokens!r} — use special_tokens alone"
+            )
+        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 2):
+            raise ConfigError(f"max_tokens must be an integer ≥ 2 or None, got {self.max_tokens!r}")
+        if self.long_documents not in LONG_DOCUMENTS:
+            raise ConfigError(f'long_documents must be "truncate" or "split", got {self.long_documents!r}')
+        if isinstance(self.chat, dict):  # a spec read back from JSON (count workers): its chat part too
+            object.__setattr__(self, "chat", ChatSpec(**self.chat))
+        if self.chat is not None and not isinstance(self.chat, ChatSpec):
+            raise ConfigError(f"chat must be a ChatSpec or None, got {type(self.chat).__name__}")
+        if self.chat is not None and self.special_tokens not in (None, "none"):
+            raise ConfigError(
+                f"special_tokens must be unset for chat (the template places them), got {self.special_tokens!r}"
+            )
+
+    @property
+    def plain(self) -> bool:
+        """The seed's tokenization: text, BOS by ``add_bos``, one EOS, no length limit (``Encoder`` alone)."""
+        return self.chat is None and self.special_tokens is None and self.max_tokens is None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,6 +7,7 @@ API's names and adds what joins a recipe to the planner: ``StaticMixtureWorkSour
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from zephon.recipe.work_source import (
     MixtureSpec,
@@ -18,6 +19,9 @@ from zephon.recipe.work_source import (
     WorkSource,
 )
 from zephon.specs import PackSpec, TokenizeSpec
+
+if TYPE_CHECKING:
+    from zephon.executor.operators import Operator
 
 __all__ = [
     "MixtureSpec",
@@ -43,6 +47,7 @@ class StaticMixtureWorkSource(WorkSource):
         overwrite: bool = False,
         workers: int | None = None,
         progress: bool | None = None,
+        operators: tuple[Operator, ...] = (),
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
@@ -54,5 +59,12 @@ class StaticMixtureWorkSource(WorkSource):
         from zephon.planner.build import write_plan
 
         return write_plan(
-            self, Path(out_dir), tokenize=tokenize, pack=pack, overwrite=overwrite, workers=workers, progress=progress
+            self,
+            Path(out_dir),
+            tokenize=tokenize,
+            pack=pack,
+            overwrite=overwrite,
+            workers=workers,
+            progress=progress,
+            operators=operators,
         )

@@ -270,3 +270,22 @@ def test_lanes_key_sets_the_packing_lanes(root: Path) -> None:
     assert _from_dict(root).lanes == 8
     with pytest.raises(ConfigError, match="`lanes` must be an integer ≥ 1, got integer 0"):
         _from_dict(root, lanes=0)
+
+
+def test_tokenizer_section_takes_the_operator_settings(root: Path, tokenizer_dir: str) -> None:
+    from zephon.config_file import load_plan_config
+    from zephon.specs import ChatSpec
+
+    text = "seed: 1\ndatasets: [{name: prose, path: demo/prose-*.parquet}]\nmixture: {prose: 1}\n"
+    chat = _write(root, "chat.yaml", text + f"tokenizer: {{id: {tokenizer_dir}, chat: {{layout: alpaca}}}}\n")
+    spec = load_plan_config(chat).tokenize
+    assert spec.chat == ChatSpec(layout="alpaca") and spec.field == "instruction"
+    text_opts = f"tokenizer: {{id: {tokenizer_dir}, special_tokens: eos, max_tokens: 512, long_documents: split}}\n"
+    spec = load_plan_config(_write(root, "opts.yaml", text + text_opts)).tokenize
+    assert (spec.special_tokens, spec.max_tokens, spec.long_documents, spec.chat) == ("eos", 512, "split", None)
+    bad = _write(root, "bad.yaml", text + f"tokenizer: {{id: {tokenizer_dir}, special_tokens: both}}\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml: `tokenizer`: special_tokens must be one of bos_eos, bos"):
+        load_plan_config(bad)
+    wrong = _write(root, "wrong.yaml", text + f"tokenizer: {{id: {tokenizer_dir}, chat: {{layout: alpaca, x: 1}}}}\n")
+    with pytest.raises(ConfigError, match=r"x"):
+        load_plan_config(wrong)

@@ -115,7 +115,7 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
             raise CommandError(
                 f"{config}: `tokenizer` must be set to count tokens, got nothing — add `tokenizer: {{id: ...}}`"
             )
-        from zephon.executor.tokenize import Encoder
+        from zephon.executor.documents import make_encoder
         from zephon.planner.prepare import shard_refs
         from zephon.planner.token_lengths import token_counts
 
@@ -124,7 +124,7 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
         arrays, report = token_counts(
             flat,
             loaded.tokenize,
-            Encoder(loaded.tokenize),
+            make_encoder(loaded.tokenize),
             workers=workers,
             progress=progress,  # None: bars on a terminal only (zephon.storage.progress)
             engine=engine,

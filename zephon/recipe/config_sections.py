@@ -26,7 +26,7 @@ from typing import Any
 
 from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
-from zephon.specs import PackSpec, TokenizeSpec
+from zephon.specs import ChatSpec, PackSpec, TokenizeSpec
 from zephon.storage.local import display_missing, looks_like_local_path
 
 __all__ = [
@@ -49,7 +49,8 @@ __all__ = [
 _DATASET_KEYS = ("name", "path")
 _SHUFFLE_KEYS = ("enabled", "window_shards")
 _TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
-_TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
+_TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token", "special_tokens", "max_tokens", "long_documents", "chat")
+_CHAT_KEYS = ("layout", "chat_template", "loss_on")
 _PACKING_KEYS = ("max_length", "algorithm", "oversize")
 _PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
@@ -217,7 +218,30 @@ def parse_tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | N
     eos = value.get("eos_token")
     if eos is not None and (not isinstance(eos, str) or not eos):
         raise type_error(origin, "tokenizer.eos_token", "a token string", eos, 'write e.g. `eos_token: "</s>"`')
-    return TokenizeSpec(tokenizer_id=tokenizer_id, field=field or "text", add_bos=value.get("add_bos"), eos_token=eos)
+    chat = value.get("chat")
+    if chat is not None:  # tokenize_chat: {layout, chat_template, loss_on} (docs/operators.md)
+        if not isinstance(chat, Mapping):
+            raise type_error(origin, "tokenizer.chat", "a mapping", chat, "write e.g. `chat: {layout: alpaca}`")
+        check_keys(chat, _CHAT_KEYS, origin, "`tokenizer.chat`")
+    try:
+        chat_spec = ChatSpec(**chat) if chat is not None else None
+        default = (
+            {"sharegpt": "conversations", "alpaca": "instruction"}.get(chat_spec.layout, "messages")
+            if chat_spec
+            else "text"
+        )
+        return TokenizeSpec(
+            tokenizer_id=tokenizer_id,
+            field=field or default,
+            add_bos=value.get("add_bos"),
+            eos_token=eos,
+            special_tokens=value.get("special_tokens"),
+            max_tokens=value.get("max_tokens"),
+            long_documents=value.get("long_documents", "truncate"),
+            chat=chat_spec,
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{origin}: `tokenizer`: {exc}") from exc
 
 
 def parse_packing(value: Any, origin: str) -> PackSpec | None:

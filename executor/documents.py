@@ -1,0 +1,382 @@
+"""Encoders beyond the seed's text tokenization: special-token modes, per-document length limits, chat.
+
+``make_encoder(spec)`` gives the encoder a ``TokenizeSpec`` asks for. The seed's settings (``spec.plain``) get
+``zephon.executor.tokenize.Encoder`` itself — same ids, same fingerprint, same speed, so existing plans and
+batches stay byte-identical. Otherwise:
+
+* ``TextEncoder`` — ``special_tokens`` (``bos_eos | bos | eos | none | tokenizer_default``) and ``max_tokens``
+  with ``long_documents="truncate"`` or ``"split"``. The text is encoded by the ``Encoder`` (fast engines
+  included), then each document is re-wrapped in numpy (``reshape``): its body, cut to
+  ``max_tokens − specials`` tokens (truncate) or into pieces of that size (split), each piece wrapped with the
+  mode's prefix and suffix. A split document stays one plan document (one position, its tokens the sum of its
+  pieces'); each piece after the first starts a new segment (``zephon.executor.token_flags.SEGMENT``), so
+  position ids restart and labels never cross into it.
+* ``ChatEncoder`` — ``tokenize_chat``: the shard reader turns each record into a ``RenderedChat``
+  (``zephon.executor.chat``; layout, checks and template on the reader's thread, with the record's location in
+  any error), and the encoder tokenizes the texts with offsets and sets ``token_flags.LOSS`` on every token that
+  overlaps an assistant span.
+
+Worked example of ``reshape`` (prefix [B], suffix [E], max_tokens 4, split): body [a b c d e] → pieces [a b],
+[c d], [e] → [B a b E] [B c d E] [B e E], one document of 11 tokens with segment starts at its tokens 4 and 8.
+
+Every encoder has ``fingerprint`` (what its ids depend on: the tokenizer and these settings, never the
+engine), ``pad_id``, ``encode_flat`` / ``encode``, ``converter`` (what the shard reader must hand it: None for
+plain texts) and ``flags`` (whether ids carry ``token_flags`` bits, which ``Batch`` then clears).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError, TokenizerError
+from zephon.executor.chat import BadRecord, ChatRenderer, RenderedChat, to_messages
+from zephon.executor.operators import Operator, OperatorChain, Where
+from zephon.executor.token_flags import LOSS, SEGMENT
+from zephon.executor.tokenize import Encoded, Encoder
+from zephon.specs import TokenizeSpec
+
+
+def _spread(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Indices ``starts[i] + j`` for ``j < sizes[i]``, concatenated over ``i``."""
+    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()), dtype=np.int64)
+
+
+def reshape(
+    ids: np.ndarray, sizes: np.ndarray, prefix: list[int], suffix: list[int], cap: int | None, split: bool
+) -> Encoded:
+    """Documents' bodies (``ids``, ``sizes``) cut to ``cap`` tokens or split into pieces of ``cap`` (``split``),
+    each piece wrapped in ``prefix`` and ``suffix``; pieces after a document's first carry ``SEGMENT``."""
+    sizes = sizes.astype(np.int64)
+    docs = len(sizes)
+    body_starts = np.cumsum(sizes) - sizes
+    if cap is None:
+        counts = np.ones(docs, dtype=np.int64)
+    elif split:
+        counts = np.maximum(1, -(-sizes // cap))
+    else:
+        counts = np.ones(docs, dtype=np.int64)
+    owner = np.repeat(np.arange(docs, dtype=np.int64), counts)
+    index = np.arange(len(owner), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts, counts)
+    step = cap if cap is not None else 0
+    src = body_starts[owner] + index * step
+    length = sizes[owner] - index * step
+    if cap is not None:
+        length = np.minimum(length, cap)
+    p, q = len(prefix), len(suffix)
+    out_len = length + p + q
+    out_starts = np.cumsum(out_len) - out_len
+    out = np.empty(int(out_len.sum()), dtype=np.int64)
+    out[_spread(out_starts + p, length)] = ids[_spread(src, length)]
+    for k, token in enumerate(prefix):
+        out[out_starts + k] = token
+    for k, token in enumerate(suffix):
+        out[out_starts + p + length + k] = token
+    later = out_starts[(index > 0) & (out_len > 0)]
+    out[later] |= SEGMENT
+    return Encoded(out, np.bincount(owner, weights=out_len, minlength=docs).astype(np.int64))
+
+
+def _bodies(encoded: Encoded, head: int, tail: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each document less its first ``head`` and last ``tail`` tokens."""
+    ends = np.cumsum(encoded.sizes)
+    starts = ends - encoded.sizes
+    keep = np.ones(len(encoded.ids), dtype=bool)
+    for k in range(head):
+        keep[starts + k] = False
+    for k in range(1, tail + 1):
+        keep[ends - k] = False
+    return encoded.ids[keep], encoded.sizes - head - tail
+
+
+def _digest(*parts: object) -> str:
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
+
+
+class TextEncoder:
+    """Text with a ``special_tokens`` mode and/or a ``max_tokens`` limit (see the module docstring)."""
+
+    flags: bool
+    converter = None
+
+    def __init__(self, spec: TokenizeSpec) -> None:
+        self.spec = spec
+        mode = spec.special_tokens
+        # The body comes from the seed Encoder without BOS; its one EOS is dropped again when the mode has none.
+        self.base = Encoder(dataclasses.replace(spec, add_bos=False if mode else spec.add_bos, **_PLAIN))
+        b = self.base
+        self.eos_id, self.bos_id, self.pad_id, self.tokenizer = b.eos_id, b.bos_id, b.pad_id, b.tokenizer
+        if mode is None:
+            self.prefix, self.suffix = list(b.prefix), [b.eos_id]
+        elif mode == "tokenizer_default":
+            self.prefix, self.suffix = _post_processor_tokens(b)
+        else:
+            needs_bos = mode in ("bos_eos", "bos")
+            if needs_bos and b.bos_id is None:
+                raise TokenizerError(
+                    f"tokenizer {spec.tokenizer_id!r} must define a BOS token for special_tokens={mode!r}, got "
+                    "none — use special_tokens='eos' or 'none'"
+                )
+            self.prefix = [b.bos_id] if needs_bos and b.bos_id is not None else []
+            self.suffix = [b.eos_id] if mode in ("bos_eos", "eos") else []
+        self.cap: int | None = None
+        if spec.max_tokens is not None:
+            self.cap = spec.max_tokens - len(self.prefix) - len(self.suffix)
+            if self.cap < 1:
+                raise ConfigError(
+                    f"max_tokens must leave room for text after {len(self.prefix) + len(self.suffix)} special "
+                    f"tokens, got {spec.max_tokens} — raise it"
+                )
+        self.split = spec.long_documents == "split"
+        self.flags = self.cap is not None and self.split
+        self.fingerprint = _digest(
+            b.fingerprint, "text", mode, self.prefix, self.suffix, spec.max_tokens, spec.long_documents
+        )
+
+    @property
+    def engine(self) -> str:
+        return self.base.engine
+
+    def encode_flat(self, texts: list[Any], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
+        encoded = self.base.encode_flat(texts, order, split=split)
+        ids, sizes = _bodies(encoded, len(self.base.prefix), 1)
+        return reshape(ids, sizes, self.prefix, self.suffix, self.cap, self.split)
+
+    def encode(self, texts: list[Any]) -> list[np.ndarray]:
+        return self.encode_flat(texts).split()
+
+
+#: The settings the seed ``Encoder`` must not see (it would not know them).
+_PLAIN: dict[str, Any] = {"special_tokens": None, "max_tokens": None, "long_documents": "truncate", "chat": None}
+
+
+def _post_processor_tokens(encoder: Encoder) -> tuple[list[int], list[int]]:
+    """The tokens the tokenizer's own post-processor puts before and after a text."""
+    probe = "zephon"
+    full = encoder.tokenizer.encode(probe, add_special_tokens=True).ids
+    plain = encoder.tokenizer.encode(probe, add_special_tokens=False).ids
+    for cut in range(len(full) - len(plain) + 1):
+        if full[cut : cut + len(plain)] == plain:
+            return full[:cut], full[cut + len(plain) :]
+    return [], []
+
+
+class ChatRecord:
+    """A chat record to a ``RenderedChat`` (layout, checks, template), or ``BadRecord``."""
+
+    def __init__(self, spec: TokenizeSpec, renderer: ChatRenderer) -> None:
+        assert spec.chat is not None
+        self.chat, self.field, self.renderer = spec.chat, spec.field, renderer
+
+    def __call__(self, record: dict[str, Any]) -> RenderedChat:
+        return self.renderer.render(to_messages(record, self.chat, self.field))
+
+
+class TextField:
+    """A record's text field (after user operators), or ``BadRecord``."""
+
+    def __init__(self, field: str) -> None:
+        self.field = field
+
+    def __call__(self, record: dict[str, Any]) -> str:
+        value = record.get(self.field)
+        if isinstance(value, str):
+            return value
+        if self.field not in record:
+            raise BadRecord("missing_field", f"field {self.field!r} must be in the record, got keys {sorted(record)}")
+        reason = "null_text" if value is None else "not_text"
+        raise BadRecord(reason, f"field {self.field!r} must be a string, got {type(value).__name__}")
+
+
+class RecordConverter:
+    """What the shard reader does with whole records (chat, or user operators): ``columns`` to read from Parquet
+    (None: all), ``required`` of them must exist; ``convert_all`` runs the operators (``zephon.executor.operators``)
+    and then ``final`` on each record (``ChatRecord`` or ``TextField``), reporting problems with their location."""
+
+    def __init__(
+        self,
+        *,
+        columns: tuple[str, ...] | None,
+        required: tuple[str, ...],
+        final: Callable[[dict[str, Any]], Any],
+        operators: tuple[Operator, ...] = (),
+    ) -> None:
+        self.columns, self.required, self.final, self.operators = columns, required, final, operators
+        self.chain = OperatorChain(operators) if operators else None
+
+    def convert_all(self, where: list[Where], records: list[Any], documents: Any) -> list[Any]:
+        """The records converted; None where one was skipped, dropped or failed (``documents``: the reader's
+        ``BadDocuments``, which raises or counts)."""
+        values = records
+        if self.chain is not None:
+            values = self.chain.run(
+                records,
+                where,
+                report=lambda w, reason, message: documents.report(w.ref, w.row, reason, message),
+                drop=lambda w: documents.drop(w.ref, w.row),
+            )
+        out: list[Any] = []
+        for w, value in zip(where, values, strict=True):
+            if value is None:
+                out.append(None)
+                continue
+            try:
+                out.append(self.final(value))
+            except BadRecord as exc:
+                documents.report(w.ref, w.row, exc.reason, f"{w}: {exc.expected} — fix the record")
+                out.append(None)
+        return out
+
+
+def load_chat_template(tokenizer_id: str) -> str | None:
+    """The tokenizer's own chat template: ``chat_template.jinja``, else ``chat_template`` in
+    tokenizer_config.json (a string, or a list of named templates: ``default``), beside a local tokenizer or in the
+    Hugging Face cache for a Hub id."""
+    path = Path(tokenizer_id).expanduser()
+    folder = path.parent if path.is_file() else path if path.is_dir() else None
+    files: dict[str, Path | None] = {}
+    for name in ("chat_template.jinja", "tokenizer_config.json"):
+        if folder is not None:
+            files[name] = folder / name if (folder / name).is_file() else None
+        else:
+            from huggingface_hub import try_to_load_from_cache
+
+            found = try_to_load_from_cache(tokenizer_id, name)
+            files[name] = Path(found) if isinstance(found, str) else None
+    jinja = files["chat_template.jinja"]
+    if jinja is not None:
+        return jinja.read_text(encoding="utf-8")
+    config = files["tokenizer_config.json"]
+    if config is None:
+        return None
+    value = json.loads(config.read_text(encoding="utf-8")).get("chat_template")
+    if isinstance(value, list):
+        named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
+        value = named.get("default")
+    return value if isinstance(value, str) and value else None
+
+
+class ChatEncoder:
+    """Rendered conversations to token ids with ``LOSS`` on the assistant tokens (see the module docstring)."""
+
+    flags = True
+
+    def __init__(self, spec: TokenizeSpec) -> None:
+        assert spec.chat is not None
+        self.spec = spec
+        self.base = Encoder(dataclasses.replace(spec, add_bos=False, **_PLAIN))
+        b = self.base
+        self.eos_id, self.bos_id, self.pad_id, self.tokenizer = b.eos_id, b.bos_id, b.pad_id, b.tokenizer
+        template = spec.chat.chat_template or load_chat_template(spec.tokenizer_id)
+        if template is None:
+            raise TokenizerError(
+                f"tokenizer {spec.tokenizer_id!r} must have a chat template for tokenize_chat, got none — pass "
+                "tokenize_chat(chat_template=...)"
+            )
+        specials = {"eos_token": b.tokenizer.id_to_token(b.eos_id) or ""}
+        if b.bos_id is not None:
+            specials["bos_token"] = b.tokenizer.id_to_token(b.bos_id) or ""
+        try:
+            renderer = ChatRenderer(template, spec.chat, specials)
+        except BadRecord as exc:
+            raise TokenizerError(f"{exc.expected} — fix the template") from exc
+        self.final = ChatRecord(spec, renderer)
+        alpaca = spec.chat.layout == "alpaca"
+        self.converter = RecordConverter(
+            columns=("instruction", "input", "output") if alpaca else (spec.field,),
+            required=("instruction", "output") if alpaca else (spec.field,),
+            final=self.final,
+        )
+        self.cap = spec.max_tokens
+        self.split = spec.long_documents == "split"
+        chat = spec.chat
+        self.fingerprint = _digest(
+            b.fingerprint, "chat", chat.layout, template, chat.loss_on, spec.max_tokens, spec.long_documents
+        )
+
+    @property
+    def engine(self) -> str:
+        return "tokenizers"
+
+    def encode_flat(self, chats: list[RenderedChat], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
+        """Token ids of the conversations, ``LOSS`` set on tokens overlapping an assistant span (a Python step
+        per conversation for its offsets: chat data is small next to pretraining text)."""
+        if order is not None:
+            chats = [chats[i] for i in order.tolist()]
+        if not chats:
+            return Encoded(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        encodings = self.tokenizer.encode_batch([c.text for c in chats], add_special_tokens=False)
+        parts = []
+        for chat, enc in zip(chats, encodings, strict=True):
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            if chat.spans and len(ids):
+                offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
+                s, e = offsets[:, :1], offsets[:, 1:]
+                a = np.array([x for x, _ in chat.spans])[None, :]
+                b = np.array([y for _, y in chat.spans])[None, :]
+                inside = ((s < b) & (e > a)) | ((s == e) & (s >= a) & (s < b))
+                ids[inside.any(axis=1)] |= LOSS
+            parts.append(ids)
+        sizes = np.fromiter(map(len, parts), np.int64, len(parts))
+        ids = np.concatenate(parts)
+        if self.cap is None:
+            return Encoded(ids, sizes)
+        return reshape(ids, sizes, [], [], self.cap, self.split)
+
+    def encode(self, chats: list[RenderedChat]) -> list[np.ndarray]:
+        return self.encode_flat(chats).split()
+
+
+class WithOperators:
+    """An encoder behind user operators: the reader hands it records run through ``operators`` and then the
+    inner encoder's own conversion (its text field, or the chat template); everything else is the inner
+    encoder's. Its fingerprint covers the operators'."""
+
+    def __init__(self, inner: Encoder | TextEncoder | ChatEncoder, operators: tuple[Operator, ...]) -> None:
+        self.inner = inner
+        self.operators = operators
+        final = inner.final if isinstance(inner, ChatEncoder) else TextField(inner.spec.field)
+        self.converter = RecordConverter(columns=None, required=(), final=final, operators=operators)
+        self.flags = carries_flags(inner)
+        self.fingerprint = _digest(inner.fingerprint, "operators", [op.fingerprint for op in operators])
+
+    def __getattr__(self, name: str) -> Any:  # spec, pad_id, eos_id, prefix, tokenizer, engine, encode_flat, ...
+        if name == "inner":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators
+
+
+def make_encoder(spec: TokenizeSpec, operators: tuple[Operator, ...] = ()) -> AnyEncoder:
+    """The encoder ``spec`` asks for, behind ``operators`` when there are any: the seed ``Encoder`` for
+    ``spec.plain`` settings without operators (unchanged ids, fingerprint and speed)."""
+    if spec.chat is not None:
+        inner: Encoder | TextEncoder | ChatEncoder = ChatEncoder(spec)
+    elif spec.plain:
+        inner = Encoder(spec)
+    else:
+        inner = TextEncoder(spec)
+    return WithOperators(inner, operators) if operators else inner
+
+
+def operators_of(encoder: object) -> tuple[Operator, ...]:
+    """The user operators in front of ``encoder`` (none for a bare encoder)."""
+    return getattr(encoder, "operators", ())
+
+
+def converter_of(encoder: object) -> RecordConverter | None:
+    """What the shard reader must turn each record into for ``encoder`` (None: the text field's strings)."""
+    return getattr(encoder, "converter", None)
+
+
+def carries_flags(encoder: object) -> bool:
+    """Whether ``encoder``'s ids carry ``token_flags`` bits (the seed ``Encoder``'s never do)."""
+    return bool(getattr(encoder, "flags", False))

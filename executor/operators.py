@@ -1,0 +1,232 @@
+"""User operators before tokenization: ``map_transform`` (record → record, or None to drop it) and ``map_batch``.
+
+Operators are part of the curriculum: what a model sees depends on them as much as on the plan. So each is
+*fingerprinted* — its qualified name, a SHA-256 of its source (of its code object when the source cannot be
+read) and an optional ``version`` the user bumps when behaviour changes without the source changing (a
+helper it calls, a file it reads) — and the fingerprints go into the encoder's fingerprint (hence the token
+count cache, the plan's ``config_hash`` and the state) and by name into plan.json's config and the state, so
+a state or an exact plan made with other operators is refused naming them.
+
+They run where records are read (``zephon.executor.shard_reader``): on the read-ahead thread during training,
+never on the thread that packs and yields batches, and in the count pass when planning, so an exact plan counts
+exactly what training will tokenize. A dropped record is counted (``RunStats.skipped["dropped"]``) and, in an
+exact plan, has 0 tokens: it is in no sequence.
+
+Start-up check: on the first records an operator sees, it runs twice on copies of the same sample, and — for
+``map_batch`` — once more on each half of it; outputs that differ mean a nondeterministic operator (or one
+whose output for a record depends on the rest of the batch, which chunk sizes would change), refused with the
+operator's name.
+
+Worked example: ``map_transform(lambda r: None if len(r["text"]) < 10 else {**r, "text": r["text"].lower()})``
+over records "Hello World, again" and "short" gives ["hello world, again", None]: the second is dropped and
+counted, the first tokenized lower-cased.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from zephon.errors import ConfigError, DatasetError, one_line
+from zephon.plan.records import ShardRef
+
+#: Records an operator's start-up check runs on.
+SAMPLE = 16
+KINDS = ("map_transform", "map_batch")
+
+
+def source_hash(fn: Callable[..., Any]) -> str:
+    """SHA-256 of the function's source, or of its code object (bytecode, constants, names) without it."""
+    try:
+        text = inspect.getsource(fn)
+    except (OSError, TypeError):
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            raise ConfigError(
+                f"operator must be a Python function or lambda, got {type(fn).__name__} — wrap it in a def"
+            ) from None
+        text = repr((code.co_code, code.co_consts, code.co_names))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Operator:
+    """One user operator: ``kind`` (``map_transform`` or ``map_batch``), the function, its qualified ``name``,
+    ``source`` hash and optional ``version``."""
+
+    kind: str
+    fn: Callable[..., Any]
+    name: str
+    source: str
+    version: str | None = None
+
+    @classmethod
+    def of(cls, kind: str, fn: Callable[..., Any], version: str | int | None = None) -> Operator:
+        if kind not in KINDS:
+            raise ConfigError(f"operator kind must be one of {', '.join(KINDS)}, got {kind!r}")
+        if not callable(fn):
+            raise ConfigError(f"{kind} must be given a function, got {type(fn).__name__} — pass a def or lambda")
+        name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        return cls(
+            kind=kind, fn=fn, name=name, source=source_hash(fn), version=None if version is None else str(version)
+        )
+
+    @property
+    def fingerprint(self) -> str:
+        return hashlib.sha256(f"{self.kind}\0{self.name}\0{self.source}\0{self.version}".encode()).hexdigest()
+
+    def describe(self) -> dict[str, str | None]:
+        """What plan.json and the state record: kind, name, version and fingerprint."""
+        return {"kind": self.kind, "name": self.name, "version": self.version, "fingerprint": self.fingerprint}
+
+
+def describe(operators: tuple[Operator, ...]) -> list[dict[str, str | None]]:
+    return [op.describe() for op in operators]
+
+
+def names(described: object) -> str:
+    """Operators (as ``describe`` lists them) in words: ``map_transform mod.f (v2), map_batch mod.g``."""
+    if not described:
+        return "none"
+    items = described if isinstance(described, list) else []
+    parts = []
+    for d in items:
+        version = f" (version {d.get('version')})" if isinstance(d, dict) and d.get("version") else ""
+        parts.append(f"{d.get('kind')} {d.get('name')}{version}" if isinstance(d, dict) else repr(d))
+    return ", ".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Where:
+    """A record's location: its shard and row."""
+
+    ref: ShardRef
+    row: int
+
+    def __str__(self) -> str:
+        return f"dataset {self.ref.dataset!r}: shard {self.ref.uri} row {self.row}"
+
+
+class OperatorChain:
+    """Runs the operators over a list of records, in order; see the module docstring.
+
+    State: whether the start-up check has run (``checked``).
+    """
+
+    def __init__(self, operators: tuple[Operator, ...]) -> None:
+        self.operators = operators
+        self.checked = False
+
+    def run(
+        self,
+        records: list[Any],
+        where: list[Where],
+        *,
+        report: Callable[[Where, str, str], None],
+        drop: Callable[[Where], None],
+    ) -> list[Any]:
+        """The records after every operator; None for dropped (``drop``) or failed (``report``) ones."""
+        if not self.checked and any(r is not None for r in records):
+            self._check(records, where)
+            self.checked = True
+        values = list(records)
+        for op in self.operators:
+            if op.kind == "map_transform":
+                values = [
+                    self._one(op, v, w, report, drop) if v is not None else None
+                    for v, w in zip(values, where, strict=True)
+                ]
+            else:
+                values = self._batch(op, values, where, drop)
+        return values
+
+    def _one(self, op: Operator, record: Any, where: Where, report: Callable, drop: Callable) -> Any:
+        try:
+            out = op.fn(record)
+        except Exception as exc:  # the user's function: anything
+            report(
+                where,
+                "operator_error",
+                f"{where}: map_transform {op.name} must return a record or None, got "
+                f"{type(exc).__name__}: {one_line(exc)} — fix the function",
+            )
+            return None
+        if out is None:
+            drop(where)
+        elif not isinstance(out, dict):
+            report(
+                where,
+                "operator_error",
+                f"{where}: map_transform {op.name} must return a dict or None, got "
+                f"{type(out).__name__} — return the record",
+            )
+            return None
+        return out
+
+    def _batch(self, op: Operator, values: list[Any], where: list[Where], drop: Callable) -> list[Any]:
+        live = [i for i, v in enumerate(values) if v is not None]
+        if not live:
+            return values
+        first = where[live[0]]
+        try:
+            got = op.fn([values[i] for i in live])
+        except Exception as exc:
+            raise DatasetError(
+                f"{first} and the {len(live) - 1} records after it: map_batch {op.name} must return a list of "
+                f"records, got {type(exc).__name__}: {one_line(exc)} — fix the function"
+            ) from exc
+        if not isinstance(got, list) or len(got) != len(live):
+            size = len(got) if isinstance(got, list) else type(got).__name__
+            raise DatasetError(
+                f"{first}: map_batch {op.name} must return a list of {len(live)} records (one per record, None to "
+                f"drop one), got {size} — return one output per input"
+            )
+        out = list(values)
+        for i, v in zip(live, got, strict=True):
+            if v is not None and not isinstance(v, dict):
+                raise DatasetError(
+                    f"{where[i]}: map_batch {op.name} must return dicts or None, got "
+                    f"{type(v).__name__} — return records"
+                )
+            if v is None:
+                drop(where[i])
+            out[i] = v
+        return out
+
+    def _check(self, records: list[Any], where: list[Where]) -> None:
+        """Run each operator twice on a sample (map_batch: also on its halves); refuse one whose outputs differ."""
+        idx = [i for i, r in enumerate(records) if r is not None][:SAMPLE]
+        sample = [records[i] for i in idx]
+        at = [where[i] for i in idx]  # where each sample record came from, through the chain
+        for op in self.operators:
+            try:
+                if op.kind == "map_transform":
+                    runs = [[op.fn(copy.deepcopy(r)) for r in sample] for _ in range(2)]
+                else:
+                    half = len(sample) // 2
+                    runs = [op.fn(copy.deepcopy(sample)), op.fn(copy.deepcopy(sample))]
+                    if half:
+                        runs.append(op.fn(copy.deepcopy(sample[:half])) + op.fn(copy.deepcopy(sample[half:])))
+            except Exception:
+                return  # the run itself reports the failure with the record's location
+            if any(run != runs[0] for run in runs[1:]):
+                bad = next(
+                    (
+                        k
+                        for k in range(len(sample))
+                        if any(len(run) > k and len(runs[0]) > k and run[k] != runs[0][k] for run in runs[1:])
+                    ),
+                    0,
+                )
+                raise ConfigError(
+                    f"{op.kind} {op.name} must be deterministic (the plan, every resume and every rank depend on "
+                    f"it), got different outputs for the same input at {at[bad]} — derive any randomness "
+                    "from the record (e.g. a hash of its text), not from global state"
+                    + (", and make each output depend on its own record only" if op.kind == "map_batch" else "")
+                )
+            kept = [k for k, r in enumerate(runs[0]) if r is not None]  # the next operator's input
+            sample, at = [runs[0][k] for k in kept], [at[k] for k in kept]

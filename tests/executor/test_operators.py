@@ -1,0 +1,209 @@
+"""User operators: map_transform / map_batch before tokenizing, fingerprinted, checked, counted in exact plans."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from support.chat_data import build_tokenizer
+
+from zephon import Pipeline
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.tokenize import Encoder
+from zephon.io import Dataset
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+MAX_LENGTH = 24
+
+
+def keep_even_upper(record: dict) -> dict | None:
+    """Drop odd rows (by the row's own id), upper-case the rest."""
+    if int(str(record["id"]).rsplit("-", 1)[-1]) % 2:
+        return None
+    return {**record, "text": record["text"].upper()}
+
+
+def upper_all(records: list[dict]) -> list[dict | None]:
+    return [keep_even_upper(r) for r in records]
+
+
+def noisy(record: dict) -> dict:
+    return {**record, "text": record["text"] + str(random.random())}
+
+
+def by_batch_size(records: list[dict]) -> list[dict]:
+    return [{**r, "text": f"{len(records)} {r['text']}"} for r in records]
+
+
+def explode(record: dict) -> dict:
+    if record["id"] in (3, "docs-0-3"):
+        raise KeyError("missing 'title'")
+    return record
+
+
+def source(path: Path, *, exact: bool = False) -> StaticMixtureWorkSource:
+    return StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("docs", str(path))], mixture=MixtureSpec({"docs": 1.0}), seed=4, exact_tokens=exact
+    )
+
+
+def pipe(plan_dir: Path, tok: str, *ops, batch: bool = False) -> Pipeline:
+    p = Pipeline.from_plan(plan_dir)
+    for op in ops:
+        p = p.map_batch(op) if batch else p.map_transform(op)
+    return p.tokenize(tokenizer_id=tok).pack_flat(max_length=MAX_LENGTH).batch(microbatch_size=2)
+
+
+def stream(p: Pipeline) -> list[int]:
+    return [t for b in p for r in range(len(b)) for t in b.tokens[r, : b.lengths[r]].tolist()]
+
+
+def expected_stream(tok: str, texts: list[str]) -> list[int]:
+    return [t for ids in Encoder(TokenizeSpec(tokenizer_id=tok)).encode(texts) for t in ids.tolist()]
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory) -> str:
+    return str(build_tokenizer(tmp_path_factory.mktemp("tok") / "t", eos="</s>"))
+
+
+def test_map_transform_drops_and_rewrites_and_counts_the_dropped(tmp_path, tok, make_parquet) -> None:
+    path = make_parquet("docs", [10, 10])
+    planned = source(path).plan(tmp_path / "plan")
+    p = pipe(planned, tok, keep_even_upper)
+    got = stream(p)
+    table = pq.read_table(planned / "samples.parquet")
+    shards = {s: f"docs-{i}" for i, s in enumerate(sorted(set(table["shard_id"].to_pylist())))}
+    texts = []
+    from conftest import doc_text
+
+    for shard, row in zip(table["shard_id"].to_pylist(), table["row"].to_pylist(), strict=True):
+        if row % 2 == 0:
+            texts.append(doc_text("docs", int(shards[shard].split("-")[1]), row).upper())
+    assert p.stats().skipped == {"dropped": 10}
+    assert sum(p.stats().documents.values()) == 10
+    # the plan's lanes: compare as multisets of documents per lane-independent token counts
+    assert sorted(got) == sorted(expected_stream(tok, texts))
+    assert stream(pipe(planned, tok, upper_all, batch=True)) == got  # map_batch of the same function: same data
+    assert stream(pipe(planned, tok, keep_even_upper).options(read_chunk=3)) == got  # chunking changes nothing
+
+
+def test_a_filter_in_an_exact_plan_is_in_the_count_pass(tmp_path, tok, make_jsonl) -> None:
+    from zephon.executor.operators import Operator
+
+    path = make_jsonl("docs", [12])
+    op = Operator.of("map_transform", keep_even_upper)
+    spec = TokenizeSpec(tokenizer_id=tok)
+    planned = source(path, exact=True).plan(
+        tmp_path / "plan", tokenize=spec, pack=PackSpec(max_length=MAX_LENGTH), operators=(op,)
+    )
+    table = pq.read_table(planned / "samples.parquet").to_pydict()
+    from conftest import doc_text
+
+    texts = {r: doc_text("docs", 0, r).upper() for r in range(12) if r % 2 == 0}
+    lengths = {r: len(ids) for r, ids in zip(texts, Encoder(spec).encode(list(texts.values())), strict=True)}
+    for row, tokens in zip(table["row"], table["tokens"], strict=True):
+        assert tokens == lengths.get(row, 0)  # odd rows were dropped by the count pass: 0 tokens
+    ordered = [texts[r] for r in table["row"] if r in texts]
+    assert stream(pipe(planned, tok, keep_even_upper)) == expected_stream(tok, ordered)
+    with pytest.raises(ConfigError, match=r"an exact plan must run with the operators it was counted with, got none"):
+        list(pipe(planned, tok))
+    with pytest.raises(
+        ConfigError,
+        match=r"got map_transform test_operators.upper_all_one \(planned with map_transform test_operators.keep_even_upper\)",
+    ):
+
+        def upper_all_one(record: dict) -> dict:
+            return record
+
+        upper_all_one.__qualname__ = "upper_all_one"
+        list(pipe(planned, tok, upper_all_one))
+
+
+def test_a_nondeterministic_map_transform_is_refused_at_start_up(tmp_path, tok, make_parquet) -> None:
+    planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
+    with pytest.raises(ConfigError, match=r"^map_transform test_operators.noisy must be deterministic .* at dataset"):
+        list(pipe(planned, tok, noisy))
+    with pytest.raises(
+        ConfigError, match=r"map_batch test_operators.by_batch_size must be deterministic .* own record"
+    ):
+        list(pipe(planned, tok, by_batch_size, batch=True))
+
+
+def test_an_operator_fingerprint_mismatch_on_resume_is_refused(tmp_path, tok, make_parquet) -> None:
+    planned = source(make_parquet("docs", [16])).plan(tmp_path / "plan")
+    first = pipe(planned, tok, keep_even_upper)
+    for b in first:
+        if b.step == 1:
+            break
+    state = first.state_dict()
+    assert state["operators"][0]["name"] == "test_operators.keep_even_upper"
+    again = pipe(planned, tok, keep_even_upper)
+    again.load_state_dict(state)  # same operator: accepted
+    with pytest.raises(ConfigError, match=r"operators map_transform test_operators.keep_even_upper \(this pipeline: "):
+        pipe(planned, tok).load_state_dict(state)
+    versioned = Pipeline.from_plan(planned).map_transform(keep_even_upper, version=2)
+    versioned = versioned.tokenize(tokenizer_id=tok).pack_flat(max_length=MAX_LENGTH).batch(microbatch_size=2)
+    with pytest.raises(ConfigError, match=r"\(this pipeline: map_transform test_operators.keep_even_upper \(version 2"):
+        versioned.load_state_dict(state)
+    plain = pipe(planned, tok)
+    for b in plain:
+        if b.step == 1:
+            break
+    with pytest.raises(ConfigError, match=r"operators none \(this pipeline: map_transform"):
+        pipe(planned, tok, keep_even_upper).load_state_dict(plain.state_dict())
+
+
+def test_an_operator_that_raises_is_one_line_with_dataset_shard_row(tmp_path, tok, make_jsonl) -> None:
+    planned = source(make_jsonl("docs", [6])).plan(tmp_path / "plan")
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'docs': shard \S+part-00000.jsonl row 3: map_transform "
+        r"test_operators.explode must return a record or None, got KeyError: .*— fix the function",
+    ):
+        list(pipe(planned, tok, explode))
+    skipping = pipe(planned, tok, explode).options(on_bad_document="skip")
+    list(skipping)
+    assert skipping.stats().skipped == {"operator_error": 1}
+
+
+def test_without_operators_nothing_changes(tmp_path, tokenizer_dir, make_parquet) -> None:
+    planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
+    p = pipe(planned, tokenizer_dir)
+    batches = list(p)
+    assert "operators" not in p.state_dict()
+    assert all(b.loss_mask is None for b in batches)
+    for b in batches:  # labels as before masks existed: the next token, -100 only on padding
+        expected = b.tokens[:, 1:].copy()
+        expected[np.arange(1, b.tokens.shape[1])[None, :] >= b.lengths[:, None]] = -100
+        assert np.array_equal(b.to_training()["labels"].numpy(), expected)
+
+
+def to_messages(record: dict) -> dict:
+    return {"messages": [{"role": "user", "content": record["q"]}, {"role": "assistant", "content": record["a"]}]}
+
+
+def test_a_map_transform_can_feed_tokenize_chat(tmp_path, tok) -> None:
+    from support.chat_data import write_parquet
+    from tokenizers import Tokenizer
+
+    data = write_parquet(tmp_path / "qa", [{"q": f"What is {i}?", "a": f"It is {i}."} for i in range(10)])
+    planned = source(data).plan(tmp_path / "plan")
+    p = (
+        Pipeline.from_plan(planned)
+        .map_transform(to_messages)
+        .tokenize_chat(tokenizer_id=tok)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=2)
+    )
+    decoder = Tokenizer.from_file(f"{tok}/tokenizer.json")
+    answers = []
+    for b in p:
+        for r in range(len(b)):
+            row = b.tokens[r][b.loss_mask[r]]
+            answers.append(decoder.decode(row.tolist(), skip_special_tokens=False))
+    assert sorted("".join(answers).split("<|im_end|>"))[1:] == sorted(f"It is {i}." for i in range(10))
