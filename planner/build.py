@@ -83,8 +83,10 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
             "weight": float(eval_fraction(weights[ds.name])),
             "planned_documents": int(docs[index]),
             "epochs_started": int(totals.last_epoch[index]) + 1 if docs[index] else 0,
-            "passes_completed": int(docs[index]) // info["rows"],
+            "passes_completed": int(docs[index]) // prepared.dataset_rows(index),
         }
+        if "selection" in info:
+            entry["selection"] = info["selection"]
         if tok is not None:
             entry["planned_tokens"] = int(tok[index])
             entry["planned_token_share"] = float(tok[index] / total_tokens) if total_tokens else 0.0

@@ -108,6 +108,7 @@ def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -
         shuffle=source.shuffle.enabled,
         window_shards=source.shuffle.window_shards,
         max_epochs=max_epochs,
+        selection=prepared.selection(index),
     )
 
 
@@ -116,7 +117,7 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
     source = prepared.source
     weights = list(stages[0].raw)
     fr = [float(f) for f in exact_weights(weights)]
-    rows = [sum(r.rows for r in refs) for refs in prepared.shards]
+    rows = [prepared.dataset_rows(i) for i in range(len(prepared.shards))]
     passes = source.epochs or 1
     budget = source.num_documents
     stop = source.on_exhaustion == "stop"
@@ -216,7 +217,7 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
     """The plan, a chunk of positions at a time, by token counts."""
     source = prepared.source
     assert prepared.tokens is not None
-    epoch_tokens = [int(sum(int(t.sum()) for t in group)) for group in prepared.tokens]
+    epoch_tokens = [_epoch_tokens(prepared, i) for i in range(len(prepared.tokens))]
     return schedule(
         lambda i, cap: _reader(prepared, i, cap),
         epoch_tokens,
@@ -226,6 +227,15 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
         num_documents=source.num_documents,
         num_tokens=source.num_tokens,
     )
+
+
+def _epoch_tokens(prepared: PreparedPlan, index: int) -> int:
+    """Tokens of one pass of dataset ``index``: its selected rows', or all its rows'."""
+    assert prepared.tokens is not None
+    group, chosen = prepared.tokens[index], prepared.selection(index)
+    if chosen is None:
+        return int(sum(int(t.sum()) for t in group))
+    return sum(int(group[j][rows].sum(dtype=np.int64)) for j, rows in chosen.by_shard())
 
 
 def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
