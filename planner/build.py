@@ -34,6 +34,7 @@ from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
+from zephon.planner.selection import overlaps
 from zephon.planner.shortfalls import plan_warnings
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
@@ -128,26 +129,42 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
     files: dict[str, Any] = {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE}
     if bins is not None:
         files["bins"] = BINS_FILE
-    return {
-        "format_version": FORMAT_VERSION,
-        "zephon_version": _zephon_version(),
-        "config_hash": prepared.config_hash,
-        "config": prepared.config,
-        "seed": source.seed,
-        "kind": "exact" if prepared.exact else "estimated",
-        "lanes": None if prepared.exact else source.lanes,
-        "datasets": datasets,
-        "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
-        "token_estimation": prepared.token_provenance,
-        "tokenizer": tokenizer,
-        "packing": packing,
-        "shuffle": prepared.config["shuffle"],
-        "budget": prepared.config["budget"],
-        "on_exhaustion": source.on_exhaustion,
-        "files": files,
-        "totals": counts,
-        "warnings": plan_warnings(prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None),
-    } | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
+    return (
+        {
+            "format_version": FORMAT_VERSION,
+            "zephon_version": _zephon_version(),
+            "config_hash": prepared.config_hash,
+            "config": prepared.config,
+            "seed": source.seed,
+            "kind": "exact" if prepared.exact else "estimated",
+            "lanes": None if prepared.exact else source.lanes,
+            "datasets": datasets,
+            "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
+            "token_estimation": prepared.token_provenance,
+            "tokenizer": tokenizer,
+            "packing": packing,
+            "shuffle": prepared.config["shuffle"],
+            "budget": prepared.config["budget"],
+            "on_exhaustion": source.on_exhaustion,
+            "files": files,
+            "totals": counts,
+            "warnings": plan_warnings(
+                prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None
+            ),
+        }
+        | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
+        | _sources(prepared, datasets)
+    )
+
+
+def _sources(prepared: PreparedPlan, datasets: list[dict[str, Any]]) -> dict[str, Any]:
+    """plan.json ``sources`` (datasets that are selections of one source, ``zephon.planner.selection.overlaps``);
+    only in plans with a selection, so plans without one keep their bytes."""
+    if not prepared.selections:
+        return {}
+    names = [d["name"] for d in datasets]
+    planned = [d["planned_documents"] for d in datasets]
+    return {"sources": overlaps(names, prepared.shards, prepared.selections, planned)}
 
 
 def _phases(prepared: PreparedPlan, totals: Totals) -> list[dict[str, Any]]:
