@@ -47,7 +47,6 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
-from zephon.planner.orders import stable_argsort
 from zephon.recipe.selection import Selection
 
 __all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "overlaps", "select_rows", "sidecar_files"]
@@ -365,8 +364,7 @@ def _dedup(group: np.ndarray, *, seed: int, dataset_index: int) -> np.ndarray:
     """Keep mask: per group id ≥ 0, the document with the smallest seeded draw; every ``-1`` (NULL key) kept."""
     bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, DEDUP_STREAM]))
     draws = bits.random_raw(len(group))
-    order = stable_argsort(draws)  # documents by draw
-    order = order[np.argsort(group[order], kind="stable")]  # by group, then by draw
+    order = np.lexsort((draws, group))  # by group, then by draw
     sorted_groups = group[order]
     first = np.ones(len(order), dtype=bool)
     first[1:] = sorted_groups[1:] != sorted_groups[:-1]
