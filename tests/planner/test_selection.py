@@ -276,3 +276,30 @@ def test_a_dataset_without_selection_plans_as_before(corpus, tmp_path) -> None:
     assert Dataset.from_path("web", corpus / "web", order_window=7).selection is None
     m = json.loads((plain / "plan.json").read_text())
     assert "selection" not in m["datasets"][0] and "sources" not in m
+
+
+def test_sql_metadata_view_and_audit_by_column_report_the_column_over_training(corpus, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from zephon.cli.app import cli
+    from zephon.inspection.metadata import column_windows
+    from zephon.inspection.sql import run_sql
+
+    ds = Dataset.from_path(
+        "web", corpus / "web", metadata=corpus / "side", key="id", order_by="quality", order_window=1
+    )
+    plan = _source(ds).plan(tmp_path / "p")
+    t = _table(corpus)
+    got = _samples(plan)
+    q = t["quality"][_codes(got["shard"], got["row"])]
+    _, rows = run_sql(plan, "SELECT m.quality FROM samples s JOIN metadata m USING (shard_id, row) ORDER BY position")
+    assert np.allclose(np.array([r[0] if r[0] is not None else np.nan for r in rows]), q, equal_nan=True)
+    cw = column_windows(plan, "quality", batch_size=4, window=10)  # 40 documents per window
+    for k, mean in enumerate(cw.means):
+        part = q[k * 40 : (k + 1) * 40]
+        assert np.isclose(mean, np.nanmean(part)) if (~np.isnan(part)).any() else np.isnan(mean)
+    assert cw.nulls == SHARDS and np.all(np.diff(cw.means[~np.isnan(cw.means)]) > 0)  # ascending curriculum
+    result = CliRunner().invoke(cli, ["audit", str(plan), "--by-column", "quality", "--batch-size", "4", "-w", "10"])
+    assert result.exit_code == 0 and result.output.startswith("quality: mean ")
+    result = CliRunner().invoke(cli, ["audit", str(plan), "--by-column", "nope", "--batch-size", "4"])
+    assert result.exit_code != 0 and "--by-column must name a metadata column" in result.output

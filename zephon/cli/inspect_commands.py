@@ -9,6 +9,7 @@ Library modules are imported inside the commands, so that ``zephon --help`` stay
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -168,6 +169,13 @@ def show_json(view: StepView) -> dict[str, Any]:
     metavar="LOGDIR",
     help="Check a provenance log (Pipeline.options(provenance_dir=LOGDIR)) against the plan instead.",
 )
+@click.option(
+    "--by-column",
+    "by_column",
+    default=None,
+    metavar="COLUMN",
+    help="Report the mean of a metadata column (a selected dataset's or sidecar's) per window instead.",
+)
 def audit(
     plan_dir: Path,
     window: int,
@@ -178,6 +186,7 @@ def audit(
     fmt: str,
     plot: Path | None,
     log_dir: Path | None,
+    by_column: str | None,
 ) -> None:
     """Audit the mixture of the plan in PLAN_DIR in every window of consecutive steps.
 
@@ -185,7 +194,8 @@ def audit(
     --window steps with its target (the normalized mixture weight). Exits 1 when a dataset with weight
     ≥ 5% is more than --tolerance percentage points off in some window, naming the dataset and the window;
     0 otherwise. With --log LOGDIR it instead checks what the ranks actually yielded (their provenance log)
-    against the plan and exits 1 on any mismatch.
+    against the plan and exits 1 on any mismatch. With --by-column COLUMN it reports that metadata
+    column's mean in consecutive windows of --window steps (e.g. quality over training; docs/curricula.md).
     """
     from zephon.cli.audit_report import audit_json, audit_lines
     from zephon.inspection.audit import AuditSpec, audit_plan, plot_shares
@@ -198,6 +208,26 @@ def audit(
         click.echo(log_json(check) if fmt == "json" else "\n".join(log_summary(check)))
         if not check.ok:
             sys.exit(1)
+        return
+    if by_column is not None:
+        from zephon.inspection.metadata import column_windows
+
+        with one_line_errors(*read_errors()):
+            cw = column_windows(plan_dir, by_column, batch_size=batch_size, max_length=max_length, window=window)
+        if fmt == "json":
+            windows = [
+                {"first_step": int(f), "mean": None if math.isnan(m) else float(m), "documents": int(n)}
+                for f, m, n in zip(cw.first_step.tolist(), cw.means.tolist(), cw.counts.tolist(), strict=True)
+            ]
+            body = {"column": cw.column, "window": cw.window, "mean": cw.mean, "documents": cw.documents}
+            click.echo(json.dumps(body | {"nulls": cw.nulls, "windows": windows}, indent=2))
+            return
+        click.echo(
+            f"{cw.column}: mean {cw.mean:.4f} over {cw.documents} documents ({cw.nulls} without a value); "
+            f"per window of {cw.window} steps:"
+        )
+        for f, m, n in zip(cw.first_step.tolist(), cw.means.tolist(), cw.counts.tolist(), strict=True):
+            click.echo(f"  steps {f}-{f + cw.window - 1}: mean {m:.4f} ({n} documents)")
         return
     if plot is not None and not plot.parent.is_dir():
         raise CommandError(

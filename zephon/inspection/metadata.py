@@ -1,0 +1,168 @@
+"""The ``metadata`` view: the columns a plan's selections were evaluated on, per document, for SQL and audits.
+
+For every dataset planned through a selection (plan.json ``datasets[].selection``) the view holds one row per
+document of its shards: ``dataset_id``, ``shard_id``, ``row``, the dataset's own columns except the text
+field, and — with a sidecar — the sidecar's columns joined on the key (NULL where the sidecar has no row).
+Join it to ``samples`` on ``(shard_id, row)``::
+
+    SELECT s.position, m.int_score FROM samples s JOIN metadata m USING (shard_id, row) ORDER BY position
+
+It is built on demand (``zephon sql`` builds it when a query names ``metadata``; ``audit --by-column``
+always), by reading those columns of the shards and sidecar with DuckDB before the inspection connection is
+locked; a dataset without a selection has no rows in it. ``column_windows`` is the audit of one metadata
+column: its mean per window of steps (e.g. quality over training).
+
+Example: a plan whose dataset ``web`` selects ``where="score >= 3"`` over shards with columns id, text,
+score gives ``metadata(dataset_id, shard_id, row, id, score)``; ``column_windows(plan, "score", batch_size=8,
+window=100)`` gives the mean score in steps 0-99, 100-199, ...
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephon.errors import ConfigError, DatasetError, one_line
+from zephon.plan.bundle import CheckedBundle, open_bundle
+
+__all__ = ["ColumnWindows", "column_windows", "metadata_table"]
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def metadata_table(bundle: CheckedBundle) -> pa.Table:
+    """The ``metadata`` view's rows (see the module docstring); an empty table when no dataset has a selection."""
+    manifest = bundle.manifest
+    field = manifest.tokenizer.field if manifest.tokenizer is not None else "text"
+    shards = pq.read_table(bundle.shards.path, columns=["shard_id", "dataset_id", "uri"]).to_pydict()
+    parts = []
+    con = duckdb.connect()
+    try:
+        for d in manifest.datasets:
+            if d.selection is None:
+                continue
+            pairs = [
+                (sid, uri)
+                for sid, did, uri in zip(shards["shard_id"], shards["dataset_id"], shards["uri"], strict=True)
+                if did == d.id
+            ]
+            con.execute("CREATE OR REPLACE TEMP TABLE zephon_files (shard_id INTEGER, path VARCHAR)")
+            con.executemany("INSERT INTO zephon_files VALUES (?, ?)", pairs)
+            source = "read_parquet($paths, filename = true, file_row_number = true) d"
+            params: dict[str, object] = {"paths": [uri for _, uri in pairs]}
+            side_columns = ""
+            sidecar = d.selection.get("metadata")
+            if sidecar is not None:
+                from zephon.planner.selection import sidecar_files  # inspection sits above the planner
+                from zephon.recipe.selection import Selection
+
+                key = _quote(d.selection["key"])
+                files = sidecar_files(Selection(dataset=d.name, metadata=sidecar, key=d.selection["key"]))
+                params["meta"] = files
+                source += f" LEFT JOIN read_parquet($meta) m ON d.{key} = m.{key}"
+                side_columns = f", m.* EXCLUDE ({key})"
+            query = (
+                f"SELECT {d.id}::SMALLINT AS dataset_id, f.shard_id, CAST(d.file_row_number AS INTEGER) AS row, "
+                f"d.* EXCLUDE (filename, file_row_number, {_quote(field)}){side_columns} "
+                f"FROM {source} JOIN zephon_files f ON d.filename = f.path ORDER BY f.shard_id, row"
+            )
+            try:
+                parts.append(con.sql(query, params=params).to_arrow_table())
+            except duckdb.Error as exc:
+                raise DatasetError(
+                    f"dataset {d.name!r}: its metadata must be readable from the planned shards and sidecar, got "
+                    f"{one_line(exc)} — restore the data the plan was made from, or re-plan"
+                ) from exc
+    finally:
+        con.close()
+    if not parts:
+        return pa.table(
+            {
+                "dataset_id": pa.array([], pa.int16()),
+                "shard_id": pa.array([], pa.int32()),
+                "row": pa.array([], pa.int32()),
+            }
+        )
+    return pa.concat_tables(parts, promote_options="default")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ColumnWindows:
+    """A metadata column's mean over the plan and in consecutive windows of ``window`` steps."""
+
+    column: str
+    window: int
+    #: Mean over every planned document with a value; documents without one (NULL) are counted apart.
+    mean: float
+    documents: int
+    nulls: int
+    #: First step of each window, the mean in it (NaN when no document of the window has a value) and count.
+    first_step: np.ndarray
+    means: np.ndarray
+    counts: np.ndarray
+
+
+def column_windows(
+    plan_dir: str | os.PathLike[str],
+    column: str,
+    *,
+    batch_size: int | None = None,
+    max_length: int | None = None,
+    window: int = 100,
+) -> ColumnWindows:
+    """Mean of the metadata column ``column`` per window of ``window`` steps (each document in the step that
+    holds its first token; ``zephon.inspection.views``)."""
+    from zephon.inspection.steps import resolve_layout
+    from zephon.inspection.views import connect_with_steps, document_steps_sql
+
+    bundle = open_bundle(plan_dir)
+    layout = resolve_layout(bundle.manifest, batch_size=batch_size, max_length=max_length)
+    steps = layout.require_steps()
+    con = connect_with_steps(bundle, layout.batch_size, max_length=max_length, metadata=True)
+    try:
+        have = [r[0] for r in con.execute("DESCRIBE metadata").fetchall()]
+        if column not in have[3:]:
+            raise ConfigError(
+                f"--by-column must name a metadata column of the plan's selected datasets, got {column!r} — it has "
+                f"{', '.join(have[3:]) or 'none (no dataset of this plan has a selection)'}"
+            )
+        rows = con.execute(
+            f"SELECT d.step, sum(m.{_quote(column)})::DOUBLE AS total, count(m.{_quote(column)}) AS n, "
+            f"count(*) AS docs FROM ({document_steps_sql(layout)}) d JOIN samples s USING (position) "
+            "LEFT JOIN metadata m ON m.shard_id = s.shard_id AND m.row = s.row GROUP BY d.step"
+        ).fetchnumpy()
+    except duckdb.Error as exc:
+        raise ConfigError(
+            f"--by-column {column!r} must be a numeric column, got {one_line(exc)} — pick another"
+        ) from exc
+    finally:
+        con.close()
+    step = np.asarray(rows["step"], np.int64)
+    total = np.zeros(steps + 1)
+    count = np.zeros(steps + 1, np.int64)
+    np.add.at(total, step, np.nan_to_num(np.asarray(rows["total"], float)))
+    np.add.at(count, step, np.asarray(rows["n"], np.int64))
+    firsts = np.arange(0, steps, window)
+    sums = np.add.reduceat(total[:steps], firsts) if steps else np.zeros(0)
+    counts = np.add.reduceat(count[:steps], firsts) if steps else np.zeros(0, np.int64)
+    docs = int(np.asarray(rows["docs"]).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        means = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)
+    n = int(count.sum())
+    return ColumnWindows(
+        column=column,
+        window=window,
+        mean=float(total.sum() / n) if n else float("nan"),
+        documents=docs,
+        nulls=docs - n,
+        first_step=firsts,
+        means=means,
+        counts=counts,
+    )
