@@ -282,7 +282,7 @@ def test_sql_metadata_view_and_audit_by_column_report_the_column_over_training(c
     from click.testing import CliRunner
 
     from zephon.cli.app import cli
-    from zephon.inspection.metadata import column_windows
+    from zephon.inspection.column_audit import column_windows
     from zephon.inspection.sql import run_sql
 
     ds = Dataset.from_path(

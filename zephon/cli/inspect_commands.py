@@ -210,7 +210,7 @@ def audit(
             sys.exit(1)
         return
     if by_column is not None:
-        from zephon.inspection.metadata import column_windows
+        from zephon.inspection.column_audit import column_windows
 
         with one_line_errors(*read_errors()):
             cw = column_windows(plan_dir, by_column, batch_size=batch_size, max_length=max_length, window=window)
