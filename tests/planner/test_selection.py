@@ -303,3 +303,27 @@ def test_sql_metadata_view_and_audit_by_column_report_the_column_over_training(c
     assert result.exit_code == 0 and result.output.startswith("quality: mean ")
     result = CliRunner().invoke(cli, ["audit", str(plan), "--by-column", "nope", "--batch-size", "4"])
     assert result.exit_code != 0 and "--by-column must name a metadata column" in result.output
+
+
+def test_the_curricula_doc_example_on_the_demo_sidecar(tmp_path, monkeypatch) -> None:
+    """docs/curricula.md's worked example, run as written; its printed summary is the doc's."""
+    import re
+
+    from zephon.cli.plan_commands import plan_summary
+    from zephon.demo import demo_scores_path
+    from zephon.demo.scores import demo_scores_table
+
+    monkeypatch.setenv("ZEPHON_DEMO_DIR", str(tmp_path / "demo-data"))
+    assert demo_scores_table(0).equals(demo_scores_table(0)) and not demo_scores_table(0).equals(demo_scores_table(1))
+    assert demo_scores_path() == demo_scores_path()  # written once, then reused
+    doc = (Path(__file__).parents[2] / "docs" / "curricula.md").read_text(encoding="utf-8")
+    code = doc.split("## Worked example on the demo data")[1].split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(code, "curricula.md", "exec"), {})  # the documented example, as written
+    shown = doc.split("`zephon plan` (or")[1].split("```\n")[1].split("```")[0].splitlines()
+    lines = plan_summary(read_manifest(tmp_path / "curriculum"), "curriculum")
+
+    def masked(line: str) -> str:  # paths and the config hash (which hashes them) depend on the machine
+        return re.sub(r"config \w+$", "config", re.sub(r"sidecar \S+ on", "sidecar on", line))
+
+    assert [masked(x) for x in lines] == [masked(x) for x in shown]
