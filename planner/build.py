@@ -31,6 +31,7 @@ from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.plan.records import shards_table
 from zephon.planner.best_fit import Bins, pack, padding_fraction
+from zephon.planner.homogeneous import window_bound_rows
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
@@ -105,18 +106,21 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
             packing["padding_fraction"] = (packing["sequences"] * L - total_tokens) / (packing["sequences"] * L)
         else:
             b = bins
-            first_fit = pack(totals.all_tokens().astype(np.int64), L, oversize=prepared.pack.oversize, first_fit=True)
+            packing.update({"sequences": b.sequences, "oversize": prepared.pack.oversize})
+            packing["padding_fraction"] = padding_fraction(b, L)
+            if prepared.pack.algorithm == "best_fit":
+                tokens = totals.all_tokens().astype(np.int64)
+                first_fit = pack(tokens, L, oversize=prepared.pack.oversize, first_fit=True)
+                packing["first_fit_padding_fraction"] = padding_fraction(first_fit, L)
             packing.update(
                 {
-                    "sequences": b.sequences,
-                    "oversize": prepared.pack.oversize,
-                    "padding_fraction": padding_fraction(b, L),
-                    "first_fit_padding_fraction": padding_fraction(first_fit, L),
                     "split_documents": b.split_documents,
                     "dropped_documents": b.dropped_documents,
                     "dropped_tokens": b.dropped_tokens,
                 }
             )
+            if prepared.pack.algorithm == "homogeneous":  # any window of rows holds each share within this
+                packing["window_bound_rows"] = window_bound_rows()
     tokenizer = None
     if prepared.tokenize is not None and prepared.tokenizer_fingerprint is not None:
         tokenizer = {
@@ -246,7 +250,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
-        packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm == "best_fit"
+        packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
         writer = SamplesWriter(tmp / SAMPLES_FILE)
         try:
@@ -257,7 +261,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
             writer.abort()
             raise
         writer.close()
-        bins = best_fit(prepared, totals.all_tokens()) if packs else None
+        bins = best_fit(prepared, totals.all_tokens(), totals.all_datasets()) if packs else None
         _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)
         if bins is not None:
             b = bins

@@ -36,6 +36,7 @@ import numpy as np
 
 from zephon.plan.format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
+from zephon.planner.homogeneous import homogeneous
 from zephon.planner.interleave import Interleaving, exact_weights
 from zephon.planner.lane_dealing import Dealer, row_bytes
 from zephon.planner.orders import Documents, Reader
@@ -269,10 +270,14 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
         start += len(placement.dataset_id)
 
 
-def best_fit(prepared: PreparedPlan, tokens: np.ndarray) -> Bins | None:
-    """Best-fit bins of an exact best-fit plan over its documents' ``tokens`` in plan order, else None."""
-    if not prepared.exact or prepared.pack is None or prepared.pack.algorithm != "best_fit":
+def best_fit(prepared: PreparedPlan, tokens: np.ndarray, dataset_id: np.ndarray | None = None) -> Bins | None:
+    """The planned rows of an exact best-fit or homogeneous plan over its documents' ``tokens`` (and, for
+    homogeneous packing, ``dataset_id``) in plan order, else None."""
+    if not prepared.exact or prepared.pack is None or prepared.pack.algorithm == "wrap":
         return None
+    if prepared.pack.algorithm == "homogeneous":
+        assert dataset_id is not None, "homogeneous packing needs each document's dataset"
+        return homogeneous(tokens, dataset_id, prepared.pack.max_length)
     return pack(tokens.astype(np.int64), prepared.pack.max_length, oversize=prepared.pack.oversize)
 
 
@@ -292,6 +297,6 @@ def layout(prepared: PreparedPlan) -> Layout:
         epoch=column("epoch", np.int32),
         tokens=tokens,
         token_offset=column("token_offset", np.int64) if prepared.exact else None,
-        bins=best_fit(prepared, tokens) if tokens is not None else None,
+        bins=best_fit(prepared, tokens, column("dataset_id", np.int16)) if tokens is not None else None,
         lane=column("lane", np.int16) if not prepared.exact else None,
     )

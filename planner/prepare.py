@@ -122,10 +122,15 @@ def prepare(
             "an exact plan decides packing, so it needs pack settings, got none — call .pack_flat(max_length=...) "
             "on the Pipeline, pass pack= to plan(), or add `packing:` to CONFIG"
         )
-    if pack is not None and pack.algorithm == "best_fit" and not source.exact_tokens:
+    if pack is not None and pack.algorithm != "wrap" and not source.exact_tokens:
         raise ConfigError(
-            'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
-            "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
+            f'pack_flat(algorithm="{pack.algorithm}") must run on an exact plan, got exact_tokens=False — set '
+            "exact_tokens=True on the work source (its rows are planned offline from exact counts)"
+        )
+    if pack is not None and pack.algorithm == "homogeneous" and source.phases:
+        raise ConfigError(
+            'pack_flat(algorithm="homogeneous") must plan a static mixture, got phases — its rows interleave '
+            'over the whole plan; pack phased plans with algorithm="wrap" or "best_fit"'
         )
     shards = shard_refs(source, progress=progress)
     selections = select_datasets(source, shards)

@@ -101,7 +101,7 @@ class PlanTokenizer:
 class PlanPacking:
     """``packing``: packing decided in the plan (exact plans); the best-fit statistics with best fit only."""
 
-    algorithm: Literal["wrap", "best_fit"]
+    algorithm: Literal["wrap", "best_fit", "homogeneous"]
     max_length: int
     sequences: int
     padding_fraction: float | None = None
@@ -342,8 +342,8 @@ def parse_manifest(data: object, file: Path) -> Manifest:
                 raise top.missing(name, " (an exact plan's)")
         if manifest.totals.tokens is None:
             raise top.missing("totals.tokens", " (an exact plan's)")
-        if manifest.exact_packing().algorithm == "best_fit" and manifest.files.bins is None:
-            raise top.missing("files.bins", " (a best-fit plan's)")
+        if manifest.exact_packing().algorithm != "wrap" and manifest.files.bins is None:
+            raise top.missing("files.bins", f" (a {manifest.exact_packing().algorithm.replace('_', '-')} plan's)")
     return manifest
 
 
@@ -392,7 +392,7 @@ def _tokenizer(o: JsonObject) -> PlanTokenizer:
 def _packing(o: JsonObject) -> PlanPacking:
     return PlanPacking(
         **o.read(
-            algorithm=one_of("wrap", "best_fit"),
+            algorithm=one_of("wrap", "best_fit", "homogeneous"),
             max_length=POSITIVE,
             sequences=COUNT,
             padding_fraction=NUMBER.optional(),

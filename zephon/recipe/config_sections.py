@@ -56,7 +56,7 @@ _TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token")
 _PACKING_KEYS = ("max_length", "algorithm", "oversize")
 _PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-_ALGORITHMS = ("wrap", "best_fit")
+_ALGORITHMS = ("wrap", "best_fit", "homogeneous")
 _OVERSIZE = ("split", "drop")
 
 
@@ -252,7 +252,9 @@ def parse_packing(value: Any, origin: str) -> PackSpec | None:
     )
     algorithm, oversize = value.get("algorithm") or "wrap", value.get("oversize") or "split"
     if algorithm not in _ALGORITHMS:
-        raise type_error(origin, "packing.algorithm", '"wrap" or "best_fit"', algorithm, "use one of them")
+        raise type_error(
+            origin, "packing.algorithm", '"wrap", "best_fit" or "homogeneous"', algorithm, "use one of them"
+        )
     if oversize not in _OVERSIZE:
         raise type_error(origin, "packing.oversize", '"split" or "drop"', oversize, "use one of them")
     return PackSpec(max_length=max_length, algorithm=algorithm, oversize=oversize)
