@@ -1,6 +1,6 @@
 """Evaluating a dataset's selection by metadata with DuckDB: which (shard, row) pairs a plan reads, in what order.
 
-One query per dataset, over all its Parquet shards at once (``read_parquet(..., filename, file_row_number)``),
+One query per dataset, over all its Parquet shards at once (``read_parquet(..., file_row_number)``, ``file_index``),
 optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key)``)::
 
     SELECT shard, row [, order rank] [, dedup group] FROM dataset [LEFT JOIN sidecar USING (key)] WHERE (where)
@@ -233,9 +233,8 @@ def select_rows(
         con.execute(f"SET threads = {int(threads)}")
     con.execute("SET preserve_insertion_order = false")
     paths = [r.uri for r in refs]
-    con.execute("CREATE TEMP TABLE zephon_files (idx INTEGER, path VARCHAR)")
-    con.executemany("INSERT INTO zephon_files VALUES (?, ?)", list(enumerate(paths)))
-    source = "read_parquet($paths, filename = true, file_row_number = true)"
+    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
+    source = "read_parquet($paths, file_row_number = true) d"
     params: dict[str, Any] = {"paths": paths}
     sidecar: dict[str, Any] = {}
     if selection.metadata is not None:
@@ -269,22 +268,22 @@ def select_rows(
                 f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
                 f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
             )
-        missing = con.execute(
-            f"SELECT count(*) FROM read_parquet($paths) d ANTI JOIN read_parquet($meta) m USING ({qkey})", params
-        ).fetchone()
-        unmatched = con.execute(
-            f"SELECT count(*), (SELECT count(*) FROM read_parquet($meta)) FROM read_parquet($meta) m "
-            f"ANTI JOIN read_parquet($paths) d USING ({qkey})",
+        # Keys on one side only, in one full join (sidecar keys are unique: each unmatched row appears once).
+        counts = con.execute(
+            f"SELECT count(*) FILTER (WHERE m.side IS NULL), count(*) FILTER (WHERE d.doc IS NULL), "
+            f"(SELECT count(*) FROM read_parquet($meta)) "
+            f"FROM (SELECT {qkey}, true AS doc FROM read_parquet($paths)) d "
+            f"FULL OUTER JOIN (SELECT {qkey}, true AS side FROM read_parquet($meta)) m ON d.{qkey} = m.{qkey}",
             params,
         ).fetchone()
-        assert missing is not None and unmatched is not None
+        assert counts is not None
         sidecar = {
             "sidecar_fingerprint": _sidecar_fingerprint(files),
-            "sidecar_rows": int(unmatched[1]),
-            "documents_without_metadata": int(missing[0]),
-            "metadata_without_document": int(unmatched[0]),
+            "sidecar_rows": int(counts[2]),
+            "documents_without_metadata": int(counts[0]),
+            "metadata_without_document": int(counts[1]),
         }
-        source = f"{source} d LEFT JOIN read_parquet($meta) m USING ({qkey})"
+        source = f"{source} LEFT JOIN read_parquet($meta) m USING ({qkey})"
         columns = columns + [c for c in meta_columns if c != key]
     where = f"WHERE ({selection.where})" if selection.where is not None else ""
     extra = []
@@ -298,9 +297,9 @@ def select_rows(
         key_expr = f"({selection.dedup_on})"
         extra.append(f"CASE WHEN {key_expr} IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY {key_expr}) END AS grp")
     query = (
-        f"WITH doc AS (SELECT * FROM {source}) "
-        f"SELECT f.idx AS shard, CAST(doc.file_row_number AS INTEGER) AS row{''.join(', ' + e for e in extra)} "
-        f"FROM doc JOIN zephon_files f ON doc.filename = f.path {where} ORDER BY shard, row"
+        f"WITH doc AS (SELECT CAST(d.file_index AS INTEGER) AS zephon_shard, * FROM {source}) "
+        f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{''.join(', ' + e for e in extra)} "
+        f"FROM doc {where} ORDER BY shard, row"
     )
     try:
         result = con.execute(query, params).fetchnumpy()

@@ -49,10 +49,8 @@ def metadata_table(bundle: CheckedBundle) -> pa.Table:
                 for sid, did, uri in zip(shards["shard_id"], shards["dataset_id"], shards["uri"], strict=True)
                 if did == d.id
             ]
-            con.execute("CREATE OR REPLACE TEMP TABLE zephon_files (shard_id INTEGER, path VARCHAR)")
-            con.executemany("INSERT INTO zephon_files VALUES (?, ?)", pairs)
-            source = "read_parquet($paths, filename = true, file_row_number = true) d"
-            params: dict[str, object] = {"paths": [uri for _, uri in pairs]}
+            source = "read_parquet($paths, file_row_number = true) d"
+            params: dict[str, object] = {"paths": [uri for _, uri in pairs], "ids": [sid for sid, _ in pairs]}
             side_columns = ""
             sidecar = d.selection.get("metadata")
             if sidecar is not None:
@@ -65,9 +63,9 @@ def metadata_table(bundle: CheckedBundle) -> pa.Table:
                 source += f" LEFT JOIN read_parquet($meta) m ON d.{key} = m.{key}"
                 side_columns = f", m.* EXCLUDE ({key})"
             query = (
-                f"SELECT {d.id}::SMALLINT AS dataset_id, f.shard_id, CAST(d.file_row_number AS INTEGER) AS row, "
-                f"d.* EXCLUDE (filename, file_row_number, {_quote(field)}){side_columns} "
-                f"FROM {source} JOIN zephon_files f ON d.filename = f.path ORDER BY f.shard_id, row"
+                f"SELECT {d.id}::SMALLINT AS dataset_id, CAST(list_extract($ids, CAST(d.file_index AS BIGINT) + 1) AS INTEGER) "
+                f"AS shard_id, CAST(d.file_row_number AS INTEGER) AS row, "
+                f"d.* EXCLUDE (file_row_number, {_quote(field)}){side_columns} FROM {source} ORDER BY shard_id, row"
             )
             try:
                 parts.append(con.sql(query, params=params).to_arrow_table())
