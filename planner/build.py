@@ -35,8 +35,8 @@ from zephon.planner.homogeneous import window_bound_rows
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
-from zephon.planner.selection import overlaps
 from zephon.planner.shortfalls import plan_warnings
+from zephon.planner.sources import overlaps
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, write_atomic

@@ -35,7 +35,10 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import os
 import re
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +52,10 @@ from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.recipe.selection import Selection
 
-__all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "overlaps", "select_rows", "sidecar_files"]
+__all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "sidecar_files"]
+
+#: DuckDB's memory limit while selecting (it spills past it): a 2-core planning node has a few GB.
+MEMORY_LIMIT = os.environ.get("ZEPHON_SELECT_MEMORY", "2GB")
 
 #: Third word of the dedup draws' seed: keeps them apart from the epoch orders' ``(seed, dataset, epoch)``.
 DEDUP_STREAM = 0x6465_6475_70  # "dedup"
@@ -222,92 +228,27 @@ def select_rows(
     seed: int,
     dataset_index: int,
     threads: int | None = None,
+    memory_limit: str = MEMORY_LIMIT,
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
     name = selection.dataset
     _check_sources(selection, refs)
     columns = _columns(name, refs)
     total = sum(r.rows for r in refs)
+    spill = tempfile.mkdtemp(prefix="zephon-select-")
     con = duckdb.connect()
-    if threads is not None:
-        con.execute(f"SET threads = {int(threads)}")
-    con.execute("SET preserve_insertion_order = false")
-    paths = [r.uri for r in refs]
-    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
-    source = "read_parquet($paths, file_row_number = true) d"
-    params: dict[str, Any] = {"paths": paths}
-    sidecar: dict[str, Any] = {}
-    if selection.metadata is not None:
-        assert selection.key is not None
-        files = sidecar_files(selection)
-        params["meta"] = files
-        key = selection.key
-        meta_columns = [
-            r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($meta)", {"meta": files}).fetchall()
-        ]
-        for side, have in (("dataset", columns), ("metadata", meta_columns)):
-            if key not in have:
-                raise ConfigError(
-                    f"dataset {name!r}: key {key!r} must be a column of the {side} table, got columns "
-                    f"{', '.join(have)} — set key= to the column both tables hold"
-                )
-        clash = sorted(set(meta_columns) & set(columns) - {key})
-        if clash:
-            raise ConfigError(
-                f"dataset {name!r}: sidecar column {clash[0]!r} must not also be a dataset column — rename it in "
-                f"the sidecar (only {key!r}, the key, may be in both)"
-            )
-        qkey = _quote(key)
-        duplicate = con.execute(
-            f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) GROUP BY {qkey} HAVING n > 1 "
-            f"ORDER BY {qkey} LIMIT 1",
-            {"meta": files},
-        ).fetchone()
-        if duplicate is not None:
-            raise DatasetError(
-                f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
-                f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
-            )
-        # Keys on one side only, in one full join (sidecar keys are unique: each unmatched row appears once).
-        counts = con.execute(
-            f"SELECT count(*) FILTER (WHERE m.side IS NULL), count(*) FILTER (WHERE d.doc IS NULL), "
-            f"(SELECT count(*) FROM read_parquet($meta)) "
-            f"FROM (SELECT {qkey}, true AS doc FROM read_parquet($paths)) d "
-            f"FULL OUTER JOIN (SELECT {qkey}, true AS side FROM read_parquet($meta)) m ON d.{qkey} = m.{qkey}",
-            params,
-        ).fetchone()
-        assert counts is not None
-        sidecar = {
-            "sidecar_fingerprint": _sidecar_fingerprint(files),
-            "sidecar_rows": int(counts[2]),
-            "documents_without_metadata": int(counts[0]),
-            "metadata_without_document": int(counts[1]),
-        }
-        source = f"{source} LEFT JOIN read_parquet($meta) m USING ({qkey})"
-        columns = columns + [c for c in meta_columns if c != key]
-    where = f"WHERE ({selection.where})" if selection.where is not None else ""
-    extra = []
-    if selection.order_by is not None:
-        text = selection.order_by
-        direction = _DIRECTION.search(text)
-        expr = text[: direction.start()] if direction else text
-        way = direction.group(1).upper() if direction else "ASC"
-        extra.append(f"row_number() OVER (ORDER BY ({expr}) {way} NULLS LAST, shard, row) - 1 AS rank")
-    if selection.dedup_on is not None:
-        key_expr = f"({selection.dedup_on})"
-        extra.append(f"CASE WHEN {key_expr} IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY {key_expr}) END AS grp")
-    query = (
-        f"WITH doc AS (SELECT CAST(d.file_index AS INTEGER) AS zephon_shard, * FROM {source}) "
-        f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{''.join(', ' + e for e in extra)} "
-        f"FROM doc {where} ORDER BY shard, row"
-    )
     try:
-        result = con.execute(query, params).fetchnumpy()
-    except duckdb.Error as exc:
-        field, text = _blame(selection, con, source, params)
-        raise _fail(selection, exc, field, text, columns) from exc
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
+        con.execute("SET preserve_insertion_order = false")
+        # Joins, aggregates and sorts past the limit spill to our own temporary directory (removed below),
+        # never to DuckDB's default ``.tmp`` in the working directory.
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+        con.execute("SET temp_directory = ?", [spill])
+        result, sidecar = _evaluate(con, selection, [r.uri for r in refs], columns)
     finally:
         con.close()
+        shutil.rmtree(spill, ignore_errors=True)
     shard = np.asarray(result["shard"], dtype=np.int32)
     row = np.asarray(result["row"], dtype=np.int32)
     kept_by_where = len(shard)
@@ -343,6 +284,92 @@ def select_rows(
     )
 
 
+def _evaluate(
+    con: duckdb.DuckDBPyConnection, selection: Selection, paths: list[str], columns: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
+    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
+    source = "read_parquet($paths, file_row_number = true) d"
+    params: dict[str, Any] = {"paths": paths}
+    sidecar: dict[str, Any] = {}
+    if selection.metadata is not None:
+        assert selection.key is not None
+        files = sidecar_files(selection)
+        params["meta"] = files
+        sidecar, meta_columns = _sidecar(con, selection, files, columns, params)
+        source = f"{source} LEFT JOIN read_parquet($meta) m USING ({_quote(selection.key)})"
+        columns = columns + [c for c in meta_columns if c != selection.key]
+    where = f"WHERE ({selection.where})" if selection.where is not None else ""
+    extra = []
+    if selection.order_by is not None:
+        text = selection.order_by
+        direction = _DIRECTION.search(text)
+        expr = text[: direction.start()] if direction else text
+        way = direction.group(1).upper() if direction else "ASC"
+        extra.append(f"row_number() OVER (ORDER BY ({expr}) {way} NULLS LAST, shard, row) - 1 AS rank")
+    if selection.dedup_on is not None:
+        key_expr = f"({selection.dedup_on})"
+        extra.append(f"CASE WHEN {key_expr} IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY {key_expr}) END AS grp")
+    query = (
+        f"WITH doc AS (SELECT CAST(d.file_index AS INTEGER) AS zephon_shard, * FROM {source}) "
+        f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{''.join(', ' + e for e in extra)} "
+        f"FROM doc {where} ORDER BY shard, row"
+    )
+    try:
+        return con.execute(query, params).fetchnumpy(), sidecar
+    except duckdb.Error as exc:
+        field, text = _blame(selection, con, source, params)
+        raise _fail(selection, exc, field, text, columns) from exc
+
+
+def _sidecar(
+    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], columns: list[str], params: dict[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Check the sidecar (key in both tables, no clashing column, unique keys), count keys on one side only,
+    fingerprint it; return the report fields and its columns."""
+    name, key = selection.dataset, selection.key
+    assert key is not None
+    meta_columns = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($meta)", {"meta": files}).fetchall()]
+    for side, have in (("dataset", columns), ("metadata", meta_columns)):
+        if key not in have:
+            raise ConfigError(
+                f"dataset {name!r}: key {key!r} must be a column of the {side} table, got columns "
+                f"{', '.join(have)} — set key= to the column both tables hold"
+            )
+    clash = sorted(set(meta_columns) & set(columns) - {key})
+    if clash:
+        raise ConfigError(
+            f"dataset {name!r}: sidecar column {clash[0]!r} must not also be a dataset column — rename it in "
+            f"the sidecar (only {key!r}, the key, may be in both)"
+        )
+    qkey = _quote(key)
+    duplicate = con.execute(
+        f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) GROUP BY {qkey} HAVING n > 1 ORDER BY {qkey} LIMIT 1",
+        {"meta": files},
+    ).fetchone()
+    if duplicate is not None:
+        raise DatasetError(
+            f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
+            f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
+        )
+    # Keys on one side only, in one full join (sidecar keys are unique: each unmatched row appears once).
+    counts = con.execute(
+        f"SELECT count(*) FILTER (WHERE m.side IS NULL), count(*) FILTER (WHERE d.doc IS NULL), "
+        f"(SELECT count(*) FROM read_parquet($meta)) "
+        f"FROM (SELECT {qkey}, true AS doc FROM read_parquet($paths)) d "
+        f"FULL OUTER JOIN (SELECT {qkey}, true AS side FROM read_parquet($meta)) m ON d.{qkey} = m.{qkey}",
+        params,
+    ).fetchone()
+    assert counts is not None
+    report = {
+        "sidecar_fingerprint": _sidecar_fingerprint(files),
+        "sidecar_rows": int(counts[2]),
+        "documents_without_metadata": int(counts[0]),
+        "metadata_without_document": int(counts[1]),
+    }
+    return report, meta_columns
+
+
 def _blame(
     selection: Selection, con: duckdb.DuckDBPyConnection, source: str, params: dict[str, Any]
 ) -> tuple[str, str]:
@@ -371,52 +398,3 @@ def _dedup(group: np.ndarray, *, seed: int, dataset_index: int) -> np.ndarray:
     keep[order[first]] = True
     keep[group < 0] = True
     return keep
-
-
-def overlaps(
-    names: list[str],
-    shards: tuple[tuple[ShardRef, ...], ...],
-    selections: tuple[SelectedRows | None, ...],
-    planned: list[int],
-) -> list[dict[str, Any]]:
-    """plan.json ``sources``: datasets that read the same shards (several selections of one source), and how
-    often the plan reads each of that source's documents.
-
-    Per source: its datasets, its distinct selected documents, those selected by more than one dataset, and
-    the least and most times any one document is planned. A dataset that plans ``n`` documents over ``s``
-    selected reads each of them ``n // s`` or ``n // s + 1`` times; a document's reads are the sum over the
-    datasets that select it, so ``min``/``max`` are exact bounds (equal when every ``s`` divides ``n``).
-    """
-    groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
-    for index, refs in enumerate(shards):
-        groups.setdefault(tuple(r.identity for r in refs), []).append(index)
-    out = []
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        codes, low, high = [], [], []
-        for i in members:
-            chosen = selections[i]
-            if chosen is not None:
-                code = (chosen.shard.astype(np.int64) << 32) | chosen.row.astype(np.int64)
-            else:
-                refs = shards[i]
-                code = np.concatenate(
-                    [(np.int64(j) << 32) | np.arange(r.rows, dtype=np.int64) for j, r in enumerate(refs)]
-                )
-            codes.append(np.sort(code))
-            low.append(planned[i] // len(code))
-            high.append(-(-planned[i] // len(code)))
-        union = np.unique(np.concatenate(codes))
-        member = np.stack([np.isin(union, c, assume_unique=True) for c in codes])
-        least = (member * np.array(low)[:, None]).sum(axis=0)
-        most = (member * np.array(high)[:, None]).sum(axis=0)
-        out.append(
-            {
-                "datasets": [names[i] for i in members],
-                "documents": len(union),
-                "in_several_selections": int((member.sum(axis=0) > 1).sum()),
-                "reads_per_document": {"min": int(least.min()), "max": int(most.max())},
-            }
-        )
-    return out
