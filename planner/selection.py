@@ -343,29 +343,35 @@ def _sidecar(
             f"the sidecar (only {key!r}, the key, may be in both)"
         )
     qkey = _quote(key)
-    duplicate = con.execute(
-        f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) GROUP BY {qkey} HAVING n > 1 ORDER BY {qkey} LIMIT 1",
-        {"meta": files},
+    # One pass: the sidecar grouped by key (duplicates), fully joined to the documents' keys (one side only).
+    counts = con.execute(
+        f"SELECT count(*) FILTER (WHERE m.n IS NULL), count(*) FILTER (WHERE d.doc IS NULL), "
+        f"coalesce(sum(m.n) FILTER (WHERE d.doc IS NULL), 0), max(m.n) FILTER (WHERE m.{qkey} IS NOT NULL) "
+        f"FROM (SELECT {qkey}, true AS doc FROM read_parquet($paths)) d "
+        f"FULL OUTER JOIN (SELECT {qkey}, count(*) AS n FROM read_parquet($meta) GROUP BY ALL) m "
+        f"ON d.{qkey} = m.{qkey}",
+        params,
     ).fetchone()
-    if duplicate is not None:
+    assert counts is not None
+    if counts[3] is not None and counts[3] > 1:
+        duplicate = con.execute(
+            f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
+            f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
+            {"meta": files},
+        ).fetchone()
+        assert duplicate is not None
         raise DatasetError(
             f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
             f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
         )
-    # Keys on one side only, in one full join (sidecar keys are unique: each unmatched row appears once).
-    counts = con.execute(
-        f"SELECT count(*) FILTER (WHERE m.side IS NULL), count(*) FILTER (WHERE d.doc IS NULL), "
-        f"(SELECT count(*) FROM read_parquet($meta)) "
-        f"FROM (SELECT {qkey}, true AS doc FROM read_parquet($paths)) d "
-        f"FULL OUTER JOIN (SELECT {qkey}, true AS side FROM read_parquet($meta)) m ON d.{qkey} = m.{qkey}",
-        params,
-    ).fetchone()
     assert counts is not None
+    sidecar_rows = con.execute("SELECT count(*) FROM read_parquet($meta)", {"meta": files}).fetchone()
+    assert sidecar_rows is not None
     report = {
         "sidecar_fingerprint": _sidecar_fingerprint(files),
-        "sidecar_rows": int(counts[2]),
+        "sidecar_rows": int(sidecar_rows[0]),
         "documents_without_metadata": int(counts[0]),
-        "metadata_without_document": int(counts[1]),
+        "metadata_without_document": int(counts[2]),
     }
     return report, meta_columns
 
