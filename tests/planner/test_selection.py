@@ -303,6 +303,19 @@ def test_sql_metadata_view_and_audit_by_column_report_the_column_over_training(c
     assert result.exit_code == 0 and result.output.startswith("quality: mean ")
     result = CliRunner().invoke(cli, ["audit", str(plan), "--by-column", "nope", "--batch-size", "4"])
     assert result.exit_code != 0 and "--by-column must name a metadata column" in result.output
+    from zephon.inspection.show import show_step
+
+    view = show_step(plan, 3, batch_size=4, columns=["quality", "score"], text=False)
+    for r in view.rows:
+        code = _codes(int(Path(r.uri).stem), r.row)
+        assert r.metadata["score"] == t["score"][code]
+        assert (
+            (r.metadata["quality"] is None)
+            if np.isnan(t["quality"][code])
+            else r.metadata["quality"] == t["quality"][code]
+        )
+    result = CliRunner().invoke(cli, ["show", str(plan), "-s", "0", "--batch-size", "4", "--column", "quality"])
+    assert result.exit_code == 0 and "quality" in result.output.splitlines()[1]
 
 
 def test_the_curricula_doc_example_on_the_demo_sidecar(tmp_path, monkeypatch) -> None:

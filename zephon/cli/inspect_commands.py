@@ -48,6 +48,13 @@ _PLAN = click.Path(exists=True, file_okay=False, path_type=Path)
 @max_length_option
 @click.option("--field", default=None, help="Shard column to preview (default: the plan's tokenizer field, else text).")
 @click.option("--no-text", is_flag=True, help="Do not open the shards; leave the text column out.")
+@click.option(
+    "--column",
+    "columns",
+    multiple=True,
+    metavar="COLUMN",
+    help="Also show this metadata column of selected datasets (their own or their sidecar's); repeatable.",
+)
 @format_option("table", "json")
 def show(
     plan_dir: Path,
@@ -56,6 +63,7 @@ def show(
     max_length: int | None,
     field: str | None,
     no_text: bool,
+    columns: tuple[str, ...],
     fmt: str,
 ) -> None:
     """Show the documents of one training step of the plan in PLAN_DIR.
@@ -67,7 +75,9 @@ def show(
     from zephon.inspection.show import show_step
 
     with one_line_errors(*read_errors()):
-        view = show_step(plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field)
+        view = show_step(
+            plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field, columns=columns
+        )
     if fmt == "json":
         click.echo(json.dumps(show_json(view), ensure_ascii=False, indent=2))
         return
@@ -91,12 +101,15 @@ def show_lines(view: StepView) -> list[str]:
     columns = ["position", "dataset", "shard", "row"]
     columns += ["phase"] if with_phase else []
     columns += ["tokens", "in_step"] if with_tokens else []
+    meta = list(view.rows[0].metadata) if view.rows else []
+    columns += meta
     columns += ["text"] if with_text else []
     rows = []
     for r in view.rows:
         values: list[Any] = [r.position, r.dataset, r.shard, r.row]
         values += [r.phase] if with_phase else []
         values += [r.tokens, r.tokens_in_step] if with_tokens else []
+        values += [r.metadata[n] for n in meta]
         values += [r.text] if with_text else []
         rows.append(values)
     return [head, *format_table(columns, rows).splitlines()]
@@ -122,6 +135,7 @@ def show_json(view: StepView) -> dict[str, Any]:
                 "tokens_in_step": r.tokens_in_step,
                 "text": r.text,
                 **({"phase": r.phase} if r.phase is not None else {}),
+                **({"metadata": dict(r.metadata)} if r.metadata else {}),
             }
             for r in view.rows
         ],
