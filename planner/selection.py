@@ -26,9 +26,9 @@ Invariant: the result is a function of the shards' content, the sidecar's conten
 seed — never of DuckDB's thread count or scan order (every output is sorted on (shard, row) or on a rank
 that breaks ties by them).
 
-Worked example: shards a (rows 0-2, scores 1 5 3) and b (rows 0-1, scores 4 2), ``where="score >= 3"``,
-``order_by="score DESC"``, ``order_window=1``: the selection is a0 (no: 1 < 3) … → a1 (5), b0 (4), a2 (3); read
-in that order every epoch.
+Worked example: shards a (rows 0-2, scores 1 5 3) and b (rows 0-1, scores 4 2), ``where="score >= 3"``: the
+selection is a1 a2 b0 (a0 and b1 fail the predicate), held in (shard, row) order; with ``order_by="score
+DESC"`` and ``order_window=1`` it is a1 (5), b0 (4), a2 (3), read in that order every epoch.
 """
 
 from __future__ import annotations
