@@ -288,45 +288,73 @@ def _evaluate(
     con: duckdb.DuckDBPyConnection, selection: Selection, paths: list[str], columns: list[str]
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
-    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
-    source = "read_parquet($paths, file_row_number = true) d"
     params: dict[str, Any] = {"paths": paths}
-    sidecar: dict[str, Any] = {}
-    if selection.metadata is not None:
-        assert selection.key is not None
-        files = sidecar_files(selection)
-        params["meta"] = files
-        sidecar, meta_columns = _sidecar(con, selection, files, columns, params)
-        source = f"{source} LEFT JOIN read_parquet($meta) m USING ({_quote(selection.key)})"
-        columns = columns + [c for c in meta_columns if c != selection.key]
-    where = f"WHERE ({selection.where})" if selection.where is not None else ""
     extra = []
+    order_key = dedup_key = ""
     if selection.order_by is not None:
         text = selection.order_by
         direction = _DIRECTION.search(text)
-        expr = text[: direction.start()] if direction else text
+        order_key = text[: direction.start()] if direction else text
         way = direction.group(1).upper() if direction else "ASC"
-        extra.append(f"row_number() OVER (ORDER BY ({expr}) {way} NULLS LAST, shard, row) - 1 AS rank")
+        extra.append(f"row_number() OVER (ORDER BY ({{order}}) {way} NULLS LAST, shard, row) - 1 AS rank")
     if selection.dedup_on is not None:
-        key_expr = f"({selection.dedup_on})"
-        extra.append(f"CASE WHEN {key_expr} IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY {key_expr}) END AS grp")
-    query = (
-        f"WITH doc AS (SELECT CAST(d.file_index AS INTEGER) AS zephon_shard, * FROM {source}) "
-        f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{''.join(', ' + e for e in extra)} "
-        f"FROM doc {where} ORDER BY shard, row"
+        dedup_key = selection.dedup_on
+        extra.append("CASE WHEN ({dedup}) IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY ({dedup})) END AS grp")
+    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
+    documents = (
+        "(SELECT *, CAST(file_index AS INTEGER) AS zephon_shard FROM read_parquet($paths, file_row_number = true)) d"
+    )
+    if selection.metadata is None:
+        where = f"WHERE ({selection.where})" if selection.where is not None else ""
+        windows = "".join(", " + e.format(order=order_key, dedup=dedup_key) for e in extra)
+        query = (
+            f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{windows} "
+            f"FROM {documents} {where} ORDER BY shard, row"
+        )
+        try:
+            return con.execute(query, params).fetchnumpy(), {}
+        except duckdb.Error as exc:
+            field, text = _blame(selection, con, documents, params)
+            raise _fail(selection, exc, field, text, columns) from exc
+    assert selection.key is not None
+    files = sidecar_files(selection)
+    params["meta"] = files
+    meta_columns = _sidecar_columns(con, selection, files, columns)
+    columns = columns + [c for c in meta_columns if c != selection.key]
+    qkey = _quote(selection.key)
+    # One full join, materialized (DuckDB spills it past the memory limit): the selection and the counts of keys
+    # on one side only are both read from it, so the two tables are joined once.
+    source = f"{documents} FULL OUTER JOIN (SELECT *, true AS zephon_side FROM read_parquet($meta)) m USING ({qkey})"
+    keep = f"coalesce(({selection.where}), false)" if selection.where is not None else "true"
+    keys = (f", ({order_key}) AS zephon_order" if order_key else "") + (
+        f", ({dedup_key}) AS zephon_dedup" if dedup_key else ""
     )
     try:
-        return con.execute(query, params).fetchnumpy(), sidecar
+        con.execute(
+            "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
+            f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
+            f"{keep} AS keep{keys} FROM {source}",
+            params,
+        )
     except duckdb.Error as exc:
         field, text = _blame(selection, con, source, params)
         raise _fail(selection, exc, field, text, columns) from exc
+    sidecar = _sidecar_counts(con, selection, files, sum_rows=_rows(con, paths))
+    windows = "".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra)
+    query = f"SELECT shard, row{windows} FROM zephon_joined WHERE keep AND shard IS NOT NULL ORDER BY shard, row"
+    return con.execute(query).fetchnumpy(), sidecar
 
 
-def _sidecar(
-    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], columns: list[str], params: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
-    """Check the sidecar (key in both tables, no clashing column, unique keys), count keys on one side only,
-    fingerprint it; return the report fields and its columns."""
+def _rows(con: duckdb.DuckDBPyConnection, paths: list[str]) -> int:
+    found = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($paths)", {"paths": paths}).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def _sidecar_columns(
+    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], columns: list[str]
+) -> list[str]:
+    """The sidecar's columns, checked: the key in both tables, no other column in both."""
     name, key = selection.dataset, selection.key
     assert key is not None
     meta_columns = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($meta)", {"meta": files}).fetchall()]
@@ -342,18 +370,26 @@ def _sidecar(
             f"dataset {name!r}: sidecar column {clash[0]!r} must not also be a dataset column — rename it in "
             f"the sidecar (only {key!r}, the key, may be in both)"
         )
-    qkey = _quote(key)
-    # One pass: the sidecar grouped by key (duplicates), fully joined to the documents' keys (one side only).
+    return meta_columns
+
+
+def _sidecar_counts(
+    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], *, sum_rows: int
+) -> dict[str, Any]:
+    """From the joined table: refuse duplicate sidecar keys (with an example), count keys on one side only,
+    fingerprint the sidecar; the report fields.
+
+    A duplicated key that matches documents repeats them (more joined document rows than documents); one that
+    matches none shows among the sidecar-only keys (more of them than distinct ones)."""
+    name, key = selection.dataset, selection.key
+    assert key is not None
     counts = con.execute(
-        f"SELECT count(*) FILTER (WHERE m.n IS NULL), count(*) FILTER (WHERE d.doc IS NULL), "
-        f"coalesce(sum(m.n) FILTER (WHERE d.doc IS NULL), 0), max(m.n) FILTER (WHERE m.{qkey} IS NOT NULL) "
-        f"FROM (SELECT {qkey}, true AS doc FROM read_parquet($paths)) d "
-        f"FULL OUTER JOIN (SELECT {qkey}, count(*) AS n FROM read_parquet($meta) GROUP BY ALL) m "
-        f"ON d.{qkey} = m.{qkey}",
-        params,
+        "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
+        "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
     ).fetchone()
     assert counts is not None
-    if counts[3] is not None and counts[3] > 1:
+    if counts[0] > sum_rows or counts[3] > counts[4]:
+        qkey = _quote(key)
         duplicate = con.execute(
             f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
             f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
@@ -364,16 +400,14 @@ def _sidecar(
             f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
             f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
         )
-    assert counts is not None
-    sidecar_rows = con.execute("SELECT count(*) FROM read_parquet($meta)", {"meta": files}).fetchone()
+    sidecar_rows = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($meta)", {"meta": files}).fetchone()
     assert sidecar_rows is not None
-    report = {
+    return {
         "sidecar_fingerprint": _sidecar_fingerprint(files),
         "sidecar_rows": int(sidecar_rows[0]),
-        "documents_without_metadata": int(counts[0]),
+        "documents_without_metadata": int(counts[1]),
         "metadata_without_document": int(counts[2]),
     }
-    return report, meta_columns
 
 
 def _blame(

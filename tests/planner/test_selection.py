@@ -164,6 +164,11 @@ def test_duplicate_sidecar_keys_are_refused_with_an_example(corpus, tmp_path) ->
     ds = Dataset.from_path("web", corpus / "web", metadata=tmp_path / "dup.parquet", key="id", where="quality > 0")
     with pytest.raises(DatasetError, match=r"sidecar key 'id' must be unique, got 2 rows for 'w0-2'"):
         prepare(_source(ds))
+    # A duplicated key that no document has is refused too.
+    pq.write_table(pa.table({"id": ["w0-1", "zz", "zz", "zz"], "quality": [1.0, 2, 3, 4]}), tmp_path / "dup2.parquet")
+    ds = Dataset.from_path("web", corpus / "web", metadata=tmp_path / "dup2.parquet", key="id", where="quality > 0")
+    with pytest.raises(DatasetError, match=r"sidecar key 'id' must be unique, got 3 rows for 'zz'"):
+        prepare(_source(ds))
 
 
 @pytest.mark.parametrize(
