@@ -5,7 +5,8 @@ In an exact plan every document's token count is known, so the plan fixes every 
 * ``wrap``: sequence ``k`` is tokens ``[k·L, (k+1)·L)`` of the global stream; ``samples.token_offset`` gives
   each document's first token, so the documents of sequence ``k`` are found by a binary search (footer
   statistics pick the row group, then one row group is searched);
-* ``best_fit``: ``bins.parquet`` lists, per sequence, the pieces (position, doc_start, length, offset).
+* ``best_fit`` and ``homogeneous``: ``bins.parquet`` lists, per sequence, the pieces (position, doc_start,
+  length, offset).
 
 Either way a sequence is a list of pieces; the pieces' documents are read, tokenized, checked against the
 plan's token counts, and sliced. The documents of the previous microbatch are kept, because a document often
@@ -117,7 +118,7 @@ class ExactSequences:
                 ["sequence", "offset", "position", "doc_start", "length"],
                 key="sequence",
             )
-            if self.algorithm == "best_fit"
+            if self.algorithm != "wrap"  # best_fit and homogeneous plans list their rows' pieces
             else None
         )
         empty = np.empty(0, dtype=np.int64)

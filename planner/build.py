@@ -32,10 +32,12 @@ from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.plan.records import shards_table
 from zephon.planner.best_fit import Bins, pack, padding_fraction
+from zephon.planner.homogeneous import window_bound_rows
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.planner.shortfalls import plan_warnings
+from zephon.planner.sources import overlaps
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, write_atomic
@@ -84,8 +86,10 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
             "weight": float(eval_fraction(weights[ds.name])),
             "planned_documents": int(docs[index]),
             "epochs_started": int(totals.last_epoch[index]) + 1 if docs[index] else 0,
-            "passes_completed": int(docs[index]) // info["rows"],
+            "passes_completed": int(docs[index]) // prepared.dataset_rows(index),
         }
+        if "selection" in info:
+            entry["selection"] = info["selection"]
         if tok is not None:
             entry["planned_tokens"] = int(tok[index])
             entry["planned_token_share"] = float(tok[index] / total_tokens) if total_tokens else 0.0
@@ -103,18 +107,21 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
             packing["padding_fraction"] = (packing["sequences"] * L - total_tokens) / (packing["sequences"] * L)
         else:
             b = bins
-            first_fit = pack(totals.all_tokens().astype(np.int64), L, oversize=prepared.pack.oversize, first_fit=True)
+            packing.update({"sequences": b.sequences, "oversize": prepared.pack.oversize})
+            packing["padding_fraction"] = padding_fraction(b, L)
+            if prepared.pack.algorithm == "best_fit":
+                tokens = totals.all_tokens().astype(np.int64)
+                first_fit = pack(tokens, L, oversize=prepared.pack.oversize, first_fit=True)
+                packing["first_fit_padding_fraction"] = padding_fraction(first_fit, L)
             packing.update(
                 {
-                    "sequences": b.sequences,
-                    "oversize": prepared.pack.oversize,
-                    "padding_fraction": padding_fraction(b, L),
-                    "first_fit_padding_fraction": padding_fraction(first_fit, L),
                     "split_documents": b.split_documents,
                     "dropped_documents": b.dropped_documents,
                     "dropped_tokens": b.dropped_tokens,
                 }
             )
+            if prepared.pack.algorithm == "homogeneous":  # any window of rows holds each share within this
+                packing["window_bound_rows"] = window_bound_rows()
     tokenizer = None
     if prepared.tokenize is not None and prepared.tokenizer_fingerprint is not None:
         tokenizer = {
@@ -127,26 +134,42 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
     files: dict[str, Any] = {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE}
     if bins is not None:
         files["bins"] = BINS_FILE
-    return {
-        "format_version": FORMAT_VERSION,
-        "zephon_version": _zephon_version(),
-        "config_hash": prepared.config_hash,
-        "config": prepared.config,
-        "seed": source.seed,
-        "kind": "exact" if prepared.exact else "estimated",
-        "lanes": None if prepared.exact else source.lanes,
-        "datasets": datasets,
-        "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
-        "token_estimation": prepared.token_provenance,
-        "tokenizer": tokenizer,
-        "packing": packing,
-        "shuffle": prepared.config["shuffle"],
-        "budget": prepared.config["budget"],
-        "on_exhaustion": source.on_exhaustion,
-        "files": files,
-        "totals": counts,
-        "warnings": plan_warnings(prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None),
-    } | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
+    return (
+        {
+            "format_version": FORMAT_VERSION,
+            "zephon_version": _zephon_version(),
+            "config_hash": prepared.config_hash,
+            "config": prepared.config,
+            "seed": source.seed,
+            "kind": "exact" if prepared.exact else "estimated",
+            "lanes": None if prepared.exact else source.lanes,
+            "datasets": datasets,
+            "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
+            "token_estimation": prepared.token_provenance,
+            "tokenizer": tokenizer,
+            "packing": packing,
+            "shuffle": prepared.config["shuffle"],
+            "budget": prepared.config["budget"],
+            "on_exhaustion": source.on_exhaustion,
+            "files": files,
+            "totals": counts,
+            "warnings": plan_warnings(
+                prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None
+            ),
+        }
+        | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
+        | _sources(prepared, datasets)
+    )
+
+
+def _sources(prepared: PreparedPlan, datasets: list[dict[str, Any]]) -> dict[str, Any]:
+    """plan.json ``sources`` (datasets that are selections of one source, ``zephon.planner.selection.overlaps``);
+    only in plans with a selection, so plans without one keep their bytes."""
+    if not prepared.selections:
+        return {}
+    names = [d["name"] for d in datasets]
+    planned = [d["planned_documents"] for d in datasets]
+    return {"sources": overlaps(names, prepared.shards, prepared.selections, planned)}
 
 
 def _phases(prepared: PreparedPlan, totals: Totals) -> list[dict[str, Any]]:
@@ -228,7 +251,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
-        packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm == "best_fit"
+        packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
         writer = SamplesWriter(tmp / SAMPLES_FILE)
         try:
@@ -239,7 +262,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
             writer.abort()
             raise
         writer.close()
-        bins = best_fit(prepared, totals.all_tokens()) if packs else None
+        bins = best_fit(prepared, totals.all_tokens(), totals.all_datasets()) if packs else None
         _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)
         if bins is not None:
             b = bins

@@ -36,6 +36,7 @@ import numpy as np
 
 from zephon.plan.format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
+from zephon.planner.homogeneous import homogeneous
 from zephon.planner.interleave import Interleaving, exact_weights
 from zephon.planner.lane_dealing import Dealer, row_bytes
 from zephon.planner.orders import Documents, Reader
@@ -108,6 +109,7 @@ def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -
         shuffle=source.shuffle.enabled,
         window_shards=source.shuffle.window_shards,
         max_epochs=max_epochs,
+        selection=prepared.selection(index),
     )
 
 
@@ -116,7 +118,7 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
     source = prepared.source
     weights = list(stages[0].raw)
     fr = [float(f) for f in exact_weights(weights)]
-    rows = [sum(r.rows for r in refs) for refs in prepared.shards]
+    rows = [prepared.dataset_rows(i) for i in range(len(prepared.shards))]
     passes = source.epochs or 1
     budget = source.num_documents
     stop = source.on_exhaustion == "stop"
@@ -216,7 +218,7 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
     """The plan, a chunk of positions at a time, by token counts."""
     source = prepared.source
     assert prepared.tokens is not None
-    epoch_tokens = [int(sum(int(t.sum()) for t in group)) for group in prepared.tokens]
+    epoch_tokens = [_epoch_tokens(prepared, i) for i in range(len(prepared.tokens))]
     return schedule(
         lambda i, cap: _reader(prepared, i, cap),
         epoch_tokens,
@@ -226,6 +228,15 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
         num_documents=source.num_documents,
         num_tokens=source.num_tokens,
     )
+
+
+def _epoch_tokens(prepared: PreparedPlan, index: int) -> int:
+    """Tokens of one pass of dataset ``index``: its selected rows', or all its rows'."""
+    assert prepared.tokens is not None
+    group, chosen = prepared.tokens[index], prepared.selection(index)
+    if chosen is None:
+        return int(sum(int(t.sum()) for t in group))
+    return sum(int(group[j][rows].sum(dtype=np.int64)) for j, rows in chosen.by_shard())
 
 
 def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
@@ -259,10 +270,14 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
         start += len(placement.dataset_id)
 
 
-def best_fit(prepared: PreparedPlan, tokens: np.ndarray) -> Bins | None:
-    """Best-fit bins of an exact best-fit plan over its documents' ``tokens`` in plan order, else None."""
-    if not prepared.exact or prepared.pack is None or prepared.pack.algorithm != "best_fit":
+def best_fit(prepared: PreparedPlan, tokens: np.ndarray, dataset_id: np.ndarray | None = None) -> Bins | None:
+    """The planned rows of an exact best-fit or homogeneous plan over its documents' ``tokens`` (and, for
+    homogeneous packing, ``dataset_id``) in plan order, else None."""
+    if not prepared.exact or prepared.pack is None or prepared.pack.algorithm == "wrap":
         return None
+    if prepared.pack.algorithm == "homogeneous":
+        assert dataset_id is not None, "homogeneous packing needs each document's dataset"
+        return homogeneous(tokens, dataset_id, prepared.pack.max_length)
     return pack(tokens.astype(np.int64), prepared.pack.max_length, oversize=prepared.pack.oversize)
 
 
@@ -282,6 +297,6 @@ def layout(prepared: PreparedPlan) -> Layout:
         epoch=column("epoch", np.int32),
         tokens=tokens,
         token_offset=column("token_offset", np.int64) if prepared.exact else None,
-        bins=best_fit(prepared, tokens) if tokens is not None else None,
+        bins=best_fit(prepared, tokens, column("dataset_id", np.int16)) if tokens is not None else None,
         lane=column("lane", np.int16) if not prepared.exact else None,
     )

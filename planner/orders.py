@@ -12,6 +12,12 @@ Worked example: shards A (3 rows), B (2 rows), C (2 rows), window 2. The shard p
 windows are [C, A] and [B]; the first window's 5 rows C0 C1 A0 A1 A2 might be shuffled into
 A2 C0 A0 C1 A1, the second into B1 B0: the epoch reads A2 C0 A0 C1 A1 B1 B0.
 
+Selections (``zephon.planner.selection``): a dataset read through a selection orders only its selected rows.
+Unordered, the rule above runs over the selected rows of each shard (a shard's "rows" are its selected rows,
+mapped back to row numbers when read); ordered (``order_by``), the epoch reads the documents in key order,
+cut into windows of ``window`` consecutive documents shuffled from the same ``(seed, dataset_index, epoch)``
+stream. Example: selected order a1 b0 a2 b1, window 2, one epoch might read b0 a1 | a2 b1.
+
 The planner never holds an epoch whole: ``Reader`` produces a dataset's documents a window at a time
 (``epoch_windows`` draws the bits in the same order as ``epoch_order``), so memory stays at a few windows
 per dataset however large the dataset is.
@@ -20,9 +26,12 @@ per dataset however large the dataset is.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from zephon.planner.selection import SelectedRows
 
 
 class Window(NamedTuple):
@@ -140,6 +149,17 @@ def epoch_windows(
         yield Window(window, permutation(bits, int(shard_rows[window].sum())) if shuffle else None)
 
 
+def ordered_windows(
+    documents: int, *, seed: int, dataset_index: int, epoch: int, shuffle: bool, window: int
+) -> Iterator[Window]:
+    """An ordered selection's epoch: runs of ``window`` consecutive positions in key order (``Window.shards``
+    holds the positions), each shuffled from the ``(seed, dataset_index, epoch)`` stream when ``shuffle``."""
+    bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, epoch]))
+    for start in range(0, documents, window):
+        positions = np.arange(start, min(documents, start + window), dtype=np.int64)
+        yield Window(positions, permutation(bits, len(positions)) if shuffle and window > 1 else None)
+
+
 def window_rows(window: Window, shard_rows: np.ndarray) -> WindowRows:
     """The documents of ``window`` in reading order: its rows, shard after shard, taken in ``perm`` order."""
     shards, perm = window
@@ -197,9 +217,15 @@ class Reader:
         shuffle: bool,
         window_shards: int,
         max_epochs: int | None = None,
+        selection: SelectedRows | None = None,
     ) -> None:
         self._ids = np.asarray(shard_ids, dtype=np.int32)
         self._rows = np.asarray(shard_rows, dtype=np.int64)
+        self._selection = selection
+        if selection is not None:
+            # Each shard's "rows" are its selected rows; _starts[j] is shard j's first in selection order.
+            self._rows = selection.per_shard(len(self._ids))
+            self._starts = np.concatenate(([0], np.cumsum(self._rows)))[:-1]
         self._tokens = tokens
         self._seed, self._index = seed, dataset_index
         self._shuffle, self._window = shuffle, window_shards
@@ -211,18 +237,71 @@ class Reader:
         self.buffered = 0  # documents generated and not yet taken
         self.exhausted = False
 
+    def _shard_tokens(self, j: int) -> np.ndarray:
+        """Shard ``j``'s token counts, of its selected rows only when the dataset has a selection (unordered)."""
+        assert self._tokens is not None
+        counts = self._tokens[j]
+        if self._selection is not None:
+            start = int(self._starts[j])
+            counts = counts[self._selection.row[start : start + int(self._rows[j])]]
+        return counts
+
+    def _window_documents(self, window: Window) -> tuple[WindowRows, np.ndarray | None]:
+        """The documents of one window (rows mapped through an unordered selection) and their tokens."""
+        if self._selection is not None and self._selection.ordered:
+            return self._ordered_documents(window)
+        rows = window_rows(window, self._rows)
+        tokens = None
+        if self._tokens is not None:
+            flat = np.concatenate([self._shard_tokens(j) for j in window.shards.tolist()])
+            flat = flat.astype(np.int64, copy=False)
+            tokens = flat[window.perm] if window.perm is not None else flat
+        if self._selection is not None:
+            rows = WindowRows(rows.shard, self._selection.row[self._starts[rows.shard] + rows.row])
+        return rows, tokens
+
+    def _ordered_documents(self, window: Window) -> tuple[WindowRows, np.ndarray | None]:
+        """An ordered selection's window: ``window.shards`` holds positions in key order (see ``_epoch``)."""
+        assert self._selection is not None
+        shard, row = self._selection.shard[window.shards], self._selection.row[window.shards]
+        tokens = None
+        if self._tokens is not None:
+            tokens = np.empty(len(row), np.int64)
+            for j in np.unique(shard).tolist():
+                at = np.flatnonzero(shard == j)
+                tokens[at] = self._tokens[j][row[at]]
+        if window.perm is not None:
+            shard, row = shard[window.perm], row[window.perm]
+            tokens = tokens[window.perm] if tokens is not None else None
+        return WindowRows(shard, row), tokens
+
+    def _epoch(self) -> Iterator[Window]:
+        """The windows of epoch ``self.epoch``: shard windows, or for an ordered selection runs of positions in
+        key order (``Window.shards`` then holds those positions)."""
+        selection = self._selection
+        if selection is None or not selection.ordered:
+            return epoch_windows(
+                self._rows,
+                seed=self._seed,
+                dataset_index=self._index,
+                epoch=self.epoch,
+                shuffle=self._shuffle,
+                window_shards=self._window,
+            )
+        return ordered_windows(
+            len(selection.row), seed=self._seed, dataset_index=self._index, epoch=self.epoch,
+            shuffle=self._shuffle, window=selection.window,
+        )  # fmt: skip
+
     def _next_window(self) -> bool:
         """Generate the next non-empty window; False when ``max_epochs`` epochs are generated."""
         while True:
             for window in self._windows:
-                if not self._rows[window.shards].any():
+                if not len(window.shards) or (
+                    (self._selection is None or not self._selection.ordered) and not self._rows[window.shards].any()
+                ):
                     continue
-                rows = window_rows(window, self._rows)
-                tokens = None
-                if self._tokens is not None:
-                    flat = np.concatenate([self._tokens[j] for j in window.shards.tolist()])
-                    flat = flat.astype(np.int64, copy=False)
-                    tokens = flat[window.perm] if window.perm is not None else flat
+                rows, tokens = self._window_documents(window)
                 n = len(rows.row)
                 self._parts.append(
                     Documents(
@@ -238,14 +317,7 @@ class Reader:
                 self.exhausted = True
                 return False
             self.epoch += 1
-            self._windows = epoch_windows(
-                self._rows,
-                seed=self._seed,
-                dataset_index=self._index,
-                epoch=self.epoch,
-                shuffle=self._shuffle,
-                window_shards=self._window,
-            )
+            self._windows = self._epoch()
 
     def fill(self, k: int) -> int:
         """Generate windows until ``k`` documents are buffered (or the epochs run out); return the count."""

@@ -27,6 +27,7 @@ from zephon.plan.records import ShardRef
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
+from zephon.planner.selection import SelectedRows, select_rows
 from zephon.planner.token_lengths import CountReport, token_counts
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
@@ -51,6 +52,17 @@ class PreparedPlan:
     count_report: CountReport | None
     #: Phase 0 (the mixture) and the work source's phases, resolved (``zephon.planner.phases``).
     stages: tuple[Stage, ...]
+    #: Per dataset: its selected rows (``zephon.planner.selection``), or None when it reads every row.
+    selections: tuple[SelectedRows | None, ...] = ()
+
+    def selection(self, index: int) -> SelectedRows | None:
+        """Dataset ``index``'s selection, or None when it reads every row."""
+        return self.selections[index] if self.selections else None
+
+    def dataset_rows(self, index: int) -> int:
+        """Documents one pass of dataset ``index`` reads: its selected rows, or all its rows."""
+        chosen = self.selection(index)
+        return len(chosen.row) if chosen is not None else sum(r.rows for r in self.shards[index])
 
     @property
     def unit(self) -> str:
@@ -116,10 +128,15 @@ def prepare(
             "an exact plan decides packing, so it needs pack settings, got none — call .pack_flat(max_length=...) "
             "on the Pipeline, pass pack= to plan(), or add `packing:` to CONFIG"
         )
-    if pack is not None and pack.algorithm == "best_fit" and not source.exact_tokens:
+    if pack is not None and pack.algorithm != "wrap" and not source.exact_tokens:
         raise ConfigError(
-            'pack_flat(algorithm="best_fit") must run on an exact plan, got exact_tokens=False — set '
-            "exact_tokens=True on the work source (best-fit bins are planned offline from exact counts)"
+            f'pack_flat(algorithm="{pack.algorithm}") must run on an exact plan, got exact_tokens=False — set '
+            "exact_tokens=True on the work source (its rows are planned offline from exact counts)"
+        )
+    if pack is not None and pack.algorithm == "homogeneous" and source.phases:
+        raise ConfigError(
+            'pack_flat(algorithm="homogeneous") must plan a static mixture, got phases — its rows interleave '
+            'over the whole plan; pack phased plans with algorithm="wrap" or "best_fit"'
         )
     chat = tokenize is not None and tokenize.chat is not None
     if chat and source.token_estimation is not None and not source.exact_tokens:
@@ -128,6 +145,7 @@ def prepare(
             "— set exact_tokens=True (calibration measures tokens per byte of text, which a conversation is not)"
         )
     shards = shard_refs(source, progress=progress)
+    selections = select_datasets(source, shards)
     encoder = make_encoder(tokenize, operators) if needs_tokens and tokenize is not None else None
     tokens: list[Sequence[np.ndarray]] | None = None
     provenance: dict[str, Any] | None = None
@@ -165,6 +183,19 @@ def prepare(
         pack=pack,
         count_report=report,
         operators=operators,
+        selections=selections,
+    )
+
+
+def select_datasets(
+    source: WorkSource, shards: tuple[tuple[ShardRef, ...], ...]
+) -> tuple[SelectedRows | None, ...] | None:
+    """Each dataset's selection evaluated (``zephon.planner.selection``); None when no dataset has one."""
+    if all(ds.selection is None for ds in source.datasets):
+        return None
+    return tuple(
+        select_rows(ds.selection, refs, seed=source.seed, dataset_index=index) if ds.selection is not None else None
+        for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True))
     )
 
 
@@ -179,6 +210,7 @@ def assemble(
     pack: PackSpec | None = None,
     count_report: CountReport | None = None,
     operators: tuple[Operator, ...] = (),
+    selections: tuple[SelectedRows | None, ...] | None = None,
 ) -> PreparedPlan:
     """Normalize the config of ``source`` over already scanned ``shards`` (and per-row ``tokens``) and hash it.
 
@@ -186,18 +218,22 @@ def assemble(
     """
     fracs = exact_weights([float(source.mixture.weights[ds.name]) for ds in source.datasets])
     datasets = []
-    for ds, refs in zip(source.datasets, shards, strict=True):
+    for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True)):
         digest = hashlib.sha256("\n".join(f"{r.uri}\t{r.fingerprint}" for r in refs).encode()).hexdigest()
-        datasets.append(
-            {
-                "name": ds.name,
-                "path": ds.path,
-                "pinned": ds.pinned or ds.path,
-                "shards": len(refs),
-                "rows": sum(r.rows for r in refs),
-                "fingerprint": digest,
-            }
-        )
+        entry: dict[str, Any] = {
+            "name": ds.name,
+            "path": ds.path,
+            "pinned": ds.pinned or ds.path,
+            "shards": len(refs),
+            "rows": sum(r.rows for r in refs),
+            "fingerprint": digest,
+        }
+        chosen = selections[index] if selections else None
+        if ds.selection is not None and chosen is not None:
+            # The query as written, the sidecar's content digest and the counts: a changed sidecar or predicate
+            # changes config_hash. Absent without a selection, so such plans stay byte-identical.
+            entry["selection"] = ds.selection.normalized() | chosen.report.as_json()
+        datasets.append(entry)
     budget = source.budget()
     if all(v is None for v in budget.values()):
         budget["epochs"] = 1
@@ -244,4 +280,5 @@ def assemble(
         pack=pack if source.exact_tokens else None,
         count_report=count_report,
         stages=stages(source, pack if source.exact_tokens else None),
+        selections=selections or (),
     )

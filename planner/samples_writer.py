@@ -88,6 +88,8 @@ class Totals:
     tokens: np.ndarray | None = None
     #: With ``keep_tokens``: every chunk's tokens, in plan order.
     token_parts: list[np.ndarray] = field(default_factory=list)
+    #: With ``keep_tokens``: every chunk's dataset ids, in plan order (homogeneous packing needs them).
+    dataset_parts: list[np.ndarray] = field(default_factory=list)
     #: Per stage (phase) that placed documents: first position, documents and tokens per dataset.
     stages: dict[int, StageTotals] = field(default_factory=dict)
 
@@ -113,9 +115,13 @@ class Totals:
             stage.tokens = sums if stage.tokens is None else stage.tokens + sums
             if self.keep_tokens:
                 self.token_parts.append(chunk.tokens)
+                self.dataset_parts.append(chunk.dataset_id)
 
     def all_tokens(self) -> np.ndarray:
         return np.concatenate(self.token_parts) if self.token_parts else np.empty(0, np.int32)
+
+    def all_datasets(self) -> np.ndarray:
+        return np.concatenate(self.dataset_parts) if self.dataset_parts else np.empty(0, np.int16)
 
 
 def _table(chunk: Chunk) -> pa.Table:

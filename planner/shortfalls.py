@@ -41,7 +41,7 @@ def plan_warnings(
     (None without token counts)."""
     source = prepared.source
     names = [ds.name for ds in source.datasets]
-    rows = [sum(r.rows for r in refs) for refs in prepared.shards]
+    rows = [prepared.dataset_rows(i) for i in range(len(prepared.shards))]
     passes = source.epochs or 1
     planned = [int(d) for d in docs]
     out: list[dict[str, Any]] = []

@@ -6,6 +6,8 @@ A CONFIG file holds the arguments of ``StaticMixtureWorkSource`` as plain data::
     datasets:
       - {name: prose, path: data/prose/*.parquet}   # relative: against this file's directory
       - {name: code, path: data/code}
+      # - {name: web_hq, path: data/web, where: "int_score >= 4", metadata: scores/, key: id,
+      #    order_by: "difficulty DESC", order_window: 1024, dedup_on: cluster_id}   # docs/curricula.md
     mixture: {prose: 0.7, code: 0.3}
     num_documents: 10000                            # or epochs: 2 (neither: epochs 1)
     on_exhaustion: new_epoch                        # or stop
@@ -52,10 +54,10 @@ import yaml
 from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.config_sections import (
     check_keys,
+    dataset_entries,
     describe,
     in_file,
     optional_integer,
-    parse_datasets,
     parse_mixture,
     parse_packing,
     parse_phases,
@@ -184,7 +186,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
             raise ConfigError(f"{origin}: `{key}` must be set, got nothing — add it (see docs/cli.md)")
 
     seed = require_integer(data["seed"], "seed", 0, origin, "write e.g. `seed: 42`")
-    entries = parse_datasets(data["datasets"], base_dir, origin)
+    entries = dataset_entries(data["datasets"], base_dir, origin)
     weights = parse_mixture(data["mixture"], origin)
     num_documents = optional_integer(data, "num_documents", origin)
     epochs = optional_integer(data, "epochs", origin)
@@ -204,7 +206,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
         raise type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
 
     try:
-        datasets = [Dataset.from_path(name, path) for name, path in entries]
+        datasets = [Dataset.from_path(name, path, **selection) for name, path, selection in entries]
         return StaticMixtureWorkSource(
             datasets=datasets,
             mixture=MixtureSpec(weights),

@@ -115,7 +115,9 @@ class PackSpec:
         max_length: tokens per packed row: context length + 1 (labels are shifted by one).
         algorithm: ``"wrap"`` concatenates documents and cuts rows, splitting documents at row ends;
             ``"best_fit"`` (exact plans only) places whole documents into rows planned offline, minimizing
-            padding.
+            padding; ``"homogeneous"`` (exact plans only) packs each dataset into its own rows and interleaves
+            the rows by weight, so every window of rows holds the mixture within one row per end whatever the
+            document lengths (``zephon.planner.homogeneous``; docs/curricula.md).
         pad_token_id: pads short rows; None uses the tokenizer's pad token, else EOS.
         oversize: best_fit only: a document longer than ``max_length`` is ``"split"`` into pieces of at most
             ``max_length`` tokens or ``"drop"``ped; either way it is counted in plan.json.
@@ -129,8 +131,10 @@ class PackSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.max_length, int) or self.max_length < 2:
             raise ConfigError(f"max_length must be an integer ≥ 2, got {self.max_length!r} — use context + 1")
-        if self.algorithm not in ("wrap", "best_fit"):
-            raise ConfigError(f'pack_flat algorithm must be "wrap" or "best_fit", got {self.algorithm!r}')
+        if self.algorithm not in ("wrap", "best_fit", "homogeneous"):
+            raise ConfigError(
+                f'pack_flat algorithm must be "wrap", "best_fit" or "homogeneous", got {self.algorithm!r}'
+            )
         if self.oversize not in ("split", "drop"):
             raise ConfigError(f'pack_flat oversize must be "split" or "drop", got {self.oversize!r}')
 

@@ -154,7 +154,7 @@ DAMAGED: dict[str, tuple[str, Callable[[dict[str, Any]], object], str]] = {
     "unknown packing": (
         "exact_wrap",
         _set("packing", "algorithm", value="first_fit"),
-        r"key 'packing.algorithm' must be one of 'wrap', 'best_fit', got 'first_fit'",
+        r"key 'packing.algorithm' must be one of 'wrap', 'best_fit', 'homogeneous', got 'first_fit'",
     ),
     "exact without packing": (
         "exact_wrap",

@@ -189,7 +189,7 @@ BASE = "seed: 1\ndatasets:\n  - {name: web, path: data/web}\nmixture: {web: 1}\n
         ),
         (
             "packing: {max_length: 64, algorithm: nope}",
-            '`packing.algorithm` must be "wrap" or "best_fit", got string \'nope\' — use one of them',
+            '`packing.algorithm` must be "wrap", "best_fit" or "homogeneous", got string \'nope\' — use one of them',
         ),
         (
             "packing: {max_length: 64, oversize: cut}",

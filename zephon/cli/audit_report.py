@@ -22,6 +22,17 @@ def audit_lines(result: AuditResult) -> list[str]:
         f"{result.steps} steps of {result.batch_size} sequences), tolerance {result.tolerance_pp:.2f} pp, "
         f"target: {target}"
     ]
+    if result.bound_pp is not None:
+        lines.append(
+            f"bound: {result.packing} packing holds every window's shares within ±{result.bound_pp:.2f} pp "
+            "(one row at each end of a window)"
+        )
+    elif result.longest_document_pp is not None:
+        lines.append(
+            f"bound: none from {result.packing} packing — the longest document is {result.longest_document_pp:.2f} "
+            'pp of a window and can move one by that much; pack_flat(algorithm="homogeneous") bounds every '
+            "window by one row per end"
+        )
     header = ["dataset", "weight", "target", "overall", "worst window", "share", "deviation", "check"]
     lines += format_table(header, _audit_rows(result.datasets)).splitlines()
     for phase in result.phases:
@@ -101,6 +112,10 @@ def audit_json(result: AuditResult) -> dict[str, Any]:
         "datasets": _audit_datasets_json(result.datasets),
         "violations": [d.name for d in result.violations],
     }
+    if result.packing is not None:
+        out["packing"] = result.packing
+        out["bound_pp"] = result.bound_pp
+        out["longest_document_pp"] = result.longest_document_pp
     if result.phases:
         out["phases"] = [
             {

@@ -9,6 +9,7 @@ Library modules are imported inside the commands, so that ``zephon --help`` stay
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,13 @@ _PLAN = click.Path(exists=True, file_okay=False, path_type=Path)
 @max_length_option
 @click.option("--field", default=None, help="Shard column to preview (default: the plan's tokenizer field, else text).")
 @click.option("--no-text", is_flag=True, help="Do not open the shards; leave the text column out.")
+@click.option(
+    "--column",
+    "columns",
+    multiple=True,
+    metavar="COLUMN",
+    help="Also show this metadata column of selected datasets (their own or their sidecar's); repeatable.",
+)
 @format_option("table", "json")
 def show(
     plan_dir: Path,
@@ -55,6 +63,7 @@ def show(
     max_length: int | None,
     field: str | None,
     no_text: bool,
+    columns: tuple[str, ...],
     fmt: str,
 ) -> None:
     """Show the documents of one training step of the plan in PLAN_DIR.
@@ -66,7 +75,9 @@ def show(
     from zephon.inspection.show import show_step
 
     with one_line_errors(*read_errors()):
-        view = show_step(plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field)
+        view = show_step(
+            plan_dir, step, batch_size=batch_size, max_length=max_length, text=not no_text, field=field, columns=columns
+        )
     if fmt == "json":
         click.echo(json.dumps(show_json(view), ensure_ascii=False, indent=2))
         return
@@ -90,12 +101,15 @@ def show_lines(view: StepView) -> list[str]:
     columns = ["position", "dataset", "shard", "row"]
     columns += ["phase"] if with_phase else []
     columns += ["tokens", "in_step"] if with_tokens else []
+    meta = list(view.rows[0].metadata) if view.rows else []
+    columns += meta
     columns += ["text"] if with_text else []
     rows = []
     for r in view.rows:
         values: list[Any] = [r.position, r.dataset, r.shard, r.row]
         values += [r.phase] if with_phase else []
         values += [r.tokens, r.tokens_in_step] if with_tokens else []
+        values += [r.metadata[n] for n in meta]
         values += [r.text] if with_text else []
         rows.append(values)
     return [head, *format_table(columns, rows).splitlines()]
@@ -121,6 +135,7 @@ def show_json(view: StepView) -> dict[str, Any]:
                 "tokens_in_step": r.tokens_in_step,
                 "text": r.text,
                 **({"phase": r.phase} if r.phase is not None else {}),
+                **({"metadata": dict(r.metadata)} if r.metadata else {}),
             }
             for r in view.rows
         ],
@@ -168,6 +183,13 @@ def show_json(view: StepView) -> dict[str, Any]:
     metavar="LOGDIR",
     help="Check a provenance log (Pipeline.options(provenance_dir=LOGDIR)) against the plan instead.",
 )
+@click.option(
+    "--by-column",
+    "by_column",
+    default=None,
+    metavar="COLUMN",
+    help="Report the mean of a metadata column (a selected dataset's or sidecar's) per window instead.",
+)
 def audit(
     plan_dir: Path,
     window: int,
@@ -178,6 +200,7 @@ def audit(
     fmt: str,
     plot: Path | None,
     log_dir: Path | None,
+    by_column: str | None,
 ) -> None:
     """Audit the mixture of the plan in PLAN_DIR in every window of consecutive steps.
 
@@ -185,7 +208,8 @@ def audit(
     --window steps with its target (the normalized mixture weight). Exits 1 when a dataset with weight
     ≥ 5% is more than --tolerance percentage points off in some window, naming the dataset and the window;
     0 otherwise. With --log LOGDIR it instead checks what the ranks actually yielded (their provenance log)
-    against the plan and exits 1 on any mismatch.
+    against the plan and exits 1 on any mismatch. With --by-column COLUMN it reports that metadata
+    column's mean in consecutive windows of --window steps (e.g. quality over training; docs/curricula.md).
     """
     from zephon.cli.audit_report import audit_json, audit_lines
     from zephon.inspection.audit import AuditSpec, audit_plan, plot_shares
@@ -198,6 +222,26 @@ def audit(
         click.echo(log_json(check) if fmt == "json" else "\n".join(log_summary(check)))
         if not check.ok:
             sys.exit(1)
+        return
+    if by_column is not None:
+        from zephon.inspection.column_audit import column_windows
+
+        with one_line_errors(*read_errors()):
+            cw = column_windows(plan_dir, by_column, batch_size=batch_size, max_length=max_length, window=window)
+        if fmt == "json":
+            windows = [
+                {"first_step": int(f), "mean": None if math.isnan(m) else float(m), "documents": int(n)}
+                for f, m, n in zip(cw.first_step.tolist(), cw.means.tolist(), cw.counts.tolist(), strict=True)
+            ]
+            body = {"column": cw.column, "window": cw.window, "mean": cw.mean, "documents": cw.documents}
+            click.echo(json.dumps(body | {"nulls": cw.nulls, "windows": windows}, indent=2))
+            return
+        click.echo(
+            f"{cw.column}: mean {cw.mean:.4f} over {cw.documents} documents ({cw.nulls} without a value); "
+            f"per window of {cw.window} steps:"
+        )
+        for f, m, n in zip(cw.first_step.tolist(), cw.means.tolist(), cw.counts.tolist(), strict=True):
+            click.echo(f"  steps {f}-{f + cw.window - 1}: mean {m:.4f} ({n} documents)")
         return
     if plot is not None and not plot.parent.is_dir():
         raise CommandError(

@@ -71,7 +71,7 @@ def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
     ]
     names = [d.name for d in datasets]
     docs = [str(d.planned_documents) for d in datasets]
-    passes = [f"{d.planned_documents / d.rows:.2f}" for d in datasets]
+    passes = [f"{d.planned_documents / d.documents:.2f}" for d in datasets]
     name_w, docs_w, pass_w = (max(map(len, col)) for col in (names, docs, passes))
     for d, name, n, p in zip(datasets, names, docs, passes, strict=True):
         line = f"  {name:<{name_w}}  weight {d.weight:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
@@ -84,6 +84,36 @@ def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
         if phase.end_position <= phase.first_position:
             span = "no documents (the plan ended before it)"
         lines.append(f"  phase {phase.index}: {span}, {count_of(phase.documents, 'document')}; {weights}")
+    lines.extend(selection_lines(manifest))
+    return lines
+
+
+def selection_lines(manifest: Manifest) -> list[str]:
+    """What each selection kept and skipped, its sidecar's unmatched keys, and documents read by several
+    datasets of one source (plan.json ``datasets[].selection`` and ``sources``)."""
+    lines = []
+    for d in manifest.datasets:
+        s = d.selection
+        if s is None:
+            continue
+        query = "; ".join(f"{k} {s[k]}" for k in ("where", "order_by", "dedup_on") if k in s)
+        line = (
+            f"  selection {d.name}: {s['selected']} of {s['rows']} rows ({query}); skipped: where "
+            f"{s['skipped_by_where']}, dedup {s['skipped_by_dedup']}"
+        )
+        side = s.get("sidecar")
+        if side is not None:
+            line += (
+                f"; sidecar {s['metadata']} on {s['key']}: {side['documents_without_metadata']} documents without "
+                f"metadata, {side['metadata_without_document']} sidecar rows without a document"
+            )
+        lines.append(line)
+    for src in manifest.sources:
+        reads = src["reads_per_document"]
+        lines.append(
+            f"  source of {', '.join(src['datasets'])}: {src['documents']} documents, "
+            f"{src['in_several_selections']} in several selections; each read {reads['min']}-{reads['max']} times"
+        )
     return lines
 
 

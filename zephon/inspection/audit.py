@@ -156,6 +156,14 @@ class AuditResult(_Verdict):
     window_first_step: np.ndarray = field(repr=False, compare=False)
     window_shares: np.ndarray = field(repr=False, compare=False)
     window_targets: np.ndarray = field(repr=False, compare=False)
+    #: Exact plans: the packing (``wrap``, ``best_fit``, ``homogeneous``), and what it guarantees per window.
+    packing: str | None = None
+    #: Homogeneous packing: every window's share is within this many pp of its target (two rows of the
+    #: window: ``window_bound_rows`` / (window × batch)); None for other packings, which bound nothing.
+    bound_pp: float | None = None
+    #: Exact plans: the longest document as pp of a window's tokens — how far one document can move a window
+    #: of a packing that places whole documents (wrap, best fit).
+    longest_document_pp: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,6 +220,7 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
     con = connect_with_steps(bundle, layout.batch_size, max_length=spec.max_length)
     try:
         rows = con.execute(query).fetchnumpy()
+        longest = con.execute("SELECT max(tokens) FROM samples").fetchone() if manifest.exact else None
     finally:
         con.close()
     column = {dataset_id: i for i, dataset_id in enumerate(ids)}
@@ -263,7 +272,24 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
         window_first_step=np.concatenate([p.first_step + np.arange(len(p.shares)) for p in parts]),
         window_shares=np.vstack([p.shares for p in parts]),
         window_targets=np.vstack([np.broadcast_to(p.target, p.shares.shape) for p in parts]),
+        **_bounds(manifest, longest[0] if longest else None, max(p.width for p in parts), int(layout.batch_size or 0)),
     )
+
+
+def _bounds(manifest: Manifest, longest: int | None, window: int, batch: int) -> dict[str, object]:
+    """``packing``, ``bound_pp`` and ``longest_document_pp`` of an exact plan (nothing for estimated plans)."""
+    if not manifest.exact or manifest.packing is None or not window or not batch:
+        return {}
+    packing = manifest.packing
+    rows = window * batch
+    out: dict[str, object] = {"packing": packing.algorithm}
+    if longest is not None:
+        out["longest_document_pp"] = 100.0 * int(longest) / (rows * packing.max_length)
+    if packing.algorithm == "homogeneous":
+        from zephon.planner.homogeneous import window_bound_rows
+
+        out["bound_pp"] = 100.0 * window_bound_rows() / rows
+    return out
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -178,8 +178,8 @@ def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, w
     logged = set(zip(seq.tolist(), off.tolist(), pos.tolist(), start.tolist(), length.tolist(), strict=True))
     planned: set[tuple[int, int, int, int, int]] = set()
     sequences = np.unique(seq)
-    if packing.algorithm == "best_fit":
-        assert bundle.bins is not None  # read_manifest requires bins of a best-fit plan
+    if packing.algorithm != "wrap":
+        assert bundle.bins is not None  # read_manifest requires bins of a best-fit or homogeneous plan
         bins = bundle.bins.read().to_pydict()
         wanted = set(sequences.tolist())
         for row in zip(

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 
 import numpy as np
 import pyarrow as pa
@@ -54,6 +55,8 @@ class ShowRow:
     text: str | None
     #: The document's phase (``plan.json`` ``phases``); ``None`` for a plan without phases.
     phase: int | None = None
+    #: Metadata columns asked for (``columns=``), by name (``zephon.inspection.metadata``); empty otherwise.
+    metadata: Mapping[str, object] = dataclass_field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -87,11 +90,13 @@ def show_step(
     max_length: int | None = None,
     text: bool = True,
     field: str | None = None,
+    columns: Sequence[str] = (),
 ) -> StepView:
     """The documents of step ``step`` (0-based) of global batches of ``batch_size`` sequences.
 
     ``field`` is the shard column to preview (default: the plan's tokenizer field, else ``text``); with
-    ``text=False`` no shard is opened.
+    ``text=False`` no shard is opened. ``columns``: metadata columns of selected datasets to show per document
+    (their own columns or their sidecar's; docs/curricula.md).
     """
     bundle = open_bundle(plan_dir)
     manifest = bundle.manifest
@@ -118,6 +123,11 @@ def show_step(
     texts: list[str | None] = [None] * len(docs)
     if text and len(docs):
         texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest)))
+    meta: dict[str, list[object]] = {}
+    if columns and len(docs):
+        from zephon.inspection.metadata import metadata_values
+
+        meta = metadata_values(bundle, docs.shard_id, docs.row, list(columns))
     rows = tuple(
         ShowRow(
             position=int(docs.position[i]),
@@ -130,6 +140,7 @@ def show_step(
             tokens_in_step=None if docs.tokens_in_range is None else int(docs.tokens_in_range[i]),
             text=texts[i],
             phase=bisect.bisect_right(starts, int(docs.position[i])) - 1 if starts else None,
+            metadata={n: meta[n][i] for n in meta},
         )
         for i in range(len(docs))
     )

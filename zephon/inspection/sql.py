@@ -14,6 +14,8 @@
   when it has none): phase, first_position, end_position, dataset_id, weight (0 where the phase does not
   read the dataset), planned_documents, planned_tokens (null without token counts). A document's phase is
   the row with ``first_position <= position < end_position``.
+* ``metadata`` — with ``metadata=True`` (``run_sql`` when the query names it): the columns the plan's
+  selections were evaluated on, per document (``zephon.inspection.metadata``).
 * ``bins``     — best-fit exact plans only: ``bins.parquet`` (sequence, offset, position, doc_start, length).
 
 Example — documents per dataset in the first 1000 positions::
@@ -83,8 +85,9 @@ class QueryResult(NamedTuple):
     rows: list[tuple[Any, ...]]
 
 
-def connect(plan: str | os.PathLike[str] | CheckedBundle) -> duckdb.DuckDBPyConnection:
-    """An in-memory, file-system-less DuckDB connection with the views ``samples``, ``shards``, ``datasets``.
+def connect(plan: str | os.PathLike[str] | CheckedBundle, *, metadata: bool = False) -> duckdb.DuckDBPyConnection:
+    """An in-memory, file-system-less DuckDB connection with the views ``samples``, ``shards``, ``datasets``
+    (and ``metadata`` when asked: it reads the selected datasets' shards, so it is built only on demand).
 
     ``plan`` is a bundle directory, opened and checked here (``zephon.plan.bundle.open_bundle``: a damaged
     bundle is one ``PlanFormatError`` naming the file), or a bundle a caller already opened.
@@ -106,6 +109,10 @@ def connect(plan: str | os.PathLike[str] | CheckedBundle) -> duckdb.DuckDBPyConn
         con.register("phases", _phases_table(manifest, plan_dir))
         if bundle.bins is not None:
             con.register("bins", _parquet((bundle.bins,)))
+        if metadata:
+            from zephon.inspection.metadata import metadata_table
+
+            con.register("metadata", metadata_table(bundle))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
     except BaseException:
@@ -126,7 +133,7 @@ def run_sql(
     """
     if not isinstance(query, str) or not query.strip():
         raise ConfigError(f"query must be a SQL statement, got {query!r} — pass e.g. 'SELECT * FROM datasets'")
-    con = connect(plan_dir)
+    con = connect(plan_dir, metadata="metadata" in query.lower())
     try:
         result = con.execute(query, params) if params else con.execute(query)
         if result is None or result.description is None:

@@ -141,7 +141,7 @@ def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_len
             raise ConfigError(
                 f"max_length must be {fixed} (fixed by the exact plan's packing), got {max_length} — omit --max-length"
             )
-        best_fit = packing.algorithm == "best_fit"
+        best_fit = packing.algorithm != "wrap"  # best_fit and homogeneous: rows listed in bins.parquet
         return StepLayout(
             packing="best_fit" if best_fit else "wrap",
             offsets="none" if best_fit else "column",

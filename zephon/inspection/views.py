@@ -54,7 +54,11 @@ __all__ = [
 
 
 def connect_with_steps(
-    plan: str | os.PathLike[str] | CheckedBundle, batch_size: int | None = None, *, max_length: int | None = None
+    plan: str | os.PathLike[str] | CheckedBundle,
+    batch_size: int | None = None,
+    *,
+    max_length: int | None = None,
+    metadata: bool = False,
 ) -> duckdb.DuckDBPyConnection:
     """``zephon.inspection.sql.connect(plan_dir)`` plus the ``sequences`` and ``steps`` views and their table macros.
 
@@ -65,7 +69,7 @@ def connect_with_steps(
     layout = resolve_layout(bundle.manifest, batch_size=batch_size, max_length=max_length)
     if batch_size is not None:
         layout.require_steps()
-    con = connect(bundle)
+    con = connect(bundle, metadata=metadata)
     try:
         for statement in view_statements(layout, longest_document(bundle)):
             con.execute(statement)
@@ -84,7 +88,7 @@ def run_query(
     max_length: int | None = None,
 ) -> QueryResult:
     """``zephon.inspection.sql.run_sql`` over ``connect_with_steps``: the last statement's columns and rows."""
-    con = connect_with_steps(plan_dir, batch_size, max_length=max_length)
+    con = connect_with_steps(plan_dir, batch_size, max_length=max_length, metadata="metadata" in query.lower())
     try:
         result = con.execute(query, params) if params else con.execute(query)
         if result is None or result.description is None:
@@ -106,7 +110,7 @@ def query_table(
 
     Repeated column names get ``_1``, ``_2``... (Parquet needs unique names), as in ``zephon sql -f json``.
     """
-    con = connect_with_steps(plan_dir, batch_size, max_length=max_length)
+    con = connect_with_steps(plan_dir, batch_size, max_length=max_length, metadata="metadata" in query.lower())
     try:
         result = con.execute(query, params) if params else con.execute(query)
         if result is None or result.description is None:

@@ -69,6 +69,13 @@ class PlanDataset:
     passes_completed: int | None = None
     planned_tokens: int | None = None
     planned_token_share: float | None = None
+    #: The dataset's selection by metadata as JSON (query, sidecar fingerprint, counts); ``None`` without one.
+    selection: Mapping[str, Any] | None = None
+
+    @property
+    def documents(self) -> int:
+        """Documents one pass reads: the selected rows, or every row."""
+        return int(self.selection["selected"]) if self.selection is not None else self.rows
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -94,7 +101,7 @@ class PlanTokenizer:
 class PlanPacking:
     """``packing``: packing decided in the plan (exact plans); the best-fit statistics with best fit only."""
 
-    algorithm: Literal["wrap", "best_fit"]
+    algorithm: Literal["wrap", "best_fit", "homogeneous"]
     max_length: int
     sequences: int
     padding_fraction: float | None = None
@@ -226,6 +233,9 @@ class Manifest:
     integrity: Mapping[str, Any] | None = None
     #: Shortfalls found when planning (budget not met, heavy repetition); ``()`` in plans written without them.
     warnings: tuple[PlanWarningEntry, ...] = ()
+    #: Datasets that are selections of one source and how often each document is read, as JSON
+    #: (``zephon.planner.selection.overlaps``); ``()`` in plans without selections.
+    sources: tuple[Mapping[str, Any], ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -321,6 +331,7 @@ def parse_manifest(data: object, file: Path) -> Manifest:
         batch=nested(_batch).optional(),
         integrity=json_mapping().optional(),
         warnings=list_of(_warning).optional(()),
+        sources=list_of(lambda o: MappingProxyType(o.data)).optional(()),
     )
     exact = values["kind"] == "exact"
     values["lanes"] = None if exact else values["lanes"] or 1
@@ -331,8 +342,8 @@ def parse_manifest(data: object, file: Path) -> Manifest:
                 raise top.missing(name, " (an exact plan's)")
         if manifest.totals.tokens is None:
             raise top.missing("totals.tokens", " (an exact plan's)")
-        if manifest.exact_packing().algorithm == "best_fit" and manifest.files.bins is None:
-            raise top.missing("files.bins", " (a best-fit plan's)")
+        if manifest.exact_packing().algorithm != "wrap" and manifest.files.bins is None:
+            raise top.missing("files.bins", f" (a {manifest.exact_packing().algorithm.replace('_', '-')} plan's)")
     return manifest
 
 
@@ -358,6 +369,7 @@ def _dataset(o: JsonObject) -> PlanDataset:
             passes_completed=COUNT.optional(),
             planned_tokens=COUNT.optional(),
             planned_token_share=NUMBER.optional(),
+            selection=json_mapping().optional(),
         )
     )
     if entry.planned_tokens is not None and entry.planned_token_share is None:
@@ -380,7 +392,7 @@ def _tokenizer(o: JsonObject) -> PlanTokenizer:
 def _packing(o: JsonObject) -> PlanPacking:
     return PlanPacking(
         **o.read(
-            algorithm=one_of("wrap", "best_fit"),
+            algorithm=one_of("wrap", "best_fit", "homogeneous"),
             max_length=POSITIVE,
             sequences=COUNT,
             padding_fraction=NUMBER.optional(),

@@ -31,6 +31,7 @@ from zephon.storage.local import display_missing, looks_like_local_path
 
 __all__ = [
     "check_keys",
+    "dataset_entries",
     "describe",
     "in_file",
     "is_number",
@@ -47,6 +48,8 @@ __all__ = [
 ]
 
 _DATASET_KEYS = ("name", "path")
+#: Optional keys of a dataset entry: its selection by metadata (``zephon.recipe.selection``).
+_SELECTION_KEYS = ("where", "metadata", "key", "order_by", "order_window", "dedup_on")
 _SHUFFLE_KEYS = ("enabled", "window_shards")
 _TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
 _TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token", "special_tokens", "max_tokens", "long_documents", "chat")
@@ -54,7 +57,7 @@ _CHAT_KEYS = ("layout", "chat_template", "loss_on")
 _PACKING_KEYS = ("max_length", "algorithm", "oversize")
 _PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-_ALGORITHMS = ("wrap", "best_fit")
+_ALGORITHMS = ("wrap", "best_fit", "homogeneous")
 _OVERSIZE = ("split", "drop")
 
 
@@ -64,7 +67,14 @@ _OVERSIZE = ("split", "drop")
 
 
 def parse_datasets(value: Any, base_dir: Path, origin: str) -> list[tuple[str, str]]:
-    """``(name, resolved path)`` per entry of ``datasets``."""
+    """``(name, resolved path)`` per entry of ``datasets`` (``dataset_entries`` adds each selection)."""
+    return [(name, path) for name, path, _ in dataset_entries(value, base_dir, origin)]
+
+
+def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, str, dict[str, Any]]]:
+    """``(name, resolved path, selection keywords)`` per entry of ``datasets``: the keywords are
+    ``Dataset.from_path``'s ``where``, ``metadata`` (resolved like ``path``), ``key``, ``order_by``,
+    ``order_window`` and ``dedup_on``, those given only."""
     if not isinstance(value, list) or not value:
         raise type_error(
             origin, "datasets", "a non-empty list of {name, path} entries", value, "add `- {name: web, path: data/web}`"
@@ -74,11 +84,21 @@ def parse_datasets(value: Any, base_dir: Path, origin: str) -> list[tuple[str, s
         key = f"datasets[{index}]"
         if not isinstance(entry, Mapping):
             raise type_error(origin, key, "a mapping with `name` and `path`", entry, "write `{name: web, path: ...}`")
-        check_keys(entry, _DATASET_KEYS, origin, f"`{key}`")
+        check_keys(entry, _DATASET_KEYS + _SELECTION_KEYS, origin, f"`{key}`")
         for field in _DATASET_KEYS:
             if not isinstance(entry.get(field), str) or not entry[field]:
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", entry.get(field), "quote it")
-        entries.append((entry["name"], _resolve_path(entry["path"], base_dir)))
+        selection: dict[str, Any] = {}
+        for field in _SELECTION_KEYS:
+            item = entry.get(field)
+            if item is None:
+                continue
+            if field == "order_window":
+                item = require_integer(item, f"{key}.order_window", 1, origin, "write e.g. `order_window: 1024`")
+            elif not isinstance(item, str) or not item.strip():
+                raise type_error(origin, f"{key}.{field}", "a non-empty string", item, 'write e.g. "int_score >= 3"')
+            selection[field] = _resolve_path(item, base_dir) if field == "metadata" else item
+        entries.append((entry["name"], _resolve_path(entry["path"], base_dir), selection))
     return entries
 
 
@@ -256,7 +276,9 @@ def parse_packing(value: Any, origin: str) -> PackSpec | None:
     )
     algorithm, oversize = value.get("algorithm") or "wrap", value.get("oversize") or "split"
     if algorithm not in _ALGORITHMS:
-        raise type_error(origin, "packing.algorithm", '"wrap" or "best_fit"', algorithm, "use one of them")
+        raise type_error(
+            origin, "packing.algorithm", '"wrap", "best_fit" or "homogeneous"', algorithm, "use one of them"
+        )
     if oversize not in _OVERSIZE:
         raise type_error(origin, "packing.oversize", '"split" or "drop"', oversize, "use one of them")
     return PackSpec(max_length=max_length, algorithm=algorithm, oversize=oversize)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
+from zephon.recipe.selection import Selection
 from zephon.storage.local import SourceFile, discover_local_files
 from zephon.storage.scan import scan_shard
 
@@ -38,10 +39,40 @@ class Dataset:
     files: tuple[SourceFile, ...]
     #: The form that reads the same files again: for hf:// the path pinned to its commit, else ``path``.
     pinned: str = ""
+    #: Which rows the plan reads and in what order (``where``, sidecar ``metadata``, ``order_by``, ``dedup_on``);
+    #: None reads every row (``zephon.recipe.selection``).
+    selection: Selection | None = None
 
     @classmethod
-    def from_path(cls, name: str, path: str | Path) -> Dataset:
-        """Create a dataset from a local directory, glob or file, or an ``hf://`` dataset path."""
+    def from_path(
+        cls,
+        name: str,
+        path: str | Path,
+        *,
+        where: str | None = None,
+        metadata: str | Path | None = None,
+        key: str | None = None,
+        order_by: str | None = None,
+        order_window: int = 1024,
+        dedup_on: str | None = None,
+    ) -> Dataset:
+        """Create a dataset from a local directory, glob or file, or an ``hf://`` dataset path.
+
+        ``where``, ``metadata``/``key``, ``order_by``/``order_window`` and ``dedup_on`` select and order its
+        documents by metadata at plan time (``zephon.recipe.selection``; docs/curricula.md)."""
+        selection = Selection(
+            dataset=str(name),
+            where=where,
+            metadata=str(metadata) if metadata is not None else None,
+            key=key,
+            order_by=order_by,
+            order_window=order_window,
+            dedup_on=dedup_on,
+        )
+        return cls._from_path(name, path, selection if selection.active else None)
+
+    @classmethod
+    def _from_path(cls, name: str, path: str | Path, selection: Selection | None) -> Dataset:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(
                 f"dataset name must be letters, digits, '_', '.' or '-' (not starting with a symbol), "
@@ -61,8 +92,8 @@ class Dataset:
 
             resolved = resolve_hf_dataset(text)
             files = tuple(SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f) for f in resolved.files)
-            return cls(name=name, path=text, files=files, pinned=str(resolved.pinned))
-        return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text)
+            return cls(name=name, path=text, files=files, pinned=str(resolved.pinned), selection=selection)
+        return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text, selection=selection)
 
     def shards(self) -> tuple[ShardInfo, ...]:
         """Scan every shard's metadata (Parquet footers; JSONL row index, cached)."""

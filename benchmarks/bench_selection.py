@@ -1,0 +1,143 @@
+"""Selections by metadata at scale: a ``where`` over a sidecar column, planned, against a plain scan.
+
+Run: python benchmarks/bench_selection.py [--documents 1e7] [--shards 200] [--threads 2] [--json FILE]
+
+Writes a synthetic corpus of N documents in ``--shards`` Parquet shards (columns ``id`` int64,
+``int_score`` int8 0-5, ``language`` dictionary string, ``text`` a short dictionary string — the text is
+never read by a selection, so its size does not matter here) and a sidecar of the same N ids with a
+``quality`` float32, shuffled into 8 files (a sidecar is rarely in the corpus's order). Then, each in a
+child process (its own peak RSS, from ``os.wait4``) limited to ``--threads`` DuckDB threads:
+
+* **baseline**: scan the shards' footers (``shard_refs``) and read the ``id`` and ``int_score`` columns
+  with pyarrow — the least any selection over them must do;
+* **where**: plan a sample mixture over ``where="int_score >= 3 AND language = 'en'"``;
+* **where + sidecar**: ``where="int_score >= 3 AND quality > 0.5"`` with ``metadata=SIDECAR, key="id"``
+  (the join, the duplicate-key check and the keys-on-one-side counts).
+
+Printed: wall time, CPU time, peak RSS, and each time as a ratio to the baseline of the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+LANGS = np.array(["en", "fr", "de", "es"])
+
+
+def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
+    data, side = root / "data", root / "side"
+    data.mkdir(parents=True, exist_ok=True)
+    side.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    bounds = np.linspace(0, documents, shards + 1).astype(np.int64)
+    text = pa.DictionaryArray.from_arrays(pa.array(np.zeros(1, np.int32)), pa.array(["lorem ipsum"]))
+    for s in range(shards):
+        lo, hi = int(bounds[s]), int(bounds[s + 1])
+        n = hi - lo
+        table = pa.table(
+            {
+                "id": pa.array(np.arange(lo, hi, dtype=np.int64)),
+                "int_score": pa.array(rng.integers(0, 6, n, dtype=np.int8)),
+                "language": pa.DictionaryArray.from_arrays(
+                    pa.array(rng.choice(4, n, p=[0.7, 0.1, 0.1, 0.1]).astype(np.int32)), pa.array(LANGS.tolist())
+                ),
+                "text": pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), text.dictionary),
+            }
+        )
+        pq.write_table(table, data / f"part-{s:05d}.parquet", row_group_size=100_000)
+    ids = rng.permutation(documents).astype(np.int64)
+    quality = rng.random(documents, dtype=np.float32)
+    for k, part in enumerate(np.array_split(np.arange(documents), 8)):
+        pq.write_table(pa.table({"id": ids[part], "quality": quality[part]}), side / f"scores-{k}.parquet")
+    return data, side
+
+
+def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
+    from zephon.io import Dataset
+    from zephon.planner import selection as sel
+    from zephon.planner.prepare import shard_refs
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    start = time.perf_counter()
+    if mode == "baseline":
+        source = StaticMixtureWorkSource(
+            datasets=[Dataset.from_path("web", data)], mixture=MixtureSpec({"web": 1.0}), seed=1
+        )
+        refs = shard_refs(source, progress=False)[0]
+        rows = 0
+        for r in refs:
+            rows += len(pq.read_table(r.uri, columns=["id", "int_score"]))
+        selected = rows
+    else:
+        kw: dict[str, str] = {"where": "int_score >= 3 AND language = 'en'"}
+        if mode == "where+sidecar":
+            kw = {"where": "int_score >= 3 AND quality > 0.5", "metadata": side, "key": "id"}
+        ds = Dataset.from_path("web", data, **kw)
+        source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1)
+        refs = shard_refs(source, progress=False)[0]
+        assert ds.selection is not None
+        chosen = sel.select_rows(ds.selection, refs, seed=1, dataset_index=0, threads=threads)
+        selected = len(chosen.row)
+    return {"seconds": time.perf_counter() - start, "selected": selected}
+
+
+def run(mode: str, data: Path, side: Path, threads: int) -> dict[str, float]:
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: its own peak RSS
+        os.close(read)
+        out = _child(mode, str(data), str(side), threads)
+        os.write(write, json.dumps(out).encode())
+        os._exit(0)
+    os.close(write)
+    _, status, usage = os.wait4(pid, 0)
+    body = os.read(read, 1 << 16)
+    os.close(read)
+    if status != 0:
+        raise SystemExit(f"{mode} failed (status {status})")
+    out = json.loads(body)
+    out["cpu_seconds"] = usage.ru_utime + usage.ru_stime
+    out["peak_rss_gb"] = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 1e9
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--documents", type=float, default=1e7)
+    parser.add_argument("--shards", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--root", type=Path, default=None, help="Keep the corpus here (default: a temp dir).")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args()
+    n = int(args.documents)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = args.root or Path(tmp)
+        t0 = time.perf_counter()
+        if not (root / "data").exists():
+            write_corpus(root, n, args.shards)
+        print(f"corpus: {n:,} documents in {args.shards} shards + 8 sidecar files ({time.perf_counter() - t0:.1f} s)")
+        results = {
+            m: run(m, root / "data", root / "side", args.threads) for m in ("baseline", "where", "where+sidecar")
+        }
+    base = results["baseline"]["seconds"]
+    for mode, r in results.items():
+        print(
+            f"{mode:<14} {r['seconds']:7.2f} s  cpu {r['cpu_seconds']:7.2f} s  peak RSS {r['peak_rss_gb']:.2f} GB  "
+            f"selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of the baseline"
+        )
+    if args.json:
+        args.json.write_text(json.dumps({"documents": n, "threads": args.threads, "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,440 @@
+"""Evaluating a dataset's selection by metadata with DuckDB: which (shard, row) pairs a plan reads, in what order.
+
+One query per dataset, over all its Parquet shards at once (``read_parquet(..., file_row_number)``, ``file_index``),
+optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key)``)::
+
+    SELECT shard, row [, order rank] [, dedup group] FROM dataset [LEFT JOIN sidecar USING (key)] WHERE (where)
+
+DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
+statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
+corpus reads that column, not the text.
+
+Rules (docs/curricula.md):
+
+* ``where`` keeps the rows for which the predicate is TRUE (NULL counts as false, as in SQL). A document with
+  no sidecar row has NULL sidecar columns.
+* ``order_by`` sorts by the expression (``ASC`` unless it ends in ``DESC``), **nulls last** either way, ties by
+  (shard, row); ``order_window`` then shuffles inside consecutive windows of that many documents
+  (``zephon.planner.orders``).
+* ``dedup_on`` keeps one document per non-NULL value: among a key's documents, the one with the smallest
+  seeded draw (PCG64 of ``(seed, dataset_index, DEDUP_STREAM)``, one draw per selected document in (shard,
+  row) order); every document with a NULL key is kept.
+* a sidecar must hold each key once (a duplicate is refused with an example); keys on one side only are
+  counted (``SelectionReport``) and recorded in plan.json.
+
+Invariant: the result is a function of the shards' content, the sidecar's content, the selection text and the
+seed — never of DuckDB's thread count or scan order (every output is sorted on (shard, row) or on a rank
+that breaks ties by them).
+
+Worked example: shards a (rows 0-2, scores 1 5 3) and b (rows 0-1, scores 4 2), ``where="score >= 3"``: the
+selection is a1 a2 b0 (a0 and b1 fail the predicate), held in (shard, row) order; with ``order_by="score
+DESC"`` and ``order_window=1`` it is a1 (5), b0 (4), a2 (3), read in that order every epoch.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow.parquet as pq
+
+from zephon.errors import ConfigError, DatasetError, one_line
+from zephon.plan.records import ShardRef
+from zephon.recipe.selection import Selection
+
+__all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "sidecar_files"]
+
+#: DuckDB's memory limit while selecting (it spills past it): a 2-core planning node has a few GB.
+MEMORY_LIMIT = os.environ.get("ZEPHON_SELECT_MEMORY", "2GB")
+
+#: Third word of the dedup draws' seed: keeps them apart from the epoch orders' ``(seed, dataset, epoch)``.
+DEDUP_STREAM = 0x6465_6475_70  # "dedup"
+
+_DIRECTION = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
+_UNKNOWN = re.compile(r'Referenced column "([^"]+)" not found', re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SelectionReport:
+    """What a selection kept and skipped, for plan.json (every skipped row is counted)."""
+
+    #: Rows of the dataset's shards.
+    rows: int
+    #: Rows the ``where`` predicate rejected (or 0 without one).
+    skipped_by_where: int
+    #: Rows dropped as duplicates of a ``dedup_on`` key.
+    skipped_by_dedup: int
+    #: Rows the plan reads.
+    selected: int
+    #: Sidecar: its files' content digest, rows, documents without a sidecar row, sidecar rows without a document.
+    sidecar_fingerprint: str | None = None
+    sidecar_rows: int | None = None
+    documents_without_metadata: int | None = None
+    metadata_without_document: int | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rows": self.rows,
+            "selected": self.selected,
+            "skipped_by_where": self.skipped_by_where,
+            "skipped_by_dedup": self.skipped_by_dedup,
+        }
+        if self.sidecar_fingerprint is not None:
+            out["sidecar"] = {
+                "fingerprint": self.sidecar_fingerprint,
+                "rows": self.sidecar_rows,
+                "documents_without_metadata": self.documents_without_metadata,
+                "metadata_without_document": self.metadata_without_document,
+            }
+        return out
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SelectedRows:
+    """A dataset's selected documents in reading order (before the epoch shuffle).
+
+    Unordered selections hold them sorted by (shard, row); the epoch order shuffles them shard window by shard
+    window like a whole dataset. Ordered selections (``order_by``) hold them in key order; the epoch order
+    shuffles only inside windows of ``window`` documents.
+    """
+
+    #: Dataset-local shard index (int32) of each selected document.
+    shard: np.ndarray
+    #: Its row within the shard (int32).
+    row: np.ndarray
+    #: True when the documents are in ``order_by`` order.
+    ordered: bool
+    #: Ordered selections: documents per local shuffle window.
+    window: int
+    report: SelectionReport
+
+    def by_shard(self) -> Iterator[tuple[int, np.ndarray]]:
+        """``(shard index, its selected rows)`` for every shard with any, in shard order."""
+        shard, row = self.shard, self.row
+        if self.ordered:
+            order = np.argsort(shard, kind="stable")
+            shard, row = shard[order], row[order]
+        cuts = np.flatnonzero(np.diff(shard)) + 1
+        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(shard)], strict=True):
+            if hi > lo:
+                yield int(shard[lo]), row[lo:hi]
+
+    def per_shard(self, shards: int) -> np.ndarray:
+        """Selected documents per shard (int64)."""
+        return np.bincount(self.shard, minlength=shards).astype(np.int64)
+
+
+def sidecar_files(selection: Selection) -> list[str]:
+    """The sidecar's Parquet files, sorted: a file, every ``*.parquet`` under a directory, or a glob's matches."""
+    assert selection.metadata is not None
+    text = selection.metadata
+    if "://" in text:
+        raise DatasetError(
+            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob, got {text!r} "
+            "— copy the sidecar to a local or mounted directory (remote sidecars are not supported by this version)"
+        )
+    path = Path(text).expanduser()
+    if path.is_dir():
+        files = sorted(str(p) for p in path.rglob("*.parquet"))
+    elif path.is_file():
+        files = [str(path)]
+    else:
+        files = sorted(glob.glob(str(path), recursive=True))
+    if not files:
+        raise DatasetError(
+            f"dataset {selection.dataset!r}: metadata must name at least one Parquet file, got none at {text!r} — "
+            "fix the path or glob"
+        )
+    return files
+
+
+def _sidecar_fingerprint(files: list[str]) -> str:
+    """SHA-256 over each sidecar file's name and whole content: any changed score changes the plan hash.
+
+    The whole content, not the footer: a sidecar is a few bytes per document, and one changed value in the
+    middle of a page need not change a footer."""
+    digest = hashlib.sha256()
+    for name in files:
+        digest.update(Path(name).name.encode() + b"\0")
+        with open(name, "rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return "sha256:" + digest.hexdigest()
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
+    try:
+        return list(pq.read_schema(refs[0].uri).names)
+    except (OSError, ValueError) as exc:
+        raise DatasetError(
+            f"dataset {dataset!r}: shard {refs[0].uri} must be a readable Parquet file, got {one_line(exc)} — "
+            "restore it or re-export it"
+        ) from exc
+
+
+def _check_sources(selection: Selection, refs: tuple[ShardRef, ...]) -> None:
+    name = selection.dataset
+    other = sorted({r.format for r in refs} - {"parquet"})
+    if other:
+        raise DatasetError(
+            f"dataset {name!r}: a selection (where, metadata, order_by, dedup_on) must run on Parquet shards, got "
+            f"{other[0]} — convert the shards to Parquet, or drop the selection"
+        )
+    remote = [r.uri for r in refs if "://" in r.uri]
+    if remote:
+        raise DatasetError(
+            f"dataset {name!r}: a selection must run on local shards, got {remote[0]} — download the shards to a "
+            "local or mounted directory and point the dataset there (remote selections are not supported yet)"
+        )
+
+
+def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str]) -> ConfigError:
+    """The one-line error of a query DuckDB refused."""
+    name = selection.dataset
+    unknown = _UNKNOWN.search(str(exc))
+    if unknown:
+        return ConfigError(
+            f"dataset {name!r}: {field} names column {unknown.group(1)!r}, which the dataset lacks — it has "
+            f"{', '.join(columns)}; fix {field}={text!r}"
+        )
+    if isinstance(exc, duckdb.ParserException):
+        return ConfigError(
+            f"dataset {name!r}: {field} must be a DuckDB SQL expression, got {text!r} ({one_line(exc)}) — fix "
+            "its syntax"
+        )
+    return ConfigError(
+        f"dataset {name!r}: {field}={text!r} must evaluate on the dataset's columns ({', '.join(columns)}), got "
+        f"{type(exc).__name__}: {one_line(exc)} — fix the expression"
+    )
+
+
+def select_rows(
+    selection: Selection,
+    refs: tuple[ShardRef, ...],
+    *,
+    seed: int,
+    dataset_index: int,
+    threads: int | None = None,
+    memory_limit: str = MEMORY_LIMIT,
+) -> SelectedRows:
+    """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
+    name = selection.dataset
+    _check_sources(selection, refs)
+    columns = _columns(name, refs)
+    total = sum(r.rows for r in refs)
+    spill = tempfile.mkdtemp(prefix="zephon-select-")
+    con = duckdb.connect()
+    try:
+        if threads is not None:
+            con.execute(f"SET threads = {int(threads)}")
+        con.execute("SET preserve_insertion_order = false")
+        # Joins, aggregates and sorts past the limit spill to our own temporary directory (removed below),
+        # never to DuckDB's default ``.tmp`` in the working directory.
+        con.execute(f"SET memory_limit = '{memory_limit}'")
+        con.execute("SET temp_directory = ?", [spill])
+        result, sidecar = _evaluate(con, selection, [r.uri for r in refs], columns)
+    finally:
+        con.close()
+        shutil.rmtree(spill, ignore_errors=True)
+    shard = np.asarray(result["shard"], dtype=np.int32)
+    row = np.asarray(result["row"], dtype=np.int32)
+    kept_by_where = len(shard)
+    rank = np.asarray(result["rank"], dtype=np.int64) if "rank" in result else None
+    dropped = 0
+    if "grp" in result:
+        keep = _dedup(np.asarray(result["grp"], dtype=np.int64), seed=seed, dataset_index=dataset_index)
+        dropped = kept_by_where - int(keep.sum())
+        shard, row = shard[keep], row[keep]
+        rank = rank[keep] if rank is not None else None
+    if rank is not None:
+        order = np.argsort(rank, kind="stable")
+        shard, row = shard[order], row[order]
+    report = SelectionReport(
+        rows=total,
+        skipped_by_where=total - kept_by_where,
+        skipped_by_dedup=dropped,
+        selected=len(shard),
+        **sidecar,
+    )
+    if not len(shard):
+        raise DatasetError(
+            f"dataset {name!r}: selection must keep at least one row, got 0 of {total} "
+            f"(where {selection.where!r}: {report.skipped_by_where} skipped; dedup: {dropped} skipped) — loosen "
+            "the where predicate or remove the dataset"
+        )
+    return SelectedRows(
+        shard=shard,
+        row=row,
+        ordered=selection.order_by is not None,
+        window=selection.order_window,
+        report=report,
+    )
+
+
+def _evaluate(
+    con: duckdb.DuckDBPyConnection, selection: Selection, paths: list[str], columns: list[str]
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
+    params: dict[str, Any] = {"paths": paths}
+    extra = []
+    order_key = dedup_key = ""
+    if selection.order_by is not None:
+        text = selection.order_by
+        direction = _DIRECTION.search(text)
+        order_key = text[: direction.start()] if direction else text
+        way = direction.group(1).upper() if direction else "ASC"
+        extra.append(f"row_number() OVER (ORDER BY ({{order}}) {way} NULLS LAST, shard, row) - 1 AS rank")
+    if selection.dedup_on is not None:
+        dedup_key = selection.dedup_on
+        extra.append("CASE WHEN ({dedup}) IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY ({dedup})) END AS grp")
+    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
+    documents = (
+        "(SELECT *, CAST(file_index AS INTEGER) AS zephon_shard FROM read_parquet($paths, file_row_number = true)) d"
+    )
+    if selection.metadata is None:
+        where = f"WHERE ({selection.where})" if selection.where is not None else ""
+        windows = "".join(", " + e.format(order=order_key, dedup=dedup_key) for e in extra)
+        query = (
+            f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{windows} "
+            f"FROM {documents} {where} ORDER BY shard, row"
+        )
+        try:
+            return con.execute(query, params).fetchnumpy(), {}
+        except duckdb.Error as exc:
+            field, text = _blame(selection, con, documents, params)
+            raise _fail(selection, exc, field, text, columns) from exc
+    assert selection.key is not None
+    files = sidecar_files(selection)
+    params["meta"] = files
+    meta_columns = _sidecar_columns(con, selection, files, columns)
+    columns = columns + [c for c in meta_columns if c != selection.key]
+    qkey = _quote(selection.key)
+    # One full join, materialized (DuckDB spills it past the memory limit): the selection and the counts of keys
+    # on one side only are both read from it, so the two tables are joined once.
+    source = f"{documents} FULL OUTER JOIN (SELECT *, true AS zephon_side FROM read_parquet($meta)) m USING ({qkey})"
+    keep = f"coalesce(({selection.where}), false)" if selection.where is not None else "true"
+    keys = (f", ({order_key}) AS zephon_order" if order_key else "") + (
+        f", ({dedup_key}) AS zephon_dedup" if dedup_key else ""
+    )
+    try:
+        con.execute(
+            "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
+            f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
+            f"{keep} AS keep{keys} FROM {source}",
+            params,
+        )
+    except duckdb.Error as exc:
+        field, text = _blame(selection, con, source, params)
+        raise _fail(selection, exc, field, text, columns) from exc
+    sidecar = _sidecar_counts(con, selection, files, sum_rows=_rows(con, paths))
+    windows = "".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra)
+    query = f"SELECT shard, row{windows} FROM zephon_joined WHERE keep AND shard IS NOT NULL ORDER BY shard, row"
+    return con.execute(query).fetchnumpy(), sidecar
+
+
+def _rows(con: duckdb.DuckDBPyConnection, paths: list[str]) -> int:
+    found = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($paths)", {"paths": paths}).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def _sidecar_columns(
+    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], columns: list[str]
+) -> list[str]:
+    """The sidecar's columns, checked: the key in both tables, no other column in both."""
+    name, key = selection.dataset, selection.key
+    assert key is not None
+    meta_columns = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($meta)", {"meta": files}).fetchall()]
+    for side, have in (("dataset", columns), ("metadata", meta_columns)):
+        if key not in have:
+            raise ConfigError(
+                f"dataset {name!r}: key {key!r} must be a column of the {side} table, got columns "
+                f"{', '.join(have)} — set key= to the column both tables hold"
+            )
+    clash = sorted(set(meta_columns) & set(columns) - {key})
+    if clash:
+        raise ConfigError(
+            f"dataset {name!r}: sidecar column {clash[0]!r} must not also be a dataset column — rename it in "
+            f"the sidecar (only {key!r}, the key, may be in both)"
+        )
+    return meta_columns
+
+
+def _sidecar_counts(
+    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], *, sum_rows: int
+) -> dict[str, Any]:
+    """From the joined table: refuse duplicate sidecar keys (with an example), count keys on one side only,
+    fingerprint the sidecar; the report fields.
+
+    A duplicated key that matches documents repeats them (more joined document rows than documents); one that
+    matches none shows among the sidecar-only keys (more of them than distinct ones)."""
+    name, key = selection.dataset, selection.key
+    assert key is not None
+    counts = con.execute(
+        "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
+        "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
+    ).fetchone()
+    assert counts is not None
+    if counts[0] > sum_rows or counts[3] > counts[4]:
+        qkey = _quote(key)
+        duplicate = con.execute(
+            f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
+            f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
+            {"meta": files},
+        ).fetchone()
+        assert duplicate is not None
+        raise DatasetError(
+            f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
+            f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
+        )
+    sidecar_rows = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($meta)", {"meta": files}).fetchone()
+    assert sidecar_rows is not None
+    return {
+        "sidecar_fingerprint": _sidecar_fingerprint(files),
+        "sidecar_rows": int(sidecar_rows[0]),
+        "documents_without_metadata": int(counts[1]),
+        "metadata_without_document": int(counts[2]),
+    }
+
+
+def _blame(
+    selection: Selection, con: duckdb.DuckDBPyConnection, source: str, params: dict[str, Any]
+) -> tuple[str, str]:
+    """The field whose expression DuckDB refuses (each one is tried alone; ``where`` when none fails alone)."""
+    probes = [("where", selection.where, "WHERE ({})"), ("order_by", selection.order_by, "ORDER BY {}"),
+              ("dedup_on", selection.dedup_on, "ORDER BY ({})")]  # fmt: skip
+    for field, text, form in probes:
+        if text is None:
+            continue
+        try:
+            con.execute(f"EXPLAIN SELECT 1 FROM {source} {form.format(text)}", params)
+        except duckdb.Error:
+            return field, text
+    return "where", selection.where or ""
+
+
+def _dedup(group: np.ndarray, *, seed: int, dataset_index: int) -> np.ndarray:
+    """Keep mask: per group id ≥ 0, the document with the smallest seeded draw; every ``-1`` (NULL key) kept."""
+    bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, DEDUP_STREAM]))
+    draws = bits.random_raw(len(group))
+    order = np.lexsort((draws, group))  # by group, then by draw
+    sorted_groups = group[order]
+    first = np.ones(len(order), dtype=bool)
+    first[1:] = sorted_groups[1:] != sorted_groups[:-1]
+    keep = np.zeros(len(group), dtype=bool)
+    keep[order[first]] = True
+    keep[group < 0] = True
+    return keep
