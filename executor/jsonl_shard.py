@@ -30,14 +30,16 @@ class JsonlShard:
 
     __slots__ = ("_documents", "data", "ref", "spans")
 
-    def __init__(self, ref: ShardRef, path: str, documents: BadDocuments, *, check_fingerprint: bool) -> None:
-        """Read ``path`` (the shard ``ref``, or its cached copy) and check it; ``check_fingerprint``: compare the
-        file's bytes with the planned fingerprint too."""
+    def __init__(
+        self, ref: ShardRef, path: str | bytes, documents: BadDocuments, *, check_fingerprint: bool
+    ) -> None:
+        """Read ``path`` (the shard ``ref``, or its cached copy; or the shard's bytes, read from an object store)
+        and check it; ``check_fingerprint``: compare the file's bytes with the planned fingerprint too."""
         self.ref = ref
         self._documents = documents
         where = f"dataset {ref.dataset!r}: shard {ref.uri}"
         try:
-            raw = Path(path).read_bytes()
+            raw = path if isinstance(path, bytes) else Path(path).read_bytes()
         except OSError as exc:
             raise DatasetError(f"{where} must be readable, got {exc.strerror or exc} — restore the file") from exc
         if check_fingerprint:

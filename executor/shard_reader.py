@@ -43,6 +43,8 @@ from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocu
 from zephon.executor.jsonl_shard import JsonlShard
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
+from zephon.storage.objects.paths import is_object_uri
+from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.remote import is_remote_uri, remote_file
 from zephon.storage.shard_cache import CachedShard, CacheEntrySpec, ShardCache
 
@@ -50,7 +52,18 @@ __all__ = ["ON_BAD_DOCUMENT", "SKIP_REASONS", "ShardReader", "planning_cache", "
 
 
 def remote_spec(ref: ShardRef) -> CacheEntrySpec:
-    """The shard cache entry of a remote shard: downloaded whole, verified against size and etag."""
+    """The shard cache entry of a remote shard: downloaded whole, verified against size and etag (an object
+    store's GET carries the pin itself, ``zephon.storage.objects.reads``)."""
+    if is_object_uri(ref.uri):
+        from zephon.storage.objects.reads import download_object, object_file
+
+        obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
+        return CacheEntrySpec(
+            key=f"{obj.path.cloud}/{obj.path.bucket}/{obj.path.key}",
+            size=ref.bytes,
+            etag=obj.pin,
+            fetch=lambda dest: download_object(obj, dest),
+        )
     from zephon.storage.hub.client import download_remote_file
 
     file = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
@@ -120,11 +133,17 @@ class ShardReader:
         self._per_dataset = per_dataset
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
         self._cache = cache
+        #: Range mode for object-store shards (``attach_ranges``): the read-ahead bound in bytes, else None.
+        self._range_bytes: int | None = None
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
     def attach_cache(self, cache: ShardCache) -> None:
         self._cache = cache
+
+    def attach_ranges(self, read_ahead_bytes: int) -> None:
+        """Read object-store shards by range requests from now on (``StoreOptions(remote_read="range")``)."""
+        self._range_bytes = read_ahead_bytes
 
     @property
     def capacity(self) -> int:
@@ -201,7 +220,10 @@ class ShardReader:
             self._make_room(ref)
         handle: CachedShard | None = None
         path = ref.uri
-        if is_remote_uri(ref.uri):
+        source: str | bytes | RangeFile | None = None
+        if is_object_uri(ref.uri) and self._range_bytes is not None:
+            source = self._open_by_ranges(ref)
+        elif is_remote_uri(ref.uri):
             if self._cache is None:
                 raise ConfigError(
                     f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
@@ -222,14 +244,19 @@ class ShardReader:
                     f"dataset {ref.dataset!r}: shard {ref.uri} changed since planning: size must be {ref.bytes} "
                     f"bytes, got {size} — restore the planned data or re-plan"
                 )
-        local = handle is None  # a remote shard's bytes were verified by the shard cache at download
+        # A remote shard's bytes were verified by the shard cache at download, an object's by its pin at each GET.
+        local = handle is None and source is None
+        if source is None:
+            source = path
         try:
             if ref.format == "parquet":
+                assert not isinstance(source, bytes)
                 text: ParquetShard | JsonlShard = ParquetShard(
-                    ref, path, self._documents, check_fingerprint=local and _checkable(ref, "pqfooter:")
+                    ref, source, self._documents, check_fingerprint=local and _checkable(ref, "pqfooter:")
                 )
             else:
-                text = JsonlShard(ref, path, self._documents, check_fingerprint=local and _checkable(ref, "blake2b:"))
+                assert not isinstance(source, RangeFile)
+                text = JsonlShard(ref, source, self._documents, check_fingerprint=local and _checkable(ref, "blake2b:"))
         except BaseException:
             if handle is not None:
                 handle.close()  # a refused remote shard releases its pin
@@ -238,6 +265,17 @@ class ShardReader:
         if cache:
             self._open[shard_id] = shard
         return shard
+
+    def _open_by_ranges(self, ref: ShardRef) -> bytes | RangeFile:
+        """Range mode: a Parquet object as a :class:`RangeFile` (its footer read now: one GET), a JSONL object's
+        bytes read whole into memory (gzip and zstd cannot be sought); no local copy either way."""
+        from zephon.storage.objects.reads import object_file, read_whole
+
+        obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
+        if ref.format == "parquet":
+            assert self._range_bytes is not None
+            return RangeFile(obj, read_ahead_bytes=self._range_bytes)
+        return read_whole(obj)
 
     def _make_room(self, ref: ShardRef) -> None:
         """Close shards so that one more of ``ref``'s dataset fits: that dataset's least recently used beyond

@@ -1,10 +1,11 @@
 """Datasets of the recipe (exported by ``zephon.io``).
 
 ``Dataset.from_path(name, path)`` accepts a local directory, a glob or a single file of Parquet or JSONL
-shards (see ``zephon.storage.local``), or an ``hf://`` dataset path (see ``zephon.storage.hub.paths``), which
-is pinned to its commit here, so every later step reads the same files. Shards are listed when the dataset is
-created, so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
-footers (range requests for remote shards), JSONL from one scan.
+shards (see ``zephon.storage.local``), an ``hf://`` dataset path (see ``zephon.storage.hub.paths``), which
+is pinned to its commit here, so every later step reads the same files, or an object-store path (``s3://``,
+``gs://``, ``az://``; ``zephon.storage.objects``), whose objects are pinned by ETag (and version id) here.
+Shards are listed when the dataset is created, so a wrong path fails at once; rows are counted when a plan is
+made (``Dataset.shards()``): Parquet from footers (range requests for remote shards), JSONL from one scan.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from pathlib import Path
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
+from zephon.specs import StoreOptions
 from zephon.storage.local import SourceFile, discover_local_files
+from zephon.storage.objects.paths import SCHEMES as OBJECT_SCHEMES
 from zephon.storage.scan import scan_shard
 
 #: A URL scheme at the start of a path (``s3://``, ``gs://``, ``https://``, ...).
@@ -40,8 +43,12 @@ class Dataset:
     pinned: str = ""
 
     @classmethod
-    def from_path(cls, name: str, path: str | Path) -> Dataset:
-        """Create a dataset from a local directory, glob or file, or an ``hf://`` dataset path."""
+    def from_path(cls, name: str, path: str | Path, *, io_options: StoreOptions | None = None) -> Dataset:
+        """Create a dataset from a local directory, glob or file, an ``hf://`` dataset path, or an object-store
+        path (``s3://``, ``gs://``/``gcs://``, ``az://``/``abfs://``: an object, a prefix or a glob).
+
+        ``io_options``: its ``credentials`` replace the environment's for the prefixes they name, for this
+        listing and every later read of this process (``zephon.storage.objects.stores``)."""
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(
                 f"dataset name must be letters, digits, '_', '.' or '-' (not starting with a symbol), "
@@ -49,11 +56,19 @@ class Dataset:
             )
         text = str(path)
         scheme = _SCHEME.match(text)
+        if scheme and scheme.group(1).lower() in OBJECT_SCHEMES:
+            from zephon.storage.objects.listing import discover_objects
+            from zephon.storage.objects.stores import register_credentials
+
+            credentials = io_options.credentials if io_options is not None else ()
+            register_credentials(credentials)
+            files = discover_objects(name, text, credentials)
+            return cls(name=name, path=text, files=files, pinned=text)
         if scheme and scheme.group(1).lower() != "hf":
             raise DatasetError(
-                f"dataset {name!r}: path must be a local path, glob or file, or an hf:// dataset path, got "
-                f"{scheme.group(1)}:// in {text!r} — {scheme.group(1)}:// is not supported by this version: copy the "
-                "shards to a local or mounted directory, or publish them as a Hugging Face dataset"
+                f"dataset {name!r}: path must be a local path, glob or file, an hf:// dataset path or an object-store "
+                f"path (s3://, gs://, az://), got {scheme.group(1)}:// in {text!r} — {scheme.group(1)}:// is not "
+                "supported by this version: copy the shards to a local or mounted directory or an object store"
             )
         if text.startswith("hf://"):
             from zephon.storage.hub.client import resolve_hf_dataset

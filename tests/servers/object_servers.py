@@ -1,0 +1,234 @@
+"""Real object-store servers on 127.0.0.1 for tests and benchmarks, and a fault-injecting proxy.
+
+* :class:`S3Server` — moto's S3 server (``moto[server]``) in its own process, on a free port.
+* :class:`FaultProxy` — a small HTTP reverse proxy in front of any of them: it forwards requests unchanged
+  (the client signs for the proxy's host, which the servers here do not check), records what passed, and
+  injects faults on demand — an HTTP status (503 ``SlowDown``, 500, 429) for the next N matching requests,
+  or a connection dropped halfway through the next N response bodies.
+
+No client is mocked: Zephon talks HTTP to these processes exactly as to a cloud.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+__all__ = ["FaultProxy", "S3Server", "free_port"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_listening(port: int, proc: subprocess.Popen, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with {proc.returncode} before listening")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError(f"{what} did not listen on port {port} within {timeout} s")
+
+
+class S3Server:
+    """moto's S3 server on 127.0.0.1 (a subprocess). ``client()`` is a boto3 client for setting data up."""
+
+    ACCESS_KEY = "zephon-test-access"
+    SECRET_KEY = "zephon-test-secret-do-not-print-4242"
+
+    def __init__(self, log: Path | None = None) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        out = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+        env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=out,
+            stderr=out,
+            env=env,
+        )
+        _wait_listening(self.port, self.proc, "moto S3 server")
+
+    def client(self):  # -> boto3 S3 client
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.ACCESS_KEY,
+            aws_secret_access_key=self.SECRET_KEY,
+            region_name="us-east-1",
+        )
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        """The AWS variables that point a client at this server (or at ``endpoint``, e.g. a proxy)."""
+        return {
+            "AWS_ENDPOINT_URL": endpoint or self.endpoint,
+            "AWS_ACCESS_KEY_ID": self.ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY,
+            "AWS_REGION": "us-east-1",
+        }
+
+    def upload_dir(self, bucket: str, root: Path, prefix: str) -> list[str]:
+        """Upload every file under ``root`` to ``bucket`` at ``prefix`` + its relative path; the keys."""
+        client = self.client()
+        keys = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            key = prefix + path.relative_to(root).as_posix()
+            client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+            keys.append(key)
+        return keys
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+@dataclass
+class _Fault:
+    count: int
+    status: int | None = None  # an HTTP status to answer instead of forwarding
+    drop: bool = False  # forward, then cut the body halfway and close the connection
+    method: str | None = None
+    needs_range: bool | None = None
+
+
+@dataclass(frozen=True)
+class Seen:
+    method: str
+    path: str
+    range: str | None
+    status: int
+
+
+@dataclass
+class _State:
+    upstream: tuple[str, int]
+    faults: list[_Fault] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_SLOWDOWN = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.'
+    b"</Message></Error>"
+)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    state: _State
+
+    def log_message(self, *args: object) -> None:  # quiet
+        pass
+
+    def _fault(self) -> _Fault | None:
+        with self.state.lock:
+            for fault in self.state.faults:
+                if fault.count <= 0:
+                    continue
+                if fault.method is not None and fault.method != self.command:
+                    continue
+                if fault.needs_range is not None and fault.needs_range != ("Range" in self.headers):
+                    continue
+                fault.count -= 1
+                return fault
+        return None
+
+    def _handle(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else None
+        fault = self._fault()
+        if fault is not None and fault.status is not None:
+            payload = _SLOWDOWN if fault.status == 503 else b"<Error><Code>InternalError</Code></Error>"
+            self._record(fault.status)
+            self.send_response(fault.status)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+            return
+        conn = http.client.HTTPConnection(*self.state.upstream, timeout=60)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "keep-alive")}
+        conn.request(self.command, self.path, body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        self._record(response.status)
+        self.send_response(response.status)
+        for key, value in response.getheaders():
+            if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(data)))
+        if fault is not None and fault.drop and len(data) > 1 and self.command != "HEAD":
+            self.end_headers()
+            self.wfile.write(data[: len(data) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _record(self, status: int) -> None:
+        with self.state.lock:
+            self.state.seen.append(Seen(self.command, self.path, self.headers.get("Range"), status))
+
+    do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
+
+
+class FaultProxy:
+    """A reverse proxy on 127.0.0.1 to ``upstream`` (``http://host:port``) that injects faults on demand."""
+
+    def __init__(self, upstream: str) -> None:
+        host, _, port = upstream.removeprefix("http://").rstrip("/").partition(":")
+        self.state = _State(upstream=(host, int(port)))
+        handler = type("Handler", (_Handler,), {"state": self.state})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def fail(self, count: int, status: int = 503, *, method: str | None = "GET", ranged: bool | None = None) -> None:
+        """Answer the next ``count`` matching requests with ``status`` (503: S3's SlowDown body)."""
+        with self.state.lock:
+            self.state.faults.append(_Fault(count=count, status=status, method=method, needs_range=ranged))
+
+    def drop(self, count: int, *, ranged: bool | None = None) -> None:
+        """Cut the next ``count`` GET response bodies halfway and close their connections."""
+        with self.state.lock:
+            self.state.faults.append(_Fault(count=count, drop=True, method="GET", needs_range=ranged))
+
+    @property
+    def seen(self) -> list[Seen]:
+        with self.state.lock:
+            return list(self.state.seen)
+
+    def clear(self) -> None:
+        with self.state.lock:
+            self.state.seen.clear()
+            self.state.faults.clear()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

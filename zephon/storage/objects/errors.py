@@ -1,0 +1,94 @@
+"""One-line errors of failed object-store requests, naming the object (or bucket) and the fix.
+
+The client's own messages hold request URLs (a SAS token travels in the query string) and response bodies,
+so they are never shown: a message keeps only the HTTP status and the store's error code
+(``NoSuchBucket``, ``SignatureDoesNotMatch``, ``SlowDown``, ...), read from the client's message.
+
+Worked example: a GET of ``s3://corpus/web/0.parquet`` answered 403 ``InvalidAccessKeyId`` becomes
+``access to s3://corpus/web/0.parquet must be granted to your credentials, got HTTP 403 InvalidAccessKeyId —
+check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (or AWS_PROFILE), or the StoreCredentials
+for this bucket``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from zephon.errors import DatasetError, StorageError, ZephonError
+
+__all__ = ["CREDENTIAL_HINT", "object_error"]
+
+CREDENTIAL_HINT = {
+    "s3": "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (or AWS_PROFILE), or the "
+    "StoreCredentials for this bucket",
+    "gs": "check GOOGLE_APPLICATION_CREDENTIALS (or STORAGE_EMULATOR_HOST), or the StoreCredentials for this bucket",
+    "az": "check AZURE_STORAGE_CONNECTION_STRING (or AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or "
+    "AZURE_STORAGE_SAS_TOKEN), or the StoreCredentials for this container",
+}
+_ENDPOINT_HINT = {"s3": "AWS_ENDPOINT_URL", "gs": "STORAGE_EMULATOR_HOST", "az": "AZURE_STORAGE_CONNECTION_STRING"}
+_STATUS = re.compile(r"(?:status code: |status: |HTTP status )(\d{3})")
+_STATUS_WORD = re.compile(r"\b([45]\d\d) (?:[A-Z][a-z]+)")
+_CODE = re.compile(r"<Code>([A-Za-z]+)</Code>|\"reason\"\s*:\s*\"([A-Za-z]+)\"")
+_BUCKET_MISSING = ("NoSuchBucket", "ContainerNotFound", "notFound")
+_AFTER_RETRIES = re.compile(r"after (\d+) retries")
+
+
+def _describe(exc: BaseException) -> tuple[int | None, str | None, str]:
+    text = str(exc)
+    status = _STATUS.search(text) or _STATUS_WORD.search(text)
+    code = _CODE.search(text)
+    got = f"HTTP {status.group(1)}" if status else None
+    word = (code.group(1) or code.group(2)) if code else None
+    if got is None:
+        lowered = text.lower()
+        if "timed out" in lowered or "timeout" in lowered:
+            got = "a timeout"
+        elif "connect" in lowered or "connection" in lowered or "reset" in lowered or "closed" in lowered:
+            got = "a connection failure"
+        else:
+            got = type(exc).__name__
+    retries = _AFTER_RETRIES.search(text)
+    shown = got + (f" {word}" if word else "") + (f" after {int(retries.group(1)) + 1} attempts" if retries else "")
+    return (int(status.group(1)) if status else None), word, shown
+
+
+def object_error(exc: BaseException, uri: str, cloud: str, what: str) -> ZephonError:
+    """The one-line error of a failed request ``what`` (e.g. ``"the footer"``) on ``uri``."""
+    from obstore import exceptions as ox
+
+    if isinstance(exc, ZephonError):
+        return exc
+    status, code, shown = _describe(exc)
+    bucket = uri.split("/", 3)[:3]
+    bucket_uri = "/".join(bucket)
+    if isinstance(exc, ox.PreconditionError) or status == 412:
+        return DatasetError(
+            f"object {uri} changed since planning: its ETag must match the plan's pin, got another version (HTTP "
+            "412) — restore the planned object or re-plan"
+        )
+    if code in _BUCKET_MISSING:
+        return DatasetError(
+            f"bucket {bucket_uri} must exist, got {shown} reading {what} of {uri} — check the bucket name and the "
+            f"endpoint ({_ENDPOINT_HINT[cloud]})"
+        )
+    if isinstance(exc, ox.NotFoundError) or status == 404:
+        return DatasetError(
+            f"object {uri} must exist, got {shown} reading {what} — it was deleted or renamed since planning: "
+            "restore it or re-plan"
+        )
+    if isinstance(exc, ox.UnauthenticatedError | ox.PermissionDeniedError) or status in (401, 403):
+        return StorageError(
+            f"access to {uri} must be granted to your credentials, got {shown} reading {what} — "
+            f"{CREDENTIAL_HINT[cloud]}"
+        )
+    if status is not None and (status >= 500 or status == 429):
+        return StorageError(
+            f"store at {bucket_uri} must answer {what} of {uri}, got {shown} — the store is unavailable or "
+            "throttling; retry later"
+        )
+    if status is None:
+        return StorageError(
+            f"store at {bucket_uri} must answer {what} of {uri}, got {shown} — check the network and the endpoint "
+            f"({_ENDPOINT_HINT[cloud]}), then retry"
+        )
+    return StorageError(f"request for {what} of {uri} must succeed, got {shown} — {CREDENTIAL_HINT[cloud]}")
