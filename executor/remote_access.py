@@ -3,7 +3,7 @@
 Object-store shards (``s3://``, ``gs://``, ``az://``) go through the same cache unless the run reads them by
 ranges (``StoreOptions(remote_read="range")``): then they are never staged on disk, and the shard reader
 fetches the row groups each chunk needs (``zephon.storage.objects.range_file``). ``hf://`` shards always use the
-cache. The run's ``StoreOptions.credentials`` are registered for the process's object-store reads.
+cache. The run's ``StoreOptions.credentials`` come first for its object-store reads.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from zephon.executor.shard_reader import ShardReader, remote_spec
 from zephon.executor.shard_schedule import ShardSchedule
 from zephon.specs import StoreOptions
 from zephon.storage.objects.paths import is_object_uri
-from zephon.storage.objects.stores import register_credentials
 from zephon.storage.remote import is_remote_uri
 from zephon.storage.shard_cache import ShardCache
 
@@ -37,8 +36,7 @@ class RemoteAccess:
         }
         self.reader = reader
         self.cache: ShardCache | None = None
-        if any(is_object_uri(s.uri) for s in plan.shards):
-            register_credentials(io.credentials)
+        reader.attach_credentials(io.credentials)
         if ranged:
             reader.attach_ranges(io.read_ahead_bytes)
         if not self.remote:
@@ -54,7 +52,7 @@ class RemoteAccess:
                 ) else "")
             )
         self.cache = ShardCache.from_options(io.cache)
-        self.specs = {sid: remote_spec(ref) for sid, ref in self.remote.items()}
+        self.specs = {sid: remote_spec(ref, io.credentials) for sid, ref in self.remote.items()}
         self.cache.check_fits(list(self.specs.values()))
         largest = sorted((ref.bytes for ref in self.remote.values()), reverse=True)[: reader.capacity]
         limit = io.cache.limit_bytes

@@ -43,6 +43,7 @@ from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocu
 from zephon.executor.jsonl_shard import JsonlShard
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
+from zephon.specs import StoreCredentials
 from zephon.storage.objects.paths import is_object_uri
 from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.remote import is_remote_uri, remote_file
@@ -51,7 +52,7 @@ from zephon.storage.shard_cache import CachedShard, CacheEntrySpec, ShardCache
 __all__ = ["ON_BAD_DOCUMENT", "SKIP_REASONS", "ShardReader", "planning_cache", "remote_spec"]
 
 
-def remote_spec(ref: ShardRef) -> CacheEntrySpec:
+def remote_spec(ref: ShardRef, credentials: tuple[StoreCredentials, ...] = ()) -> CacheEntrySpec:
     """The shard cache entry of a remote shard: downloaded whole, verified against size and etag (an object
     store's GET carries the pin itself, ``zephon.storage.objects.reads``)."""
     if is_object_uri(ref.uri):
@@ -62,7 +63,7 @@ def remote_spec(ref: ShardRef) -> CacheEntrySpec:
             key=f"{obj.path.cloud}/{obj.path.bucket}/{obj.path.key}",
             size=ref.bytes,
             etag=obj.pin,
-            fetch=lambda dest: download_object(obj, dest),
+            fetch=lambda dest: download_object(obj, dest, credentials),
         )
     from zephon.storage.hub.client import download_remote_file
 
@@ -135,6 +136,7 @@ class ShardReader:
         self._cache = cache
         #: Range mode for object-store shards (``attach_ranges``): the read-ahead bound in bytes, else None.
         self._range_bytes: int | None = None
+        self._credentials: tuple[StoreCredentials, ...] = ()
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
@@ -144,6 +146,10 @@ class ShardReader:
     def attach_ranges(self, read_ahead_bytes: int) -> None:
         """Read object-store shards by range requests from now on (``StoreOptions(remote_read="range")``)."""
         self._range_bytes = read_ahead_bytes
+
+    def attach_credentials(self, credentials: tuple[StoreCredentials, ...]) -> None:
+        """Object-store reads use these overrides first (a run's ``StoreOptions.credentials``)."""
+        self._credentials = credentials
 
     @property
     def capacity(self) -> int:
@@ -229,7 +235,7 @@ class ShardReader:
                     f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
                     "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
                 )
-            handle = self._cache.acquire(remote_spec(ref), next_use=self._next_use_keys())
+            handle = self._cache.acquire(remote_spec(ref, self._credentials), next_use=self._next_use_keys())
             path = str(handle.path)
         else:
             try:
@@ -274,8 +280,8 @@ class ShardReader:
         obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
         if ref.format == "parquet":
             assert self._range_bytes is not None
-            return RangeFile(obj, read_ahead_bytes=self._range_bytes)
-        return read_whole(obj)
+            return RangeFile(obj, self._credentials, read_ahead_bytes=self._range_bytes)
+        return read_whole(obj, self._credentials)
 
     def _make_room(self, ref: ShardRef) -> None:
         """Close shards so that one more of ``ref``'s dataset fits: that dataset's least recently used beyond

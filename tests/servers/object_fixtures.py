@@ -47,7 +47,7 @@ def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     from zephon.storage.objects import stores
 
     monkeypatch.setattr(
-        stores, "DEFAULT_RETRY", stores.ObjectRetry(attempts=4, base_delay=0.01, max_delay=0.05, timeout=10.0)
+        stores, "DEFAULT_RETRY", stores.ObjectRetry(attempts=6, base_delay=0.01, max_delay=0.05, timeout=10.0)
     )
 
 

@@ -51,11 +51,17 @@ class S3Server:
     ACCESS_KEY = "zephon-test-access"
     SECRET_KEY = "zephon-test-secret-do-not-print-4242"
 
-    def __init__(self, log: Path | None = None) -> None:
+    def __init__(self, log: Path | None = None, *, authenticated: bool = False) -> None:
+        """``authenticated``: moto checks every request's signature against its IAM users (after the 4
+        unauthenticated calls that create one, with an allow-all policy, whose keys replace the defaults).
+        This moto version refuses signed ListObjectsV2 calls even with the right key, so such a server serves
+        single objects (HEAD, GET) only."""
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         out = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        if authenticated:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = "4"
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=out,
@@ -63,6 +69,23 @@ class S3Server:
             env=env,
         )
         _wait_listening(self.port, self.proc, "moto S3 server")
+        if authenticated:
+            self._create_user()
+
+    def _create_user(self) -> None:
+        import json
+
+        import boto3
+
+        iam = boto3.client(
+            "iam", endpoint_url=self.endpoint, aws_access_key_id="x", aws_secret_access_key="y", region_name="us-east-1"
+        )
+        iam.create_user(UserName="zephon")
+        key = iam.create_access_key(UserName="zephon")["AccessKey"]
+        allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        arn = iam.create_policy(PolicyName="all", PolicyDocument=json.dumps(allow))["Policy"]["Arn"]
+        iam.attach_user_policy(UserName="zephon", PolicyArn=arn)
+        self.ACCESS_KEY, self.SECRET_KEY = key["AccessKeyId"], key["SecretAccessKey"]
 
     def client(self):  # -> boto3 S3 client
         import boto3

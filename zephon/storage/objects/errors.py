@@ -16,7 +16,7 @@ import re
 
 from zephon.errors import DatasetError, StorageError, ZephonError
 
-__all__ = ["CREDENTIAL_HINT", "object_error"]
+__all__ = ["CREDENTIAL_HINT", "is_body_failure", "object_error"]
 
 CREDENTIAL_HINT = {
     "s3": "check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (or AWS_PROFILE), or the "
@@ -30,7 +30,7 @@ _STATUS = re.compile(r"(?:status code: |status: |HTTP status )(\d{3})")
 _STATUS_WORD = re.compile(r"\b([45]\d\d) (?:[A-Z][a-z]+)")
 _CODE = re.compile(r"<Code>([A-Za-z]+)</Code>|\"reason\"\s*:\s*\"([A-Za-z]+)\"")
 _BUCKET_MISSING = ("NoSuchBucket", "ContainerNotFound", "notFound")
-_AFTER_RETRIES = re.compile(r"after (\d+) retries")
+_AFTER_RETRIES = re.compile(r"(?:after (\d+) retries|\bretries: (\d+),)")
 
 
 def _describe(exc: BaseException) -> tuple[int | None, str | None, str]:
@@ -41,15 +41,29 @@ def _describe(exc: BaseException) -> tuple[int | None, str | None, str]:
     word = (code.group(1) or code.group(2)) if code else None
     if got is None:
         lowered = text.lower()
-        if "timed out" in lowered or "timeout" in lowered:
+        if "connectionrefused" in lowered or "connection refused" in lowered:
+            got = "a refused connection"
+        elif "timedout" in lowered or "timed out" in lowered or "kind: timeout" in lowered:
             got = "a timeout"
+        elif is_body_failure(exc):
+            got = "a connection dropped mid-body"
         elif "connect" in lowered or "connection" in lowered or "reset" in lowered or "closed" in lowered:
             got = "a connection failure"
         else:
             got = type(exc).__name__
     retries = _AFTER_RETRIES.search(text)
-    shown = got + (f" {word}" if word else "") + (f" after {int(retries.group(1)) + 1} attempts" if retries else "")
+    tries = int(retries.group(1) or retries.group(2)) + 1 if retries else 1
+    shown = got + (f" {word}" if word else "") + (f" after {tries} attempts" if tries > 1 else "")
     return (int(status.group(1)) if status else None), word, shown
+
+
+def is_body_failure(exc: BaseException) -> bool:
+    """A response body that broke after its headers (a reset or closed connection, a short body): the client
+    retries requests, not bodies, so the caller reads again."""
+    lowered = str(exc).lower()
+    return isinstance(exc, ConnectionError) or any(
+        mark in lowered for mark in ("body error", "incompletebody", "unexpectedeof", "short body")
+    )
 
 
 def object_error(exc: BaseException, uri: str, cloud: str, what: str) -> ZephonError:
@@ -61,6 +75,12 @@ def object_error(exc: BaseException, uri: str, cloud: str, what: str) -> ZephonE
     status, code, shown = _describe(exc)
     bucket = uri.split("/", 3)[:3]
     bucket_uri = "/".join(bucket)
+    text = str(exc)
+    if "169.254.169.254" in text or "169.254.170.2" in text or "metadata.google.internal" in text:
+        return StorageError(
+            f"access to {uri} must use credentials, got none in the environment and none from the instance "
+            f"metadata service ({shown}) reading {what} — {CREDENTIAL_HINT[cloud]}"
+        )
     if isinstance(exc, ox.PreconditionError) or status == 412:
         return DatasetError(
             f"object {uri} changed since planning: its ETag must match the plan's pin, got another version (HTTP "

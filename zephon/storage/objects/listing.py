@@ -15,6 +15,7 @@ version id: its pin (:class:`~.reads.ObjectFile`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,7 +25,7 @@ from zephon.storage.local import SUPPORTED_SUFFIXES, SourceFile, detect_format, 
 from zephon.storage.objects import stores
 from zephon.storage.objects.errors import object_error
 from zephon.storage.objects.paths import ObjectPath, parse_object_path
-from zephon.storage.objects.reads import ObjectFile, count_request
+from zephon.storage.objects.reads import ObjectFile, count_request, transient
 from zephon.storage.progress import track
 
 __all__ = ["discover_objects", "list_objects"]
@@ -36,17 +37,22 @@ def list_objects(path: ObjectPath, prefix: str, credentials: Iterable[StoreCrede
 
     store = stores.store_for(path, credentials)
     uri = path.child(prefix).uri
-    try:
-        out: list[dict[str, Any]] = []
-        pages = obstore.list(store, prefix or None, chunk_size=1000)
-        for page in track(pages, total=None, desc=f"listing {uri}", unit="page"):
-            count_request("list")
-            out.extend(page)
-        return out
-    except ZephonError:
-        raise
-    except Exception as exc:
-        raise object_error(exc, uri, path.cloud, "the listing") from None
+    attempts = max(1, stores.DEFAULT_RETRY.attempts)
+    for attempt in range(1, attempts + 1):  # a page whose body broke: list again from the start
+        try:
+            out: list[dict[str, Any]] = []
+            pages = obstore.list(store, prefix or None, chunk_size=1000)
+            for page in track(pages, total=None, desc=f"listing {uri}", unit="page"):
+                count_request("list")
+                out.extend(page)
+            return out
+        except ZephonError:
+            raise
+        except Exception as exc:
+            if not transient(exc) or attempt == attempts:
+                raise object_error(exc, uri, path.cloud, "the listing") from None
+            time.sleep(stores.DEFAULT_RETRY.base_delay * 2 ** (attempt - 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def _head(path: ObjectPath, credentials: Iterable[StoreCredentials]) -> dict[str, Any] | None:

@@ -25,7 +25,7 @@ from typing import Any
 from zephon.errors import DatasetError, PlanFormatError, StorageError
 from zephon.specs import StoreCredentials
 from zephon.storage.objects import stores
-from zephon.storage.objects.errors import object_error
+from zephon.storage.objects.errors import is_body_failure, object_error
 from zephon.storage.objects.paths import ObjectPath, parse_object_path
 
 __all__ = ["REQUESTS", "ObjectFile", "download_object", "object_file", "read_range", "read_tail"]
@@ -83,15 +83,10 @@ def _store(file: ObjectFile, credentials: Iterable[StoreCredentials]) -> Any:
     return stores.store_for(file.path, credentials)
 
 
-def _transient(exc: BaseException) -> bool:
-    """A failure worth reading again: a broken connection or body, a timeout, 5xx or 429 (after the client's own
-    retries of the request, which cover most of them)."""
-    from obstore import exceptions as ox
-
-    if isinstance(exc, ox.NotFoundError | ox.PreconditionError | ox.PermissionDeniedError | ox.UnauthenticatedError):
-        return False
-    text = str(exc)
-    return not any(f" {code} " in text or f"status code: {code}" in text for code in (400, 401, 403, 404, 412))
+def transient(exc: BaseException) -> bool:
+    """A failure worth a new request: a body that broke after its headers. Everything else the client has
+    already retried per ``DEFAULT_RETRY`` (5xx, 429, connection failures, timeouts) or must not retry."""
+    return is_body_failure(exc)
 
 
 def _with_retries(file: ObjectFile, what: str, fn: Any) -> Any:
@@ -101,10 +96,10 @@ def _with_retries(file: ObjectFile, what: str, fn: Any) -> Any:
     for attempt in range(1, attempts + 1):
         try:
             return fn()
-        except (ox.BaseError, OSError, RuntimeError, ValueError) as exc:
+        except (ox.BaseError, ConnectionError, RuntimeError, ValueError) as exc:  # a disk error propagates
             if isinstance(exc, DatasetError | StorageError):
                 raise
-            if not _transient(exc) or attempt == attempts:
+            if not transient(exc) or attempt == attempts:
                 raise object_error(exc, file.uri, file.path.cloud, what) from None
             time.sleep(stores.DEFAULT_RETRY.base_delay * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
@@ -125,7 +120,7 @@ def read_range(
         count_request(kind)
         data = bytes(obstore.get(store, file.path.key, options=file.options(range=(start, end))).bytes())
         if len(data) != end - start:
-            raise ConnectionError(f"a short body: {len(data)} of {end - start} bytes")
+            raise ConnectionError(f"a short body: {len(data)} of {end - start} bytes")  # read again
         return data
 
     return _with_retries(file, what, get)
@@ -174,7 +169,7 @@ def download_object(file: ObjectFile, dest: str, credentials: Iterable[StoreCred
             out.flush()
             os.fsync(out.fileno())
         if written != file.size:
-            raise ConnectionError(f"a body of {written} bytes, {file.size} planned")
+            raise ConnectionError(f"a short body: {written} bytes, {file.size} planned")
 
     _with_retries(file, "the whole object", get)
 

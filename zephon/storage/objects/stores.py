@@ -71,21 +71,22 @@ def register_credentials(credentials: Iterable[StoreCredentials]) -> None:
 
 
 def settings_for(path: ObjectPath, credentials: Iterable[StoreCredentials] = ()) -> dict[str, str]:
-    """The variables that configure ``path``'s store: the covering override's, else the environment's."""
-    with _lock:
-        candidates = {**_registered, **{c.prefix.rstrip("/"): c for c in credentials}}
-    best: StoreCredentials | None = None
-    for prefix, cred in candidates.items():
-        scheme, _, rest = prefix.partition("://")
-        from zephon.storage.objects.paths import SCHEMES
+    """The variables that configure ``path``'s store: those of the longest prefix covering it among
+    ``credentials`` (a run's ``StoreOptions``), else among the registered ones, else the environment's."""
+    from zephon.storage.objects.paths import SCHEMES
 
-        if SCHEMES.get(scheme) != path.cloud:
-            continue
-        here = f"{path.bucket}/{path.key}"
-        if (here == rest or here.startswith(rest + "/") or (rest.endswith("/") and here.startswith(rest))) and (
-            best is None or len(prefix) > len(best.prefix.rstrip("/"))
-        ):
-            best = cred
+    with _lock:
+        registered = list(_registered.values())
+    best: StoreCredentials | None = None
+    for group in (list(credentials), registered):
+        for cred in group:
+            scheme, _, rest = cred.prefix.rstrip("/").partition("://")
+            here = f"{path.bucket}/{path.key}"
+            covers = SCHEMES.get(scheme) == path.cloud and (here == rest or here.startswith(rest + "/"))
+            if covers and (best is None or len(cred.prefix.rstrip("/")) > len(best.prefix.rstrip("/"))):
+                best = cred
+        if best is not None:
+            break
     names = _CLOUD_VARIABLES[path.cloud]
     source: Mapping[str, str] = best.env if best is not None else os.environ
     return {k: source[k] for k in names if source.get(k)}
