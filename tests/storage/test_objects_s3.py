@@ -66,13 +66,22 @@ def corpus(tmp_path: Path, s3) -> dict[str, tuple[Path, str]]:
 
 
 def test_a_plan_over_s3_schedules_what_the_local_copy_does(corpus, tmp_path, tokenizer_dir) -> None:
-    local = source(*(Dataset.from_path(n, str(d)) for n, (d, _) in corpus.items()), shuffle=ShuffleSpec(window_shards=2))
-    remote = source(*(Dataset.from_path(n, url) for n, (_, url) in corpus.items()), shuffle=ShuffleSpec(window_shards=2))
+    local = source(
+        *(Dataset.from_path(n, str(d)) for n, (d, _) in corpus.items()), shuffle=ShuffleSpec(window_shards=2)
+    )
+    remote = source(
+        *(Dataset.from_path(n, url) for n, (_, url) in corpus.items()), shuffle=ShuffleSpec(window_shards=2)
+    )
     a, b = local.plan(tmp_path / "local-plan"), remote.plan(tmp_path / "s3-plan")
     assert (a / "samples.parquet").read_bytes() == (b / "samples.parquet").read_bytes()
     la, lb = pq.read_table(a / "shards.parquet").to_pylist(), pq.read_table(b / "shards.parquet").to_pylist()
     for x, y in zip(la, lb, strict=True):
-        assert (x["rows"], x["bytes"], x["row_groups"], x["format"]) == (y["rows"], y["bytes"], y["row_groups"], y["format"])
+        assert (x["rows"], x["bytes"], x["row_groups"], x["format"]) == (
+            y["rows"],
+            y["bytes"],
+            y["row_groups"],
+            y["format"],
+        )
         assert y["uri"].startswith(f"s3://{corpus['web'][1].split('/')[2]}/corpora/")
         assert y["uri"].rsplit("/", 1)[1] == Path(x["uri"]).name
         assert y["fingerprint"].startswith('etag:"')  # the pin: the object's ETag
@@ -151,7 +160,9 @@ def test_an_object_changed_after_planning_is_refused_by_name(s3, tmp_path, token
     other = write_parquet_dataset(tmp_path / "other", "web", [30, 31])
     s3.put("web/part-00001.parquet", (other / "part-00001.parquet").read_bytes())
     for io in (cache_io(tmp_path), StoreOptions(remote_read="range")):
-        with pytest.raises(DatasetError, match=r"object s3://.*/web/part-00001\.parquet changed since planning") as info:
+        with pytest.raises(
+            DatasetError, match=r"object s3://.*/web/part-00001\.parquet changed since planning"
+        ) as info:
             run(plan, tokenizer_dir, io)
         assert "\n" not in str(info.value)
     # Nothing half-written in the cache: only the unchanged shard is there.
@@ -159,3 +170,17 @@ def test_an_object_changed_after_planning_is_refused_by_name(s3, tmp_path, token
 
     entries = ShardCache(tmp_path / "cache", 1 << 30).entries()
     assert [e.key.rsplit("/", 1)[1] for e in entries] == ["part-00000.parquet"]
+
+
+def test_a_bucket_of_ten_thousand_objects_lists_every_one_in_pages(s3) -> None:
+    keys = [f"many/{i // 1000:02d}/shard-{i:05d}.jsonl" for i in range(10_000)]
+    s3.put_many({k: b'{"text": "x"}\n' for k in keys})
+    REQUESTS.clear()
+    ds = Dataset.from_path("many", s3.url("many/"))
+    assert [f.uri for f in ds.files] == [s3.url(k) for k in sorted(keys)]
+    assert {f.size for f in ds.files} == {14}
+    assert REQUESTS["list"] == 10  # 1,000 keys a page
+    glob = Dataset.from_path("some", s3.url("many/0[3-4]/shard-*7.jsonl"))
+    assert [f.uri for f in glob.files] == [
+        s3.url(k) for k in sorted(keys) if k[5:7] in ("03", "04") and k.endswith("7.jsonl")
+    ]
