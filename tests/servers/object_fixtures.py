@@ -1,9 +1,13 @@
-"""Pytest plugin: object-store servers (``s3_server``) and per-test buckets pointed at by the environment.
+"""Pytest plugin: object-store servers and per-test buckets pointed at by the environment.
 
-``s3_server`` (session) is one moto S3 server; ``s3`` (per test) creates a fresh bucket, sets the AWS
-variables a user would (``AWS_ENDPOINT_URL``, keys, region) and makes the client's retries fast, and yields an
-:class:`S3Bucket` to upload into. ``s3_proxy`` puts a :class:`~servers.object_servers.FaultProxy` between the
-client and the server.
+Servers (session scope, on 127.0.0.1): ``s3_server`` (moto), ``gs_server`` (fake-gcs-server), ``az_server``
+(Azurite). The GCS and Azure ones skip their tests, with the reason, only when the server cannot be installed
+on this machine (``servers.object_servers.missing_server``).
+
+Buckets (per test): ``s3`` creates a fresh S3 bucket, sets the AWS variables a user would (``AWS_ENDPOINT_URL``,
+keys, region) and makes the client's retries fast; ``bucket`` does the same for each cloud in turn
+(parametrized: ``s3``, ``gs``, ``az``). ``s3_proxy`` puts a :class:`~servers.object_servers.FaultProxy` between
+the client and the S3 server.
 """
 
 from __future__ import annotations
@@ -14,9 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from servers.object_servers import FaultProxy, S3Server
+from servers.object_servers import AzuriteServer, FakeGcsServer, FaultProxy, S3Server, missing_server
 
 _names = itertools.count()
+_CLEARED = {
+    "s3": ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"),
+    "gs": ("GOOGLE_APPLICATION_CREDENTIALS",),
+    "az": ("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN"),
+}
 
 
 @pytest.fixture(scope="session")
@@ -28,22 +37,54 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def gs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
+    why = missing_server("gs")
+    if why is not None:
+        pytest.skip(why)
+    server = FakeGcsServer(log=tmp_path_factory.mktemp("fake-gcs") / "fake-gcs.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def az_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
+    why = missing_server("az")
+    if why is not None:
+        pytest.skip(why)
+    server = AzuriteServer(log=tmp_path_factory.mktemp("azurite") / "azurite.log")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @dataclass
-class S3Bucket:
-    server: S3Server
+class Bucket:
+    """A fresh bucket (or container) on one of the servers."""
+
+    server: S3Server | FakeGcsServer | AzuriteServer
+    cloud: str
     name: str
 
     def url(self, key: str = "") -> str:
-        return f"s3://{self.name}/{key}"
-
-    def upload_dir(self, root: Path, prefix: str) -> list[str]:
-        return self.server.upload_dir(self.name, root, prefix)
+        return f"{self.cloud}://{self.name}/{key}"
 
     def put(self, key: str, data: bytes) -> None:
-        self.server.client().put_object(Bucket=self.name, Key=key, Body=data)
+        self.server.put(self.name, key, data)
+
+    def upload_dir(self, root: Path, prefix: str) -> list[str]:
+        keys = []
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            key = prefix + path.relative_to(root).as_posix()
+            self.put(key, path.read_bytes())
+            keys.append(key)
+        return keys
 
     def put_many(self, objects: dict[str, bytes], concurrency: int = 64) -> None:
-        """Upload many objects at once (obstore's async puts: boto3 spends milliseconds of CPU per call)."""
+        """Upload many S3 objects at once (obstore's async puts: boto3 spends milliseconds of CPU per call)."""
         import asyncio
 
         import obstore
@@ -73,6 +114,9 @@ class S3Bucket:
         asyncio.run(upload())
 
 
+S3Bucket = Bucket  # the name the S3-only tests use
+
+
 def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     from zephon.storage.objects import stores
 
@@ -81,20 +125,30 @@ def _fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     )
 
 
-@pytest.fixture
-def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Bucket:
+def _fresh(cloud: str, server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
     name = f"zephon-test-{next(_names)}"
-    s3_server.client().create_bucket(Bucket=name)
-    for key, value in s3_server.env().items():
+    server.create_bucket(name)
+    for key, value in server.env().items():
         monkeypatch.setenv(key, value)
-    for key in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION"):
+    for key in _CLEARED[cloud]:
         monkeypatch.delenv(key, raising=False)
     _fast_retries(monkeypatch)
-    return S3Bucket(server=s3_server, name=name)
+    return Bucket(server=server, cloud=cloud, name=name)
 
 
 @pytest.fixture
-def s3_proxy(s3: S3Bucket, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
+def s3(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> Bucket:
+    return _fresh("s3", s3_server, monkeypatch)
+
+
+@pytest.fixture(params=["s3", "gs", "az"])
+def bucket(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Bucket:
+    cloud = request.param
+    return _fresh(cloud, request.getfixturevalue(f"{cloud}_server"), monkeypatch)
+
+
+@pytest.fixture
+def s3_proxy(s3: Bucket, monkeypatch: pytest.MonkeyPatch) -> Iterator[FaultProxy]:
     proxy = FaultProxy(s3.server.endpoint)
     monkeypatch.setenv("AWS_ENDPOINT_URL", proxy.endpoint)
     try:

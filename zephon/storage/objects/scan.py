@@ -3,7 +3,8 @@
 A Parquet object costs one GET (the last 64 KiB, :func:`~.reads.read_tail`); a JSONL object must be read
 whole to count its lines (in memory, never staged on disk). The result is cached under
 ``$ZEPHON_CACHE_DIR/object-meta`` keyed by the URI and the pin (ETag and version), so re-planning an unchanged
-corpus makes no GET at all; a changed object has another ETag, hence another key.
+corpus makes no GET at all; a changed object has another ETag, hence another key. A store that lists no
+version ids but states them on GET (GCS's generation) gets the version of that GET into the pin.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -19,7 +21,7 @@ import pyarrow.parquet as pq
 from zephon.specs import StoreCredentials
 from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
-from zephon.storage.objects.reads import ObjectFile, read_tail, read_whole
+from zephon.storage.objects.reads import ObjectFile, get_tail, get_whole, with_version
 
 __all__ = ["scan_object"]
 
@@ -29,19 +31,27 @@ def _meta_path(file: ObjectFile) -> Path:
     return cache_dir() / "object-meta" / f"{key}.json"
 
 
-def scan_object(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> tuple[int, int]:
-    """``(rows, row_groups)`` of an object shard; raises ``ValueError`` for an unreadable footer or stream."""
+def scan_object(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> tuple[int, int, ObjectFile]:
+    """``(rows, row_groups, pinned)`` of an object shard; ``pinned`` is ``file`` with the version id its GET
+    stated when the listing had none (GCS). Raises ``ValueError`` for an unreadable footer or stream."""
     cached = _meta_path(file)
     try:
         data = json.loads(cached.read_text())
-        return int(data["rows"]), int(data["row_groups"])
+        version = data.get("version")
+        pinned = file if not version or file.version else replace(file, version=str(version))
+        return int(data["rows"]), int(data["row_groups"]), pinned
     except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: read the object again
         pass
     if file.format == "parquet":
-        meta = pq.read_metadata(pa.BufferReader(read_tail(file, credentials)))
-        rows, groups = meta.num_rows, meta.num_row_groups
+        tail, meta = get_tail(file, credentials)
+        parsed = pq.read_metadata(pa.BufferReader(tail))
+        rows, groups = parsed.num_rows, parsed.num_row_groups
     else:
-        rows, groups = len(line_spans(decompress(read_whole(file, credentials), file.format))[0]), 1
-    record = json.dumps({"uri": file.uri, "pin": file.pin, "rows": rows, "row_groups": groups})
+        raw, meta = get_whole(file, credentials)
+        rows, groups = len(line_spans(decompress(raw, file.format))[0]), 1
+    pinned = with_version(file, meta)
+    record = json.dumps(
+        {"uri": file.uri, "pin": file.pin, "rows": rows, "row_groups": groups, "version": pinned.version}
+    )
     write_atomic(cached, lambda tmp: tmp.write_text(record), "the object metadata cache")
-    return rows, groups
+    return rows, groups, pinned
