@@ -53,7 +53,10 @@ class ParquetShard:
         field = documents.field
         where = f"dataset {ref.dataset!r}: shard {ref.uri}"
         try:
-            self.file = pq.ParquetFile(path)
+            if isinstance(path, RangeFile):
+                self.file = pq.ParquetFile(path, metadata=path.metadata)
+            else:
+                self.file = pq.ParquetFile(path)
             actual = parquet_fingerprint(path)[1] if check_fingerprint and isinstance(path, str) else None
         except _ARROW_ERRORS as exc:
             raise DatasetError(

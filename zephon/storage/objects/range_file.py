@@ -1,26 +1,28 @@
 """A pinned object as a seekable file served by range requests, with the row groups it needs fetched ahead.
 
-Range mode reads a Parquet shard without a local copy: pyarrow opens a :class:`RangeFile` as it would a
-file. The footer (already read, :func:`~.reads.read_tail`) is served from memory; the bytes of the text
-column's chunks of the row groups about to be decoded are fetched by :meth:`RangeFile.fetch_row_groups` —
-one GET per column chunk, several at once on a small thread pool — into ``blocks``; a read inside a block is
-served from memory, any other read is one GET of exactly its bytes. Blocks are dropped once decoded
-(:meth:`RangeFile.release`), so memory holds at most the blocks of one batch of row groups, itself bounded by
-``read_ahead_bytes`` (larger batches are fetched in turns).
+Range mode reads a Parquet shard without a local copy: pyarrow opens a :class:`RangeFile` as it would a file,
+given the parsed footer (one GET the first time, :func:`~.reads.read_tail`; kept per pinned object for the
+process's later opens of the shard, up to 4,096 footers). The text column's chunks of the row groups about to
+be decoded are fetched by :meth:`RangeFile.fetch_row_groups` — one GET per column chunk, several at once on a
+small thread pool — into ``blocks``; a read inside a block is served from memory, any other read is one GET
+of exactly its bytes. Blocks are dropped once decoded (:meth:`RangeFile.release`), so memory holds at most
+the blocks of one batch of row groups, itself bounded by ``read_ahead_bytes`` (chunks beyond the bound are
+read when pyarrow asks for them).
 
 Invariant: every byte pyarrow sees comes from the planned version of the object (each GET carries the pin,
 :mod:`.reads`), so decoding is identical to decoding the planned file on local disk.
 
 Worked example: a shard of 4 row groups, text column chunks at bytes [4, 1004), [1004, 2100), [2100, 3050),
-[3050, 4000), footer at [4000, 4400). Opening costs no request (the tail came with the plan's scan, or one
-GET); a chunk needing rows of row groups 1 and 3 fetches [1004, 2100) and [3050, 4000) in two concurrent GETs;
-pyarrow's reads of those ranges are then memory copies.
+[3050, 4000), footer at [4000, 4400). Opening costs one GET the first time (the last 64 KiB), none after; a
+chunk of the plan needing rows of row groups 1 and 3 fetches [1004, 2100) and [3050, 4000) in two concurrent
+GETs; pyarrow's reads of those ranges are then memory copies.
 """
 
 from __future__ import annotations
 
 import io
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -35,6 +37,9 @@ __all__ = ["RangeFile"]
 _POOL_WORKERS = 8
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+#: Footers of the objects opened lately, by (uri, pin): a shard opened again costs no GET (a few KB each).
+_FOOTERS_KEPT = 4096
+_footers: OrderedDict[tuple[str, str], tuple[pq.FileMetaData, bytes]] = OrderedDict()
 
 
 def _fetch_pool() -> ThreadPoolExecutor:
@@ -56,11 +61,24 @@ class RangeFile(io.RawIOBase):
         self._credentials = tuple(credentials)
         self._pos = 0
         self._read_ahead = read_ahead_bytes
-        self._tail = read_tail(file, self._credentials) if file.format == "parquet" else b""
+        key = (file.uri, file.pin)
+        with _pool_lock:
+            known = _footers.get(key)
+            if known is not None:
+                _footers.move_to_end(key)
+        if known is None:
+            tail = read_tail(file, self._credentials)
+            known = (pq.read_metadata(pa.BufferReader(tail)), tail[-(int.from_bytes(tail[-8:-4], "little") + 8) :])
+            with _pool_lock:
+                _footers[key] = known
+                while len(_footers) > _FOOTERS_KEPT:
+                    _footers.popitem(last=False)
+        #: The parsed footer: hand it to ``pq.ParquetFile(..., metadata=)`` so pyarrow reads no footer.
+        self.metadata: pq.FileMetaData = known[0]
+        self._tail = known[1]
         self._tail_start = file.size - len(self._tail)
         #: start → the ranges fetched ahead (bytes, or the future of a GET in flight), until released.
         self.blocks: dict[int, bytes | Future[bytes]] = {}
-        self.metadata = pq.read_metadata(pa.BufferReader(self._tail)) if self._tail else None
 
     # ---- io.RawIOBase
     def readable(self) -> bool:
