@@ -184,3 +184,21 @@ def test_a_bucket_of_ten_thousand_objects_lists_every_one_in_pages(s3) -> None:
     assert [f.uri for f in glob.files] == [
         s3.url(k) for k in sorted(keys) if k[5:7] in ("03", "04") and k.endswith("7.jsonl")
     ]
+
+
+def test_a_versioned_bucket_serves_the_planned_version_after_an_overwrite(s3, tmp_path, tokenizer_dir) -> None:
+    s3.server.client().put_bucket_versioning(Bucket=s3.name, VersioningConfiguration={"Status": "Enabled"})
+    web = write_parquet_dataset(tmp_path / "local", "web", [25, 30])
+    code = write_jsonl_dataset(tmp_path / "local", "code", [20, 22], compression="gz")
+    s3.upload_dir(web, "web/")
+    s3.upload_dir(code, "code/")
+    remote = source(Dataset.from_path("web", s3.url("web/")), Dataset.from_path("code", s3.url("code/")))
+    plan = remote.plan(tmp_path / "plan")
+    pins = [s["fingerprint"] for s in pq.read_table(plan / "shards.parquet").to_pylist()]
+    assert all("@" in p for p in pins)  # ETag and version id (stated by the footer's GET)
+    expected = run(source(Dataset.from_path("web", str(web)), Dataset.from_path("code", str(code))).plan(tmp_path / "l"), tokenizer_dir)
+    other = write_parquet_dataset(tmp_path / "other", "web", [25, 31])
+    s3.put("web/part-00001.parquet", (other / "part-00001.parquet").read_bytes())
+    s3.put("code/part-00000.jsonl.gz", b"")
+    assert run(plan, tokenizer_dir, cache_io(tmp_path)) == expected
+    assert run(plan, tokenizer_dir, StoreOptions(remote_read="range")) == expected
