@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments
-from zephon.executor.jsonl_shard import JsonlShard
+from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
@@ -226,7 +226,7 @@ class ShardReader:
             self._make_room(ref)
         handle: CachedShard | None = None
         path = ref.uri
-        source: str | bytes | RangeFile | None = None
+        source: str | bytes | RangeFile | JsonlLines | None = None
         if is_object_uri(ref.uri) and self._range_bytes is not None:
             source = self._open_by_ranges(ref)
         elif is_remote_uri(ref.uri):
@@ -255,13 +255,15 @@ class ShardReader:
         if source is None:
             source = path
         try:
-            if ref.format == "parquet":
-                assert not isinstance(source, bytes)
-                text: ParquetShard | JsonlShard = ParquetShard(
+            if isinstance(source, JsonlLines):
+                text: ParquetShard | JsonlShard = source
+            elif ref.format == "parquet":
+                assert isinstance(source, str | RangeFile)
+                text = ParquetShard(
                     ref, source, self._documents, check_fingerprint=local and _checkable(ref, "pqfooter:")
                 )
             else:
-                assert not isinstance(source, RangeFile)
+                assert isinstance(source, str | bytes)
                 text = JsonlShard(ref, source, self._documents, check_fingerprint=local and _checkable(ref, "blake2b:"))
         except BaseException:
             if handle is not None:
@@ -272,16 +274,28 @@ class ShardReader:
             self._open[shard_id] = shard
         return shard
 
-    def _open_by_ranges(self, ref: ShardRef) -> bytes | RangeFile:
-        """Range mode: a Parquet object as a :class:`RangeFile` (its footer read now: one GET), a JSONL object's
-        bytes read whole into memory (gzip and zstd cannot be sought); no local copy either way."""
+    def _open_by_ranges(self, ref: ShardRef) -> bytes | RangeFile | JsonlLines:
+        """Range mode: a Parquet object as a :class:`RangeFile` (its footer read the first time: one GET); a
+        plain JSONL object with a known line index as :class:`JsonlLines` (rows fetched by ranges); any other
+        JSONL object's bytes read whole into memory (gzip and zstd cannot be sought; a plain one's line index is
+        saved for its next opening). No local copy either way."""
+        from zephon.storage.jsonl import line_spans
+        from zephon.storage.objects.range_file import fetch_ranges
         from zephon.storage.objects.reads import object_file, read_whole
+        from zephon.storage.objects.scan import line_index, save_line_index
 
         obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
         if ref.format == "parquet":
             assert self._range_bytes is not None
             return RangeFile(obj, self._credentials, read_ahead_bytes=self._range_bytes)
-        return read_whole(obj, self._credentials)
+        spans = line_index(obj) if ref.format == "jsonl" else None
+        if spans is not None:
+            creds = self._credentials
+            return JsonlLines(ref, spans, lambda ranges: fetch_ranges(obj, ranges, creds), self._documents)
+        raw = read_whole(obj, self._credentials)
+        if ref.format == "jsonl":
+            save_line_index(obj, line_spans(raw))
+        return raw
 
     def _make_room(self, ref: ShardRef) -> None:
         """Close shards so that one more of ``ref``'s dataset fits: that dataset's least recently used beyond

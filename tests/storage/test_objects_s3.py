@@ -196,9 +196,32 @@ def test_a_versioned_bucket_serves_the_planned_version_after_an_overwrite(s3, tm
     plan = remote.plan(tmp_path / "plan")
     pins = [s["fingerprint"] for s in pq.read_table(plan / "shards.parquet").to_pylist()]
     assert all("@" in p for p in pins)  # ETag and version id (stated by the footer's GET)
-    expected = run(source(Dataset.from_path("web", str(web)), Dataset.from_path("code", str(code))).plan(tmp_path / "l"), tokenizer_dir)
+    expected = run(
+        source(Dataset.from_path("web", str(web)), Dataset.from_path("code", str(code))).plan(tmp_path / "l"),
+        tokenizer_dir,
+    )
     other = write_parquet_dataset(tmp_path / "other", "web", [25, 31])
     s3.put("web/part-00001.parquet", (other / "part-00001.parquet").read_bytes())
     s3.put("code/part-00000.jsonl.gz", b"")
     assert run(plan, tokenizer_dir, cache_io(tmp_path)) == expected
     assert run(plan, tokenizer_dir, StoreOptions(remote_read="range")) == expected
+
+
+def test_range_mode_reads_plain_jsonl_rows_by_their_line_index(s3, tmp_path, tokenizer_dir, monkeypatch) -> None:
+    code = write_jsonl_dataset(tmp_path / "local", "code", [300, 250], compression="")
+    s3.upload_dir(code, "code/")
+    plan = source(Dataset.from_path("code", s3.url("code/")), shuffle=ShuffleSpec(window_shards=1)).plan(
+        tmp_path / "plan"
+    )
+    expected = run(
+        source(Dataset.from_path("code", str(code)), shuffle=ShuffleSpec(window_shards=1)).plan(tmp_path / "l"),
+        tokenizer_dir,
+    )
+    REQUESTS.clear()  # the scan kept each object's line index: rows are fetched by ranges, never whole
+    assert run(plan, tokenizer_dir, StoreOptions(remote_read="range")) == expected
+    assert REQUESTS["whole"] == 0 and REQUESTS["range"] >= 2
+    # A rank without the index (another machine): the first opening reads the object whole and keeps its index.
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "other-node"))
+    REQUESTS.clear()
+    assert run(plan, tokenizer_dir, StoreOptions(remote_read="range")) == expected
+    assert REQUESTS["whole"] == 2

@@ -32,7 +32,7 @@ import pyarrow.parquet as pq
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.reads import ObjectFile, read_range, read_tail
 
-__all__ = ["RangeFile"]
+__all__ = ["RangeFile", "fetch_ranges"]
 
 _POOL_WORKERS = 8
 _pool: ThreadPoolExecutor | None = None
@@ -48,6 +48,15 @@ def _fetch_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(_POOL_WORKERS, thread_name_prefix="zephon-range")
         return _pool
+
+
+def fetch_ranges(
+    file: ObjectFile, ranges: Sequence[tuple[int, int]], credentials: Iterable[StoreCredentials] = ()
+) -> list[bytes]:
+    """The bytes of each ``[start, end)`` of ``ranges``, fetched concurrently (one GET each)."""
+    creds = tuple(credentials)
+    futures = [_fetch_pool().submit(read_range, file, s, e, creds) for s, e in ranges]
+    return [f.result() for f in futures]
 
 
 class RangeFile(io.RawIOBase):

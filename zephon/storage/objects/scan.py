@@ -3,7 +3,8 @@
 A Parquet object costs one GET (the last 64 KiB, :func:`~.reads.read_tail`); a JSONL object must be read
 whole to count its lines (in memory, never staged on disk). The result is cached under
 ``$ZEPHON_CACHE_DIR/object-meta`` keyed by the URI and the pin (ETag and version), so re-planning an unchanged
-corpus makes no GET at all; a changed object has another ETag, hence another key. A store that lists no
+corpus makes no GET at all; a changed object has another ETag, hence another key. The line spans of a
+plain ``.jsonl`` object are kept too (``object-index``), for range mode's line reads. A store that lists no
 version ids but states them on GET (GCS's generation) gets the version of that GET into the pin.
 """
 
@@ -15,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -23,7 +25,7 @@ from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.objects.reads import ObjectFile, get_tail, get_whole, with_version
 
-__all__ = ["scan_object"]
+__all__ = ["line_index", "save_line_index", "scan_object"]
 
 
 def _meta_path(file: ObjectFile) -> Path:
@@ -48,10 +50,33 @@ def scan_object(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) 
         rows, groups = parsed.num_rows, parsed.num_row_groups
     else:
         raw, meta = get_whole(file, credentials)
-        rows, groups = len(line_spans(decompress(raw, file.format))[0]), 1
+        spans = line_spans(decompress(raw, file.format))
+        rows, groups = len(spans[0]), 1
+        if file.format == "jsonl":
+            save_line_index(file, spans)
     pinned = with_version(file, meta)
     record = json.dumps(
         {"uri": file.uri, "pin": file.pin, "rows": rows, "row_groups": groups, "version": pinned.version}
     )
     write_atomic(cached, lambda tmp: tmp.write_text(record), "the object metadata cache")
     return rows, groups, pinned
+
+
+def _index_path(file: ObjectFile) -> Path:
+    key = hashlib.blake2b(f"{file.uri}\0{file.etag}\0{file.size}".encode(), digest_size=16).hexdigest()
+    return cache_dir() / "object-index" / f"{key}.npz"
+
+
+def save_line_index(file: ObjectFile, spans: tuple[np.ndarray, np.ndarray]) -> None:
+    """Keep a plain JSONL object's line spans, keyed by its URI, ETag and size (range mode reads lines by them)."""
+    starts, ends = spans
+    write_atomic(_index_path(file), lambda tmp: np.savez(tmp, starts=starts, ends=ends), "the JSONL line index cache")
+
+
+def line_index(file: ObjectFile) -> tuple[np.ndarray, np.ndarray] | None:
+    """The line spans of a plain JSONL object saved by the scan or an earlier read, or None."""
+    try:
+        with np.load(_index_path(file)) as saved:
+            return saved["starts"].astype(np.int64), saved["ends"].astype(np.int64)
+    except Exception:  # absent or damaged: a miss, never a failure
+        return None
