@@ -36,12 +36,13 @@ SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SourceFile:
-    """One shard file as found on disk (or, for hf://, as listed by the Hub)."""
+    """One shard file as found on disk (or as listed by the Hub for hf://, by an object store for s3:// ...)."""
 
     uri: str
     format: str
     size: int
-    #: Remote shards only: the ``zephon.storage.hub.client.RemoteFile`` it stands for.
+    #: Remote shards only: the ``zephon.storage.hub.client.RemoteFile`` or the pinned
+    #: ``zephon.storage.objects.reads.ObjectFile`` it stands for.
     remote: object | None = None
 
 

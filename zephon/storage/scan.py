@@ -33,15 +33,16 @@ from zephon.plan.records import ShardInfo
 from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.local import SourceFile
+from zephon.storage.objects.reads import ObjectFile
 
 
 def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     """Metadata of one shard; errors name the dataset and file."""
-    if file.remote is not None and hasattr(file.remote, "pin"):  # an object-store shard (storage.objects)
+    if isinstance(file.remote, ObjectFile):  # an object-store shard (zephon.storage.objects)
         from zephon.storage.objects.scan import scan_object
 
         try:
-            rows, groups, pinned = scan_object(file.remote)  # type: ignore[arg-type]
+            rows, groups, pinned = scan_object(file.remote)
         except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
             raise DatasetError(
                 f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix or "
