@@ -143,3 +143,18 @@ def test_an_endpoint_that_does_not_answer_is_one_line(monkeypatch) -> None:
         message
     )
     assert "AWS_ENDPOINT_URL" in message
+
+
+def test_a_download_that_keeps_breaking_leaves_nothing_in_the_cache(planned, s3_proxy, tmp_path, tokenizer_dir) -> None:
+    from zephon.storage.shard_cache import ShardCache
+
+    plan, _ = planned
+    s3_proxy.drop(1000)  # every GET is cut halfway (the client resumes a broken body with a Range GET: cut too)
+    with pytest.raises(StorageError) as info:
+        run(plan, tokenizer_dir, cache_io(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message and "got a connection dropped mid-body" in message
+    assert message.startswith("store at s3://") and (".parquet" in message or ".jsonl.gz" in message)
+    cache = ShardCache(tmp_path / "cache", 1 << 30)
+    assert cache.entries() == [] and cache.total_bytes() == 0
+    assert [p for p in (tmp_path / "cache" / "tmp").iterdir()] == []
