@@ -158,3 +158,30 @@ def test_a_download_that_keeps_breaking_leaves_nothing_in_the_cache(planned, s3_
     cache = ShardCache(tmp_path / "cache", 1 << 30)
     assert cache.entries() == [] and cache.total_bytes() == 0
     assert [p for p in (tmp_path / "cache" / "tmp").iterdir()] == []
+
+
+def test_a_named_profile_of_a_shared_credentials_file_is_used(strict_s3, tmp_path, monkeypatch) -> None:
+    """On the signature-checking server: the profile's keys are what signs the requests."""
+    pytest.importorskip("boto3")
+    from zephon.storage.objects import stores
+
+    web = write_parquet_dataset(tmp_path / "local", "web", [5])
+    client = strict_s3.client()
+    client.create_bucket(Bucket="profiled")
+    client.put_object(Bucket="profiled", Key="web/part-00000.parquet", Body=(web / "part-00000.parquet").read_bytes())
+    monkeypatch.setattr(stores, "DEFAULT_RETRY", stores.ObjectRetry(attempts=2, base_delay=0.01, timeout=10.0))
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", strict_s3.endpoint)
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    (tmp_path / "credentials").write_text(
+        f"[team]\naws_access_key_id = {strict_s3.ACCESS_KEY}\naws_secret_access_key = {strict_s3.SECRET_KEY}\n"
+        f"[stale]\naws_access_key_id = {strict_s3.ACCESS_KEY}\naws_secret_access_key = not-the-secret\n"
+    )
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
+    url = "s3://profiled/web/part-00000.parquet"
+    monkeypatch.setenv("AWS_PROFILE", "team")
+    assert [f.uri for f in Dataset.from_path("web", url).files] == [url]
+    monkeypatch.setenv("AWS_PROFILE", "stale")
+    with pytest.raises(StorageError, match=rf"^access to {url} must be granted to your credentials, got HTTP 403"):
+        Dataset.from_path("web", url)

@@ -7,9 +7,10 @@ cloud's variables entirely (the longest matching prefix wins), so a second accou
 session token.
 
 * S3: ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``/``AWS_SESSION_TOKEN``, or ``AWS_PROFILE`` (through
-  boto3's session, when boto3 is installed); ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``); ``AWS_ENDPOINT_URL``
-  (or ``AWS_ENDPOINT_URL_S3``) for MinIO, R2, on-premises S3 — path-style requests, ``http://`` allowed.
-  Without keys or a profile, the store asks the instance or container metadata service, as the AWS SDKs do.
+  boto3's session, when boto3 is installed; with boto3, ``~/.aws/credentials``' default profile also without
+  ``AWS_PROFILE``); ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``); ``AWS_ENDPOINT_URL`` (or
+  ``AWS_ENDPOINT_URL_S3``) for MinIO, R2, on-premises S3 — path-style requests, ``http://`` allowed. Without
+  keys or a profile, the store asks the instance or container metadata service, as the AWS SDKs do.
 * GCS: ``GOOGLE_APPLICATION_CREDENTIALS`` (a service-account or authorized-user JSON file);
   ``STORAGE_EMULATOR_HOST`` (``http://host:port`` of an emulator, no authentication).
 * Azure: ``AZURE_STORAGE_CONNECTION_STRING`` (Azurite's ``UseDevelopmentStorage=true`` too), or
@@ -148,6 +149,8 @@ def _build(path: ObjectPath, env: Mapping[str, str], retry: ObjectRetry) -> Any:
             provider = _StaticCredentials(credential)
         elif env.get("AWS_PROFILE"):
             provider = _profile_provider(env["AWS_PROFILE"])
+        elif _shared_aws_files() and _has_boto3():  # ~/.aws/credentials without AWS_PROFILE: its default profile
+            provider = _profile_provider(None)
         return S3Store(
             path.bucket,
             config=config,
@@ -217,7 +220,22 @@ class _StaticCredentials:
         return "_StaticCredentials(<hidden>)"
 
 
-def _profile_provider(profile: str) -> Any:
+def _shared_aws_files() -> bool:
+    home = os.path.expanduser("~")
+    files = (
+        os.environ.get("AWS_SHARED_CREDENTIALS_FILE") or os.path.join(home, ".aws", "credentials"),
+        os.environ.get("AWS_CONFIG_FILE") or os.path.join(home, ".aws", "config"),
+    )
+    return any(os.path.isfile(f) for f in files)
+
+
+def _has_boto3() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("boto3") is not None
+
+
+def _profile_provider(profile: str | None) -> Any:
     try:
         import boto3
         from obstore.auth.boto3 import Boto3CredentialProvider
