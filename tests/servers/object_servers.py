@@ -8,7 +8,7 @@
 * :class:`FaultProxy` — a small HTTP reverse proxy in front of any of them: it forwards requests unchanged
   (the client signs for the proxy's host, which the servers here do not check), records what passed, and
   injects faults on demand — an HTTP status (503 ``SlowDown``, 500, 429) for the next N matching requests,
-  or a connection dropped halfway through the next N response bodies.
+  a connection dropped halfway through the next N response bodies, or the next N answers held back.
 
 No client is mocked: Zephon talks HTTP to these processes exactly as to a cloud.
 """
@@ -140,6 +140,7 @@ class _Fault:
     count: int
     status: int | None = None  # an HTTP status to answer instead of forwarding
     drop: bool = False  # forward, then cut the body halfway and close the connection
+    stall: float = 0.0  # wait this long before answering (a server that hangs)
     method: str | None = None
     needs_range: bool | None = None
 
@@ -190,6 +191,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else None
         fault = self._fault()
+        if fault is not None and fault.stall:
+            time.sleep(fault.stall)
         if fault is not None and fault.status is not None:
             payload = _SLOWDOWN if fault.status == 503 else b"<Error><Code>InternalError</Code></Error>"
             self._record(fault.status)
@@ -251,6 +254,11 @@ class FaultProxy:
         """Cut the next ``count`` GET response bodies halfway and close their connections."""
         with self.state.lock:
             self.state.faults.append(_Fault(count=count, drop=True, method="GET", needs_range=ranged))
+
+    def stall(self, count: int, seconds: float) -> None:
+        """Hold the next ``count`` GETs ``seconds`` before answering them."""
+        with self.state.lock:
+            self.state.faults.append(_Fault(count=count, stall=seconds, method="GET"))
 
     @property
     def seen(self) -> list[Seen]:

@@ -4,6 +4,7 @@ retry, one line naming the object; wrong credentials and an endpoint that does n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -185,3 +186,18 @@ def test_a_named_profile_of_a_shared_credentials_file_is_used(strict_s3, tmp_pat
     monkeypatch.setenv("AWS_PROFILE", "stale")
     with pytest.raises(StorageError, match=rf"^access to {url} must be granted to your credentials, got HTTP 403"):
         Dataset.from_path("web", url)
+
+
+def test_requests_that_hang_time_out_and_are_tried_again(
+    planned, s3_proxy, tmp_path, tokenizer_dir, monkeypatch
+) -> None:
+    from zephon.storage.objects import stores
+
+    plan, expected = planned
+    monkeypatch.setattr(
+        stores, "DEFAULT_RETRY", stores.ObjectRetry(attempts=4, base_delay=0.01, max_delay=0.05, timeout=1.0)
+    )
+    s3_proxy.stall(2, 30.0)  # two GETs held far past the 1 s timeout
+    start = time.monotonic()
+    assert run(plan, tokenizer_dir, StoreOptions(remote_read="range")) == expected
+    assert time.monotonic() - start < 25  # the held GETs were given up and tried again, not waited for
