@@ -232,6 +232,11 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _handle
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up (a timeout, a stopped test) is expected here: no traceback on stderr."""
+
+
 class FaultProxy:
     """A reverse proxy on 127.0.0.1 to ``upstream`` (``http://host:port``) that injects faults on demand."""
 
@@ -239,7 +244,7 @@ class FaultProxy:
         host, _, port = upstream.removeprefix("http://").rstrip("/").partition(":")
         self.state = _State(upstream=(host, int(port)))
         handler = type("Handler", (_Handler,), {"state": self.state})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = _QuietServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)

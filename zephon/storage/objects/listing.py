@@ -26,6 +26,7 @@ from zephon.storage.objects import stores
 from zephon.storage.objects.errors import object_error
 from zephon.storage.objects.paths import ObjectPath, parse_object_path
 from zephon.storage.objects.reads import ObjectFile, count_request, quoted_etag, transient
+from zephon.storage.objects.scan import remember_listing
 from zephon.storage.progress import track
 
 __all__ = ["discover_objects", "list_objects"]
@@ -115,7 +116,9 @@ def discover_objects(dataset: str, text: str, credentials: Iterable[StoreCredent
             format=detect_format(child.key) or "",
         )
         listed.append(SourceFile(uri=child.uri, format="", size=remote.size, remote=remote))
-    return shards_of(dataset, listed, directory=directory)
+    shards = shards_of(dataset, listed, directory=directory)
+    remember_listing([f.remote for f in shards if isinstance(f.remote, ObjectFile)])
+    return shards
 
 
 def _hidden(relative: str) -> bool:
