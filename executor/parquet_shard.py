@@ -6,6 +6,10 @@ last 8 bytes and the footer are read again: a few KB, no data page), and that th
 holds strings. Only the text column is decoded, one row group at a time and each row group once: its values
 stay in ``values`` (converted to Python once), so gathering texts is a list lookup.
 
+In range mode (``StoreOptions(remote_read="range")``) the file is a pinned object read by range requests
+(``zephon.storage.objects.range_file``): the text column's chunks of the row groups to decode are fetched
+concurrently first, then decoded from memory and dropped.
+
 A row group that cannot be decoded is a corrupt shard (``DatasetError``); a null text is a bad document,
 handed to the reader's ``BadDocuments`` policy.
 """
@@ -21,6 +25,7 @@ import pyarrow.parquet as pq
 from zephon.errors import DatasetError, one_line
 from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
 from zephon.plan.records import ShardRef
+from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.scan import parquet_fingerprint
 
 _ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
@@ -34,18 +39,25 @@ class ParquetShard:
     one).
     """
 
-    __slots__ = ("_columns", "_documents", "decoded", "file", "nulls", "ref", "rg_starts", "values")
+    __slots__ = ("_columns", "_documents", "decoded", "file", "nulls", "ranges", "ref", "rg_starts", "values")
 
-    def __init__(self, ref: ShardRef, path: str, documents: BadDocuments, *, check_fingerprint: bool) -> None:
-        """Open ``path`` (the shard ``ref``, or its cached copy) and check it; ``check_fingerprint``: compare the
-        footer with the planned fingerprint too."""
+    def __init__(
+        self, ref: ShardRef, path: str | RangeFile, documents: BadDocuments, *, check_fingerprint: bool
+    ) -> None:
+        """Open ``path`` (the shard ``ref``, its cached copy, or a pinned object read by ranges) and check it;
+        ``check_fingerprint``: compare the footer with the planned fingerprint too."""
         self.ref = ref
+        #: Range mode: the object, whose row groups are fetched ahead of decoding (``zephon.storage.objects``).
+        self.ranges = path if isinstance(path, RangeFile) else None
         self._documents = documents
         field = documents.field
         where = f"dataset {ref.dataset!r}: shard {ref.uri}"
         try:
-            self.file = pq.ParquetFile(path)
-            actual = parquet_fingerprint(path)[1] if check_fingerprint else None
+            if isinstance(path, RangeFile):
+                self.file = pq.ParquetFile(path, metadata=path.metadata)
+            else:
+                self.file = pq.ParquetFile(path)
+            actual = parquet_fingerprint(path)[1] if check_fingerprint and isinstance(path, str) else None
         except _ARROW_ERRORS as exc:
             raise DatasetError(
                 f"{where} must be a readable Parquet file, got {one_line(exc)} — restore it from its source or re-plan"
@@ -113,11 +125,19 @@ class ParquetShard:
             self.decoded = np.zeros(len(starts) - 1, dtype=bool)
             self.values = [None] * int(starts[-1])
         groups = np.searchsorted(starts, rows, side="right") - 1
-        for g in np.unique(groups[~self.decoded[groups]]).tolist():
-            column = self.row_group(g)
-            self.values[int(starts[g]) : int(starts[g + 1])] = column.to_pylist()
-            self.nulls |= column.null_count > 0 or pa.types.is_null(column.type) or self._columns is not None
-            self.decoded[g] = True
+        todo = np.unique(groups[~self.decoded[groups]]).tolist()
+        if self.ranges is not None and todo:
+            for column_name in self._columns or [self._documents.field]:  # concurrent GETs, before decoding
+                self.ranges.fetch_row_groups(column_name, todo)
+        try:
+            for g in todo:
+                column = self.row_group(g)
+                self.values[int(starts[g]) : int(starts[g + 1])] = column.to_pylist()
+                self.nulls |= column.null_count > 0 or pa.types.is_null(column.type) or self._columns is not None
+                self.decoded[g] = True
+        finally:
+            if self.ranges is not None:
+                self.ranges.release()
 
     def read(self, rows: np.ndarray) -> list[str | None]:
         """Texts of ``rows``, each checked (a shard with nulls), row group by row group."""

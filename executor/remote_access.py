@@ -1,4 +1,10 @@
-"""Remote shards of a plan on a training rank: the shard cache, checked at start, fed with future accesses."""
+"""Remote shards of a plan on a training rank: the shard cache, checked at start, fed with future accesses.
+
+Object-store shards (``s3://``, ``gs://``, ``az://``) go through the same cache unless the run reads them by
+ranges (``StoreOptions(remote_read="range")``): then they are never staged on disk, and the shard reader
+fetches the row groups each chunk needs (``zephon.storage.objects.range_file``). ``hf://`` shards always use the
+cache. The run's ``StoreOptions.credentials`` come first for its object-store reads.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,7 @@ from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.shard_reader import ShardReader, remote_spec
 from zephon.executor.shard_schedule import ShardSchedule
 from zephon.specs import StoreOptions
+from zephon.storage.objects.paths import is_object_uri
 from zephon.storage.remote import is_remote_uri
 from zephon.storage.shard_cache import ShardCache
 
@@ -23,9 +30,15 @@ class RemoteAccess:
     PREFETCH = 4
 
     def __init__(self, plan: PlanBundle, io: StoreOptions, reader: ShardReader) -> None:
-        self.remote = {s.shard_id: s for s in plan.shards if is_remote_uri(s.uri)}
+        ranged = io.remote_read == "range"
+        self.remote = {
+            s.shard_id: s for s in plan.shards if is_remote_uri(s.uri) and not (ranged and is_object_uri(s.uri))
+        }
         self.reader = reader
         self.cache: ShardCache | None = None
+        reader.attach_credentials(io.credentials)
+        if ranged:
+            reader.attach_ranges(io.read_ahead_bytes)
         if not self.remote:
             return
         if not io.cache.enabled:
@@ -34,9 +47,12 @@ class RemoteAccess:
                 f"dataset {first.dataset!r}: remote shards must be read through the shard cache, got "
                 "CacheOptions(enabled=False) — pass .options(io_options=StoreOptions(cache=CacheOptions("
                 "enabled=True, root=..., limit_bytes=...)))"
+                + (', or read object-store shards by ranges: StoreOptions(remote_read="range")' if is_object_uri(
+                    first.uri
+                ) else "")
             )
         self.cache = ShardCache.from_options(io.cache)
-        self.specs = {sid: remote_spec(ref) for sid, ref in self.remote.items()}
+        self.specs = {sid: remote_spec(ref, io.credentials) for sid, ref in self.remote.items()}
         self.cache.check_fits(list(self.specs.values()))
         largest = sorted((ref.bytes for ref in self.remote.values()), reverse=True)[: reader.capacity]
         limit = io.cache.limit_bytes

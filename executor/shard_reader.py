@@ -41,18 +41,32 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
-from zephon.executor.jsonl_shard import JsonlShard
+from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
 from zephon.executor.operators import Where
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
+from zephon.specs import StoreCredentials
+from zephon.storage.objects.paths import is_object_uri
+from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.remote import is_remote_uri, remote_file
 from zephon.storage.shard_cache import CachedShard, CacheEntrySpec, ShardCache
 
 __all__ = ["ON_BAD_DOCUMENT", "SKIP_REASONS", "ShardReader", "planning_cache", "remote_spec"]
 
 
-def remote_spec(ref: ShardRef) -> CacheEntrySpec:
-    """The shard cache entry of a remote shard: downloaded whole, verified against size and etag."""
+def remote_spec(ref: ShardRef, credentials: tuple[StoreCredentials, ...] = ()) -> CacheEntrySpec:
+    """The shard cache entry of a remote shard: downloaded whole, verified against size and etag (an object
+    store's GET carries the pin itself, ``zephon.storage.objects.reads``)."""
+    if is_object_uri(ref.uri):
+        from zephon.storage.objects.reads import download_object, object_file
+
+        obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
+        return CacheEntrySpec(
+            key=f"{obj.path.cloud}/{obj.path.bucket}/{obj.path.key}",
+            size=ref.bytes,
+            etag=obj.pin,
+            fetch=lambda dest: download_object(obj, dest, credentials),
+        )
     from zephon.storage.hub.client import download_remote_file
 
     file = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
@@ -125,11 +139,22 @@ class ShardReader:
         self._per_dataset = per_dataset
         self._open: OrderedDict[int, _OpenShard] = OrderedDict()
         self._cache = cache
+        #: Range mode for object-store shards (``attach_ranges``): the read-ahead bound in bytes, else None.
+        self._range_bytes: int | None = None
+        self._credentials: tuple[StoreCredentials, ...] = ()
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
     def attach_cache(self, cache: ShardCache) -> None:
         self._cache = cache
+
+    def attach_ranges(self, read_ahead_bytes: int) -> None:
+        """Read object-store shards by range requests from now on (``StoreOptions(remote_read="range")``)."""
+        self._range_bytes = read_ahead_bytes
+
+    def attach_credentials(self, credentials: tuple[StoreCredentials, ...]) -> None:
+        """Object-store reads use these overrides first (a run's ``StoreOptions.credentials``)."""
+        self._credentials = credentials
 
     @property
     def capacity(self) -> int:
@@ -219,13 +244,16 @@ class ShardReader:
             self._make_room(ref)
         handle: CachedShard | None = None
         path = ref.uri
-        if is_remote_uri(ref.uri):
+        source: str | bytes | RangeFile | JsonlLines | None = None
+        if is_object_uri(ref.uri) and self._range_bytes is not None:
+            source = self._open_by_ranges(ref)
+        elif is_remote_uri(ref.uri):
             if self._cache is None:
                 raise ConfigError(
                     f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
                     "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
                 )
-            handle = self._cache.acquire(remote_spec(ref), next_use=self._next_use_keys())
+            handle = self._cache.acquire(remote_spec(ref, self._credentials), next_use=self._next_use_keys())
             path = str(handle.path)
         else:
             try:
@@ -240,14 +268,21 @@ class ShardReader:
                     f"dataset {ref.dataset!r}: shard {ref.uri} changed since planning: size must be {ref.bytes} "
                     f"bytes, got {size} — restore the planned data or re-plan"
                 )
-        local = handle is None  # a remote shard's bytes were verified by the shard cache at download
+        # A remote shard's bytes were verified by the shard cache at download, an object's by its pin at each GET.
+        local = handle is None and source is None
+        if source is None:
+            source = path
         try:
-            if ref.format == "parquet":
-                text: ParquetShard | JsonlShard = ParquetShard(
-                    ref, path, self._documents, check_fingerprint=local and _checkable(ref, "pqfooter:")
+            if isinstance(source, JsonlLines):
+                text: ParquetShard | JsonlShard = source
+            elif ref.format == "parquet":
+                assert isinstance(source, str | RangeFile)
+                text = ParquetShard(
+                    ref, source, self._documents, check_fingerprint=local and _checkable(ref, "pqfooter:")
                 )
             else:
-                text = JsonlShard(ref, path, self._documents, check_fingerprint=local and _checkable(ref, "blake2b:"))
+                assert isinstance(source, str | bytes)
+                text = JsonlShard(ref, source, self._documents, check_fingerprint=local and _checkable(ref, "blake2b:"))
         except BaseException:
             if handle is not None:
                 handle.close()  # a refused remote shard releases its pin
@@ -256,6 +291,29 @@ class ShardReader:
         if cache:
             self._open[shard_id] = shard
         return shard
+
+    def _open_by_ranges(self, ref: ShardRef) -> bytes | RangeFile | JsonlLines:
+        """Range mode: a Parquet object as a :class:`RangeFile` (its footer read the first time: one GET); a
+        plain JSONL object with a known line index as :class:`JsonlLines` (rows fetched by ranges); any other
+        JSONL object's bytes read whole into memory (gzip and zstd cannot be sought; a plain one's line index is
+        saved for its next opening). No local copy either way."""
+        from zephon.storage.jsonl import line_spans
+        from zephon.storage.objects.range_file import fetch_ranges
+        from zephon.storage.objects.reads import object_file, read_whole
+        from zephon.storage.objects.scan import line_index, save_line_index
+
+        obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
+        if ref.format == "parquet":
+            assert self._range_bytes is not None
+            return RangeFile(obj, self._credentials, read_ahead_bytes=self._range_bytes)
+        spans = line_index(obj) if ref.format == "jsonl" else None
+        if spans is not None:
+            creds = self._credentials
+            return JsonlLines(ref, spans, lambda ranges: fetch_ranges(obj, ranges, creds), self._documents)
+        raw = read_whole(obj, self._credentials)
+        if ref.format == "jsonl":
+            save_line_index(obj, line_spans(raw))
+        return raw
 
     def _make_room(self, ref: ShardRef) -> None:
         """Close shards so that one more of ``ref``'s dataset fits: that dataset's least recently used beyond

@@ -5,6 +5,6 @@ paths); ``CacheOptions`` and ``StoreOptions`` are stage settings (``zephon.specs
 """
 
 from zephon.recipe.dataset import Dataset
-from zephon.specs import CacheOptions, StoreOptions
+from zephon.specs import CacheOptions, StoreCredentials, StoreOptions
 
-__all__ = ["CacheOptions", "Dataset", "StoreOptions"]
+__all__ = ["CacheOptions", "Dataset", "StoreCredentials", "StoreOptions"]

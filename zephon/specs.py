@@ -9,7 +9,10 @@ torch. Each spec validates itself when it is made, with an error that says what 
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 from zephon.errors import ConfigError
 
@@ -185,12 +188,91 @@ class CacheOptions:
             )
 
 
+#: The variables an object store reads, by each cloud's own conventions (``StoreCredentials.env`` keys).
+CREDENTIAL_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_PROFILE",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "STORAGE_EMULATOR_HOST",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_ACCOUNT_NAME",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_TOKEN",
+)
+_PREFIX = re.compile(r"^(s3|gs|gcs|az|abfs|abfss)://[^/]+(/.*)?$")
+READ_MODES = ("cache", "range")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StoreCredentials:
+    """Credentials or an endpoint for the objects under one URL prefix, replacing the environment there.
+
+    For a user with two accounts: ``StoreCredentials(prefix="s3://team-b-corpus", env={"AWS_ACCESS_KEY_ID":
+    ..., "AWS_SECRET_ACCESS_KEY": ..., "AWS_ENDPOINT_URL": ...})``. The keys are the cloud's own environment
+    variables (``CREDENTIAL_VARIABLES``); an object under ``prefix`` is read with the environment's variables
+    of that cloud replaced by ``env`` (the longest matching prefix wins). Values never appear in a repr,
+    plan, log or error: the repr shows the variable names only.
+
+    Attributes:
+        prefix: ``s3://bucket[/key prefix]``, ``gs://...`` or ``az://container[/...]``.
+        env: variable name → value.
+    """
+
+    prefix: str
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.prefix, str) or not _PREFIX.match(self.prefix):
+            raise ConfigError(
+                f"StoreCredentials.prefix must be s3://BUCKET[/PREFIX], gs://... or az://CONTAINER[/...], got "
+                f"{self.prefix!r} — name the bucket the credentials are for"
+            )
+        unknown = sorted(k for k in self.env if k not in CREDENTIAL_VARIABLES)
+        if unknown or not all(isinstance(v, str) for v in self.env.values()):
+            raise ConfigError(
+                f"StoreCredentials.env for {self.prefix} must map the clouds' variables "
+                f"({', '.join(CREDENTIAL_VARIABLES)}) to strings, got {unknown or 'a value that is not a string'}"
+                " — use those names"
+            )
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+
+    def __repr__(self) -> str:
+        return f"StoreCredentials(prefix={self.prefix!r}, env=<{', '.join(sorted(self.env)) or 'empty'}>)"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StoreOptions:
     """How the executor reaches shards.
 
     Attributes:
         cache: the shard cache settings.
+        remote_read: how object-store shards (``s3://``, ``gs://``, ``az://``) are read at train time:
+            ``"cache"`` downloads each whole object into the shard cache (``cache`` must be enabled);
+            ``"range"`` reads Parquet row groups by range requests, ahead of use, with no local copy
+            (JSONL objects are read whole into memory). ``hf://`` shards always go through the cache.
+        read_ahead_bytes: range mode: the bytes of row groups fetched ahead at most (memory bound).
+        credentials: per-prefix overrides of the environment's credentials and endpoints.
     """
 
     cache: CacheOptions = field(default_factory=CacheOptions)
+    remote_read: str = "cache"
+    read_ahead_bytes: int = 256 << 20
+    credentials: tuple[StoreCredentials, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.remote_read not in READ_MODES:
+            raise ConfigError(f'StoreOptions.remote_read must be "cache" or "range", got {self.remote_read!r}')
+        if isinstance(self.read_ahead_bytes, bool) or not isinstance(self.read_ahead_bytes, int) or (
+            self.read_ahead_bytes < 1 << 20
+        ):
+            raise ConfigError(f"StoreOptions.read_ahead_bytes must be an int ≥ 1 MiB, got {self.read_ahead_bytes!r}")
+        creds = tuple(self.credentials)
+        if not all(isinstance(c, StoreCredentials) for c in creds):
+            raise ConfigError("StoreOptions.credentials must hold StoreCredentials, got another type — wrap them")
+        object.__setattr__(self, "credentials", creds)

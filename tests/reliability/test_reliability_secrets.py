@@ -1,4 +1,5 @@
-"""Secrets: a Hugging Face token never appears in plan bundles, caches, logs, output, error messages or reprs.
+"""Secrets: a Hugging Face token, and S3 keys, never appear in plan bundles, caches, logs, output, error messages
+or reprs.
 
 One run exercises everything that handles the token against the Hub test server — resolution refused with 401
 (no token) and 403 (a wrong token), a gated dataset resolved, planned (library and ``zephon plan``) and
@@ -20,9 +21,10 @@ from click.testing import CliRunner
 
 from zephon import Pipeline
 from zephon.cli import cli
-from zephon.errors import HubError
+from zephon.demo import demo_tokenizer_path
+from zephon.errors import HubError, StorageError
 from zephon.io import Dataset
-from zephon.specs import CacheOptions, StoreOptions
+from zephon.specs import CacheOptions, StoreCredentials, StoreOptions
 from zephon.storage.hub.client import resolve_hf_dataset
 from zephon.storage.shard_cache import ShardCache
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
@@ -30,7 +32,7 @@ from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 TOKEN = "hf_ZephonSecretToken0123456789abcdefXY"
 WRONG = "hf_ZephonWrongToken9876543210zyxwvuTS"
 FINEWEB = "hf://HuggingFaceFW/fineweb-edu/sample-10BT/train"
-LOGGERS = ("", "zephon", "huggingface_hub", "httpx", "httpcore", "urllib3", "filelock", "transformers", "fsspec")
+LOGGERS = ("", "zephon", "huggingface_hub", "httpx", "httpcore", "urllib3", "filelock", "transformers", "fsspec", "botocore")
 
 
 @pytest.fixture
@@ -129,3 +131,75 @@ def test_hf_token_appears_nowhere(reference_hub, gpt2_hub, tmp_path, monkeypatch
     assert any(p.name == "plan.json" for p, _ in written) and any("shard-cache" in str(p) for p, _ in written)
     for path, data in written:
         assert TOKEN.encode() not in data and WRONG.encode() not in data, path
+
+
+def test_object_store_secrets_appear_nowhere(strict_s3_secrets, tmp_path, monkeypatch, debug_logs, capfd) -> None:
+    """The same search for S3 keys: from the environment and from a StoreCredentials override, accepted
+    (listing, footers, plan, run in both read modes) and refused (a wrong secret at listing and mid-run), with
+    the moto server checking every signature."""
+    server, bucket, url = strict_s3_secrets
+    secret, wrong = server.SECRET_KEY, "zephon-wrong-secret-0123456789abcdef"
+    seen: list[str] = []
+    for key, value in server.env().items():
+        monkeypatch.setenv(key, value)
+
+    ds = Dataset.from_path("web", url)
+    source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1}), seed=1)
+    plan = source.plan(tmp_path / "plan")
+    config = tmp_path / "work.yaml"
+    config.write_text(f"seed: 2\ndatasets:\n  - {{name: web, path: '{url}'}}\nmixture: {{web: 1}}\n")
+    result = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / "cli-plan")])
+    assert result.exit_code == 0, result.output
+    cache = CacheOptions(enabled=True, root=str(tmp_path / "shard-cache"), limit_bytes=1 << 30)
+    override = StoreCredentials(prefix=f"s3://{bucket}", env=server.env())
+    for io in (StoreOptions(cache=cache), StoreOptions(remote_read="range", credentials=(override,))):
+        pipe = Pipeline.from_plan(plan).options(io_options=io).tokenize(tokenizer_id=demo_tokenizer_path())
+        pipe = pipe.pack_flat(max_length=65).batch(microbatch_size=4)
+        assert list(pipe)
+        seen += [repr(io), str(io), repr(pipe.executor_spec()), repr(pipe.stats())]
+    seen += [result.output, repr(ds), repr(ds.files), repr(source), repr(override)]
+    from zephon.storage.objects.paths import parse_object_path
+    from zephon.storage.objects.stores import store_for
+
+    seen.append(repr(store_for(parse_object_path(url))))
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
+    with pytest.raises(StorageError, match="HTTP 403") as denied:
+        Dataset.from_path("web", url)
+    bad = StoreCredentials(prefix=f"s3://{bucket}", env={**server.env(), "AWS_SECRET_ACCESS_KEY": wrong})
+    pipe = Pipeline.from_plan(plan).options(io_options=StoreOptions(remote_read="range", credentials=(bad,)))
+    pipe = pipe.tokenize(tokenizer_id=demo_tokenizer_path()).pack_flat(max_length=65).batch(microbatch_size=4)
+    with pytest.raises(StorageError, match="HTTP 403") as refused:
+        list(pipe)
+    seen += [chain(denied.value), chain(refused.value), repr(bad), repr(pipe.executor_spec())]
+
+    out, err = capfd.readouterr()
+    seen += [out, err, debug_logs.text]
+    seen += [f"{r.getMessage()} {r.args!r} {r.__dict__!r}" for r in debug_logs.records]
+    for text in seen:
+        assert secret not in text and wrong not in text
+    written = list(files_under(tmp_path, Path(os.environ["ZEPHON_CACHE_DIR"])))
+    assert any(p.name == "plan.json" for p, _ in written) and any("shard-cache" in str(p) for p, _ in written)
+    for path, data in written:
+        assert secret.encode() not in data and wrong.encode() not in data, path
+
+
+@pytest.fixture
+def strict_s3_secrets(tmp_path, monkeypatch) -> Iterator[tuple[object, str, str]]:
+    """A moto server that checks signatures, holding one Parquet shard; fast client retries."""
+    from conftest import write_parquet_dataset
+    from servers.object_servers import S3Server
+
+    from zephon.storage.objects import stores
+
+    monkeypatch.setattr(stores, "DEFAULT_RETRY", stores.ObjectRetry(attempts=2, base_delay=0.01, timeout=10.0))
+    server = S3Server(log=tmp_path / "moto.log", authenticated=True)
+    try:
+        web = write_parquet_dataset(tmp_path / "local", "web", [40])
+        client = server.client()
+        client.create_bucket(Bucket="secrets")
+        data = (web / "part-00000.parquet").read_bytes()
+        client.put_object(Bucket="secrets", Key="web/part-00000.parquet", Body=data)
+        yield server, "secrets", "s3://secrets/web/part-00000.parquet"
+    finally:
+        server.stop()

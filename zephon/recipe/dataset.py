@@ -1,10 +1,11 @@
 """Datasets of the recipe (exported by ``zephon.io``).
 
 ``Dataset.from_path(name, path)`` accepts a local directory, a glob or a single file of Parquet or JSONL
-shards (see ``zephon.storage.local``), or an ``hf://`` dataset path (see ``zephon.storage.hub.paths``), which
-is pinned to its commit here, so every later step reads the same files. Shards are listed when the dataset is
-created, so a wrong path fails at once; rows are counted when a plan is made (``Dataset.shards()``): Parquet from
-footers (range requests for remote shards), JSONL from one scan.
+shards (see ``zephon.storage.local``), an ``hf://`` dataset path (see ``zephon.storage.hub.paths``), which
+is pinned to its commit here, so every later step reads the same files, or an object-store path (``s3://``,
+``gs://``, ``az://``; ``zephon.storage.objects``), whose objects are pinned by ETag (and version id) here.
+Shards are listed when the dataset is created, so a wrong path fails at once; rows are counted when a plan is
+made (``Dataset.shards()``): Parquet from footers (range requests for remote shards), JSONL from one scan.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from pathlib import Path
 from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
 from zephon.recipe.selection import Selection
+from zephon.specs import StoreOptions
 from zephon.storage.local import SourceFile, discover_local_files
+from zephon.storage.objects.paths import SCHEMES as OBJECT_SCHEMES
 from zephon.storage.scan import scan_shard
 
 #: A URL scheme at the start of a path (``s3://``, ``gs://``, ``https://``, ...).
@@ -55,11 +58,15 @@ class Dataset:
         order_by: str | None = None,
         order_window: int = 1024,
         dedup_on: str | None = None,
+        io_options: StoreOptions | None = None,
     ) -> Dataset:
-        """Create a dataset from a local directory, glob or file, or an ``hf://`` dataset path.
+        """Create a dataset from a local directory, glob or file, an ``hf://`` dataset path, or an object-store
+        path (``s3://``, ``gs://``/``gcs://``, ``az://``/``abfs://``: an object, a prefix or a glob).
 
         ``where``, ``metadata``/``key``, ``order_by``/``order_window`` and ``dedup_on`` select and order its
-        documents by metadata at plan time (``zephon.recipe.selection``; docs/curricula.md)."""
+        documents by metadata at plan time (``zephon.recipe.selection``; docs/curricula.md).
+        ``io_options``: its ``credentials`` replace the environment's for the prefixes they name, for this
+        listing and every later read of this process (``zephon.storage.objects.stores``)."""
         selection = Selection(
             dataset=str(name),
             where=where,
@@ -69,10 +76,12 @@ class Dataset:
             order_window=order_window,
             dedup_on=dedup_on,
         )
-        return cls._from_path(name, path, selection if selection.active else None)
+        return cls._from_path(name, path, selection if selection.active else None, io_options)
 
     @classmethod
-    def _from_path(cls, name: str, path: str | Path, selection: Selection | None) -> Dataset:
+    def _from_path(
+        cls, name: str, path: str | Path, selection: Selection | None, io_options: StoreOptions | None = None
+    ) -> Dataset:
         if not isinstance(name, str) or not _NAME.match(name):
             raise ConfigError(
                 f"dataset name must be letters, digits, '_', '.' or '-' (not starting with a symbol), "
@@ -80,11 +89,19 @@ class Dataset:
             )
         text = str(path)
         scheme = _SCHEME.match(text)
+        if scheme and scheme.group(1).lower() in OBJECT_SCHEMES:
+            from zephon.storage.objects.listing import discover_objects
+            from zephon.storage.objects.stores import register_credentials
+
+            credentials = io_options.credentials if io_options is not None else ()
+            register_credentials(credentials)
+            files = discover_objects(name, text, credentials)
+            return cls(name=name, path=text, files=files, pinned=text, selection=selection)
         if scheme and scheme.group(1).lower() != "hf":
             raise DatasetError(
-                f"dataset {name!r}: path must be a local path, glob or file, or an hf:// dataset path, got "
-                f"{scheme.group(1)}:// in {text!r} — {scheme.group(1)}:// is not supported by this version: copy the "
-                "shards to a local or mounted directory, or publish them as a Hugging Face dataset"
+                f"dataset {name!r}: path must be a local path, glob or file, an hf:// dataset path or an object-store "
+                f"path (s3://, gs://, az://), got {scheme.group(1)}:// in {text!r} — {scheme.group(1)}:// is not "
+                "supported by this version: copy the shards to a local or mounted directory or an object store"
             )
         if text.startswith("hf://"):
             from zephon.storage.hub.client import resolve_hf_dataset

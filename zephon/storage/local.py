@@ -36,12 +36,13 @@ SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SourceFile:
-    """One shard file as found on disk (or, for hf://, as listed by the Hub)."""
+    """One shard file as found on disk (or as listed by the Hub for hf://, by an object store for s3:// ...)."""
 
     uri: str
     format: str
     size: int
-    #: Remote shards only: the ``zephon.storage.hub.client.RemoteFile`` it stands for.
+    #: Remote shards only: the ``zephon.storage.hub.client.RemoteFile`` or the pinned
+    #: ``zephon.storage.objects.reads.ObjectFile`` it stands for.
     remote: object | None = None
 
 
@@ -131,20 +132,28 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
             f"dataset {dataset!r}: path {display_missing(path)!r} must exist, got nothing there — fix the path"
         )
 
+    listed = [SourceFile(uri=os.path.abspath(c), format="", size=os.path.getsize(c)) for c in candidates]
+    return shards_of(dataset, listed, directory=os.path.isdir(expanded))
+
+
+def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tuple[SourceFile, ...]:
+    """The shards among ``listed`` (formats from their names), by the rules of the module docstring: in a
+    ``directory`` other files are ignored when shards are present; a named or globbed file must be a shard;
+    Parquet and JSONL do not mix. Shared by local paths and object-store prefixes."""
     found: list[SourceFile] = []
     unknown: list[str] = []
-    for candidate in candidates:
-        fmt = detect_format(candidate)
+    for candidate in listed:
+        fmt = detect_format(candidate.uri)
         if fmt is None:
-            unknown.append(candidate)
+            unknown.append(candidate.uri)
             continue
-        found.append(SourceFile(uri=os.path.abspath(candidate), format=fmt, size=os.path.getsize(candidate)))
+        found.append(SourceFile(uri=candidate.uri, format=fmt, size=candidate.size, remote=candidate.remote))
     # In a directory, side files (README.md, dataset_info.json, checksums) are common beside shards and
     # are ignored; a file named explicitly or matched by a glob must be a shard.
-    if unknown and (not found or not os.path.isdir(expanded)):
+    if unknown and (not found or not directory):
         raise DatasetError(
             f"dataset {dataset!r}: files must be Parquet or JSONL ({', '.join(SUPPORTED_SUFFIXES)}), "
-            f"got unknown format for {display_path(unknown[0])!r}"
+            f"got unknown format for {unknown[0]!r}"
             + (f" and {len(unknown) - 1} more" if len(unknown) > 1 else "")
             + " — convert them or point the path at the data files"
         )

@@ -28,6 +28,11 @@ _URI = re.compile(r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<rev>[0-9a-f]{40})
 
 
 def is_remote_uri(uri: str) -> bool:
+    """A shard that is not a local file: an hf:// file or an object-store object (``s3://``, ``gs://``, ``az://``)."""
+    return uri.startswith(("hf://datasets/", "s3://", "gs://", "az://"))
+
+
+def is_hub_uri(uri: str) -> bool:
     return uri.startswith("hf://datasets/")
 
 

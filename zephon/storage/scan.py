@@ -4,6 +4,8 @@
   BLAKE2b digest of the file size and the footer bytes (the footer holds every column chunk's offsets,
   sizes and statistics, so a rewritten file has a different footer); ``zephon.plan.footer`` computes it, for
   shards and for the plan bundle's own files alike.
+* Object-store shards (``s3://``, ``gs://``, ``az://``): ``zephon.storage.objects.scan`` (footers by one range
+  request); the fingerprint is the object's pin, ``etag:<ETag>[@<version>]``.
 * JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
@@ -31,10 +33,25 @@ from zephon.plan.records import ShardInfo
 from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.local import SourceFile
+from zephon.storage.objects.reads import ObjectFile
 
 
 def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     """Metadata of one shard; errors name the dataset and file."""
+    if isinstance(file.remote, ObjectFile):  # an object-store shard (zephon.storage.objects)
+        from zephon.storage.objects.scan import scan_object
+
+        try:
+            rows, groups, pinned = scan_object(file.remote)
+        except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
+            raise DatasetError(
+                f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix or "
+                "remove the object"
+            ) from exc
+        pin = pinned.pin
+        return ShardInfo(
+            uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=pin
+        )
     if file.remote is not None:
         from zephon.storage.remote import scan_remote
 

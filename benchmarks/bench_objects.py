@@ -1,0 +1,182 @@
+"""Object storage: executor throughput over s3:// against the same plan on local disk, planning 1,000 shards from
+footers, and requests per shard — against moto's S3 server on 127.0.0.1, started here.
+
+Run: python benchmarks/bench_objects.py [--copies 4] [--repeats 3] [--shards 1000]
+
+Corpus: ``--copies`` seeds of the demo corpus (prose / code / short, 7 Parquet shards a seed, ~4 MB of text),
+mixed 0.5/0.3/0.2, uploaded to a bucket; the demo tokenizer; max_length 2049, microbatch 8. One plan over the
+local files and one over ``s3://`` (the same documents in the same order: their samples.parquet are compared
+byte for byte). Throughput, tokens per second, best of ``--repeats`` interleaved runs in this process:
+
+* local: ``Pipeline.from_plan(local plan)``;
+* s3 cache: the s3 plan through a fresh shard cache each run (every shard downloaded once, then read locally);
+  "warm": the same run again on that cache (a second epoch, or a node whose cache another rank filled);
+* s3 range: the s3 plan with ``StoreOptions(remote_read="range")`` (no local copy).
+
+Ratios are s3 ÷ local, same cores, same run. Planning: ``--shards`` small Parquet objects (100 rows each)
+listed and planned from footers with an empty metadata cache; seconds and GETs. Requests per shard: GETs
+counted by ``zephon.storage.objects.reads.REQUESTS`` at plan time and at read time.
+
+The baseline for the alternative client, measured once when obstore was chosen (same server, 200 objects):
+``--compare`` lists the bucket and reads every footer with pyarrow.fs.S3FileSystem, for the commit's figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+WEIGHTS = {"prose": 0.5, "code": 0.3, "short": 0.2}
+
+
+def _tokens(plan: Path, io) -> tuple[int, float]:
+    from zephon import Pipeline
+    from zephon.demo import demo_tokenizer_path
+
+    pipe = Pipeline.from_plan(plan)
+    if io is not None:
+        pipe = pipe.options(io_options=io)
+    pipe = pipe.tokenize(tokenizer_id=demo_tokenizer_path(), field="text").pack_flat(max_length=2049)
+    pipe = pipe.batch(microbatch_size=8)
+    start = time.perf_counter()
+    tokens = 0
+    for batch in pipe:
+        tokens += int(batch.lengths.sum())
+    return tokens, time.perf_counter() - start
+
+
+def _source(paths: dict[str, list[str]]):
+    from zephon.io import Dataset
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    datasets = [Dataset.from_path(kind, where) for kind, where in paths.items()]
+    return StaticMixtureWorkSource(datasets=datasets, mixture=MixtureSpec(WEIGHTS), seed=1)
+
+
+def main() -> None:
+    import warnings
+
+    warnings.simplefilter("ignore")  # the demo corpus is small: plans repeat it, and say so
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--copies", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--shards", type=int, default=1000)
+    parser.add_argument("--compare", action="store_true", help="also list + read footers with pyarrow.fs")
+    args = parser.parse_args()
+
+    from servers.object_fixtures import Bucket
+    from servers.object_servers import S3Server
+
+    from zephon.demo import write_demo_dataset
+    from zephon.specs import CacheOptions, StoreOptions
+    from zephon.storage.objects.reads import REQUESTS
+
+    work = Path(tempfile.mkdtemp(prefix="zephon-bench-objects-"))
+    os.environ["ZEPHON_CACHE_DIR"] = str(work / "zephon-cache")
+    server = S3Server(log=work / "moto.log")
+    try:
+        os.environ.update(server.env())
+        bucket = Bucket(server=server, cloud="s3", name="bench")
+        server.create_bucket("bench")
+        local_root = work / "local"
+        for copy in range(args.copies):
+            demo = Path(write_demo_dataset(local_root / f"seed{copy}", seed=copy))
+            bucket.upload_dir(demo, f"corpus/seed{copy}/")
+        local = {k: f"{local_root}/seed*/demo/{k}-*.parquet" for k in WEIGHTS}
+        remote = {k: bucket.url(f"corpus/seed*/{k}-*.parquet") for k in WEIGHTS}
+        local_plan = _source(local).plan(work / "plan-local")
+        REQUESTS.clear()
+        s3_plan = _source(remote).plan(work / "plan-s3")
+        n_shards = 7 * args.copies
+        plan_gets = {k: v for k, v in REQUESTS.items()}
+        same = (local_plan / "samples.parquet").read_bytes() == (s3_plan / "samples.parquet").read_bytes()
+        print(f"corpus: {args.copies} demo seeds, {n_shards} shards; samples.parquet identical: {same}")
+        print(f"plan time requests: {plan_gets} ({plan_gets.get('footer', 0) / n_shards:.2f} footer GETs per shard)")
+
+        best = {"local": 0.0, "s3 cache": 0.0, "s3 cache (warm)": 0.0, "s3 range": 0.0}
+        reads = {}
+        for repeat in range(args.repeats):
+            for name in best:
+                REQUESTS.clear()
+                if name == "local":
+                    tokens, seconds = _tokens(local_plan, None)
+                elif name.startswith("s3 cache"):  # cold: a fresh cache; warm: the same one again
+                    cache = CacheOptions(enabled=True, root=str(work / f"cache-{repeat}"), limit_bytes=1 << 34)
+                    tokens, seconds = _tokens(s3_plan, StoreOptions(cache=cache))
+                else:
+                    tokens, seconds = _tokens(s3_plan, StoreOptions(remote_read="range"))
+                best[name] = max(best[name], tokens / seconds)
+                reads[name] = dict(REQUESTS)
+        for name, rate in best.items():
+            ratio = rate / best["local"]
+            extra = f"  read-time GETs {reads[name]} ({sum(reads[name].values()) / n_shards:.1f} per shard)"
+            print(f"{name:15s} {rate / 1e6:7.2f} M tokens/s  ratio {ratio:.2f}" + ("" if name == "local" else extra))
+
+        # Planning N shards from footers, empty metadata cache.
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        one = work / "one.parquet"
+        pq.write_table(pa.table({"text": [f"row {i}" for i in range(100)]}), one)
+        data = one.read_bytes()
+        server.create_bucket("many")
+        Bucket(server=server, cloud="s3", name="many").put_many(
+            {f"shards/part-{i:05d}.parquet": data for i in range(args.shards)}
+        )
+        os.environ["ZEPHON_CACHE_DIR"] = str(work / "empty-cache")
+        REQUESTS.clear()
+        start = time.perf_counter()
+        many = {
+            "prose": "s3://many/shards/",
+            "code": "s3://many/shards/part-0000*.parquet",
+            "short": "s3://many/shards/part-00010.parquet",
+        }
+        plan = _source(many).plan(work / "plan-many")
+        seconds = time.perf_counter() - start
+        print(f"planning {args.shards} shards from footers: {seconds:.2f} s; requests {dict(REQUESTS)} ({plan})")
+        if args.compare:
+            _compare(server, args.shards)
+    finally:
+        server.stop()
+
+
+def _compare(server, n: int) -> None:
+    """List and read every footer of the ``many`` bucket with obstore (via Zephon) and with pyarrow.fs."""
+    import pyarrow.fs as pafs
+    import pyarrow.parquet as pq
+
+    from zephon.io import Dataset
+    from zephon.storage.objects.scan import scan_object
+
+    os.environ["ZEPHON_CACHE_DIR"] = tempfile.mkdtemp()
+    start = time.perf_counter()
+    files = Dataset.from_path("x", "s3://many/shards/").files
+    for f in files:
+        scan_object(f.remote)
+    zephon_s = time.perf_counter() - start
+    env = server.env()
+    fs = pafs.S3FileSystem(
+        access_key=env["AWS_ACCESS_KEY_ID"],
+        secret_key=env["AWS_SECRET_ACCESS_KEY"],
+        region="us-east-1",
+        endpoint_override=env["AWS_ENDPOINT_URL"],
+        scheme="http",
+    )
+    start = time.perf_counter()
+    infos = fs.get_file_info(pafs.FileSelector("many/shards/", recursive=True))
+    for info in infos:
+        with fs.open_input_file(info.path) as fh:
+            pq.read_metadata(fh)
+    arrow_s = time.perf_counter() - start
+    print(f"list + {len(files)} footers: obstore {zephon_s:.2f} s, pyarrow.fs {arrow_s:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
