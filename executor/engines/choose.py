@@ -142,6 +142,7 @@ class EngineChoice:
         self._left = [self.setting] if self.forced else list(CANDIDATES)
         #: whether the engine has been checked on the run's own documents
         self.settled = False
+        self._lock = threading.Lock()  # the first batches of several threads: one checks, the others wait
         self._engine: Engine | None = None
         self._future: Future[Engine] | None = None
         if self.forced:  # refused at once, with one line
@@ -175,7 +176,11 @@ class EngineChoice:
 
     def __getstate__(self) -> dict[str, object]:
         self.engine  # noqa: B018 - the engine prepared on a thread, before the state is taken
-        return dict(self.__dict__)
+        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     @property
     def fallback(self) -> TokenizersEngine:
@@ -227,15 +232,19 @@ class EngineChoice:
         return self._fallback
 
     def settle(self, texts: Sequence[str]) -> None:
-        """Check the engine on the run's first documents (once); on a difference, refuse it and move on."""
-        if self.settled:
-            return
-        self.settled = True
-        if self.engine is self._fallback:
-            return
-        sample = _cut(texts)
-        names = [f"document {i} of the first batch" for i in range(len(sample))]
-        reason = disagreement(self.engine, self.reference, sample, names)
-        if reason is not None:
-            self._refuse(self.engine.name, reason, self.engine.package)
-            self.engine = self._next(sample)
+        """Check the engine on the run's first documents (once; other threads wait); on a difference, refuse
+        it and move on."""
+        with self._lock:
+            if self.settled:
+                return
+            if self.engine is not self._fallback:
+                sample = _cut(texts)
+                names = [f"document {i} of the first batch" for i in range(len(sample))]
+                reason = disagreement(self.engine, self.reference, sample, names)
+                if reason is not None:
+                    try:
+                        self._refuse(self.engine.name, reason, self.engine.package)
+                    finally:
+                        self.engine = self._fallback
+                    self.engine = self._next(sample)
+            self.settled = True

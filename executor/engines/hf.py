@@ -14,6 +14,7 @@ class TokenizersEngine(Engine):
     name = "tokenizers"
     package = "tokenizers"
     own_threads = True
+    releases_gil = False  # its batch call already uses every core; count workers are processes
 
     def __init__(self, config_text: str, tokenizer: Tokenizer | None = None) -> None:
         super().__init__(config_text)

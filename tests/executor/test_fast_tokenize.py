@@ -165,7 +165,7 @@ def test_engine_setting_refuses_unknown_values(tokenizer_dir: str, monkeypatch) 
     encoder.encode(["hello"])
     assert encoder.engine == "tokenizers"
     monkeypatch.setenv(ENGINE_ENV, "fast")
-    with pytest.raises(ConfigError, match=f'{ENGINE_ENV} must be "auto" or one of fastokens, .*, got \'fast\''):
+    with pytest.raises(ConfigError, match=f"{ENGINE_ENV} must be \"auto\" or one of fastokens, .*, got 'fast'"):
         Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
 
 
