@@ -170,7 +170,7 @@ def worker_zephon(args: argparse.Namespace) -> dict:
         "batches": batches,
         "first_batch_s": first - start,
         "engine": pipe.stats().tokenizer_engine,
-        "refused": pipe.stats().refused_engines,
+        "refused_engines": pipe.stats().refused_engines,
         "peak_rss_mb": peak_rss_mb(),
     }
 

@@ -35,9 +35,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from importlib import metadata
 from pathlib import Path
 
@@ -58,6 +59,23 @@ CANDIDATES = ("fastokens", "gigatoken", "tiktoken", "kitoken", "tokenizers")
 VERDICT_VERSION = 1
 #: First-batch check: at most this many documents, each cut to this many characters.
 SAMPLE_DOCS, SAMPLE_CHARS = 32, 8192
+
+
+#: Engines built in this process, by (tokenizer content, engine, EOS text): planning and the executor in one
+#: process (``Pipeline(work_source)``) load a large tokenizer.json into an engine once, not twice.
+_BUILT: dict[tuple[str, str, str | None], Engine] = {}
+
+
+#: Engines being prepared on a thread. A fork (a DataLoader worker) waits for them first: a child forked while
+#: the thread held a lock (an import, a Rust mutex) would wait for it forever.
+_PREPARING: set[Future[Engine]] = set()
+
+
+def _finish_preparing() -> None:
+    wait(list(_PREPARING))
+
+
+os.register_at_fork(before=_finish_preparing)
 
 
 def _builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
@@ -149,6 +167,7 @@ class EngineChoice:
             self._engine = self._next(None)
         else:  # built and probed on a thread while the caller goes on (opens the plan, reads the first texts)
             self._future = Future()
+            _PREPARING.add(self._future)
             threading.Thread(target=self._prepare, args=(self._future,), name="zephon-engine", daemon=True).start()
 
     def _prepare(self, future: Future[Engine]) -> None:
@@ -156,6 +175,8 @@ class EngineChoice:
             future.set_result(self._next(None))
         except BaseException as exc:  # handed to the caller, who waits for the engine
             future.set_exception(exc)
+        finally:
+            _PREPARING.discard(future)
 
     @property
     def engine(self) -> Engine:
@@ -209,11 +230,13 @@ class EngineChoice:
             if cached is not None and not cached[0]:
                 self._refuse(name, cached[1], None)
                 continue
+            key = (self.cache.content, name, self.eos_text)
             try:
-                engine = build(self.config_text)
+                engine = _BUILT.get(key) or build(self.config_text)
             except EngineUnavailable as exc:
                 self._refuse(name, str(exc), None)
                 continue
+            _BUILT[key] = engine
             texts, names = [], []
             if cached is None:
                 for probe_name, text in probes(self.reference):

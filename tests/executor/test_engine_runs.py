@@ -40,6 +40,7 @@ def test_every_engine_and_thread_count_gives_the_same_batches(kind, tmp_path, to
 
 def test_stats_name_the_engine_and_why_faster_ones_were_refused(tmp_path, tokenizer_dir, monkeypatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "fastokens", None)  # as if not installed
+    monkeypatch.setattr(choose, "_BUILT", {})  # and never built in this process
     plan = make_plan(tmp_path, "samples", tokenizer_dir)
     _, stats = batches(plan, tokenizer_dir, "samples")
     assert stats.tokenizer_engine == next(e for e in ENGINES if e != "fastokens")

@@ -47,6 +47,12 @@ def demo_documents(count: int = 150) -> list[str]:
     return [doc for kind in DEMO_KINDS for doc in generate_demo_documents(kind, count, seed=11)]
 
 
+@pytest.fixture(autouse=True)
+def _engines_built_per_test(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test builds its engines (the process-wide memo would hide a missing engine or a rebuilt cache)."""
+    monkeypatch.setattr(choose, "_BUILT", {})
+
+
 def need(engine: str) -> None:
     if importlib.util.find_spec(engine) is None:
         pytest.skip(f"{engine} is not installed (pip install 'zephon[fast]')")
@@ -287,5 +293,24 @@ def test_the_tiktoken_derivation_is_cached_and_a_broken_cache_is_rebuilt(tokeniz
     files = list((_isolated_cache / "tokenizer-engines").glob("*.npz"))
     assert len(files) == 1
     files[0].write_bytes(b"not a zip file")
+    choose._BUILT.clear()  # the engine built above would be reused in this process
     assert_identical(Encoder(spec, engine="tiktoken").encode_flat(texts), expected)
     assert tiktoken_engine._load_plan(files[0])  # rewritten, readable again
+
+
+def test_a_fork_while_the_engine_is_prepared_waits_for_it(tokenizer_dir: str) -> None:
+    """A DataLoader worker forked right after the encoder was built gets a working engine, not a hang."""
+    import os
+
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))  # its engine is being prepared on a thread
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: encode and report, then leave without pytest's teardown
+        os.close(read)
+        os.write(write, json.dumps([encoder.engine, encoder.encode(["hello world"])[0].tolist()]).encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        child = json.loads(pipe.read())
+    os.waitpid(pid, 0)
+    assert child == [encoder.engine, encoder.encode(["hello world"])[0].tolist()]
