@@ -77,10 +77,24 @@ def _special_tokens_from_config(directory: Path) -> dict[str, str]:
     return out
 
 
+#: tokenizer.json files loaded in this process, by (path, size, modification time): planning and the executor
+#: of one ``Pipeline(work_source)`` parse a large tokenizer.json once (about a second for 6-14 MB).
+_LOADED: dict[tuple[str, int, int], Tokenizer] = {}
+
+
+def _from_file(file: Path) -> Tokenizer:
+    st = file.stat()
+    key = (str(file.resolve()), st.st_size, st.st_mtime_ns)
+    tokenizer = _LOADED.get(key)
+    if tokenizer is None:
+        tokenizer = _LOADED[key] = Tokenizer.from_file(str(file))
+    return tokenizer
+
+
 def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
     path = Path(tokenizer_id).expanduser()
     if path.is_file():
-        return Tokenizer.from_file(str(path)), _special_tokens_from_config(path.parent)
+        return _from_file(path), _special_tokens_from_config(path.parent)
     if path.is_dir():
         file = path / "tokenizer.json"
         if not file.is_file():
@@ -88,7 +102,7 @@ def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
                 f"tokenizer directory must contain tokenizer.json, got none in {display_path(path)} — save the "
                 "tokenizer with save_pretrained() (a fast tokenizer)"
             )
-        return Tokenizer.from_file(str(file)), _special_tokens_from_config(path)
+        return _from_file(file), _special_tokens_from_config(path)
     if looks_like_local_path(tokenizer_id):
         raise TokenizerError(
             "tokenizer_id must be an existing directory or tokenizer.json, or a Hub id, got path "
@@ -116,7 +130,7 @@ def _load_from_hub(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
                     problem,
                     tokenizer_id,
                 )
-            return Tokenizer.from_file(str(cached / "tokenizer.json")), _special_tokens_from_config(cached)
+            return _from_file(cached / "tokenizer.json"), _special_tokens_from_config(cached)
         if _cached_configs(tokenizer_id):  # a cached repo without tokenizer.json: transformers converts it
             with contextlib.suppress(TokenizerError):
                 return _transformers_tokenizer(tokenizer_id, local_files_only=True)
@@ -132,7 +146,7 @@ def _load_from_hub(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
         )
     hub_files = _hub_tokenizer_files(tokenizer_id)
     if hub_files is not None:
-        return Tokenizer.from_file(str(hub_files / "tokenizer.json")), _special_tokens_from_config(hub_files)
+        return _from_file(hub_files / "tokenizer.json"), _special_tokens_from_config(hub_files)
     return _transformers_tokenizer(tokenizer_id)
 
 
