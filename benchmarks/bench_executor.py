@@ -371,6 +371,7 @@ def main() -> None:
         "tokenizer.json files (benchmarks/vendor_tokenizers.py)",
     )  # fmt: skip
     parser.add_argument("--skip-count", action="store_true", help="skip the count pass and cold start runs")
+    parser.add_argument("--startup-only", action="store_true", help="only the cold start and count pass runs")
     parser.add_argument("--root", default=None, help="work directory (default: a new temporary one)")
     parser.add_argument("--reference", default=None, help="python of a venv with zephon==0.2.0")
     parser.add_argument("--peers", default=None, help="python of a venv with datasets and grain (peers.py)")
@@ -403,7 +404,7 @@ def main() -> None:
     fast, slow = {"ZEPHON_TOKENIZER_ENGINE": "auto"}, {"ZEPHON_TOKENIZER_ENGINE": "tokenizers"}
     results: dict[tuple[str, str, int], list[dict]] = {}
     refused: dict[str, str] = {}
-    for _ in range(args.repeats):  # interleaved, so every configuration sees the same machine load
+    for _ in range(0 if args.startup_only else args.repeats):  # interleaved: every run sees the same load
         for cores in (1, all_cores):
             for mode in PLANS:
                 plan = plans[(mode, args.copies)]
@@ -428,18 +429,20 @@ def main() -> None:
         (mode, n): _run("zephon", all_cores, fast, tokenizer=tokenizer, plan=plans[(mode, n)])
         for n in corpora
         for mode in PLANS
+        if not args.startup_only
     }
     firsts = [  # the first run plans the work source into the cache; the others start warm
         _run("first", all_cores, fast, tokenizer=tokenizer, corpus=corpora[args.copies], copies=args.copies)
-        for _ in range(4)
+        for _ in range(0 if args.startup_only else 4)
     ][1:]
     colds, counts = [], {"today": [], "ours": []}
     if not args.skip_count:
-        for r in range(args.repeats):  # each into an empty cache: plan, byte lengths, calibration, verdicts
-            env = {**fast, "ZEPHON_CACHE_DIR": str(root / f"cold-{r}")}
+        for _ in range(args.repeats):  # each into a new, empty cache: plan, byte lengths, calibration, verdicts
+            env = {**fast, "ZEPHON_CACHE_DIR": tempfile.mkdtemp(prefix="cold-cache-", dir=root)}
             colds.append(_run("cold", all_cores, env, tokenizer=tokenizer, corpus=corpora[args.copies]))
             for label, engine in (("today", "tokenizers"), ("ours", "auto")):
-                env = {"ZEPHON_TOKENIZER_ENGINE": engine, "ZEPHON_CACHE_DIR": str(root / f"count-{label}-{r}")}
+                cache = tempfile.mkdtemp(prefix=f"count-cache-{label}-", dir=root)
+                env = {"ZEPHON_TOKENIZER_ENGINE": engine, "ZEPHON_CACHE_DIR": cache}
                 plan = plans[("exact", args.copies)]
                 counts[label].append(_run("count", all_cores, env, tokenizer=tokenizer, plan=plan))
 
@@ -450,18 +453,18 @@ def main() -> None:
     if results:
         _report(results, all_cores, args.repeats)
     print("\npeak RSS of the Zephon process (whole plan, all cores):")
-    for mode in PLANS:
+    for mode in PLANS if rss else ():
         parts = [
             f"{r['peak_rss_mb']:.0f} MB at {n} seeds ({r['total_tokens'] / 1e6:.0f} M tokens)"
             for n in corpora
             for r in [rss[(mode, n)]]
         ]
         print(f"  {mode:8} " + ", ".join(parts))
-    fb = min(f["first_batch_s"] for f in firsts)
-    from_plan = min(r["first_batch_s"] for r in rss.values())
+    fb = min((f["first_batch_s"] for f in firsts), default=float("nan"))
+    from_plan = min((r["first_batch_s"] for r in rss.values()), default=float("nan"))
     print(
         f"\nfirst batch, warm cache (plan and tokenizer engine cached): Pipeline(work_source) → to_training "
-        f"{fb:.2f} s (imports {min(f['imports_s'] for f in firsts):.2f} s before it); from a plan bundle "
+        f"{fb:.2f} s (imports {min((f['imports_s'] for f in firsts), default=0):.2f} s before it); from a plan bundle "
         f"{from_plan:.2f} s"
     )
     if colds:
