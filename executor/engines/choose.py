@@ -7,7 +7,7 @@ itself (the reference, always there). ``EngineChoice`` walks them in that order:
    tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``);
    the caller goes on (opens the plan, reads the first documents) and waits for it at its first batch —
    loading a large tokenizer.json takes fastokens about a second, as long as reading the first texts;
-2. on the first batch of the run's own documents (``settle``: its first 32 documents, each cut to 8,192
+2. on the first batch of the run's own documents (``settle``: its first 32 documents, each cut to 2,048
    characters) the engine is checked again; if it differs there, it is refused and the next candidates are
    checked on the probes plus that sample; the first that agrees is used for the rest of the run.
 
@@ -58,7 +58,7 @@ CANDIDATES = ("fastokens", "gigatoken", "tiktoken", "kitoken", "tokenizers")
 #: Bump when what a verdict checks changes (the probes, the comparison): older verdicts are not read.
 VERDICT_VERSION = 1
 #: First-batch check: at most this many documents, each cut to this many characters.
-SAMPLE_DOCS, SAMPLE_CHARS = 32, 8192
+SAMPLE_DOCS, SAMPLE_CHARS = 32, 2048
 
 
 #: Engines built in this process, by (tokenizer content, engine, EOS text): planning and the executor in one
