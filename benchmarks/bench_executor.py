@@ -109,23 +109,25 @@ def worker_raw(args: argparse.Namespace) -> dict:
             parts = pool.map(_encode_processes, [batch[i : i + size] for i in range(0, len(batch), size)])
             return sum(len(ids) for part in parts for ids in part)
 
-    else:  # tiktoken, built by the executor's own converter
+    else:  # another engine, built and verified by the executor's engine layer, sliced over `cores` threads
         from concurrent.futures import ThreadPoolExecutor
 
-        from zephon.executor.tiktoken_engine import encode_buffers, join_ranks
-        from zephon.executor.tokenize import Encoder
-        from zephon.specs import TokenizeSpec
+        from tokenizers import Tokenizer
 
-        encoder = Encoder(TokenizeSpec(tokenizer_id=args.tokenizer))
-        assert encoder._fast is not None, f"tiktoken engine unavailable: {encoder.engine_note}"
-        pool = ThreadPoolExecutor(args.cores)
+        from zephon.errors import TokenizerError
+        from zephon.executor.engines import EngineChoice, encode_on
 
-        def run(part: list[str]) -> int:  # one tiktoken call per text, the ids of the part in one array
-            return len(join_ranks(encode_buffers(encoder._fast, part), (), ())[0])
+        reference = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
+        try:
+            choice = EngineChoice(reference, reference.to_str(), eos_text=None, setting=args.engine)
+            choice.settle(texts)  # the same check the executor runs on its first batch
+        except TokenizerError as exc:
+            return {"refused": str(exc).split(": ", 1)[-1].split(" — ")[0]}
+        engine = choice.engine
+        pool = ThreadPoolExecutor(args.cores) if args.cores > 1 else None
 
         def encode(batch: list[str]) -> int:
-            size = -(-len(batch) // args.cores)
-            return sum(pool.map(run, [batch[i : i + size] for i in range(0, len(batch), size)]))
+            return len(encode_on(engine, batch, args.cores, pool).ids)
 
     cpu, start = _usage(), time.perf_counter()
     tokens = sum(encode(c) for c in chunks) + len(texts)  # + one EOS per document, as the executor counts
@@ -167,7 +169,8 @@ def worker_zephon(args: argparse.Namespace) -> dict:
         "total_tokens": tokens,
         "batches": batches,
         "first_batch_s": first - start,
-        "engine": getattr(pipe._runner.encoder, "engine", "tokenizers") if pipe._runner is not None else "?",
+        "engine": pipe.stats().tokenizer_engine,
+        "refused_engines": pipe.stats().refused_engines,
         "peak_rss_mb": peak_rss_mb(),
     }
 
@@ -206,6 +209,49 @@ def worker_first(args: argparse.Namespace) -> dict:
     next(iter(pipe)).to_training(return_labels=True)
     end = time.perf_counter()
     return {"first_batch_s": end - imported, "imports_s": imported - start}
+
+
+def worker_cold(args: argparse.Namespace) -> dict:
+    """Cold start of the seed's token-mixture example: an empty cache (no plan, byte lengths, calibration or
+    engine verdicts), three datasets, ``TokenEstimation(primer="measure", calibration_samples=2048)``:
+    ``Pipeline(work_source)`` → first training dict."""
+    start = time.perf_counter()
+    from zephon import Pipeline
+    from zephon.io import Dataset
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+
+    imported = time.perf_counter()
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path(k, str(Path(args.corpus) / k)) for k in WEIGHTS],
+        mixture=MixtureSpec(WEIGHTS),
+        seed=42,
+        token_estimation=TokenEstimation(primer="measure", calibration_samples=2048),
+    )
+    pipe = (
+        Pipeline(source)
+        .tokenize(tokenizer_id=args.tokenizer)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=MICROBATCH)
+    )
+    next(iter(pipe)).to_training(return_labels=True)
+    end = time.perf_counter()
+    return {"first_batch_s": end - imported, "imports_s": imported - start, "engine": pipe.stats().tokenizer_engine}
+
+
+def worker_count(args: argparse.Namespace) -> dict:
+    """The count pass over every shard of the plan into an empty cache, ``workers`` = cores, from the tokenizer's
+    load to the last array saved."""
+    from zephon.executor.plan_reader import PlanBundle
+    from zephon.executor.tokenize import Encoder
+    from zephon.planner.token_lengths import token_counts
+    from zephon.specs import TokenizeSpec
+
+    shards = list(PlanBundle(args.plan).shards)
+    start = time.perf_counter()
+    spec = TokenizeSpec(tokenizer_id=args.tokenizer)
+    encoder = Encoder(spec)
+    _, report = token_counts(shards, spec, encoder, workers=args.cores, progress=False)
+    return {"seconds": time.perf_counter() - start, "tokens": report.tokens, "engine": encoder.engine}
 
 
 # -- orchestration ---------------------------------------------------------------------------------------------
@@ -254,6 +300,19 @@ def _rate(run: dict) -> float:
 
 
 PLANS = ("samples", "tokens", "exact")
+TOKENIZERS = ("cl100k", "deepseek-v4", "cl100k-converter")
+
+
+def _installed_engines() -> list[str]:
+    import importlib.util
+
+    from zephon.executor.engines import CANDIDATES
+
+    return [e for e in CANDIDATES if e != "tokenizers" and importlib.util.find_spec(e) is not None]
+
+
+#: Raw engines timed beside raw ``tokenizers`` (those installed; refused ones are reported, not timed).
+RAW_ENGINES = _installed_engines()
 
 
 def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path], dict[tuple[str, int], Path]]:
@@ -264,7 +323,12 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
 
     from zephon.specs import PackSpec, TokenizeSpec
 
-    tokenizer = cl100k.build(root / "cl100k")
+    if args.tokenizer == "cl100k":
+        tokenizer = cl100k.build(root / "cl100k")
+    else:  # a real vendor tokenizer.json (vendor_tokenizers.py)
+        import vendor_tokenizers
+
+        tokenizer = vendor_tokenizers.build(args.tokenizer, root / "tokenizers")
     if args.text == "local":  # real text from this machine's files; one corpus, so no second size for RSS
         import local_corpus
 
@@ -277,12 +341,13 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
         for shard in sorted((corpora[args.copies] / kind).glob("*.parquet"))[:2]
         for t in pq.read_table(shard, columns=["text"]).column(0).to_pylist()
     ]
-    bad = cl100k.verify(tokenizer, sample)
-    print(f"cl100k tokenizer.json vs tiktoken: {len(sample) + 1} texts, {len(bad)} differ")
+    if args.tokenizer == "cl100k":
+        bad = cl100k.verify(tokenizer, sample)
+        print(f"cl100k tokenizer.json vs tiktoken: {len(sample) + 1} texts, {len(bad)} differ")
     plans = {}
     for n, path in corpora.items():
         for mode in PLANS:
-            out = root / "plans" / (f"{mode}-{n}" if args.text == "demo" else f"{mode}-local-{n}")
+            out = root / "plans" / args.tokenizer / (f"{mode}-{n}" if args.text == "demo" else f"{mode}-local-{n}")
             if not (out / "plan.json").is_file():
                 _work_source(str(path), mode, n).plan(
                     out, tokenize=TokenizeSpec(tokenizer_id=str(tokenizer)), pack=PackSpec(max_length=MAX_LENGTH)
@@ -300,21 +365,31 @@ def main() -> None:
         "--text", choices=("demo", "local"), default="demo",
         help="demo: generated demo corpus; local: real text from this machine's files (local_corpus.py)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tokenizer", default="cl100k",
+        help="cl100k: our exact conversion (benchmarks/cl100k.py); deepseek-v4, cl100k-converter: real vendor "
+        "tokenizer.json files (benchmarks/vendor_tokenizers.py)",
+    )  # fmt: skip
+    parser.add_argument("--skip-count", action="store_true", help="skip the count pass and cold start runs")
+    parser.add_argument("--startup-only", action="store_true", help="only the cold start and count pass runs")
     parser.add_argument("--root", default=None, help="work directory (default: a new temporary one)")
     parser.add_argument("--reference", default=None, help="python of a venv with zephon==0.2.0")
     parser.add_argument("--peers", default=None, help="python of a venv with datasets and grain (peers.py)")
     parser.add_argument("--skip-processes", action="store_true", help="skip raw tokenizers in worker processes")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    for name in ("cores", "plan", "tokenizer", "engine", "corpus"):
+    for name in ("cores", "plan", "engine", "corpus"):
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         args.cores = int(args.cores)
         _pin(args.cores)
-        result = {"raw": worker_raw, "zephon": worker_zephon, "first": worker_first}[args.worker](args)
+        workers = {"raw": worker_raw, "zephon": worker_zephon, "first": worker_first, "cold": worker_cold}
+        result = {**workers, "count": worker_count}[args.worker](args)
         print(json.dumps(result))
         return
 
+    if args.tokenizer not in TOKENIZERS:
+        parser.error(f"--tokenizer must be one of {', '.join(TOKENIZERS)}, got {args.tokenizer!r}")
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-executor-"))
     os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
     all_cores = len(os.sched_getaffinity(0))
@@ -328,15 +403,14 @@ def main() -> None:
 
     fast, slow = {"ZEPHON_TOKENIZER_ENGINE": "auto"}, {"ZEPHON_TOKENIZER_ENGINE": "tokenizers"}
     results: dict[tuple[str, str, int], list[dict]] = {}
-    for _ in range(args.repeats):  # interleaved, so every configuration sees the same machine load
+    refused: dict[str, str] = {}
+    for _ in range(0 if args.startup_only else args.repeats):  # interleaved: every run sees the same load
         for cores in (1, all_cores):
             for mode in PLANS:
                 plan = plans[(mode, args.copies)]
-                jobs = [
-                    ("raw tokenizers", "raw", {"engine": "tokenizers"}, None),
-                    ("raw tiktoken", "raw", {"engine": "tiktoken"}, None),
-                    ("zephon", "zephon", {}, fast),
-                ]
+                jobs = [("raw tokenizers", "raw", {"engine": "tokenizers"}, None)]
+                jobs += [(f"raw {e}", "raw", {"engine": e}, None) for e in RAW_ENGINES]
+                jobs.append(("zephon", "zephon", {}, fast))
                 if cores > 1:  # the default reads ahead on a thread when it may use 2+ cores
                     jobs.append(("zephon, no read-ahead", "zephon", {}, {**fast, "ZEPHON_READ_AHEAD": "off"}))
                 if mode == "samples":
@@ -344,36 +418,70 @@ def main() -> None:
                     if cores > 1 and not args.skip_processes:
                         jobs.append(("raw tokenizers, processes", "raw", {"engine": "processes"}, None))
                 for label, kind, kw, env in jobs:
+                    if label in refused:
+                        continue
                     run = _run(kind, cores, env, tokenizer=tokenizer, plan=plan, **kw)
+                    if "refused" in run:  # not exact for this tokenizer: never timed
+                        refused[label] = run["refused"]
+                        continue
                     results.setdefault((mode, label, cores), []).append(run)
     rss = {
         (mode, n): _run("zephon", all_cores, fast, tokenizer=tokenizer, plan=plans[(mode, n)])
         for n in corpora
         for mode in PLANS
+        if not args.startup_only
     }
     firsts = [  # the first run plans the work source into the cache; the others start warm
         _run("first", all_cores, fast, tokenizer=tokenizer, corpus=corpora[args.copies], copies=args.copies)
-        for _ in range(4)
+        for _ in range(0 if args.startup_only else 4)
     ][1:]
+    colds, counts = [], {"today": [], "ours": []}
+    if not args.skip_count:
+        for _ in range(args.repeats):  # each into a new, empty cache: plan, byte lengths, calibration, verdicts
+            env = {**fast, "ZEPHON_CACHE_DIR": tempfile.mkdtemp(prefix="cold-cache-", dir=root)}
+            colds.append(_run("cold", all_cores, env, tokenizer=tokenizer, corpus=corpora[args.copies]))
+            for label, engine in (("today", "tokenizers"), ("ours", "auto")):
+                cache = tempfile.mkdtemp(prefix=f"count-cache-{label}-", dir=root)
+                env = {"ZEPHON_TOKENIZER_ENGINE": engine, "ZEPHON_CACHE_DIR": cache}
+                plan = plans[("exact", args.copies)]
+                counts[label].append(_run("count", all_cores, env, tokenizer=tokenizer, plan=plan))
 
     print(f"load average after the runs: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"tokenizer: {args.tokenizer} ({tokenizer}); text: {what}")
+    for label, reason in refused.items():
+        print(f"{label}: refused, not timed — {reason}")
     if results:
         _report(results, all_cores, args.repeats)
     print("\npeak RSS of the Zephon process (whole plan, all cores):")
-    for mode in PLANS:
+    for mode in PLANS if rss else ():
         parts = [
             f"{r['peak_rss_mb']:.0f} MB at {n} seeds ({r['total_tokens'] / 1e6:.0f} M tokens)"
             for n in corpora
             for r in [rss[(mode, n)]]
         ]
         print(f"  {mode:8} " + ", ".join(parts))
-    fb = min(f["first_batch_s"] for f in firsts)
-    from_plan = min(r["first_batch_s"] for r in rss.values())
+    fb = min((f["first_batch_s"] for f in firsts), default=float("nan"))
+    from_plan = min((r["first_batch_s"] for r in rss.values()), default=float("nan"))
     print(
         f"\nfirst batch, warm cache (plan and tokenizer engine cached): Pipeline(work_source) → to_training "
-        f"{fb:.2f} s (imports {min(f['imports_s'] for f in firsts):.2f} s before it); from a plan bundle "
+        f"{fb:.2f} s (imports {min((f['imports_s'] for f in firsts), default=0):.2f} s before it); from a plan bundle "
         f"{from_plan:.2f} s"
     )
+    if colds:
+        cold_times = ", ".join(f"{c['first_batch_s']:.2f}" for c in colds)
+        print(
+            f"\ncold start, empty cache (3 datasets, TokenEstimation(primer='measure', calibration_samples=2048)): "
+            f"Pipeline(work_source) → first to_training {cold_times} s "
+            f"(imports {min(c['imports_s'] for c in colds):.2f} s before it; engine {colds[0]['engine']})"
+        )
+        today, ours = (min(counts[k], key=lambda r: r["seconds"]) for k in ("today", "ours"))
+        assert today["tokens"] == ours["tokens"], "the count pass must count the same tokens on every engine"
+        print(
+            f"count pass, {all_cores} workers, empty cache, {ours['tokens'] / 1e6:.1f} M tokens: today "
+            f"(tokenizers engine in worker processes) {today['seconds']:.2f} s, "
+            f"ours ({ours['engine']}) {ours['seconds']:.2f} s — "
+            f"{today['seconds'] / ours['seconds']:.1f}× faster"
+        )
     import peers
 
     shape = {"weights": WEIGHTS, "max_length": MAX_LENGTH, "microbatch": MICROBATCH}
@@ -409,11 +517,14 @@ def _report(results: dict[tuple[str, str, int], list[dict]], all_cores: int, rep
         for cores in (1, all_cores):
             ours = _rate(_best(results[(mode, "zephon", cores)]))
             hf = _rate(_best(results[(mode, "raw tokenizers", cores)]))
-            tt = _rate(_best(results[(mode, "raw tiktoken", cores)]))
-            line = f"  {mode:8} {cores} core(s): ÷ raw tokenizers {ours / hf:5.2f}   ÷ raw tiktoken {ours / tt:5.2f}"
+            raws = {k[1]: _rate(_best(v)) for k, v in results.items() if k[0] == mode and k[2] == cores}
+            fastest = max((r for r in raws if r.startswith("raw ") and r != "raw tokenizers, processes"), key=raws.get)
+            tt = raws[fastest]
+            line = f"  {mode:8} {cores} core(s): ÷ raw tokenizers {ours / hf:5.2f}   ÷ {fastest} (fastest exact) "
+            line += f"{ours / tt:5.2f}"
             if (mode, "zephon, no read-ahead", cores) in results:
                 off = _rate(_best(results[(mode, "zephon, no read-ahead", cores)]))
-                line += f"   (no read-ahead ÷ raw tiktoken {off / tt:5.2f})"
+                line += f"   (no read-ahead ÷ {fastest} {off / tt:5.2f})"
             if mode == "samples":
                 same = _rate(_best(results[(mode, "zephon, tokenizers engine", cores)]))
                 line += f"   (tokenizers engine ÷ raw tokenizers {same / hf:5.2f})"

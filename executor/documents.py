@@ -99,17 +99,44 @@ def _digest(*parts: object) -> str:
     return hashlib.sha256(json.dumps(parts).encode()).hexdigest()
 
 
-class TextEncoder:
+class _OnBase:
+    """What a wrapping encoder takes from its seed ``Encoder`` (``base``): threads, the engine, lengths."""
+
+    base: Encoder
+
+    @property
+    def threads(self) -> int:
+        return self.base.threads
+
+    @property
+    def releases_gil(self) -> bool:
+        return self.base.releases_gil
+
+    @property
+    def engine(self) -> str:
+        return self.base.engine
+
+    def encode_flat(self, texts: list[Any], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
+        raise NotImplementedError
+
+    def lengths(self, texts: list[Any], *, split: bool = True) -> np.ndarray:
+        """Tokens of each document, as ``encode_flat`` makes them (the count pass, calibration)."""
+        return self.encode_flat(texts, split=split).sizes
+
+
+class TextEncoder(_OnBase):
     """Text with a ``special_tokens`` mode and/or a ``max_tokens`` limit (see the module docstring)."""
 
     flags: bool
     converter = None
 
-    def __init__(self, spec: TokenizeSpec) -> None:
+    def __init__(self, spec: TokenizeSpec, *, threads: int | None = None) -> None:
         self.spec = spec
         mode = spec.special_tokens
         # The body comes from the seed Encoder without BOS; its one EOS is dropped again when the mode has none.
-        self.base = Encoder(dataclasses.replace(spec, add_bos=False if mode else spec.add_bos, **_PLAIN))
+        self.base = Encoder(
+            dataclasses.replace(spec, add_bos=False if mode else spec.add_bos, **_PLAIN), threads=threads
+        )
         b = self.base
         self.eos_id, self.bos_id, self.pad_id, self.tokenizer = b.eos_id, b.bos_id, b.pad_id, b.tokenizer
         if mode is None:
@@ -138,10 +165,6 @@ class TextEncoder:
         self.fingerprint = _digest(
             b.fingerprint, "text", mode, self.prefix, self.suffix, spec.max_tokens, spec.long_documents
         )
-
-    @property
-    def engine(self) -> str:
-        return self.base.engine
 
     def encode_flat(self, texts: list[Any], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
         encoded = self.base.encode_flat(texts, order, split=split)
@@ -262,15 +285,15 @@ def load_chat_template(tokenizer_id: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-class ChatEncoder:
+class ChatEncoder(_OnBase):
     """Rendered conversations to token ids with ``LOSS`` on the assistant tokens (see the module docstring)."""
 
     flags = True
 
-    def __init__(self, spec: TokenizeSpec) -> None:
+    def __init__(self, spec: TokenizeSpec, *, threads: int | None = None) -> None:
         assert spec.chat is not None
         self.spec = spec
-        self.base = Encoder(dataclasses.replace(spec, add_bos=False, **_PLAIN))
+        self.base = Encoder(dataclasses.replace(spec, add_bos=False, **_PLAIN), threads=threads)
         b = self.base
         self.eos_id, self.bos_id, self.pad_id, self.tokenizer = b.eos_id, b.bos_id, b.pad_id, b.tokenizer
         template = spec.chat.chat_template or load_chat_template(spec.tokenizer_id)
@@ -355,15 +378,18 @@ class WithOperators:
 AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators
 
 
-def make_encoder(spec: TokenizeSpec, operators: tuple[Operator, ...] = ()) -> AnyEncoder:
+def make_encoder(
+    spec: TokenizeSpec, operators: tuple[Operator, ...] = (), *, threads: int | None = None
+) -> AnyEncoder:
     """The encoder ``spec`` asks for, behind ``operators`` when there are any: the seed ``Encoder`` for
-    ``spec.plain`` settings without operators (unchanged ids, fingerprint and speed)."""
+    ``spec.plain`` settings without operators (unchanged ids, fingerprint and speed). ``threads``:
+    ``tokenizer_threads`` of the engine underneath (never changes the ids)."""
     if spec.chat is not None:
-        inner: Encoder | TextEncoder | ChatEncoder = ChatEncoder(spec)
+        inner: Encoder | TextEncoder | ChatEncoder = ChatEncoder(spec, threads=threads)
     elif spec.plain:
-        inner = Encoder(spec)
+        inner = Encoder(spec, threads=threads)
     else:
-        inner = TextEncoder(spec)
+        inner = TextEncoder(spec, threads=threads)
     return WithOperators(inner, operators) if operators else inner
 
 

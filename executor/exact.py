@@ -37,7 +37,7 @@ from zephon.executor.pack import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoded, Encoder, tokenizer_threads
+from zephon.executor.tokenize import Encoded, Encoder
 
 if TYPE_CHECKING:
     from zephon.executor.documents import ChatEncoder, TextEncoder
@@ -249,7 +249,7 @@ class ExactSequences:
         rows = self.samples.rows(want)  # here: the row-group index is not thread-safe
         if self._read_pool is None or self._encode_pool is None:
             self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="zephon-read-ahead")
-            self._encode_pool = ThreadPoolExecutor(tokenizer_threads(), thread_name_prefix="zephon-encode")
+            self._encode_pool = ThreadPoolExecutor(self.encoder.threads, thread_name_prefix="zephon-encode")
         shard_ids, row_ids, encode_pool = rows["shard_id"], rows["row"], self._encode_pool
 
         def read() -> Future[Encoded]:

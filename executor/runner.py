@@ -49,7 +49,6 @@ from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
 from zephon.executor.token_flags import untag
-from zephon.executor.tokenize import tokenizer_threads
 
 
 class RankRunner:
@@ -69,7 +68,7 @@ class RankRunner:
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
-        self.encoder = make_encoder(spec.tokenize, spec.operators)
+        self.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
         self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
         self.exact = self.plan.manifest.exact
         self.stats = stats
@@ -236,8 +235,12 @@ class RankRunner:
         )
         if self.log is not None:
             self.log.write(batch)
-        if self.stats is not None and pieces is not None and datasets is not None:
-            self.stats.handed_out(self.names, datasets, pieces)
+        if self.stats is not None:
+            if not self.stats.tokenizer_engine and self.encoder.settled:
+                self.stats.tokenizer_engine = self.encoder.engine
+                self.stats.refused_engines = self.encoder.refused
+            if pieces is not None and datasets is not None:
+                self.stats.handed_out(self.names, datasets, pieces)
         return batch
 
     def _estimated(self, reader: ShardReader, remote: RemoteAccess, reports: SkipReports) -> Iterator[Batch]:
@@ -249,7 +252,7 @@ class RankRunner:
         # Records a user operator drops leave the stream like skipped ones (counted as "dropped").
         may_drop = self.spec.on_bad_document == "skip" or bool(self.spec.operators)
         texts = FetchTexts(rows, reader, remote, reports, skip_bad=may_drop)
-        tokens = Tokenize(texts, self.encoder, threads=tokenizer_threads() if threaded else None)
+        tokens = Tokenize(texts, self.encoder, threads=self.encoder.threads if threaded else None)
         source = ReadAhead(tokens.next, threaded=threaded)
         lanes = DealLanes(
             source,

@@ -26,6 +26,8 @@ class ExecutorSpec:
     """Everything the executor needs besides the plan.
 
     Attributes:
+        tokenizer_threads: threads one rank tokenizes on (None: ``RAYON_NUM_THREADS``, else the cores this process
+            may use). Set it to use a node's spare cores, or to share them among ranks; never changes the data.
         on_bad_document: ``"raise"`` (default) stops at a bad document with an error naming dataset, shard and
             row; ``"skip"`` (estimated plans only) skips it — no tokens — and counts it in ``RunStats.skipped``.
             See docs/reliability.md.
@@ -36,11 +38,18 @@ class ExecutorSpec:
     batch: BatchSpec
     io: StoreOptions = field(default_factory=StoreOptions)
     read_chunk: int = 1024
+    tokenizer_threads: int | None = None
     on_bad_document: str = "raise"
     #: User operators (``Pipeline.map_transform`` / ``map_batch``), run before tokenizing (executor.operators).
     operators: tuple[Operator, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.tokenizer_threads is not None and (
+            not isinstance(self.tokenizer_threads, int)
+            or isinstance(self.tokenizer_threads, bool)
+            or self.tokenizer_threads < 1
+        ):
+            raise ConfigError(f"tokenizer_threads must be an integer ≥ 1 or None, got {self.tokenizer_threads!r}")
         if self.on_bad_document not in ON_BAD_DOCUMENT:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {self.on_bad_document!r}')
 
@@ -57,6 +66,8 @@ class RunStats:
     tokens (``Batch.lengths``) of every batch; a run resumed inside a document counts the rest of its tokens,
     not the document again. Every dataset of the plan is present, 0 until it is handed out.
 
+    ``tokenizer_engine`` names the engine that encoded and ``refused_engines`` why faster ones were not used.
+
     Under ``on_bad_document="skip"``, ``skipped`` counts skipped documents by reason (``SKIP_REASONS``) and
     ``skipped_by_shard`` by shard URI, then reason; a skipped document is in neither ``documents`` nor
     ``tokens``. It is counted when a batch handed out holds a later document of its packing lane, or at the
@@ -67,6 +78,10 @@ class RunStats:
     tokens: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_by_shard: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: The tokenizer engine that encoded (``zephon.executor.engines``), set at the first batch handed out.
+    tokenizer_engine: str = ""
+    #: Faster engines refused for this tokenizer: name → reason (not installed, ids differ on a probe, ...).
+    refused_engines: dict[str, str] = field(default_factory=dict)
 
     def skip(self, ref: ShardRef, row: int, reason: str) -> None:
         """Count one skipped document (the ``on_skip`` callback of ``ShardReader``)."""

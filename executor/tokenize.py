@@ -17,17 +17,16 @@ without the tokenizer's own special tokens; then each document gets
 
 Example with GPT-2: "Hello world" → [15496, 995, 50256].
 
-Engines. ``tokenizers``' batch encoder runs on all cores (``RAYON_NUM_THREADS`` bounds it). When ``tiktoken``
-is importable and the tokenizer is a byte-level BPE that tiktoken can run exactly (no normalizer, a
-byte-level pre-tokenizer with one regex, plain BPE merges — checked on the tokenizer.json), the encoder
-builds a tiktoken ``Encoding`` from the vocabulary (rank = merge order) and uses it instead, on
-``RAYON_NUM_THREADS`` (default: the usable cores) threads: 2-3× faster per core. It is used only after it
-gave the same ids as ``tokenizers`` on a fixed probe text (digits, unicode, whitespace runs, special tokens)
-and on the first batch of real documents; otherwise the encoder stays on ``tokenizers`` silently.
-``Encoder.engine`` says which one encodes (``Encoder.engine_note`` why not tiktoken);
-``ZEPHON_TOKENIZER_ENGINE=tokenizers`` turns the fast engine off. The engine is an execution setting: ids, and
-so the fingerprint, are the same with either. The tiktoken side (deriving the engine, encoding many texts in
-one call) is ``zephon.executor.tiktoken_engine``.
+Engines. The ids are always Hugging Face ``tokenizers``' ids for the tokenizer.json; what runs it is the
+fastest engine verified to give exactly those ids (``zephon.executor.engines``: fastokens, gigatoken, tiktoken,
+kitoken when installed — ``pip install 'zephon[fast]'`` — else ``tokenizers`` itself), checked on tricky probe
+texts when first chosen and on the first batch of every run's own documents, the verdicts cached by tokenizer
+content. ``Encoder.engine`` says which one encodes, ``Encoder.refused`` why faster ones were refused;
+``ZEPHON_TOKENIZER_ENGINE=NAME`` forces one (refused with one line if it differs). A batch the engine cannot
+encode (a lone surrogate) is encoded by ``tokenizers``, which gives its own ids or its own error. The engine
+is an execution setting: ids, and so the fingerprint, are the same with any. Threads: ``threads``
+(``ExecutorSpec.tokenizer_threads``), else ``RAYON_NUM_THREADS``, else the usable cores; one call is split in
+contiguous slices over them (``zephon.executor.engines.base.encode_on``), the same ids on any number.
 
 ``Encoder.encode_flat`` is the executor's entry point: the ids of a batch of documents in one int64 array plus
 each document's size (``Encoded``), optionally in a given order (the executor groups documents by lane), built
@@ -38,7 +37,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import itertools
 import json
 import logging
 import os
@@ -51,15 +49,8 @@ from typing import Any
 import numpy as np
 from tokenizers import Tokenizer
 
-from zephon.errors import ConfigError, TokenizerError, one_line
-from zephon.executor.tiktoken_engine import (
-    NotExact,
-    encode_buffers,
-    encode_joined,
-    join_ranks,
-    separator,
-    tiktoken_engine,
-)
+from zephon.errors import TokenizerError, one_line
+from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
 from zephon.specs import TokenizeSpec
 from zephon.storage.local import display_missing, display_path, looks_like_local_path
 
@@ -86,10 +77,24 @@ def _special_tokens_from_config(directory: Path) -> dict[str, str]:
     return out
 
 
+#: tokenizer.json files loaded in this process, by (path, size, modification time): planning and the executor
+#: of one ``Pipeline(work_source)`` parse a large tokenizer.json once (about a second for 6-14 MB).
+_LOADED: dict[tuple[str, int, int], Tokenizer] = {}
+
+
+def _from_file(file: Path) -> Tokenizer:
+    st = file.stat()
+    key = (str(file.resolve()), st.st_size, st.st_mtime_ns)
+    tokenizer = _LOADED.get(key)
+    if tokenizer is None:
+        tokenizer = _LOADED[key] = Tokenizer.from_file(str(file))
+    return tokenizer
+
+
 def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
     path = Path(tokenizer_id).expanduser()
     if path.is_file():
-        return Tokenizer.from_file(str(path)), _special_tokens_from_config(path.parent)
+        return _from_file(path), _special_tokens_from_config(path.parent)
     if path.is_dir():
         file = path / "tokenizer.json"
         if not file.is_file():
@@ -97,7 +102,7 @@ def _load(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
                 f"tokenizer directory must contain tokenizer.json, got none in {display_path(path)} — save the "
                 "tokenizer with save_pretrained() (a fast tokenizer)"
             )
-        return Tokenizer.from_file(str(file)), _special_tokens_from_config(path)
+        return _from_file(file), _special_tokens_from_config(path)
     if looks_like_local_path(tokenizer_id):
         raise TokenizerError(
             "tokenizer_id must be an existing directory or tokenizer.json, or a Hub id, got path "
@@ -125,7 +130,7 @@ def _load_from_hub(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
                     problem,
                     tokenizer_id,
                 )
-            return Tokenizer.from_file(str(cached / "tokenizer.json")), _special_tokens_from_config(cached)
+            return _from_file(cached / "tokenizer.json"), _special_tokens_from_config(cached)
         if _cached_configs(tokenizer_id):  # a cached repo without tokenizer.json: transformers converts it
             with contextlib.suppress(TokenizerError):
                 return _transformers_tokenizer(tokenizer_id, local_files_only=True)
@@ -141,7 +146,7 @@ def _load_from_hub(tokenizer_id: str) -> tuple[Tokenizer, dict[str, str]]:
         )
     hub_files = _hub_tokenizer_files(tokenizer_id)
     if hub_files is not None:
-        return Tokenizer.from_file(str(hub_files / "tokenizer.json")), _special_tokens_from_config(hub_files)
+        return _from_file(hub_files / "tokenizer.json"), _special_tokens_from_config(hub_files)
     return _transformers_tokenizer(tokenizer_id)
 
 
@@ -222,22 +227,11 @@ def _transformers_tokenizer(tokenizer_id: str, *, local_files_only: bool = False
     return hf.backend_tokenizer, specials
 
 
-#: ``ZEPHON_TOKENIZER_ENGINE``: ``auto`` (default: tiktoken when it is exact for the tokenizer) or ``tokenizers``.
-ENGINE_ENV = "ZEPHON_TOKENIZER_ENGINE"
-#: Texts both engines must encode identically before the fast one is used: contractions, digit runs, unicode,
-#: whitespace of every kind and length, a special token (appended per tokenizer).
-_PROBES = (
-    "Hello world! It's 2024-06-01: 1234567 items @ $3.50 (≈12%). DON'T we'll I'M they've you'd",
-    "def f(x):\n\treturn x**2  # café naïve 東京 привет 🙂🙂 ١٢٣ ½\r\n   \n  trailing   \n\n\n   ",
-    " \u00a0nbsp\u2009thin\u3000ideo\u0085nel\u2028ls\u000b\u000cff\u200bzw\ufeffbom x \t\t tabs  ",
-    "",
-)
-#: First-batch verification: at most this many documents, each cut to this many characters.
-_SAMPLE_DOCS, _SAMPLE_CHARS = 32, 8192
-
-
-def tokenizer_threads() -> int:
-    """Tokenizer threads: ``RAYON_NUM_THREADS`` (as for ``tokenizers``), else the cores this process may use."""
+def tokenizer_threads(setting: int | None = None) -> int:
+    """Tokenizer threads: ``setting`` (``ExecutorSpec.tokenizer_threads``) when given, else
+    ``RAYON_NUM_THREADS`` (as for ``tokenizers``), else the cores this process may use."""
+    if setting is not None:
+        return setting
     value = os.environ.get("RAYON_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
@@ -261,29 +255,30 @@ class Encoded:
         return [self.ids[a:b] for a, b in zip((ends - self.sizes).tolist(), ends.tolist(), strict=True)]
 
 
-def _flat(parts: list[np.ndarray], prefix: list[int], eos: int) -> Encoded:
-    """The parts with ``prefix`` before and ``eos`` after each, in one int64 array: a few numpy calls per
+def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:
+    """Each text's ids with ``prefix`` before and ``eos`` after, in one int64 array: a few numpy calls per
     batch instead of per document."""
-    if not parts:
+    n = len(got.sizes)
+    if not n:
         return Encoded(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-    lengths = np.fromiter(map(len, parts), np.int64, len(parts))
-    extra = len(prefix) + 1
-    ends = np.cumsum(lengths + extra)
-    starts = ends - lengths - extra
+    k = len(prefix)
+    sizes = got.sizes.astype(np.int64) + (k + 1)
+    ends = np.cumsum(sizes)
     out = np.empty(int(ends[-1]), dtype=np.int64)
-    body = np.concatenate(parts)
-    shift = np.repeat(np.arange(len(parts), dtype=np.int64) * extra + len(prefix), lengths)
-    out[np.arange(len(body)) + shift] = body
+    shift = np.repeat(np.arange(k, k + n * (k + 1), k + 1, dtype=np.int64), got.sizes)
+    shift += np.arange(len(got.ids), dtype=np.int64)
+    out[shift] = got.ids
+    starts = ends - sizes
     for j, token in enumerate(prefix):
         out[starts + j] = token
     out[ends - 1] = eos
-    return Encoded(out, lengths + extra)
+    return Encoded(out, sizes)
 
 
 class Encoder:
     """Encodes batches of texts into per-document token arrays with BOS/EOS applied."""
 
-    def __init__(self, spec: TokenizeSpec, *, engine: str | None = None) -> None:
+    def __init__(self, spec: TokenizeSpec, *, engine: str | None = None, threads: int | None = None) -> None:
         self.spec = spec
         tokenizer, specials = _load(spec.tokenizer_id)
         self.tokenizer = tokenizer
@@ -301,27 +296,44 @@ class Encoder:
         bos = specials.get("bos_token")
         self.bos_id: int | None = tokenizer.token_to_id(bos) if bos else None
         pad = specials.get("pad_token")
-        self.pad_id: int = (tokenizer.token_to_id(pad) if pad else None) or self.eos_id
+        pad_id = tokenizer.token_to_id(pad) if pad else None
+        #: The tokenizer's pad token, else EOS (a pad token at id 0 is a pad token, not a missing one).
+        self.pad_id: int = self.eos_id if pad_id is None else pad_id
         self.prefix: list[int] = self._bos_prefix(spec.add_bos)
         config = tokenizer.to_str()
         # The fingerprint is the tokenizer and the specials added — never the engine (an execution setting).
         self.fingerprint = hashlib.sha256((config + json.dumps([self.prefix, self.eos_id])).encode()).hexdigest()
-        #: The engine encoding now: "tokenizers", or "tiktoken" once it matched on the probe and first batch.
-        self.engine = "tokenizers"
-        #: Why the fast engine is not used (empty while it is, or is still to be verified on the first batch).
-        self.engine_note = ""
-        self._fast: Any = None  # tiktoken Encoding awaiting (or past) first-batch verification
-        self._fast_ids: np.ndarray | None = None  # rank → id table (None: the ranks are the ids)
-        self._sep: tuple[str, int] | None = None  # the special token texts are joined with, and its rank
-        self._verified = False
+        #: Threads one ``encode_flat`` call may use (``tokenizer_threads``); never changes the ids.
+        self.threads = tokenizer_threads(threads)
+        if threads is not None and "RAYON_NUM_THREADS" not in os.environ:
+            os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizers engine's own pool, sized at first use
+        self._choice = EngineChoice(tokenizer, config, eos_text=eos, setting=engine or os.environ.get(ENGINE_ENV))
         self._pool: tuple[int, ThreadPoolExecutor] | None = None
-        choice = (engine or os.environ.get(ENGINE_ENV) or "auto").lower()
-        if choice not in ("auto", "tokenizers"):
-            raise ConfigError(f'{ENGINE_ENV} must be "auto" or "tokenizers", got {choice!r}')
-        if choice == "auto":
-            self._try_fast(config)
-        else:
-            self.engine_note = f"{ENGINE_ENV}=tokenizers"
+
+    @property
+    def engine(self) -> str:
+        """The engine encoding now: the fastest candidate verified so far (final after the first batch)."""
+        return self._choice.name
+
+    @property
+    def refused(self) -> dict[str, str]:
+        """Faster candidates refused for this tokenizer: name → reason (``zephon.executor.engines.choose``)."""
+        return dict(self._choice.refused)
+
+    @property
+    def releases_gil(self) -> bool:
+        """Whether calls on several threads encode at once (``Engine.releases_gil``; the count pass uses it)."""
+        return self._choice.engine.releases_gil
+
+    @property
+    def settled(self) -> bool:
+        """Whether the engine has been checked on the run's own documents (after the first ``encode_flat``)."""
+        return self._choice.settled
+
+    @property
+    def engine_note(self) -> str:
+        """Why faster engines are not used, in one line (empty when none was refused)."""
+        return "; ".join(f"{name}: {reason}" for name, reason in self._choice.refused.items())
 
     def _bos_prefix(self, add_bos: bool | None) -> list[int]:
         if add_bos is False:
@@ -341,80 +353,11 @@ class Encoder:
                 return with_special[:cut]
         return []
 
-    # -- engines --------------------------------------------------------------------------------------------
-
-    def _try_fast(self, config_text: str) -> None:
-        """Build the tiktoken engine if it is exact for this tokenizer and matches on the probe texts."""
-        try:
-            self._fast, self._fast_ids = tiktoken_engine(config_text)
-        except NotExact as exc:
-            self.engine_note = f"tiktoken not exact for this tokenizer: {exc}"
-            return
-        self._sep = separator(self._fast, self._eos_text)
-        specials = self.tokenizer.get_added_tokens_decoder().values()
-        probes = [*_PROBES, "".join(f"a{t.content}b " for t in specials)]
-        if not self._same(probes, *self._encode_fast(probes)):
-            self._fast = None
-            self.engine_note = "tiktoken ids differ from tokenizers on the probe text"
-
     def _executor(self) -> ThreadPoolExecutor:
         pid = os.getpid()  # a forked child (DataLoader worker) gets threads of its own
         if self._pool is None or self._pool[0] != pid:
-            self._pool = (
-                pid,
-                ThreadPoolExecutor(max(1, tokenizer_threads() - 1), thread_name_prefix="zephon-tokenize"),
-            )
+            self._pool = (pid, ThreadPoolExecutor(max(1, self.threads - 1), thread_name_prefix="zephon-tokenize"))
         return self._pool[1]
-
-    def _encode_fast(self, texts: list[str], *, split: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """tiktoken ranks of the texts, each followed by one separator rank (uint32), and the size of each, on
-        ``tokenizer_threads()`` threads: contiguous slices of about equal characters, the calling thread taking the last
-        one (tiktoken releases the GIL while it encodes)."""
-        run = self._fast_run
-        n = min(tokenizer_threads(), max(1, len(texts) // 8)) if split else 1
-        if n == 1:
-            return run(texts)
-        sizes = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
-        cuts = [0, *np.searchsorted(sizes, sizes[-1] * np.arange(1, n) / n).tolist(), len(texts)]
-        pool = self._executor()
-        futures = [pool.submit(run, texts[a:b]) for a, b in itertools.pairwise(cuts[:-1])]
-        last = run(texts[cuts[-2] :])  # while the pool encodes the other slices
-        parts = [*(f.result() for f in futures), last]
-        return np.concatenate([r for r, _ in parts]), np.concatenate([z for _, z in parts])
-
-    def _fast_run(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """``_encode_fast`` on this thread: the texts joined in one tiktoken call when that is exact, else one
-        call per text (``zephon.executor.tiktoken_engine``)."""
-        if self._sep is not None:
-            joined = encode_joined(self._fast, texts, *self._sep)
-            if joined is not None:
-                return joined
-        return join_ranks(encode_buffers(self._fast, texts), (), (self._sep[1] if self._sep else 0,))
-
-    def _ids(self, ranks: np.ndarray) -> np.ndarray:
-        return ranks if self._fast_ids is None else self._fast_ids[ranks]
-
-    def _same(self, texts: list[str], ranks: np.ndarray, sizes: np.ndarray) -> bool:
-        """Whether tiktoken's ranks (each text's followed by a separator) are ``tokenizers``' ids for ``texts``."""
-        reference = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        ends = np.cumsum(sizes[: len(texts)])
-        return len(sizes) >= len(texts) and all(
-            np.array_equal(self._ids(ranks[a : b - 1]), e.ids)
-            for a, b, e in zip((ends - sizes[: len(texts)]).tolist(), ends.tolist(), reference, strict=True)
-        )
-
-    def _verify(self, texts: list[str], ranks: np.ndarray, sizes: np.ndarray) -> None:
-        """Keep tiktoken only if it matches ``tokenizers`` on the first documents (each cut to a few KB)."""
-        docs = texts[:_SAMPLE_DOCS]
-        if any(len(t) > _SAMPLE_CHARS for t in docs):
-            docs = [t[:_SAMPLE_CHARS] for t in docs]
-            ranks, sizes = self._encode_fast(docs)
-        self._verified = True
-        if self._same(docs, ranks, sizes):
-            self.engine = "tiktoken"
-        else:
-            self._fast = None
-            self.engine_note = "tiktoken ids differ from tokenizers on the first documents"
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int64) of each text, with the BOS prefix and one EOS."""
@@ -425,29 +368,31 @@ class Encoder:
         documents come in that order (``texts[order[0]]`` first), so a caller can group them for free.
 
         ``split=False`` encodes on the calling thread alone (for callers that encode several batches at once,
-        each on its own thread); the first call always splits, and must not run alongside another, because it
-        verifies the fast engine."""
+        each on its own thread); the first call always splits and checks the engine on the run's own documents
+        (calls on other threads meanwhile wait for it)."""
         if order is not None:
             texts = [texts[i] for i in order.tolist()]
-        if self._fast is not None:
-            try:
-                fast = self._encode_fast(texts, split=split or not self._verified)
-            except (UnicodeEncodeError, ValueError):  # e.g. lone surrogates: tokenizers handles (or refuses) them
-                fast = None
-            if fast is not None and not self._verified:
-                self._verify(texts, *fast)
-            if fast is not None and self._fast is not None:
-                ranks, sizes = fast
-                ids = ranks.astype(np.int64) if self._fast_ids is None else self._fast_ids[ranks]
-                ends = np.cumsum(sizes)
-                ids[ends - 1] = self.eos_id  # each text's separator becomes its EOS
-                if self.prefix:
-                    k = len(self.prefix)
-                    ids = np.insert(ids, np.repeat(ends - sizes, k), np.tile(self.prefix, len(sizes)))
-                    sizes = sizes + k
-                return Encoded(ids, sizes)
-        encodings = self.tokenizer.encode_batch_fast(texts, add_special_tokens=False)
-        return _flat([np.array(e.ids, dtype=np.int64) for e in encodings], self.prefix, self.eos_id)
+        return _frame(self._ids(texts, split), self.prefix, self.eos_id)
+
+    def lengths(self, texts: list[str], *, split: bool = True) -> np.ndarray:
+        """How many tokens each text becomes (BOS prefix and EOS included), int64: ``encode_flat(texts).sizes``
+        without building the ids (the count pass)."""
+        return self._ids(texts, split).sizes.astype(np.int64) + (len(self.prefix) + 1)
+
+    def _ids(self, texts: list[str], split: bool) -> TokenIds:
+        """The engine's ids of the texts (no BOS/EOS); the first call checks the engine on them."""
+        choice = self._choice
+        if not choice.settled:
+            choice.settle(texts)
+            split = True
+        engine = choice.engine
+        threads = self.threads if split else 1
+        try:
+            return encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
+        except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
+            if engine is choice.fallback:
+                raise
+            return choice.fallback.encode(texts)
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

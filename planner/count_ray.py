@@ -7,8 +7,10 @@ in the same cache (``$ZEPHON_CACHE_DIR/token-counts``) with the same atomic writ
 therefore byte-identical to the local process pool's, and plans cannot tell which engine counted.
 
 ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` when set, else starts a local instance with
-``workers`` CPUs. Workers must see the shards at the same paths (shared storage) or reach the Hub; the
-driver's tokenizer spec travels with each task and each worker loads the tokenizer once.
+``workers`` CPUs. Each task encodes on one thread with the fastest engine verified for the tokenizer
+(``zephon.executor.engines``; verdicts are cached per worker machine). Workers must see the shards at the
+same paths (shared storage) or reach the Hub; the driver's tokenizer spec travels with each task and each
+worker loads the tokenizer once.
 """
 
 from __future__ import annotations
@@ -83,5 +85,5 @@ def _count_remote(ref: dict, spec: dict) -> np.ndarray:
     key = repr(sorted(spec.items()))
     encoder = _ENCODERS.get(key)
     if encoder is None:
-        encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec))
+        encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec), threads=1)  # Ray runs a task per CPU
     return count_shard(ShardRef(**ref), spec["field"], encoder)  # type: ignore[arg-type]

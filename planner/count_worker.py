@@ -15,24 +15,27 @@ from pathlib import Path
 import numpy as np
 
 from zephon.errors import ZephonError
-from zephon.executor.documents import ChatEncoder, TextEncoder, converter_of, make_encoder
+from zephon.executor.documents import AnyEncoder, converter_of, make_encoder
 from zephon.executor.shard_reader import ShardReader, planning_cache
-from zephon.executor.tokenize import Encoder
 from zephon.plan.records import ShardRef
 from zephon.specs import TokenizeSpec
 from zephon.storage.files import write_atomic
 
 
-def count_shard(ref: ShardRef, field: str, encoder: Encoder | TextEncoder | ChatEncoder) -> np.ndarray:
-    """Tokens (with BOS/EOS) of every row of one shard, int32: what the executor's encoder gives each (chat
-    records rendered by the same converter)."""
+def count_shard(ref: ShardRef, field: str, encoder: AnyEncoder, *, split: bool = True) -> np.ndarray:
+    """Tokens (with BOS/EOS) of every row of one shard, int32: ``lengths`` of each batch the reader yields, no
+    ids kept (chat records rendered by the same converter). ``split=False``: on this thread alone (one shard per
+    thread). A record a user operator dropped (None) has 0 tokens: it is in no sequence."""
     reader = ShardReader([ref], field, capacity=1, cache=planning_cache(), convert=converter_of(encoder))
     parts = []
     for values in reader.iter_shard(ref.shard_id):
-        counts = np.zeros(len(values), np.int32)  # a record a user operator dropped has no tokens: in no sequence
         kept = [i for i, v in enumerate(values) if v is not None]
+        if len(kept) == len(values):
+            parts.append(encoder.lengths(values, split=split).astype(np.int32))
+            continue
+        counts = np.zeros(len(values), np.int32)
         if kept:
-            counts[kept] = [len(d) for d in encoder.encode([values[i] for i in kept])]
+            counts[kept] = encoder.lengths([values[i] for i in kept], split=split)
         parts.append(counts)
     return np.concatenate(parts) if parts else np.empty(0, np.int32)
 
@@ -48,7 +51,7 @@ def main() -> None:
     if job.get("single_thread"):
         os.environ["RAYON_NUM_THREADS"] = "1"
     try:
-        encoder = make_encoder(TokenizeSpec(**job["tokenize"]))
+        encoder = make_encoder(TokenizeSpec(**job["tokenize"]), threads=1 if job.get("single_thread") else None)
         for task in job["tasks"]:
             ref = ShardRef(**task["ref"])
             counts = count_shard(ref, job["tokenize"]["field"], encoder)

@@ -164,7 +164,7 @@ def _measure(
     with progress_bar(total=len(texts), desc=f"calibrating {name}", unit="doc", progress=progress) as bar:
         for start in range(0, len(texts), CALIBRATION_BATCH):
             batch = texts[start : start + CALIBRATION_BATCH]
-            tokens += int(sum(len(t) - specials for t in encoder.encode(batch)))
+            tokens += int((encoder.lengths(batch) - specials).sum())
             bar.update(len(batch))
     lengths = {int(i): byte_lengths(refs[int(i)], field) for i in chosen}  # the calibration shards only
     picked = zip(chosen[shard_pos].tolist(), local_rows.tolist(), strict=True)

@@ -9,8 +9,10 @@ so reruns and other plans reuse them:
   ratio of a JSONL dataset is measured in the same unit, so estimates stay consistent.
 * token counts — ``token-counts/<key>.npy``, key = (shard fingerprint, field, tokenizer fingerprint). The
   count includes the BOS prefix and the EOS token the executor adds, so it is exactly the number of tokens
-  the document contributes to the stream. Computed by worker subprocesses (``zephon.planner.count_worker``),
-  shards split among them longest first; one worker runs in-process. A progress bar follows the shards on a
+  the document contributes to the stream. Computed with the encoder's engine (``zephon.executor.engines``):
+  on threads of this process, a shard per thread, when the engine releases the GIL; with ``tokenizers`` by
+  worker subprocesses (``zephon.planner.count_worker``), shards split among them longest first. One worker
+  runs in-process. A progress bar follows the shards on a
   terminal (``zephon.storage.progress``).
 """
 
@@ -23,6 +25,7 @@ import selectors
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -153,6 +156,34 @@ def _run_workers(jobs: list[dict], bar: tqdm) -> int:
     return tokens
 
 
+def _count_on_threads(
+    shards: Sequence[ShardRef],
+    paths: Sequence[Path],
+    spec: TokenizeSpec,
+    encoder: AnyEncoder,
+    threads: int,
+    progress: bool | None,
+) -> None:
+    """Count shards on ``threads`` threads of this process, one shard per thread at a time, longest first.
+    For engines that release the GIL while they encode (fastokens, gigatoken, tiktoken; ``tokenizers`` spreads
+    one call over its own threads and, like kitoken, is counted in worker processes instead): no process
+    start-up, no tokenizer loaded again per worker, Parquet decoding and encoding overlap."""
+
+    def count(k: int) -> int:
+        counts = count_shard(shards[k], spec.field, encoder, split=False)
+        save_atomic(paths[k], counts)
+        return len(counts)
+
+    order = sorted(range(len(shards)), key=lambda k: (-shards[k].bytes, k))
+    with (
+        progress_bar(total=len(shards), desc="counting tokens", unit="shard", progress=progress) as bar,
+        ThreadPoolExecutor(threads, thread_name_prefix="zephon-count") as pool,
+    ):
+        for future in as_completed([pool.submit(count, k) for k in order]):
+            future.result()
+            bar.update(1)
+
+
 def token_counts(
     shards: Sequence[ShardRef],
     spec: TokenizeSpec,
@@ -165,8 +196,9 @@ def token_counts(
     """Exact per-row token counts (int32) for every shard, counting only what is not cached; the arrays stay in
     the cache and are loaded shard by shard (``ShardTokens``).
 
-    ``engine="local"`` counts in worker subprocesses on this machine (in this process when one worker is
-    enough); ``engine="ray"`` as Ray tasks (``zephon.planner.count_ray``). All save identical arrays to the
+    ``engine="local"`` counts on this machine: on threads of this process when the encoder's engine releases the
+    GIL (fastokens, gigatoken, tiktoken), else in worker subprocesses (in this process when one
+    worker is enough); ``engine="ray"`` as Ray tasks (``zephon.planner.count_ray``). All save identical arrays to the
     same cache. ``progress``: a bar of the shards counted by the local engine (``zephon.storage.progress``:
     ``None`` draws it on a terminal only).
     """
@@ -189,6 +221,8 @@ def token_counts(
         if n_workers == 1:
             for i in track(todo, total=len(todo), desc="counting tokens", unit="shard", progress=progress):
                 save_atomic(paths[i], count_shard(shards[i], spec.field, encoder))
+        elif encoder.releases_gil:
+            _count_on_threads([shards[i] for i in todo], [paths[i] for i in todo], spec, encoder, n_workers, progress)
         else:
             # Longest shards first, each to the least loaded worker: a deterministic, balanced split.
             loads = [0] * n_workers

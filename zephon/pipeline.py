@@ -42,6 +42,7 @@ class _Steps:
     dp_rank: int | None = None
     dp_size: int | None = None
     read_chunk: int = 1024
+    tokenizer_threads: int | None = None
     provenance_dir: str | None = None
     on_bad_document: str = "raise"
     tokenize: TokenizeSpec | None = None
@@ -91,6 +92,7 @@ class Pipeline:
         read_chunk: int | None = None,
         provenance_dir: str | Path | None = None,
         on_bad_document: str | None = None,
+        tokenizer_threads: int | None = None,
     ) -> Pipeline:
         """Execution options; they never change the global batches.
 
@@ -100,7 +102,9 @@ class Pipeline:
         ``zephon audit PLAN --log DIR``. ``on_bad_document="skip"`` (estimated plans only; default
         ``"raise"``) skips documents that cannot be read as text and counts them by reason and shard in
         ``stats().skipped`` (docs/reliability.md); a skipped document contributes no tokens, and a rank whose
-        whole share is skipped raises a ``DatasetError`` (docs/training.md).
+        whole share is skipped raises a ``DatasetError`` (docs/training.md). ``tokenizer_threads``: threads this
+        rank tokenizes on (default ``RAYON_NUM_THREADS``, else the usable cores), e.g. a node's spare cores;
+        ``stats().tokenizer_engine`` says which engine encoded (docs/performance.md).
         """
         if io_options is not None and not isinstance(io_options, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
@@ -112,6 +116,10 @@ class Pipeline:
             changes.update(dp_rank=dp_rank, dp_size=dp_size)
         if read_chunk is not None:
             changes["read_chunk"] = read_chunk
+        if tokenizer_threads is not None:
+            if not isinstance(tokenizer_threads, int) or isinstance(tokenizer_threads, bool) or tokenizer_threads < 1:
+                raise ConfigError(f"tokenizer_threads must be an integer ≥ 1, got {tokenizer_threads!r}")
+            changes["tokenizer_threads"] = tokenizer_threads
         if provenance_dir is not None:
             changes["provenance_dir"] = str(provenance_dir)
         if on_bad_document is not None:
@@ -242,6 +250,7 @@ class Pipeline:
             batch=steps.batch,
             io=steps.io,
             read_chunk=steps.read_chunk,
+            tokenizer_threads=steps.tokenizer_threads,
             on_bad_document=steps.on_bad_document,
             operators=steps.operators,
         )

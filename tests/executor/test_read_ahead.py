@@ -199,8 +199,8 @@ TRICKY = [
 
 
 def test_joined_encoding_gives_each_texts_own_ids(tokenizer_dir) -> None:
-    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
-    assert encoder._sep is not None
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tiktoken")
+    assert encoder._choice.engine.sep is not None
     reference = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers")
     for texts in (TRICKY, [t for t in TRICKY if "<|endoftext|>" not in t] * 5, ["a"] * 40, []):
         got = encoder.encode(texts)
@@ -229,11 +229,11 @@ def test_separator_has_no_border_and_per_text_join_matches() -> None:
 
 
 def test_per_text_buffers_are_the_fallback(tokenizer_dir) -> None:
-    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    engine = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tiktoken")._choice.engine
     texts = ["one", "two <|endoftext|> three", ""]
-    ranks, sizes = encoder._fast_run(texts)  # a text holds the separator: encoded one by one
-    joined, joined_sizes = join_ranks(encode_buffers(encoder._fast, texts), (), (encoder._sep[1],))
-    assert np.array_equal(ranks, joined) and np.array_equal(sizes, joined_sizes)
+    got = engine.encode(texts)  # a text holds the separator: encoded one by one
+    joined, joined_sizes = join_ranks(encode_buffers(engine.encoding, texts), (), ())
+    assert np.array_equal(got.ids, joined) and np.array_equal(got.sizes, joined_sizes)
 
 
 def test_shard_reader_texts_match_pyarrow_across_shards_and_row_groups(make_parquet, make_jsonl) -> None:
