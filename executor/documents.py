@@ -116,6 +116,18 @@ class _OnBase:
     def engine(self) -> str:
         return self.base.engine
 
+    @property
+    def refused(self) -> dict[str, str]:
+        return self.base.refused
+
+    @property
+    def settled(self) -> bool:
+        return self.base.settled
+
+    @property
+    def engine_note(self) -> str:
+        return self.base.engine_note
+
     def encode_flat(self, texts: list[Any], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
         raise NotImplementedError
 
@@ -325,7 +337,19 @@ class ChatEncoder(_OnBase):
 
     @property
     def engine(self) -> str:
-        return "tokenizers"
+        return "tokenizers"  # the assistant spans need character offsets, which only tokenizers gives
+
+    @property
+    def refused(self) -> dict[str, str]:
+        return {"fast engines": "chat data needs character offsets for its loss mask, which only tokenizers gives"}
+
+    @property
+    def settled(self) -> bool:
+        return True
+
+    @property
+    def engine_note(self) -> str:
+        return "; ".join(f"{name}: {reason}" for name, reason in self.refused.items())
 
     def encode_flat(self, chats: list[RenderedChat], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
         """Token ids of the conversations, ``LOSS`` set on tokens overlapping an assistant span (a Python step

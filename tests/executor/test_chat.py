@@ -248,6 +248,8 @@ def test_a_bad_conversation_is_one_line_naming_dataset_shard_and_row(tmp_path, c
     skipping = pipe(planned, tok).options(on_bad_document="skip")
     assert len(documents(list(skipping))) == 3
     assert sum(skipping.stats().skipped.values()) == 1
+    assert skipping.stats().tokenizer_engine == "tokenizers"  # chat needs offsets: the reason is reported
+    assert "offsets" in skipping.stats().refused_engines["fast engines"]
 
 
 def test_a_template_without_tags_or_consistent_prefixes_is_refused_never_an_empty_mask(tmp_path, chat_tokenizers):

@@ -86,6 +86,7 @@ def test_map_transform_drops_and_rewrites_and_counts_the_dropped(tmp_path, tok, 
             texts.append(doc_text("docs", int(shards[shard].split("-")[1]), row).upper())
     assert p.stats().skipped == {"dropped": 10}
     assert sum(p.stats().documents.values()) == 10
+    assert p.stats().tokenizer_engine  # an operator keeps the engine layer underneath
     # the plan's lanes: compare as multisets of documents per lane-independent token counts
     assert sorted(got) == sorted(expected_stream(tok, texts))
     assert stream(pipe(planned, tok, upper_all, batch=True)) == got  # map_batch of the same function: same data

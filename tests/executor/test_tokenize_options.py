@@ -120,3 +120,9 @@ def test_split_documents_restart_positions_and_labels_in_the_pipeline(tmp_path: 
             assert (labels[after_eos - 1] == -100).all()
             segments += int(batch.doc_start[r, :n].sum())
     assert segments > 30  # more segments than documents: long documents were split
+
+
+def test_a_pad_token_at_id_0_is_the_pad_id_not_eos(tok) -> None:
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tok))  # the chat test tokenizer: <|endoftext|> (id 0) pads
+    assert encoder.tokenizer.token_to_id("<|endoftext|>") == 0
+    assert encoder.pad_id == 0 != encoder.eos_id
