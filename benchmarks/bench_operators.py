@@ -1,6 +1,6 @@
 """Operators' cost: a plain pipeline against itself with user operators, chat tokenization, and an older Zephon.
 
-Run: python benchmarks/bench_operators.py [--copies 2] [--repeats 3] [--base DIR]
+Run: python benchmarks/bench_operators.py [--copies 2] [--repeats 3] [--base DIR] [--plain-only]
 
 Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents), one estimated plan by samples;
 tokenizer: the demo tokenizer; max_length 2049, microbatch 8. Each measurement is a fresh subprocess that
@@ -14,7 +14,8 @@ reports tokens per second; figures are the best of ``--repeats`` (runs interleav
   a ChatML template, loss mask by prefix diffing, plus ``return_loss_mask`` / ``num_valid_tokens``;
 * ``--base DIR``: ``plain`` again with ``PYTHONPATH=DIR`` — an older Zephon installed there with
   ``pip install --no-deps --target DIR SRC`` (e.g. the commit before operators, from ``git archive``): the
-  no-operator path must cost the same.
+  no-operator path must cost the same. ``--plain-only`` runs just ``plain`` and the base, alternating, so more
+  repeats fit in the same time.
 """
 
 from __future__ import annotations
@@ -84,6 +85,9 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--base", type=Path, default=None)
+    parser.add_argument(
+        "--plain-only", action="store_true", help="only plain (and --base): the no-operator path against the base"
+    )
     args = parser.parse_args()
     from zephon.demo import write_demo_dataset
     from zephon.io import Dataset
@@ -108,6 +112,8 @@ def main() -> None:
         ("dropping map_transform", plain, "dropping", None),
         ("tokenize_chat", chat, "chat", None),
     ]
+    if args.plain_only:
+        runs = runs[:1]
     if args.base is not None:
         runs.append(("plain, base Zephon", plain, "plain", str(args.base)))
     best: dict[str, float] = {}
