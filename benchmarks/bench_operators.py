@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,7 +140,11 @@ def main() -> None:
     print(f"cores: {len(os.sched_getaffinity(0))}, copies: {args.copies}, best of {args.repeats}")
     for name, rate in best.items():
         runs_of = " ".join(f"{r / 1e6:.2f}" for r in every[name])
-        print(f"{name:24s} {rate / 1e6:8.2f} M tokens/s   {rate / reference:5.2f} × plain   (runs: {runs_of})")
+        median = statistics.median(every[name]) / statistics.median(every["plain"])
+        print(
+            f"{name:24s} {rate / 1e6:8.2f} M tokens/s   {rate / reference:5.2f} × plain (best), "
+            f"{median:5.2f} × (median)   runs: {runs_of}"
+        )
 
 
 if __name__ == "__main__":

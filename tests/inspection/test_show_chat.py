@@ -100,3 +100,15 @@ def test_zephon_show_prints_conversations_and_a_bad_row_is_shown_not_fatal(tmp_p
     got = {r.row: r.text for s in range(7) for r in show_step(samples, s, batch_size=1, field="messages").rows}
     assert got[6].startswith("<not a conversation: field 'messages' message 0 role must be")
     assert got[0] == flat(expected_text(rows[0]["messages"]))
+
+
+def test_a_list_column_of_another_name_is_shown_as_a_conversation(tmp_path) -> None:
+    rows = [{"dialog": conversation(i), "text": f"plain {i}"} for i in range(3)]
+    data = write_parquet(tmp_path / "data", rows, shards=1)
+    plan_dir = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("chat", str(data))], mixture=MixtureSpec({"chat": 1.0}), seed=2
+    ).plan(tmp_path / "plan")
+    dialog = {r.row: r.text for s in range(3) for r in show_step(plan_dir, s, batch_size=1, field="dialog").rows}
+    assert dialog == {i: flat(expected_text(rows[i]["dialog"])) for i in range(3)}
+    text = {r.row: r.text for s in range(3) for r in show_step(plan_dir, s, batch_size=1).rows}
+    assert text == {i: f"plain {i}" for i in range(3)}

@@ -2,8 +2,10 @@
 
 A chat plan's documents are records, not strings: a ``messages`` list of ``{role, content}``, a ShareGPT
 ``conversations`` list of ``{from, value}``, or alpaca columns ``instruction`` / ``input`` / ``output``.
-``record_text(field)`` returns the function the shard reader applies to each record (record mode of
-``zephon.executor.shard_reader``): it recognizes the layout by the record's shape (plan.json does not name
+``holds_records(refs, field)`` says when to read records rather than strings: the field is a chat layout's
+column (``messages``, ``conversations``, ``instruction``: ``zephon.specs.CHAT_FIELDS``) or, in a local Parquet
+shard, a list column. ``record_text(field)`` returns the function the shard reader applies to each record (record
+mode of ``zephon.executor.shard_reader``): it recognizes the layout by the record's shape (plan.json does not name
 it, and a plan without a tokenizer does not even name the field) and writes each turn as ``role: content``
 on its own line, with the roles of ``zephon.executor.chat.to_messages`` (ShareGPT ``gpt`` → ``assistant``).
 
@@ -17,17 +19,36 @@ are not applied: the preview is the record as stored.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from zephon.executor.chat import BadRecord, to_messages
 from zephon.executor.documents import RecordConverter
-from zephon.specs import ChatSpec
+from zephon.plan.records import ShardRef
+from zephon.specs import CHAT_FIELDS, ChatSpec
 
-__all__ = ["ALPACA_COLUMNS", "record_reader", "record_text"]
+__all__ = ["ALPACA_COLUMNS", "holds_records", "record_reader", "record_text"]
 
 #: Columns read beside the field, so an alpaca row (field ``instruction``) can be shown whole.
 ALPACA_COLUMNS = ("input", "output")
+
+
+def holds_records(refs: Sequence[ShardRef], field: str) -> bool:
+    """Whether ``field`` holds conversations: a chat layout's column name, or a list column of a local Parquet
+    shard (other fields are read as text, with the text field's errors)."""
+    if field in CHAT_FIELDS.values():
+        return True
+    for ref in refs:
+        if ref.format == "parquet" and os.path.isfile(ref.uri):
+            schema = pq.read_schema(ref.uri)
+            if field in schema.names:
+                kind = schema.field(field).type
+                return pa.types.is_list(kind) or pa.types.is_large_list(kind)
+    return False
 
 
 def _layout(value: object, record: dict[str, Any], field: str) -> str | None:

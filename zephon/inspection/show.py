@@ -182,13 +182,14 @@ def _field(manifest: Manifest) -> str:
 def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:
     # Imported here: the executor's reader is only needed when text is shown.
     from zephon.executor.shard_reader import ShardReader, planning_cache
-    from zephon.inspection.chat_preview import record_reader
+    from zephon.inspection.chat_preview import holds_records, record_reader
     from zephon.plan.records import shard_refs
 
     refs = shard_refs(shards)
-    # Remote (hf://) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards). Record mode:
-    # a conversation (chat plans) is shown turn by turn, a text field as it is (zephon.inspection.chat_preview).
-    reader = ShardReader(refs, field, capacity=len(refs), cache=planning_cache(), convert=record_reader(field))
+    # Remote (hf://) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards). Record mode
+    # for chat columns: a conversation is shown turn by turn (zephon.inspection.chat_preview).
+    convert = record_reader(field) if holds_records(refs, field) else None
+    reader = ShardReader(refs, field, capacity=len(refs), cache=planning_cache(), convert=convert)
     try:
         return [preview(t) for t in reader.texts(shard_ids, rows)]
     finally:
