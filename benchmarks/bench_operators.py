@@ -1,6 +1,6 @@
 """Operators' cost: a plain pipeline against itself with user operators, chat tokenization, and an older Zephon.
 
-Run: python benchmarks/bench_operators.py [--copies 2] [--repeats 3] [--base DIR]
+Run: python benchmarks/bench_operators.py [--copies 2] [--repeats 3] [--base DIR ...] [--plain-only]
 
 Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents), one estimated plan by samples;
 tokenizer: the demo tokenizer; max_length 2049, microbatch 8. Each measurement is a fresh subprocess that
@@ -14,7 +14,9 @@ reports tokens per second; figures are the best of ``--repeats`` (runs interleav
   a ChatML template, loss mask by prefix diffing, plus ``return_loss_mask`` / ``num_valid_tokens``;
 * ``--base DIR``: ``plain`` again with ``PYTHONPATH=DIR`` — an older Zephon installed there with
   ``pip install --no-deps --target DIR SRC`` (e.g. the commit before operators, from ``git archive``): the
-  no-operator path must cost the same.
+  no-operator path must cost the same. Several ``--base`` directories alternate with the rest (e.g. this commit
+  installed the same way, to separate an installed copy from the editable checkout). ``--plain-only`` runs
+  just ``plain`` and the bases, alternating, so more repeats fit in the same time.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,7 +86,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--copies", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--base", type=Path, default=None)
+    parser.add_argument("--base", type=Path, action="append", default=[])
+    parser.add_argument(
+        "--plain-only", action="store_true", help="only plain (and --base): the no-operator path against the base"
+    )
     args = parser.parse_args()
     from zephon.demo import write_demo_dataset
     from zephon.io import Dataset
@@ -108,9 +114,12 @@ def main() -> None:
         ("dropping map_transform", plain, "dropping", None),
         ("tokenize_chat", chat, "chat", None),
     ]
-    if args.base is not None:
-        runs.append(("plain, base Zephon", plain, "plain", str(args.base)))
+    if args.plain_only:
+        runs = runs[:1]
+    for base in args.base:
+        runs.append((f"plain, {base}", plain, "plain", str(base)))
     best: dict[str, float] = {}
+    every: dict[str, list[float]] = {}
     for _ in range(args.repeats):
         for name, plan, kind, base in runs:
             env = dict(os.environ)
@@ -126,10 +135,16 @@ def main() -> None:
             ).stdout
             got = json.loads(out.strip().splitlines()[-1])
             best[name] = max(best.get(name, 0.0), got["tokens"] / got["seconds"])
+            every.setdefault(name, []).append(got["tokens"] / got["seconds"])
     reference = best["plain"]
     print(f"cores: {len(os.sched_getaffinity(0))}, copies: {args.copies}, best of {args.repeats}")
     for name, rate in best.items():
-        print(f"{name:24s} {rate / 1e6:8.2f} M tokens/s   {rate / reference:5.2f} × plain")
+        runs_of = " ".join(f"{r / 1e6:.2f}" for r in every[name])
+        median = statistics.median(every[name]) / statistics.median(every["plain"])
+        print(
+            f"{name:24s} {rate / 1e6:8.2f} M tokens/s   {rate / reference:5.2f} × plain (best), "
+            f"{median:5.2f} × (median)   runs: {runs_of}"
+        )
 
 
 if __name__ == "__main__":

@@ -61,7 +61,9 @@ def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
     return frame
 
 
-def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict[str, Any]:
+def _manifest(
+    prepared: PreparedPlan, totals: Totals, bins: Bins | None, dropped: np.ndarray | None = None
+) -> dict[str, Any]:
     source = prepared.source
     weights = prepared.config["mixture"]["weights"]
     n_docs = totals.documents
@@ -93,6 +95,8 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
         if tok is not None:
             entry["planned_tokens"] = int(tok[index])
             entry["planned_token_share"] = float(tok[index] / total_tokens) if total_tokens else 0.0
+        if dropped is not None:
+            entry["dropped_by_operators"] = int(dropped[index])
         datasets.append(entry)
     counts: dict[str, Any] = {"documents": n_docs, "shards": sum(len(r) for r in prepared.shards)}
     if known:
@@ -160,6 +164,11 @@ def _manifest(prepared: PreparedPlan, totals: Totals, bins: Bins | None) -> dict
         | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
         | _sources(prepared, datasets)
     )
+
+
+def _has_operators(prepared: PreparedPlan) -> bool:
+    """The plan was made with user operators (``Pipeline.map_transform`` / ``map_batch``; named in its config)."""
+    return bool(prepared.config.get("operators"))
 
 
 def _sources(prepared: PreparedPlan, datasets: list[dict[str, Any]]) -> dict[str, Any]:
@@ -253,10 +262,16 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
+        # Exact plans with user operators: a record an operator dropped was counted 0 tokens (count_worker), so
+        # its plan rows are those with 0 tokens; counted per dataset for plan.json. Only then: other plans keep
+        # their bytes.
+        dropped = np.zeros(len(prepared.shards), np.int64) if prepared.exact and _has_operators(prepared) else None
         writer = SamplesWriter(tmp / SAMPLES_FILE)
         try:
             for chunk in chunks(prepared):
                 totals.add(chunk)
+                if dropped is not None and chunk.tokens is not None:
+                    dropped += np.bincount(chunk.dataset_id[chunk.tokens == 0], minlength=len(dropped))
                 writer.write(chunk)
         except BaseException:
             writer.abort()
@@ -276,7 +291,7 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
-        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, _manifest(prepared, totals, bins)), encoding="utf-8")
+        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, _manifest(prepared, totals, bins, dropped)), encoding="utf-8")
     return out_dir
 
 

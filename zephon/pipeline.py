@@ -174,10 +174,9 @@ class Pipeline:
         tokenizer's). ``loss_on="all"`` trains on every token. Batches then carry ``loss_mask``, and
         ``to_training`` puts -100 on labels outside it and across documents (docs/operators.md)."""
         chat = ChatSpec(layout=layout, chat_template=chat_template, loss_on=loss_on)
-        default = {"sharegpt": "conversations", "alpaca": "instruction"}.get(layout, "messages")
-        spec = TokenizeSpec(
+        spec = TokenizeSpec(  # field None: the layout's column (specs.CHAT_FIELDS)
             tokenizer_id=tokenizer_id,
-            field=field or default,
+            field=field or None,
             chat=chat,
             max_tokens=max_tokens,
             long_documents=long_documents,

@@ -22,6 +22,8 @@ SPECIAL_TOKENS = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
 LONG_DOCUMENTS = ("truncate", "split")
 #: ``ChatSpec.layout``: how a record becomes a list of ``{role, content}`` messages.
 CHAT_LAYOUTS = ("messages", "alpaca", "sharegpt")
+#: ``TokenizeSpec.field`` when it is not given: the column each chat layout reads (text: ``"text"``).
+CHAT_FIELDS = {"messages": "messages", "alpaca": "instruction", "sharegpt": "conversations"}
 #: ``ChatSpec.loss_on``: the tokens the loss mask covers.
 LOSS_ON = ("assistant", "all")
 
@@ -58,7 +60,9 @@ class TokenizeSpec:
 
     Attributes:
         tokenizer_id: Hub id, local directory, or tokenizer.json path.
-        field: the text column (Parquet) or key (JSONL); for chat, the messages column.
+        field: the text column (Parquet) or key (JSONL); for chat, the messages column. None (the default)
+            follows ``chat``: ``"text"`` without it, else the layout's column (``CHAT_FIELDS``: ``"messages"``,
+            alpaca ``"instruction"``, sharegpt ``"conversations"``); after construction it is always a string.
         add_bos: None follows the tokenizer's convention; True/False force it.
         eos_token: EOS token string; None uses the tokenizer's.
         special_tokens: None (default) is BOS by ``add_bos`` and one EOS per document; ``"bos_eos"``,
@@ -71,7 +75,7 @@ class TokenizeSpec:
     """
 
     tokenizer_id: str
-    field: str = "text"
+    field: str | None = None
     add_bos: bool | None = None
     eos_token: str | None = None
     special_tokens: str | None = None
@@ -82,6 +86,12 @@ class TokenizeSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.tokenizer_id, str) or not self.tokenizer_id:
             raise ConfigError(f"tokenizer_id must be a non-empty string, got {self.tokenizer_id!r}")
+        if isinstance(self.chat, dict):  # a spec read back from JSON (count workers): its chat part too
+            object.__setattr__(self, "chat", ChatSpec(**self.chat))
+        if self.chat is not None and not isinstance(self.chat, ChatSpec):
+            raise ConfigError(f"chat must be a ChatSpec or None, got {type(self.chat).__name__}")
+        if self.field is None:  # the layout's own column: a hand-built chat spec reads what tokenize_chat reads
+            object.__setattr__(self, "field", "text" if self.chat is None else CHAT_FIELDS[self.chat.layout])
         if not isinstance(self.field, str) or not self.field:
             raise ConfigError(f"field must be a non-empty column name, got {self.field!r}")
         if self.special_tokens is not None and self.special_tokens not in SPECIAL_TOKENS:
@@ -95,10 +105,6 @@ class TokenizeSpec:
             raise ConfigError(f"max_tokens must be an integer ≥ 2 or None, got {self.max_tokens!r}")
         if self.long_documents not in LONG_DOCUMENTS:
             raise ConfigError(f'long_documents must be "truncate" or "split", got {self.long_documents!r}')
-        if isinstance(self.chat, dict):  # a spec read back from JSON (count workers): its chat part too
-            object.__setattr__(self, "chat", ChatSpec(**self.chat))
-        if self.chat is not None and not isinstance(self.chat, ChatSpec):
-            raise ConfigError(f"chat must be a ChatSpec or None, got {type(self.chat).__name__}")
         if self.chat is not None and self.special_tokens not in (None, "none"):
             raise ConfigError(
                 f"special_tokens must be unset for chat (the template places them), got {self.special_tokens!r}"

@@ -303,3 +303,37 @@ def test_common_template_shapes_mask_exactly_the_replies(chat_tokenizers, templa
             encoder.tokenizer.decode(r.tolist(), skip_special_tokens=False) for r in masked_runs(tokens[0], mask[0])
         ]
         assert runs == [m["content"].strip() + eot for m in messages if m["role"] == "assistant"]
+
+
+@pytest.mark.parametrize(
+    ("layout", "column"), [("messages", "messages"), ("alpaca", "instruction"), ("sharegpt", "conversations")]
+)
+def test_a_hand_built_chat_spec_reads_its_layouts_column_unless_a_field_is_given(layout, column) -> None:
+    assert TokenizeSpec(tokenizer_id="t", chat=ChatSpec(layout=layout)).field == column
+    assert TokenizeSpec(tokenizer_id="t", field="dialog", chat=ChatSpec(layout=layout)).field == "dialog"
+    assert TokenizeSpec(tokenizer_id="t").field == "text"
+
+
+def test_an_exact_plan_from_a_hand_built_sharegpt_spec_trains_on_the_replies(tmp_path, chat_tokenizers) -> None:
+    from tokenizers import Tokenizer
+
+    tok = chat_tokenizers["chatml"]
+    share = [
+        {"conversations": [{"from": "human", "value": f"Hi {i}"}, {"from": "gpt", "value": f"Yo {i}!"}]}
+        for i in range(8)
+    ]
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("d", str(write_parquet(tmp_path / "share", share)))],
+        mixture=MixtureSpec({"d": 1.0}),
+        seed=1,
+        exact_tokens=True,
+    )
+    spec = TokenizeSpec(tokenizer_id=str(tok), chat=ChatSpec(layout="sharegpt"))  # no field: "conversations"
+    plan_dir = source.plan(tmp_path / "p", tokenize=spec, pack=PackSpec(max_length=MAX_LENGTH))
+    p = Pipeline.from_plan(plan_dir).tokenize_chat(tokenizer_id=str(tok), layout="sharegpt")
+    decoder = Tokenizer.from_file(str(tok / "tokenizer.json"))
+    replies = set()
+    for tokens, mask in documents(p.pack_flat(max_length=MAX_LENGTH).batch(microbatch_size=2)).values():
+        (run,) = masked_runs(tokens, mask)
+        replies.add(decoder.decode(run.tolist(), skip_special_tokens=False))
+    assert replies == {f"Yo {i}!<|im_end|>" for i in range(8)}

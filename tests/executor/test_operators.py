@@ -208,3 +208,39 @@ def test_a_map_transform_can_feed_tokenize_chat(tmp_path, tok) -> None:
             row = b.tokens[r][b.loss_mask[r]]
             answers.append(decoder.decode(row.tolist(), skip_special_tokens=False))
     assert sorted("".join(answers).split("<|im_end|>"))[1:] == sorted(f"It is {i}." for i in range(10))
+
+
+def test_an_exact_plan_counts_the_documents_its_operators_dropped_per_dataset(tmp_path, tok, make_jsonl) -> None:
+    import json
+
+    from zephon.cli.plan_commands import plan_summary
+    from zephon.executor.operators import Operator
+    from zephon.plan.manifest import read_manifest
+
+    def drop_odd_docs(record: dict) -> dict | None:  # odd rows of "docs" dropped; every "more" row kept
+        return None if record["text"].startswith("docs ") and record["id"] % 2 else record
+
+    datasets = [Dataset.from_path(n, str(make_jsonl(n, [12, 5]))) for n in ("docs", "more")]
+    exact = StaticMixtureWorkSource(
+        datasets=datasets, mixture=MixtureSpec({"docs": 0.5, "more": 0.5}), seed=4, exact_tokens=True
+    )
+    spec, pack = TokenizeSpec(tokenizer_id=tok), PackSpec(max_length=MAX_LENGTH)
+    op = Operator.of("map_transform", drop_odd_docs)
+    planned = exact.plan(tmp_path / "plan", tokenize=spec, pack=pack, operators=(op,))
+    table = pq.read_table(planned / "samples.parquet").to_pydict()
+    names = {d["id"]: d["name"] for d in json.loads((planned / "plan.json").read_text())["datasets"]}
+    zeros, odd = {"docs": 0, "more": 0}, 0
+    for dataset_id, row, tokens in zip(table["dataset_id"], table["row"], table["tokens"], strict=True):
+        zeros[names[dataset_id]] += tokens == 0
+        odd += names[dataset_id] == "docs" and row % 2
+    assert zeros == {"docs": odd, "more": 0} and odd > 0
+    manifest = read_manifest(planned)
+    assert {d.name: d.dropped_by_operators for d in manifest.datasets} == zeros
+    assert any(
+        line.startswith("  docs ") and line.endswith(f"dropped by operators {zeros['docs']}")
+        for line in plan_summary(manifest, str(planned))
+    )
+    plain = exact.plan(tmp_path / "plain", tokenize=spec, pack=pack)
+    assert "dropped_by_operators" not in (plain / "plan.json").read_text()
+    assert all(d.dropped_by_operators is None for d in read_manifest(plain).datasets)
+    assert not any("dropped by operators" in line for line in plan_summary(read_manifest(plain), str(plain)))

@@ -33,7 +33,8 @@ def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> No
 
     CONFIG is a .yaml, .yml or .toml file (see docs/cli.md); relative dataset paths in it resolve against
     its directory. Prints a summary line and one line per dataset: its normalized weight, planned documents
-    and passes (planned documents / rows). A plan that falls short of its budget or repeats a dataset heavily
+    and passes (planned documents / rows), and in an exact plan made with user operators the planned documents
+    they dropped. A plan that falls short of its budget or repeats a dataset heavily
     (plan.json `warnings`) adds one `zephon: warning: ...` line each on stderr; the exit status stays 0.
     """
     from zephon.config_file import load_plan_config
@@ -77,6 +78,8 @@ def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
         line = f"  {name:<{name_w}}  weight {d.weight:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
         if d.planned_tokens is not None:
             line += f"  tokens {d.planned_tokens} ({totals.tokens_are}, share {d.planned_token_share:.3f})"
+        if d.dropped_by_operators is not None:  # exact plans with user operators: records they dropped
+            line += f"  dropped by operators {d.dropped_by_operators}"
         lines.append(line)
     for phase in manifest.phases:
         weights = ", ".join(f"{name} {w:.3f}" for name, w in phase.weights.items())

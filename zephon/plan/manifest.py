@@ -71,6 +71,9 @@ class PlanDataset:
     planned_token_share: float | None = None
     #: The dataset's selection by metadata as JSON (query, sidecar fingerprint, counts); ``None`` without one.
     selection: Mapping[str, Any] | None = None
+    #: Exact plans with user operators: scheduled documents a ``map_transform`` / ``map_batch`` dropped (rows of
+    #: ``samples.parquet`` with 0 tokens, in no sequence); ``None`` in plans without operators.
+    dropped_by_operators: int | None = None
 
     @property
     def documents(self) -> int:
@@ -370,6 +373,7 @@ def _dataset(o: JsonObject) -> PlanDataset:
             planned_tokens=COUNT.optional(),
             planned_token_share=NUMBER.optional(),
             selection=json_mapping().optional(),
+            dropped_by_operators=COUNT.optional(),
         )
     )
     if entry.planned_tokens is not None and entry.planned_token_share is None:

@@ -245,14 +245,9 @@ def parse_tokenizer(value: Any, base_dir: Path, origin: str) -> TokenizeSpec | N
         check_keys(chat, _CHAT_KEYS, origin, "`tokenizer.chat`")
     try:
         chat_spec = ChatSpec(**chat) if chat is not None else None
-        default = (
-            {"sharegpt": "conversations", "alpaca": "instruction"}.get(chat_spec.layout, "messages")
-            if chat_spec
-            else "text"
-        )
-        return TokenizeSpec(
+        return TokenizeSpec(  # field None: "text", or the chat layout's column (specs.CHAT_FIELDS)
             tokenizer_id=tokenizer_id,
-            field=field or default,
+            field=field or None,
             add_bos=value.get("add_bos"),
             eos_token=eos,
             special_tokens=value.get("special_tokens"),
