@@ -152,7 +152,7 @@ class ReadPlanRows:
             self.starts[k] = lane.start_position
         self.mine[list(lanes)] = True
         start = min(lane.start_position for lane in lanes.values())
-        self._chunks = plan.chunks(chunk_size, start=start)
+        self._chunks = plan.chunks(chunk_size, start=start, lanes=num_lanes)
 
     def next(self) -> PlanRows | None:
         """The next chunk (None at the end of the plan)."""

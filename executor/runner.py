@@ -35,7 +35,7 @@ from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
-from zephon.executor.geometry import Geometry
+from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.lanes import Lane
 from zephon.executor.pack import PackedRows
 from zephon.executor.plan_reader import PlanBundle
@@ -70,9 +70,10 @@ class RankRunner:
         self.exact = self.plan.manifest.exact
         self.stats = stats
         self.worker = worker
-        plan_lanes = self.plan.manifest.lanes
-        if geometry.lanes != plan_lanes:
-            raise ConfigError(f"geometry lanes must be the plan's {plan_lanes}, got {geometry.lanes}")
+        manifest = self.plan.manifest
+        lanes = packing_lanes(exact=manifest.exact, plan_lanes=manifest.lanes, global_batch=geometry.global_batch)
+        if geometry.lanes != lanes:
+            raise ConfigError(f"geometry lanes must be {lanes} for this plan and global batch, got {geometry.lanes}")
         if self.exact:
             check_exact_plan(self.plan, spec, self.encoder)
         elif spec.pack.algorithm != "wrap":
@@ -277,8 +278,9 @@ class RankRunner:
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
     """One rank (dp_size 1, global batch = microbatch) over the whole plan: the simplest use of RankRunner."""
-    plan = PlanBundle(plan_dir)
-    lanes = plan.manifest.lanes
+    manifest = PlanBundle(plan_dir).manifest
     b = spec.batch.microbatch_size
-    geometry = Geometry(microbatch=b, global_batch=b, dp_size=1, dp_rank=0, lanes=lanes)
+    geometry = Geometry.for_plan(
+        microbatch=b, global_batch=b, dp_size=1, dp_rank=0, exact=manifest.exact, plan_lanes=manifest.lanes
+    )
     return iter(RankRunner(plan_dir, spec, geometry, stats=stats))

@@ -183,10 +183,12 @@ class Pipeline:
         """Batch sizes and data-parallel identity of this process."""
         spec = self.executor_spec()
         rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
-        lanes = read_manifest(self.plan_dir).lanes  # the runner opens (and checks) the whole bundle
+        manifest = read_manifest(self.plan_dir)  # the runner opens (and checks) the whole bundle
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
-        return Geometry(microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, lanes=lanes)
+        return Geometry.for_plan(
+            microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=manifest.exact, plan_lanes=manifest.lanes
+        )
 
     def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
         runner = RankRunner(
