@@ -10,9 +10,9 @@
   (``zephon.executor.estimated``).
 
 Sequences past the end of the plan are empty rows (all padding, ``length`` 0, labels ignored), so every
-rank yields the same number of microbatches per step. An exact plan has ``ceil(sequences / G)`` steps; an
-estimated plan ends on a rank when all its lanes are used up (lanes are balanced in tokens, so ranks end
-within a step or so of each other — stop training at a fixed step count below that).
+rank yields the same number of microbatches per step. Every rank yields ``num_steps()`` steps: an exact plan
+has ``ceil(sequences / G)`` (``floor`` with ``drop_last``); an estimated plan the number
+``zephon.executor.run_length`` computes from the plan and a calibration every rank measures alike.
 
 ``state()`` says where the rank stands (``zephon.executor.state``): its ``Progress``
 (``zephon.executor.progress``) and, for estimated plans, its lanes' cursors; a runner built with that state
@@ -43,6 +43,7 @@ from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.remote_access import RemoteAccess
+from zephon.executor.run_length import calibration_documents, estimated_steps, lane_units
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
@@ -86,6 +87,7 @@ class RankRunner:
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
         self.names = self.plan.dataset_names
+        self._num_steps: int | None = None
         cursors: dict[str, list[int]] = {}
         if state is not None:
             check_state(state, self.identity())
@@ -134,13 +136,44 @@ class RankRunner:
             "lane_cursors": {str(k): list(lane.cursor()) for k, lane in sorted(self.lanes.items())},
         }
 
-    def num_steps(self) -> int | None:
-        """Global steps of an exact plan (None for estimated plans, whose end is known only when reached)."""
-        if not self.exact:
-            return None
-        n = self.plan.manifest.exact_packing().sequences
-        g = self.geometry.global_batch
-        return n // g if self.spec.batch.drop_last else -(-n // g)
+    def num_steps(self) -> int:
+        """Global steps of the run, the same on every rank: an exact plan's sequences over the global batch; an
+        estimated plan's from its lanes' planned units and a calibration every rank measures alike
+        (``zephon.executor.run_length``)."""
+        if self._num_steps is None:
+            if self.exact:
+                n = self.plan.manifest.exact_packing().sequences
+                g = self.geometry.global_batch
+                self._num_steps = n // g if self.spec.batch.drop_last else -(-n // g)
+            else:
+                assert self.geometry.lanes is not None
+                units = lane_units(self.plan, self.geometry.lanes)
+                self._num_steps = estimated_steps(
+                    units, self._tokens_per_unit(), self.spec.pack.max_length, drop_last=self.spec.batch.drop_last
+                )
+        return self._num_steps
+
+    def _tokens_per_unit(self) -> float:
+        """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
+        documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here."""
+        first = calibration_documents(self.plan)
+        reader = ShardReader(
+            self.plan.shards,
+            self.spec.tokenize.field,
+            capacity=len(self.plan.shards) or 1,
+            on_bad_document=self.spec.on_bad_document,
+            skippable=True,
+        )
+        remote = RemoteAccess(self.plan, self.spec.io, reader)
+        try:
+            texts = reader.texts(first.shard_id, first.row)
+        finally:
+            remote.close()
+        kept = [i for i, t in enumerate(texts) if t is not None]
+        if not kept:
+            return 0.0
+        encoded = self.encoder.encode_flat([texts[i] for i in kept])  # type: ignore[misc]  # None left out
+        return float(encoded.sizes.sum()) / max(1.0, float(first.units[kept].sum()))
 
     def __iter__(self) -> Iterator[Batch]:
         window = self.plan.manifest.shuffle.window_shards
@@ -253,6 +286,7 @@ class RankRunner:
             self.progress,
             drop_last=self.spec.batch.drop_last,
             max_length=self.spec.pack.max_length,
+            num_steps=self.num_steps(),
         )
         try:
             for microbatch in batches:

@@ -215,8 +215,10 @@ class Pipeline:
         docs/training.md."""
         return self._stats
 
-    def num_steps(self) -> int | None:
-        """Global steps of an exact plan; None for an estimated plan (its end is known only when reached)."""
+    def num_steps(self) -> int:
+        """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the
+        same step), at any data-parallel size. Exact plans: their sequences over the global batch; estimated
+        plans: computed from the plan's lanes and a calibration all ranks measure alike (docs/training.md)."""
         return self._make_runner().num_steps()
 
     # -- checkpointing (the Stateful protocol) -------------------------------------------------------------

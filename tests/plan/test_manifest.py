@@ -254,7 +254,12 @@ def test_a_plan_without_the_optional_keys_reads_with_the_old_defaults(plans: dic
 def test_null_optional_keys_read_as_absent_ones(plans: dict[str, Path], tmp_path: Path) -> None:
     nulls = dict.fromkeys(("kind", "lanes", "phases", "shuffle", "mixture", "config", "batch"))
     manifest = read_manifest(_edit(plans, "samples", tmp_path, lambda m: m.update(nulls)))
-    assert (manifest.kind, manifest.lanes, manifest.phases, manifest.shuffle.window_shards) == ("estimated", None, (), 1)
+    assert (manifest.kind, manifest.lanes, manifest.phases, manifest.shuffle.window_shards) == (
+        "estimated",
+        None,
+        (),
+        1,
+    )
     assert (manifest.mixture.unit, dict(manifest.config), manifest.batch) == ("samples", {}, None)
 
 
