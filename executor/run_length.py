@@ -9,29 +9,35 @@ computed from what every rank can read alike:
 * ``U_ℓ``, the planned units of lane ``ℓ`` (``zephon.planner.lane_dealing``: estimated tokens, or a shard's
   bytes per row), and ``n_ℓ`` its documents — one pass over two columns of samples.parquet;
 * ``r``, tokens per unit, measured by tokenizing the plan's first ``CALIBRATION`` documents — the same
-  documents on every rank, so the same ``r`` (a bounded overhead: at most ``CALIBRATION`` documents per rank
-  beyond its own lanes', whatever the plan's size);
-* the margin ``m = max(MIN_MARGIN, 3 / sqrt(min n_ℓ))``: three standard deviations of a lane's length when
-  document lengths vary about as much as their mean (coefficient of variation 1).
+  documents on every rank, so the same numbers (a bounded overhead: at most ``CALIBRATION`` documents per rank
+  beyond its own lanes', whatever the plan's size) — and ``σ``, the spread of a document's real tokens about
+  ``r·units`` (small when the plan has per-document token estimates, large when it only knows a shard's bytes
+  per row);
+* the margin of lane ``ℓ``: three standard deviations of its real tokens, from the lane's own documents and
+  the calibration's error, ``m_ℓ = max(MIN_MARGIN, 3·√(n_ℓ·σ² / (r·U_ℓ)² + K·σ² / (r·U_K)²))`` (``K``
+  calibration documents of ``U_K`` units).
 
-Then, with ``T_ℓ = r·U_ℓ`` and rows of ``W`` tokens:
+Then, with ``T_ℓ = r·U_ℓ``, rows of ``W`` tokens, ``L`` lanes and a global batch of ``G`` (sequence ``j`` is row
+``j // L`` of lane ``j % L``; with the default ``L = G`` a step is one row of every lane):
 
-* ``drop_last=False`` (the default, no data lost): ``steps = ⌈(1 + m)·max_ℓ T_ℓ / W⌉`` — every lane is used up
-  by then; a lane that runs out earlier yields padded rows (length 0, labels ignored), as before;
-* ``drop_last=True`` (full rows only): ``steps = ⌊(1 − m)·min_ℓ T_ℓ / W⌋`` — every lane still fills its row.
+* ``drop_last=False`` (the default, no data lost): ``steps = ⌈L·R / G⌉`` with ``R = max_ℓ ⌈(1 + m_ℓ)·T_ℓ / W⌉``
+  — every lane is used up by then; a lane that runs out earlier yields padded rows (length 0, labels
+  ignored), as before;
+* ``drop_last=True`` (full rows only): ``steps = ⌊L·R / G⌋`` with ``R = min_ℓ ⌊(1 − m_ℓ)·T_ℓ / W⌋`` — every lane
+  still fills its rows.
 
 Every rank yields exactly ``steps`` steps. The bound is a measured estimate, not a proof: a lane whose real
-tokens fall outside the margin gives a short row before the end (``drop_last=True``) or keeps tokens past the
-end (``drop_last=False``); either is counted in ``RunStats.lanes_cut`` / ``short_rows``, never silent.
+tokens fall outside it gives a short row before the end (``drop_last=True``) or keeps tokens past the end
+(``drop_last=False``); either is counted in ``RunStats.short_rows`` / ``lanes_cut``, never silent.
 
-Example: 2 lanes of 400 and 360 documents, 400 000 and 380 000 units, r = 0.25 tokens per unit, W = 1 000:
-T = 100 000 and 95 000 tokens, m = max(0.02, 3/√360) = 0.158, so ``drop_last=False`` runs ⌈1.158 · 100⌉ = 116
-steps and ``drop_last=True`` ⌊0.842 · 95⌋ = 79.
+Example: 2 lanes (G = 2) of 400 and 360 documents with 100 000 and 95 000 estimated tokens (r·U), W = 1 000,
+σ = 20 tokens, K = 512 calibration documents of 50 000 tokens: the calibration term is 512·400 / (5·10^4)² =
+8.2·10^-5, lane 0's own 400·400 / 10^10 = 1.6·10^-5, so m_0 = 3·√(9.8·10^-5) = 0.030 and lane 0 needs
+⌈1.030 · 100⌉ = 103 rows (lane 1: ⌈1.030 · 95⌉ = 98): ``drop_last=False`` runs 103 steps.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,9 +46,29 @@ from zephon.executor.plan_reader import PlanBundle
 from zephon.plan.bundle import read_row_group
 
 #: Documents at the start of the plan that every rank tokenizes to measure tokens per unit.
-CALIBRATION = 512
-#: The smallest margin: the calibration's own error on large plans.
-MIN_MARGIN = 0.02
+CALIBRATION = 2048
+#: The smallest margin (1 %), whatever the measured spread.
+MIN_MARGIN = 0.01
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokensPerUnit:
+    """What the calibration measured: ``ratio`` (r), the spread ``residual`` (σ, tokens) of a document's real
+    tokens about ``ratio × units``, and the ``documents`` (K) and ``units`` (U_K) it measured them on."""
+
+    ratio: float
+    residual: float
+    documents: int
+    units: float
+
+    @classmethod
+    def measure(cls, real: np.ndarray, units: np.ndarray) -> TokensPerUnit:
+        """From each calibration document's real tokens and planned units."""
+        if not len(real) or not units.sum():
+            return cls(ratio=0.0, residual=0.0, documents=0, units=0.0)
+        ratio = float(real.sum()) / float(units.sum())
+        residual = float(np.sqrt(np.mean((real - ratio * units) ** 2)))
+        return cls(ratio=ratio, residual=residual, documents=len(real), units=float(units.sum()))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -113,13 +139,20 @@ def calibration_documents(plan: PlanBundle, count: int = CALIBRATION) -> Calibra
     )
 
 
-def estimated_steps(lanes: LaneUnits, tokens_per_unit: float, max_length: int, *, drop_last: bool) -> int:
+def estimated_steps(
+    lanes: LaneUnits, measured: TokensPerUnit, max_length: int, *, global_batch: int, drop_last: bool
+) -> int:
     """Global steps of the run (see the module docstring)."""
-    if not len(lanes.units) or tokens_per_unit <= 0:
+    if not len(lanes.units) or measured.ratio <= 0:
         return 0
-    tokens = lanes.units * tokens_per_unit
-    fewest = int(lanes.documents.min())
-    margin = max(MIN_MARGIN, 3 / math.sqrt(fewest)) if fewest else 1.0
-    if drop_last:
-        return max(0, math.floor((1 - margin) * float(tokens.min()) / max_length))
-    return math.ceil((1 + margin) * float(tokens.max()) / max_length)
+    tokens = lanes.units * measured.ratio
+    var = measured.residual**2
+    own = np.divide(lanes.documents * var, tokens**2, out=np.zeros_like(tokens), where=tokens > 0)
+    calibration = measured.documents * var / (measured.ratio * measured.units) ** 2
+    margin = np.maximum(MIN_MARGIN, 3 * np.sqrt(own + calibration))
+    num_lanes = len(lanes.units)
+    if drop_last:  # sequences j < L·R are full rows (row j // L of lane j % L)
+        rows = int(np.floor(np.maximum(0.0, 1 - margin) * tokens / max_length).min())
+        return num_lanes * rows // global_batch
+    rows = int(np.ceil((1 + margin) * tokens / max_length).max())  # every lane used up within R rows
+    return -(-num_lanes * rows // global_batch)

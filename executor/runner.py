@@ -43,7 +43,7 @@ from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.remote_access import RemoteAccess
-from zephon.executor.run_length import calibration_documents, estimated_steps, lane_units
+from zephon.executor.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
@@ -149,11 +149,15 @@ class RankRunner:
                 assert self.geometry.lanes is not None
                 units = lane_units(self.plan, self.geometry.lanes)
                 self._num_steps = estimated_steps(
-                    units, self._tokens_per_unit(), self.spec.pack.max_length, drop_last=self.spec.batch.drop_last
+                    units,
+                    self._tokens_per_unit(),
+                    self.spec.pack.max_length,
+                    global_batch=self.geometry.global_batch,
+                    drop_last=self.spec.batch.drop_last,
                 )
         return self._num_steps
 
-    def _tokens_per_unit(self) -> float:
+    def _tokens_per_unit(self) -> TokensPerUnit:
         """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
         documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here."""
         first = calibration_documents(self.plan)
@@ -170,10 +174,8 @@ class RankRunner:
         finally:
             remote.close()
         kept = [i for i, t in enumerate(texts) if t is not None]
-        if not kept:
-            return 0.0
-        encoded = self.encoder.encode_flat([texts[i] for i in kept])  # type: ignore[misc]  # None left out
-        return float(encoded.sizes.sum()) / max(1.0, float(first.units[kept].sum()))
+        real = self.encoder.encode_flat([texts[i] for i in kept]).sizes if kept else np.zeros(0, np.int64)  # type: ignore[misc]
+        return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
 
     def __iter__(self) -> Iterator[Batch]:
         window = self.plan.manifest.shuffle.window_shards

@@ -12,6 +12,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from zephon import Pipeline, merge_states
@@ -227,3 +228,11 @@ def test_a_plan_with_fixed_lanes_names_the_replan_in_python_and_config_terms(tmp
     with pytest.raises(ConfigError, match=r"dp_size must divide the plan's 8 packing lanes, got 3 — re-plan without"):
         pipeline(plan, tokenizer_dir, 0, 3).geometry()
     assert pipeline(plan, tokenizer_dir, 1, 4).geometry().my_lanes == [1, 5]
+
+
+def test_the_run_length_docstring_example() -> None:
+    lanes = run_length.LaneUnits(units=np.array([100_000.0, 95_000.0]), documents=np.array([400, 360]))
+    measured = run_length.TokensPerUnit(ratio=1.0, residual=20.0, documents=512, units=50_000.0)
+    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 103
+    # drop_last: min over lanes of floor((1 - m) T / W) rows = floor(0.970 · 95) = 92.
+    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=True) == 92
