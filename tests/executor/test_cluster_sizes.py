@@ -236,3 +236,50 @@ def test_the_run_length_docstring_example() -> None:
     assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 103
     # drop_last: min over lanes of floor((1 - m) T / W) rows = floor(0.970 · 95) = 92.
     assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=True) == 92
+
+
+def test_dp_sizes_up_to_512_give_the_first_global_batches_of_one_rank(tmp_path, tokenizer_dir, monkeypatch) -> None:
+    """G = 1536 = 512 · 3: sizes from 3 to 512 on the first two steps of a default plan, dealt by small quanta so
+    that all 1536 lanes hold documents."""
+    from zephon.demo import write_demo_dataset
+    from zephon.planner import lane_dealing
+
+    monkeypatch.setattr(lane_dealing, "QUANTUM", 16)
+    monkeypatch.setattr(run_length, "CALIBRATION", 16)  # 512 ranks in one process: keep each rank's start short
+    write_demo_dataset(tmp_path)
+    names = ("prose", "code", "short")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path(n, str(tmp_path / "demo" / f"{n}-*.parquet")) for n in names],
+        mixture=MixtureSpec({"prose": 0.5, "code": 0.2, "short": 0.3}),
+        seed=2,
+        num_documents=3000,
+    )
+    plan = source.plan(tmp_path / "plan")
+    big = 1536
+
+    def first_steps(size: int, ranks: list[int]) -> Rows:
+        rows: Rows = {}
+        for rank in ranks:
+            p = (
+                Pipeline.from_plan(plan)
+                .options(dp_rank=rank, dp_size=size, read_chunk=256)
+                .tokenize(tokenizer_id=tokenizer_dir)
+                .pack_flat(max_length=MAX_LENGTH)
+                .batch(microbatch_size=big // size, global_batch_size=big)
+            )
+            for batch in p:
+                if batch.step == 2:
+                    break
+                collect([batch], rows)
+        return rows
+
+    reference = first_steps(1, [0])
+    assert sorted(reference) == [0, 1] and all(len(r) == big for r in reference.values())
+    assert sum(1 for r in reference.values() for row in r.values() if row) > big  # most lanes hold documents
+    for size in (3, 32, 64, 96, 128, 256, 512):
+        # Some ranks of each size (all of them would take minutes in one process): row for row as one rank's.
+        ranks = sorted({0, 1, size // 2, size - 1})
+        got = first_steps(size, ranks)
+        for step, rows in got.items():
+            assert len(rows) == len(ranks) * big // size
+            assert all(rows[j] == reference[step][j] for j in rows), size
