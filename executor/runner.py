@@ -98,6 +98,9 @@ class RankRunner:
                     f"{state.get('dp_size')}, got {geometry.dp_size} — checkpoint at a step boundary to change it"
                 )
             cursors = state["lane_cursors"]
+            known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
+            if not self.exact and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
+                self._num_steps = int(known["steps"])
         #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
         self.from_start = self.progress.step == 0 and self.progress.microbatch == 0
         self.lanes: dict[int, Lane] = {}
@@ -134,7 +137,14 @@ class RankRunner:
             "step": self.progress.step,
             "microbatch": self.progress.microbatch,
             "lane_cursors": {str(k): list(lane.cursor()) for k, lane in sorted(self.lanes.items())},
+            **self._known_length(),
         }
+
+    def _known_length(self) -> dict[str, Any]:
+        """``num_steps`` for a state of an estimated plan, once computed (a resume then skips computing it)."""
+        if self.exact or self._num_steps is None:
+            return {}
+        return {"num_steps": {"steps": self._num_steps, "drop_last": self.spec.batch.drop_last}}
 
     def num_steps(self) -> int:
         """Global steps of the run, the same on every rank: an exact plan's sequences over the global batch; an

@@ -283,3 +283,26 @@ def test_dp_sizes_up_to_512_give_the_first_global_batches_of_one_rank(tmp_path, 
         for step, rows in got.items():
             assert len(rows) == len(ranks) * big // size
             assert all(rows[j] == reference[step][j] for j in rows), size
+
+
+def test_a_resumed_run_takes_its_length_from_the_state(plans, tokenizer_dir, monkeypatch) -> None:
+    from zephon.executor.runner import RankRunner
+
+    p = pipeline(plans["estimated"], tokenizer_dir, 0, 1)
+    it = iter(p)
+    next(it)
+    state = json.loads(json.dumps(p.state_dict()))
+    assert state["num_steps"] == {"steps": p.num_steps(), "drop_last": False}
+
+    def measured_again(self):
+        raise AssertionError("a resumed run must not calibrate again")
+
+    monkeypatch.setattr(RankRunner, "_tokens_per_unit", measured_again)
+    resumed = pipeline(plans["estimated"], tokenizer_dir, 0, 1)
+    resumed.load_state_dict(state)
+    assert {b.step for b in resumed} == set(range(1, state["num_steps"]["steps"]))
+    # Another drop_last needs another length: it is computed, not taken from the state.
+    other = pipeline(plans["estimated"], tokenizer_dir, 0, 1, drop_last=True)
+    other.load_state_dict(state)
+    with pytest.raises(AssertionError, match="must not calibrate again"):
+        other.num_steps()
