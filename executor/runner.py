@@ -279,6 +279,7 @@ class RankRunner:
         """The stages of ``zephon.executor.estimated``, the first three on the read-ahead thread if enabled."""
         L = self.geometry.lanes
         assert L is not None
+        steps = self.num_steps()  # before any thread starts: its calibration may raise (a bad document)
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
         texts = FetchTexts(rows, reader, remote, reports, skip_bad=self.spec.on_bad_document == "skip")
@@ -298,7 +299,7 @@ class RankRunner:
             self.progress,
             drop_last=self.spec.batch.drop_last,
             max_length=self.spec.pack.max_length,
-            num_steps=self.num_steps(),
+            num_steps=steps,
         )
         try:
             for microbatch in batches:
