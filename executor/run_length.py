@@ -8,7 +8,8 @@ computed from what every rank can read alike:
 
 * ``U_ℓ``, the planned units of lane ``ℓ`` (``zephon.planner.lane_dealing``: estimated tokens, or a shard's
   bytes per row), and ``n_ℓ`` its documents — one pass over two columns of samples.parquet;
-* ``r``, tokens per unit, measured by tokenizing the plan's first ``CALIBRATION`` documents — the same
+* ``r``, tokens per unit, measured by tokenizing the plan's first ``CALIBRATION`` documents (of the shards a
+  run opens first: ``(shuffle window + 1) × datasets``) — the same
   documents on every rank, so the same numbers (a bounded overhead: at most ``CALIBRATION`` documents per rank
   beyond its own lanes', whatever the plan's size) — and ``σ``, the spread of a document's real tokens about
   ``r·units`` (small when the plan has per-document token estimates, large when it only knows a shard's bytes
@@ -115,8 +116,11 @@ class Calibration:
     units: np.ndarray
 
 
-def calibration_documents(plan: PlanBundle, count: int = CALIBRATION) -> Calibration:
-    """The plan's first ``count`` documents (fewer in a smaller plan)."""
+def calibration_documents(plan: PlanBundle, count: int | None = None, *, max_shards: int) -> Calibration:
+    """The plan's first ``count`` documents (``CALIBRATION``; fewer in a smaller plan), keeping those of its
+    first ``max_shards`` distinct shards only — the shards a run opens first, so a bounded shard cache holds
+    them and the run reads them again from it, never downloading a shard twice."""
+    count = CALIBRATION if count is None else count
     per_shard = document_units(plan)
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     got = 0
@@ -132,10 +136,14 @@ def calibration_documents(plan: PlanBundle, count: int = CALIBRATION) -> Calibra
             got += len(table)
     if not parts:
         return Calibration(shard_id=np.zeros(0, np.int32), row=np.zeros(0, np.int32), units=np.zeros(0, np.int64))
+    shard_id = np.concatenate([p[0] for p in parts])
+    _, first = np.unique(shard_id, return_index=True)
+    opened = shard_id[np.sort(first)[:max_shards]]
+    keep = np.isin(shard_id, opened)
     return Calibration(
-        shard_id=np.concatenate([p[0] for p in parts]),
-        row=np.concatenate([p[1] for p in parts]),
-        units=np.concatenate([p[2] for p in parts]),
+        shard_id=shard_id[keep],
+        row=np.concatenate([p[1] for p in parts])[keep],
+        units=np.concatenate([p[2] for p in parts])[keep],
     )
 
 

@@ -170,11 +170,14 @@ class RankRunner:
     def _tokens_per_unit(self) -> TokensPerUnit:
         """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
         documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here."""
-        first = calibration_documents(self.plan)
-        reader = ShardReader(
+        window = self.plan.manifest.shuffle.window_shards
+        capacity = (window + 1) * len(self.plan.dataset_names)
+        first = calibration_documents(self.plan, max_shards=capacity)
+        reader = ShardReader(  # opens shards as the run does, so a bounded shard cache holds them
             self.plan.shards,
             self.spec.tokenize.field,
-            capacity=len(self.plan.shards) or 1,
+            capacity=capacity,
+            per_dataset=window + 1,
             on_bad_document=self.spec.on_bad_document,
             skippable=True,
         )
