@@ -13,7 +13,9 @@ through five stages, each wrapping the one before and handing on one named value
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
    (``zephon.executor.geometry``), the next row of lane ``j % L``, reading on until that lane holds a full row
-   or the plan is read to the end → ``LaneMicrobatch``. A step starts only while some lane has tokens left.
+   or the plan is read to the end → ``LaneMicrobatch``. A run ends after ``num_steps`` steps, the same on every
+   rank (``zephon.executor.run_length``); without it (the stage on its own) a step starts only while some
+   lane has tokens left.
 
 Stages 1-3 are the producer. With read-ahead (``zephon.executor.read_ahead``) they run on the read-ahead
 thread, the only one that touches the plan iterator and the shard reader; ``Tokenize`` encodes the first chunk
@@ -152,7 +154,7 @@ class ReadPlanRows:
             self.starts[k] = lane.start_position
         self.mine[list(lanes)] = True
         start = min(lane.start_position for lane in lanes.values())
-        self._chunks = plan.chunks(chunk_size, start=start)
+        self._chunks = plan.chunks(chunk_size, start=start, lanes=num_lanes)
 
     def next(self) -> PlanRows | None:
         """The next chunk (None at the end of the plan)."""
@@ -411,7 +413,14 @@ class LaneBatches:
     """
 
     def __init__(
-        self, lanes: DealLanes, geometry: Geometry, progress: Progress, *, drop_last: bool, max_length: int
+        self,
+        lanes: DealLanes,
+        geometry: Geometry,
+        progress: Progress,
+        *,
+        drop_last: bool,
+        max_length: int,
+        num_steps: int | None = None,
     ) -> None:
         assert geometry.lanes is not None
         self.lanes = lanes
@@ -419,12 +428,16 @@ class LaneBatches:
         self.progress = progress
         self.drop_last = drop_last
         self.max_length = max_length
+        self.num_steps = num_steps
 
     def __iter__(self) -> Iterator[LaneMicrobatch]:
         deal, progress, num_lanes = self.lanes, self.progress, self.geometry.lanes
         assert num_lanes is not None
         while True:
-            if progress.microbatch == 0:  # a step starts only while some lane has tokens left
+            if progress.microbatch == 0 and self.num_steps is not None and progress.step >= self.num_steps:
+                self._end_of_run()  # every rank ends here (``zephon.executor.run_length``)
+                return
+            if progress.microbatch == 0 and self.num_steps is None:  # a step starts while a lane has tokens
                 while not deal.exhausted and deal.empty:
                     deal.fill()
                 if deal.exhausted and deal.empty:
@@ -434,12 +447,27 @@ class LaneBatches:
             at = progress.advance()
             ids = self.geometry.microbatch_sequences(at.step, at.index)
             rows = [deal.row(j % num_lanes) for j in ids.tolist()]
-            if self.drop_last and any(int(r.lengths[0]) < self.max_length for r in rows):
+            short = sum(int(r.lengths[0]) < self.max_length for r in rows)
+            if self.num_steps is None and self.drop_last and short:
                 deal.count_all_skipped()  # the plan is read to the end
                 return
+            if self.num_steps is not None and self.drop_last and short and deal.stats is not None:
+                deal.stats.short_rows += short  # a lane ran out before the estimated end
             if progress.mine(at):
                 packed = concat_rows(rows)
                 assert packed.pieces is not None
                 positions = packed.pieces["position"]
                 deal.count_skipped((ids % num_lanes)[packed.pieces["row"]], positions)
                 yield LaneMicrobatch(at=at, sequences=ids, rows=packed, datasets=deal.dataset_of(positions))
+
+    def _end_of_run(self) -> None:
+        """At ``num_steps``: without ``drop_last``, read this rank's lanes to the end of the plan and count in
+        ``stats.lanes_cut`` those still holding tokens (the estimate fell short: never silent); then count the
+        skipped documents not counted yet."""
+        deal = self.lanes
+        if not self.drop_last:
+            while not deal.exhausted:
+                deal.fill()
+            if deal.stats is not None:
+                deal.stats.lanes_cut += sum(lane.buffered > 0 for lane in deal.lanes.values())
+        deal.count_all_skipped()

@@ -8,6 +8,8 @@ divides ``G`` — elastic determinism.
 
 Estimated plans pack at train time inside ``L`` lanes (``zephon.planner.lane_dealing``): sequence ``j`` is row
 ``j // L`` of lane ``j % L``. Rank ``r`` then only packs the lanes ``ℓ ≡ r (mod D)``, which requires ``D | L``.
+By default ``L = G`` (``packing_lanes``): one lane per row of a step, so every ``D`` dividing ``G`` owns
+``G / D`` whole lanes and tokenizes only its own documents. A plan made with ``lanes=N`` fixes ``L = N``.
 Exact plans fix every sequence, so any ``D`` dividing ``G`` works.
 
 Example: G = 8, B = 2, D = 2 (A = 2). Step 1 is j = 8…15; rank 0 yields [8, 10] then [12, 14], rank 1
@@ -44,6 +46,13 @@ class Geometry:
     def __post_init__(self) -> None:
         if not 0 <= self.dp_rank < self.dp_size:
             raise ConfigError(f"dp_rank must be in [0, {self.dp_size}), got {self.dp_rank} — check RANK / dp_rank")
+        if self.global_batch % self.dp_size:
+            raise ConfigError(
+                f"dp_size (WORLD_SIZE) must divide the global batch of {self.global_batch} sequences, got "
+                f"{self.dp_size} — run on one of {divisors(self.global_batch)} ranks, or make the global batch a "
+                f"multiple of {self.dp_size}: .batch(global_batch_size=...) in Python (and global_batch_size of "
+                "the phases in a CONFIG file)"
+            )
         if self.global_batch % (self.microbatch * self.dp_size):
             raise ConfigError(
                 f"global batch must be a multiple of microbatch_size × dp_size = {self.microbatch} × "
@@ -52,9 +61,18 @@ class Geometry:
             )
         if self.lanes is not None and self.lanes % self.dp_size:
             raise ConfigError(
-                f"dp_size must divide the plan's {self.lanes} packing lanes, got {self.dp_size} — re-plan with "
-                f"lanes a multiple of {self.dp_size} (StaticMixtureWorkSource(lanes=...)) or use an exact plan"
+                f"dp_size must divide the plan's {self.lanes} packing lanes, got {self.dp_size} — re-plan without "
+                "fixed lanes (leave StaticMixtureWorkSource(lanes=...) and the CONFIG key `lanes` unset: one lane "
+                f"per row of the global batch), or with lanes a multiple of {self.dp_size}"
             )
+
+    @classmethod
+    def for_plan(
+        cls, *, microbatch: int, global_batch: int, dp_size: int, dp_rank: int, exact: bool, plan_lanes: int | None
+    ) -> Geometry:
+        """The geometry of a run of a plan: its lanes by ``packing_lanes``."""
+        lanes = packing_lanes(exact=exact, plan_lanes=plan_lanes, global_batch=global_batch)
+        return cls(microbatch=microbatch, global_batch=global_batch, dp_size=dp_size, dp_rank=dp_rank, lanes=lanes)
 
     @property
     def accumulation(self) -> int:
@@ -70,3 +88,16 @@ class Geometry:
         """Global sequence ids of microbatch ``index`` (0 ≤ index < A) of ``step`` on this rank."""
         first = step * self.global_batch + self.dp_rank + index * self.microbatch * self.dp_size
         return first + self.dp_size * np.arange(self.microbatch, dtype=np.int64)
+
+
+def packing_lanes(*, exact: bool, plan_lanes: int | None, global_batch: int) -> int | None:
+    """The lanes a run packs: None for an exact plan; the plan's fixed lanes; else one per row of a step (G)."""
+    if exact:
+        return None
+    return plan_lanes if plan_lanes is not None else global_batch
+
+
+def divisors(n: int, shown: int = 12) -> str:
+    """The divisors of ``n``, at most ``shown`` of them (then "…"), for error messages."""
+    found = [d for d in range(1, n + 1) if n % d == 0] if n <= 1 << 20 else [1, n]
+    return ", ".join(map(str, found[:shown])) + (", …" if len(found) > shown else "")

@@ -27,6 +27,7 @@ class SampleChunk:
     dataset_id: np.ndarray
     shard_id: np.ndarray
     row: np.ndarray
+    #: Estimated plans read with ``lanes``: each document's packing lane, its deal modulo the lanes (int64).
     lane: np.ndarray | None = None
 
     def __len__(self) -> int:
@@ -55,15 +56,18 @@ class PlanBundle:
     def dataset_names(self) -> list[str]:
         return self.manifest.dataset_names
 
-    def chunks(self, chunk_size: int, start: int = 0, *, ramp: int = FIRST_CHUNK) -> Iterator[SampleChunk]:
+    def chunks(
+        self, chunk_size: int, start: int = 0, *, ramp: int = FIRST_CHUNK, lanes: int | None = None
+    ) -> Iterator[SampleChunk]:
         """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time.
 
         The first chunks are smaller — ``ramp`` documents, doubling up to ``chunk_size`` — so the first batch
         waits for a few documents, not a whole chunk (chunk sizes change speed only, never the data).
         Seeking to ``start`` skips whole row groups by their row counts (footer metadata): no data before
-        the row group holding ``start`` is read.
+        the row group holding ``start`` is read. With ``lanes`` (an estimated plan) each chunk carries the packing
+        lane of its documents among ``lanes`` (``zephon.planner.lane_dealing``).
         """
-        columns = ["dataset_id", "shard_id", "row", "lane"]
+        columns = ["dataset_id", "shard_id", "row", "deal"] if lanes is not None else ["dataset_id", "shard_id", "row"]
         first_row = 0
         size = max(1, min(ramp, chunk_size))
         for file in self.checked.samples:
@@ -78,13 +82,15 @@ class PlanBundle:
                 lo = max(0, start - first_row)
                 while lo < n:
                     part = table.slice(lo, size)
-                    lane = part.column(3)
+                    lane = None
+                    if lanes is not None:
+                        lane = part.column(3).to_numpy() % lanes
                     yield SampleChunk(
                         start=first_row + lo,
                         dataset_id=part.column(0).to_numpy(),
                         shard_id=part.column(1).to_numpy(),
                         row=part.column(2).to_numpy(),
-                        lane=None if lane.null_count == len(lane) else lane.to_numpy(),
+                        lane=lane,
                     )
                     lo += len(part)
                     size = min(2 * size, chunk_size)

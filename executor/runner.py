@@ -10,9 +10,9 @@
   (``zephon.executor.estimated``).
 
 Sequences past the end of the plan are empty rows (all padding, ``length`` 0, labels ignored), so every
-rank yields the same number of microbatches per step. An exact plan has ``ceil(sequences / G)`` steps; an
-estimated plan ends on a rank when all its lanes are used up (lanes are balanced in tokens, so ranks end
-within a step or so of each other — stop training at a fixed step count below that).
+rank yields the same number of microbatches per step. Every rank yields ``num_steps()`` steps: an exact plan
+has ``ceil(sequences / G)`` (``floor`` with ``drop_last``); an estimated plan the number
+``zephon.executor.run_length`` computes from the plan and a calibration every rank measures alike.
 
 ``state()`` says where the rank stands (``zephon.executor.state``): its ``Progress``
 (``zephon.executor.progress``) and, for estimated plans, its lanes' cursors; a runner built with that state
@@ -36,7 +36,7 @@ from zephon.executor.batch import Batch
 from zephon.executor.documents import carries_flags, converter_of, make_encoder
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
-from zephon.executor.geometry import Geometry
+from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.lanes import Lane
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.pack import PackedRows
@@ -45,6 +45,7 @@ from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.remote_access import RemoteAccess
+from zephon.executor.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state
@@ -73,9 +74,10 @@ class RankRunner:
         self.exact = self.plan.manifest.exact
         self.stats = stats
         self.worker = worker
-        plan_lanes = self.plan.manifest.lanes
-        if geometry.lanes != plan_lanes:
-            raise ConfigError(f"geometry lanes must be the plan's {plan_lanes}, got {geometry.lanes}")
+        manifest = self.plan.manifest
+        lanes = packing_lanes(exact=manifest.exact, plan_lanes=manifest.lanes, global_batch=geometry.global_batch)
+        if geometry.lanes != lanes:
+            raise ConfigError(f"geometry lanes must be {lanes} for this plan and global batch, got {geometry.lanes}")
         if self.exact:
             check_exact_plan(self.plan, spec, self.encoder)
         elif spec.pack.algorithm != "wrap":
@@ -88,6 +90,7 @@ class RankRunner:
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
         self.names = self.plan.dataset_names
+        self._num_steps: int | None = None
         cursors: dict[str, list[int]] = {}
         if state is not None:
             check_state(state, self.identity())
@@ -98,6 +101,9 @@ class RankRunner:
                     f"{state.get('dp_size')}, got {geometry.dp_size} — checkpoint at a step boundary to change it"
                 )
             cursors = state["lane_cursors"]
+            known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
+            if not self.exact and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
+                self._num_steps = int(known["steps"])
         #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
         self.from_start = self.progress.step == 0 and self.progress.microbatch == 0
         self.lanes: dict[int, Lane] = {}
@@ -136,15 +142,58 @@ class RankRunner:
             "step": self.progress.step,
             "microbatch": self.progress.microbatch,
             "lane_cursors": {str(k): list(lane.cursor()) for k, lane in sorted(self.lanes.items())},
+            **self._known_length(),
         }
 
-    def num_steps(self) -> int | None:
-        """Global steps of an exact plan (None for estimated plans, whose end is known only when reached)."""
-        if not self.exact:
-            return None
-        n = self.plan.manifest.exact_packing().sequences
-        g = self.geometry.global_batch
-        return n // g if self.spec.batch.drop_last else -(-n // g)
+    def _known_length(self) -> dict[str, Any]:
+        """``num_steps`` for a state of an estimated plan, once computed (a resume then skips computing it)."""
+        if self.exact or self._num_steps is None:
+            return {}
+        return {"num_steps": {"steps": self._num_steps, "drop_last": self.spec.batch.drop_last}}
+
+    def num_steps(self) -> int:
+        """Global steps of the run, the same on every rank: an exact plan's sequences over the global batch; an
+        estimated plan's from its lanes' planned units and a calibration every rank measures alike
+        (``zephon.executor.run_length``)."""
+        if self._num_steps is None:
+            if self.exact:
+                n = self.plan.manifest.exact_packing().sequences
+                g = self.geometry.global_batch
+                self._num_steps = n // g if self.spec.batch.drop_last else -(-n // g)
+            else:
+                assert self.geometry.lanes is not None
+                units = lane_units(self.plan, self.geometry.lanes)
+                self._num_steps = estimated_steps(
+                    units,
+                    self._tokens_per_unit(),
+                    self.spec.pack.max_length,
+                    global_batch=self.geometry.global_batch,
+                    drop_last=self.spec.batch.drop_last,
+                )
+        return self._num_steps
+
+    def _tokens_per_unit(self) -> TokensPerUnit:
+        """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
+        documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here."""
+        window = self.plan.manifest.shuffle.window_shards
+        capacity = (window + 1) * len(self.plan.dataset_names)
+        first = calibration_documents(self.plan, max_shards=capacity)
+        reader = ShardReader(  # opens shards as the run does, so a bounded shard cache holds them
+            self.plan.shards,
+            self.spec.tokenize.field,
+            capacity=capacity,
+            per_dataset=window + 1,
+            on_bad_document=self.spec.on_bad_document,
+            skippable=True,
+        )
+        remote = RemoteAccess(self.plan, self.spec.io, reader)
+        try:
+            texts = reader.texts(first.shard_id, first.row)
+        finally:
+            remote.close()
+        kept = [i for i, t in enumerate(texts) if t is not None]
+        real = self.encoder.encode_flat([texts[i] for i in kept]).sizes if kept else np.zeros(0, np.int64)  # type: ignore[misc]
+        return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
 
     def __iter__(self) -> Iterator[Batch]:
         window = self.plan.manifest.shuffle.window_shards
@@ -247,6 +296,7 @@ class RankRunner:
         """The stages of ``zephon.executor.estimated``, the first three on the read-ahead thread if enabled."""
         L = self.geometry.lanes
         assert L is not None
+        steps = self.num_steps()  # before any thread starts: its calibration may raise (a bad document)
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
         # Records a user operator drops leave the stream like skipped ones (counted as "dropped").
@@ -268,6 +318,7 @@ class RankRunner:
             self.progress,
             drop_last=self.spec.batch.drop_last,
             max_length=self.spec.pack.max_length,
+            num_steps=steps,
         )
         try:
             for microbatch in batches:
@@ -293,8 +344,9 @@ class RankRunner:
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
     """One rank (dp_size 1, global batch = microbatch) over the whole plan: the simplest use of RankRunner."""
-    plan = PlanBundle(plan_dir)
-    lanes = plan.manifest.lanes
+    manifest = PlanBundle(plan_dir).manifest
     b = spec.batch.microbatch_size
-    geometry = Geometry(microbatch=b, global_batch=b, dp_size=1, dp_rank=0, lanes=lanes)
+    geometry = Geometry.for_plan(
+        microbatch=b, global_batch=b, dp_size=1, dp_rank=0, exact=manifest.exact, plan_lanes=manifest.lanes
+    )
     return iter(RankRunner(plan_dir, spec, geometry, stats=stats))

@@ -82,6 +82,12 @@ class RunStats:
     tokenizer_engine: str = ""
     #: Faster engines refused for this tokenizer: name → reason (not installed, ids differ on a probe, ...).
     refused_engines: dict[str, str] = field(default_factory=dict)
+    #: Estimated plans, ``drop_last=True``: rows shorter than ``max_length`` before ``num_steps()`` (a lane ran
+    #: out before the estimated end; 0 when the estimate holds).
+    short_rows: int = 0
+    #: Estimated plans, ``drop_last=False``: this rank's lanes still holding tokens at ``num_steps()`` (the
+    #: estimate fell short and those tokens were not handed out; 0 when it holds).
+    lanes_cut: int = 0
 
     def skip(self, ref: ShardRef, row: int, reason: str) -> None:
         """Count one skipped document (the ``on_skip`` callback of ``ShardReader``)."""

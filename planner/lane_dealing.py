@@ -1,9 +1,14 @@
 """Dealing the documents of an estimated plan to packing lanes.
 
 An estimated plan packs at train time, and packing is sequential: a row's content depends on every
-document before it. To let ``D`` data-parallel ranks pack independently, documents are dealt to ``L`` lanes
-at plan time; each lane is packed on its own, and a data-parallel size that divides ``L`` splits the lanes
-among ranks without changing any row (docs/training.md).
+document before it. To let ``D`` data-parallel ranks pack independently, documents are dealt to ``L`` lanes;
+each lane is packed on its own, and a data-parallel size that divides ``L`` splits the lanes among ranks
+without changing any row (docs/training.md).
+
+The plan does not fix ``L``: it records each document's *deal* ``c`` (column ``deal``), the index of the
+chunk of its unit stream described below, and a run packs ``c mod L``. By default ``L`` is the run's global
+batch ``G`` — one lane per row of a step, so every ``D`` dividing ``G`` owns whole lanes and tokenizes only
+its own documents; a plan made with ``lanes=N`` fixes ``L = N`` for every run (``D`` must divide ``N``).
 
 Lanes should progress at the same speed in tokens, so that row ``k`` of every lane comes from the same
 stretch of the plan and the executor never buffers one lane's documents while it reads ahead for another.
@@ -11,12 +16,12 @@ Each document gets a size in *units*: its estimated (or exact) tokens when the p
 (sample mixtures planned without a tokenizer) its shard's bytes per row, ``ceil(shard bytes / rows)`` — a
 length estimate that costs nothing (the scan knows both) and tracks document length across datasets and
 shards. The plan's stream of units is cut into chunks of ``QUANTUM`` units, dealt round-robin; a document
-goes to the lane of the chunk holding its middle unit.
+goes to the lane of the chunk holding its middle unit: its deal is that chunk's index.
 
 Invariant: of the plan's first ``U`` units, each lane holds ``U / L ± (QUANTUM + one document)``.
 
-Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → chunks
-0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0.
+Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → deals
+0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0 (with L = 3: lanes 0, 0, 1, 1, 2).
 
 ``Dealer`` deals a plan that arrives in chunks, carrying the cumulative unit count from chunk to chunk, in
 integers, so chunk boundaries never change a lane.
@@ -39,14 +44,13 @@ def row_bytes(shards: tuple[tuple[ShardRef, ...], ...]) -> np.ndarray:
 
 
 class Dealer:
-    """Lanes of a plan handed over in consecutive chunks of per-document units."""
+    """Deals of a plan handed over in consecutive chunks of per-document units."""
 
-    def __init__(self, lanes: int) -> None:
-        self.lanes = lanes
+    def __init__(self) -> None:
         self._units = 0
 
     def deal(self, units: np.ndarray) -> np.ndarray:
-        """Lanes (int16) of the next chunk's documents, given their units (integers ≥ 0)."""
+        """Deals (int64, non-decreasing) of the next chunk's documents, given their units (integers ≥ 0)."""
         # The middle unit C - u/2 is a half-integer, and for a whole QUANTUM
         # floor((C - u/2) / QUANTUM) = floor((C - ceil(u/2)) / QUANTUM).
         units = np.asarray(units, dtype=np.int64)
@@ -56,5 +60,4 @@ class Dealer:
             self._units = int(cumulative[-1])
         cumulative -= (units + 1) // 2
         cumulative //= QUANTUM
-        cumulative %= self.lanes
-        return cumulative.astype(np.int16)
+        return cumulative

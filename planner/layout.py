@@ -50,14 +50,15 @@ CHUNK = 8 * SAMPLES_ROW_GROUP
 
 
 #: Bumped whenever the layout of the same config changes (2: on_exhaustion="stop" ends an epochs-budget plan
-#: before any dataset's extra pass, whatever the dataset order). ``Pipeline(work_source)`` keys its plan cache
-#: by config hash *and* this version, so a plan cached by an older layout is never reused for a newer one.
-LAYOUT_VERSION = 2
+#: before any dataset's extra pass, whatever the dataset order; 3: estimated plans record each document's
+#: deal, not a lane among 8, so a run packs one lane per row of its global batch). ``Pipeline(work_source)``
+#: keys its plan cache by config hash *and* this version, so a plan cached by an older layout is never reused.
+LAYOUT_VERSION = 3
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Chunk:
-    """Columns of samples.parquet for positions ``[start, start + len)``; ``tokens``/``token_offset``/``lane``
+    """Columns of samples.parquet for positions ``[start, start + len)``; ``tokens``/``token_offset``/``deal``
     None when the plan has none."""
 
     #: The plan position of the chunk's first document.
@@ -76,8 +77,9 @@ class Chunk:
     tokens: np.ndarray | None
     #: Exact plans: the offset of its first token in the plan's token stream (int64).
     token_offset: np.ndarray | None
-    #: Estimated plans: the packing lane it is dealt to (int16; ``zephon.planner.lane_dealing``).
-    lane: np.ndarray | None
+    #: Estimated plans: its deal, whose residue modulo the lanes is its packing lane (int64;
+    #: ``zephon.planner.lane_dealing``).
+    deal: np.ndarray | None
 
     def __len__(self) -> int:
         return len(self.dataset_id)
@@ -94,7 +96,7 @@ class Layout:
     tokens: np.ndarray | None
     token_offset: np.ndarray | None
     bins: Bins | None
-    lane: np.ndarray | None
+    deal: np.ndarray | None
 
 
 def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -> Reader:
@@ -243,7 +245,7 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
     """The plan described by ``prepared``, in chunks of consecutive positions."""
     stages = prepared.stages
     placements = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
-    dealer = None if prepared.exact else Dealer(prepared.source.lanes)
+    dealer = None if prepared.exact else Dealer()
     sizes = None if prepared.tokens is not None else row_bytes(prepared.shards)
     start = offset = 0
     for placement in placements:
@@ -265,7 +267,7 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
             epoch=placement.epoch.astype(np.int32, copy=False),
             tokens=tokens.astype(np.int32) if tokens is not None else None,
             token_offset=token_offset,
-            lane=dealer.deal(tokens if sizes is None else sizes[placement.shard_id]) if dealer is not None else None,
+            deal=dealer.deal(tokens if sizes is None else sizes[placement.shard_id]) if dealer is not None else None,
         )
         start += len(placement.dataset_id)
 
@@ -298,5 +300,5 @@ def layout(prepared: PreparedPlan) -> Layout:
         tokens=tokens,
         token_offset=column("token_offset", np.int64) if prepared.exact else None,
         bins=best_fit(prepared, tokens, column("dataset_id", np.int16)) if tokens is not None else None,
-        lane=column("lane", np.int16) if not prepared.exact else None,
+        deal=column("deal", np.int64) if not prepared.exact else None,
     )

@@ -12,9 +12,10 @@ bytes depend only on the rows and the pyarrow version, which the file records (`
 
 Encodings, chosen by measuring each column's bytes per document (docs/performance.md):
 
-* ``position`` and ``token_offset`` grow steadily: ``DELTA_BINARY_PACKED`` stores their differences
+* ``position``, ``token_offset`` and ``deal`` (non-decreasing, a step every few documents) grow steadily:
+  ``DELTA_BINARY_PACKED`` stores their differences
   (0 bits per position; a document's tokens per offset), where plain zstd would cost 1–3 bytes each.
-* ``dataset_id``, ``epoch``, ``lane`` have a few values per row group, and ``shard_id`` a few dozen (one
+* ``dataset_id``, ``epoch`` have a few values per row group, and ``shard_id`` a few dozen (one
   shuffle window per dataset): dictionary + run-length encoding, then zstd.
 * ``row`` is close to random within a window of shards: ``DELTA_BINARY_PACKED`` bit-packs it to about its
   entropy (log2 of the rows per shard), 15 % smaller than plain + zstd or a dictionary.
@@ -44,11 +45,12 @@ import pyarrow.parquet as pq
 from zephon.plan.format import SAMPLES_ROW_GROUP, SAMPLES_SCHEMA
 from zephon.planner.layout import Chunk
 
-DICTIONARY = ["dataset_id", "shard_id", "epoch", "lane"]
+DICTIONARY = ["dataset_id", "shard_id", "epoch"]
 ENCODINGS = {
     "position": "DELTA_BINARY_PACKED",
     "token_offset": "DELTA_BINARY_PACKED",
     "row": "DELTA_BINARY_PACKED",
+    "deal": "DELTA_BINARY_PACKED",
     "tokens": "PLAIN",
 }
 
@@ -139,7 +141,7 @@ def _table(chunk: Chunk) -> pa.Table:
             pa.array(chunk.epoch),
             column(chunk.tokens, pa.int32()),
             column(chunk.token_offset, pa.int64()),
-            column(chunk.lane, pa.int16()),
+            column(chunk.deal, pa.int64()),
         ],
         schema=SAMPLES_SCHEMA,
     )

@@ -199,7 +199,7 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
     token_estimation = parse_token_estimation(data.get("token_estimation"), origin)
     num_tokens = optional_integer(data, "num_tokens", origin)
     lanes = data.get("lanes")
-    lanes = 8 if lanes is None else require_integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
+    lanes = None if lanes is None else require_integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
     phases = parse_phases(data.get("phases"), origin)
     exact_tokens = data.get("exact_tokens")
     if exact_tokens is not None and not isinstance(exact_tokens, bool):

@@ -258,10 +258,12 @@ class Pipeline:
         """Batch sizes and data-parallel identity of this process."""
         spec = self.executor_spec()
         rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
-        lanes = read_manifest(self.plan_dir).lanes  # the runner opens (and checks) the whole bundle
+        manifest = read_manifest(self.plan_dir)  # the runner opens (and checks) the whole bundle
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
-        return Geometry(microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, lanes=lanes)
+        return Geometry.for_plan(
+            microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=manifest.exact, plan_lanes=manifest.lanes
+        )
 
     def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
         runner = RankRunner(
@@ -288,8 +290,10 @@ class Pipeline:
         docs/training.md."""
         return self._stats
 
-    def num_steps(self) -> int | None:
-        """Global steps of an exact plan; None for an estimated plan (its end is known only when reached)."""
+    def num_steps(self) -> int:
+        """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the
+        same step), at any data-parallel size. Exact plans: their sequences over the global batch; estimated
+        plans: computed from the plan's lanes and a calibration all ranks measure alike (docs/training.md)."""
         return self._make_runner().num_steps()
 
     # -- checkpointing (the Stateful protocol) -------------------------------------------------------------

@@ -354,7 +354,7 @@ def test_run_sql_returns_columns_and_rows_matching_the_parquet_files(plan_dir: P
     columns, rows = run_sql(
         plan_dir, "SELECT * FROM samples WHERE position BETWEEN $a AND $b ORDER BY 1", {"a": 10, "b": 14}
     )
-    assert columns == ["position", "dataset_id", "shard_id", "row", "epoch", "tokens", "token_offset", "lane"]
+    assert columns == ["position", "dataset_id", "shard_id", "row", "epoch", "tokens", "token_offset", "deal"]
     table = pq.read_table(plan_dir / "samples.parquet").slice(10, 5)
     assert rows == [tuple(r.values()) for r in table.to_pylist()]
     shard_rows = pq.read_table(plan_dir / "shards.parquet").to_pylist()

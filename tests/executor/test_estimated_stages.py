@@ -62,8 +62,8 @@ def write_plan(root: Path, texts: list[str], lanes: list[int]) -> Path:
     plan = source.plan(root / "plan")
     samples = pq.read_table(plan / "samples.parquet")
     assert samples.column("row").to_pylist() == list(range(len(texts)))  # position p is row p
-    lane = SAMPLES_SCHEMA.field("lane")
-    samples = samples.set_column(samples.schema.get_field_index("lane"), lane, pa.array(lanes, pa.int16()))
+    deal = SAMPLES_SCHEMA.field("deal")  # with 2 lanes, deal d is lane d mod 2
+    samples = samples.set_column(samples.schema.get_field_index("deal"), deal, pa.array(lanes, pa.int64()))
     pq.write_table(samples, plan / "samples.parquet")
     seal_bundle(plan)  # rewritten on purpose: recorded as the bundle's own file
     return plan

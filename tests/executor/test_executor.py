@@ -55,8 +55,9 @@ def independent_docs(plan: Path, tokenizer_dir: str) -> list[np.ndarray]:
     return [np.array([*tok.encode(t, add_special_tokens=False).ids, 0]) for t in texts]  # demo tokenizer: EOS is 0
 
 
-def lanes_of(plan: Path) -> np.ndarray:
-    return pq.read_table(plan / "samples.parquet").column("lane").to_numpy()
+def lanes_of(plan: Path, lanes: int) -> np.ndarray:
+    """Each document's packing lane among ``lanes``: its deal modulo the lanes."""
+    return pq.read_table(plan / "samples.parquet").column("deal").to_numpy() % lanes
 
 
 def run(plan: Path, tokenizer_dir: str, *, max_length: int = 16, batch: int = 3, chunk: int = 1024) -> list[Batch]:
@@ -81,18 +82,19 @@ def rows_by_lane(batches: list[Batch], lanes: int) -> dict[int, list[tuple[np.nd
 
 @pytest.fixture
 def small_quanta(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Lanes dealt by 64-byte quanta, so a plan of a few KB still fills all 8 lanes."""
-    from zephon.planner import lanes
+    """Lanes dealt by 64-byte quanta, so a plan of a few KB still fills every lane."""
+    from zephon.planner import lane_dealing
 
-    monkeypatch.setattr(lanes, "QUANTUM", 64)
+    monkeypatch.setattr(lane_dealing, "QUANTUM", 64)
 
 
 def test_wrap_packing_reproduces_each_lanes_independently_tokenized_stream(small_quanta, plan, tokenizer_dir) -> None:
     batches = run(plan, tokenizer_dir)
     docs = independent_docs(plan, tokenizer_dir)
-    lanes = lanes_of(plan)
-    assert json.loads((plan / "plan.json").read_text())["lanes"] == 8 and set(lanes.tolist()) == set(range(8))
-    for lane, rows in rows_by_lane(batches, 8).items():
+    # A default plan fixes no lanes: the run packs one per row of its global batch (3 here).
+    lanes = lanes_of(plan, 3)
+    assert json.loads((plan / "plan.json").read_text())["lanes"] is None and set(lanes.tolist()) == set(range(3))
+    for lane, rows in rows_by_lane(batches, 3).items():
         expected = np.concatenate([d for d, ln in zip(docs, lanes, strict=True) if ln == lane])
         got = np.concatenate([r[0] for r in rows])
         assert np.array_equal(got, expected), lane

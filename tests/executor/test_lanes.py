@@ -10,7 +10,7 @@ import pytest
 
 from zephon.demo import write_demo_dataset
 from zephon.io import Dataset
-from zephon.planner import lanes
+from zephon.planner import lane_dealing as lanes
 from zephon.planner.lane_dealing import Dealer
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -18,16 +18,18 @@ from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 def test_the_docstring_example(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lanes, "QUANTUM", 10)
-    assert Dealer(2).deal(np.array([4, 4, 8, 3, 12])).tolist() == [0, 0, 1, 1, 0]
+    deals = Dealer().deal(np.array([4, 4, 8, 3, 12]))
+    assert deals.tolist() == [0, 0, 1, 1, 2]
+    assert (deals % 2).tolist() == [0, 0, 1, 1, 0] and (deals % 3).tolist() == [0, 0, 1, 1, 2]
 
 
 def test_chunk_boundaries_never_change_a_lane() -> None:
     rng = np.random.default_rng(0)
     units = rng.integers(0, 20_000, size=5000)
-    whole = Dealer(8).deal(units)
+    whole = Dealer().deal(units)
     for _ in range(5):
         cuts = np.sort(rng.integers(0, len(units), size=7))
-        dealer = Dealer(8)
+        dealer = Dealer()
         parts = [dealer.deal(part) for part in np.split(units, cuts)]
         assert np.array_equal(np.concatenate(parts), whole)
 
@@ -47,7 +49,7 @@ def test_a_sample_plan_deals_by_bytes_so_lanes_hold_even_tokens(tmp_path: Path, 
     )
     samples, counted = pq.read_table(plan / "samples.parquet"), pq.read_table(exact / "samples.parquet")
     assert samples.column("row").equals(counted.column("row"))
-    lane = samples.column("lane").to_numpy()
+    lane = samples.column("deal").to_numpy() % 8
     tokens = counted.column("tokens").to_numpy().astype(np.int64)
     per_lane = np.zeros((len(lane), 8), np.int64)
     per_lane[np.arange(len(lane)), lane] = tokens

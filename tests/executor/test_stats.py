@@ -200,7 +200,7 @@ def test_a_run_that_skipped_every_document_is_an_error(tmp_path, tokenizer_dir) 
 
 def test_a_rank_whose_whole_share_was_skipped_is_an_error_naming_it(tmp_path, tokenizer_dir) -> None:
     plan = skip_plan(tmp_path, set(range(24)), pad=1000, lanes=2)
-    lanes = pq.read_table(plan / "samples.parquet", columns=["lane"]).column(0).to_pylist()
+    lanes = [d % 2 for d in pq.read_table(plan / "samples.parquet", columns=["deal"]).column(0).to_pylist()]
     assert 0 < sum(lanes) < len(lanes)  # both ranks have a share
     for rank in (0, 1):
         pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip", dp_rank=rank, dp_size=2)
@@ -241,6 +241,6 @@ def test_good_documents_left_are_no_error_and_a_stopped_run_counts_only_the_skip
 
 def test_an_empty_share_is_no_error(tmp_path, tokenizer_dir) -> None:
     plan = skip_plan(tmp_path, set(range(24)), lanes=2)  # tiny lines: every document is dealt to lane 0
-    assert set(pq.read_table(plan / "samples.parquet", columns=["lane"]).column(0).to_pylist()) == {0}
+    assert set(pq.read_table(plan / "samples.parquet", columns=["deal"]).column(0).to_pylist()) == {0}
     pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip", dp_rank=1, dp_size=2)
     assert list(pipe) == [] and pipe.stats().skipped == {}

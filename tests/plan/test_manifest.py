@@ -71,7 +71,7 @@ def test_every_key_the_planner_writes_reads_back_typed(plans: dict[str, Path], k
     _same(manifest, _raw(plan), "plan.json")
     assert parse_manifest(_raw(plan), plan / "plan.json") == manifest
     assert manifest.exact == kind.startswith("exact")
-    assert manifest.lanes == (None if manifest.exact else 8)
+    assert manifest.lanes is None  # estimated plans: one lane per row of the run's global batch
     assert (manifest.files.bins is not None) == (kind == "exact_best_fit")
     assert len(manifest.phases) == (2 if kind == "phases" else 0)
     assert manifest.resolved_phases[0].first_position == 0
@@ -186,9 +186,15 @@ DAMAGED: dict[str, tuple[str, Callable[[dict[str, Any]], object], str]] = {
         _drop("datasets", 0, "planned_token_share"),
         r"must have the key 'datasets\[0\].planned_token_share' \(with planned_tokens\), got none",
     ),
-    "unknown format version": ("samples", _set("format_version", value=2), r"plan format version must be 1, got 2"),
-    "no format version": ("samples", _drop("format_version"), r"plan format version must be 1, got None"),
-    "not an object": ("samples", lambda m: [m], r"plan format version must be 1, got None"),
+    "unknown format version": ("samples", _set("format_version", value=3), r"plan format version must be 2, got 3"),
+    "format 1": (
+        "samples",
+        _set("format_version", value=1),
+        r"plan format version must be 2, got 1 in .*plan.json \(its estimated plans deal documents to a fixed "
+        r"number of packing lanes.*\) — re-plan with this Zephon version",
+    ),
+    "no format version": ("samples", _drop("format_version"), r"plan format version must be 2, got None"),
+    "not an object": ("samples", lambda m: [m], r"plan format version must be 2, got None"),
 }
 
 
@@ -207,7 +213,7 @@ def test_a_damaged_plan_json_is_one_line_naming_the_file_and_the_key(
 def test_plan_json_that_is_not_json_names_the_file(plans: dict[str, Path], tmp_path: Path) -> None:
     plan = tmp_path / "plan"
     shutil.copytree(plans["samples"], plan)
-    (plan / "plan.json").write_text('{"format_version": 1,', encoding="utf-8")
+    (plan / "plan.json").write_text('{"format_version": 2,', encoding="utf-8")
     with pytest.raises(PlanFormatError, match=rf"^{plan / 'plan.json'} must be valid JSON, got .* — rewrite the plan"):
         read_manifest(plan)
 
@@ -229,7 +235,7 @@ def _old_style(m: dict[str, Any]) -> None:
 def test_a_plan_without_the_optional_keys_reads_with_the_old_defaults(plans: dict[str, Path], tmp_path: Path) -> None:
     plan = _edit(plans, "phases", tmp_path, _old_style)
     manifest = read_manifest(plan)
-    assert (manifest.kind, manifest.exact, manifest.lanes, manifest.phases) == ("estimated", False, 1, ())
+    assert (manifest.kind, manifest.exact, manifest.lanes, manifest.phases) == ("estimated", False, None, ())
     assert (manifest.packing, manifest.tokenizer, manifest.token_estimation, manifest.budget) == (None,) * 4
     assert (manifest.mixture.unit, manifest.shuffle.window_shards, manifest.files.shards) == (
         "samples",
@@ -239,8 +245,8 @@ def test_a_plan_without_the_optional_keys_reads_with_the_old_defaults(plans: dic
     assert (dict(manifest.config), manifest.batch, manifest.datasets[0].first_shard_id) == ({}, None, None)
     (phase,) = manifest.resolved_phases
     assert (phase.first_position, phase.end_position) == (0, manifest.totals.documents)
-    # The readers run on it as before: one lane, one phase, the default shards file.
-    assert PlanBundle(plan).manifest.lanes == 1
+    # The readers run on it as before: lanes per row of the global batch, one phase, the default shards file.
+    assert PlanBundle(plan).manifest.lanes is None
     assert resolve_layout(manifest).packing == "document"
     assert run_sql(plan, "SELECT count(*) FROM phases").rows == [(len(manifest.datasets),)]
 
@@ -248,7 +254,12 @@ def test_a_plan_without_the_optional_keys_reads_with_the_old_defaults(plans: dic
 def test_null_optional_keys_read_as_absent_ones(plans: dict[str, Path], tmp_path: Path) -> None:
     nulls = dict.fromkeys(("kind", "lanes", "phases", "shuffle", "mixture", "config", "batch"))
     manifest = read_manifest(_edit(plans, "samples", tmp_path, lambda m: m.update(nulls)))
-    assert (manifest.kind, manifest.lanes, manifest.phases, manifest.shuffle.window_shards) == ("estimated", 1, (), 1)
+    assert (manifest.kind, manifest.lanes, manifest.phases, manifest.shuffle.window_shards) == (
+        "estimated",
+        None,
+        (),
+        1,
+    )
     assert (manifest.mixture.unit, dict(manifest.config), manifest.batch) == ("samples", {}, None)
 
 

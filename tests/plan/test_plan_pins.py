@@ -6,6 +6,11 @@ content hash, not the file bytes, is pinned so that a pyarrow upgrade that chang
 ``created_by`` string does not fail here; byte-identical files for identical inputs are asserted in
 test_planner.py. A change to these hashes is a change to the plans users get: it needs a format decision,
 not an update of the literals.
+
+History: format 2 (layout 3) replaced estimated plans' ``lane`` (int16, a lane among 8) by ``deal`` (int64),
+so a run packs one lane per row of its global batch and runs at any dp size dividing it (issue 18). Every
+plan.json changed (``format_version``, ``lanes`` null); every samples.parquet changed its schema, and the
+estimated plans' deal values; the exact plans' rows are the same.
 """
 
 from __future__ import annotations
@@ -26,28 +31,28 @@ from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource, TokenEstima
 PINS = {
     "exact_best_fit": {
         "bins.parquet": "e245c70200cde561",
-        "plan.json": "5cd083c6d8bb9e10",
-        "samples.parquet": "0dce6fbdf6fe54a9",
+        "plan.json": "4bb52d5221a5a8bf",
+        "samples.parquet": "d31c3fae7bc1070f",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "exact_wrap": {
-        "plan.json": "d22e2390725f632b",
-        "samples.parquet": "959b4b5f6d9b912c",
+        "plan.json": "ae736b407ab8b1d5",
+        "samples.parquet": "f6dcb6530b17f401",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "phases": {
-        "plan.json": "9c2f366af69be867",
-        "samples.parquet": "e1b1e2fd6a0c0bbb",
+        "plan.json": "2cb8fe99e0902411",
+        "samples.parquet": "12148d1503f1bd9b",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "samples": {
-        "plan.json": "bbf1e871dbe4c468",
-        "samples.parquet": "c42c0969e3170192",
+        "plan.json": "361f4363eafc37f0",
+        "samples.parquet": "6366ddbedd9f1a1d",
         "shards.parquet": "7605c3f8c7f18707",
     },
     "tokens": {
-        "plan.json": "26188f399e25cc78",
-        "samples.parquet": "37155fdd1a9b5475",
+        "plan.json": "6faeb0b2012c6b33",
+        "samples.parquet": "1a7e133a7785c181",
         "shards.parquet": "7605c3f8c7f18707",
     },
 }

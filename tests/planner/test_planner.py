@@ -135,7 +135,7 @@ def test_existing_output_directory_is_not_overwritten(two, tmp_path) -> None:
 def test_manifest_records_config_hash_weights_and_totals(two, tmp_path) -> None:
     plan = source(two, {"web": 3, "code": 1}, num_documents=40).plan(tmp_path / "p")
     m = json.loads((plan / "plan.json").read_text())
-    assert m["format_version"] == 1 and len(m["config_hash"]) == 64
+    assert m["format_version"] == 2 and len(m["config_hash"]) == 64
     assert m["mixture"] == {"unit": "samples", "weights": {"web": 0.75, "code": 0.25}}
     assert [d["planned_documents"] for d in m["datasets"]] == [30, 10]
     assert m["totals"] == {"documents": 40, "shards": 6}

@@ -267,7 +267,7 @@ def test_missing_file_raises_config_error(tmp_path: Path) -> None:
 
 def test_lanes_key_sets_the_packing_lanes(root: Path) -> None:
     assert _from_dict(root, lanes=64).lanes == 64
-    assert _from_dict(root).lanes == 8
+    assert _from_dict(root).lanes is None  # one lane per row of the run's global batch
     with pytest.raises(ConfigError, match="`lanes` must be an integer ≥ 1, got integer 0"):
         _from_dict(root, lanes=0)
 

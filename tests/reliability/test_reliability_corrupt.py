@@ -310,7 +310,7 @@ def test_jsonl_changed_with_the_same_size_is_refused_by_its_fingerprint(tmp_path
         match=rf"shard {re.escape(str(shard))} changed since planning: its bytes must match fingerprint blake2b:\w+, got blake2b:\w+ — restore the planned data or re-plan",
     ):
         list(pipeline(plan, tokenizer_dir))
-    assert before["format_version"] == 1
+    assert before["format_version"] == 2
 
 
 def test_parquet_rewritten_with_the_same_size_is_refused_by_its_footer(tmp_path, tokenizer_dir) -> None:

@@ -1,6 +1,6 @@
 """Plan bundles synthesized directly with pyarrow: millions of documents in a second, over tiny shards.
 
-Used by tests/inspection/test_inspect.py and benchmarks/bench_show.py. The bundle is an exact wrap plan (format version 1)
+Used by tests/inspection/test_inspect.py and benchmarks/bench_show.py. The bundle is an exact wrap plan (the current format version)
 over three datasets whose shards hold a few rows each; document ``p`` is dataset ``p % 3``, shard
 ``p % 3``, row ``(p // 3) % ROWS`` and has ``token_pattern(p)`` tokens.
 """
@@ -81,7 +81,7 @@ def write_synthetic_plan(
             pa.array(np.zeros(documents, dtype=np.int32)),
             pa.array(tokens),
             pa.array(offsets) if exact else pa.nulls(documents, pa.int64()),
-            pa.nulls(documents, pa.int16()) if exact else pa.array((position % 8).astype(np.int16)),
+            pa.nulls(documents, pa.int64()) if exact else pa.array((offsets + (tokens + 1) // 2) // 4096),
         ],
         schema=SAMPLES_SCHEMA,
     )

@@ -10,7 +10,8 @@ what they should have yielded and reports every difference:
    overlaps and never pass ``max_length``.
 4. Exact plans: the pieces of every logged sequence equal the planned ones — wrap: the documents whose
    token ranges ``[token_offset, token_offset + tokens)`` overlap ``[j·L, (j+1)·L)``; best fit: ``bins.parquet``.
-5. Estimated plans: each logged document belongs to the lane of its sequence (``j mod lanes``), and within a
+5. Estimated plans: each logged document belongs to the lane of its sequence (its deal ≡ ``j`` mod lanes: the
+   plan's fixed lanes or the run's global batch), and within a
    lane consecutive rows continue the same document or start the lane's next document at token 0 — no
    document skipped, repeated or reordered. Documents the skip policy left out (``skipped-*.parquet`` beside
    the log, with their reason) are not expected in their lane, are counted by reason, and must not appear
@@ -33,7 +34,6 @@ import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
 from zephon.plan.bundle import CheckedBundle, open_bundle
-from zephon.plan.manifest import Manifest
 
 _KEYS = ("sequence", "offset", "position", "doc_start", "length")
 
@@ -155,7 +155,8 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
             found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")
         _check_exact(bundle, samples, seq, off, pos, start, length, width, found)
     else:
-        _check_lanes(manifest, samples, seq, pos, start, length, found, skipped=set(skipped))
+        lanes = manifest.lanes if manifest.lanes is not None else global_batch
+        _check_lanes(lanes, samples, seq, pos, start, length, found, skipped=set(skipped))
 
     names = manifest.dataset_names
     ds = np.asarray(samples["dataset_id"])[pos] if len(pos) else np.array([], dtype=np.int64)
@@ -212,9 +213,8 @@ def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, w
     found.count += max(0, len(logged - planned) - 10) + max(0, len(planned - logged) - 10)
 
 
-def _check_lanes(manifest: Manifest, samples, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
-    lanes = manifest.lanes or 1
-    plan_lane = np.asarray(samples["lane"], dtype=np.int64)
+def _check_lanes(lanes: int, samples, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
+    plan_lane = np.asarray(samples["deal"], dtype=np.int64) % lanes
     wrong = np.flatnonzero(plan_lane[pos] != seq % lanes)
     for i in wrong[:5]:
         found.add(
@@ -225,10 +225,10 @@ def _check_lanes(manifest: Manifest, samples, seq, pos, start, length, found: _F
     # Within a lane, row k+1 follows row k: same document continued, or the lane's next document from token 0.
     next_in_lane = np.full(len(plan_lane), -1, dtype=np.int64)
     lost = np.array(sorted(skipped), dtype=np.int64)
-    for lane in range(lanes):
-        members = np.flatnonzero(plan_lane == lane)
-        members = members[~np.isin(members, lost)]  # a skipped document has no tokens: the lane goes on past it
-        next_in_lane[members[:-1]] = members[1:]
+    members = np.flatnonzero(~np.isin(np.arange(len(plan_lane)), lost))  # a skipped document has no tokens
+    members = members[np.argsort(plan_lane[members], kind="stable")]  # by lane, plan order within a lane
+    same = plan_lane[members[:-1]] == plan_lane[members[1:]]
+    next_in_lane[members[:-1][same]] = members[1:][same]
     lane_of, row_of = seq % lanes, seq // lanes
     order = np.lexsort((np.arange(len(seq)), row_of, lane_of))
     for a, b in zip(order[:-1].tolist(), order[1:].tolist(), strict=True):

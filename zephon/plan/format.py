@@ -25,7 +25,9 @@ import pyarrow as pa
 
 from zephon.errors import PlanFormatError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: Format 1 held a fixed ``lane`` (int16, the deal modulo 8 by default) where format 2 holds the ``deal``.
+FORMAT_HISTORY = {1: "its estimated plans deal documents to a fixed number of packing lanes (int16 column lane)"}
 PLAN_JSON = "plan.json"
 SHARDS_FILE = "shards.parquet"
 SAMPLES_FILE = "samples.parquet"
@@ -61,8 +63,9 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("tokens", pa.int32(), nullable=True),
         # Offset of the document's first token in the global token stream, for exact plans only.
         pa.field("token_offset", pa.int64(), nullable=True),
-        # Estimated plans only: the packing lane the document is dealt to (see zephon.planner.lane_dealing).
-        pa.field("lane", pa.int16(), nullable=True),
+        # Estimated plans only: the deal (chunk of the plan's unit stream) the document belongs to; its packing
+        # lane is ``deal mod L`` for the run's L lanes (see zephon.planner.lane_dealing).
+        pa.field("deal", pa.int64(), nullable=True),
     ]
 )
 

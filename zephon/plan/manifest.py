@@ -8,10 +8,10 @@ config, hashed into ``config_hash``) and ``token_estimation`` (provenance) stay 
 
 Validation is here too: an unknown format version, a missing required key or a value of the wrong type is a
 ``PlanFormatError`` of one line naming the file and the key (``zephon.plan.json_fields``). Keys added over
-time are optional and read as the plans without them meant: no ``kind`` is an estimated plan, no ``lanes``
-one lane, no ``phases`` none (``Manifest.resolved_phases`` gives one phase 0 then), no ``shuffle`` a window
-of one shard, no ``files.shards`` ``shards.parquet``, no ``warnings`` none. Unknown keys are ignored: adding an
-optional key does not bump the format version.
+time are optional and read as the plans without them meant: no ``kind`` is an estimated plan, no (or null)
+``lanes`` one lane per row of the global batch, no ``phases`` none (``Manifest.resolved_phases`` gives one
+phase 0 then), no ``shuffle`` a window of one shard, no ``files.shards`` ``shards.parquet``, no ``warnings``
+none. Unknown keys are ignored: adding an optional key does not bump the format version.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from zephon.errors import PlanFormatError, PlanWarning, warn
-from zephon.plan.format import FORMAT_VERSION, PLAN_JSON, SHARDS_FILE
+from zephon.plan.format import FORMAT_HISTORY, FORMAT_VERSION, PLAN_JSON, SHARDS_FILE
 from zephon.plan.json_fields import (
     COUNT,
     FLAG,
@@ -219,8 +219,9 @@ class Manifest:
     zephon_version: str | None = None
     seed: int | None = None
     kind: Kind = "estimated"
-    #: Packing lanes of an estimated plan (1 when plan.json has none); ``None`` for an exact plan.
-    lanes: int | None = 1
+    #: Packing lanes fixed by an estimated plan (``lanes=`` when planning); ``None`` for an exact plan and for an
+    #: estimated plan with one lane per row of the run's global batch (the default: any dp size dividing it).
+    lanes: int | None = None
     mixture: PlanMixture = field(default_factory=PlanMixture)
     #: Method and provenance of the token counts per dataset, as JSON; ``None`` for sample mixtures.
     token_estimation: Mapping[str, Any] | None = None
@@ -306,6 +307,12 @@ def read_plan_json(plan_dir: str | Path) -> tuple[object, Path]:
 def parse_manifest(data: object, file: Path) -> Manifest:
     """The ``Manifest`` of the parsed JSON ``data`` of ``file`` (validated; see the module docstring)."""
     version = data.get("format_version") if isinstance(data, dict) else None
+    if version in FORMAT_HISTORY:
+        raise PlanFormatError(
+            f"plan format version must be {FORMAT_VERSION}, got {version!r} in {file} ({FORMAT_HISTORY[version]}) — "
+            "re-plan with this Zephon version (`zephon plan CONFIG -o DIR --overwrite`), or run it with the Zephon "
+            "version that wrote it"
+        )
     if version != FORMAT_VERSION:
         raise PlanFormatError(
             f"plan format version must be {FORMAT_VERSION}, got {version!r} in {file} — "
@@ -337,7 +344,7 @@ def parse_manifest(data: object, file: Path) -> Manifest:
         sources=list_of(lambda o: MappingProxyType(o.data)).optional(()),
     )
     exact = values["kind"] == "exact"
-    values["lanes"] = None if exact else values["lanes"] or 1
+    values["lanes"] = None if exact else values["lanes"]
     manifest = Manifest(**values)
     if exact:
         for name in ("packing", "tokenizer"):

@@ -198,9 +198,11 @@ class WorkSource:
             ``token_estimation`` set, token shares are scheduled by the exact counts.
         phases: later mixtures of a curriculum (``Phase``), in order of their start; they need a
             ``num_documents`` or ``num_tokens`` budget.
-        lanes: estimated plans only: documents are dealt to this many packing lanes, each packed on its own
-            at train time, so a data-parallel size that divides ``lanes`` gives the same global batches
-            (see docs/training.md). Exact plans need no lanes: any size dividing the global batch works.
+        lanes: estimated plans only. ``None`` (the default): a run packs one lane per row of its global batch,
+            so every data-parallel size that divides the global batch gives the same global batches. An
+            integer fixes the packing lanes for every run (a data-parallel size must divide it; the global
+            batches then do not depend on the global batch size either). See docs/training.md. Exact plans
+            need no lanes: any size dividing the global batch works.
     """
 
     datasets: Sequence[Dataset]
@@ -213,7 +215,7 @@ class WorkSource:
     on_exhaustion: OnExhaustion = "new_epoch"
     shuffle: ShuffleSpec = field(default_factory=ShuffleSpec)
     exact_tokens: bool = False
-    lanes: int = 8
+    lanes: int | None = None
     phases: Sequence[Phase] = ()
 
     def __post_init__(self) -> None:
@@ -262,8 +264,13 @@ class WorkSource:
         ):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ConfigError(f"{label} must be an integer ≥ 1, got {value!r}")
-        if not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096:
-            raise ConfigError(f"lanes must be an integer in [1, 4096], got {self.lanes!r} — use e.g. 8 or 64")
+        if self.lanes is not None and (
+            not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096
+        ):
+            raise ConfigError(
+                f"lanes must be None or an integer in [1, 4096], got {self.lanes!r} — leave it unset (one lane per "
+                "row of the global batch) or use e.g. 64"
+            )
         object.__setattr__(self, "phases", tuple(self.phases))
         self._check_phases(names)
         if self.on_exhaustion not in ("new_epoch", "stop"):
