@@ -239,20 +239,9 @@ def tokenizer_threads(setting: int | None = None) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Encoded:
-    """Token ids of a batch of documents: ``ids`` (int64) holds every document's ids (prefix, text, EOS) one
-    after the other, ``sizes`` how many each has."""
-
-    ids: np.ndarray
-    sizes: np.ndarray
-
-    def __len__(self) -> int:
-        return len(self.sizes)
-
-    def split(self) -> list[np.ndarray]:
-        """One int64 view of ``ids`` per document."""
-        ends = np.cumsum(self.sizes)
-        return [self.ids[a:b] for a, b in zip((ends - self.sizes).tolist(), ends.tolist(), strict=True)]
+class Encoded(TokenIds):
+    """Token ids of a batch of documents, framed: ``ids`` (int64) holds every document's ids (prefix, text,
+    EOS) one after the other, ``sizes`` how many each has (``split`` gives one view per document)."""
 
 
 def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:

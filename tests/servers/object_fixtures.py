@@ -28,37 +28,32 @@ _CLEARED = {
 }
 
 
-@pytest.fixture(scope="session")
-def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(log=tmp_path_factory.mktemp("moto") / "moto.log")
+def _serve(kind: str, server_class: type, log_dir: Path) -> Iterator:
+    """Start ``server_class`` for the session, skipping (with the reason) where ``kind``'s server cannot be
+    installed; stop it at the end."""
+    why = missing_server(kind) if kind != "s3" else None
+    if why is not None:
+        pytest.skip(why)
+    server = server_class(log=log_dir / f"{kind}.log")
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    yield from _serve("s3", S3Server, tmp_path_factory.mktemp("moto"))
 
 
 @pytest.fixture(scope="session")
 def gs_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FakeGcsServer]:
-    why = missing_server("gs")
-    if why is not None:
-        pytest.skip(why)
-    server = FakeGcsServer(log=tmp_path_factory.mktemp("fake-gcs") / "fake-gcs.log")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve("gs", FakeGcsServer, tmp_path_factory.mktemp("fake-gcs"))
 
 
 @pytest.fixture(scope="session")
 def az_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AzuriteServer]:
-    why = missing_server("az")
-    if why is not None:
-        pytest.skip(why)
-    server = AzuriteServer(log=tmp_path_factory.mktemp("azurite") / "azurite.log")
-    try:
-        yield server
-    finally:
-        server.stop()
+    yield from _serve("az", AzuriteServer, tmp_path_factory.mktemp("azurite"))
 
 
 @dataclass
