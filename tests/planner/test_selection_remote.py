@@ -1,0 +1,193 @@
+"""Selections over remote shards and sidecars: s3:// gs:// az:// (real moto, fake-gcs, Azurite servers) and hf://
+(the local Hub server), read through the storage layer, pinned (docs/curricula.md, "Remote datasets").
+
+The bar: a plan over the remote copy schedules exactly what the plan over the local files does (samples.parquet
+byte for byte, the same selection report, the same sidecar fingerprint), and reads the selection's columns only.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.io import Dataset
+from zephon.planner.prepare import prepare
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+SHARDS, ROWS, GROUP = 3, 40, 10
+#: Bytes of text per document: one row group's text chunk (80 KB) is wider than the fetch gap (64 KiB), so a
+#: selection that fetched it would show in the bytes served.
+TEXT = 8000
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, row_group_size=GROUP, compression="none")
+    return sink.getvalue()
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, bytes]:
+    """web/{0,1,2}.parquet (id, text, score 0-5, lang) and side/q.parquet (quality and cluster per id, every id but
+    each shard's first, plus two ids no document has)."""
+    rng = np.random.default_rng(11)
+    out, ids, quality, cluster = {}, [], [], []
+    letters = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz ", dtype=np.uint8)
+    for s in range(SHARDS):
+        shard_ids = [f"w{s}-{r}" for r in range(ROWS)]
+        text = [rng.choice(letters, TEXT).tobytes().decode() for _ in range(ROWS)]
+        score = rng.integers(0, 6, ROWS)
+        lang = np.where(rng.random(ROWS) < 0.75, "en", "fr").tolist()
+        out[f"web/{s}.parquet"] = _parquet(pa.table({"id": shard_ids, "text": text, "score": score, "lang": lang}))
+        for r in range(1, ROWS):
+            ids.append(shard_ids[r])
+            quality.append(float(rng.random()))
+            cluster.append(f"c{(s * ROWS + r) // 3}")
+    ids += ["ghost-1", "ghost-2"]
+    quality += [0.9, 0.9]
+    cluster += ["g", "g"]
+    out["side/q.parquet"] = _parquet(pa.table({"id": ids, "quality": quality, "cluster": cluster}))
+    return out
+
+
+def _local(files: dict[str, bytes], root: Path) -> Path:
+    for name, data in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_bytes(data)
+    return root
+
+
+def _source(ds: Dataset, seed: int = 3) -> StaticMixtureWorkSource:
+    return StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({ds.name: 1.0}), seed=seed, epochs=2)
+
+
+SELECTIONS = {
+    "where": {"where": "score >= 3 AND lang = 'en'"},
+    "sidecar": {"where": "quality > 0.4 OR score = 5", "key": "id"},
+    "ordered": {"order_by": "quality DESC", "order_window": 4, "dedup_on": "cluster", "key": "id"},
+}
+
+
+def _selection(plan: Path) -> dict:
+    return dict(json.loads((plan / "plan.json").read_text())["datasets"][0]["selection"])
+
+
+def _same_plans(local: Path, remote: Path) -> None:
+    assert (local / "samples.parquet").read_bytes() == (remote / "samples.parquet").read_bytes()
+    a, b = _selection(local), _selection(remote)
+    a.pop("metadata", None), b.pop("metadata", None)  # the sidecar's path differs, its fingerprint must not
+    assert a == b
+    assert a["selected"] < a["rows"] or "order_by" in a
+
+
+@pytest.mark.parametrize("kind", sorted(SELECTIONS))
+def test_a_remote_selection_plans_what_the_local_copy_does(bucket, files, tmp_path, kind) -> None:
+    root = _local(files, tmp_path / "local")
+    bucket.upload_dir(root, "corpus/")
+    args = dict(SELECTIONS[kind])
+    local_args, remote_args = dict(args), dict(args)
+    if "key" in args:
+        local_args["metadata"] = root / "side"
+        remote_args["metadata"] = bucket.url("corpus/side/")
+    local = _source(Dataset.from_path("web", root / "web", **local_args)).plan(tmp_path / "a")
+    remote = _source(Dataset.from_path("web", bucket.url("corpus/web/"), **remote_args)).plan(tmp_path / "b")
+    _same_plans(local, remote)
+    if "key" in args:
+        side = _selection(remote)["sidecar"]
+        assert side["documents_without_metadata"] == SHARDS and side["metadata_without_document"] == 2
+
+
+def _text_chunks(data: bytes) -> list[tuple[int, int]]:
+    meta = pq.read_metadata(pa.BufferReader(data))
+    out = []
+    for g in range(meta.num_row_groups):
+        chunk = meta.row_group(g).column(1)
+        assert chunk.path_in_schema == "text"
+        start = min(chunk.data_page_offset, chunk.dictionary_page_offset or chunk.data_page_offset)
+        out.append((start, start + chunk.total_compressed_size))
+    return out
+
+
+def test_a_remote_selection_reads_only_its_columns(s3, s3_proxy, files, tmp_path) -> None:
+    """Besides each shard's tail (the footer, by one GET of the last 64 KiB: the storage layer's scan), every
+    range the planning GETs misses the text column's chunks."""
+    root = _local(files, tmp_path / "local")
+    s3.upload_dir(root, "corpus/")
+    s3_proxy.clear()
+    ds = Dataset.from_path("web", s3.url("corpus/web/"), where="score >= 3", metadata=s3.url("corpus/side/"), key="id")
+    _source(ds).plan(tmp_path / "p")
+    chunk_gets = 0
+    for seen in s3_proxy.seen:
+        key = seen.path.split("?")[0].removeprefix(f"/{s3.name}/").removeprefix("corpus/")
+        if seen.method != "GET" or not key.startswith("web/") or seen.range is None:
+            continue
+        first, last = (int(x) for x in seen.range.removeprefix("bytes=").split("-"))
+        if last == len(files[key]) - 1:
+            continue  # the tail
+        chunk_gets += 1
+        for lo, hi in _text_chunks(files[key]):
+            assert last < lo or first >= hi, (key, seen.range, lo, hi)
+    assert chunk_gets >= SHARDS
+
+
+def test_a_changed_remote_sidecar_changes_the_plan_hash(s3, files, tmp_path) -> None:
+    root = _local(files, tmp_path / "local")
+    s3.upload_dir(root, "corpus/")
+
+    def config_hash() -> str:
+        ds = Dataset.from_path(
+            "web", s3.url("corpus/web/"), where="quality > 0.5", metadata=s3.url("corpus/side/"), key="id"
+        )
+        return prepare(_source(ds)).config_hash
+
+    before = config_hash()
+    assert config_hash() == before
+    table = pq.read_table(pa.BufferReader(files["side/q.parquet"]))
+    quality = table.column("quality").to_pylist()
+    quality[7] = 0.123456  # one score, same selection
+    s3.put("corpus/side/q.parquet", _parquet(table.set_column(1, "quality", pa.array(quality))))
+    assert config_hash() != before
+
+
+def test_remote_selection_errors_are_one_line(s3, files, tmp_path) -> None:
+    root = _local(files, tmp_path / "local")
+    s3.upload_dir(root, "corpus/")
+    s3.put("jsonl/a.jsonl", b'{"text": "x", "score": 1}\n')
+    s3.put("side-dup/q.parquet", _parquet(pa.table({"id": ["w0-1", "w0-1"], "quality": [0.1, 0.2]})))
+    web = s3.url("corpus/web/")
+    cases = [
+        (ConfigError, "names column 'nope', which the dataset lacks — it has id, text, score, lang",
+         Dataset.from_path("web", web, where="nope > 1")),
+        (ConfigError, "where must be a DuckDB SQL expression",
+         Dataset.from_path("web", web, where="score >")),
+        (DatasetError, "sidecar key 'id' must be unique, got 2 rows for 'w0-1'",
+         Dataset.from_path("web", web, metadata=s3.url("side-dup/"), key="id")),
+        (DatasetError, "selection must keep at least one row, got 0 of 120",
+         Dataset.from_path("web", web, where="score > 100")),
+        (DatasetError, "must run on Parquet shards, got jsonl",
+         Dataset.from_path("j", s3.url("jsonl/"), where="score > 0")),
+    ]  # fmt: skip
+    for kind, message, ds in cases:
+        with pytest.raises(kind, match=message) as info:
+            prepare(_source(ds))
+        assert "\n" not in str(info.value)
+
+
+def test_selection_and_sidecar_over_hf(hub_server, files, tmp_path) -> None:
+    web = {f"data/train-{n[4]}.parquet": d for n, d in files.items() if n.startswith("web/")}
+    hub_server.add_dataset("org/web", web, lfs=list(web))
+    hub_server.add_dataset("org/scores", {"data/train-0.parquet": files["side/q.parquet"]})
+    root = _local(files, tmp_path / "local")
+    (root / "hub-side").mkdir()
+    (root / "hub-side" / "train-0.parquet").write_bytes(files["side/q.parquet"])  # its name is fingerprinted too
+    args = {"where": "quality > 0.4 AND lang = 'en'", "order_by": "score DESC", "key": "id"}
+    local = _source(Dataset.from_path("web", root / "web", metadata=root / "hub-side", **args)).plan(tmp_path / "a")
+    remote = _source(Dataset.from_path("web", "hf://org/web/train", metadata="hf://org/scores/train", **args))
+    _same_plans(local, remote.plan(tmp_path / "b"))
