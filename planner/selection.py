@@ -193,16 +193,6 @@ def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
         ) from exc
 
 
-def _check_sources(selection: Selection, refs: tuple[ShardRef, ...]) -> None:
-    name = selection.dataset
-    other = sorted({r.format for r in refs} - {"parquet"})
-    if other:
-        raise DatasetError(
-            f"dataset {name!r}: a selection (where, metadata, order_by, dedup_on) must run on Parquet shards, got "
-            f"{other[0]} — convert the shards to Parquet, or drop the selection"
-        )
-
-
 def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str]) -> ConfigError:
     """The one-line error of a query DuckDB refused."""
     name = selection.dataset
@@ -234,8 +224,8 @@ def select_rows(
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
     name = selection.dataset
-    _check_sources(selection, refs)
-    remote = any(is_remote_uri(r.uri) for r in refs)
+    # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
+    remote = any(is_remote_uri(r.uri) or r.format != "parquet" for r in refs)
     columns = [] if remote else _columns(name, refs)
     total = sum(r.rows for r in refs)
     spill = tempfile.mkdtemp(prefix="zephon-select-")
@@ -248,7 +238,7 @@ def select_rows(
         # never to DuckDB's default ``.tmp`` in the working directory.
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET temp_directory = ?", [spill])
-        if remote:  # the referenced columns, read through the storage layer (zephon.planner.selection_sources)
+        if remote:  # the referenced columns (zephon.planner.selection_sources)
             table, columns = read_documents(name, refs, referenced_names(con, selection))
             con.register("zephon_documents", table)
             documents = _Relation(text="(SELECT * FROM zephon_documents) d", params={})

@@ -48,6 +48,7 @@ import pyarrow.parquet as pq
 from zephon.errors import DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.recipe.selection import Selection
+from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.remote import is_hub_uri, is_remote_uri
 
 __all__ = ["RemoteSidecar", "is_remote_sidecar", "read_documents", "read_sidecar", "referenced_names", "sidecar_digest"]
@@ -175,6 +176,19 @@ def _chunk_ranges(meta: pq.FileMetaData, wanted: set[str]) -> list[tuple[int, in
 
 def _read_shard(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tuple[pa.Table, list[str]]:
     """The referenced columns of one shard, with ``file_row_number`` and ``zephon_shard``; its column names."""
+    if ref.format != "parquet":
+        return _read_jsonl(dataset, index, ref, names)
+    if not is_remote_uri(ref.uri):
+        try:
+            local = pq.ParquetFile(ref.uri)
+            columns = list(local.schema_arrow.names)
+            wanted = [c for c in columns if c.lower() in names]
+            return _numbered(local.read(columns=wanted, use_threads=False), local.metadata.num_rows, index), columns
+        except (OSError, ValueError) as exc:
+            raise DatasetError(
+                f"dataset {dataset!r}: shard {ref.uri} must be readable Parquet, got {one_line(exc)} — restore it "
+                "or re-export it"
+            ) from exc
     try:
         remote = _Remote(ref)
         columns = list(remote.metadata.schema.to_arrow_schema().names)
@@ -193,32 +207,98 @@ def _read_shard(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tup
             f"dataset {dataset!r}: shard {ref.uri} must be readable Parquet, got {one_line(exc)} — restore it or "
             "re-export it"
         ) from exc
-    rows = remote.metadata.num_rows
+    return _numbered(table, remote.metadata.num_rows, index), columns
+
+
+def _numbered(table: pa.Table, rows: int, index: int) -> pa.Table:
+    """``table`` with ``file_row_number`` (0..rows-1) and ``zephon_shard`` (``index``) appended."""
     numbers = {
         "file_row_number": pa.array(np.arange(rows, dtype=np.int64)),
         "zephon_shard": pa.array(np.full(rows, index, dtype=np.int32)),
     }
     if not table.num_columns:
-        return pa.table(numbers), columns
+        return pa.table(numbers)
     for name, values in numbers.items():
         table = table.append_column(name, values)
-    return table, columns
+    return table
+
+
+def _jsonl_bytes(ref: ShardRef) -> bytes:
+    """The whole shard's decompressed bytes: a local file, or the pinned remote file read whole."""
+    if is_hub_uri(ref.uri):
+        from zephon.storage.hub.client import read_remote_range
+        from zephon.storage.remote import remote_file
+
+        hub = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
+        raw = read_remote_range(hub, 0, hub.size) if hub.size else b""
+    elif is_remote_uri(ref.uri):
+        from zephon.storage.objects.reads import object_file, read_whole
+
+        raw = read_whole(object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format))
+    else:
+        with open(ref.uri, "rb") as handle:
+            raw = handle.read()
+    return decompress(raw, ref.format)
+
+
+def _read_jsonl(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tuple[pa.Table, list[str]]:
+    """The referenced fields of a JSONL shard's rows (rows as the scan and the executor number them: one per
+    line, ``zephon.storage.jsonl.line_spans``); a field a row lacks is NULL. Its fields, in order of first use."""
+    try:
+        data = _jsonl_bytes(ref)
+    except ValueError as exc:  # a truncated or corrupt stream
+        raise DatasetError(
+            f"dataset {dataset!r}: shard {ref.uri} must be readable {ref.format}, got {one_line(exc)} — restore it"
+        ) from exc
+    starts, ends = line_spans(data)
+    fields: dict[str, None] = {}
+    values: dict[str, list[Any]] = {}
+    for row, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        try:
+            record = json.loads(data[start:end])
+        except ValueError as exc:
+            record = exc
+        if not isinstance(record, dict):
+            got = one_line(record) if isinstance(record, Exception) else type(record).__name__
+            raise DatasetError(
+                f"dataset {dataset!r}: shard {ref.uri} row {row} must be a JSON object, got {got} — fix the line"
+            )
+        for key, value in record.items():
+            if key not in fields:
+                fields[key] = None
+                if key.lower() in names:
+                    values[key] = [None] * row
+            if key in values:
+                values[key].append(value)
+        for column in values.values():
+            if len(column) == row:  # the row lacks it
+                column.append(None)
+    arrays = {}
+    for key, column in values.items():
+        try:
+            arrays[key] = pa.array(column)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise DatasetError(
+                f"dataset {dataset!r}: field {key!r} of shard {ref.uri} must hold one type in every row, got "
+                f"{one_line(exc)} — write it with one type"
+            ) from exc
+    return _numbered(pa.table(arrays), len(starts), index), list(fields)
 
 
 def read_documents(dataset: str, refs: Sequence[ShardRef], names: set[str]) -> tuple[pa.Table, list[str]]:
     """The selection's table over ``refs`` (see the module docstring) and the first shard's column names.
 
-    Local shards among them are read with pyarrow from disk; remote ones through the storage layer."""
-    if not all(is_remote_uri(r.uri) for r in refs):
-        local = [r.uri for r in refs if not is_remote_uri(r.uri)]
-        raise DatasetError(
-            f"dataset {dataset!r}: a selection must run on shards that are all local or all remote, got local "
-            f"{local[0]} among remote ones — put the dataset's shards in one place"
-        )
+    Local shards among them are read from disk; remote ones through the storage layer."""
     with ThreadPoolExecutor(SHARD_WORKERS, thread_name_prefix="zephon-select-shard") as pool:
         parts = list(pool.map(lambda item: _read_shard(dataset, item[0], item[1], names), enumerate(refs)))
     tables = [t for t, _ in parts]
-    return pa.concat_tables(tables, promote_options="default"), parts[0][1]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive"), parts[0][1]
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise DatasetError(
+            f"dataset {dataset!r}: its shards must give each selected column one type, got {one_line(exc)} — "
+            "write the column with one type in every shard"
+        ) from exc
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

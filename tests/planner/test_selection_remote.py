@@ -15,10 +15,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from tokenizers import Tokenizer
 
 from zephon.errors import ConfigError, DatasetError
+from zephon.executor.runner import iterate_batches
+from zephon.executor.settings import ExecutorSpec
 from zephon.io import Dataset
 from zephon.planner.prepare import prepare
+from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 SHARDS, ROWS, GROUP = 3, 40, 10
@@ -171,8 +175,8 @@ def test_remote_selection_errors_are_one_line(s3, files, tmp_path) -> None:
          Dataset.from_path("web", web, metadata=s3.url("side-dup/"), key="id")),
         (DatasetError, "selection must keep at least one row, got 0 of 120",
          Dataset.from_path("web", web, where="score > 100")),
-        (DatasetError, "must run on Parquet shards, got jsonl",
-         Dataset.from_path("j", s3.url("jsonl/"), where="score > 0")),
+        (DatasetError, "selection must keep at least one row, got 0 of 1",
+         Dataset.from_path("j", s3.url("jsonl/"), where="score > 1")),
     ]  # fmt: skip
     for kind, message, ds in cases:
         with pytest.raises(kind, match=message) as info:
@@ -191,3 +195,79 @@ def test_selection_and_sidecar_over_hf(hub_server, files, tmp_path) -> None:
     local = _source(Dataset.from_path("web", root / "web", metadata=root / "hub-side", **args)).plan(tmp_path / "a")
     remote = _source(Dataset.from_path("web", "hf://org/web/train", metadata="hf://org/scores/train", **args))
     _same_plans(local, remote.plan(tmp_path / "b"))
+
+
+def _as_jsonl(files: dict[str, bytes], root: Path, suffix: str) -> Path:
+    """web/ as JSONL shards (``suffix``: .jsonl, .jsonl.gz or .jsonl.zst), with the first row of each shard
+    lacking its ``lang`` field (a NULL for the selection)."""
+    import gzip
+
+    import zstandard
+
+    (root / "web").mkdir(parents=True)
+    for name, data in files.items():
+        if not name.startswith("web/"):
+            continue
+        rows = pq.read_table(pa.BufferReader(data)).to_pylist()
+        del rows[0]["lang"]
+        text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+        text = {".jsonl": text, ".jsonl.gz": gzip.compress(text), ".jsonl.zst": zstandard.compress(text)}[suffix]
+        (root / name.replace(".parquet", suffix)).write_bytes(text)
+    return root / "web"
+
+
+def _codes(plan: Path) -> list[tuple[int, int, int]]:
+    samples = pq.read_table(plan / "samples.parquet").to_pydict()
+    shards = pq.read_table(plan / "shards.parquet").to_pydict()
+    stem = {i: Path(u).name.split(".")[0] for i, u in zip(shards["shard_id"], shards["uri"], strict=True)}
+    return [(e, int(stem[s]), r) for e, s, r in zip(samples["epoch"], samples["shard_id"], samples["row"], strict=True)]
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".jsonl.gz", ".jsonl.zst"])
+def test_a_jsonl_selection_keeps_what_the_parquet_one_does(files, tmp_path, suffix) -> None:
+    root = _local(files, tmp_path / "pq")
+    web = _as_jsonl(files, tmp_path / "js", suffix)
+    args = {"where": "quality > 0.3 AND lang = 'en'", "order_by": "score DESC", "metadata": root / "side", "key": "id"}
+    a = _source(Dataset.from_path("web", root / "web", **args)).plan(tmp_path / "a")
+    b = _source(Dataset.from_path("web", web, **args)).plan(tmp_path / "b")
+    # Same selection, except each shard's first row: its missing lang is NULL, so the JSONL plan drops it (and
+    # it has no sidecar row in the first place: quality is NULL too — so the selections are equal).
+    assert _codes(a) == _codes(b)
+    assert _selection(a) | {"metadata": None} == _selection(b) | {"metadata": None}
+
+
+def test_a_remote_jsonl_selection_plans_what_the_local_copy_does(s3, files, tmp_path) -> None:
+    web = _as_jsonl(files, tmp_path / "js", ".jsonl.gz")
+    s3.upload_dir(web, "js/")
+    args = {"where": "score >= 2 AND lang IS NOT NULL", "dedup_on": "score"}
+    a = _source(Dataset.from_path("web", web, **args)).plan(tmp_path / "a")
+    b = _source(Dataset.from_path("web", s3.url("js/"), **args)).plan(tmp_path / "b")
+    _same_plans(a, b)
+
+
+def test_jsonl_rows_that_are_not_objects_or_mix_types_are_refused(tmp_path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "0.jsonl").write_text('{"text": "x", "score": 1}\n[1, 2]\n')
+    with pytest.raises(DatasetError, match=r"0.jsonl row 1 must be a JSON object, got list — fix the line"):
+        prepare(_source(Dataset.from_path("a", tmp_path / "a", where="score > 0")))
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "0.jsonl").write_text('{"text": "x", "score": 1}\n{"text": "y", "score": "high"}\n')
+    with pytest.raises(DatasetError, match=r"field 'score' of shard .*0.jsonl must hold one type in every row"):
+        prepare(_source(Dataset.from_path("b", tmp_path / "b", where="score > 0")))
+
+
+def test_the_executor_reads_only_the_selected_jsonl_documents(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "web").mkdir()
+    for s in range(2):
+        rows = [{"text": ("hi " if r % 3 == 0 else "lo ") * (2 + r % 4), "score": r % 3} for r in range(30)]
+        (tmp_path / "web" / f"{s}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tok, pack = TokenizeSpec(tokenizer_id=tokenizer_dir), PackSpec(max_length=33)
+    ds = Dataset.from_path("web", tmp_path / "web", where="score = 0")
+    source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=tok, pack=pack)
+    decoder = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
+    words: set[str] = set()
+    for batch in iterate_batches(plan, ExecutorSpec(tokenize=tok, pack=pack, batch=BatchSpec(microbatch_size=4))):
+        for tokens, n in zip(batch.tokens, batch.lengths, strict=True):
+            words |= set(decoder.decode(tokens[:n].tolist()).split())
+    assert words == {"hi"}
