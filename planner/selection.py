@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.planner.selection_sources import (
+    arrow_read,
     is_remote_sidecar,
     read_documents,
     read_sidecar,
@@ -58,7 +59,6 @@ from zephon.planner.selection_sources import (
     sidecar_digest,
 )
 from zephon.recipe.selection import Selection
-from zephon.storage.remote import is_remote_uri
 
 __all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "sidecar_files"]
 
@@ -225,7 +225,7 @@ def select_rows(
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
     name = selection.dataset
     # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
-    remote = any(is_remote_uri(r.uri) or r.format != "parquet" for r in refs)
+    remote = any(arrow_read(r) for r in refs)
     columns = [] if remote else _columns(name, refs)
     total = sum(r.rows for r in refs)
     spill = tempfile.mkdtemp(prefix="zephon-select-")

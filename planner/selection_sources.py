@@ -51,7 +51,23 @@ from zephon.recipe.selection import Selection
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.remote import is_hub_uri, is_remote_uri
 
-__all__ = ["RemoteSidecar", "is_remote_sidecar", "read_documents", "read_sidecar", "referenced_names", "sidecar_digest"]
+__all__ = [
+    "RemoteSidecar",
+    "Wanted",
+    "arrow_read",
+    "is_remote_sidecar",
+    "read_documents",
+    "read_shard",
+    "read_sidecar",
+    "referenced_names",
+    "sidecar_digest",
+]
+
+
+def arrow_read(ref: ShardRef) -> bool:
+    """True when a selection reads this shard into Arrow first (remote or JSONL); DuckDB reads local Parquet."""
+    return is_remote_uri(ref.uri) or ref.format != "parquet"
+
 
 #: Chunks closer than this are fetched by one GET (the gap's bytes are read and dropped).
 GAP_BYTES = 64 << 10
@@ -63,8 +79,8 @@ def is_remote_sidecar(text: str) -> bool:
     return text.startswith(("hf://", "s3://", "gs://", "gcs://", "az://", "abfs://"))
 
 
-def referenced_names(con: duckdb.DuckDBPyConnection, selection: Selection) -> set[str]:
-    """Lower-cased names of the columns the selection's expressions reference, and its key.
+def referenced_names(con: duckdb.DuckDBPyConnection, selection: Selection) -> Wanted:
+    """The columns the selection's expressions reference, and its key (lower-cased names).
 
     An expression DuckDB cannot parse adds nothing: the query itself then reports it (``selection._fail``)."""
     queries = []
@@ -81,7 +97,7 @@ def referenced_names(con: duckdb.DuckDBPyConnection, selection: Selection) -> se
             _collect(tree, names)
     if selection.key is not None:
         names.add(selection.key.lower())
-    return names
+    return Wanted(names=frozenset(names))
 
 
 def _collect(node: Any, names: set[str]) -> None:
@@ -174,16 +190,29 @@ def _chunk_ranges(meta: pq.FileMetaData, wanted: set[str]) -> list[tuple[int, in
     return merged
 
 
-def _read_shard(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tuple[pa.Table, list[str]]:
-    """The referenced columns of one shard, with ``file_row_number`` and ``zephon_shard``; its column names."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Wanted:
+    """Which columns of a shard to read: those named in ``names`` (lower-cased), or with ``all_but`` set, every
+    column except that one (``zephon sql``'s metadata view: all but the text)."""
+
+    names: frozenset[str] = frozenset()
+    all_but: str | None = None
+
+    def __call__(self, column: str) -> bool:
+        return column != self.all_but if self.all_but is not None else column.lower() in self.names
+
+
+def read_shard(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
+    """The wanted columns of one shard (local or remote, Parquet or JSONL), with ``file_row_number`` and
+    ``zephon_shard`` (= ``index``); the shard's column names."""
     if ref.format != "parquet":
-        return _read_jsonl(dataset, index, ref, names)
+        return _read_jsonl(dataset, index, ref, wanted)
     if not is_remote_uri(ref.uri):
         try:
             local = pq.ParquetFile(ref.uri)
             columns = list(local.schema_arrow.names)
-            wanted = [c for c in columns if c.lower() in names]
-            return _numbered(local.read(columns=wanted, use_threads=False), local.metadata.num_rows, index), columns
+            chosen = [c for c in columns if wanted(c)]
+            return _numbered(local.read(columns=chosen, use_threads=False), local.metadata.num_rows, index), columns
         except (OSError, ValueError) as exc:
             raise DatasetError(
                 f"dataset {dataset!r}: shard {ref.uri} must be readable Parquet, got {one_line(exc)} — restore it "
@@ -192,14 +221,14 @@ def _read_shard(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tup
     try:
         remote = _Remote(ref)
         columns = list(remote.metadata.schema.to_arrow_schema().names)
-        wanted = [c for c in columns if c.lower() in names]
-        if wanted:
-            ranges = _chunk_ranges(remote.metadata, set(wanted))
+        chosen = [c for c in columns if wanted(c)]
+        if chosen:
+            ranges = _chunk_ranges(remote.metadata, set(chosen))
             with ThreadPoolExecutor(SHARD_WORKERS, thread_name_prefix="zephon-select") as pool:
                 data = list(pool.map(lambda r: remote.read(*r), ranges))
             blocks = {s: d for (s, _), d in zip(ranges, data, strict=True)}
             handle = _Blocks(remote.size, blocks, remote.read)
-            table = pq.ParquetFile(handle, metadata=remote.metadata).read(columns=wanted, use_threads=False)
+            table = pq.ParquetFile(handle, metadata=remote.metadata).read(columns=chosen, use_threads=False)
         else:
             table = pa.table({})
     except (OSError, ValueError) as exc:  # an unreadable footer or page (storage errors arrive worded)
@@ -241,7 +270,7 @@ def _jsonl_bytes(ref: ShardRef) -> bytes:
     return decompress(raw, ref.format)
 
 
-def _read_jsonl(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tuple[pa.Table, list[str]]:
+def _read_jsonl(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
     """The referenced fields of a JSONL shard's rows (rows as the scan and the executor number them: one per
     line, ``zephon.storage.jsonl.line_spans``); a field a row lacks is NULL. Its fields, in order of first use."""
     try:
@@ -266,7 +295,7 @@ def _read_jsonl(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tup
         for key, value in record.items():
             if key not in fields:
                 fields[key] = None
-                if key.lower() in names:
+                if wanted(key):
                     values[key] = [None] * row
             if key in values:
                 values[key].append(value)
@@ -285,12 +314,12 @@ def _read_jsonl(dataset: str, index: int, ref: ShardRef, names: set[str]) -> tup
     return _numbered(pa.table(arrays), len(starts), index), list(fields)
 
 
-def read_documents(dataset: str, refs: Sequence[ShardRef], names: set[str]) -> tuple[pa.Table, list[str]]:
+def read_documents(dataset: str, refs: Sequence[ShardRef], wanted: Wanted) -> tuple[pa.Table, list[str]]:
     """The selection's table over ``refs`` (see the module docstring) and the first shard's column names.
 
     Local shards among them are read from disk; remote ones through the storage layer."""
     with ThreadPoolExecutor(SHARD_WORKERS, thread_name_prefix="zephon-select-shard") as pool:
-        parts = list(pool.map(lambda item: _read_shard(dataset, item[0], item[1], names), enumerate(refs)))
+        parts = list(pool.map(lambda item: read_shard(dataset, item[0], item[1], wanted), enumerate(refs)))
     tables = [t for t, _ in parts]
     try:
         return pa.concat_tables(tables, promote_options="permissive"), parts[0][1]
