@@ -148,8 +148,8 @@ def sidecar_files(selection: Selection) -> list[str]:
     text = selection.metadata
     if "://" in text:
         raise DatasetError(
-            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob here, got "
-            f"{text!r} — copy the sidecar to a local or mounted directory (only planning reads remote sidecars)"
+            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob, or an s3://, "
+            f"gs://, az:// or hf:// path, got {text!r} — copy the sidecar to one of those"
         )
     path = Path(text).expanduser()
     if path.is_dir():

@@ -271,3 +271,35 @@ def test_the_executor_reads_only_the_selected_jsonl_documents(tmp_path, tokenize
         for tokens, n in zip(batch.tokens, batch.lengths, strict=True):
             words |= set(decoder.decode(tokens[:n].tolist()).split())
     assert words == {"hi"}
+
+
+def test_sql_show_and_audit_read_remote_and_jsonl_metadata_as_the_local_plan_does(s3, files, tmp_path) -> None:
+    from zephon.inspection.column_audit import column_windows
+    from zephon.inspection.show import show_step
+    from zephon.inspection.sql import run_sql
+
+    root = _local(files, tmp_path / "local")
+    s3.upload_dir(root, "corpus/")
+    web = _as_jsonl(files, tmp_path / "js", ".jsonl.zst")
+    s3.upload_dir(web, "js/")
+    args = {"where": "score >= 1", "key": "id", "order_by": "quality", "order_window": 1}
+    plans = [
+        _source(Dataset.from_path("web", root / "web", metadata=root / "side", **args)).plan(tmp_path / "a"),
+        _source(Dataset.from_path("web", s3.url("corpus/web/"), metadata=s3.url("corpus/side/"), **args)).plan(
+            tmp_path / "b"
+        ),
+        _source(Dataset.from_path("web", s3.url("js/"), metadata=s3.url("corpus/side/"), **args)).plan(tmp_path / "c"),
+    ]
+    query = "SELECT m.score, m.lang, m.quality FROM samples s JOIN metadata m USING (shard_id, row) ORDER BY position"
+    local_rows = run_sql(plans[0], query)[1]
+    assert len(local_rows) == 2 * _selection(plans[0])["selected"]
+    assert run_sql(plans[1], query)[1] == local_rows
+    # the JSONL copy lacks each shard's first lang (NULL): the documents without a sidecar row (no quality)
+    assert run_sql(plans[2], query)[1] == [(s, lang if q is not None else None, q) for s, lang, q in local_rows]
+    means = [column_windows(p, "quality", batch_size=4, window=5).means for p in plans]
+    assert np.array_equal(means[0], means[1], equal_nan=True) and np.array_equal(means[0], means[2], equal_nan=True)
+    shown = [
+        [r.metadata for r in show_step(p, 2, batch_size=4, columns=["quality", "score"], text=False).rows]
+        for p in plans
+    ]
+    assert shown[0] == shown[1] == shown[2] and len(shown[0]) == 4 and shown[0][0]["quality"] is not None
