@@ -7,7 +7,10 @@ optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key
 
 DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
 statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
-corpus reads that column, not the text.
+corpus reads that column, not the text. Remote shards (``s3://``, ``gs://``, ``az://``, ``hf://``) and JSONL
+shards are read by ``zephon.planner.selection_sources`` instead — the referenced columns only, pinned — into
+one Arrow table of the same shape (``file_row_number``, and ``zephon_shard`` for ``file_index``), on which
+the same query runs: the selection is the one of the same files copied locally. Remote sidecars likewise.
 
 Rules (docs/curricula.md):
 

@@ -161,10 +161,11 @@ class _Remote:
             self.metadata = read_remote_parquet_metadata(hub)
             self.read: Callable[[int, int], bytes] = lambda s, e: read_remote_range(hub, s, e)
         else:
-            from zephon.storage.objects.reads import object_file, read_range, read_tail
+            from zephon.storage.objects.range_file import RangeFile
+            from zephon.storage.objects.reads import object_file, read_range
 
             obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
-            self.metadata = pq.read_metadata(pa.BufferReader(read_tail(obj)))
+            self.metadata = RangeFile(obj).metadata  # kept per pinned object: a second read costs no GET
             self.read = lambda s, e: read_range(obj, s, e)
 
 
