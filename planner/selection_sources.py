@@ -17,8 +17,9 @@ pairs, in the same order, as the local copy — the plan's samples are byte-iden
 
 Columns read: those the ``where``, ``order_by`` and ``dedup_on`` expressions reference (found by DuckDB's own
 parser, ``json_serialize_sql``, matched case-insensitively to the shard's columns) and the sidecar key. Every
-row group's chunks of those columns are read: no statistics pruning for remote shards (one GET per run of
-adjacent chunks, a few bytes per document for a metadata column; the text column is never fetched).
+row group's chunks of those columns are read (one GET per run of adjacent chunks, a few bytes per document
+for a metadata column; the text column is never fetched) except the row groups whose footer statistics
+exclude a simple conjunct of the ``where`` (``zephon.planner.selection_pruning``; not with a sidecar).
 
 Sidecars on ``s3://``/``gs://``/``az://`` (an object, a prefix or a glob) or ``hf://`` (a dataset path) are
 read whole, pinned, and fingerprinted by content exactly like a local sidecar (SHA-256 over each file's name
@@ -47,6 +48,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, one_line
 from zephon.plan.records import ShardRef
+from zephon.planner.selection_pruning import Bound, bounds_of, groups_to_read
 from zephon.recipe.selection import Selection
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.remote import is_hub_uri, is_remote_uri
@@ -91,13 +93,16 @@ def referenced_names(con: duckdb.DuckDBPyConnection, selection: Selection) -> Wa
     if selection.dedup_on is not None:
         queries.append(f"SELECT 1 ORDER BY ({selection.dedup_on})")
     names: set[str] = set()
+    prune: tuple[Bound, ...] = ()
     for query in queries:
         tree = json.loads(con.execute("SELECT json_serialize_sql($q)", {"q": query}).fetchall()[0][0])
         if not tree.get("error"):
             _collect(tree, names)
+            if query.startswith("SELECT 1 WHERE") and selection.metadata is None:
+                prune = bounds_of(tree["statements"][0]["node"].get("where_clause"))
     if selection.key is not None:
         names.add(selection.key.lower())
-    return Wanted(names=frozenset(names))
+    return Wanted(names=frozenset(names), prune=prune)
 
 
 def _collect(node: Any, names: set[str]) -> None:
@@ -169,10 +174,11 @@ class _Remote:
             self.read = lambda s, e: read_range(obj, s, e)
 
 
-def _chunk_ranges(meta: pq.FileMetaData, wanted: set[str]) -> list[tuple[int, int]]:
-    """``[start, end)`` of every chunk of the ``wanted`` top-level columns, runs closer than GAP_BYTES merged."""
+def _chunk_ranges(meta: pq.FileMetaData, wanted: set[str], groups: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` of the chunks of the ``wanted`` top-level columns in ``groups``, runs closer than
+    GAP_BYTES merged."""
     ranges = []
-    for g in range(meta.num_row_groups):
+    for g in groups:
         group = meta.row_group(g)
         for i in range(group.num_columns):
             chunk = group.column(i)
@@ -198,6 +204,8 @@ class Wanted:
 
     names: frozenset[str] = frozenset()
     all_but: str | None = None
+    #: Remote Parquet: row groups these bounds exclude by statistics are not read (``selection_pruning``).
+    prune: tuple[Bound, ...] = ()
 
     def __call__(self, column: str) -> bool:
         return column != self.all_but if self.all_but is not None else column.lower() in self.names
@@ -223,21 +231,41 @@ def read_shard(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple
         remote = _Remote(ref)
         columns = list(remote.metadata.schema.to_arrow_schema().names)
         chosen = [c for c in columns if wanted(c)]
-        if chosen:
-            ranges = _chunk_ranges(remote.metadata, set(chosen))
-            with ThreadPoolExecutor(SHARD_WORKERS, thread_name_prefix="zephon-select") as pool:
-                data = list(pool.map(lambda r: remote.read(*r), ranges))
-            blocks = {s: d for (s, _), d in zip(ranges, data, strict=True)}
-            handle = _Blocks(remote.size, blocks, remote.read)
-            table = pq.ParquetFile(handle, metadata=remote.metadata).read(columns=chosen, use_threads=False)
-        else:
-            table = pa.table({})
+        groups = groups_to_read(remote.metadata, wanted.prune)
+        if len(groups) < remote.metadata.num_row_groups:  # some excluded by statistics
+            return _pruned(remote, groups, chosen, index), columns
+        table = _fetch(remote, chosen, groups).read(columns=chosen, use_threads=False) if chosen else pa.table({})
     except (OSError, ValueError) as exc:  # an unreadable footer or page (storage errors arrive worded)
         raise DatasetError(
             f"dataset {dataset!r}: shard {ref.uri} must be readable Parquet, got {one_line(exc)} — restore it or "
             "re-export it"
         ) from exc
     return _numbered(table, remote.metadata.num_rows, index), columns
+
+
+def _fetch(remote: _Remote, chosen: list[str], groups: Sequence[int]) -> pq.ParquetFile:
+    """The remote file with the chunks of ``chosen`` in ``groups`` fetched (concurrently), as pyarrow opens it."""
+    ranges = _chunk_ranges(remote.metadata, set(chosen), groups)
+    with ThreadPoolExecutor(SHARD_WORKERS, thread_name_prefix="zephon-select") as pool:
+        data = list(pool.map(lambda r: remote.read(*r), ranges))
+    blocks = {s: d for (s, _), d in zip(ranges, data, strict=True)}
+    return pq.ParquetFile(_Blocks(remote.size, blocks, remote.read), metadata=remote.metadata)
+
+
+def _pruned(remote: _Remote, groups: list[int], chosen: list[str], index: int) -> pa.Table:
+    """The ``chosen`` columns of the row ``groups`` only, with their rows' numbers in the whole shard."""
+    meta = remote.metadata
+    sizes = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    offsets = np.concatenate(([0], np.cumsum(sizes)))
+    numbers = [np.arange(offsets[g], offsets[g + 1], dtype=np.int64) for g in groups]
+    row_numbers = np.concatenate(numbers) if numbers else np.zeros(0, dtype=np.int64)
+    if groups:
+        table = _fetch(remote, chosen, groups).read_row_groups(groups, columns=chosen, use_threads=False)
+    else:
+        schema = meta.schema.to_arrow_schema()
+        table = pa.table({c: pa.array([], schema.field(c).type) for c in chosen})
+    table = table.append_column("file_row_number", pa.array(row_numbers))
+    return table.append_column("zephon_shard", pa.array(np.full(len(row_numbers), index, dtype=np.int32)))
 
 
 def _numbered(table: pa.Table, rows: int, index: int) -> pa.Table:

@@ -303,3 +303,62 @@ def test_sql_show_and_audit_read_remote_and_jsonl_metadata_as_the_local_plan_doe
         for p in plans
     ]
     assert shown[0] == shown[1] == shown[2] and len(shown[0]) == 4 and shown[0][0]["quality"] is not None
+
+
+def _sorted_shards(root: Path) -> Path:
+    """3 shards × 40 rows in row groups of 10, sorted: r = 40·shard + row, name = r as 4 digits, x = r / 10."""
+    (root / "web").mkdir(parents=True)
+    for s in range(SHARDS):
+        r = np.arange(s * ROWS, (s + 1) * ROWS)
+        table = pa.table({"text": [f"doc {v}" for v in r], "r": r, "name": [f"{v:04d}" for v in r], "x": r / 10})
+        (root / "web" / f"{s}.parquet").write_bytes(_parquet(table))
+    return root / "web"
+
+
+def test_bounds_of_a_where_clause() -> None:
+    import duckdb
+
+    from zephon.planner.selection_pruning import Bound, bounds_of
+
+    def parsed(where: str):
+        con = duckdb.connect()
+        tree = json.loads(
+            con.execute("SELECT json_serialize_sql($q)", {"q": f"SELECT 1 WHERE ({where})"}).fetchall()[0][0]
+        )
+        return bounds_of(tree["statements"][0]["node"]["where_clause"])
+
+    assert parsed("r >= 50 AND (name < '0105' AND 3 > R) AND x >= 0.5 AND lower(name) = 'a'") == (
+        Bound(column="r", op=">=", value=50),
+        Bound(column="name", op="<", value="0105"),
+        Bound(column="r", op="<", value=3),
+    )
+    assert parsed("r >= 50 OR name = 'x'") == () and parsed("NOT r = 2") == ()
+
+
+def test_remote_row_groups_excluded_by_statistics_are_not_read(s3, tmp_path) -> None:
+    from zephon.planner.selection_pruning import Bound
+    from zephon.planner.selection_sources import Wanted, read_documents
+
+    web = _sorted_shards(tmp_path / "local")
+    s3.upload_dir(web, "sorted/")
+    where = "r >= 50 AND name < '0105' AND x >= 0 AND r % 3 <> 1"
+    local = _source(Dataset.from_path("web", web, where=where, order_by="x DESC")).plan(tmp_path / "a")
+    remote_ds = Dataset.from_path("web", s3.url("sorted/"), where=where, order_by="x DESC")
+    _same_plans(local, _source(remote_ds).plan(tmp_path / "b"))
+    refs = tuple(s.placed(shard_id=i, dataset_id=0, dataset="web") for i, s in enumerate(remote_ds.shards()))
+    prune = (Bound(column="r", op=">=", value=50), Bound(column="name", op="<", value="0105"))
+    table, columns = read_documents("web", refs, Wanted(names=frozenset({"r", "name", "x"}), prune=prune))
+    assert columns == ["text", "r", "name", "x"]
+    # shard 0 (r 0-39) wholly excluded; shard 1 from r 50 (its first group, 40-49, excluded); shard 2 up to 109
+    assert table.column("r").to_pylist() == list(range(50, 80)) + list(range(80, 110))
+    assert table.column("file_row_number").to_pylist() == list(range(10, 40)) + list(range(0, 30))
+    # with a sidecar nothing is pruned: every document takes part in the key counts
+    side = pa.table({"r": np.arange(0, 200, 2), "q": np.linspace(0, 1, 100)})
+    s3.put("side/q.parquet", _parquet(side))
+    (tmp_path / "side").mkdir()
+    (tmp_path / "side" / "q.parquet").write_bytes(_parquet(side))
+    args = {"where": "r >= 50 AND q > 0.3", "key": "r"}
+    a = _source(Dataset.from_path("web", web, metadata=tmp_path / "side", **args)).plan(tmp_path / "c")
+    b = _source(Dataset.from_path("web", s3.url("sorted/"), metadata=s3.url("side/"), **args)).plan(tmp_path / "d")
+    _same_plans(a, b)
+    assert _selection(b)["sidecar"]["documents_without_metadata"] == 60
