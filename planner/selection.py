@@ -7,7 +7,10 @@ optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key
 
 DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
 statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
-corpus reads that column, not the text.
+corpus reads that column, not the text. Remote shards (``s3://``, ``gs://``, ``az://``, ``hf://``) and JSONL
+shards are read by ``zephon.planner.selection_sources`` instead — the referenced columns only, pinned — into
+one Arrow table of the same shape (``file_row_number``, and ``zephon_shard`` for ``file_index``), on which
+the same query runs: the selection is the one of the same files copied locally. Remote sidecars likewise.
 
 Rules (docs/curricula.md):
 
@@ -50,6 +53,14 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
+from zephon.planner.selection_sources import (
+    arrow_read,
+    is_remote_sidecar,
+    read_documents,
+    read_sidecar,
+    referenced_names,
+    sidecar_digest,
+)
 from zephon.recipe.selection import Selection
 
 __all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "sidecar_files"]
@@ -140,8 +151,8 @@ def sidecar_files(selection: Selection) -> list[str]:
     text = selection.metadata
     if "://" in text:
         raise DatasetError(
-            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob, got {text!r} "
-            "— copy the sidecar to a local or mounted directory (remote sidecars are not supported by this version)"
+            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob, or an s3://, "
+            f"gs://, az:// or hf:// path, got {text!r} — copy the sidecar to one of those"
         )
     path = Path(text).expanduser()
     if path.is_dir():
@@ -162,13 +173,13 @@ def _sidecar_fingerprint(files: list[str]) -> str:
     """SHA-256 over each sidecar file's name and whole content: any changed score changes the plan hash.
 
     The whole content, not the footer: a sidecar is a few bytes per document, and one changed value in the
-    middle of a page need not change a footer."""
-    digest = hashlib.sha256()
+    middle of a page need not change a footer. A remote sidecar's fingerprint is the same function of its
+    files' names and bytes (``selection_sources.sidecar_digest``)."""
+    items = []
     for name in files:
-        digest.update(Path(name).name.encode() + b"\0")
         with open(name, "rb") as handle:
-            digest.update(hashlib.file_digest(handle, "sha256").digest())
-    return "sha256:" + digest.hexdigest()
+            items.append((Path(name).name, hashlib.file_digest(handle, "sha256").digest()))
+    return sidecar_digest(items)
 
 
 def _quote(name: str) -> str:
@@ -183,22 +194,6 @@ def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
             f"dataset {dataset!r}: shard {refs[0].uri} must be a readable Parquet file, got {one_line(exc)} — "
             "restore it or re-export it"
         ) from exc
-
-
-def _check_sources(selection: Selection, refs: tuple[ShardRef, ...]) -> None:
-    name = selection.dataset
-    other = sorted({r.format for r in refs} - {"parquet"})
-    if other:
-        raise DatasetError(
-            f"dataset {name!r}: a selection (where, metadata, order_by, dedup_on) must run on Parquet shards, got "
-            f"{other[0]} — convert the shards to Parquet, or drop the selection"
-        )
-    remote = [r.uri for r in refs if "://" in r.uri]
-    if remote:
-        raise DatasetError(
-            f"dataset {name!r}: a selection must run on local shards, got {remote[0]} — download the shards to a "
-            "local or mounted directory and point the dataset there (remote selections are not supported yet)"
-        )
 
 
 def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str]) -> ConfigError:
@@ -232,8 +227,9 @@ def select_rows(
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
     name = selection.dataset
-    _check_sources(selection, refs)
-    columns = _columns(name, refs)
+    # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
+    remote = any(arrow_read(r) for r in refs)
+    columns = [] if remote else _columns(name, refs)
     total = sum(r.rows for r in refs)
     spill = tempfile.mkdtemp(prefix="zephon-select-")
     con = duckdb.connect()
@@ -245,7 +241,17 @@ def select_rows(
         # never to DuckDB's default ``.tmp`` in the working directory.
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET temp_directory = ?", [spill])
-        result, sidecar = _evaluate(con, selection, [r.uri for r in refs], columns)
+        if remote:  # the referenced columns (zephon.planner.selection_sources)
+            table, columns = read_documents(name, refs, referenced_names(con, selection))
+            con.register("zephon_documents", table)
+            documents = _Relation(text="(SELECT * FROM zephon_documents) d", params={})
+        else:
+            documents = _Relation(
+                text="(SELECT *, CAST(file_index AS INTEGER) AS zephon_shard FROM read_parquet($paths, "
+                "file_row_number = true)) d",
+                params={"paths": [r.uri for r in refs]},
+            )
+        result, sidecar = _evaluate(con, selection, documents, columns, total)
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
@@ -284,11 +290,32 @@ def select_rows(
     )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Relation:
+    """A table of the query: its SQL text and the named parameters that text uses."""
+
+    text: str
+    params: dict[str, Any]
+
+
+def _sidecar(con: duckdb.DuckDBPyConnection, selection: Selection) -> tuple[_Relation, str, int]:
+    """The sidecar as a relation, its fingerprint and its rows: local files through ``read_parquet``, a remote
+    sidecar read whole through the storage layer and registered."""
+    assert selection.metadata is not None
+    if is_remote_sidecar(selection.metadata):
+        side = read_sidecar(selection)
+        con.register("zephon_sidecar", side.table)
+        return _Relation(text="zephon_sidecar", params={}), side.fingerprint, side.table.num_rows
+    files = sidecar_files(selection)
+    rows = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($meta)", {"meta": files}).fetchall()[0][0]
+    return _Relation(text="read_parquet($meta)", params={"meta": files}), _sidecar_fingerprint(files), int(rows)
+
+
 def _evaluate(
-    con: duckdb.DuckDBPyConnection, selection: Selection, paths: list[str], columns: list[str]
+    con: duckdb.DuckDBPyConnection, selection: Selection, docs: _Relation, columns: list[str], total: int
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
-    params: dict[str, Any] = {"paths": paths}
+    params: dict[str, Any] = dict(docs.params)
     extra = []
     order_key = dedup_key = ""
     if selection.order_by is not None:
@@ -300,10 +327,9 @@ def _evaluate(
     if selection.dedup_on is not None:
         dedup_key = selection.dedup_on
         extra.append("CASE WHEN ({dedup}) IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY ({dedup})) END AS grp")
-    # file_index: the shard's place in $paths (a virtual column of DuckDB's multi-file reader).
-    documents = (
-        "(SELECT *, CAST(file_index AS INTEGER) AS zephon_shard FROM read_parquet($paths, file_row_number = true)) d"
-    )
+    # zephon_shard: the shard's place in the dataset (local: file_index, a virtual column of DuckDB's multi-file
+    # reader, the place in $paths); file_row_number: the row in it.
+    documents = docs.text
     if selection.metadata is None:
         where = f"WHERE ({selection.where})" if selection.where is not None else ""
         windows = "".join(", " + e.format(order=order_key, dedup=dedup_key) for e in extra)
@@ -317,14 +343,14 @@ def _evaluate(
             field, text = _blame(selection, con, documents, params)
             raise _fail(selection, exc, field, text, columns) from exc
     assert selection.key is not None
-    files = sidecar_files(selection)
-    params["meta"] = files
-    meta_columns = _sidecar_columns(con, selection, files, columns)
+    meta, fingerprint, sidecar_rows = _sidecar(con, selection)
+    params.update(meta.params)
+    meta_columns = _sidecar_columns(con, selection, meta, columns)
     columns = columns + [c for c in meta_columns if c != selection.key]
     qkey = _quote(selection.key)
     # One full join, materialized (DuckDB spills it past the memory limit): the selection and the counts of keys
     # on one side only are both read from it, so the two tables are joined once.
-    source = f"{documents} FULL OUTER JOIN (SELECT *, true AS zephon_side FROM read_parquet($meta)) m USING ({qkey})"
+    source = f"{documents} FULL OUTER JOIN (SELECT *, true AS zephon_side FROM {meta.text}) m USING ({qkey})"
     keep = f"coalesce(({selection.where}), false)" if selection.where is not None else "true"
     keys = (f", ({order_key}) AS zephon_order" if order_key else "") + (
         f", ({dedup_key}) AS zephon_dedup" if dedup_key else ""
@@ -339,25 +365,20 @@ def _evaluate(
     except duckdb.Error as exc:
         field, text = _blame(selection, con, source, params)
         raise _fail(selection, exc, field, text, columns) from exc
-    sidecar = _sidecar_counts(con, selection, files, sum_rows=_rows(con, paths))
+    sidecar = _sidecar_counts(con, selection, meta, sum_rows=total)
+    sidecar.update(sidecar_fingerprint=fingerprint, sidecar_rows=sidecar_rows)
     windows = "".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra)
     query = f"SELECT shard, row{windows} FROM zephon_joined WHERE keep AND shard IS NOT NULL ORDER BY shard, row"
     return con.execute(query).fetchnumpy(), sidecar
 
 
-def _rows(con: duckdb.DuckDBPyConnection, paths: list[str]) -> int:
-    found = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($paths)", {"paths": paths}).fetchone()
-    assert found is not None
-    return int(found[0])
-
-
 def _sidecar_columns(
-    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], columns: list[str]
+    con: duckdb.DuckDBPyConnection, selection: Selection, meta: _Relation, columns: list[str]
 ) -> list[str]:
     """The sidecar's columns, checked: the key in both tables, no other column in both."""
     name, key = selection.dataset, selection.key
     assert key is not None
-    meta_columns = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($meta)", {"meta": files}).fetchall()]
+    meta_columns = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {meta.text}", meta.params).fetchall()]
     for side, have in (("dataset", columns), ("metadata", meta_columns)):
         if key not in have:
             raise ConfigError(
@@ -374,10 +395,10 @@ def _sidecar_columns(
 
 
 def _sidecar_counts(
-    con: duckdb.DuckDBPyConnection, selection: Selection, files: list[str], *, sum_rows: int
+    con: duckdb.DuckDBPyConnection, selection: Selection, meta: _Relation, *, sum_rows: int
 ) -> dict[str, Any]:
     """From the joined table: refuse duplicate sidecar keys (with an example), count keys on one side only,
-    fingerprint the sidecar; the report fields.
+    the report fields (the fingerprint and rows come from ``_sidecar``).
 
     A duplicated key that matches documents repeats them (more joined document rows than documents); one that
     matches none shows among the sidecar-only keys (more of them than distinct ones)."""
@@ -391,20 +412,16 @@ def _sidecar_counts(
     if counts[0] > sum_rows or counts[3] > counts[4]:
         qkey = _quote(key)
         duplicate = con.execute(
-            f"SELECT {qkey}, count(*) AS n FROM read_parquet($meta) WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
+            f"SELECT {qkey}, count(*) AS n FROM {meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
             f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
-            {"meta": files},
+            meta.params,
         ).fetchone()
         assert duplicate is not None
         raise DatasetError(
             f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
             f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
         )
-    sidecar_rows = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($meta)", {"meta": files}).fetchone()
-    assert sidecar_rows is not None
     return {
-        "sidecar_fingerprint": _sidecar_fingerprint(files),
-        "sidecar_rows": int(sidecar_rows[0]),
         "documents_without_metadata": int(counts[1]),
         "metadata_without_document": int(counts[2]),
     }

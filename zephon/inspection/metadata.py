@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.bundle import CheckedBundle
+from zephon.plan.records import shard_refs
 
 __all__ = ["metadata_table", "metadata_values"]
 
@@ -40,36 +41,40 @@ def metadata_table(bundle: CheckedBundle) -> pa.Table:
     """The ``metadata`` view's rows (see the module docstring); an empty table when no dataset has a selection."""
     manifest = bundle.manifest
     field = manifest.tokenizer.field if manifest.tokenizer is not None else "text"
-    shards = pq.read_table(bundle.shards.path, columns=["shard_id", "dataset_id", "uri"]).to_pydict()
+    # inspection sits above the planner: remote and JSONL shards are read as the planner's selection read them
+    from zephon.planner.selection_sources import Wanted, arrow_read, read_documents
+
+    all_refs = shard_refs(pq.read_table(bundle.shards.path))
     parts = []
     con = duckdb.connect()
     try:
         for d in manifest.datasets:
             if d.selection is None:
                 continue
-            pairs = [
-                (sid, uri)
-                for sid, did, uri in zip(shards["shard_id"], shards["dataset_id"], shards["uri"], strict=True)
-                if did == d.id
-            ]
-            source = "read_parquet($paths, file_row_number = true) d"
-            params: dict[str, object] = {"paths": [uri for _, uri in pairs], "ids": [sid for sid, _ in pairs]}
+            refs = [r for r in all_refs if r.dataset_id == d.id]
+            params: dict[str, object] = {"ids": [r.shard_id for r in refs]}
+            if any(arrow_read(r) for r in refs):
+                documents, _ = read_documents(d.name, refs, Wanted(all_but=field))
+                con.register(f"zephon_documents_{d.id}", documents)
+                source = f"(SELECT * EXCLUDE (zephon_shard), zephon_shard AS file_index FROM zephon_documents_{d.id}) d"
+                exclude = "file_row_number, file_index"
+            else:
+                source = "read_parquet($paths, file_row_number = true) d"
+                params["paths"] = [r.uri for r in refs]
+                exclude = f"file_row_number, {_quote(field)}"
             side_columns = ""
             sidecar = d.selection.get("metadata")
             if sidecar is not None:
-                from zephon.planner.selection import sidecar_files  # inspection sits above the planner
-                from zephon.recipe.selection import Selection
-
                 key = _quote(d.selection["key"])
-                files = sidecar_files(Selection(dataset=d.name, metadata=sidecar, key=d.selection["key"]))
-                params["meta"] = files
-                source += f" LEFT JOIN read_parquet($meta) m ON d.{key} = m.{key}"
+                side, side_params = _sidecar_relation(con, d.name, sidecar, d.selection["key"], f"zephon_side_{d.id}")
+                params.update(side_params)
+                source += f" LEFT JOIN {side} m ON d.{key} = m.{key}"
                 side_columns = f", m.* EXCLUDE ({key})"
             query = (
                 f"SELECT {d.id}::SMALLINT AS dataset_id, "
                 "CAST(list_extract($ids, CAST(d.file_index AS BIGINT) + 1) AS INTEGER) AS shard_id, "
                 "CAST(d.file_row_number AS INTEGER) AS row, "
-                f"d.* EXCLUDE (file_row_number, {_quote(field)}){side_columns} FROM {source} ORDER BY shard_id, row"
+                f"d.* EXCLUDE ({exclude}){side_columns} FROM {source} ORDER BY shard_id, row"
             )
             try:
                 parts.append(con.sql(query, params=params).to_arrow_table())
@@ -99,23 +104,28 @@ def metadata_values(
     selection); a name no selected dataset has is a ``ConfigError`` listing the columns there are."""
     manifest = bundle.manifest
     field = manifest.tokenizer.field if manifest.tokenizer is not None else "text"
-    shards = pq.read_table(bundle.shards.path, columns=["shard_id", "dataset_id", "uri"]).to_pydict()
-    uri_of = dict(zip(shards["shard_id"], shards["uri"], strict=True))
-    dataset_of = dict(zip(shards["shard_id"], shards["dataset_id"], strict=True))
+    from zephon.planner.selection_sources import Wanted, arrow_read, read_shard
+
+    ref_of = {r.shard_id: r for r in shard_refs(pq.read_table(bundle.shards.path))}
     selected = {d.id: d for d in manifest.datasets if d.selection is not None}
     out: dict[str, list[object]] = {n: [None] * len(rows) for n in names}
     available: set[str] = set()
     for shard in np.unique(shard_ids).tolist():
-        d = selected.get(dataset_of[shard])
+        ref = ref_of[shard]
+        d = selected.get(ref.dataset_id)
         if d is None:
             continue
         assert d.selection is not None
         at = np.flatnonzero(shard_ids == shard)
-        have = [c for c in pq.read_schema(uri_of[shard]).names if c != field]
-        available |= set(have)
         key = d.selection.get("key")
-        read = sorted({*(n for n in names if n in have), *([key] if key else [])})
-        table = pq.read_table(uri_of[shard], columns=read)
+        if arrow_read(ref):  # remote or JSONL: as the planner's selection read it
+            wanted = Wanted(names=frozenset(n.lower() for n in [*names, *([key] if key else [])]))
+            table, columns = read_shard(d.name, 0, ref, wanted)
+            have = [c for c in columns if c != field]
+        else:
+            have = [c for c in pq.read_schema(ref.uri).names if c != field]
+            table = pq.read_table(ref.uri, columns=sorted({*(n for n in names if n in have), *([key] if key else [])}))
+        available |= set(have)
         picked = table.take(pa.array(rows[at], pa.int64())).to_pydict()
         for n in names:
             if n in picked:
@@ -142,13 +152,10 @@ def _sidecar_values(
     dataset: str, metadata: str, key: str, keys: list[object], names: Sequence[str]
 ) -> tuple[set[str], dict[str, list[object]]]:
     """The sidecar's columns, and the values of those of ``names`` it has for ``keys`` (None without a row)."""
-    from zephon.planner.selection import sidecar_files
-    from zephon.recipe.selection import Selection
-
-    files = sidecar_files(Selection(dataset=dataset, metadata=metadata, key=key))
     con = duckdb.connect()
     try:
-        columns = [r[0] for r in con.execute("DESCRIBE SELECT * FROM read_parquet($f)", {"f": files}).fetchall()]
+        side, params = _sidecar_relation(con, dataset, metadata, key, "zephon_side")
+        columns = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {side}", params).fetchall()]
         wanted = [n for n in names if n in columns and n != key]
         out: dict[str, list[object]] = {}
         if not wanted:
@@ -157,8 +164,8 @@ def _sidecar_values(
         con.register("zephon_keys", table)
         select = ", ".join(f"m.{_quote(n)}" for n in wanted)
         found = con.execute(
-            f"SELECT z.k, {select} FROM zephon_keys z LEFT JOIN read_parquet($f) m ON z.k = m.{_quote(key)}",
-            {"f": files},
+            f"SELECT z.k, {select} FROM zephon_keys z LEFT JOIN {side} m ON z.k = m.{_quote(key)}",
+            params,
         ).fetchall()
     finally:
         con.close()
@@ -166,3 +173,19 @@ def _sidecar_values(
     for j, n in enumerate(wanted):
         out[n] = [by_key.get(k, (None,) * len(wanted))[j] for k in keys]
     return set(columns) - {key}, out
+
+
+def _sidecar_relation(
+    con: duckdb.DuckDBPyConnection, dataset: str, metadata: str, key: str, name: str
+) -> tuple[str, dict[str, object]]:
+    """The sidecar as a relation of ``con`` and its parameters: local files through ``read_parquet($meta)``, a
+    remote sidecar read whole (``zephon.planner.selection_sources``) and registered as ``name``."""
+    from zephon.planner.selection import sidecar_files  # inspection sits above the planner
+    from zephon.planner.selection_sources import is_remote_sidecar, read_sidecar
+    from zephon.recipe.selection import Selection
+
+    selection = Selection(dataset=dataset, metadata=metadata, key=key)
+    if is_remote_sidecar(metadata):
+        con.register(name, read_sidecar(selection).table)
+        return name, {}
+    return "read_parquet($meta)", {"meta": sidecar_files(selection)}

@@ -37,7 +37,8 @@ class Selection:
     Attributes:
         dataset: the dataset's name (for messages).
         where: a DuckDB predicate over the dataset's columns and its sidecar's (``int_score >= 3``).
-        metadata: a sidecar table (local Parquet file, directory or glob) joined on ``key``.
+        metadata: a sidecar table (Parquet file, directory or glob; local, ``s3://``, ``gs://``, ``az://`` or
+            ``hf://``) joined on ``key``.
         key: the column both the dataset and the sidecar hold, one value per document.
         order_by: a column or SQL expression, with an optional ``ASC``/``DESC``: the dataset is read in this
             order (ties by shard and row), shuffled only inside windows of ``order_window`` documents.

@@ -21,7 +21,7 @@ All calls use the real ``huggingface_hub`` client, with the endpoint read from `
 from __future__ import annotations
 
 from zephon.storage.hub.errors import RETRY_STATUSES as RETRY_STATUSES
-from zephon.storage.hub.fetch import download_remote_file, read_remote_parquet_metadata
+from zephon.storage.hub.fetch import download_remote_file, read_remote_parquet_metadata, read_remote_range
 from zephon.storage.hub.resolve import CONVERSION_REVISION as CONVERSION_REVISION
 from zephon.storage.hub.resolve import (
     RemoteFile,
@@ -41,5 +41,6 @@ __all__ = [
     "download_remote_file",
     "hub_endpoint",
     "read_remote_parquet_metadata",
+    "read_remote_range",
     "resolve_hf_dataset",
 ]

@@ -36,7 +36,7 @@ from zephon.storage.hub.resolve import RemoteFile, hub_endpoint
 from zephon.storage.hub.retry import RetryPolicy, retry_policy
 from zephon.storage.progress import progress_bar
 
-__all__ = ["download_remote_file", "read_remote_parquet_metadata"]
+__all__ = ["download_remote_file", "read_remote_parquet_metadata", "read_remote_range"]
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _DOWNLOAD_FIX = "or download to another directory (CacheOptions.root, ZEPHON_CACHE_DIR)"
@@ -99,6 +99,14 @@ def _read_range(file: RemoteFile, start: int, end: int, token: str | None, retry
         return bytes(data)
 
     return _stream(file, token, retry, {"Range": f"bytes={start}-{end}"}, f"bytes {start}-{end} of {label}", consume)
+
+
+def read_remote_range(
+    file: RemoteFile, start: int, end: int, *, token: str | None = None, retry: RetryPolicy | None = None
+) -> bytes:
+    """Bytes ``[start, end)`` of the file at its pinned commit (``end`` exclusive), by one range request
+    (retried); refused when the server's size differs from the resolved one."""
+    return _read_range(file, start, end - 1, token, retry)
 
 
 def read_remote_parquet_metadata(
