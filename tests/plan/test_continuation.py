@@ -1,0 +1,213 @@
+"""Continuing a run on a changed plan (``zephon.planner.continuation``): the child's first N global steps are
+the parent's, byte for byte (batches from the executor), its later segment follows the new configuration, and
+a checkpoint state of the parent at a step ≤ N resumes on the child."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from zephon import Pipeline, merge_states
+from zephon.errors import ConfigError, PlanFormatError
+from zephon.inspection.audit import AuditSpec, audit_plan
+from zephon.io import Dataset
+from zephon.plan.manifest import read_manifest
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource
+
+MAX_LENGTH = 33
+GLOBAL = 12
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tokenizer_dir) -> dict[str, object]:
+    from zephon.demo import write_demo_dataset
+
+    root = tmp_path_factory.mktemp("continue")
+    os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
+    write_demo_dataset(root / "data")
+    datasets = {
+        name: Dataset.from_path(name, str(root / "data" / "demo" / f"{name}-*.parquet"))
+        for name in ("prose", "code", "short")
+    }
+    return {"root": root, "datasets": datasets, "tok": TokenizeSpec(tokenizer_id=tokenizer_dir)}
+
+
+def source(world, names, weights, **kw) -> StaticMixtureWorkSource:
+    ds = world["datasets"]
+    return StaticMixtureWorkSource(datasets=[ds[n] for n in names], mixture=MixtureSpec(dict(zip(names, weights))), seed=5, **kw)
+
+
+def pipeline(plan: Path, tokenizer_dir: str, *, rank: int = 0, size: int = 1) -> Pipeline:
+    return (
+        Pipeline.from_plan(plan)
+        .options(dp_rank=rank, dp_size=size)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=GLOBAL // size, global_batch_size=GLOBAL)
+    )
+
+
+def step_hashes(pipe: Pipeline, limit: int | None = None) -> dict[int, str]:
+    """Step → SHA-256 of its rows (by sequence id), from the executor's batches (steps ``< limit`` only: the
+    iteration stops after step ``limit - 1``, one microbatch a step, so its state is at step ``limit``)."""
+    rows: dict[int, dict[int, bytes]] = {}
+    if limit == 0:
+        return {}
+    for batch in pipe:
+        for i, j in enumerate(batch.sequences.tolist()):
+            rows.setdefault(batch.step, {})[j] = batch.tokens[i, : batch.lengths[i]].tobytes()
+        if limit is not None and batch.step == limit - 1:
+            break
+    return {s: hashlib.sha256(b"".join(r[j] for j in sorted(r))).hexdigest() for s, r in rows.items()}
+
+
+def samples(plan: Path) -> dict[str, np.ndarray]:
+    table = pq.read_table(plan / "samples.parquet")
+    return {c: table.column(c).to_numpy(zero_copy_only=False) for c in table.column_names}
+
+
+@pytest.fixture(scope="module")
+def exact_pair(world) -> tuple[Path, Path]:
+    root = world["root"]
+    pack = PackSpec(max_length=MAX_LENGTH)
+    parent = source(world, ["prose", "code"], [0.7, 0.3], num_documents=500, exact_tokens=True).plan(
+        root / "exact-parent", tokenize=world["tok"], pack=pack
+    )
+    new = source(world, ["prose", "code", "short"], [0.2, 0.3, 0.5], num_documents=900, exact_tokens=True)
+    child = new.plan(root / "exact-child", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=7,
+                     global_batch=GLOBAL)  # fmt: skip
+    return parent, child
+
+
+def test_an_exact_continuation_keeps_the_parents_first_steps_and_follows_the_new_mixture_after(
+    world, exact_pair, tokenizer_dir
+) -> None:
+    parent, child = exact_pair
+    old = step_hashes(pipeline(parent, tokenizer_dir))
+    new = step_hashes(pipeline(child, tokenizer_dir))
+    assert [new[s] for s in range(7)] == [old[s] for s in range(7)]
+    assert new[7] != old[7]  # the new mixture (a dataset added) starts at the branch
+    manifest = read_manifest(child)
+    lineage = manifest.lineage
+    assert lineage is not None and lineage.branch.step == 7 and lineage.branch.global_batch == GLOBAL
+    assert lineage.parent.config_hash == read_manifest(parent).config_hash
+    assert [(s.segment, s.first_step) for s in lineage.segments] == [(0, 0), (1, 7)]
+    position = lineage.branch.position
+    # The branch is the first document at or past token 7·G·L, and the kept rows are the parent's.
+    p, c = samples(parent), samples(child)
+    assert p["token_offset"][position - 1] < 7 * GLOBAL * MAX_LENGTH <= p["token_offset"][position]
+    for column in ("dataset_id", "shard_id", "row", "epoch", "tokens", "token_offset"):
+        assert np.array_equal(c[column][:position], p[column][:position]), column
+    assert c["token_offset"][position] == p["token_offset"][position]  # offsets continue
+    # Nothing read twice: every (shard, row) once within its epoch, across the branch.
+    pairs = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist()))
+    assert len(pairs) == len(set(pairs)) == manifest.totals.documents == 900
+    # The later segment meets its own mixture; the prefix its parent's: the audit checks each segment.
+    result = audit_plan(child)  # the batch the branch was made for cuts the steps
+    assert [ph.segment for ph in manifest.resolved_phases] == [0, 1]
+    kept, later = result.phases
+    assert (kept.first_position, kept.end_position, later.first_step) == (0, position, 7)
+    assert [d.target for d in kept.datasets] == pytest.approx([0.7, 0.3, 0.0])  # the parent's own target
+    assert [d.target for d in later.datasets] == pytest.approx([0.2, 0.3, 0.5])
+    assert later.ok, later  # within the default 1 pp over windows of 100 steps
+    segment = manifest.resolved_phases[1]
+    assert segment.first_position == position and segment.end_position == 900
+    assert dict(segment.weights) == pytest.approx({"prose": 0.2, "code": 0.3, "short": 0.5})
+
+
+def test_a_state_of_the_parent_at_or_before_the_branch_resumes_on_the_child(world, exact_pair, tokenizer_dir) -> None:
+    parent, child = exact_pair
+    full = step_hashes(pipeline(child, tokenizer_dir))
+    for at in (3, 7):
+        run = pipeline(parent, tokenizer_dir)
+        step_hashes(run, limit=at)
+        state = run.state_dict()
+        assert state["step"] == at
+        resumed = pipeline(child, tokenizer_dir)
+        resumed.load_state_dict(json.loads(json.dumps(state)))
+        got = step_hashes(resumed)
+        assert got == {s: h for s, h in full.items() if s >= at}
+    late = pipeline(parent, tokenizer_dir)
+    step_hashes(late, limit=8)
+    bad = pipeline(child, tokenizer_dir)
+    with pytest.raises(ConfigError, match=r"≤ the branch step 7\), got step 8"):
+        bad.load_state_dict(late.state_dict())
+        next(iter(bad))
+
+
+def test_an_estimated_continuation_branches_where_the_runs_lanes_stood(world, tokenizer_dir) -> None:
+    root = world["root"]
+    parent = source(world, ["prose", "code", "short"], [0.5, 0.2, 0.3], num_documents=700).plan(root / "est-parent")
+    # A 4-rank run checkpointed at step 5: the merged state of all ranks knows every lane's cursor.
+    states = []
+    for rank in range(4):
+        run = pipeline(parent, tokenizer_dir, rank=rank, size=4)
+        step_hashes(run, limit=5)
+        states.append(run.state_dict())
+    state = merge_states(states)
+    new = source(world, ["prose", "code", "short"], [0.1, 0.1, 0.8], num_documents=1200)
+    child = new.plan(root / "est-child", continue_from=parent, state=state)
+    old = step_hashes(pipeline(parent, tokenizer_dir))
+    got = step_hashes(pipeline(child, tokenizer_dir, size=1))
+    assert [got[s] for s in range(5)] == [old[s] for s in range(5)]
+    # Lanes ahead of others at the branch keep the parent's documents a little longer; then the new mixture.
+    shared = min(len(got), len(old))
+    assert sum(got[s] != old[s] for s in range(5, shared)) > (shared - 5) // 2
+    # The state resumes on the child at another dp size, and continues as the child's own run does.
+    rows = {}
+    for rank in range(3):
+        run = pipeline(child, tokenizer_dir, rank=rank, size=3)
+        run.load_state_dict(state)
+        for batch in run:
+            for i, j in enumerate(batch.sequences.tolist()):
+                rows.setdefault(batch.step, {})[j] = batch.tokens[i, : batch.lengths[i]].tobytes()
+    resumed = {s: hashlib.sha256(b"".join(r[j] for j in sorted(r))).hexdigest() for s, r in rows.items()}
+    assert resumed == {s: h for s, h in got.items() if s >= 5}
+    manifest = read_manifest(child)
+    assert manifest.lineage is not None and manifest.lineage.branch.step == 5
+    c = samples(child)
+    pairs = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist()))
+    assert len(pairs) == len(set(pairs))
+    later = audit_plan(child, AuditSpec(batch_size=GLOBAL)).phases[-1]
+    assert [d.target for d in later.datasets] == pytest.approx([0.1, 0.1, 0.8]) and later.ok, later
+
+
+def test_bad_continuations_are_one_line_each(world, exact_pair, tmp_path) -> None:
+    parent, _ = exact_pair
+    pack = PackSpec(max_length=MAX_LENGTH)
+    new = source(world, ["prose", "code"], [0.5, 0.5], num_documents=900, exact_tokens=True)
+
+    def go(**kw):
+        return new.plan(tmp_path / "out", tokenize=world["tok"], pack=pack, continue_from=kw.pop("parent", parent), **kw)
+
+    with pytest.raises(ConfigError, match=r"--at-step must be within the parent's \d+ full steps"):
+        go(at_step=10_000, global_batch=GLOBAL)
+    with pytest.raises(ConfigError, match="needs the branch step and the run's global batch"):
+        go(at_step=3)
+    with pytest.raises(ConfigError, match="must come from the parent plan"):
+        go(state={"plan": "0" * 64, "step": 3, "microbatch": 0, "global_batch": GLOBAL})
+    with pytest.raises(ConfigError, match="must list the parent's datasets first"):
+        source(world, ["code", "prose"], [0.5, 0.5], num_documents=900, exact_tokens=True).plan(
+            tmp_path / "o2", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=3, global_batch=GLOBAL
+        )
+    with pytest.raises(ConfigError, match="budget must exceed"):
+        source(world, ["prose", "code"], [0.5, 0.5], num_documents=50, exact_tokens=True).plan(
+            tmp_path / "o3", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=100, global_batch=GLOBAL
+        )
+    # A changed parent: its samples rewritten after it was sealed.
+    import shutil
+
+    changed = tmp_path / "changed"
+    shutil.copytree(parent, changed)
+    table = pq.read_table(changed / "samples.parquet")
+    pq.write_table(table.slice(0, table.num_rows - 1), changed / "samples.parquet")
+    with pytest.raises(PlanFormatError):
+        go(parent=changed, at_step=3, global_batch=GLOBAL)
+    assert not (tmp_path / "out").exists()
