@@ -102,7 +102,8 @@ class RankRunner:
                 )
             cursors = state["lane_cursors"]
             known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
-            if not self.exact and state.get("plan") == manifest.config_hash and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
+            own = state.get("plan") == manifest.config_hash  # a parent's state (continued plan) knows another length
+            if not self.exact and own and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
                 self._num_steps = int(known["steps"])
         #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
         self.from_start = self.progress.step == 0 and self.progress.microbatch == 0

@@ -46,7 +46,7 @@ from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: 
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
 if TYPE_CHECKING:
-    from zephon.planner.continuation import Continued
+    from zephon.planner.continued import Continued
 
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
@@ -306,7 +306,8 @@ def write_bundle(
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
-        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, _manifest(prepared, totals, bins, dropped, continued)), encoding="utf-8")
+        manifest = _manifest(prepared, totals, bins, dropped, continued)
+        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, manifest), encoding="utf-8")
     return out_dir
 
 

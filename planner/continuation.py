@@ -35,7 +35,6 @@ left out of the new segment by a phase whose mixture omits it (``zephon.work.Pha
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -48,8 +47,9 @@ from zephon.executor.operators import Operator
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import PLAN_JSON
 from zephon.plan.integrity import config_digest
-from zephon.plan.manifest import Manifest, read_manifest, warn_plan
-from zephon.planner.layout import Chunk
+from zephon.plan.manifest import read_manifest, warn_plan
+from zephon.planner.build import write_bundle
+from zephon.planner.continued import Continued, Prefix
 from zephon.planner.lane_dealing import row_bytes
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan, prepare
@@ -57,8 +57,6 @@ from zephon.planner.segment import SegmentStart
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 
-#: Prefix rows per chunk handed to the samples writer.
-PREFIX_CHUNK = 1 << 19
 _COLUMNS = ["dataset_id", "shard_id", "row", "epoch", "tokens", "token_offset", "deal"]
 
 
@@ -69,96 +67,6 @@ class Branch:
     step: int
     position: int
     global_batch: int
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Prefix:
-    """The parent's kept rows (columns of samples.parquet, positions ``[0, position)``) and its phases."""
-
-    columns: dict[str, np.ndarray | None]
-    position: int
-
-    def chunks(self) -> Iterator[Chunk]:
-        for start in range(0, self.position, PREFIX_CHUNK):
-            end = min(self.position, start + PREFIX_CHUNK)
-
-            def part(name: str, start: int = start, end: int = end) -> np.ndarray | None:
-                values = self.columns[name]
-                return values[start:end] if values is not None else None
-
-            yield Chunk(
-                start=start,
-                stage=-1,  # the parent's: plan.json phases of the prefix come from the parent (``lineage_phases``)
-                dataset_id=self.columns["dataset_id"][start:end],  # type: ignore[index]
-                shard_id=self.columns["shard_id"][start:end],  # type: ignore[index]
-                row=self.columns["row"][start:end],  # type: ignore[index]
-                epoch=self.columns["epoch"][start:end],  # type: ignore[index]
-                tokens=part("tokens"),
-                token_offset=part("token_offset"),
-                deal=part("deal"),
-            )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Continued:
-    """What ``write_bundle`` adds for a continuation: the kept rows first, then plan.json ``phases`` (the
-    parent's clipped to the prefix, then the segment's) and ``lineage``."""
-
-    prefix: Prefix
-    parent: Manifest
-    lineage: dict[str, Any]
-
-    def keys(self, prepared: PreparedPlan, segment_phases: list[dict[str, Any]]) -> dict[str, Any]:
-        """plan.json ``phases`` and ``lineage`` of the child (``segment_phases``: the layout's, from the branch)."""
-        names = [d["name"] for d in prepared.config["datasets"]]
-        segment = prepared.segment
-        assert segment is not None, "a continuation lays out a segment"
-        ids = self.prefix.columns["dataset_id"]
-        tokens = self.prefix.columns["tokens"]
-        kept = []
-        parent_segment = len(self.lineage["segments"]) - 2
-        for phase in self.parent.resolved_phases:
-            first, end = phase.first_position, min(phase.end_position, self.prefix.position)
-            if first >= end and not (first == 0 and end == 0):
-                continue
-            docs = np.bincount(ids[first:end], minlength=len(names))  # type: ignore[index]
-            entry: dict[str, Any] = {
-                "index": len(kept),
-                "segment": self._segment_of(first, parent_segment),
-                "start": None,
-                "start_position": phase.start_position,
-                "start_tokens": phase.start_tokens,
-                "weights": dict(phase.weights),
-                "first_position": first,
-                "end_position": end,
-                "documents": int(docs.sum()),
-                "planned_documents": {n: int(d) for n, d in zip(names, docs, strict=True)},
-            }
-            if phase.start is not None:
-                entry["start"] = {"start": phase.start.start, "unit": phase.start.unit,
-                                  "global_batch_size": phase.start.global_batch_size}  # fmt: skip
-            if tokens is not None:
-                per = np.bincount(ids[first:end], weights=tokens[first:end], minlength=len(names))  # type: ignore[index]
-                entry["tokens"] = int(per.sum())
-                entry["planned_tokens"] = {n: int(t) for n, t in zip(names, per, strict=True)}
-            kept.append(entry)
-        new = len(self.lineage["segments"]) - 1
-        for phase in segment_phases:
-            phase = dict(phase)
-            if phase["start_position"] is not None:
-                phase["start_position"] += segment.position
-            if phase["start_tokens"] is not None:
-                phase["start_tokens"] += segment.tokens
-            kept.append({"index": len(kept), "segment": new, **{k: v for k, v in phase.items() if k != "index"}})
-        return {"phases": kept, "lineage": self.lineage}
-
-    def _segment_of(self, position: int, last: int) -> int:
-        """The parent segment holding ``position`` (the parent's own lineage; 0 without one)."""
-        out = 0
-        for s in self.lineage["segments"][: last + 1]:
-            if int(s["first_position"]) <= position:
-                out = int(s["segment"])
-        return out
 
 
 def _read_columns(bundle: CheckedBundle) -> dict[str, np.ndarray | None]:
@@ -191,8 +99,9 @@ def find_branch(
         algorithm = manifest.exact_packing().algorithm
         if algorithm != "wrap":
             raise ConfigError(
-                f"a continuation must branch a wrap-packed plan, got a {algorithm} plan at {bundle.path} — {algorithm} "
-                "places every document over the whole plan; plan the run with pack_flat(algorithm='wrap') to continue it"
+                f"a continuation must branch a wrap-packed plan, got a {algorithm} plan at {bundle.path} — "
+                f"{algorithm} places every document over the whole plan; plan runs to be continued with "
+                "pack_flat(algorithm='wrap')"
             )
         if state is not None:
             _check_state_plan(state, bundle, at_step)
@@ -267,9 +176,9 @@ def _check_compatible(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
     for i, ds in enumerate(parent.datasets):
         if i >= len(names) or names[i] != ds.name:
             raise ConfigError(
-                f"the new config must list the parent's datasets first, in its order, got {names[: len(parent.datasets)]} "
-                f"for the parent's {parent.dataset_names} — keep every parent dataset (a phase whose mixture omits "
-                "one stops reading it) and add new datasets after them"
+                "the new config must list the parent's datasets first, in its order, got "
+                f"{names[: len(parent.datasets)]} for the parent's {parent.dataset_names} — keep every parent dataset "
+                "(a phase whose mixture omits one stops reading it) and add new datasets after them"
             )
         if config["datasets"][i]["fingerprint"] != ds.fingerprint:
             raise ConfigError(
@@ -353,8 +262,6 @@ def continue_plan(
     """Write the plan that continues the parent at ``parent_dir`` from step ``at_step`` with ``source``'s
     configuration into ``out_dir`` (see the module docstring); ``state``: the run's checkpoint state at the
     branch (required for estimated plans)."""
-    from zephon.planner.build import write_bundle
-
     if at_step is not None and at_step < 0:
         raise ConfigError(f"--at-step must be >= 0, got {at_step} — give the first global step of the new plan")
     if global_batch is not None and global_batch < 1:
@@ -426,7 +333,8 @@ def _check_prefix_orders(prepared: PreparedPlan, columns: dict[str, np.ndarray |
         at = np.flatnonzero(ids == index)
         got = _reader(replace(prepared, segment=None), index).take(count)
         same = np.array_equal(got.shard_id, columns["shard_id"][at]) and np.array_equal(  # type: ignore[index]
-            got.row, columns["row"][at]  # type: ignore[index]
+            got.row,
+            columns["row"][at],  # type: ignore[index]
         )
         if not same:
             raise ConfigError(

@@ -41,7 +41,9 @@ def world(tmp_path_factory, tokenizer_dir) -> dict[str, object]:
 
 def source(world, names, weights, **kw) -> StaticMixtureWorkSource:
     ds = world["datasets"]
-    return StaticMixtureWorkSource(datasets=[ds[n] for n in names], mixture=MixtureSpec(dict(zip(names, weights))), seed=5, **kw)
+    return StaticMixtureWorkSource(
+        datasets=[ds[n] for n in names], mixture=MixtureSpec(dict(zip(names, weights, strict=False))), seed=5, **kw
+    )
 
 
 def pipeline(plan: Path, tokenizer_dir: str, *, rank: int = 0, size: int = 1) -> Pipeline:
@@ -107,7 +109,7 @@ def test_an_exact_continuation_keeps_the_parents_first_steps_and_follows_the_new
         assert np.array_equal(c[column][:position], p[column][:position]), column
     assert c["token_offset"][position] == p["token_offset"][position]  # offsets continue
     # Nothing read twice: every (shard, row) once within its epoch, across the branch.
-    pairs = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist()))
+    pairs = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist(), strict=False))
     assert len(pairs) == len(set(pairs)) == manifest.totals.documents == 900
     # The later segment meets its own mixture; the prefix its parent's: the audit checks each segment.
     result = audit_plan(child)  # the batch the branch was made for cuts the steps
@@ -173,7 +175,7 @@ def test_an_estimated_continuation_branches_where_the_runs_lanes_stood(world, to
     manifest = read_manifest(child)
     assert manifest.lineage is not None and manifest.lineage.branch.step == 5
     c = samples(child)
-    pairs = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist()))
+    pairs = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist(), strict=False))
     assert len(pairs) == len(set(pairs))
     later = audit_plan(child, AuditSpec(batch_size=GLOBAL)).phases[-1]
     assert [d.target for d in later.datasets] == pytest.approx([0.1, 0.1, 0.8]) and later.ok, later
@@ -185,7 +187,9 @@ def test_bad_continuations_are_one_line_each(world, exact_pair, tmp_path) -> Non
     new = source(world, ["prose", "code"], [0.5, 0.5], num_documents=900, exact_tokens=True)
 
     def go(**kw):
-        return new.plan(tmp_path / "out", tokenize=world["tok"], pack=pack, continue_from=kw.pop("parent", parent), **kw)
+        return new.plan(
+            tmp_path / "out", tokenize=world["tok"], pack=pack, continue_from=kw.pop("parent", parent), **kw
+        )
 
     with pytest.raises(ConfigError, match=r"--at-step must be within the parent's \d+ full steps"):
         go(at_step=10_000, global_batch=GLOBAL)
@@ -211,3 +215,90 @@ def test_bad_continuations_are_one_line_each(world, exact_pair, tmp_path) -> Non
     with pytest.raises(PlanFormatError):
         go(parent=changed, at_step=3, global_batch=GLOBAL)
     assert not (tmp_path / "out").exists()
+
+
+def test_new_phases_and_another_epoch_continue_the_parents_epochs(world, tokenizer_dir) -> None:
+    """The new budget counts the whole run and asks for more than one pass: each dataset's reader goes on from
+    where the parent's prefix left it, into later epochs, each epoch whole before the next and no document twice
+    in one epoch. A phase starting at an absolute position after the branch starts there."""
+    root = world["root"]
+    parent = source(world, ["prose", "code"], [0.5, 0.5], num_documents=600).plan(root / "ep-parent")
+    run = pipeline(parent, tokenizer_dir)
+    step_hashes(run, limit=4)
+    state = run.state_dict()
+    rows = {"prose": 1200, "code": 600}
+    new = source(
+        world,
+        ["prose", "code"],
+        [0.5, 0.5],
+        num_documents=3000,
+        epochs=None,
+        phases=[Phase(start=2000, unit="documents", mixture=MixtureSpec({"prose": 1.0}))],
+    )
+    child = new.plan(root / "ep-child", continue_from=parent, state=state)
+    manifest = read_manifest(child)
+    position = manifest.lineage.branch.position
+    c = samples(child)
+    assert len(c["position"]) == 3000
+    # The phase starts at absolute position 2000 and reads prose only; segment 1 holds both of its phases.
+    phases = manifest.resolved_phases
+    assert [(p.segment, p.first_position) for p in phases] == [(0, 0), (1, position), (1, 2000)]
+    assert set(c["dataset_id"][2000:].tolist()) == {0}
+    # Readers continue: no (shard, row, epoch) twice, and each dataset's epochs never go back.
+    triples = list(zip(c["shard_id"].tolist(), c["row"].tolist(), c["epoch"].tolist(), strict=True))
+    assert len(triples) == len(set(triples))
+    for index, name in enumerate(rows):
+        epochs = c["epoch"][c["dataset_id"] == index]
+        assert np.all(np.diff(epochs) >= 0), name
+        per_epoch = np.bincount(epochs)
+        assert np.all(per_epoch[:-1] == rows[name]), (name, per_epoch)  # whole passes, none repeated early
+
+
+def test_the_cli_continues_names_the_branch_and_shows_segments(world, exact_pair, tokenizer_dir, tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from zephon.cli import cli
+
+    root = world["root"]
+    parent = source(world, ["prose", "code", "short"], [0.5, 0.2, 0.3], num_documents=700).plan(root / "cli-parent")
+    run = pipeline(parent, tokenizer_dir)
+    step_hashes(run, limit=6)
+    state_file = tmp_path / "state.json"
+    state_file.write_text(json.dumps(run.state_dict()))
+    ds = world["datasets"]
+    lines = ["seed: 5", "datasets:"]
+    lines += [f"  - {{name: {n}, path: '{ds[n].path}'}}" for n in ("prose", "code", "short")]
+    lines += ["mixture: {prose: 0.2, code: 0.2, short: 0.6}", "num_documents: 1500"]
+    config = tmp_path / "more.yaml"
+    config.write_text("\n".join(lines) + "\n")
+    runner = CliRunner()
+    out = tmp_path / "child"
+    args = ["plan", str(config), "-o", str(out), "--continue-from", str(parent)]
+    result = runner.invoke(cli, [*args, "--continue-from-state", str(state_file)])
+    assert result.exit_code == 0, result.output
+    assert f"continues {read_manifest(parent).config_hash[:12]} ({parent}) from step 6 (global batch {GLOBAL})" in (
+        result.output
+    )
+    diff = runner.invoke(cli, ["diff", str(parent), str(out)])
+    assert f"branch: B continues A from step 6 (global batch {GLOBAL})" in diff.output
+    assert json.loads(runner.invoke(cli, ["diff", str(parent), str(out), "--format", "json"]).output)["branch"][
+        "step"
+    ] == 6
+    sql = runner.invoke(
+        cli, ["sql", str(out), "SELECT segment, first_step FROM segments ORDER BY segment", "--format", "csv"]
+    )
+    assert sql.output.splitlines() == ["segment,first_step", "0,0", "1,6"]
+    # A step's segment, from the view: the last segment starting at or before it.
+    q = "SELECT max(segment) FROM segments WHERE first_step <= 9"
+    assert runner.invoke(cli, ["sql", str(out), q, "--format", "csv"]).output.splitlines()[1] == "1"
+    # Bad input, one line each.
+    bad = runner.invoke(cli, ["plan", str(config), "-o", str(tmp_path / "x"), "--at-step", "3"])
+    assert bad.exit_code != 0 and "must come with --continue-from" in bad.output
+    assert len(bad.output.strip().splitlines()) == 1
+    bad = runner.invoke(cli, [*args[:3], str(tmp_path / "y"), *args[4:]])
+    assert bad.exit_code != 0 and "needs the run's checkpoint state" in bad.output
+    late = tmp_path / "late.json"
+    state = json.loads(state_file.read_text()) | {"microbatch": 1}
+    late.write_text(json.dumps(state))
+    bad = runner.invoke(cli, [*args[:3], str(tmp_path / "z"), *args[4:], "--continue-from-state", str(late)])
+    assert "must be taken at a step boundary" in bad.output and len(bad.output.strip().splitlines()) == 1
