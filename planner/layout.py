@@ -176,9 +176,7 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
         # whose passes the prefix completed: none, and its next document).
         found = [
             (last, beyond) if c else (-1, beyond)
-            for c, (last, beyond) in zip(
-                left, schedule_.positions([[max(c - 1, 0), c] for c in left]), strict=True
-            )
+            for c, (last, beyond) in zip(left, schedule_.positions([[max(c - 1, 0), c] for c in left]), strict=True)
         ]
         if budget is None:  # the epochs budget: up to the last dataset's E-th pass
             assert all(last is not None for last, _ in found), "the bound leaves room for every dataset's passes"

@@ -281,9 +281,10 @@ def test_the_cli_continues_names_the_branch_and_shows_segments(world, exact_pair
     )
     diff = runner.invoke(cli, ["diff", str(parent), str(out)])
     assert f"branch: B continues A from step 6 (global batch {GLOBAL})" in diff.output
-    assert json.loads(runner.invoke(cli, ["diff", str(parent), str(out), "--format", "json"]).output)["branch"][
-        "step"
-    ] == 6
+    assert (
+        json.loads(runner.invoke(cli, ["diff", str(parent), str(out), "--format", "json"]).output)["branch"]["step"]
+        == 6
+    )
     sql = runner.invoke(
         cli, ["sql", str(out), "SELECT segment, first_step FROM segments ORDER BY segment", "--format", "csv"]
     )
@@ -302,3 +303,52 @@ def test_the_cli_continues_names_the_branch_and_shows_segments(world, exact_pair
     late.write_text(json.dumps(state))
     bad = runner.invoke(cli, [*args[:3], str(tmp_path / "z"), *args[4:], "--continue-from-state", str(late)])
     assert "must be taken at a step boundary" in bad.output and len(bad.output.strip().splitlines()) == 1
+
+
+def test_a_token_mixture_continues_into_a_phase_in_steps_and_a_continuation_of_a_continuation(
+    world, tokenizer_dir
+) -> None:
+    """Exact token mixtures: a new phase in steps (it leaves ``code`` out) starts in its step of the whole run;
+    continuing the child again inside that phase keeps three segments, and a state of the first plan from
+    before the first branch still resumes on the grandchild."""
+    from zephon.work import TokenEstimation
+
+    root = world["root"]
+    pack = PackSpec(max_length=MAX_LENGTH)
+    est = TokenEstimation(primer=0.25)
+    names = ["prose", "code", "short"]
+    parent = source(world, names, [0.5, 0.3, 0.2], num_tokens=60_000, token_estimation=est, exact_tokens=True).plan(
+        root / "tok-parent", tokenize=world["tok"], pack=pack
+    )
+    phase = Phase(start=40, unit="steps", global_batch_size=GLOBAL, mixture=MixtureSpec({"prose": 0.6, "short": 0.4}))
+    new = source(
+        world, names, [0.3, 0.4, 0.3], num_tokens=90_000, token_estimation=est, exact_tokens=True, phases=[phase]
+    )
+    child = new.plan(root / "tok-child", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=20,
+                     global_batch=GLOBAL)  # fmt: skip
+    c = samples(child)
+    phases = read_manifest(child).resolved_phases
+    assert [p.segment for p in phases] == [0, 1, 1]
+    first = phases[2].first_position
+    # The phase's first document is the first placed once the stream reached step 40's first token.
+    assert c["token_offset"][first - 1] < 40 * GLOBAL * MAX_LENGTH <= c["token_offset"][first]
+    assert 1 not in set(c["dataset_id"][first:].tolist())  # the phase leaves code out
+    assert 88_000 < int(c["tokens"].sum()) < 91_000  # the budget counts the whole run
+    # A continuation of the continuation, branching inside the phase (its segment starts with code left out).
+    again = source(
+        world, names, [0.3, 0.4, 0.3], num_tokens=120_000, token_estimation=est, exact_tokens=True, phases=[phase]
+    )
+    grand = again.plan(root / "tok-grand", tokenize=world["tok"], pack=pack, continue_from=child, at_step=50,
+                       global_batch=GLOBAL)  # fmt: skip
+    lineage = read_manifest(grand).lineage
+    assert [(s.segment, s.first_step) for s in lineage.segments] == [(0, 0), (1, 20), (2, 50)]
+    g = samples(grand)
+    assert 1 not in set(g["dataset_id"][lineage.branch.position :].tolist())
+    hashes = {name: step_hashes(pipeline(p, tokenizer_dir)) for name, p in [("p", parent), ("c", child), ("g", grand)]}
+    assert [hashes["g"][s] for s in range(50)] == [hashes["c"][s] for s in range(50)]
+    assert [hashes["g"][s] for s in range(20)] == [hashes["p"][s] for s in range(20)]
+    run = pipeline(parent, tokenizer_dir)
+    step_hashes(run, limit=15)
+    resumed = pipeline(grand, tokenizer_dir)
+    resumed.load_state_dict(run.state_dict())
+    assert step_hashes(resumed) == {s: h for s, h in hashes["g"].items() if s >= 15}
