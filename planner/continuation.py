@@ -267,6 +267,11 @@ def continue_plan(
     if global_batch is not None and global_batch < 1:
         raise ConfigError(f"--global-batch must be >= 1, got {global_batch} — give the run's global batch rows")
     bundle = open_bundle(parent_dir)  # a damaged or changed parent: one line naming the file
+    if Path(out_dir).resolve() == bundle.path.resolve():
+        raise ConfigError(
+            f"a continuation must be written to a new directory, got the parent's own {bundle.path} — the parent "
+            "stays the record of the steps already trained; choose another -o"
+        )
     columns = _read_columns(bundle)
     branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
     prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)

@@ -113,6 +113,7 @@ def test_an_exact_continuation_keeps_the_parents_first_steps_and_follows_the_new
     assert len(pairs) == len(set(pairs)) == manifest.totals.documents == 900
     # The later segment meets its own mixture; the prefix its parent's: the audit checks each segment.
     result = audit_plan(child)  # the batch the branch was made for cuts the steps
+    assert [p.segment for p in result.phases] == [0, 1]
     assert [ph.segment for ph in manifest.resolved_phases] == [0, 1]
     kept, later = result.phases
     assert (kept.first_position, kept.end_position, later.first_step) == (0, position, 7)
@@ -172,6 +173,11 @@ def test_an_estimated_continuation_branches_where_the_runs_lanes_stood(world, to
                 rows.setdefault(batch.step, {})[j] = batch.tokens[i, : batch.lengths[i]].tobytes()
     resumed = {s: hashlib.sha256(b"".join(r[j] for j in sorted(r))).hexdigest() for s, r in rows.items()}
     assert resumed == {s: h for s, h in got.items() if s >= 5}
+    early = pipeline(parent, tokenizer_dir)
+    step_hashes(early, limit=2)
+    again = pipeline(child, tokenizer_dir)
+    again.load_state_dict(early.state_dict())
+    assert step_hashes(again) == {s: h for s, h in got.items() if s >= 2}
     manifest = read_manifest(child)
     assert manifest.lineage is not None and manifest.lineage.branch.step == 5
     c = samples(child)
@@ -201,6 +207,9 @@ def test_bad_continuations_are_one_line_each(world, exact_pair, tmp_path) -> Non
         source(world, ["code", "prose"], [0.5, 0.5], num_documents=900, exact_tokens=True).plan(
             tmp_path / "o2", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=3, global_batch=GLOBAL
         )
+    with pytest.raises(ConfigError, match="must be written to a new directory"):
+        new.plan(parent, tokenize=world["tok"], pack=pack, continue_from=parent, at_step=3, global_batch=GLOBAL,
+                 overwrite=True)  # fmt: skip
     with pytest.raises(ConfigError, match="budget must exceed"):
         source(world, ["prose", "code"], [0.5, 0.5], num_documents=50, exact_tokens=True).plan(
             tmp_path / "o3", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=100, global_batch=GLOBAL

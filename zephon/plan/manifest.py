@@ -175,8 +175,8 @@ class PlanPhase:
     start_tokens: int | None = None
     tokens: int | None = None
     planned_tokens: Mapping[str, int] | None = None
-    #: The lineage segment the phase belongs to (continued plans; 0 otherwise).
-    segment: int = 0
+    #: The lineage segment the phase belongs to (continued plans only; None in others).
+    segment: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -518,7 +518,7 @@ def _phase(o: JsonObject) -> PlanPhase:
             start_tokens=COUNT.optional(),
             tokens=COUNT.optional(),
             planned_tokens=_COUNTS.optional(),
-            segment=COUNT.optional(0),
+            segment=COUNT.optional(),
         )
     )
 
