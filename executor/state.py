@@ -63,7 +63,8 @@ def state_plan(state: dict[str, Any], manifest: Manifest) -> str:
     own = manifest.config_hash
     lineage = manifest.lineage
     got = state.get("plan") if isinstance(state, dict) else None
-    if lineage is None or got == own or not any(s.config_hash == got for s in lineage.segments):
+    ancestors = {lineage.parent.config_hash, *(s.config_hash for s in lineage.segments)} if lineage else set()
+    if lineage is None or got == own or got not in ancestors:
         return own
     step, microbatch = int(state.get("step", 0)), int(state.get("microbatch", 0))
     if state.get("global_batch") != lineage.branch.global_batch:

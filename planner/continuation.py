@@ -105,7 +105,12 @@ def find_branch(
             )
         if state is not None:
             _check_state_plan(state, bundle, at_step)
-            global_batch = global_batch or int(state["global_batch"])
+            if global_batch is not None and global_batch != int(state["global_batch"]):
+                raise ConfigError(
+                    f"--global-batch must be the state's global batch {state['global_batch']}, got {global_batch} "
+                    "— leave it out (the state carries it) or pass the state of a run with that batch"
+                )
+            global_batch = int(state["global_batch"])
             at_step = int(state["step"]) if at_step is None else at_step
         if at_step is None or global_batch is None:
             raise ConfigError(

@@ -361,3 +361,14 @@ def test_a_token_mixture_continues_into_a_phase_in_steps_and_a_continuation_of_a
     resumed = pipeline(grand, tokenizer_dir)
     resumed.load_state_dict(run.state_dict())
     assert step_hashes(resumed) == {s: h for s, h in hashes["g"].items() if s >= 15}
+    # Continuing the child before its own branch: the child's segment is dropped, its states still resume.
+    earlier = again.plan(root / "tok-earlier", tokenize=world["tok"], pack=pack, continue_from=child, at_step=10,
+                         global_batch=GLOBAL)  # fmt: skip
+    lineage = read_manifest(earlier).lineage
+    assert [(s.segment, s.first_step) for s in lineage.segments] == [(0, 0), (1, 10)]
+    assert lineage.parent.config_hash == read_manifest(child).config_hash
+    run = pipeline(child, tokenizer_dir)
+    step_hashes(run, limit=8)
+    resumed = pipeline(earlier, tokenizer_dir)
+    resumed.load_state_dict(run.state_dict())
+    assert step_hashes(resumed) == {s: h for s, h in step_hashes(pipeline(earlier, tokenizer_dir)).items() if s >= 8}

@@ -221,8 +221,10 @@ class PlanLineage:
 
     def accepts(self, config_hash: str, step: int, microbatch: int) -> bool:
         """Whether a checkpoint state of plan ``config_hash`` at ``step`` (``microbatch``) resumes on this plan:
-        it comes from a segment's plan at a step the plans share (before the next segment, or at its first
-        step on a step boundary)."""
+        it comes from the parent at a step before the branch (or at it, on a step boundary), or from an earlier
+        segment's plan at a step before the next segment."""
+        if config_hash == self.parent.config_hash:
+            return step < self.branch.step or (step == self.branch.step and microbatch == 0)
         for here, after in zip(self.segments, self.segments[1:], strict=False):
             if here.config_hash == config_hash:
                 return step < after.first_step or (step == after.first_step and microbatch == 0)
