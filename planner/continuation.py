@@ -51,6 +51,7 @@ from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.planner.build import write_bundle
 from zephon.planner.continued import Continued, Prefix
 from zephon.planner.lane_dealing import row_bytes
+from zephon.planner.layout import dataset_reader
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.segment import SegmentStart
@@ -334,17 +335,15 @@ def _check_prefix_orders(prepared: PreparedPlan, columns: dict[str, np.ndarray |
     """The prefix's documents of each parent dataset are the first ones the new config's reader produces, so
     skipping them continues the parent's epoch order (a config that would read them in another order — or a
     parent that was changed — is refused here rather than reading documents twice)."""
-    from zephon.planner.layout import _reader
-
     ids = columns["dataset_id"][: start.position]  # type: ignore[index]
     for index, count in enumerate(start.documents):
         if not count:
             continue
         at = np.flatnonzero(ids == index)
-        got = _reader(replace(prepared, segment=None), index).take(count)
-        same = np.array_equal(got.shard_id, columns["shard_id"][at]) and np.array_equal(  # type: ignore[index]
-            got.row,
-            columns["row"][at],  # type: ignore[index]
+        got = dataset_reader(replace(prepared, segment=None), index).take(count)
+        same = all(
+            np.array_equal(mine, columns[name][at])  # type: ignore[index]
+            for mine, name in ((got.shard_id, "shard_id"), (got.row, "row"), (got.epoch, "epoch"))
         )
         if not same:
             raise ConfigError(

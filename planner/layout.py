@@ -100,7 +100,8 @@ class Layout:
     deal: np.ndarray | None
 
 
-def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -> Reader:
+def dataset_reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -> Reader:
+    """Dataset ``index``'s documents in reading order (after those a continued plan's prefix read)."""
     refs = prepared.shards[index]
     source = prepared.source
     reader = Reader(
@@ -184,7 +185,7 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
         if stop:  # and never past the first dataset's pass E + 1 (all overruns, after all completions)
             length = min([length, *(beyond for _, beyond in found if beyond is not None)])
     length = min(length, bound)
-    readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
+    readers = [dataset_reader(prepared, i) for i in range(len(prepared.shards))]
     yield from _blocks(schedule_, readers, list(range(len(readers))), length, stage=stages[0].index)
 
 
@@ -226,7 +227,7 @@ def _stages(
     """A phased sample mixture: stage ``k`` interleaves its datasets over positions ``[bounds[k], bounds[k+1])``,
     each dataset reading on from where the previous stages left it. With ``stop``, the plan ends just before
     any dataset would start pass ``passes + 1``."""
-    readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
+    readers = [dataset_reader(prepared, i) for i in range(len(prepared.shards))]
     read = _done(prepared)[2]  # documents taken per dataset (a continued plan's prefix counts)
     for k, stage in enumerate(stages):
         lo, hi = bounds[k], max(bounds[k], bounds[k + 1])
@@ -257,7 +258,7 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
     placed, tokens, _ = _done(prepared)
     segment = prepared.segment
     return schedule(
-        lambda i, cap: _reader(prepared, i, cap),
+        lambda i, cap: dataset_reader(prepared, i, cap),
         epoch_tokens,
         stages,
         passes=source.epochs or 1,
