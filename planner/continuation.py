@@ -150,6 +150,18 @@ def find_branch(
                   global_batch=int(state["global_batch"]))  # fmt: skip
 
 
+def branch_of(
+    parent_dir: str | Path,
+    *,
+    at_step: int | None = None,
+    global_batch: int | None = None,
+    state: dict[str, Any] | None = None,
+) -> Branch:
+    """Where a continuation of ``parent_dir`` would branch (its step and first new position), without planning."""
+    bundle = open_bundle(parent_dir)
+    return find_branch(bundle, _read_columns(bundle), at_step=at_step, global_batch=global_batch, state=state)
+
+
 def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int | None) -> None:
     manifest = bundle.manifest
     if not isinstance(state, dict) or "plan" not in state or "step" not in state:
