@@ -48,7 +48,7 @@ from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.state import STATE_VERSION, check_state
+from zephon.executor.state import STATE_VERSION, check_state, state_plan
 from zephon.executor.token_flags import untag
 
 
@@ -93,7 +93,7 @@ class RankRunner:
         self._num_steps: int | None = None
         cursors: dict[str, list[int]] = {}
         if state is not None:
-            check_state(state, self.identity())
+            check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
             self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
             if self.progress.microbatch and state.get("dp_size") != geometry.dp_size:
                 raise ConfigError(
@@ -102,7 +102,8 @@ class RankRunner:
                 )
             cursors = state["lane_cursors"]
             known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
-            if not self.exact and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
+            own = state.get("plan") == manifest.config_hash  # a parent's state (continued plan) knows another length
+            if not self.exact and own and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
                 self._num_steps = int(known["steps"])
         #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
         self.from_start = self.progress.step == 0 and self.progress.microbatch == 0

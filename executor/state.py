@@ -27,6 +27,7 @@ from typing import Any
 
 from zephon.errors import ConfigError
 from zephon.executor.operators import names as operator_names
+from zephon.plan.manifest import Manifest
 
 STATE_VERSION = 1
 _IDENTITY = ("plan", "tokenizer", "field", "max_length", "algorithm", "global_batch", "lanes", "operators")
@@ -53,6 +54,32 @@ def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
             + "; ".join(differences)
             + " — resume with the pipeline that saved it, or start fresh"
         )
+
+
+def state_plan(state: dict[str, Any], manifest: Manifest) -> str:
+    """The plan (config_hash) a state must name to resume on ``manifest``'s plan: its own, or — for a continued
+    plan (plan.json ``lineage``) — an ancestor's, when the state is at a step the two plans share and for the
+    global batch the branch was made for. A state of an ancestor from after the branch is refused here."""
+    own = manifest.config_hash
+    lineage = manifest.lineage
+    got = state.get("plan") if isinstance(state, dict) else None
+    ancestors = {lineage.parent.config_hash, *(s.config_hash for s in lineage.segments)} if lineage else set()
+    if lineage is None or got == own or got not in ancestors:
+        return own
+    step, microbatch = int(state.get("step", 0)), int(state.get("microbatch", 0))
+    if state.get("global_batch") != lineage.branch.global_batch:
+        raise ConfigError(
+            f"a state of the parent plan {str(got)[:12]} must have the branch's global batch "
+            f"{lineage.branch.global_batch} to resume on the continued plan {own[:12]}, got "
+            f"{state.get('global_batch')!r} — resume with the global batch the continuation was made for"
+        )
+    if not lineage.accepts(str(got), step, microbatch):
+        raise ConfigError(
+            f"a state of the parent plan {str(got)[:12]} must be from a step the plans share (≤ the branch step "
+            f"{lineage.branch.step}), got step {step} microbatch {microbatch} — resume from a checkpoint taken at or "
+            "before the branch, or continue the parent at a later step"
+        )
+    return str(got)
 
 
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:

@@ -9,10 +9,11 @@ directory renamed into place, so a reader never sees a half-written bundle.
 
 from __future__ import annotations
 
+import itertools
 import json
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import polars as pl
@@ -44,6 +45,9 @@ from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, wri
 from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
+if TYPE_CHECKING:
+    from zephon.planner.continued import Continued
+
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
 
@@ -62,7 +66,11 @@ def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
 
 
 def _manifest(
-    prepared: PreparedPlan, totals: Totals, bins: Bins | None, dropped: np.ndarray | None = None
+    prepared: PreparedPlan,
+    totals: Totals,
+    bins: Bins | None,
+    dropped: np.ndarray | None = None,
+    continued: Continued | None = None,
 ) -> dict[str, Any]:
     source = prepared.source
     weights = prepared.config["mixture"]["weights"]
@@ -161,8 +169,9 @@ def _manifest(
                 prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None
             ),
         }
-        | ({"phases": _phases(prepared, totals)} if prepared.source.phases else {})
+        | ({"phases": _phases(prepared, totals)} if prepared.source.phases and continued is None else {})
         | _sources(prepared, datasets)
+        | (continued.keys(prepared, _phases(prepared, totals)) if continued is not None else {})
     )
 
 
@@ -184,7 +193,7 @@ def _sources(prepared: PreparedPlan, datasets: list[dict[str, Any]]) -> dict[str
 def _phases(prepared: PreparedPlan, totals: Totals) -> list[dict[str, Any]]:
     """plan.json ``phases``: each phase's start as configured, weights, and the positions it occupies."""
     names = [ds.name for ds in prepared.source.datasets]
-    configured = [None, *prepared.config["phases"]]
+    configured = [None, *prepared.config.get("phases", [])]
     out = []
     end = totals.documents
     for stage in reversed(prepared.stages):
@@ -254,9 +263,14 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
         )
 
 
-def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False) -> Path:
+def write_bundle(
+    prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False, continued: Continued | None = None
+) -> Path:
     """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``
-    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``)."""
+    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``).
+
+    ``continued``: a continuation's kept parent rows, written first, and its ``lineage`` and ``phases`` keys
+    (``zephon.planner.continuation``)."""
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
@@ -268,7 +282,8 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
         dropped = np.zeros(len(prepared.shards), np.int64) if prepared.exact and _has_operators(prepared) else None
         writer = SamplesWriter(tmp / SAMPLES_FILE)
         try:
-            for chunk in chunks(prepared):
+            kept = continued.prefix.chunks() if continued is not None else iter(())
+            for chunk in itertools.chain(kept, chunks(prepared)):
                 totals.add(chunk)
                 if dropped is not None and chunk.tokens is not None:
                     dropped += np.bincount(chunk.dataset_id[chunk.tokens == 0], minlength=len(dropped))
@@ -291,7 +306,8 @@ def write_bundle(prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = Fal
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
-        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, _manifest(prepared, totals, bins, dropped)), encoding="utf-8")
+        manifest = _manifest(prepared, totals, bins, dropped, continued)
+        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, manifest), encoding="utf-8")
     return out_dir
 
 

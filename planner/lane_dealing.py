@@ -46,8 +46,9 @@ def row_bytes(shards: tuple[tuple[ShardRef, ...], ...]) -> np.ndarray:
 class Dealer:
     """Deals of a plan handed over in consecutive chunks of per-document units."""
 
-    def __init__(self) -> None:
-        self._units = 0
+    def __init__(self, units: int = 0) -> None:
+        #: Units dealt so far (a continued plan's new segment starts after its prefix's units).
+        self._units = units
 
     def deal(self, units: np.ndarray) -> np.ndarray:
         """Deals (int64, non-decreasing) of the next chunk's documents, given their units (integers ≥ 0)."""

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.errors import ConfigError
 from zephon.plan.format import SAMPLES_ROW_GROUP
 from zephon.planner.best_fit import Bins, pack
 from zephon.planner.homogeneous import homogeneous
@@ -99,10 +100,11 @@ class Layout:
     deal: np.ndarray | None
 
 
-def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -> Reader:
+def dataset_reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -> Reader:
+    """Dataset ``index``'s documents in reading order (after those a continued plan's prefix read)."""
     refs = prepared.shards[index]
     source = prepared.source
-    return Reader(
+    reader = Reader(
         shard_ids=np.array([r.shard_id for r in refs], dtype=np.int32),
         shard_rows=np.array([r.rows for r in refs], dtype=np.int64),
         tokens=prepared.tokens[index] if prepared.tokens is not None else None,
@@ -113,46 +115,78 @@ def _reader(prepared: PreparedPlan, index: int, max_epochs: int | None = None) -
         max_epochs=max_epochs,
         selection=prepared.selection(index),
     )
+    if prepared.segment is not None:  # a continued plan: skip what the parent's prefix read
+        skip = prepared.segment.documents[index]
+        while skip:
+            skip -= len(reader.take(min(skip, CHUNK)).row)
+    return reader
+
+
+def _done(prepared: PreparedPlan) -> tuple[int, int, list[int]]:
+    """Positions and tokens already placed, and documents per dataset (a continued plan's prefix; else 0)."""
+    segment = prepared.segment
+    if segment is None:
+        return 0, 0, [0] * len(prepared.shards)
+    return segment.position, segment.tokens, list(segment.documents)
+
+
+def _less(budget: int | None, done: int, what: str) -> int | None:
+    """A whole-run budget less what a continued plan's prefix placed (None stays None)."""
+    if budget is None:
+        return None
+    if budget <= done:
+        raise ConfigError(
+            f"the new config's {what} budget must exceed the {done} {what} the parent placed before the branch, "
+            f"got {budget} — raise the budget (it counts the whole run) or branch earlier"
+        )
+    return budget - done
 
 
 def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterator[Placement]:
     """The plan, a chunk of positions at a time, by document counts."""
     source = prepared.source
     weights = list(stages[0].raw)
-    fr = [float(f) for f in exact_weights(weights)]
     rows = [prepared.dataset_rows(i) for i in range(len(prepared.shards))]
     passes = source.epochs or 1
-    budget = source.num_documents
+    placed, _, read = _done(prepared)
+    budget = _less(source.num_documents, placed, "documents")
     stop = source.on_exhaustion == "stop"
-    if len(stages) > 1:
-        # Phases come with a num_documents budget; the stop rule is applied stage by stage below.
+    if len(stages) > 1 or not all(weights):
+        # Phases come with a num_documents budget; the stop rule is applied stage by stage below. (A continued
+        # plan whose segment starts inside a phase that leaves datasets out has one stage with zero weights.)
         assert budget is not None, "phases are validated to come with a budget"
         starts = [s.start_position for s in stages]
         assert all(p is not None for p in starts), "sample mixtures start phases at positions"
         bounds = [min(int(p), budget) for p in starts if p is not None] + [budget]
         yield from _stages(prepared, stages, bounds, passes=passes, rows=rows, stop=stop)
         return
+    fr = [float(f) for f in exact_weights(weights)]
+    # Documents each dataset has left in its `passes` passes (a continued plan's prefix read some).
+    left = [max(0, passes * r - d) for r, d in zip(rows, read, strict=True)]
     if budget is not None and not stop:
         bound = budget
     else:
         # Enough positions for every dataset to complete `passes` passes (|c_i(n) - w_i n| < 1).
-        bound = max(math.ceil((passes * r + 1) / w) + 1 for r, w in zip(rows, fr, strict=True))
+        bound = max(math.ceil((c + 1) / w) + 1 for c, w in zip(left, fr, strict=True))
         if budget is not None:
             bound = min(bound, budget)
     schedule_ = Interleaving(weights, bound)
     length = budget if budget is not None else 0
     if budget is None or stop:
-        complete = [passes * r for r in rows]
-        # Per dataset: the position of its last document of pass E, and of its first of pass E + 1.
-        found = schedule_.positions([[c - 1, c] for c in complete])
+        # Per dataset: the position of its last document of pass E, and of its first of pass E + 1 (a dataset
+        # whose passes the prefix completed: none, and its next document).
+        found = [
+            (last, beyond) if c else (-1, beyond)
+            for c, (last, beyond) in zip(left, schedule_.positions([[max(c - 1, 0), c] for c in left]), strict=True)
+        ]
         if budget is None:  # the epochs budget: up to the last dataset's E-th pass
             assert all(last is not None for last, _ in found), "the bound leaves room for every dataset's passes"
             length = max(last + 1 for last, _ in found if last is not None)
         if stop:  # and never past the first dataset's pass E + 1 (all overruns, after all completions)
             length = min([length, *(beyond for _, beyond in found if beyond is not None)])
     length = min(length, bound)
-    readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
-    yield from _blocks(schedule_, readers, list(range(len(readers))), length, stage=0)
+    readers = [dataset_reader(prepared, i) for i in range(len(prepared.shards))]
+    yield from _blocks(schedule_, readers, list(range(len(readers))), length, stage=stages[0].index)
 
 
 def _blocks(
@@ -193,8 +227,8 @@ def _stages(
     """A phased sample mixture: stage ``k`` interleaves its datasets over positions ``[bounds[k], bounds[k+1])``,
     each dataset reading on from where the previous stages left it. With ``stop``, the plan ends just before
     any dataset would start pass ``passes + 1``."""
-    readers = [_reader(prepared, i) for i in range(len(prepared.shards))]
-    read = [0] * len(readers)  # documents taken per dataset
+    readers = [dataset_reader(prepared, i) for i in range(len(prepared.shards))]
+    read = _done(prepared)[2]  # documents taken per dataset (a continued plan's prefix counts)
     for k, stage in enumerate(stages):
         lo, hi = bounds[k], max(bounds[k], bounds[k + 1])
         if hi == lo:
@@ -207,7 +241,7 @@ def _stages(
             beyond = min((p for (p,) in found if p is not None), default=None)
             if beyond is not None:
                 length, ended = beyond, True
-        for placement in _blocks(schedule_, readers, active, length, stage=k):
+        for placement in _blocks(schedule_, readers, active, length, stage=stage.index):
             counts = np.bincount(placement.dataset_id, minlength=len(readers))[active].tolist()
             for i, n in zip(active, counts, strict=True):
                 read[i] += n
@@ -221,14 +255,17 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
     source = prepared.source
     assert prepared.tokens is not None
     epoch_tokens = [_epoch_tokens(prepared, i) for i in range(len(prepared.tokens))]
+    placed, tokens, _ = _done(prepared)
+    segment = prepared.segment
     return schedule(
-        lambda i, cap: _reader(prepared, i, cap),
+        lambda i, cap: dataset_reader(prepared, i, cap),
         epoch_tokens,
         stages,
         passes=source.epochs or 1,
         stop=source.on_exhaustion == "stop",
-        num_documents=source.num_documents,
-        num_tokens=source.num_tokens,
+        num_documents=_less(source.num_documents, placed, "documents"),
+        num_tokens=_less(source.num_tokens, tokens, "tokens"),
+        consumed=list(segment.dataset_tokens) if segment is not None else None,
     )
 
 
@@ -245,9 +282,9 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
     """The plan described by ``prepared``, in chunks of consecutive positions."""
     stages = prepared.stages
     placements = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
-    dealer = None if prepared.exact else Dealer()
+    dealer = None if prepared.exact else Dealer(prepared.segment.units if prepared.segment is not None else 0)
     sizes = None if prepared.tokens is not None else row_bytes(prepared.shards)
-    start = offset = 0
+    start, offset, _ = _done(prepared)
     for placement in placements:
         tokens = placement.tokens
         token_offset = None

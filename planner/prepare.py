@@ -27,6 +27,7 @@ from zephon.plan.records import ShardRef
 from zephon.planner.estimate import estimate_dataset
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
+from zephon.planner.segment import SegmentStart
 from zephon.planner.selection import SelectedRows, select_rows
 from zephon.planner.token_lengths import CountReport, token_counts
 from zephon.recipe.work_source import WorkSource
@@ -54,6 +55,9 @@ class PreparedPlan:
     stages: tuple[Stage, ...]
     #: Per dataset: its selected rows (``zephon.planner.selection``), or None when it reads every row.
     selections: tuple[SelectedRows | None, ...] = ()
+    #: A continued plan's new segment: what the parent's kept prefix placed (``zephon.planner.segment``); None
+    #: for a plan laid out from its start.
+    segment: SegmentStart | None = None
 
     def selection(self, index: int) -> SelectedRows | None:
         """Dataset ``index``'s selection, or None when it reads every row."""

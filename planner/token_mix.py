@@ -49,16 +49,22 @@ class _Budget:
     max_epochs: tuple[int | None, ...]
 
 
-def _budget(epoch_tokens: list[int], weights: list[float], *, passes: int, stop: bool, open_ended: bool) -> _Budget:
-    """The budget of the first stage's merge over datasets of ``epoch_tokens`` tokens per pass."""
-    pass_finish = [passes * max(1, e) / w for e, w in zip(epoch_tokens, weights, strict=True)]
+def _budget(
+    epoch_tokens: list[int], weights: list[float], consumed: list[int], *, passes: int, stop: bool, open_ended: bool
+) -> _Budget:
+    """The budget of the first stage's merge over datasets of ``epoch_tokens`` tokens per pass, of which
+    ``consumed`` tokens were read before it (a continued plan's prefix; zeros otherwise)."""
+    pass_finish = [
+        max(0, passes * max(1, e) - c) / w if w else math.inf  # w = 0: a continued plan's phase not reading it
+        for e, w, c in zip(epoch_tokens, weights, consumed, strict=True)
+    ]
     limit = min(pass_finish) if stop else math.inf
     if open_ended:
         return _Budget(horizon=limit, max_epochs=(passes if stop else None,) * len(weights))
     horizon = min(limit, max(pass_finish))
     caps = tuple(
-        max(1, int(np.ceil(horizon * w / max(1, e)))) + (0 if stop else 1)
-        for e, w in zip(epoch_tokens, weights, strict=True)
+        max(1, int(np.ceil((c + horizon * w) / max(1, e)))) + (0 if stop else 1)
+        for e, w, c in zip(epoch_tokens, weights, consumed, strict=True)
     )
     return _Budget(horizon=horizon, max_epochs=caps)
 
@@ -72,6 +78,7 @@ def schedule(
     stop: bool,
     num_documents: int | None,
     num_tokens: int | None,
+    consumed: list[int] | None = None,
 ) -> Iterator[Placement]:
     """Yield the plan in order, a chunk of positions at a time (``tokens`` always set).
 
@@ -84,6 +91,9 @@ def schedule(
     weights and fresh finish times (a phase's shares count from its own start); it ends at the next stage's
     start (a position, or the document that reaches a token count) and the stop limit is measured from the
     tokens each dataset has left in its ``passes`` passes.
+
+    ``consumed``: tokens per dataset read before the first stage (a continued plan's prefix, whose readers
+    start after them; ``zephon.planner.segment``), counted against the ``passes`` passes.
     """
     for i, e in enumerate(epoch_tokens):
         if e <= 0:
@@ -95,9 +105,11 @@ def schedule(
     if not open_ended and len(stages) > 1:
         raise ConfigError("phases must come with a num_documents or num_tokens budget, got none — set one")
     first = [float(f) for f in stages[0].fractions()]
-    budget = _budget(epoch_tokens, first, passes=passes, stop=stop, open_ended=open_ended)
+    before = consumed if consumed is not None else [0] * len(epoch_tokens)
+    budget = _budget(epoch_tokens, first, before, passes=passes, stop=stop, open_ended=open_ended)
     horizon = budget.horizon
     merge = _Merge([reader(i, cap) for i, cap in enumerate(budget.max_epochs)])
+    merge.consumed = list(before)
     for k, stage in enumerate(stages):
         later = stages[k + 1] if k + 1 < len(stages) else None
         end_documents = later.start_position if later is not None else num_documents
@@ -105,7 +117,7 @@ def schedule(
         weights = [float(f) for f in stage.fractions()]
         if open_ended and stop:
             horizon = min((passes * epoch_tokens[i] - merge.consumed[i]) / weights[i] for i in stage.active)
-        yield from merge.run(weights, horizon, stage=k, end_documents=end_documents, end_tokens=end_tokens)
+        yield from merge.run(weights, horizon, stage=stage.index, end_documents=end_documents, end_tokens=end_tokens)
         if merge.ended:
             return
 

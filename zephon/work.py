@@ -7,7 +7,7 @@ API's names and adds what joins a recipe to the planner: ``StaticMixtureWorkSour
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from zephon.recipe.work_source import (
     MixtureSpec,
@@ -48,6 +48,10 @@ class StaticMixtureWorkSource(WorkSource):
         workers: int | None = None,
         progress: bool | None = None,
         operators: tuple[Operator, ...] = (),
+        continue_from: str | Path | None = None,
+        at_step: int | None = None,
+        global_batch: int | None = None,
+        state: dict[str, Any] | None = None,
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
@@ -55,8 +59,39 @@ class StaticMixtureWorkSource(WorkSource):
         the count pass of exact plans; ``progress`` the bars of long steps (``None``: on a terminal only, see
         ``zephon.storage.progress``). The planner (Polars, DuckDB) is imported here, on first use, so that
         making a work source stays light.
+
+        ``continue_from``: continue the run of that plan on this configuration (docs/training.md,
+        ``zephon.planner.continuation``): the new plan's first ``at_step`` global steps of ``global_batch`` rows
+        are the parent's, byte for byte, and the rest follows this work source. An estimated parent needs the
+        run's checkpoint ``state`` at the branch step (``Pipeline.state_dict()``, all lanes); an exact one
+        ``at_step`` and ``global_batch``, or a ``state``.
         """
         from zephon.planner.build import write_plan
+
+        if continue_from is not None:
+            from zephon.planner.continuation import continue_plan
+
+            return continue_plan(
+                continue_from,
+                self,
+                Path(out_dir),
+                at_step=at_step,
+                global_batch=global_batch,
+                state=state,
+                tokenize=tokenize,
+                pack=pack,
+                overwrite=overwrite,
+                workers=workers,
+                progress=progress,
+                operators=operators,
+            )
+        if at_step is not None or global_batch is not None or state is not None:
+            from zephon.errors import ConfigError
+
+            raise ConfigError(
+                "at_step, global_batch and state must come with continue_from, got them without — pass "
+                "continue_from=PARENT_PLAN_DIR, or leave them out to plan from the start"
+            )
 
         return write_plan(
             self,

@@ -162,7 +162,7 @@ def test_views_exist_only_where_the_plan_defines_them(plans) -> None:
         finally:
             con.close()
 
-    base = {"samples", "shards", "datasets", "phases"}
+    base = {"samples", "shards", "datasets", "phases", "segments"}  # segments: one segment 0 without lineage
     assert views(plans["wrap"]) == {*base, "sequences"}
     assert views(plans["wrap"], batch_size=2) == {*base, "sequences", "steps"}
     assert views(plans["estimated"]) == base

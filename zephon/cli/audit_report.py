@@ -36,8 +36,9 @@ def audit_lines(result: AuditResult) -> list[str]:
     header = ["dataset", "weight", "target", "overall", "worst window", "share", "deviation", "check"]
     lines += format_table(header, _audit_rows(result.datasets)).splitlines()
     for phase in result.phases:
+        segment = "" if phase.segment is None else f" (segment {phase.segment})"
         lines.append(
-            f"phase {phase.index}: positions {phase.first_position}..{phase.end_position - 1}, steps "
+            f"phase {phase.index}{segment}: positions {phase.first_position}..{phase.end_position - 1}, steps "
             f"{phase.first_step}..{phase.last_step}, {phase.windows} windows of {phase.window} steps"
         )
         lines += format_table(header, _audit_rows(phase.datasets)).splitlines()
@@ -130,6 +131,7 @@ def audit_json(result: AuditResult) -> dict[str, Any]:
                 "datasets": _audit_datasets_json(p.datasets),
                 "violations": [d.name for d in p.violations],
             }
+            | ({"segment": p.segment} if p.segment is not None else {})
             for p in result.phases
         ]
     return out

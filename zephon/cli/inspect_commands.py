@@ -312,6 +312,15 @@ def diff_lines(result: PlanDiff) -> list[str]:
     ]
     width = max((len(c.path) for c in changes), default=0)
     lines += [f"  {c.path:<{width}}  {_value(c.in_a, c.a)} → {_value(c.in_b, c.b)}" for c in changes]
+    br = result.branch
+    if br is not None:
+        parent = "A" if br.child == "B" else "B"
+        lines.append(
+            f"branch: {br.child} continues {parent} from step {br.step} (global batch {br.global_batch}), "
+            f"position {br.position}; steps 0..{br.step - 1} are shared"
+            if br.step
+            else f"branch: {br.child} continues {parent} from step 0 (global batch {br.global_batch}); none shared"
+        )
     first = result.first_difference
     uris = [s.uri for s in (*result.shards_added, *result.shards_removed)]
     if first is not None:
@@ -399,4 +408,5 @@ def diff_json(result: PlanDiff) -> dict[str, Any]:
         "shards_removed": [
             {"dataset": s.dataset, "uri": s.uri, "fingerprint": s.fingerprint} for s in result.shards_removed
         ],
-    }
+    } | ({"branch": {k: getattr(result.branch, k) for k in ("child", "step", "position", "global_batch")}}
+         if result.branch is not None else {})  # fmt: skip

@@ -28,7 +28,36 @@ if TYPE_CHECKING:
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty PLAN_DIR.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Count-pass processes (exact plans).")
-def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> None:
+@click.option(
+    "--continue-from",
+    "continue_from",
+    metavar="PARENT_PLAN",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Continue the run of PARENT_PLAN: keep its first --at-step global steps, then follow CONFIG.",
+)
+@click.option("--at-step", "at_step", type=int, default=None, metavar="N", help="First global step of the new plan.")
+@click.option(
+    "--global-batch", "global_batch", type=int, default=None, metavar="G", help="The run's global batch (rows a step)."
+)
+@click.option(
+    "--continue-from-state",
+    "state_file",
+    metavar="STATE.json",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="The run's checkpoint state at the branch (all lanes; required for estimated plans).",
+)
+def plan(
+    config: Path,
+    output: Path,
+    overwrite: bool,
+    workers: int | None,
+    continue_from: Path | None,
+    at_step: int | None,
+    global_batch: int | None,
+    state_file: Path | None,
+) -> None:
     """Plan the work source in CONFIG and write the bundle to PLAN_DIR.
 
     CONFIG is a .yaml, .yml or .toml file (see docs/cli.md); relative dataset paths in it resolve against
@@ -36,6 +65,10 @@ def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> No
     and passes (planned documents / rows), and in an exact plan made with user operators the planned documents
     they dropped. A plan that falls short of its budget or repeats a dataset heavily
     (plan.json `warnings`) adds one `zephon: warning: ...` line each on stderr; the exit status stays 0.
+
+    With --continue-from PARENT_PLAN the new plan's first N global steps are PARENT_PLAN's, byte for byte, and
+    the rest follows CONFIG (docs/training.md, continuing a run): exact plans need --at-step N and
+    --global-batch G, estimated plans the run's state at the branch (--continue-from-state STATE.json).
     """
     from zephon.config_file import load_plan_config
     from zephon.plan.manifest import read_manifest
@@ -46,20 +79,57 @@ def plan(config: Path, output: Path, overwrite: bool, workers: int | None) -> No
         # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
         from zephon.planner.build import write_plan
 
-        write_plan(
-            loaded.source,
-            output,
-            tokenize=loaded.tokenize,
-            pack=loaded.pack,
-            overwrite=overwrite,
-            workers=workers,
-            progress=None,  # bars on a terminal only: zephon.storage.progress
-        )
+        if continue_from is None and (at_step is not None or global_batch is not None or state_file is not None):
+            raise CommandError(
+                "--at-step, --global-batch and --continue-from-state must come with --continue-from, got them "
+                "without — add --continue-from PARENT_PLAN, or leave them out to plan from the start"
+            )
+        if continue_from is not None:
+            from zephon.planner.continuation import continue_plan
+
+            continue_plan(
+                continue_from,
+                loaded.source,
+                output,
+                at_step=at_step,
+                global_batch=global_batch,
+                state=_read_state(state_file) if state_file is not None else None,
+                tokenize=loaded.tokenize,
+                pack=loaded.pack,
+                overwrite=overwrite,
+                workers=workers,
+                progress=None,
+            )
+        else:
+            write_plan(
+                loaded.source,
+                output,
+                tokenize=loaded.tokenize,
+                pack=loaded.pack,
+                overwrite=overwrite,
+                workers=workers,
+                progress=None,  # bars on a terminal only: zephon.storage.progress
+            )
         manifest = read_manifest(output)
     for line in plan_summary(manifest, str(output)):
         click.echo(line)
     for entry in manifest.warnings:
         click.echo(f"zephon: warning: {one_line(entry.message)}", err=True)
+
+
+def _read_state(path: Path) -> dict[str, object]:
+    """A checkpoint state saved as JSON (``json.dump(pipeline.state_dict(), f)``)."""
+    import json
+
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CommandError(
+            f"{path} must be a JSON pipeline state, got {one_line(exc)} — save it with json.dump(pipeline.state_dict())"
+        ) from exc
+    if not isinstance(state, dict):
+        raise CommandError(f"{path} must hold a JSON object (a pipeline state), got {type(state).__name__} — fix it")
+    return state
 
 
 def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
@@ -86,7 +156,16 @@ def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
         span = f"positions {phase.first_position}..{phase.end_position - 1}"
         if phase.end_position <= phase.first_position:
             span = "no documents (the plan ended before it)"
-        lines.append(f"  phase {phase.index}: {span}, {count_of(phase.documents, 'document')}; {weights}")
+        segment = f" (segment {phase.segment})" if manifest.lineage is not None else ""
+        lines.append(f"  phase {phase.index}{segment}: {span}, {count_of(phase.documents, 'document')}; {weights}")
+    lineage = manifest.lineage
+    if lineage is not None:
+        b = lineage.branch
+        lines.insert(
+            1,
+            f"  continues {lineage.parent.config_hash[:12]} ({lineage.parent.path}) from step {b.step} "
+            f"(global batch {b.global_batch}), position {b.position}",
+        )
     lines.extend(selection_lines(manifest))
     return lines
 

@@ -128,6 +128,9 @@ class PhaseAudit(_Verdict):
     window: int
     windows: int
     datasets: tuple[DatasetAudit, ...]
+    #: The lineage segment of a continued plan's phase (each segment is checked against its own target);
+    #: None in plans without lineage.
+    segment: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,6 +177,7 @@ class _Range:
     first_position: int
     end_position: int
     weights: np.ndarray  # per dataset, normalized (0 where the phase reads nothing)
+    segment: int | None = None  # its lineage segment (continued plans only)
 
 
 def _ranges(manifest: Manifest, names: list[str]) -> list[_Range]:
@@ -183,6 +187,7 @@ def _ranges(manifest: Manifest, names: list[str]) -> list[_Range]:
             first_position=p.first_position,
             end_position=p.end_position,
             weights=np.array([p.weights.get(n, 0.0) for n in names]),
+            segment=p.segment if manifest.lineage is not None else None,
         )
         for p in manifest.resolved_phases
     ]
@@ -251,6 +256,7 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
                 window=p.width,
                 windows=len(p.shares),
                 datasets=p.datasets,
+                segment=r.segment,
             )
             for r, p in zip(ranges, parts, strict=True)
         )

@@ -11,6 +11,8 @@
   difference, so identical prefixes cost one read of two columns.
 * **datasets**: documents and tokens per dataset name in A and in B (matched by name; a dataset missing
   from a plan counts 0).
+* **branch**: when one plan continues the other (plan.json ``lineage``), its branch step and position: the
+  plans share their steps before it, so the first difference is at or after the branch position.
 * **shards**: added (in B only) and removed (in A only), by (URI, fingerprint) (``ShardInfo.identity``): a
   shard rewritten in place shows as removed and added. They are the plans' ``ShardRef`` records (rows of
   shards.parquet).
@@ -88,6 +90,17 @@ class DatasetVolumes:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Branch:
+    """One plan continues the other (plan.json ``lineage``): where it branched."""
+
+    #: ``"B"`` when B continues A, ``"A"`` when A continues B.
+    child: str
+    step: int
+    position: int
+    global_batch: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PlanDiff:
     """Differences from plan A to plan B."""
 
@@ -103,6 +116,8 @@ class PlanDiff:
     datasets: tuple[DatasetVolumes, ...]
     shards_added: tuple[ShardRef, ...]
     shards_removed: tuple[ShardRef, ...]
+    #: Set when one plan is a continuation of the other (``zephon.planner.continuation``).
+    branch: Branch | None = None
 
     @property
     def identical(self) -> bool:
@@ -157,6 +172,7 @@ def diff_plans(
             )
             for n in names
         ),
+        branch=_branch(ma, mb),
         shards_added=tuple(s for s in shards_b.values() if s.identity not in keys_a),
         shards_removed=tuple(s for s in shards_a.values() if s.identity not in keys_b),
     )
@@ -184,6 +200,16 @@ def config_changes(a: Any, b: Any, prefix: str = "") -> Iterator[ConfigChange]:
                 yield from config_changes(a[i], b[i], path)
     elif a != b or type(a) is not type(b):
         yield ConfigChange(path=prefix, a=a, b=b)
+
+
+def _branch(a: Manifest, b: Manifest) -> Branch | None:
+    """Where B continues A (or A continues B), from plan.json ``lineage``; None when neither does."""
+    for child, parent, label in ((b, a, "B"), (a, b, "A")):
+        lineage = child.lineage
+        if lineage is not None and lineage.parent.config_hash == parent.config_hash:
+            br = lineage.branch
+            return Branch(child=label, step=br.step, position=br.position, global_batch=br.global_batch)
+    return None
 
 
 def _zero_tokens(manifest: Manifest) -> int | None:

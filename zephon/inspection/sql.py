@@ -14,6 +14,10 @@
   when it has none): phase, first_position, end_position, dataset_id, weight (0 where the phase does not
   read the dataset), planned_documents, planned_tokens (null without token counts). A document's phase is
   the row with ``first_position <= position < end_position``.
+* ``segments`` — one row per segment of a continued plan (``plan.json`` ``lineage.segments``; one segment 0
+  spanning a plan without lineage): segment, config_hash (of the plan that laid it out), first_step (of the
+  global batch the branch was made for), first_position, end_position. A document's segment is the row with
+  ``first_position <= position < end_position``; a step's, the last row with ``first_step <= step``.
 * ``metadata`` — with ``metadata=True`` (``run_sql`` when the query names it): the columns the plan's
   selections were evaluated on, per document (``zephon.inspection.metadata``).
 * ``bins``     — best-fit exact plans only: ``bins.parquet`` (sequence, offset, position, doc_start, length).
@@ -45,7 +49,18 @@ from zephon.errors import ConfigError, PlanFormatError
 from zephon.plan.bundle import CheckedBundle, CheckedFile, open_bundle
 from zephon.plan.manifest import Manifest
 
-__all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "QueryResult", "connect", "run_sql"]
+__all__ = ["DATASETS_SCHEMA", "PHASES_SCHEMA", "SEGMENTS_SCHEMA", "QueryResult", "connect", "run_sql"]
+
+#: Columns of the ``segments`` view: the stretches of a continued plan each configuration laid out.
+SEGMENTS_SCHEMA = pa.schema(
+    [
+        pa.field("segment", pa.int64(), nullable=False),
+        pa.field("config_hash", pa.string(), nullable=False),
+        pa.field("first_step", pa.int64(), nullable=False),
+        pa.field("first_position", pa.int64(), nullable=False),
+        pa.field("end_position", pa.int64(), nullable=False),
+    ]
+)
 
 #: Columns of the ``datasets`` view, built from ``plan.json`` (``dataset_id`` is the manifest's ``id``).
 DATASETS_SCHEMA = pa.schema(
@@ -107,6 +122,7 @@ def connect(plan: str | os.PathLike[str] | CheckedBundle, *, metadata: bool = Fa
         con.register("shards", shards)
         con.register("datasets", datasets)
         con.register("phases", _phases_table(manifest, plan_dir))
+        con.register("segments", _segments_table(manifest))
         if bundle.bins is not None:
             con.register("bins", _parquet((bundle.bins,)))
         if metadata:
@@ -172,6 +188,22 @@ def _datasets_table(manifest: Manifest, plan_dir: Path, shards: pds.Dataset) -> 
             f"{plan_dir / 'plan.json'} `datasets` must fit the datasets view {DATASETS_SCHEMA.names}, got an "
             f"invalid entry ({type(exc).__name__}: {exc}) — the bundle is damaged; re-plan"
         ) from exc
+
+
+def _segments_table(manifest: Manifest) -> pa.Table:
+    """plan.json ``lineage.segments`` with their end positions; one segment 0 for a plan without lineage."""
+    lineage = manifest.lineage
+    end = manifest.totals.documents
+    if lineage is None:
+        rows = [{"segment": 0, "config_hash": manifest.config_hash, "first_step": 0, "first_position": 0}]
+    else:
+        rows = [
+            {"segment": s.segment, "config_hash": s.config_hash, "first_step": s.first_step,
+             "first_position": s.first_position}
+            for s in lineage.segments
+        ]  # fmt: skip
+    ends = [r["first_position"] for r in rows[1:]] + [end]
+    return pa.Table.from_pylist([r | {"end_position": e} for r, e in zip(rows, ends, strict=True)], SEGMENTS_SCHEMA)
 
 
 def _phases_table(manifest: Manifest, plan_dir: Path) -> pa.Table:

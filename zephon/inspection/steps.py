@@ -122,7 +122,8 @@ class StepLayout:
 
 
 def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_length: int | None = None) -> StepLayout:
-    """The plan's ``StepLayout``; ``batch_size`` defaults to ``plan.json`` ``batch.global_batch_size`` if set.
+    """The plan's ``StepLayout``; ``batch_size`` defaults to ``plan.json`` ``batch.global_batch_size`` if set,
+    else for a continued plan to ``lineage.branch.global_batch``.
 
     ``max_length`` is required (for steps) by estimated plans with tokens, must equal ``packing.max_length``
     for exact plans, and is refused for plans without tokens.
@@ -131,6 +132,8 @@ def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_len
     _check_positive("max_length", max_length, "--max-length L, tokens per sequence")
     if batch_size is None and manifest.batch is not None:
         batch_size = manifest.batch.global_batch_size
+    if batch_size is None and manifest.lineage is not None:  # a continued plan: the batch its branch was made for
+        batch_size = manifest.lineage.branch.global_batch
     documents = manifest.totals.documents
     total_tokens = manifest.totals.tokens
     packing = manifest.packing

@@ -175,6 +175,64 @@ class PlanPhase:
     start_tokens: int | None = None
     tokens: int | None = None
     planned_tokens: Mapping[str, int] | None = None
+    #: The lineage segment the phase belongs to (continued plans only; None in others).
+    segment: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LineageParent:
+    """``lineage.parent``: the plan a continued plan branched from."""
+
+    config_hash: str
+    #: SHA-256 of the parent's plan.json bytes (whose integrity record covers its Parquet files).
+    plan_json_sha256: str
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LineageBranch:
+    """``lineage.branch``: the first step and document position of the new segment, for ``global_batch`` rows."""
+
+    step: int
+    position: int
+    global_batch: int
+    #: Tokens (exact or estimated; 0 without counts) of the kept prefix.
+    tokens: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LineageSegment:
+    """One entry of ``lineage.segments``: the stretch of the plan one configuration laid out, from its first
+    global step and position to the next segment's."""
+
+    segment: int
+    config_hash: str
+    first_step: int
+    first_position: int
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanLineage:
+    """``lineage`` (continued plans only; ``zephon.planner.continuation``)."""
+
+    parent: LineageParent
+    branch: LineageBranch
+    segments: tuple[LineageSegment, ...]
+
+    def accepts(self, config_hash: str, step: int, microbatch: int) -> bool:
+        """Whether a checkpoint state of plan ``config_hash`` at ``step`` (``microbatch``) resumes on this plan:
+        it comes from the parent at a step before the branch (or at it, on a step boundary), or from an earlier
+        segment's plan at a step before the next segment."""
+        if config_hash == self.parent.config_hash:
+            return step < self.branch.step or (step == self.branch.step and microbatch == 0)
+        for here, after in zip(self.segments, self.segments[1:], strict=False):
+            if here.config_hash == config_hash:
+                return step < after.first_step or (step == after.first_step and microbatch == 0)
+        return False
+
+    def segment_of_step(self, step: int) -> int:
+        """The segment holding global step ``step`` (of ``branch.global_batch`` rows)."""
+        return max((s.segment for s in self.segments if s.first_step <= step), default=0)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -240,6 +298,9 @@ class Manifest:
     #: Datasets that are selections of one source and how often each document is read, as JSON
     #: (``zephon.planner.selection.overlaps``); ``()`` in plans without selections.
     sources: tuple[Mapping[str, Any], ...] = ()
+    #: Continued plans: the parent, the branch and the segments (``zephon.planner.continuation``); ``None``
+    #: in plans laid out from their start.
+    lineage: PlanLineage | None = None
 
     @property
     def exact(self) -> bool:
@@ -342,6 +403,7 @@ def parse_manifest(data: object, file: Path) -> Manifest:
         integrity=json_mapping().optional(),
         warnings=list_of(_warning).optional(()),
         sources=list_of(lambda o: MappingProxyType(o.data)).optional(()),
+        lineage=nested(_lineage).optional(),
     )
     exact = values["kind"] == "exact"
     values["lanes"] = None if exact else values["lanes"]
@@ -458,6 +520,23 @@ def _phase(o: JsonObject) -> PlanPhase:
             start_tokens=COUNT.optional(),
             tokens=COUNT.optional(),
             planned_tokens=_COUNTS.optional(),
+            segment=COUNT.optional(),
+        )
+    )
+
+
+def _lineage(o: JsonObject) -> PlanLineage:
+    return PlanLineage(
+        **o.read(
+            parent=nested(lambda p: LineageParent(**p.read(config_hash=TEXT, plan_json_sha256=TEXT, path=TEXT))),
+            branch=nested(
+                lambda b: LineageBranch(**b.read(step=COUNT, position=COUNT, global_batch=POSITIVE, tokens=COUNT))
+            ),
+            segments=list_of(
+                lambda g: LineageSegment(
+                    **g.read(segment=COUNT, config_hash=TEXT, first_step=COUNT, first_position=COUNT)
+                )
+            ),
         )
     )
 

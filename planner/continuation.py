@@ -1,0 +1,365 @@
+"""Continuing a run on a changed plan: a child plan whose first N global steps are its parent's.
+
+``continue_plan(parent, source, out, at_step=N, ...)`` writes a plan bundle made of
+
+1. the parent's first ``P`` documents, row for row (dataset, shard, row, epoch, tokens, token offset, deal), and
+2. a new *segment* laid out from ``source`` (the new configuration) from position ``P`` on, whose readers skip
+   every document the prefix read (``zephon.planner.segment``): epochs continue, nothing is read twice unless
+   the new budget asks for another pass; positions, token offsets and deals continue from the prefix.
+
+``P``, the *branch position*, is the first document no row of steps ``< N`` touches:
+
+* exact ``wrap`` plans: step ``s`` holds stream tokens ``[s·G·W, (s+1)·G·W)`` (``G`` global batch rows, ``W``
+  max_length), so ``P`` = the first document whose ``token_offset ≥ N·G·W``;
+* estimated plans pack at run time, so only the run knows where each lane stood: the continuation takes the
+  run's checkpoint state at step ``N`` (all lanes' cursors, ``zephon.merge_states`` or a state saved under
+  ``torch.distributed``); lane ``k`` has consumed the documents before its cursor ``(p_k, skip_k)``, so
+  ``P = max_k (p_k + [skip_k > 0])``. Documents of the prefix after a lane's cursor are still read after the
+  branch — by that lane, as in the parent — so the new mixture starts at most one lane's lead late.
+* ``best_fit`` / ``homogeneous`` plans place every document over the whole plan: refused.
+
+Invariant: a run of the child with the parent's global batch (and lanes) yields the parent's batches for every
+step ``< N`` — byte for byte — and any checkpoint state of the parent at step ``≤ N`` (microbatch 0 at ``N``)
+resumes on the child (``Manifest.lineage``; ``zephon.executor.state``).
+
+Worked example (exact wrap, ``G = 2``, ``W = 4``, documents of 3, 5, 2, 6 tokens, offsets 0, 3, 8, 10),
+``N = 1``: step 0 holds tokens 0..7; the first document at or past token 8 is the third, so ``P = 2``; the
+child keeps documents 0 and 1 and lays out the new segment from token offset 8.
+
+The new config must keep the parent's seed, datasets (same names, order and data, listed first; new datasets
+follow), shuffle, tokenizer, token counting and packing: the prefix's document orders and deals depend on them.
+Its budget counts the whole run; phase starts are positions / tokens / steps of the whole run. A dataset is
+left out of the new segment by a phase whose mixture omits it (``zephon.work.Phase``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from zephon.errors import ConfigError
+from zephon.executor.operators import Operator
+from zephon.plan.bundle import CheckedBundle, open_bundle
+from zephon.plan.format import PLAN_JSON
+from zephon.plan.integrity import config_digest
+from zephon.plan.manifest import read_manifest, warn_plan
+from zephon.planner.build import write_bundle
+from zephon.planner.continued import Continued, Prefix
+from zephon.planner.lane_dealing import row_bytes
+from zephon.planner.layout import dataset_reader
+from zephon.planner.phases import Stage
+from zephon.planner.prepare import PreparedPlan, prepare
+from zephon.planner.segment import SegmentStart
+from zephon.recipe.work_source import WorkSource
+from zephon.specs import PackSpec, TokenizeSpec
+
+_COLUMNS = ["dataset_id", "shard_id", "row", "epoch", "tokens", "token_offset", "deal"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Branch:
+    """Where the child leaves its parent: the first new global step and document position."""
+
+    step: int
+    position: int
+    global_batch: int
+
+
+def _read_columns(bundle: CheckedBundle) -> dict[str, np.ndarray | None]:
+    tables = [f.read(_COLUMNS) for f in bundle.samples]
+    table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+    out: dict[str, np.ndarray | None] = {}
+    for name in _COLUMNS:
+        column = table.column(name)
+        out[name] = None if column.null_count == len(column) and len(column) else column.to_numpy()
+    return out
+
+
+def _plan_id(bundle: CheckedBundle) -> str:
+    """SHA-256 of the parent's plan.json bytes (its integrity record covers the Parquet files)."""
+    return hashlib.sha256((bundle.path / PLAN_JSON).read_bytes()).hexdigest()
+
+
+def find_branch(
+    bundle: CheckedBundle,
+    columns: dict[str, np.ndarray | None],
+    *,
+    at_step: int | None,
+    global_batch: int | None,
+    state: dict[str, Any] | None,
+) -> Branch:
+    """The branch step and position (see the module docstring); bad input is one ``ConfigError`` line."""
+    manifest = bundle.manifest
+    where = f"parent plan {bundle.path}"
+    if manifest.exact:
+        algorithm = manifest.exact_packing().algorithm
+        if algorithm != "wrap":
+            raise ConfigError(
+                f"a continuation must branch a wrap-packed plan, got a {algorithm} plan at {bundle.path} — "
+                f"{algorithm} places every document over the whole plan; plan runs to be continued with "
+                "pack_flat(algorithm='wrap')"
+            )
+        if state is not None:
+            _check_state_plan(state, bundle, at_step)
+            if global_batch is not None and global_batch != int(state["global_batch"]):
+                raise ConfigError(
+                    f"--global-batch must be the state's global batch {state['global_batch']}, got {global_batch} "
+                    "— leave it out (the state carries it) or pass the state of a run with that batch"
+                )
+            global_batch = int(state["global_batch"])
+            at_step = int(state["step"]) if at_step is None else at_step
+        if at_step is None or global_batch is None:
+            raise ConfigError(
+                "an exact plan's continuation needs the branch step and the run's global batch, got "
+                f"at_step={at_step}, global_batch={global_batch} — pass both (--at-step N --global-batch G), "
+                "or the run's checkpoint state (--continue-from-state STATE.json)"
+            )
+        packing = manifest.exact_packing()
+        steps = packing.sequences // global_batch
+        if not 0 <= at_step <= steps:
+            raise ConfigError(
+                f"--at-step must be within the parent's {steps} full steps of {global_batch} rows, got {at_step} "
+                f"({where}) — branch at a step ≤ {steps}"
+            )
+        offsets = columns["token_offset"]
+        assert offsets is not None, "an exact plan has token offsets"
+        position = int(np.searchsorted(offsets, at_step * global_batch * packing.max_length, side="left"))
+        return Branch(step=at_step, position=position, global_batch=global_batch)
+    if state is None:
+        raise ConfigError(
+            "an estimated plan's continuation needs the run's checkpoint state at the branch step, got none — an "
+            "estimated plan packs at run time, so only the run knows where each lane stood; pass "
+            "--continue-from-state STATE.json (Python: state=pipeline.state_dict())"
+        )
+    _check_state_plan(state, bundle, at_step)
+    lanes = int(state["lanes"])
+    cursors = state.get("lane_cursors") or {}
+    missing = sorted(set(range(lanes)) - {int(k) for k in cursors})
+    if missing:
+        raise ConfigError(
+            f"the continuation state must hold every lane's cursor, got none for lanes {missing[:8]} — merge all "
+            "ranks' states (zephon.merge_states) or save under torch.distributed, which gathers them"
+        )
+    position = max(int(p) + (1 if int(skip) else 0) for p, skip in cursors.values())
+    return Branch(step=int(state["step"]), position=min(position, manifest.totals.documents),
+                  global_batch=int(state["global_batch"]))  # fmt: skip
+
+
+def branch_of(
+    parent_dir: str | Path,
+    *,
+    at_step: int | None = None,
+    global_batch: int | None = None,
+    state: dict[str, Any] | None = None,
+) -> Branch:
+    """Where a continuation of ``parent_dir`` would branch (its step and first new position), without planning."""
+    bundle = open_bundle(parent_dir)
+    return find_branch(bundle, _read_columns(bundle), at_step=at_step, global_batch=global_batch, state=state)
+
+
+def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int | None) -> None:
+    manifest = bundle.manifest
+    if not isinstance(state, dict) or "plan" not in state or "step" not in state:
+        raise ConfigError(
+            f"the continuation state must be a pipeline state (Pipeline.state_dict()), got {type(state).__name__} "
+            "without 'plan' and 'step' — pass the JSON a checkpoint saved"
+        )
+    if state["plan"] != manifest.config_hash:
+        raise ConfigError(
+            f"the continuation state must come from the parent plan {manifest.config_hash[:12]}, got a state of plan "
+            f"{str(state['plan'])[:12]} — pass the state of a run of {bundle.path}"
+        )
+    if int(state.get("microbatch", 0)):
+        raise ConfigError(
+            f"the continuation state must be taken at a step boundary, got step {state['step']} microbatch "
+            f"{state['microbatch']} — checkpoint after a whole step"
+        )
+    if at_step is not None and int(state["step"]) != at_step:
+        raise ConfigError(
+            f"--at-step must be the state's step {state['step']}, got {at_step} — a state knows where the lanes "
+            "stood at its own step only; branch at its step (leave out --at-step) or pass the state of that step"
+        )
+
+
+def _check_compatible(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
+    """The new config keeps what the prefix's document orders and deals depend on."""
+    parent = bundle.manifest
+    config, old = prepared.config, parent.config
+    names = [d["name"] for d in config["datasets"]]
+    for i, ds in enumerate(parent.datasets):
+        if i >= len(names) or names[i] != ds.name:
+            raise ConfigError(
+                "the new config must list the parent's datasets first, in its order, got "
+                f"{names[: len(parent.datasets)]} for the parent's {parent.dataset_names} — keep every parent dataset "
+                "(a phase whose mixture omits one stops reading it) and add new datasets after them"
+            )
+        if config["datasets"][i]["fingerprint"] != ds.fingerprint:
+            raise ConfigError(
+                f"dataset {ds.name!r} must hold the data the parent planned, got shards whose content differs from "
+                f"{bundle.path}'s — restore the parent's files (pin a revision), or plan a new run"
+            )
+    for key, what in (
+        ("seed", "seed"),
+        ("shuffle", "shuffle"),
+        ("token_counts", "token counting (token_counts)"),
+        ("lanes", "lanes"),
+        ("tokenizer", "tokenizer"),
+        ("token_estimation", "token estimation"),
+        ("packing", "packing"),
+        ("operators", "operators"),
+    ):
+        if config.get(key) != old.get(key):
+            raise ConfigError(
+                f"the new config's {what} must be the parent's {old.get(key)!r}, got {config.get(key)!r} — the "
+                "kept steps' document orders depend on it; keep it as in the parent's CONFIG"
+            )
+    if config["mixture"]["unit"] != old["mixture"]["unit"]:
+        raise ConfigError(
+            f"the new config's mixture unit must be the parent's {old['mixture']['unit']!r}, got "
+            f"{config['mixture']['unit']!r} — keep token_estimation as in the parent"
+        )
+
+
+def _segment_stages(stages: tuple[Stage, ...], position: int, tokens: int) -> tuple[Stage, ...]:
+    """The stages in force from the branch on, their starts counted from it (the one in force at the branch
+    starts at 0)."""
+    out: list[Stage] = []
+    for stage in stages:
+        at_position = stage.start_position - position if stage.start_position is not None else None
+        at_tokens = stage.start_tokens - tokens if stage.start_tokens is not None else None
+        if (at_position is not None and at_position <= 0) or (at_tokens is not None and at_tokens <= 0):
+            out = [replace(stage, start_position=0, start_tokens=None)]
+        else:
+            out.append(replace(stage, start_position=at_position, start_tokens=at_tokens))
+    return tuple(out)
+
+
+def segment_start(prepared: PreparedPlan, columns: dict[str, np.ndarray | None], position: int) -> SegmentStart:
+    """What the prefix ``[0, position)`` placed, per dataset of the new config."""
+    n = len(prepared.shards)
+    ids = columns["dataset_id"][:position]  # type: ignore[index]
+    documents = np.bincount(ids, minlength=n)
+    tokens = columns["tokens"]
+    if tokens is not None:
+        kept = tokens[:position].astype(np.int64)
+        per = np.bincount(ids, weights=kept, minlength=n).astype(np.int64)
+        total = int(kept.sum())
+        units = total
+    else:
+        per, total = np.zeros(n, np.int64), 0
+        units = int(row_bytes(prepared.shards)[columns["shard_id"][:position]].sum())  # type: ignore[index]
+    return SegmentStart(
+        position=position,
+        tokens=total,
+        units=units if not prepared.exact else 0,
+        documents=tuple(int(d) for d in documents),
+        dataset_tokens=tuple(int(t) for t in per),
+    )
+
+
+def continue_plan(
+    parent_dir: str | Path,
+    source: WorkSource,
+    out_dir: str | Path,
+    *,
+    at_step: int | None = None,
+    global_batch: int | None = None,
+    state: dict[str, Any] | None = None,
+    tokenize: TokenizeSpec | None = None,
+    pack: PackSpec | None = None,
+    overwrite: bool = False,
+    workers: int | None = None,
+    progress: bool | None = None,
+    operators: tuple[Operator, ...] = (),
+) -> Path:
+    """Write the plan that continues the parent at ``parent_dir`` from step ``at_step`` with ``source``'s
+    configuration into ``out_dir`` (see the module docstring); ``state``: the run's checkpoint state at the
+    branch (required for estimated plans)."""
+    if at_step is not None and at_step < 0:
+        raise ConfigError(f"--at-step must be >= 0, got {at_step} — give the first global step of the new plan")
+    if global_batch is not None and global_batch < 1:
+        raise ConfigError(f"--global-batch must be >= 1, got {global_batch} — give the run's global batch rows")
+    bundle = open_bundle(parent_dir)  # a damaged or changed parent: one line naming the file
+    if Path(out_dir).resolve() == bundle.path.resolve():
+        raise ConfigError(
+            f"a continuation must be written to a new directory, got the parent's own {bundle.path} — the parent "
+            "stays the record of the steps already trained; choose another -o"
+        )
+    columns = _read_columns(bundle)
+    branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
+    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
+    _check_compatible(prepared, bundle)
+    start = segment_start(prepared, columns, branch.position)
+    _check_prefix_orders(prepared, columns, start)
+    parent = bundle.manifest
+    config = dict(prepared.config)
+    config["continue_from"] = {
+        "plan": parent.config_hash,
+        "plan_json_sha256": _plan_id(bundle),
+        "step": branch.step,
+        "position": branch.position,
+        "global_batch": branch.global_batch,
+    }
+    child = replace(
+        prepared,
+        config=config,
+        config_hash=config_digest(config),
+        segment=start,
+        stages=_segment_stages(prepared.stages, start.position, start.tokens),
+    )
+    lineage = {
+        "parent": {"config_hash": parent.config_hash, "plan_json_sha256": _plan_id(bundle), "path": str(bundle.path)},
+        "branch": {"step": branch.step, "position": branch.position, "global_batch": branch.global_batch,
+                   "tokens": start.tokens},
+        "segments": [
+            *(dict(s) for s in _parent_segments(bundle, branch)),
+            {"segment": len(_parent_segments(bundle, branch)), "config_hash": child.config_hash,
+             "first_step": branch.step, "first_position": branch.position},
+        ],
+    }  # fmt: skip
+    prefix = Prefix(columns={k: (v[: branch.position] if v is not None else None) for k, v in columns.items()},
+                    position=branch.position)  # fmt: skip
+    continued = Continued(prefix=prefix, parent=parent, lineage=lineage)
+    written = write_bundle(child, Path(out_dir), overwrite=overwrite, continued=continued)
+    warn_plan(read_manifest(written))
+    return written
+
+
+def _parent_segments(bundle: CheckedBundle, branch: Branch) -> list[dict[str, Any]]:
+    """The parent's segments that start before the branch (a plan without lineage is one segment)."""
+    parent = bundle.manifest
+    if parent.lineage is None:
+        return [{"segment": 0, "config_hash": parent.config_hash, "first_step": 0, "first_position": 0}]
+    return [
+        {"segment": s.segment, "config_hash": s.config_hash, "first_step": s.first_step,
+         "first_position": s.first_position}
+        for s in parent.lineage.segments
+        if s.first_position < branch.position or s.segment == 0
+    ]  # fmt: skip
+
+
+def _check_prefix_orders(prepared: PreparedPlan, columns: dict[str, np.ndarray | None], start: SegmentStart) -> None:
+    """The prefix's documents of each parent dataset are the first ones the new config's reader produces, so
+    skipping them continues the parent's epoch order (a config that would read them in another order — or a
+    parent that was changed — is refused here rather than reading documents twice)."""
+    ids = columns["dataset_id"][: start.position]  # type: ignore[index]
+    for index, count in enumerate(start.documents):
+        if not count:
+            continue
+        at = np.flatnonzero(ids == index)
+        got = dataset_reader(replace(prepared, segment=None), index).take(count)
+        same = all(
+            np.array_equal(mine, columns[name][at])  # type: ignore[index]
+            for mine, name in ((got.shard_id, "shard_id"), (got.row, "row"), (got.epoch, "epoch"))
+        )
+        if not same:
+            raise ConfigError(
+                f"dataset {prepared.config['datasets'][index]['name']!r} must read the parent's documents in the "
+                "parent's order, got another order — the parent was planned with different settings or changed; "
+                "continue from the parent's own CONFIG with the changes you want"
+            )
