@@ -120,7 +120,9 @@ def test_range_mode_reads_only_the_text_column_of_needed_row_groups(s3, tmp_path
     run(plan, tokenizer_dir, StoreOptions(remote_read="range"))
     size = (tmp_path / "wide" / "0.parquet").stat().st_size
     assert REQUESTS["whole"] == 0
-    assert REQUESTS["range"] == 4  # one GET per row group's text column chunk
+    # One GET per row group's text column chunk, twice: num_steps()'s calibration reads the plan's first 2,048
+    # documents (here all 64) through a reader of its own before the run's reader reads them again.
+    assert REQUESTS["range"] == 2 * 4
     assert REQUESTS["footer"] == 1
     assert size > 200_000  # the blob column, never fetched
 
@@ -165,11 +167,13 @@ def test_an_object_changed_after_planning_is_refused_by_name(s3, tmp_path, token
         ) as info:
             run(plan, tokenizer_dir, io)
         assert "\n" not in str(info.value)
-    # Nothing half-written in the cache: only the unchanged shard is there.
+    # Nothing half-written in the cache: the changed shard never entered it (the unchanged one may have, when
+    # it was read before the changed one was met; num_steps()'s calibration reads both shards' first documents).
     from zephon.storage.shard_cache import ShardCache
 
     entries = ShardCache(tmp_path / "cache", 1 << 30).entries()
-    assert [e.key.rsplit("/", 1)[1] for e in entries] == ["part-00000.parquet"]
+    assert {e.key.rsplit("/", 1)[1] for e in entries} <= {"part-00000.parquet"}
+    assert not [p for p in (tmp_path / "cache").rglob("*") if "part-00001" in p.name and p.parent.name != "locks"]
 
 
 def test_a_bucket_of_ten_thousand_objects_lists_every_one_in_pages(s3) -> None:
