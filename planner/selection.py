@@ -196,6 +196,15 @@ def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
         ) from exc
 
 
+def out_of_memory(selection: Selection, field: str, text: str, exc: duckdb.Error) -> ConfigError:
+    """The one-line error of a selection past DuckDB's memory limit (``ZEPHON_SELECT_MEMORY``)."""
+    return ConfigError(
+        f"dataset {selection.dataset!r}: {field}={text!r} must fit DuckDB's memory limit "
+        f"ZEPHON_SELECT_MEMORY={MEMORY_LIMIT}, got {one_line(exc).split(' Possible solutions')[0]} — raise "
+        "ZEPHON_SELECT_MEMORY (e.g. 8GB; DuckDB spills what it can to disk, but a join's hash table must fit)"
+    )
+
+
 def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str]) -> ConfigError:
     """The one-line error of a query DuckDB refused."""
     name = selection.dataset
@@ -205,6 +214,8 @@ def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, column
             f"dataset {name!r}: {field} names column {unknown.group(1)!r}, which the dataset lacks — it has "
             f"{', '.join(columns)}; fix {field}={text!r}"
         )
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return out_of_memory(selection, field, text, exc)
     if isinstance(exc, duckdb.ParserException):
         return ConfigError(
             f"dataset {name!r}: {field} must be a DuckDB SQL expression, got {text!r} ({one_line(exc)}) — fix "
@@ -223,7 +234,7 @@ def select_rows(
     seed: int,
     dataset_index: int,
     threads: int | None = None,
-    memory_limit: str = MEMORY_LIMIT,
+    memory_limit: str | None = None,
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
     name = selection.dataset
@@ -239,7 +250,7 @@ def select_rows(
         con.execute("SET preserve_insertion_order = false")
         # Joins, aggregates and sorts past the limit spill to our own temporary directory (removed below),
         # never to DuckDB's default ``.tmp`` in the working directory.
-        con.execute(f"SET memory_limit = '{memory_limit}'")
+        con.execute(f"SET memory_limit = '{memory_limit or MEMORY_LIMIT}'")
         con.execute("SET temp_directory = ?", [spill])
         if remote:  # the referenced columns (zephon.planner.selection_sources)
             table, columns = read_documents(name, refs, referenced_names(con, selection))
@@ -252,6 +263,8 @@ def select_rows(
                 params={"paths": [r.uri for r in refs]},
             )
         result, sidecar = _evaluate(con, selection, documents, columns, total)
+    except duckdb.OutOfMemoryException as exc:
+        raise out_of_memory(selection, "where", str(selection.where), exc) from exc
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)

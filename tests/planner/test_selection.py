@@ -345,3 +345,13 @@ def test_the_curricula_doc_example_on_the_demo_sidecar(tmp_path, monkeypatch) ->
         return re.sub(r"config \w+$", "config", re.sub(r"sidecar \S+ on", "sidecar on", line))
 
     assert [masked(x) for x in lines] == [masked(x) for x in shown]
+
+
+def test_a_selection_past_duckdbs_memory_limit_says_which_setting_to_raise(corpus, tmp_path, monkeypatch) -> None:
+    import zephon.planner.selection as selection
+
+    monkeypatch.setattr(selection, "MEMORY_LIMIT", "1KB")  # as ZEPHON_SELECT_MEMORY=1KB would set it
+    ds = Dataset.from_path("web", corpus / "web", where="quality > 0.5", metadata=corpus / "side", key="id")
+    with pytest.raises(ConfigError, match=r"must fit DuckDB's memory limit ZEPHON_SELECT_MEMORY=1KB, got .*raise") as e:
+        _source(ds).plan(tmp_path / "p")
+    assert "\n" not in str(e.value)
