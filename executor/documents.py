@@ -421,10 +421,10 @@ class ChatEncoder(_OnBase):
                 sample = chats[:CHAT_SAMPLE]
                 try:
                     got = self._with_engine(sample, True)
-                except Exception:  # the engine's batch failed (a lone surrogate): tokenizers decides
-                    got = None
-                want = self._with_tokenizers(sample) if got is not None else None
-                for i, (g, w) in enumerate(zip(got or [], want or [], strict=True)):
+                except Exception:  # a batch tokenizers refuses too (a lone surrogate): it raises as there,
+                    return  # and the check runs on the next batch
+                want = self._with_tokenizers(sample)
+                for i, (g, w) in enumerate(zip(got, want, strict=True)):
                     if not np.array_equal(g, w):
                         self._offsets_refused = (
                             f"ids or loss mask differ from tokenizers' offsets on conversation {i} of the first batch"

@@ -184,3 +184,19 @@ def test_derived_offsets_equal_tokenizers_offsets(chat_tokenizer_dirs, name) -> 
     for text, enc, got in zip(texts, encodings, table.char_offsets(texts, ids, sizes), strict=True):
         assert got is not None, text
         assert got.tolist() == [list(o) for o in enc.offsets], text
+
+
+def test_a_first_batch_tokenizers_refuses_raises_as_there_and_the_check_runs_on_the_next(chat_tokenizer_dirs) -> None:
+    path = chat_tokenizer_dirs["chatml"]
+    encoder = make_encoder(TokenizeSpec(tokenizer_id=str(path), field="messages", chat=ChatSpec()))
+    bad = encoder.final(
+        {"messages": [{"role": "user", "content": "a \ud800 b"}, {"role": "assistant", "content": "c"}]}
+    )
+    with pytest.raises(Exception) as got:  # whatever tokenizers raises on its own path
+        encoder.encode_flat([bad])
+    with pytest.raises(type(got.value)):
+        encoder._with_tokenizers([bad])
+    assert not encoder.settled
+    chats = [encoder.final({"messages": conversation(i)}) for i in range(10)]
+    assert [g.tolist() for g in encoder.encode_flat(chats).split()] == [w.tolist() for w in _reference(path, chats)]
+    assert encoder.settled and not any(name.endswith("for chat") for name in encoder.refused)
