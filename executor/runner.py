@@ -185,7 +185,7 @@ class RankRunner:
             per_dataset=window + 1,
             on_bad_document=self.spec.on_bad_document,
             skippable=True,
-            convert=converter_of(self.encoder),  # chat: records rendered as the run renders them
+            convert=converter_of(self.encoder),  # chat and user operators: records as the run converts them
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
         try:
