@@ -4,8 +4,9 @@ Run: python benchmarks/bench_executor.py [--copies 8] [--big 16] [--repeats 3] [
          [--peers /tmp/peervenv/bin/python]
 
 Corpus: ``--copies`` seeds of the demo corpus (prose / code / short documents, ~4 MB of text per seed), or
-with ``--text local`` real text from this machine's files (``local_corpus.py``; budgets still scale with
-``--copies``), mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a ``tokenizers`` tokenizer.json
+with ``--text local`` real text from this machine's files (``local_corpus.py``; size N is its shards N times
+over, budgets scale with N as with seeds), mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a
+``tokenizers`` tokenizer.json
 (``benchmarks/cl100k.py``, ids checked against tiktoken first); max_length 2049, microbatch 8. Plans: by
 samples (``num_documents`` = 2400 × copies), by tokens (``TokenEstimation``, ``num_tokens`` = 10^6 × copies)
 and an exact token plan (count pass, exact wrap offsets).
@@ -25,7 +26,8 @@ plan order, into memory before timing the raw encoders on them (1024 documents p
 
 Figures are the best of ``--repeats`` (runs interleaved, so all see the same machine load); tokens count
 each document's tokens plus its EOS. Peak RSS is ``VmHWM`` of the Zephon process at ``--copies`` and at
-``--big`` copies. First batch: a fresh process, plan already cached (warm local cache), from
+``--big`` copies (``--rss-only``: only those runs), with the engine the run chose. First batch: a fresh
+process, plan already cached (warm local cache), from
 ``Pipeline(work_source)`` to the first ``to_training`` dict. ``--reference PYTHON`` runs the published
 ``zephon==0.2.0`` (its seed API, its own venv) on the same shards, tokenizer and token budget;
 ``--peers PYTHON`` runs Hugging Face ``datasets`` streaming and Google Grain the same way (``peers.py``).
@@ -329,10 +331,12 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
         import vendor_tokenizers
 
         tokenizer = vendor_tokenizers.build(args.tokenizer, root / "tokenizers")
-    if args.text == "local":  # real text from this machine's files; one corpus, so no second size for RSS
+    if args.text == "local":  # real text from this machine's files; size N: its shards N times over
         import local_corpus
 
-        corpora = {args.copies: local_corpus.build(root / "corpus-local")}
+        base = local_corpus.build(root / "corpus-local")
+        sizes = sorted({args.copies, args.big})
+        corpora = {n: local_corpus.repeated(base, root / f"corpus-local-x{n}", n) for n in sizes}
     else:
         corpora = {n: _corpus(root, n) for n in sorted({args.copies, args.big})}
     sample = [
@@ -372,6 +376,7 @@ def main() -> None:
     )  # fmt: skip
     parser.add_argument("--skip-count", action="store_true", help="skip the count pass and cold start runs")
     parser.add_argument("--startup-only", action="store_true", help="only the cold start and count pass runs")
+    parser.add_argument("--rss-only", action="store_true", help="only the peak RSS runs (both corpus sizes)")
     parser.add_argument("--root", default=None, help="work directory (default: a new temporary one)")
     parser.add_argument("--reference", default=None, help="python of a venv with zephon==0.2.0")
     parser.add_argument("--peers", default=None, help="python of a venv with datasets and grain (peers.py)")
@@ -404,7 +409,8 @@ def main() -> None:
     fast, slow = {"ZEPHON_TOKENIZER_ENGINE": "auto"}, {"ZEPHON_TOKENIZER_ENGINE": "tokenizers"}
     results: dict[tuple[str, str, int], list[dict]] = {}
     refused: dict[str, str] = {}
-    for _ in range(0 if args.startup_only else args.repeats):  # interleaved: every run sees the same load
+    rounds = 0 if args.startup_only or args.rss_only else args.repeats
+    for _ in range(rounds):  # interleaved: every run sees the same load
         for cores in (1, all_cores):
             for mode in PLANS:
                 plan = plans[(mode, args.copies)]
@@ -433,10 +439,10 @@ def main() -> None:
     }
     firsts = [  # the first run plans the work source into the cache; the others start warm
         _run("first", all_cores, fast, tokenizer=tokenizer, corpus=corpora[args.copies], copies=args.copies)
-        for _ in range(0 if args.startup_only else 4)
+        for _ in range(0 if args.startup_only or args.rss_only else 4)
     ][1:]
     colds, counts = [], {"today": [], "ours": []}
-    if not args.skip_count:
+    if not args.skip_count and not args.rss_only:
         for _ in range(args.repeats):  # each into a new, empty cache: plan, byte lengths, calibration, verdicts
             env = {**fast, "ZEPHON_CACHE_DIR": tempfile.mkdtemp(prefix="cold-cache-", dir=root)}
             colds.append(_run("cold", all_cores, env, tokenizer=tokenizer, corpus=corpora[args.copies]))
@@ -453,9 +459,10 @@ def main() -> None:
     if results:
         _report(results, all_cores, args.repeats)
     print("\npeak RSS of the Zephon process (whole plan, all cores):")
+    unit = "seeds" if args.text == "demo" else "× the local corpus"
     for mode in PLANS if rss else ():
         parts = [
-            f"{r['peak_rss_mb']:.0f} MB at {n} seeds ({r['total_tokens'] / 1e6:.0f} M tokens)"
+            f"{r['peak_rss_mb']:.0f} MB at {n} {unit} ({r['total_tokens'] / 1e6:.0f} M tokens, {r['engine']})"
             for n in corpora
             for r in [rss[(mode, n)]]
         ]

@@ -115,3 +115,23 @@ def build(out: Path, *, limit: int = 40_000, code_limit: int = 8_000) -> Path:
         _write(out, kind, docs)
     (out / "done").write_text(f"prose {len(prose)}\ncode {len(code)}\nshort {len(short)}\n")
     return out
+
+
+def repeated(base: Path, out: Path, times: int) -> Path:
+    """``out/{kind}/``: the shards of ``base`` ``times`` times over (hard links, renumbered), so a corpus of real
+    text can grow for ``bench_executor.py``'s second size (peak RSS flat in dataset size); ``times == 1``:
+    ``base`` itself."""
+    if times == 1:
+        return base
+    if (out / "done").is_file():
+        return out
+    for kind_dir in sorted(p for p in base.iterdir() if p.is_dir()):
+        shards = sorted(kind_dir.glob("*.parquet"))
+        (out / kind_dir.name).mkdir(parents=True, exist_ok=True)
+        for k in range(times):
+            for i, shard in enumerate(shards):
+                target = out / kind_dir.name / f"part-{k * len(shards) + i:05d}.parquet"
+                if not target.exists():
+                    target.hardlink_to(shard)
+    (out / "done").write_text(f"{times} x {base}\n")
+    return out

@@ -13,8 +13,13 @@ batches stay byte-identical. Otherwise:
   position ids restart and labels never cross into it.
 * ``ChatEncoder`` — ``tokenize_chat``: the shard reader turns each record into a ``RenderedChat``
   (``zephon.executor.chat``; layout, checks and template on the reader's thread, with the record's location in
-  any error), and the encoder tokenizes the texts with offsets and sets ``token_flags.LOSS`` on every token that
-  overlaps an assistant span.
+  any error), and the encoder sets ``token_flags.LOSS`` on every token that overlaps an assistant span. The ids
+  come from the seed ``Encoder``'s verified engine; each token's character offsets are derived from its id's
+  bytes (``zephon.executor.engines.offsets``, byte-level tokenizers), checked on the run's first
+  ``CHAT_SAMPLE`` conversations against ``tokenizers``' own offsets (ids and masks equal). A tokenizer whose
+  offsets cannot be derived, or that fails the check, keeps ``tokenizers``' offsets for the run (``refused``
+  names ``"<engine> for chat"`` and why); a conversation whose ids do not spell its bytes (a normalizer
+  changed the text) gets ``tokenizers``' offsets alone (``tokenizer_offsets`` counts them).
 
 Worked example of ``reshape`` (prefix [B], suffix [E], max_tokens 4, split): body [a b c d e] → pieces [a b],
 [c d], [e] → [B a b E] [B c d E] [B e E], one document of 11 tokens with segment starts at its tokens 4 and 8.
@@ -29,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -37,6 +43,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, TokenizerError
 from zephon.executor.chat import BadRecord, ChatRenderer, RenderedChat, to_messages
+from zephon.executor.engines.offsets import ByteOffsets
 from zephon.executor.operators import Operator, OperatorChain, Where
 from zephon.executor.token_flags import LOSS, SEGMENT
 from zephon.executor.tokenize import Encoded, Encoder
@@ -297,6 +304,19 @@ def load_chat_template(tokenizer_id: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+#: Conversations of the first batch on which derived offsets are checked against ``tokenizers``' offsets.
+CHAT_SAMPLE = 64
+
+
+def _mask(ids: np.ndarray, offsets: np.ndarray, spans: tuple[tuple[int, int], ...]) -> None:
+    """Set ``LOSS`` on the ids whose (start, end) character offsets overlap a span (an empty token: lies in it)."""
+    s, e = offsets[:, :1], offsets[:, 1:]
+    a = np.array([x for x, _ in spans])[None, :]
+    b = np.array([y for _, y in spans])[None, :]
+    inside = ((s < b) & (e > a)) | ((s == e) & (s >= a) & (s < b))
+    ids[inside.any(axis=1)] |= LOSS
+
+
 class ChatEncoder(_OnBase):
     """Rendered conversations to token ids with ``LOSS`` on the assistant tokens (see the module docstring)."""
 
@@ -334,47 +354,112 @@ class ChatEncoder(_OnBase):
         self.fingerprint = _digest(
             b.fingerprint, "chat", chat.layout, template, chat.loss_on, spec.max_tokens, spec.long_documents
         )
+        self._table: ByteOffsets | None = None
+        #: why offsets come from ``tokenizers`` (None: derived from the engine's ids, checked)
+        self._offsets_refused: str | None = None
+        self._chat_settled = False
+        self._chat_lock = threading.Lock()
+        #: conversations whose offsets came from ``tokenizers`` because their ids did not spell their bytes
+        self.tokenizer_offsets = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_chat_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._chat_lock = threading.Lock()
 
     @property
     def engine(self) -> str:
-        return "tokenizers"  # the assistant spans need character offsets, which only tokenizers gives
+        return self.base.engine if self._offsets_refused is None else "tokenizers"
 
     @property
     def refused(self) -> dict[str, str]:
-        return {"fast engines": "chat data needs character offsets for its loss mask, which only tokenizers gives"}
+        refused = self.base.refused
+        if self._offsets_refused is not None:
+            refused[f"{self.base.engine} for chat"] = self._offsets_refused
+        return refused
 
     @property
     def settled(self) -> bool:
-        return True
+        return self._chat_settled and self.base.settled
 
     @property
     def engine_note(self) -> str:
         return "; ".join(f"{name}: {reason}" for name, reason in self.refused.items())
 
     def encode_flat(self, chats: list[RenderedChat], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:
-        """Token ids of the conversations, ``LOSS`` set on tokens overlapping an assistant span (a Python step
-        per conversation for its offsets: chat data is small next to pretraining text)."""
+        """Token ids of the conversations, ``LOSS`` set on tokens overlapping an assistant span: ids from the
+        engine, offsets from the ids (``ByteOffsets``), once checked on the run's first conversations against
+        the ``tokenizers`` path; else (or for a conversation whose ids do not spell its bytes) ``tokenizers``'
+        own offsets."""
         if order is not None:
             chats = [chats[i] for i in order.tolist()]
         if not chats:
             return Encoded(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-        encodings = self.tokenizer.encode_batch([c.text for c in chats], add_special_tokens=False)
-        parts = []
-        for chat, enc in zip(chats, encodings, strict=True):
-            ids = np.asarray(enc.ids, dtype=np.int64)
-            if chat.spans and len(ids):
-                offsets = np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2)
-                s, e = offsets[:, :1], offsets[:, 1:]
-                a = np.array([x for x, _ in chat.spans])[None, :]
-                b = np.array([y for _, y in chat.spans])[None, :]
-                inside = ((s < b) & (e > a)) | ((s == e) & (s >= a) & (s < b))
-                ids[inside.any(axis=1)] |= LOSS
-            parts.append(ids)
+        if not self._chat_settled:
+            self._settle(chats)
+        refused = self._offsets_refused is not None
+        parts = self._with_tokenizers(chats) if refused else self._with_engine(chats, split)
         sizes = np.fromiter(map(len, parts), np.int64, len(parts))
         ids = np.concatenate(parts)
         if self.cap is None:
             return Encoded(ids, sizes)
         return reshape(ids, sizes, [], [], self.cap, self.split)
+
+    def _settle(self, chats: list[RenderedChat]) -> None:
+        """Check the derived offsets on the first conversations (once; other threads wait): ids and masks must
+        equal the ``tokenizers`` path's, else that path is used for the run, with the reason."""
+        with self._chat_lock:
+            if self._chat_settled:
+                return
+            table = ByteOffsets.of(self.tokenizer)
+            if isinstance(table, str):
+                self._offsets_refused = f"character offsets cannot be derived from ids: {table}"
+            else:
+                self._table = table
+                sample = chats[:CHAT_SAMPLE]
+                try:
+                    got = self._with_engine(sample, True)
+                except Exception:  # a batch tokenizers refuses too (a lone surrogate): it raises as there,
+                    return  # and the check runs on the next batch
+                want = self._with_tokenizers(sample)
+                for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                    if not np.array_equal(g, w):
+                        self._offsets_refused = (
+                            f"ids or loss mask differ from tokenizers' offsets on conversation {i} of the first batch"
+                        )
+                        break
+            self._chat_settled = True
+
+    def _with_engine(self, chats: list[RenderedChat], split: bool) -> list[np.ndarray]:
+        """Each conversation's masked ids: the engine's ids, offsets derived from them."""
+        assert self._table is not None
+        texts = [c.text for c in chats]
+        got = self.base.ids(texts, split=split)
+        parts = [ids.astype(np.int64) for ids in got.split()]
+        offsets = self._table.char_offsets(texts, got.ids, got.sizes)
+        redo = [i for i, (chat, o) in enumerate(zip(chats, offsets, strict=True)) if o is None and chat.spans]
+        for chat, ids, o in zip(chats, parts, offsets, strict=True):
+            if o is not None and chat.spans and len(ids):
+                _mask(ids, o, chat.spans)
+        if redo:  # the ids do not spell these texts byte for byte (a normalizer changed them): tokenizers
+            self.tokenizer_offsets += len(redo)
+            for i, ids in zip(redo, self._with_tokenizers([chats[i] for i in redo]), strict=True):
+                parts[i] = ids
+        return parts
+
+    def _with_tokenizers(self, chats: list[RenderedChat]) -> list[np.ndarray]:
+        """Each conversation's masked ids, ids and offsets from ``tokenizers`` (a Python step per conversation:
+        chat data is small next to pretraining text)."""
+        encodings = self.tokenizer.encode_batch([c.text for c in chats], add_special_tokens=False)
+        parts = []
+        for chat, enc in zip(chats, encodings, strict=True):
+            ids = np.asarray(enc.ids, dtype=np.int64)
+            if chat.spans and len(ids):
+                _mask(ids, np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), chat.spans)
+            parts.append(ids)
+        return parts
 
     def encode(self, chats: list[RenderedChat]) -> list[np.ndarray]:
         return self.encode_flat(chats).split()
@@ -402,9 +487,7 @@ class WithOperators:
 AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators
 
 
-def make_encoder(
-    spec: TokenizeSpec, operators: tuple[Operator, ...] = (), *, threads: int | None = None
-) -> AnyEncoder:
+def make_encoder(spec: TokenizeSpec, operators: tuple[Operator, ...] = (), *, threads: int | None = None) -> AnyEncoder:
     """The encoder ``spec`` asks for, behind ``operators`` when there are any: the seed ``Encoder`` for
     ``spec.plain`` settings without operators (unchanged ids, fingerprint and speed). ``threads``:
     ``tokenizer_threads`` of the engine underneath (never changes the ids)."""

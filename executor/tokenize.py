@@ -368,6 +368,10 @@ class Encoder:
         without building the ids (the count pass)."""
         return self._ids(texts, split).sizes.astype(np.int64) + (len(self.prefix) + 1)
 
+    def ids(self, texts: list[str], *, split: bool = True) -> TokenIds:
+        """The engine's ids of the texts, without BOS/EOS (the chat encoder frames them itself)."""
+        return self._ids(texts, split)
+
     def _ids(self, texts: list[str], split: bool) -> TokenIds:
         """The engine's ids of the texts (no BOS/EOS); the first call checks the engine on them."""
         choice = self._choice

@@ -210,6 +210,7 @@ class EngineChoice:
 
     def _refuse(self, name: str, reason: str, package: str | None) -> None:
         self.refused[name] = reason
+        _BUILT.pop((self.cache.content, name, self.eos_text), None)  # a refused engine is not kept in memory
         if package is not None:
             self.cache.put(name, package, False, reason)
         if self.forced:

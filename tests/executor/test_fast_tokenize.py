@@ -152,6 +152,7 @@ def test_auto_skips_a_disagreeing_engine_and_records_why(tokenizer_dir, tmp_path
     assert_identical(encoder.encode_flat(texts), Encoder(spec, engine="tokenizers").encode_flat(texts))
     assert encoder.engine == "tokenizers"
     assert encoder.refused == {"kitoken": "ids differ from tokenizers on the added tokens in text probe"}
+    assert not any(key[1] == "kitoken" for key in choose._BUILT)  # the refused engine is not kept in memory
 
 
 def test_a_missing_engine_is_skipped_with_the_reason(tokenizer_dir: str, monkeypatch) -> None:
@@ -195,6 +196,7 @@ def test_a_mismatch_on_the_first_documents_refuses_the_engine_for_good(tokenizer
     assert_identical(encoder.encode_flat(texts), reference)
     assert encoder.engine == "tokenizers"
     assert encoder.refused == {"tiktoken": "ids differ from tokenizers on document 1 of the first batch"}
+    assert not any(key[1] == "tiktoken" for key in choose._BUILT)  # refused after it was built: dropped
     again = Encoder(spec)  # the refusal is cached: not tried again
     again.encode(["hello"])
     assert again.engine == "tokenizers" and again.refused == encoder.refused
