@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import io
 import json
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +51,7 @@ from zephon.planner.selection_pruning import Bound, bounds_of, groups_to_read
 from zephon.recipe.selection import Selection
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.remote import is_hub_uri, is_remote_uri
+from zephon.storage.seekable import SeekableSpans
 
 __all__ = [
     "RemoteSidecar",
@@ -116,41 +116,23 @@ def _collect(node: Any, names: set[str]) -> None:
             _collect(value, names)
 
 
-class _Blocks(io.RawIOBase):
+class _Blocks(SeekableSpans):
     """A remote file as a seekable file: reads inside the fetched blocks are memory copies, others one GET."""
 
     def __init__(self, size: int, blocks: dict[int, bytes], fallback: Callable[[int, int], bytes]) -> None:
         super().__init__()
-        self._size, self._pos, self._fallback = size, 0, fallback
+        self._size, self._fallback = size, fallback
         self._starts = sorted(blocks)
         self._blocks = blocks
 
-    def readable(self) -> bool:
-        return True
+    def size(self) -> int:
+        return self._size
 
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        n = min(len(buffer), self._size - self._pos)
-        if n <= 0:
-            return 0
-        start, end = self._pos, self._pos + n
+    def span(self, start: int, end: int) -> bytes:
         i = bisect.bisect_right(self._starts, start) - 1
         block = self._blocks[self._starts[i]] if i >= 0 else b""
         first = self._starts[i] if i >= 0 else 0
-        data = block[start - first : end - first] if end <= first + len(block) else self._fallback(start, end)
-        memoryview(buffer)[:n] = data
-        self._pos = end
-        return n
+        return block[start - first : end - first] if end <= first + len(block) else self._fallback(start, end)
 
 
 class _Remote:

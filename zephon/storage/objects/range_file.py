@@ -20,7 +20,6 @@ GETs; pyarrow's reads of those ranges are then memory copies.
 
 from __future__ import annotations
 
-import io
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.reads import ObjectFile, read_range, read_tail
+from zephon.storage.seekable import SeekableSpans
 
 __all__ = ["RangeFile", "fetch_ranges"]
 
@@ -59,7 +59,7 @@ def fetch_ranges(
     return [f.result() for f in futures]
 
 
-class RangeFile(io.RawIOBase):
+class RangeFile(SeekableSpans):
     """The object ``file`` as a read-only, seekable binary file (see the module docstring)."""
 
     def __init__(
@@ -68,7 +68,6 @@ class RangeFile(io.RawIOBase):
         super().__init__()
         self.file = file
         self._credentials = tuple(credentials)
-        self._pos = 0
         self._read_ahead = read_ahead_bytes
         key = (file.uri, file.pin)
         with _pool_lock:
@@ -89,32 +88,12 @@ class RangeFile(io.RawIOBase):
         #: start → the ranges fetched ahead (bytes, or the future of a GET in flight), until released.
         self.blocks: dict[int, bytes | Future[bytes]] = {}
 
-    # ---- io.RawIOBase
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.file.size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
+    # ---- SeekableSpans
     def size(self) -> int:
         return self.file.size
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
-        n = min(len(buffer), self.file.size - self._pos)
-        if n <= 0:
-            return 0
-        data = self._bytes(self._pos, self._pos + n)
-        memoryview(buffer)[:n] = data
-        self._pos += n
-        return n
+    def span(self, start: int, end: int) -> bytes:
+        return self._bytes(start, end)
 
     def _bytes(self, start: int, end: int) -> bytes:
         if start >= self._tail_start:
