@@ -297,10 +297,12 @@ def continue_plan(
     start = segment_start(prepared, columns, branch.position)
     _check_prefix_orders(prepared, columns, start)
     parent = bundle.manifest
+    parent_id = _plan_id(bundle)  # one read of plan.json: the config and the lineage name the same bytes
+    earlier = _parent_segments(bundle, branch)
     config = dict(prepared.config)
     config["continue_from"] = {
         "plan": parent.config_hash,
-        "plan_json_sha256": _plan_id(bundle),
+        "plan_json_sha256": parent_id,
         "step": branch.step,
         "position": branch.position,
         "global_batch": branch.global_batch,
@@ -313,12 +315,12 @@ def continue_plan(
         stages=_segment_stages(prepared.stages, start.position, start.tokens),
     )
     lineage = {
-        "parent": {"config_hash": parent.config_hash, "plan_json_sha256": _plan_id(bundle), "path": str(bundle.path)},
+        "parent": {"config_hash": parent.config_hash, "plan_json_sha256": parent_id, "path": str(bundle.path)},
         "branch": {"step": branch.step, "position": branch.position, "global_batch": branch.global_batch,
                    "tokens": start.tokens},
         "segments": [
-            *(dict(s) for s in _parent_segments(bundle, branch)),
-            {"segment": len(_parent_segments(bundle, branch)), "config_hash": child.config_hash,
+            *earlier,
+            {"segment": len(earlier), "config_hash": child.config_hash,
              "first_step": branch.step, "first_position": branch.position},
         ],
     }  # fmt: skip
