@@ -49,6 +49,7 @@ from zephon.plan.format import PLAN_JSON
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.planner.build import write_bundle
+from zephon.planner.continuation_datasets import align, finish
 from zephon.planner.continued import Continued, Prefix
 from zephon.planner.lane_dealing import row_bytes
 from zephon.planner.layout import dataset_reader
@@ -187,22 +188,10 @@ def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int
 
 
 def _check_compatible(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
-    """The new config keeps what the prefix's document orders and deals depend on."""
+    """The new config keeps what the prefix's document orders and deals depend on (its datasets:
+    ``zephon.planner.continuation_datasets``)."""
     parent = bundle.manifest
     config, old = prepared.config, parent.config
-    names = [d["name"] for d in config["datasets"]]
-    for i, ds in enumerate(parent.datasets):
-        if i >= len(names) or names[i] != ds.name:
-            raise ConfigError(
-                "the new config must list the parent's datasets first, in its order, got "
-                f"{names[: len(parent.datasets)]} for the parent's {parent.dataset_names} — keep every parent dataset "
-                "(a phase whose mixture omits one stops reading it) and add new datasets after them"
-            )
-        if config["datasets"][i]["fingerprint"] != ds.fingerprint:
-            raise ConfigError(
-                f"dataset {ds.name!r} must hold the data the parent planned, got shards whose content differs from "
-                f"{bundle.path}'s — restore the parent's files (pin a revision), or plan a new run"
-            )
     for key, what in (
         ("seed", "seed"),
         ("shuffle", "shuffle"),
@@ -292,7 +281,11 @@ def continue_plan(
         )
     columns = _read_columns(bundle)
     branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
-    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
+    aligned = align(source, bundle.manifest)
+    prepared = prepare(
+        aligned.source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators
+    )
+    prepared = finish(prepared, aligned, bundle.manifest, str(bundle.path))
     _check_compatible(prepared, bundle)
     start = segment_start(prepared, columns, branch.position)
     _check_prefix_orders(prepared, columns, start)
@@ -307,6 +300,8 @@ def continue_plan(
         "position": branch.position,
         "global_batch": branch.global_batch,
     }
+    if aligned.removed:  # only then: continuations that keep every dataset keep their config and hash
+        config["continue_from"]["removed"] = list(aligned.removed)
     child = replace(
         prepared,
         config=config,
