@@ -120,6 +120,7 @@ def find_branch(
                 f"at_step={at_step}, global_batch={global_batch} — pass both (--at-step N --global-batch G), "
                 "or the run's checkpoint state (--continue-from-state STATE.json)"
             )
+        _check_lineage_batch(bundle, global_batch)
         packing = manifest.exact_packing()
         steps = packing.sequences // global_batch
         if not 0 <= at_step <= steps:
@@ -138,6 +139,12 @@ def find_branch(
             "--continue-from-state STATE.json (Python: state=pipeline.state_dict())"
         )
     _check_state_plan(state, bundle, at_step)
+    if global_batch is not None and global_batch != int(state["global_batch"]):
+        raise ConfigError(
+            f"--global-batch must be the state's global batch {state['global_batch']}, got {global_batch} — leave "
+            "it out (the state carries it) or pass the state of a run with that batch"
+        )
+    _check_lineage_batch(bundle, int(state["global_batch"]))
     lanes = int(state["lanes"])
     cursors = state.get("lane_cursors") or {}
     missing = sorted(set(range(lanes)) - {int(k) for k in cursors})
@@ -149,6 +156,18 @@ def find_branch(
     position = max(int(p) + (1 if int(skip) else 0) for p, skip in cursors.values())
     return Branch(step=int(state["step"]), position=min(position, manifest.totals.documents),
                   global_batch=int(state["global_batch"]))  # fmt: skip
+
+
+def _check_lineage_batch(bundle: CheckedBundle, global_batch: int) -> None:
+    """A continuation of a continued plan keeps its lineage's global batch: the lineage counts every segment's
+    first step in steps of that many rows."""
+    lineage = bundle.manifest.lineage
+    if lineage is not None and global_batch != lineage.branch.global_batch:
+        raise ConfigError(
+            f"--global-batch must be {lineage.branch.global_batch}, the global batch of the continued parent "
+            f"{bundle.path}, got {global_batch} — its lineage counts steps of {lineage.branch.global_batch} rows; "
+            "continue with that batch, or continue the first plan of the lineage"
+        )
 
 
 def branch_of(
