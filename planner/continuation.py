@@ -35,6 +35,7 @@ left out of the new segment by a phase whose mixture omits it (``zephon.work.Pha
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,7 @@ from zephon.planner.build import write_bundle
 from zephon.planner.continuation_datasets import align, finish
 from zephon.planner.continued import Continued, Prefix
 from zephon.planner.lane_dealing import row_bytes
-from zephon.planner.layout import dataset_reader
+from zephon.planner.layout import Chunk, dataset_reader
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.segment import SegmentStart
@@ -69,6 +70,13 @@ class Branch:
     step: int
     position: int
     global_batch: int
+    #: Estimated plans: the run's packing lanes and those that had run out of documents by the branch step.
+    lanes: int | None = None
+    dry_lanes: tuple[int, ...] = ()
+
+
+class DryLanes(ConfigError):
+    """A continuation would hand new documents to a packing lane that had run out before the branch."""
 
 
 def _read_columns(bundle: CheckedBundle) -> dict[str, np.ndarray | None]:
@@ -155,7 +163,21 @@ def find_branch(
         )
     position = max(int(p) + (1 if int(skip) else 0) for p, skip in cursors.values())
     return Branch(step=int(state["step"]), position=min(position, manifest.totals.documents),
-                  global_batch=int(state["global_batch"]))  # fmt: skip
+                  global_batch=int(state["global_batch"]), lanes=lanes,
+                  dry_lanes=_dry_lanes(columns, cursors, lanes, int(state["step"])))  # fmt: skip
+
+
+def _dry_lanes(
+    columns: dict[str, np.ndarray | None], cursors: dict[str, Any], lanes: int, step: int
+) -> tuple[int, ...]:
+    """The lanes with no document left at their cursor at ``step`` (they packed short or empty rows before it)."""
+    deal = columns["deal"]
+    if deal is None or not step:
+        return ()
+    lane = deal % lanes
+    last = np.full(lanes, -1, np.int64)
+    np.maximum.at(last, lane, np.arange(len(lane), dtype=np.int64))
+    return tuple(sorted(int(k) for k, (p, skip) in cursors.items() if not int(skip) and int(p) > last[int(k)]))
 
 
 def _check_lineage_batch(bundle: CheckedBundle, global_batch: int) -> None:
@@ -340,10 +362,29 @@ def continue_plan(
     }  # fmt: skip
     prefix = Prefix(columns={k: (v[: branch.position] if v is not None else None) for k, v in columns.items()},
                     position=branch.position)  # fmt: skip
-    continued = Continued(prefix=prefix, parent=parent, lineage=lineage)
+    continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle))
     written = write_bundle(child, Path(out_dir), overwrite=overwrite, continued=continued)
     warn_plan(read_manifest(written))
     return written
+
+
+def _dry_lane_check(branch: Branch, bundle: CheckedBundle) -> Callable[[Chunk], None] | None:
+    """A check of the new segment's chunks: no document dealt to a lane that ran out before the branch (it
+    packed short or empty rows in the parent, which the new documents would fill: the kept steps would differ)."""
+    if not branch.dry_lanes or branch.lanes is None:
+        return None
+    lanes, dry = branch.lanes, np.asarray(branch.dry_lanes)
+
+    def check(chunk: Chunk) -> None:
+        if chunk.deal is not None and np.isin(chunk.deal % lanes, dry).any():
+            raise DryLanes(
+                f"the continuation state must be from a step at which every packing lane still had documents, got "
+                f"step {branch.step}, where lanes {list(branch.dry_lanes[:8])} of {lanes} had run out (parent plan "
+                f"{bundle.path}) — their rows before the branch were short and new documents would fill them; "
+                "continue from an earlier checkpoint (a lane runs out within its last deal of the plan's end)"
+            )
+
+    return check
 
 
 def _parent_segments(bundle: CheckedBundle, branch: Branch) -> list[dict[str, Any]]:

@@ -58,3 +58,20 @@ def test_an_exact_continuation_yields_the_same_rows_at_another_batch_and_says_wh
     again = source(world, {"prose": 0.5, "code": 0.5}, num_documents=900, exact_tokens=True)
     with pytest.raises(ConfigError, match=r"--global-batch must be 12, the global batch of the continued parent"):
         again.plan(tmp_path / "grand", tokenize=tok, pack=pack, continue_from=child, at_step=20, global_batch=6)
+
+
+def test_a_branch_after_a_lane_ran_out_is_refused(world, tokenizer_dir, tmp_path) -> None:  # noqa: F811
+    """30,000 estimated tokens fill 8 deals of 4,096: lanes 8..11 of 12 never get a document and pack empty rows,
+    which a continuation's new documents would fill (its kept steps would differ from the parent's)."""
+    from zephon.planner.continuation import DryLanes
+    from zephon.work import TokenEstimation
+
+    est = TokenEstimation(primer=0.25)
+    weights = {"prose": 0.5, "code": 0.2, "short": 0.3}
+    parent = source(world, weights, num_tokens=30_000, token_estimation=est).plan(tmp_path / "p", tokenize=world["tok"])
+    run = pipeline(parent, tokenizer_dir)
+    step_hashes([run], limit=3)
+    new = source(world, weights, num_tokens=60_000, token_estimation=est)
+    with pytest.raises(DryLanes, match=r"got step 3, where lanes \[8, 9, 10, 11\] of 12 had run out"):
+        new.plan(tmp_path / "c", tokenize=world["tok"], continue_from=parent, state=run.state_dict())
+    assert not (tmp_path / "c").exists()
