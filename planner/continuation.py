@@ -26,10 +26,12 @@ Worked example (exact wrap, ``G = 2``, ``W = 4``, documents of 3, 5, 2, 6 tokens
 ``N = 1``: step 0 holds tokens 0..7; the first document at or past token 8 is the third, so ``P = 2``; the
 child keeps documents 0 and 1 and lays out the new segment from token offset 8.
 
-The new config must keep the parent's seed, datasets (same names, order and data, listed first; new datasets
-follow), shuffle, tokenizer, token counting and packing: the prefix's document orders and deals depend on them.
-Its budget counts the whole run; phase starts are positions / tokens / steps of the whole run. A dataset is
-left out of the new segment by a phase whose mixture omits it (``zephon.work.Phase``).
+The new config must keep the parent's seed, shuffle, tokenizer, token counting and packing: the prefix's
+document orders and deals depend on them. Its datasets are matched to the parent's by name and content, in any
+order; a parent dataset it leaves out stays at its index with weight 0 from the branch on, and new datasets
+follow (``zephon.planner.continuation_datasets``). Its budget counts the whole run; phase starts are positions
+/ tokens / steps of the whole run. One global batch per lineage (``_check_lineage_batch``); an estimated branch
+after a lane ran out is refused (``DryLanes``).
 """
 
 from __future__ import annotations
