@@ -48,7 +48,7 @@ import pyarrow as pa
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
 from zephon.plan.bundle import CheckedBundle, open_bundle
-from zephon.plan.format import PLAN_JSON
+from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.planner.build import write_bundle
@@ -82,11 +82,14 @@ class DryLanes(ConfigError):
 
 
 def _read_columns(bundle: CheckedBundle) -> dict[str, np.ndarray | None]:
-    tables = [f.read(_COLUMNS) for f in bundle.samples]
+    """The parent's samples columns (a format-1 parent's ``lane`` as its deal: the child keeps its fixed lanes,
+    and the new segment's deals modulo them continue the lanes as the parent's would)."""
+    deal = deal_column(bundle.manifest.format_version)
+    tables = [f.read([deal if c == "deal" else c for c in _COLUMNS]) for f in bundle.samples]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     out: dict[str, np.ndarray | None] = {}
-    for name in _COLUMNS:
-        column = table.column(name)
+    for index, name in enumerate(_COLUMNS):
+        column = table.column(index)
         out[name] = None if column.null_count == len(column) and len(column) else column.to_numpy()
     return out
 
