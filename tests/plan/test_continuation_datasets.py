@@ -129,6 +129,18 @@ def test_an_exact_continuation_drops_a_dataset_and_adds_one_in_any_order(world, 
     for r in ranks:
         r.load_state_dict(state)
     assert step_hashes(ranks) == {s: h for s, h in full.items() if s >= 5}
+    # Continuing the child again brings code back: its reader goes on where the first segment left it.
+    back = source(world, {"prose": 0.3, "code": 0.3, "short": 0.4}, num_documents=1400, exact_tokens=True)
+    grand = back.plan(root / "x-grand", tokenize=tok, pack=pack, continue_from=child, at_step=30, global_batch=GLOBAL)
+    manifest = read_manifest(grand)
+    assert "removed_at_branch" not in manifest.config["datasets"][1] and manifest.datasets[1].weight == 0.3
+    g, position = samples(grand), manifest.lineage.branch.position
+    assert 1 in set(g["dataset_id"][position:].tolist())
+    triples = list(zip(g["shard_id"].tolist(), g["row"].tolist(), g["epoch"].tolist(), strict=True))
+    assert len(triples) == len(set(triples))  # code's documents of the first segment are not read again
+    assert [step_hashes([pipeline(grand, tokenizer_dir)], limit=30)[s] for s in range(30)] == [
+        full[s] for s in range(30)
+    ]
 
 
 def test_an_estimated_continuation_drops_a_dataset(world, tokenizer_dir) -> None:
