@@ -185,6 +185,7 @@ def test_the_cli_drops_a_dataset_and_diff_sql_audit_show_it(world, tokenizer_dir
     args = ["plan", str(config), "-o", str(out), "--continue-from", str(parent), "--continue-from-state"]
     result = runner.invoke(cli, [*args, str(state_file)])
     assert result.exit_code == 0, result.output
+    assert "  left out after the branch (read by the kept steps only): code\n" in result.output
     check_removed(parent, out, at=6, removed=1, targets=[0.4, 0.0, 0.6], batch=GLOBAL)
     diff = runner.invoke(cli, ["diff", str(parent), str(out)]).output
     assert "branch: B continues A from step 6 (global batch 12)" in diff
