@@ -131,3 +131,27 @@ def test_a_format_1_plan_json_over_format_2_samples_is_one_line(plans, tmp_path)
     seal_bundle(mixed)
     with pytest.raises(PlanFormatError, match=r"samples.parquet must have the column 'lane' \(int16\), got a file"):
         Pipeline.from_plan(mixed).num_steps()
+
+
+def test_a_format_1_plan_is_continued_with_its_fixed_lanes(plans, tokenizer_dir, tmp_path) -> None:
+    _, one = plans
+    pipe = (
+        Pipeline.from_plan(one)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=GLOBAL, global_batch_size=GLOBAL)
+    )
+    for batch in pipe:
+        if batch.step == 5:
+            break
+    state = pipe.state_dict()
+    root = Path(json.loads((one / "plan.json").read_text())["datasets"][0]["path"]).parent
+    datasets = [Dataset.from_path(n, str(root / f"{n}-*.parquet")) for n in ("prose", "code")]
+    new = StaticMixtureWorkSource(
+        datasets=datasets, mixture=MixtureSpec({"prose": 0.2, "code": 0.8}), seed=3, num_documents=1000, lanes=8
+    )
+    child = new.plan(tmp_path / "child", continue_from=one, state=state)
+    old, got = run(one, tokenizer_dir), run(child, tokenizer_dir)
+    assert [got[(s, 0)] for s in range(6)] == [old[(s, 0)] for s in range(6)]
+    resumed = run(child, tokenizer_dir, state=state)
+    assert resumed == {k: v for k, v in got.items() if k[0] >= 6}
