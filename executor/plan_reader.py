@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
 from zephon.plan.bundle import CheckedBundle, open_bundle, read_row_group
+from zephon.plan.format import deal_column
 from zephon.plan.manifest import Manifest
 from zephon.plan.records import ShardRef, shard_refs
 
@@ -67,7 +68,9 @@ class PlanBundle:
         the row group holding ``start`` is read. With ``lanes`` (an estimated plan) each chunk carries the packing
         lane of its documents among ``lanes`` (``zephon.planner.lane_dealing``).
         """
-        columns = ["dataset_id", "shard_id", "row", "deal"] if lanes is not None else ["dataset_id", "shard_id", "row"]
+        columns = ["dataset_id", "shard_id", "row"]
+        if lanes is not None:
+            columns.append(deal_column(self.manifest.format_version))
         first_row = 0
         size = max(1, min(ramp, chunk_size))
         for file in self.checked.samples:

@@ -45,6 +45,7 @@ import numpy as np
 
 from zephon.executor.plan_reader import PlanBundle
 from zephon.plan.bundle import read_row_group
+from zephon.plan.format import deal_column
 
 #: Documents at the start of the plan that every rank tokenizes to measure tokens per unit.
 CALIBRATION = 2048
@@ -95,7 +96,9 @@ def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
     for file in plan.checked.samples:
         reader = file.open()
         for g in range(reader.metadata.num_row_groups):
-            table = read_row_group(reader, file.path, g, ["deal", "tokens", "shard_id"])
+            table = read_row_group(
+                reader, file.path, g, [deal_column(plan.manifest.format_version), "tokens", "shard_id"]
+            )
             lane = table.column(0).to_numpy() % lanes
             tokens = table.column(1)
             if tokens.null_count == 0:

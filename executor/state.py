@@ -22,10 +22,11 @@ Example (estimated plan, 4 lanes, after 10 steps of 8 sequences)::
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, PlanWarning
 from zephon.executor.operators import names as operator_names
 from zephon.plan.manifest import Manifest
 
@@ -80,6 +81,32 @@ def state_plan(state: dict[str, Any], manifest: Manifest) -> str:
             "before the branch, or continue the parent at a later step"
         )
     return str(got)
+
+
+def check_run_batch(manifest: Manifest, global_batch: int) -> None:
+    """A continued plan (plan.json ``lineage``) run with a global batch other than its branch's.
+
+    An estimated plan with one lane per row of the global batch (``lanes`` unset) packs other lanes at another
+    global batch, so its kept steps would no longer be its parent's (the branch position is where the branch's
+    lanes stood): refused. Exact plans and plans with fixed lanes yield the same rows at any global batch, only
+    grouped into other steps: a ``PlanWarning`` says where the branch falls."""
+    lineage = manifest.lineage
+    if lineage is None or global_batch == lineage.branch.global_batch:
+        return
+    g, step = lineage.branch.global_batch, lineage.branch.step
+    if not manifest.exact and manifest.lanes is None:
+        raise ConfigError(
+            f"the global batch must be {g} for the continued plan {manifest.config_hash[:12]}, got {global_batch} — "
+            f"its kept steps hold what {g} packing lanes (one per row) had read by step {step}; run it with "
+            f".batch(global_batch_size={g}), or continue the parent again from a state of a run at {global_batch}"
+        )
+    warnings.warn(
+        f"global batch {global_batch} is not the {g} the continued plan {manifest.config_hash[:12]} was made for: "
+        f"the rows are the same, but its lineage counts steps of {g} rows (the branch is row {step * g}, step "
+        f"{step * g / global_batch:g} at {global_batch})",
+        PlanWarning,
+        stacklevel=3,
+    )
 
 
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:

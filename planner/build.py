@@ -283,7 +283,8 @@ def write_bundle(
         writer = SamplesWriter(tmp / SAMPLES_FILE)
         try:
             kept = continued.prefix.chunks() if continued is not None else iter(())
-            for chunk in itertools.chain(kept, chunks(prepared)):
+            laid = continued.checked(chunks(prepared)) if continued is not None else chunks(prepared)
+            for chunk in itertools.chain(kept, laid):
                 totals.add(chunk)
                 if dropped is not None and chunk.tokens is not None:
                     dropped += np.bincount(chunk.dataset_id[chunk.tokens == 0], minlength=len(dropped))

@@ -26,15 +26,18 @@ Worked example (exact wrap, ``G = 2``, ``W = 4``, documents of 3, 5, 2, 6 tokens
 ``N = 1``: step 0 holds tokens 0..7; the first document at or past token 8 is the third, so ``P = 2``; the
 child keeps documents 0 and 1 and lays out the new segment from token offset 8.
 
-The new config must keep the parent's seed, datasets (same names, order and data, listed first; new datasets
-follow), shuffle, tokenizer, token counting and packing: the prefix's document orders and deals depend on them.
-Its budget counts the whole run; phase starts are positions / tokens / steps of the whole run. A dataset is
-left out of the new segment by a phase whose mixture omits it (``zephon.work.Phase``).
+The new config must keep the parent's seed, shuffle, tokenizer, token counting and packing: the prefix's
+document orders and deals depend on them. Its datasets are matched to the parent's by name and content, in any
+order; a parent dataset it leaves out stays at its index with weight 0 from the branch on, and new datasets
+follow (``zephon.planner.continuation_datasets``). Its budget counts the whole run; phase starts are positions
+/ tokens / steps of the whole run. One global batch per lineage (``_check_lineage_batch``); an estimated branch
+after a lane ran out is refused (``DryLanes``).
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -45,13 +48,14 @@ import pyarrow as pa
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
 from zephon.plan.bundle import CheckedBundle, open_bundle
-from zephon.plan.format import PLAN_JSON
+from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.planner.build import write_bundle
+from zephon.planner.continuation_datasets import align, finish
 from zephon.planner.continued import Continued, Prefix
 from zephon.planner.lane_dealing import row_bytes
-from zephon.planner.layout import dataset_reader
+from zephon.planner.layout import Chunk, dataset_reader
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.segment import SegmentStart
@@ -68,14 +72,24 @@ class Branch:
     step: int
     position: int
     global_batch: int
+    #: Estimated plans: the run's packing lanes and those that had run out of documents by the branch step.
+    lanes: int | None = None
+    dry_lanes: tuple[int, ...] = ()
+
+
+class DryLanes(ConfigError):
+    """A continuation would hand new documents to a packing lane that had run out before the branch."""
 
 
 def _read_columns(bundle: CheckedBundle) -> dict[str, np.ndarray | None]:
-    tables = [f.read(_COLUMNS) for f in bundle.samples]
+    """The parent's samples columns (a format-1 parent's ``lane`` as its deal: the child keeps its fixed lanes,
+    and the new segment's deals modulo them continue the lanes as the parent's would)."""
+    deal = deal_column(bundle.manifest.format_version)
+    tables = [f.read([deal if c == "deal" else c for c in _COLUMNS]) for f in bundle.samples]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     out: dict[str, np.ndarray | None] = {}
-    for name in _COLUMNS:
-        column = table.column(name)
+    for index, name in enumerate(_COLUMNS):
+        column = table.column(index)
         out[name] = None if column.null_count == len(column) and len(column) else column.to_numpy()
     return out
 
@@ -119,6 +133,7 @@ def find_branch(
                 f"at_step={at_step}, global_batch={global_batch} — pass both (--at-step N --global-batch G), "
                 "or the run's checkpoint state (--continue-from-state STATE.json)"
             )
+        _check_lineage_batch(bundle, global_batch)
         packing = manifest.exact_packing()
         steps = packing.sequences // global_batch
         if not 0 <= at_step <= steps:
@@ -137,6 +152,12 @@ def find_branch(
             "--continue-from-state STATE.json (Python: state=pipeline.state_dict())"
         )
     _check_state_plan(state, bundle, at_step)
+    if global_batch is not None and global_batch != int(state["global_batch"]):
+        raise ConfigError(
+            f"--global-batch must be the state's global batch {state['global_batch']}, got {global_batch} — leave "
+            "it out (the state carries it) or pass the state of a run with that batch"
+        )
+    _check_lineage_batch(bundle, int(state["global_batch"]))
     lanes = int(state["lanes"])
     cursors = state.get("lane_cursors") or {}
     missing = sorted(set(range(lanes)) - {int(k) for k in cursors})
@@ -147,7 +168,33 @@ def find_branch(
         )
     position = max(int(p) + (1 if int(skip) else 0) for p, skip in cursors.values())
     return Branch(step=int(state["step"]), position=min(position, manifest.totals.documents),
-                  global_batch=int(state["global_batch"]))  # fmt: skip
+                  global_batch=int(state["global_batch"]), lanes=lanes,
+                  dry_lanes=_dry_lanes(columns, cursors, lanes, int(state["step"])))  # fmt: skip
+
+
+def _dry_lanes(
+    columns: dict[str, np.ndarray | None], cursors: dict[str, Any], lanes: int, step: int
+) -> tuple[int, ...]:
+    """The lanes with no document left at their cursor at ``step`` (they packed short or empty rows before it)."""
+    deal = columns["deal"]
+    if deal is None or not step:
+        return ()
+    lane = deal % lanes
+    last = np.full(lanes, -1, np.int64)
+    np.maximum.at(last, lane, np.arange(len(lane), dtype=np.int64))
+    return tuple(sorted(int(k) for k, (p, skip) in cursors.items() if not int(skip) and int(p) > last[int(k)]))
+
+
+def _check_lineage_batch(bundle: CheckedBundle, global_batch: int) -> None:
+    """A continuation of a continued plan keeps its lineage's global batch: the lineage counts every segment's
+    first step in steps of that many rows."""
+    lineage = bundle.manifest.lineage
+    if lineage is not None and global_batch != lineage.branch.global_batch:
+        raise ConfigError(
+            f"--global-batch must be {lineage.branch.global_batch}, the global batch of the continued parent "
+            f"{bundle.path}, got {global_batch} — its lineage counts steps of {lineage.branch.global_batch} rows; "
+            "continue with that batch, or continue the first plan of the lineage"
+        )
 
 
 def branch_of(
@@ -187,22 +234,10 @@ def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int
 
 
 def _check_compatible(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
-    """The new config keeps what the prefix's document orders and deals depend on."""
+    """The new config keeps what the prefix's document orders and deals depend on (its datasets:
+    ``zephon.planner.continuation_datasets``)."""
     parent = bundle.manifest
     config, old = prepared.config, parent.config
-    names = [d["name"] for d in config["datasets"]]
-    for i, ds in enumerate(parent.datasets):
-        if i >= len(names) or names[i] != ds.name:
-            raise ConfigError(
-                "the new config must list the parent's datasets first, in its order, got "
-                f"{names[: len(parent.datasets)]} for the parent's {parent.dataset_names} — keep every parent dataset "
-                "(a phase whose mixture omits one stops reading it) and add new datasets after them"
-            )
-        if config["datasets"][i]["fingerprint"] != ds.fingerprint:
-            raise ConfigError(
-                f"dataset {ds.name!r} must hold the data the parent planned, got shards whose content differs from "
-                f"{bundle.path}'s — restore the parent's files (pin a revision), or plan a new run"
-            )
     for key, what in (
         ("seed", "seed"),
         ("shuffle", "shuffle"),
@@ -292,7 +327,11 @@ def continue_plan(
         )
     columns = _read_columns(bundle)
     branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
-    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
+    aligned = align(source, bundle.manifest)
+    prepared = prepare(
+        aligned.source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators
+    )
+    prepared = finish(prepared, aligned, bundle.manifest, str(bundle.path))
     _check_compatible(prepared, bundle)
     start = segment_start(prepared, columns, branch.position)
     _check_prefix_orders(prepared, columns, start)
@@ -307,6 +346,8 @@ def continue_plan(
         "position": branch.position,
         "global_batch": branch.global_batch,
     }
+    if aligned.removed:  # only then: continuations that keep every dataset keep their config and hash
+        config["continue_from"]["removed"] = list(aligned.removed)
     child = replace(
         prepared,
         config=config,
@@ -326,10 +367,29 @@ def continue_plan(
     }  # fmt: skip
     prefix = Prefix(columns={k: (v[: branch.position] if v is not None else None) for k, v in columns.items()},
                     position=branch.position)  # fmt: skip
-    continued = Continued(prefix=prefix, parent=parent, lineage=lineage)
+    continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle))
     written = write_bundle(child, Path(out_dir), overwrite=overwrite, continued=continued)
     warn_plan(read_manifest(written))
     return written
+
+
+def _dry_lane_check(branch: Branch, bundle: CheckedBundle) -> Callable[[Chunk], None] | None:
+    """A check of the new segment's chunks: no document dealt to a lane that ran out before the branch (it
+    packed short or empty rows in the parent, which the new documents would fill: the kept steps would differ)."""
+    if not branch.dry_lanes or branch.lanes is None:
+        return None
+    lanes, dry = branch.lanes, np.asarray(branch.dry_lanes)
+
+    def check(chunk: Chunk) -> None:
+        if chunk.deal is not None and np.isin(chunk.deal % lanes, dry).any():
+            raise DryLanes(
+                f"the continuation state must be from a step at which every packing lane still had documents, got "
+                f"step {branch.step}, where lanes {list(branch.dry_lanes[:8])} of {lanes} had run out (parent plan "
+                f"{bundle.path}) — their rows before the branch were short and new documents would fill them; "
+                "continue from an earlier checkpoint (a lane runs out within its last deal of the plan's end)"
+            )
+
+    return check
 
 
 def _parent_segments(bundle: CheckedBundle, branch: Branch) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ its lineage segment, so ``zephon audit`` checks every segment against its own ta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,6 +58,15 @@ class Continued:
     prefix: Prefix
     parent: Manifest
     lineage: dict[str, Any]
+    #: Called on each chunk of the new segment before it is written (raises to refuse the continuation).
+    check: Callable[[Chunk], None] | None = None
+
+    def checked(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
+        """The new segment's chunks, each passed to ``check`` first."""
+        for chunk in chunks:
+            if self.check is not None:
+                self.check(chunk)
+            yield chunk
 
     def keys(self, prepared: PreparedPlan, segment_phases: list[dict[str, Any]]) -> dict[str, Any]:
         """plan.json ``phases`` and ``lineage`` of the child (``segment_phases``: the layout's, from the branch)."""

@@ -151,7 +151,7 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
     placed, _, read = _done(prepared)
     budget = _less(source.num_documents, placed, "documents")
     stop = source.on_exhaustion == "stop"
-    if len(stages) > 1 or not all(weights):
+    if len(stages) > 1 or (not all(weights) and budget is not None):
         # Phases come with a num_documents budget; the stop rule is applied stage by stage below. (A continued
         # plan whose segment starts inside a phase that leaves datasets out has one stage with zero weights.)
         assert budget is not None, "phases are validated to come with a budget"
@@ -160,6 +160,10 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
         bounds = [min(int(p), budget) for p in starts if p is not None] + [budget]
         yield from _stages(prepared, stages, bounds, passes=passes, rows=rows, stop=stop)
         return
+    # The datasets read: all of them, but for a continued plan's left-out datasets (weight 0; an epochs budget
+    # counts the passes of the datasets read).
+    active = stages[0].active
+    weights, rows, read = [weights[i] for i in active], [rows[i] for i in active], [read[i] for i in active]
     fr = [float(f) for f in exact_weights(weights)]
     # Documents each dataset has left in its `passes` passes (a continued plan's prefix read some).
     left = [max(0, passes * r - d) for r, d in zip(rows, read, strict=True)]
@@ -186,7 +190,7 @@ def _sample_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterat
             length = min([length, *(beyond for _, beyond in found if beyond is not None)])
     length = min(length, bound)
     readers = [dataset_reader(prepared, i) for i in range(len(prepared.shards))]
-    yield from _blocks(schedule_, readers, list(range(len(readers))), length, stage=stages[0].index)
+    yield from _blocks(schedule_, readers, active, length, stage=stages[0].index)
 
 
 def _blocks(

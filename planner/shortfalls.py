@@ -44,6 +44,8 @@ def plan_warnings(
     rows = [prepared.dataset_rows(i) for i in range(len(prepared.shards))]
     passes = source.epochs or 1
     planned = [int(d) for d in docs]
+    # A continued plan's left-out datasets (``zephon.planner.continuation_datasets``) owe no passes.
+    left_out = {i for i, entry in enumerate(prepared.config["datasets"]) if entry.get("removed_at_branch")}
     out: list[dict[str, Any]] = []
     if source.on_exhaustion == "stop":
         ran_out = next((i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d >= passes * r), None)
@@ -69,7 +71,9 @@ def plan_warnings(
                 f"data, lower num_tokens, {_REPEAT_ANYWAY}"
             )
         elif source.num_documents is None and source.num_tokens is None:
-            short = [i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d < passes * r]
+            short = [
+                i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d < passes * r and i not in left_out
+            ]
             if short:
                 worst = min(short, key=lambda i: planned[i] / rows[i])
                 got = planned[worst] / rows[worst]

@@ -61,7 +61,7 @@ def _budget(
     limit = min(pass_finish) if stop else math.inf
     if open_ended:
         return _Budget(horizon=limit, max_epochs=(passes if stop else None,) * len(weights))
-    horizon = min(limit, max(pass_finish))
+    horizon = min(limit, max(f for f, w in zip(pass_finish, weights, strict=True) if w))  # datasets read only
     caps = tuple(
         max(1, int(np.ceil((c + horizon * w) / max(1, e)))) + (0 if stop else 1)
         for e, w, c in zip(epoch_tokens, weights, consumed, strict=True)

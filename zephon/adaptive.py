@@ -30,7 +30,7 @@ from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.pipeline import Pipeline
 from zephon.plan.manifest import read_manifest
-from zephon.planner.continuation import branch_of, continue_plan
+from zephon.planner.continuation import DryLanes, branch_of, continue_plan
 from zephon.recipe.work_source import MixtureSpec, WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 
@@ -64,6 +64,8 @@ class AdaptiveMixing:
         self.pack = pack
         #: The plan of each segment, in order (the first is the plan given).
         self.plans: list[Path] = [self.plan]
+        #: Set once no segment can follow (a packing lane ran out): ``decide`` is not called again.
+        self.ended = False
 
     def __iter__(self) -> Iterator[Batch]:
         pipeline = self.make_pipeline(self.plan)
@@ -74,7 +76,7 @@ class AdaptiveMixing:
                 yield batch
                 state = pipeline.state_dict()
                 step = int(state["step"])
-                if state["microbatch"] == 0 and step % self.every == 0 and step > 0:
+                if state["microbatch"] == 0 and step % self.every == 0 and step > 0 and not self.ended:
                     following = self._branch(step, state)
                     if following is not None:
                         pipeline, branched = following, True
@@ -87,7 +89,9 @@ class AdaptiveMixing:
 
     def _branch(self, step: int, state: dict[str, object]) -> Pipeline | None:
         """The pipeline of a new segment from ``step``; None when the plan's documents up to its end are all
-        kept (nothing is left to re-weight: the run ends on the current plan, ``decide`` is not called)."""
+        kept (nothing is left to re-weight: the run ends on the current plan, ``decide`` is not called), or when
+        a packing lane had run out (the plan's last steps: the decision is dropped, the run ends on the current
+        plan)."""
         if state.get("dp_size") != 1:
             raise ConfigError(
                 f"AdaptiveMixing must run in one process holding every lane, got dp_size {state.get('dp_size')} — "
@@ -98,14 +102,18 @@ class AdaptiveMixing:
             return None
         weights = dict(self.decide(step))
         source = dataclasses.replace(self.source, mixture=MixtureSpec(weights), phases=())
-        plan = continue_plan(
-            self.plan,
-            source,
-            self.out_dir / f"step-{step}",
-            state=state,
-            tokenize=self.tokenize,
-            pack=self.pack,
-        )
+        try:
+            plan = continue_plan(
+                self.plan,
+                source,
+                self.out_dir / f"step-{step}",
+                state=state,
+                tokenize=self.tokenize,
+                pack=self.pack,
+            )
+        except DryLanes:  # the plan's end: a lane had run out, and the new weights would fill its short rows
+            self.ended = True
+            return None
         self.plan = plan
         self.plans.append(plan)
         pipeline = self.make_pipeline(plan)

@@ -26,7 +26,7 @@ from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
-from zephon.executor.state import merge_states
+from zephon.executor.state import check_run_batch, merge_states
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
 from zephon.storage.files import cache_dir
@@ -261,6 +261,7 @@ class Pipeline:
         manifest = read_manifest(self.plan_dir)  # the runner opens (and checks) the whole bundle
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
+        check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
         return Geometry.for_plan(
             microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=manifest.exact, plan_lanes=manifest.lanes
         )

@@ -274,8 +274,10 @@ class StoreOptions:
     def __post_init__(self) -> None:
         if self.remote_read not in READ_MODES:
             raise ConfigError(f'StoreOptions.remote_read must be "cache" or "range", got {self.remote_read!r}')
-        if isinstance(self.read_ahead_bytes, bool) or not isinstance(self.read_ahead_bytes, int) or (
-            self.read_ahead_bytes < 1 << 20
+        if (
+            isinstance(self.read_ahead_bytes, bool)
+            or not isinstance(self.read_ahead_bytes, int)
+            or (self.read_ahead_bytes < 1 << 20)
         ):
             raise ConfigError(f"StoreOptions.read_ahead_bytes must be an int ≥ 1 MiB, got {self.read_ahead_bytes!r}")
         creds = tuple(self.credentials)

@@ -203,10 +203,7 @@ def test_bad_continuations_are_one_line_each(world, exact_pair, tmp_path) -> Non
         go(at_step=3)
     with pytest.raises(ConfigError, match="must come from the parent plan"):
         go(state={"plan": "0" * 64, "step": 3, "microbatch": 0, "global_batch": GLOBAL})
-    with pytest.raises(ConfigError, match="must list the parent's datasets first"):
-        source(world, ["code", "prose"], [0.5, 0.5], num_documents=900, exact_tokens=True).plan(
-            tmp_path / "o2", tokenize=world["tok"], pack=pack, continue_from=parent, at_step=3, global_batch=GLOBAL
-        )
+    # (Datasets left out, added or reordered: tests/plan/test_continuation_datasets.py.)
     with pytest.raises(ConfigError, match="must be written to a new directory"):
         new.plan(parent, tokenize=world["tok"], pack=pack, continue_from=parent, at_step=3, global_batch=GLOBAL,
                  overwrite=True)  # fmt: skip

@@ -187,12 +187,6 @@ DAMAGED: dict[str, tuple[str, Callable[[dict[str, Any]], object], str]] = {
         r"must have the key 'datasets\[0\].planned_token_share' \(with planned_tokens\), got none",
     ),
     "unknown format version": ("samples", _set("format_version", value=3), r"plan format version must be 2, got 3"),
-    "format 1": (
-        "samples",
-        _set("format_version", value=1),
-        r"plan format version must be 2, got 1 in .*plan.json \(its estimated plans deal documents to a fixed "
-        r"number of packing lanes.*\) — re-plan with this Zephon version",
-    ),
     "no format version": ("samples", _drop("format_version"), r"plan format version must be 2, got None"),
     "not an object": ("samples", lambda m: [m], r"plan format version must be 2, got None"),
 }

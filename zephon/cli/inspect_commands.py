@@ -321,6 +321,11 @@ def diff_lines(result: PlanDiff) -> list[str]:
             if br.step
             else f"branch: {br.child} continues {parent} from step 0 (global batch {br.global_batch}); none shared"
         )
+        if br.removed or br.added:
+            lines.append(
+                "  datasets at the branch: "
+                + ", ".join([*(f"{n} left out" for n in br.removed), *(f"{n} added" for n in br.added)])
+            )
     first = result.first_difference
     uris = [s.uri for s in (*result.shards_added, *result.shards_removed)]
     if first is not None:
@@ -408,5 +413,6 @@ def diff_json(result: PlanDiff) -> dict[str, Any]:
         "shards_removed": [
             {"dataset": s.dataset, "uri": s.uri, "fingerprint": s.fingerprint} for s in result.shards_removed
         ],
-    } | ({"branch": {k: getattr(result.branch, k) for k in ("child", "step", "position", "global_batch")}}
+    } | ({"branch": {k: getattr(result.branch, k)
+                     for k in ("child", "step", "position", "global_batch", "removed", "added")}}
          if result.branch is not None else {})  # fmt: skip

@@ -166,6 +166,9 @@ def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
             f"  continues {lineage.parent.config_hash[:12]} ({lineage.parent.path}) from step {b.step} "
             f"(global batch {b.global_batch}), position {b.position}",
         )
+        removed = manifest.config.get("continue_from", {}).get("removed", [])
+        if removed:  # datasets the new config left out: read by the kept steps only
+            lines.insert(2, f"  left out after the branch (read by the kept steps only): {', '.join(removed)}")
     lines.extend(selection_lines(manifest))
     return lines
 

@@ -98,6 +98,10 @@ class Branch:
     step: int
     position: int
     global_batch: int
+    #: Datasets of the parent the child reads no more after the branch (still read by the shared steps).
+    removed: tuple[str, ...] = ()
+    #: Datasets the child adds after the branch.
+    added: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -208,7 +212,10 @@ def _branch(a: Manifest, b: Manifest) -> Branch | None:
         lineage = child.lineage
         if lineage is not None and lineage.parent.config_hash == parent.config_hash:
             br = lineage.branch
-            return Branch(child=label, step=br.step, position=br.position, global_batch=br.global_batch)
+            removed = tuple(child.config.get("continue_from", {}).get("removed", ()))
+            added = tuple(n for n in child.dataset_names if n not in parent.dataset_names)
+            return Branch(child=label, step=br.step, position=br.position, global_batch=br.global_batch,
+                          removed=removed, added=added)  # fmt: skip
     return None
 
 

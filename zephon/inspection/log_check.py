@@ -34,6 +34,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
 from zephon.plan.bundle import CheckedBundle, open_bundle
+from zephon.plan.format import deal_column
 
 _KEYS = ("sequence", "offset", "position", "doc_start", "length")
 
@@ -150,6 +151,7 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
             found.add(f"position {pos[i]} was skipped ({skipped[int(pos[i])]}), got its tokens in sequence {seq[i]}")
         found.count += max(0, len(yielded) - 5)
     samples = bundle.samples[0].read().to_pydict()
+    samples["deal"] = samples.get(deal_column(manifest.format_version))  # format 1: the lane, its deal mod lanes
     if manifest.exact:
         if skipped:
             found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")

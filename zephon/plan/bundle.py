@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError, one_line
 from zephon.plan.footer import read_footer
-from zephon.plan.format import BINS_SCHEMA, SAMPLES_SCHEMA, SHARDS_SCHEMA, check_schema
+from zephon.plan.format import BINS_SCHEMA, SHARDS_SCHEMA, check_schema, samples_schema
 from zephon.plan.integrity import (
     INTEGRITY_KEY,
     Integrity,
@@ -106,7 +106,8 @@ def open_bundle(plan_dir: str | os.PathLike[str]) -> CheckedBundle:
         check_plan_json(data, integrity, json_path)
     check_config_hash(manifest.config, manifest.config_hash, json_path)
     files = manifest.files
-    samples = tuple(_checked(path / name, SAMPLES_SCHEMA, integrity) for name in files.samples)
+    schema = samples_schema(manifest.format_version)
+    samples = tuple(_checked(path / name, schema, integrity) for name in files.samples)
     shards = _checked(path / files.shards, SHARDS_SCHEMA, integrity)
     bins = _checked(path / files.bins, BINS_SCHEMA, integrity) if files.bins is not None else None
     _check_rows(samples, manifest.totals.documents, "documents")

@@ -26,8 +26,10 @@ import pyarrow as pa
 from zephon.errors import PlanFormatError
 
 FORMAT_VERSION = 2
-#: Format 1 held a fixed ``lane`` (int16, the deal modulo 8 by default) where format 2 holds the ``deal``.
-FORMAT_HISTORY = {1: "its estimated plans deal documents to a fixed number of packing lanes (int16 column lane)"}
+#: Format 1 held a fixed ``lane`` (int16: the deal modulo the plan's ``lanes``, 8 by default) where format 2 holds
+#: the ``deal``; everything else is the same. Readers read format 1 too (``deal_column``).
+#: The versions a reader reads.
+READABLE_VERSIONS = (1, FORMAT_VERSION)
 PLAN_JSON = "plan.json"
 SHARDS_FILE = "shards.parquet"
 SAMPLES_FILE = "samples.parquet"
@@ -68,6 +70,24 @@ SAMPLES_SCHEMA = pa.schema(
         pa.field("deal", pa.int64(), nullable=True),
     ]
 )
+
+#: Format 1's samples.parquet: ``lane`` (int16) where format 2 has ``deal``.
+SAMPLES_SCHEMA_V1 = pa.schema(
+    [f if f.name != "deal" else pa.field("lane", pa.int16(), nullable=True) for f in SAMPLES_SCHEMA]
+)
+
+
+def samples_schema(format_version: int) -> pa.Schema:
+    """The samples.parquet schema of a bundle of ``format_version`` (one of ``READABLE_VERSIONS``)."""
+    return SAMPLES_SCHEMA_V1 if format_version == 1 else SAMPLES_SCHEMA
+
+
+def deal_column(format_version: int) -> str:
+    """The column whose value modulo the run's lanes is a document's packing lane: format 2's ``deal``; format
+    1's ``lane``, already the deal modulo the plan's fixed lanes (which a format-1 run packs: ``lane mod L`` is
+    ``lane``), so a format-1 bundle packs exactly as the format-1 executor packed it."""
+    return "lane" if format_version == 1 else "deal"
+
 
 # Best-fit exact plans only: row ``sequence`` holds ``length`` tokens of the document at ``position``, from its
 # token ``doc_start``, placed at ``offset``; sorted by (sequence, offset).

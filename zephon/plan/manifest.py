@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from zephon.errors import PlanFormatError, PlanWarning, warn
-from zephon.plan.format import FORMAT_HISTORY, FORMAT_VERSION, PLAN_JSON, SHARDS_FILE
+from zephon.plan.format import FORMAT_VERSION, PLAN_JSON, READABLE_VERSIONS, SHARDS_FILE
 from zephon.plan.json_fields import (
     COUNT,
     FLAG,
@@ -368,13 +368,7 @@ def read_plan_json(plan_dir: str | Path) -> tuple[object, Path]:
 def parse_manifest(data: object, file: Path) -> Manifest:
     """The ``Manifest`` of the parsed JSON ``data`` of ``file`` (validated; see the module docstring)."""
     version = data.get("format_version") if isinstance(data, dict) else None
-    if version in FORMAT_HISTORY:
-        raise PlanFormatError(
-            f"plan format version must be {FORMAT_VERSION}, got {version!r} in {file} ({FORMAT_HISTORY[version]}) — "
-            "re-plan with this Zephon version (`zephon plan CONFIG -o DIR --overwrite`), or run it with the Zephon "
-            "version that wrote it"
-        )
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise PlanFormatError(
             f"plan format version must be {FORMAT_VERSION}, got {version!r} in {file} — "
             "re-plan with this Zephon version, or install the version that wrote the plan"
@@ -406,7 +400,8 @@ def parse_manifest(data: object, file: Path) -> Manifest:
         lineage=nested(_lineage).optional(),
     )
     exact = values["kind"] == "exact"
-    values["lanes"] = None if exact else values["lanes"]
+    # Format 1 fixed the lanes of every estimated plan (no ``lanes`` key: one lane).
+    values["lanes"] = None if exact else (values["lanes"] or 1) if version == 1 else values["lanes"]
     manifest = Manifest(**values)
     if exact:
         for name in ("packing", "tokenizer"):
