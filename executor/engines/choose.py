@@ -4,12 +4,16 @@ Candidates, fastest first: ``fastokens``, ``gigatoken``, ``tiktoken``, ``kitoken
 itself (the reference, always there). ``EngineChoice`` walks them in that order:
 
 1. from construction on, a background thread looks for the first candidate that is installed, loads this
-   tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``);
-   the caller goes on (opens the plan, reads the first documents) and waits for it at its first batch —
-   loading a large tokenizer.json takes fastokens about a second, as long as reading the first texts;
-2. on the first batch of the run's own documents (``settle``: its first 32 documents, each cut to 2,048
-   characters) the engine is checked again; if it differs there, it is refused and the next candidates are
-   checked on the probes plus that sample; the first that agrees is used for the rest of the run.
+   tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``:
+   named tricky texts plus seeded fuzz strings). A candidate with no cached verdict is first loaded and probed
+   in a trial process (``zephon.executor.engines.trial``): a native crash there refuses it, never the run;
+2. the caller goes on (opens the plan, reads the first documents). Its first batch (``settle``: the first 32
+   documents, each cut to 2,048 characters) is the check on the run's own documents: if the candidate is
+   ready it is checked there and then; if it is still being prepared, ``tokenizers`` encodes (the same ids by
+   definition) and the preparing thread checks the candidate on that sample when it is ready, then hands it
+   over (``current``). A candidate that differs on the sample is refused and the next ones are checked on the
+   probes plus that sample; the first that agrees is used for the rest of the run. ``engine`` waits for the
+   choice; ``current`` never waits.
 
 Each refused candidate keeps its reason (``refused``: name → reason), which ``Pipeline.stats()`` reports.
 
