@@ -100,6 +100,10 @@ class OnBaseEncoder:
         return self.base.settled
 
     @property
+    def chosen(self) -> bool:
+        return self.base.chosen
+
+    @property
     def engine_note(self) -> str:
         return self.base.engine_note
 

@@ -230,10 +230,17 @@ class RankRunner:
                 yield from self._exact(reader, remote)
             else:
                 yield from self._estimated(reader, remote, reports)
+            if self.stats is not None and not self.stats.tokenizer_engine and self.encoder.settled:
+                self._note_engine()  # a short run ended before the engine was chosen: it is, by now or soon
         finally:
             remote.close()
             if self.log is not None:
                 self.log.close()
+
+    def _note_engine(self) -> None:
+        assert self.stats is not None
+        self.stats.tokenizer_engine = self.encoder.engine
+        self.stats.refused_engines = self.encoder.refused
 
     def _exact(self, reader: ShardReader, remote: RemoteAccess) -> Iterator[Batch]:
         background = read_ahead_enabled() and remote.cache is None  # remote shards: the reader stays on one thread
@@ -287,9 +294,8 @@ class RankRunner:
         if self.log is not None:
             self.log.write(batch)
         if self.stats is not None:
-            if not self.stats.tokenizer_engine and self.encoder.settled:
-                self.stats.tokenizer_engine = self.encoder.engine
-                self.stats.refused_engines = self.encoder.refused
+            if not self.stats.tokenizer_engine and self.encoder.chosen:  # never waits for it
+                self._note_engine()
             if pieces is not None and datasets is not None:
                 self.stats.handed_out(self.names, datasets, pieces)
         return batch

@@ -301,12 +301,14 @@ class Encoder:
 
     @property
     def engine(self) -> str:
-        """The engine encoding now: the fastest candidate verified so far (final after the first batch)."""
+        """The chosen engine: the fastest candidate verified to give ``tokenizers``' ids (waits while one is
+        being prepared; batches meanwhile are encoded by ``tokenizers``, with the same ids)."""
         return self._choice.name
 
     @property
     def refused(self) -> dict[str, str]:
         """Faster candidates refused for this tokenizer: name → reason (``zephon.executor.engines.choose``)."""
+        self._choice.wait()
         return dict(self._choice.refused)
 
     @property
@@ -320,9 +322,14 @@ class Encoder:
         return self._choice.settled
 
     @property
+    def chosen(self) -> bool:
+        """Whether the engine is chosen for good (``engine`` would not wait)."""
+        return self._choice.chosen
+
+    @property
     def engine_note(self) -> str:
         """Why faster engines are not used, in one line (empty when none was refused)."""
-        return "; ".join(f"{name}: {reason}" for name, reason in self._choice.refused.items())
+        return "; ".join(f"{name}: {reason}" for name, reason in self.refused.items())
 
     def _bos_prefix(self, add_bos: bool | None) -> list[int]:
         if add_bos is False:
@@ -378,7 +385,7 @@ class Encoder:
         if not choice.settled:
             choice.settle(texts)
             split = True
-        engine = choice.engine
+        engine = choice.current  # tokenizers while a faster candidate is still being prepared: the same ids
         threads = self.threads if split else 1
         try:
             return encode_on(engine, texts, threads, self._executor() if threads > 1 else None)

@@ -4,12 +4,16 @@ Candidates, fastest first: ``fastokens``, ``gigatoken``, ``tiktoken``, ``kitoken
 itself (the reference, always there). ``EngineChoice`` walks them in that order:
 
 1. from construction on, a background thread looks for the first candidate that is installed, loads this
-   tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``);
-   the caller goes on (opens the plan, reads the first documents) and waits for it at its first batch —
-   loading a large tokenizer.json takes fastokens about a second, as long as reading the first texts;
-2. on the first batch of the run's own documents (``settle``: its first 32 documents, each cut to 2,048
-   characters) the engine is checked again; if it differs there, it is refused and the next candidates are
-   checked on the probes plus that sample; the first that agrees is used for the rest of the run.
+   tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``:
+   named tricky texts plus seeded fuzz strings). A candidate with no cached verdict is first loaded and probed
+   in a trial process (``zephon.executor.engines.trial``): a native crash there refuses it, never the run;
+2. the caller goes on (opens the plan, reads the first documents). Its first batch (``settle``: the first 32
+   documents, each cut to 2,048 characters) is the check on the run's own documents: if the candidate is
+   ready it is checked there and then; if it is still being prepared, ``tokenizers`` encodes (the same ids by
+   definition) and the preparing thread checks the candidate on that sample when it is ready, then hands it
+   over (``current``). A candidate that differs on the sample is refused and the next ones are checked on the
+   probes plus that sample; the first that agrees is used for the rest of the run. ``engine`` waits for the
+   choice; ``current`` never waits.
 
 Each refused candidate keeps its reason (``refused``: name → reason), which ``Pipeline.stats()`` reports.
 
@@ -47,6 +51,7 @@ from tokenizers import Tokenizer
 from zephon.errors import ConfigError, StorageError, TokenizerError
 from zephon.executor.engines.base import Engine, EngineUnavailable
 from zephon.executor.engines.hf import TokenizersEngine
+from zephon.executor.engines.trial import run_trial
 from zephon.executor.engines.verify import disagreement, probes
 
 log = logging.getLogger(__name__)
@@ -56,7 +61,7 @@ ENGINE_ENV = "ZEPHON_TOKENIZER_ENGINE"
 #: Candidate engines, fastest first (measured on real vendor tokenizers: docs/performance.md).
 CANDIDATES = ("fastokens", "gigatoken", "tiktoken", "kitoken", "tokenizers")
 #: Bump when what a verdict checks changes (the probes, the comparison): older verdicts are not read.
-VERDICT_VERSION = 1
+VERDICT_VERSION = 2
 #: First-batch check: at most this many documents, each cut to this many characters.
 SAMPLE_DOCS, SAMPLE_CHARS = 32, 2048
 
@@ -68,7 +73,7 @@ _BUILT: dict[tuple[str, str, str | None], Engine] = {}
 
 #: Engines being prepared on a thread. A fork (a DataLoader worker) waits for them first: a child forked while
 #: the thread held a lock (an import, a Rust mutex) would wait for it forever.
-_PREPARING: set[Future[Engine]] = set()
+_PREPARING: set[Future[None]] = set()
 
 
 def _finish_preparing() -> None:
@@ -78,7 +83,7 @@ def _finish_preparing() -> None:
 os.register_at_fork(before=_finish_preparing)
 
 
-def _builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
+def builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
     from zephon.executor.engines.tiktoken import TiktokenEngine
     from zephon.executor.engines.vendors import FastokensEngine, GigatokenEngine, KitokenEngine
 
@@ -158,50 +163,80 @@ class EngineChoice:
         #: refused candidates: name → reason
         self.refused: dict[str, str] = {}
         self._left = [self.setting] if self.forced else list(CANDIDATES)
-        #: whether the engine has been checked on the run's own documents
+        #: whether the run's first documents have been handed to ``settle``
         self.settled = False
-        self._lock = threading.Lock()  # the first batches of several threads: one checks, the others wait
-        self._engine: Engine | None = None
-        self._future: Future[Engine] | None = None
+        self._lock = threading.Lock()  # settle and the preparing thread decide who checks the sample
+        self._sample: list[str] | None = None  # the first batch's documents, cut (``settle``)
+        self._prepared: Engine | None = None  # the candidate the preparing thread found, not yet sample-checked
+        self._final = threading.Event()  # set when the engine has been checked on the sample (or no check is due)
+        self._engine: Engine | None = None  # what encodes now (None: tokenizers, while a candidate is prepared)
+        self._future: Future[None] | None = None
         if self.forced:  # refused at once, with one line
-            self._engine = self._next(None)
-        else:  # built and probed on a thread while the caller goes on (opens the plan, reads the first texts)
+            self._engine = self._prepared = self._next(None)
+        else:  # found on a thread while the caller goes on; tokenizers encodes until it is ready
             self._future = Future()
             _PREPARING.add(self._future)
             threading.Thread(target=self._prepare, args=(self._future,), name="zephon-engine", daemon=True).start()
 
-    def _prepare(self, future: Future[Engine]) -> None:
+    def _prepare(self, future: Future[None]) -> None:
         try:
-            future.set_result(self._next(None))
-        except BaseException as exc:  # handed to the caller, who waits for the engine
+            engine = self._next(None)
+            with self._lock:
+                sample = self._sample
+                if sample is None:  # before the first batch: settle() checks it on the run's documents
+                    self._prepared = self._engine = engine
+            if sample is not None:  # the first batch went by on tokenizers: check the candidate on it here
+                engine = self._checked(engine, sample)
+                with self._lock:
+                    self._prepared = self._engine = engine
+                self._final.set()
+            future.set_result(None)
+        except BaseException as exc:  # handed to whoever asks for the engine
             future.set_exception(exc)
+            self._final.set()
         finally:
             _PREPARING.discard(future)
 
+    def wait(self) -> None:
+        """Wait until the engine is chosen: prepared and, once the run's documents were seen, checked on them."""
+        future = self._future
+        if future is not None:
+            future.result()
+        if self.settled:
+            self._final.wait()
+
+    @property
+    def chosen(self) -> bool:
+        """Whether the engine is chosen for good: checked on the run's documents (``engine`` would not wait)."""
+        return self.settled and self._final.is_set()
+
     @property
     def engine(self) -> Engine:
-        """The engine (waits for the one being prepared)."""
-        if self._engine is None:
-            assert self._future is not None
-            self._engine = self._future.result()
-            self._future = None
-        return self._engine
+        """The chosen engine (waits for it: ``wait``)."""
+        self.wait()
+        return self.current
 
-    @engine.setter
-    def engine(self, value: Engine) -> None:
-        self._engine = value
+    @property
+    def current(self) -> Engine:
+        """The engine to encode with now, without waiting: ``tokenizers`` until a faster candidate is ready and
+        checked (the ids are the same either way)."""
+        engine = self._engine
+        return engine if engine is not None else self._fallback
 
     @property
     def name(self) -> str:
         return self.engine.name
 
     def __getstate__(self) -> dict[str, object]:
-        self.engine  # noqa: B018 - the engine prepared on a thread, before the state is taken
-        return {k: v for k, v in self.__dict__.items() if k != "_lock"}
+        self.wait()  # the engine prepared on a thread, before the state is taken
+        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_final", "_future")}
 
     def __setstate__(self, state: dict[str, object]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._final = threading.Event()
+        self._final.set()
+        self._future = None
 
     @property
     def fallback(self) -> TokenizersEngine:
@@ -220,18 +255,28 @@ class EngineChoice:
             )
 
     def _next(self, sample: list[str] | None) -> Engine:
-        """The first remaining candidate that passes its checks (``sample``: the run's documents, if known)."""
+        """The first remaining candidate that passes its checks (``sample``: the run's documents, if known).
+
+        A candidate with no cached verdict is loaded and probed in a trial process first
+        (``zephon.executor.engines.trial``), so that a native crash refuses it instead of ending the run."""
         while self._left:
             name = self._left.pop(0)
             if name == "tokenizers":
                 return self._fallback
-            build = _builders(self.eos_text)[name]
+            build = builders(self.eos_text)[name]
             package = "tiktoken" if name == "tiktoken" else name
             cached = self.cache.get(name, package)
             if cached is not None and not cached[0]:
                 self._refuse(name, cached[1], None)
                 continue
             key = (self.cache.content, name, self.eos_text)
+            probe = cached is None
+            if cached is None and key not in _BUILT:
+                trial = run_trial(name, self.config_text, self.eos_text)
+                if not trial.ok:
+                    self._refuse(name, trial.reason, package if trial.cacheable else None)
+                    continue
+                probe = not trial.cacheable  # no trial process could run: probe in-process
             try:
                 engine = _BUILT.get(key) or build(self.config_text)
             except EngineUnavailable as exc:
@@ -239,7 +284,7 @@ class EngineChoice:
                 continue
             _BUILT[key] = engine
             texts, names = [], []
-            if cached is None:
+            if probe:
                 for probe_name, text in probes(self.reference):
                     texts.append(text)
                     names.append(f"the {probe_name} probe")
@@ -255,20 +300,31 @@ class EngineChoice:
             return engine
         return self._fallback
 
+    def _checked(self, engine: Engine, sample: list[str]) -> Engine:
+        """``engine`` if it gives the reference's ids on the run's documents, else the next candidate that does."""
+        if engine is self._fallback:
+            return engine
+        names = [f"document {i} of the first batch" for i in range(len(sample))]
+        reason = disagreement(engine, self.reference, sample, names)
+        if reason is None:
+            return engine
+        try:
+            self._refuse(engine.name, reason, engine.package)
+        finally:
+            self._engine = self._prepared = None  # never used again, even if a forced refusal raises
+        return self._next(sample)
+
     def settle(self, texts: Sequence[str]) -> None:
-        """Check the engine on the run's first documents (once; other threads wait); on a difference, refuse
-        it and move on."""
+        """Check the engine on the run's first documents, once. If the candidate is still being prepared, the
+        preparing thread checks it when ready, and ``tokenizers`` encodes meanwhile; on a difference the
+        candidate is refused and the next ones are tried."""
         with self._lock:
             if self.settled:
                 return
-            if self.engine is not self._fallback:
-                sample = _cut(texts)
-                names = [f"document {i} of the first batch" for i in range(len(sample))]
-                reason = disagreement(self.engine, self.reference, sample, names)
-                if reason is not None:
-                    try:
-                        self._refuse(self.engine.name, reason, self.engine.package)
-                    finally:
-                        self.engine = self._fallback
-                    self.engine = self._next(sample)
+            self._sample = _cut(texts)
             self.settled = True
+            if self._prepared is None and self._future is not None and not self._future.done():
+                return  # the preparing thread checks the sample
+            if self._prepared is not None:
+                self._engine = self._prepared = self._checked(self._prepared, self._sample)
+        self._final.set()

@@ -16,7 +16,11 @@ from zephon.executor.settings import ExecutorSpec
 from zephon.executor.tokenize import ENGINE_ENV
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 
-ENGINES = [e for e in choose.CANDIDATES if e == "tokenizers" or importlib.util.find_spec(e) is not None]
+# kitoken is refused for the demo tokenizer (a contraction after a newline: test_fast_tokenize.py), so it runs
+# on DeepSeek V4's tokenizer.json below.
+ENGINES = [
+    e for e in choose.CANDIDATES if e != "kitoken" and (e == "tokenizers" or importlib.util.find_spec(e) is not None)
+]
 
 
 def batches(plan: Path, tokenizer_dir: str, kind: str, **options) -> list[np.ndarray]:
@@ -59,3 +63,20 @@ def test_tokenizer_threads_must_be_a_positive_integer(tmp_path, tokenizer_dir) -
 
     with pytest.raises(ConfigError, match="tokenizer_threads must be an integer ≥ 1, got 'two'"):
         Pipeline.from_plan(make_plan(tmp_path, "samples", tokenizer_dir)).options(tokenizer_threads="two")
+
+
+@pytest.mark.parametrize("kind", ["samples", "exact_wrap"])
+def test_kitoken_runs_give_the_same_batches_on_a_vendor_tokenizer(kind, tmp_path, monkeypatch) -> None:
+    """kitoken is exact for DeepSeek V4's tokenizer.json: whole runs match tokenizers batch for batch."""
+    from test_fast_tokenize import deepseek_dir, need
+
+    need("kitoken")
+    (tmp_path / "tokenizer").mkdir()
+    tokenizer = deepseek_dir(tmp_path / "tokenizer")
+    plan = make_plan(tmp_path, kind, tokenizer)
+    monkeypatch.setenv(ENGINE_ENV, "tokenizers")
+    expected, _ = batches(plan, tokenizer, kind)
+    monkeypatch.setenv(ENGINE_ENV, "kitoken")
+    got, stats = batches(plan, tokenizer, kind)
+    assert stats.tokenizer_engine == "kitoken" and len(got) == len(expected)
+    assert all(np.array_equal(a, b) for a, b in zip(got, expected, strict=True))

@@ -21,6 +21,9 @@ from zephon.executor.tokenize import ENGINE_ENV, Encoded, Encoder
 from zephon.specs import TokenizeSpec
 
 ENGINES = ("fastokens", "gigatoken", "tiktoken", "kitoken")
+#: The engines exact for the demo tokenizer (GPT-2's pre-tokenizer): kitoken splits a contraction after a newline
+#: or tab in two, so it is refused there (test_kitoken_is_refused_where_it_splits_a_contraction_differently).
+DEMO_ENGINES = ("fastokens", "gigatoken", "tiktoken")
 
 TRICKY = [
     "",
@@ -84,7 +87,7 @@ def lstrip_added_tokens(config: dict) -> None:
 # -- every engine: the same batches as tokenizers ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("engine", DEMO_ENGINES)
 @pytest.mark.parametrize("variant", ["demo", "ignore_merges", "bos"])
 def test_each_engine_gives_byte_identical_batches(engine: str, variant: str, tokenizer_dir: str, tmp_path) -> None:
     need(engine)
@@ -151,7 +154,7 @@ def test_auto_skips_a_disagreeing_engine_and_records_why(tokenizer_dir, tmp_path
     encoder = Encoder(spec)
     assert_identical(encoder.encode_flat(texts), Encoder(spec, engine="tokenizers").encode_flat(texts))
     assert encoder.engine == "tokenizers"
-    assert encoder.refused == {"kitoken": "ids differ from tokenizers on the added tokens in text probe"}
+    assert encoder.refused["kitoken"].startswith("ids differ from tokenizers on the ")  # the first probe differing
     assert not any(key[1] == "kitoken" for key in choose._BUILT)  # the refused engine is not kept in memory
 
 
@@ -219,10 +222,15 @@ def test_verdicts_are_cached_and_an_approval_still_checks_the_runs_documents(
     warm.encode(["zz top", "hello"])
     assert warm.engine == "tiktoken"
     assert probed == [["document 0 of the first batch", "document 1 of the first batch"]]  # no probes, the sample
-    verdicts[0].write_text("not json")  # unreadable: checked again from scratch
-    probed.clear()
-    Encoder(spec).encode(["hello"])
-    assert any("the digits probe" in names for names in probed)
+    verdicts[0].write_text("not json")  # unreadable: checked again from scratch, in a trial process
+    trials = []
+    real_trial = choose.run_trial
+    monkeypatch.setattr(choose, "run_trial", lambda *a: trials.append(a[0]) or real_trial(*a))
+    monkeypatch.setattr(choose, "_BUILT", {})
+    again = Encoder(spec)
+    again.encode(["hello"])
+    assert again.engine == "tiktoken" and trials == ["tiktoken"]
+    assert json.loads(verdicts[0].read_text())["ok"] is True
 
 
 # -- behaviour shared by all engines ----------------------------------------------------------------------------
@@ -316,3 +324,75 @@ def test_a_fork_while_the_engine_is_prepared_waits_for_it(tokenizer_dir: str) ->
         child = json.loads(pipe.read())
     os.waitpid(pid, 0)
     assert child == [encoder.engine, encoder.encode(["hello world"])[0].tolist()]
+
+
+def test_kitoken_is_refused_where_it_splits_a_contraction_differently(tokenizer_dir: str) -> None:
+    """GPT-2's pre-tokenizer keeps ``'s`` after a newline whole; kitoken splits it: a real difference, found by the
+    probes, so kitoken never encodes for this tokenizer."""
+    need("kitoken")
+    import kitoken
+
+    config = Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json")).to_str()
+    text = "x\n's \t'stdout'"
+    raw = kitoken.Kitoken.from_tokenizers(config.encode()).encode_all([text], True)[0]
+    assert list(raw) != Tokenizer.from_str(config).encode(text, add_special_tokens=False).ids
+    with pytest.raises(TokenizerError, match="kitoken must .* got: ids differ from tokenizers on the contractions"):
+        Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="kitoken")
+
+
+def test_fuzz_probes_are_the_same_every_time() -> None:
+    from zephon.executor.engines.verify import FUZZ_PROBES, _fuzz
+
+    first, again = _fuzz(), _fuzz()
+    assert first == again and len(first) == FUZZ_PROBES and len({t for _, t in first}) > FUZZ_PROBES * 0.95
+
+
+def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
+    tokenizer_dir: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A native crash (a real SIGSEGV, in a stand-in fastokens found first on PYTHONPATH) while loading the
+    tokenizer happens in the trial process: the candidate is refused with the signal, the run goes on."""
+    fake = tmp_path / "site" / "fastokens"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import ctypes\n\n\nclass Tokenizer:\n    @staticmethod\n    def from_json_str(text):\n"
+        "        ctypes.string_at(0)  # reads address 0: SIGSEGV\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setattr(choose, "CANDIDATES", ("fastokens", "tiktoken", "tokenizers"))
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    encoder = Encoder(spec)
+    texts = demo_documents(5)
+    assert_identical(encoder.encode_flat(texts), Encoder(spec, engine="tokenizers").encode_flat(texts))
+    assert encoder.engine == "tiktoken"
+    assert encoder.refused == {"fastokens": "it crashed (SIGSEGV) loading or probing this tokenizer in a trial process"}
+    monkeypatch.setattr(choose, "run_trial", lambda *a: pytest.fail("the refusal is cached: no trial again"))
+    again = Encoder(spec)
+    again.encode(["hello"])
+    assert again.refused == encoder.refused and again.engine == "tiktoken"
+
+
+def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer_dir: str, monkeypatch) -> None:
+    """A candidate still in its trial does not hold up the first batch: ``tokenizers`` encodes it (the same ids);
+    the candidate takes over once ready and checked on the first batch's documents."""
+    import threading
+
+    release = threading.Event()
+    real_trial = choose.run_trial
+
+    def slow_trial(*args):
+        release.wait(30)
+        return real_trial(*args)
+
+    monkeypatch.setattr(choose, "run_trial", slow_trial)
+    monkeypatch.setattr(choose, "CANDIDATES", ("tiktoken", "tokenizers"))
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    encoder, reference = Encoder(spec), Encoder(spec, engine="tokenizers")
+    first, later = demo_documents(4), TRICKY + demo_documents(8)
+    assert_identical(encoder.encode_flat(first), reference.encode_flat(first))
+    assert encoder._choice.current.name == "tokenizers" and not encoder.chosen
+    release.set()
+    assert encoder.engine == "tiktoken" and encoder.chosen  # waits for the trial and the check on `first`
+    assert encoder._choice.current.name == "tiktoken"
+    assert_identical(encoder.encode_flat(later), reference.encode_flat(later))

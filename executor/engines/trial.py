@@ -1,0 +1,98 @@
+"""A candidate engine's first load and probes, in a process of their own: a native crash costs a verdict, not
+the run.
+
+The candidate engines are native libraries. One that crashes while loading a tokenizer.json it does not
+support (a segmentation fault, an abort) would take the training process with it — no ``except`` catches a
+signal. So the first time a candidate meets a tokenizer (no cached verdict for this tokenizer content and
+engine version, ``zephon.executor.engines.choose.VerdictCache``), it is loaded and probed in a child process
+(``python -m zephon.executor.engines.trial``, the tokenizer.json on its standard input):
+
+* the child prints one JSON line — ``{"ok": true}``, ``{"ok": false, "reason": ...}`` (its ids differ on a
+  probe), or ``{"unavailable": ...}`` (not installed, or it refuses to load this tokenizer);
+* a child killed by a signal, or one that exits without its line, refuses the candidate with the signal or the
+  exit status in the reason (cached like any refusal: the same bytes crash the same library again);
+* a child that has not answered within ``TRIAL_SECONDS`` is killed and the candidate refused.
+
+Only then does the run load the candidate itself; later runs read the verdict from the cache and start no
+child. Example: kitoken crashing on a Unigram tokenizer → ``refused == {"kitoken": "it crashed (SIGSEGV) loading
+or probing this tokenizer in a trial process"}``, and the run goes on with the next candidate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+
+#: A trial that has not answered by then (loading a large tokenizer.json takes seconds) is refused.
+TRIAL_SECONDS = 180.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TrialVerdict:
+    """What a trial found: ``ok``; else ``reason``; ``cacheable`` False when the engine is just not usable
+    here (not installed, refuses to load), which, as in-process, is not cached."""
+
+    ok: bool
+    reason: str = ""
+    cacheable: bool = True
+
+
+def run_trial(engine: str, config_text: str, eos_text: str | None) -> TrialVerdict:
+    """Load ``engine`` on the tokenizer.json text and check it on the probes, in a child process."""
+    request = json.dumps({"engine": engine, "config": config_text, "eos": eos_text}, ensure_ascii=True)
+    env = {**os.environ, "RAYON_NUM_THREADS": "1"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "zephon.executor.engines.trial"],
+            input=request,
+            capture_output=True,
+            text=True,
+            timeout=TRIAL_SECONDS,
+            env=env,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return TrialVerdict(ok=False, reason=f"its trial process did not answer within {TRIAL_SECONDS:.0f} s")
+    except OSError as exc:  # no process could be started: decide in-process, as before trials existed
+        return TrialVerdict(ok=True, reason=f"no trial process ({exc.strerror})", cacheable=False)
+    lines = done.stdout.strip().splitlines()
+    if done.returncode < 0:
+        name = signal.Signals(-done.returncode).name if -done.returncode in signal.valid_signals() else "a signal"
+        reason = f"it crashed ({name}) loading or probing this tokenizer in a trial process"
+        return TrialVerdict(ok=False, reason=reason)
+    try:
+        answer = json.loads(lines[-1])
+    except (IndexError, ValueError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:160]
+        return TrialVerdict(ok=False, reason=f"its trial process failed (exit {done.returncode}: {last})")
+    if "unavailable" in answer:
+        return TrialVerdict(ok=False, reason=str(answer["unavailable"]), cacheable=False)
+    return TrialVerdict(ok=bool(answer["ok"]), reason=str(answer.get("reason", "")))
+
+
+def _main() -> None:
+    from tokenizers import Tokenizer
+
+    from zephon.executor.engines.base import EngineUnavailable
+    from zephon.executor.engines.choose import builders
+    from zephon.executor.engines.verify import disagreement, probes
+
+    request = json.loads(sys.stdin.read())
+    config = request["config"]
+    try:
+        engine = builders(request["eos"])[request["engine"]](config)
+    except EngineUnavailable as exc:
+        print(json.dumps({"unavailable": str(exc)}))
+        return
+    reference = Tokenizer.from_str(config)
+    named = probes(reference)
+    reason = disagreement(engine, reference, [t for _, t in named], [f"the {n} probe" for n, _ in named])
+    print(json.dumps({"ok": reason is None, "reason": reason or ""}))
+
+
+if __name__ == "__main__":
+    _main()
