@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +171,16 @@ class ShardReader:
         if self.next_use is None:
             return None
         return {remote_spec(self._shards[s]).key: p for s, p in self.next_use.items() if p is not None}
+
+    @contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """Skipped and dropped documents read inside are not reported to ``on_skip`` (still logged once per
+        shard): a run's calibration reads documents that the run counts when it hands them out."""
+        self._documents.counting = False
+        try:
+            yield
+        finally:
+            self._documents.counting = True
 
     def ref(self, shard_id: int) -> ShardRef:
         return self._shards[shard_id]

@@ -294,7 +294,11 @@ class Pipeline:
         """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the
         same step), at any data-parallel size. Exact plans: their sequences over the global batch; estimated
         plans: computed from the plan's lanes and a calibration all ranks measure alike (docs/training.md)."""
-        return self._make_runner().num_steps()
+        runner = self._make_runner()
+        try:
+            return runner.num_steps()
+        finally:
+            runner.close()  # the calibration's open shards and shard cache pins
 
     # -- checkpointing (the Stateful protocol) -------------------------------------------------------------
 
