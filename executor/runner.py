@@ -186,7 +186,9 @@ class RankRunner:
         first = calibration_documents(self.plan, max_shards=(window + 1) * len(self.plan.dataset_names))
         texts = self._shards().calibration_texts(first.shard_id, first.row)
         kept = [i for i, t in enumerate(texts) if t is not None]
-        real = self.encoder.encode_flat([texts[i] for i in kept]).sizes if kept else np.zeros(0, np.int64)  # type: ignore[misc]
+        docs, step = [texts[i] for i in kept], self.spec.read_chunk  # encoded a chunk at a time, as the run does:
+        sizes = [self.encoder.encode_flat(docs[k : k + step]).sizes for k in range(0, len(docs), step)]  # type: ignore[arg-type]
+        real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)  # one call held every id at once
         return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
 
     def _shards(self) -> ShardAccess:
