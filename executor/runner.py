@@ -67,7 +67,10 @@ class RankRunner:
         stats: RunStats | None = None,
         worker: tuple[int, int] = (0, 1),
         provenance_dir: str | Path | None = None,
+        known_steps: int | None = None,
     ) -> None:
+        """``known_steps``: ``num_steps()`` as an earlier runner of the same plan, spec and geometry computed it
+        (``Pipeline.num_steps()`` then iterating: the calibration runs once)."""
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
@@ -92,7 +95,7 @@ class RankRunner:
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
         self.names = self.plan.dataset_names
-        self._num_steps: int | None = None
+        self._num_steps: int | None = known_steps
         self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
         self._release: weakref.finalize | None = None
         cursors: dict[str, list[int]] = {}

@@ -120,3 +120,21 @@ def test_num_steps_alone_leaves_no_shard_pinned_in_the_shard_cache(s3, tmp_path,
     gc.collect()
     assert pinned() == [False] * 3  # …and released when the runner is dropped without iterating
     assert sum(1 for _ in pipe) == pipe.num_steps() and pinned() == [False] * 3
+
+
+def test_a_pipeline_calibrates_once_for_num_steps_and_the_run_that_follows(tmp_path, tokenizer_dir, monkeypatch):
+    import zephon.executor.runner as runner_module
+
+    calls = []
+    measure = runner_module.calibration_documents
+    monkeypatch.setattr(runner_module, "calibration_documents", lambda *a, **kw: calls.append(1) or measure(*a, **kw))
+    web = write_parquet_dataset(tmp_path / "data", "web", [13, 9, 11], row_group_size=4)
+    plan = plan_of(tmp_path, {"web": web})
+    expected = [b.tokens.tobytes() for b in pipeline(plan, tokenizer_dir)]
+    assert len(calls) == 1  # the run's own calibration
+    pipe = pipeline(plan, tokenizer_dir)
+    steps = pipe.num_steps()
+    batches = [b.tokens.tobytes() for b in pipe]
+    assert len(calls) == 2 and batches == expected and len(batches) == steps  # the run reused num_steps()'s
+    other = pipe.options(read_chunk=3)  # another spec: computed again (the same number)
+    assert other.num_steps() == steps and len(calls) == 3
