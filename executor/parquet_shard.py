@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, one_line
 from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
+from zephon.executor.memory_release import release_memory
 from zephon.plan.records import ShardRef
 from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.scan import parquet_fingerprint
@@ -109,9 +110,10 @@ class ParquetShard:
         """The text column of row group ``g``; a row group that cannot be decoded is a corrupt shard."""
         try:
             if self._columns is not None:  # record mode: one struct per row
-                table = self.file.read_row_group(g, columns=self._columns)
+                table = self.file.read_row_group(g, columns=self._columns, use_threads=False)
                 return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=self._columns)
-            return self.file.read_row_group(g, columns=[self._documents.field]).column(0).combine_chunks()
+            table = self.file.read_row_group(g, columns=[self._documents.field], use_threads=False)
+            return table.column(0).combine_chunks()
         except _ARROW_ERRORS as exc:
             first, end = int(self.rg_starts[g]), int(self.rg_starts[g + 1])
             raise DatasetError(
@@ -135,6 +137,8 @@ class ParquetShard:
         finally:
             if self.ranges is not None:
                 self.ranges.release()
+        if todo:
+            release_memory()  # the row groups' compressed bytes and pages, freed to allocators that keep them
         return groups
 
     def values(self, rows: np.ndarray) -> list[object]:
@@ -156,10 +160,8 @@ class ParquetShard:
         return out
 
     def close(self) -> None:
-        """Drop the decoded row groups and hand the Arrow memory pool's free pages back to the system (its
-        allocator keeps freed memory for reuse otherwise; one call per shard closed)."""
+        """Drop the decoded row groups (the reader then returns the freed memory: ``memory_release``)."""
         self.groups = [None] * len(self.groups)
-        pa.default_memory_pool().release_unused()
 
     def _group(self, g: int) -> pa.Array:
         column = self.groups[g]

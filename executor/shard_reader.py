@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
+from zephon.executor.memory_release import release_memory, release_now_and_then
 from zephon.executor.operators import Where
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
@@ -111,6 +112,7 @@ class _OpenShard:
         if self.handle is not None:
             self.handle.close()
             self.handle = None
+        release_memory()  # the shard's decoded text (zephon.executor.memory_release)
 
 
 class ShardReader:
@@ -197,6 +199,7 @@ class ShardReader:
             return []
         _, first = np.unique(shard_ids, return_index=True)
         order = shard_ids[np.sort(first)].tolist()
+        release_now_and_then()  # what the previous chunks' texts and ids left free (zephon.executor.memory_release)
         if len(order) == 1:
             got = self.open_shard(order[0]).text.read(rows)
             if self._documents.convert is None:
