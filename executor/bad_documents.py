@@ -60,10 +60,12 @@ class BadDocuments:
     """The ``on_bad_document`` policy of one reader, for the text field ``field``; ``skippable``: the reader
     serves a run that may switch on the skip policy (an estimated plan), so its errors suggest it.
 
-    State: the shards whose first skipped document was logged (``warned``).
+    State: the shards whose first skipped document was logged (``warned``), and whether skips are counted now
+    (``counting``: off while a run's calibration reads the documents it will hand out later, so each is counted
+    once, when it is handed out; ``zephon.executor.shard_access``).
     """
 
-    __slots__ = ("_on_skip", "_skip", "convert", "field", "skippable", "warned")
+    __slots__ = ("_on_skip", "_skip", "convert", "counting", "field", "skippable", "warned")
 
     def __init__(
         self,
@@ -83,6 +85,7 @@ class BadDocuments:
         self.skippable = skippable
         self.convert = convert
         self.warned: set[int] = set()
+        self.counting = True
 
     def report(self, ref: ShardRef, row: int, reason: str, message: str) -> None:
         """A bad document: raise (default), or count it for ``on_bad_document="skip"`` (its text becomes None).
@@ -92,7 +95,7 @@ class BadDocuments:
         """
         if not self._skip:
             raise DatasetError(f"{message}, {_SKIP_HINT}" if self.skippable else message)
-        if self._on_skip is not None:
+        if self._on_skip is not None and self.counting:
             self._on_skip(ref, row, reason)
         if ref.shard_id not in self.warned:
             self.warned.add(ref.shard_id)
@@ -104,7 +107,7 @@ class BadDocuments:
 
     def drop(self, ref: ShardRef, row: int) -> None:
         """A record a user operator dropped: counted (reason ``dropped``) under any policy, never an error."""
-        if self._on_skip is not None:
+        if self._on_skip is not None and self.counting:
             self._on_skip(ref, row, "dropped")
 
     def text(self, ref: ShardRef, row: int, value: object) -> Any:

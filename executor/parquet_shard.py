@@ -3,8 +3,12 @@
 ``ParquetShard`` opens a shard and checks it before any row is used — a shard that changed since planning is
 refused, never read: the planned row count (footer), the footer fingerprint when the reader asks for it (the
 last 8 bytes and the footer are read again: a few KB, no data page), and that the text column exists and
-holds strings. Only the text column is decoded, one row group at a time and each row group once: its values
-stay in ``values`` (converted to Python once), so gathering texts is a list lookup.
+holds strings. Only the text column is decoded, one row group at a time and each row group once: it stays an
+Arrow array in ``groups`` while the shard is open, and only the rows asked for become Python strings (``read``:
+one ``take`` per row group). Memory: an open shard holds its decoded text once, as UTF-8 bytes — Python
+strings of the same rows take as much for ASCII text and 2-4× for text with one non-Latin-1 character (its
+whole string widens), plus ~57 bytes per row, and they were kept alongside the rows' own copies handed out
+(docs/performance.md, Memory).
 
 In range mode (``StoreOptions(remote_read="range")``) the file is a pinned object read by range requests
 (``zephon.storage.objects.range_file``): the text column's chunks of the row groups to decode are fetched
@@ -24,6 +28,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, one_line
 from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
+from zephon.executor.memory_release import release_memory
 from zephon.plan.records import ShardRef
 from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.scan import parquet_fingerprint
@@ -34,12 +39,11 @@ _ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
 class ParquetShard:
     """One open Parquet shard: its file, row group starts, and the texts of the row groups decoded so far.
 
-    State: ``values`` (the text of every row of the decoded row groups, None elsewhere), ``decoded`` (per row
-    group: already in ``values``) and ``nulls`` (a decoded row group holds a null: rows must be checked one by
-    one).
+    State: ``groups`` (per row group: its decoded text column, None until decoded) and ``nulls`` (a decoded row
+    group holds a null, or records are read: rows must be checked one by one).
     """
 
-    __slots__ = ("_columns", "_documents", "decoded", "file", "nulls", "ranges", "ref", "rg_starts", "values")
+    __slots__ = ("_columns", "_documents", "file", "groups", "nulls", "ranges", "ref", "rg_starts")
 
     def __init__(
         self, ref: ShardRef, path: str | RangeFile, documents: BadDocuments, *, check_fingerprint: bool
@@ -99,17 +103,17 @@ class ParquetShard:
             )
         counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
         self.rg_starts: np.ndarray = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        self.values: list[object] = []
-        self.decoded: np.ndarray | None = None
+        self.groups: list[pa.Array | None] = [None] * meta.num_row_groups
         self.nulls = False
 
     def row_group(self, g: int) -> pa.Array:
         """The text column of row group ``g``; a row group that cannot be decoded is a corrupt shard."""
         try:
             if self._columns is not None:  # record mode: one struct per row
-                table = self.file.read_row_group(g, columns=self._columns)
+                table = self.file.read_row_group(g, columns=self._columns, use_threads=False)
                 return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=self._columns)
-            return self.file.read_row_group(g, columns=[self._documents.field]).column(0).combine_chunks()
+            table = self.file.read_row_group(g, columns=[self._documents.field], use_threads=False)
+            return table.column(0).combine_chunks()
         except _ARROW_ERRORS as exc:
             first, end = int(self.rg_starts[g]), int(self.rg_starts[g + 1])
             raise DatasetError(
@@ -118,37 +122,60 @@ class ParquetShard:
                 "source or re-export it, then re-plan"
             ) from exc
 
-    def decode(self, rows: np.ndarray) -> None:
-        """Decode the row groups holding ``rows`` that are not yet in ``values``."""
-        starts = self.rg_starts
-        if self.decoded is None:
-            self.decoded = np.zeros(len(starts) - 1, dtype=bool)
-            self.values = [None] * int(starts[-1])
-        groups = np.searchsorted(starts, rows, side="right") - 1
-        todo = np.unique(groups[~self.decoded[groups]]).tolist()
+    def decode(self, rows: np.ndarray) -> np.ndarray:
+        """Decode the row groups holding ``rows`` that are not decoded yet; the row group of each row."""
+        groups = np.searchsorted(self.rg_starts, rows, side="right") - 1
+        todo = [g for g in np.unique(groups).tolist() if self.groups[g] is None]
         if self.ranges is not None and todo:
             for column_name in self._columns or [self._documents.field]:  # concurrent GETs, before decoding
                 self.ranges.fetch_row_groups(column_name, todo)
         try:
             for g in todo:
                 column = self.row_group(g)
-                self.values[int(starts[g]) : int(starts[g + 1])] = column.to_pylist()
                 self.nulls |= column.null_count > 0 or pa.types.is_null(column.type) or self._columns is not None
-                self.decoded[g] = True
+                self.groups[g] = column
         finally:
             if self.ranges is not None:
                 self.ranges.release()
+        if todo:
+            release_memory()  # the row groups' compressed bytes and pages, freed to allocators that keep them
+        return groups
 
-    def read(self, rows: np.ndarray) -> list[str | None]:
-        """Texts of ``rows``, each checked (a shard with nulls), row group by row group."""
-        self.decode(rows)
-        groups = np.searchsorted(self.rg_starts, rows, side="right") - 1
-        out: list[str | None] = [None] * len(rows)
+    def values(self, rows: np.ndarray) -> list[object]:
+        """The raw values of ``rows`` (strings, None for a null; records as dicts), in the order given: one
+        Arrow ``take`` per row group, converted to Python together."""
+        groups = self.decode(rows)
+        first = int(groups[0]) if len(groups) else 0
+        if not len(groups) or (groups == first).all():  # the common case: one row group
+            local = rows - self.rg_starts[first]
+            return self._group(first).take(pa.array(local)).to_pylist() if len(rows) else []
+        order = np.argsort(groups, kind="stable")
+        taken: list[object] = []
         for g in np.unique(groups).tolist():
-            idx = np.flatnonzero(groups == g)
-            for i, row in zip(idx.tolist(), rows[idx].tolist(), strict=True):
-                out[i] = self._documents.text(self.ref, row, self.values[row])
+            picked = order[groups[order] == g]
+            taken += self._group(g).take(pa.array(rows[picked] - self.rg_starts[g])).to_pylist()
+        out: list[object] = [None] * len(rows)
+        for i, v in zip(order.tolist(), taken, strict=True):
+            out[i] = v
         return out
+
+    def close(self) -> None:
+        """Drop the decoded row groups (the reader then returns the freed memory: ``memory_release``)."""
+        self.groups = [None] * len(self.groups)
+
+    def _group(self, g: int) -> pa.Array:
+        column = self.groups[g]
+        assert column is not None, "decode() first"
+        return column
+
+    def read(self, rows: np.ndarray) -> list[object]:
+        """Texts of ``rows`` in the order given; each checked when the shard has nulls (or records), so a bad
+        document is reported (None when skipped)."""
+        values = self.values(rows)
+        if not self.nulls:
+            return values  # strings, every one
+        text, ref = self._documents.text, self.ref
+        return [text(ref, row, v) for row, v in zip(rows.tolist(), values, strict=True)]
 
     def iter_texts(self) -> Iterator[list[str | None]]:
         """Every text in row order, one row group at a time, checked; nothing is kept in ``values``."""

@@ -25,6 +25,7 @@ document skipped — ends with a ``DatasetError`` counting the skips by reason, 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.documents import carries_flags, converter_of, make_encoder
+from zephon.executor.documents import carries_flags, make_encoder
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry, packing_lanes
@@ -47,6 +48,7 @@ from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.settings import ExecutorSpec, RunStats
+from zephon.executor.shard_access import ShardAccess
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_state, state_plan
 from zephon.executor.token_flags import untag
@@ -65,7 +67,10 @@ class RankRunner:
         stats: RunStats | None = None,
         worker: tuple[int, int] = (0, 1),
         provenance_dir: str | Path | None = None,
+        known_steps: int | None = None,
     ) -> None:
+        """``known_steps``: ``num_steps()`` as an earlier runner of the same plan, spec and geometry computed it
+        (``Pipeline.num_steps()`` then iterating: the calibration runs once)."""
         self.plan = PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
@@ -90,7 +95,9 @@ class RankRunner:
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
         self.names = self.plan.dataset_names
-        self._num_steps: int | None = None
+        self._num_steps: int | None = known_steps
+        self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
+        self._release: weakref.finalize | None = None
         cursors: dict[str, list[int]] = {}
         if state is not None:
             check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
@@ -175,47 +182,36 @@ class RankRunner:
 
     def _tokens_per_unit(self) -> TokensPerUnit:
         """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
-        documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here."""
+        documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here.
+        They are read through the run's own shard access, so the run decodes them once
+        (``zephon.executor.shard_access``)."""
         window = self.plan.manifest.shuffle.window_shards
-        capacity = (window + 1) * len(self.plan.dataset_names)
-        first = calibration_documents(self.plan, max_shards=capacity)
-        reader = ShardReader(  # opens shards as the run does, so a bounded shard cache holds them
-            self.plan.shards,
-            self.spec.tokenize.field,
-            capacity=capacity,
-            per_dataset=window + 1,
-            on_bad_document=self.spec.on_bad_document,
-            skippable=True,
-            convert=converter_of(self.encoder),  # chat and user operators: records as the run converts them
-        )
-        remote = RemoteAccess(self.plan, self.spec.io, reader)
-        try:
-            texts = reader.texts(first.shard_id, first.row)
-        finally:
-            remote.close()
+        first = calibration_documents(self.plan, max_shards=(window + 1) * len(self.plan.dataset_names))
+        texts = self._shards().calibration_texts(first.shard_id, first.row)
         kept = [i for i, t in enumerate(texts) if t is not None]
-        real = self.encoder.encode_flat([texts[i] for i in kept]).sizes if kept else np.zeros(0, np.int64)  # type: ignore[misc]
+        docs, step = [texts[i] for i in kept], self.spec.read_chunk  # encoded a chunk at a time, as the run does:
+        sizes = [self.encoder.encode_flat(docs[k : k + step]).sizes for k in range(0, len(docs), step)]  # type: ignore[arg-type]
+        real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)  # one call held every id at once
         return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
 
+    def _shards(self) -> ShardAccess:
+        """The run's shard reader and remote access, opened on first use (see ``close``)."""
+        if self._access is None:
+            self._access = ShardAccess(self.plan, self.spec, self.encoder, stats=self.stats)
+            self._release = weakref.finalize(self, self._access.close)  # a runner dropped without iterating
+        return self._access
+
+    def close(self) -> None:
+        """Release the shard access (open shards, shard cache pins): at the end of an iteration, or after a
+        ``num_steps()`` that is not followed by one. A later use opens it again."""
+        if self._release is not None:
+            self._release()  # runs ShardAccess.close once
+        self._access, self._release = None, None
+
     def __iter__(self) -> Iterator[Batch]:
-        window = self.plan.manifest.shuffle.window_shards
         if self.stats is not None:
             self.stats.include(self.plan.dataset_names)
-        reports = SkipReports()  # estimated plans: skipped in the chunk being read
-        on_skip = self.stats.skip if self.stats is not None else None
-        if not self.exact:  # counted when the chunk is consumed (reading may run ahead on a thread)
-            on_skip = reports.add
-        reader = ShardReader(
-            self.plan.shards,
-            self.spec.tokenize.field,
-            capacity=(window + 1) * len(self.plan.dataset_names),
-            per_dataset=window + 1,  # a dataset reads within a window of shards, and crosses into the next
-            on_bad_document=self.spec.on_bad_document,  # "skip": estimated plans only (check_exact_plan)
-            skippable=not self.exact,  # so only an estimated plan's errors suggest the skip policy
-            on_skip=on_skip,
-            convert=converter_of(self.encoder),  # chat: records rendered on the reader's thread
-        )
-        remote = RemoteAccess(self.plan, self.spec.io, reader)
+        access = self._shards()  # already open if num_steps() calibrated: the run reuses its decoded shards
         if self.provenance_dir is not None:
             header = LogHeader(
                 plan=self.identity()["plan"],
@@ -227,13 +223,13 @@ class RankRunner:
             self.log = ProvenanceLog(self.provenance_dir, header)
         try:
             if self.exact:
-                yield from self._exact(reader, remote)
+                yield from self._exact(access.reader, access.remote)
             else:
-                yield from self._estimated(reader, remote, reports)
+                yield from self._estimated(access.reader, access.remote, access.reports)
             if self.stats is not None and not self.stats.tokenizer_engine and self.encoder.settled:
                 self._note_engine()  # a short run ended before the engine was chosen: it is, by now or soon
         finally:
-            remote.close()
+            self.close()
             if self.log is not None:
                 self.log.close()
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ import pyarrow.parquet as pq
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
+from zephon.executor.memory_release import release_memory, release_now_and_then
 from zephon.executor.operators import Where
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
@@ -105,9 +107,12 @@ class _OpenShard:
         return self.text.spans if isinstance(self.text, JsonlShard) else None
 
     def close(self) -> None:
+        if isinstance(self.text, ParquetShard):
+            self.text.close()
         if self.handle is not None:
             self.handle.close()
             self.handle = None
+        release_memory()  # the shard's decoded text (zephon.executor.memory_release)
 
 
 class ShardReader:
@@ -171,45 +176,48 @@ class ShardReader:
             return None
         return {remote_spec(self._shards[s]).key: p for s, p in self.next_use.items() if p is not None}
 
+    @contextmanager
+    def uncounted(self) -> Iterator[None]:
+        """Skipped and dropped documents read inside are not reported to ``on_skip`` (still logged once per
+        shard): a run's calibration reads documents that the run counts when it hands them out."""
+        self._documents.counting = False
+        try:
+            yield
+        finally:
+            self._documents.counting = True
+
     def ref(self, shard_id: int) -> ShardRef:
         return self._shards[shard_id]
 
     def texts(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[str | None]:
         """Texts of the documents, in the order given; None for a skipped document (``on_bad_document="skip"``).
 
-        Shards are opened in the order they first appear (so LRU eviction follows the plan); Parquet row groups
-        are decoded once into per-shard lists, and the texts are gathered by one list comprehension.
+        Shards are opened in the order they first appear (so LRU eviction follows the plan); each shard's rows
+        are read together (Parquet: one ``take`` per decoded row group) and put back in the order given.
         """
         if not len(shard_ids):
             return []
         _, first = np.unique(shard_ids, return_index=True)
-        lists: dict[int, list[object]] = {}  # shards whose rows need no check: their values
-        others: list[tuple[np.ndarray, list[str | None]]] = []  # the rest: (indices, texts)
-        for shard_id in shard_ids[np.sort(first)].tolist():
-            text = self.open_shard(shard_id).text
-            mask = shard_ids == shard_id
-            if isinstance(text, ParquetShard):
-                text.decode(rows[mask])
-                if not text.nulls:
-                    lists[shard_id] = text.values
-                    continue
-            idx = np.flatnonzero(mask)
-            others.append((idx, text.read(rows[idx])))
-        ids, rs = shard_ids.tolist(), rows.tolist()
-        if self._documents.convert is not None:  # record mode: the records, converted together
-            records: list[Any] = [None] * len(ids)
-            for idx, got in others:
-                for i, v in zip(idx.tolist(), got, strict=True):
-                    records[i] = v
-            where = [Where(self._shards[s], r) for s, r in zip(ids, rs, strict=True)]
-            return self._documents.convert.convert_all(where, records, self._documents)
-        if len(lists) == 1 and not others:
-            values = lists[ids[0]]
-            return [values[r] for r in rs]  # type: ignore[misc]  # strings: the shard has no null
-        out: list[str | None] = [lists[s][r] if s in lists else None for s, r in zip(ids, rs, strict=True)]  # type: ignore[misc]
-        for idx, texts in others:
-            for i, v in zip(idx.tolist(), texts, strict=True):
+        order = shard_ids[np.sort(first)].tolist()
+        release_now_and_then()  # what the previous chunks' texts and ids left free (zephon.executor.memory_release)
+        if len(order) == 1:
+            got = self.open_shard(order[0]).text.read(rows)
+            if self._documents.convert is None:
+                return got  # type: ignore[return-value]
+            parts = [(np.arange(len(rows)), got)]
+        else:
+            parts = []
+            for shard_id in order:
+                idx = np.flatnonzero(shard_ids == shard_id)
+                parts.append((idx, self.open_shard(shard_id).text.read(rows[idx])))
+        out: list[Any] = [None] * len(shard_ids)
+        for idx, got in parts:
+            for i, v in zip(idx.tolist(), got, strict=True):
                 out[i] = v
+        if self._documents.convert is not None:  # record mode: the records, converted together
+            ids, rs = shard_ids.tolist(), rows.tolist()
+            where = [Where(self._shards[s], r) for s, r in zip(ids, rs, strict=True)]
+            return self._documents.convert.convert_all(where, out, self._documents)
         return out
 
     def iter_shard(self, shard_id: int, chunk_rows: int = 4096) -> Iterator[list[str | None]]:

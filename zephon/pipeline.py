@@ -63,6 +63,9 @@ class Pipeline:
         self._runner: RankRunner | None = None
         self._pending_state: dict[str, Any] | None = None
         self._stats = RunStats()
+        #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
+        #: ones starts from it instead of calibrating again.
+        self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
 
     @classmethod
     def from_plan(cls, path: str | Path) -> Pipeline:
@@ -81,6 +84,7 @@ class Pipeline:
         new._runner = None
         new._pending_state = None
         new._stats = RunStats()
+        new._known_steps = None
         return new
 
     def options(
@@ -267,16 +271,17 @@ class Pipeline:
         )
 
     def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
-        runner = RankRunner(
+        spec, geometry, known = self.executor_spec(), self.geometry(), self._known_steps
+        return RankRunner(
             self.plan_dir,
-            self.executor_spec(),
-            self.geometry(),
+            spec,
+            geometry,
             state=self._pending_state,
             stats=self._stats,
             worker=worker,
             provenance_dir=self._steps.provenance_dir,
+            known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
         )
-        return runner
 
     def __iter__(self) -> Iterator[Batch]:
         self._stats = RunStats()
@@ -295,7 +300,13 @@ class Pipeline:
         """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the
         same step), at any data-parallel size. Exact plans: their sequences over the global batch; estimated
         plans: computed from the plan's lanes and a calibration all ranks measure alike (docs/training.md)."""
-        return self._make_runner().num_steps()
+        runner = self._make_runner()
+        try:
+            steps = runner.num_steps()
+        finally:
+            runner.close()  # the calibration's open shards and shard cache pins
+        self._known_steps = (runner.spec, runner.geometry, steps)  # the next iteration does not calibrate again
+        return steps
 
     # -- checkpointing (the Stateful protocol) -------------------------------------------------------------
 

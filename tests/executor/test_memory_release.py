@@ -1,0 +1,66 @@
+"""Memory the shard reader holds and gives back (``zephon.executor.parquet_shard``,
+``zephon.executor.memory_release``): an open Parquet shard keeps its decoded row groups once, as Arrow, and a
+closed one gives them back; releasing freed memory never changes a batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from zephon import Pipeline
+from zephon.errors import ConfigError
+from zephon.executor.memory_release import release_enabled, release_memory
+from zephon.executor.shard_reader import ShardReader
+from zephon.io import Dataset
+from zephon.plan.records import ShardRef
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+
+def wide_shard(tmp_path, rows: int = 3000, size: int = 1000) -> ShardRef:
+    """One Parquet shard of ``rows`` texts of ``size`` characters, row groups of 1,000 rows."""
+    path = tmp_path / "web" / "part-0.parquet"
+    path.parent.mkdir(parents=True)
+    texts = [f"{r:06d} " + "é" * (size - 7) for r in range(rows)]  # not ASCII: a Python str takes 2 bytes a char
+    pq.write_table(pa.table({"text": texts}), path, row_group_size=1000)
+    return ShardRef(shard_id=0, dataset_id=0, dataset="web", uri=str(path), format="parquet", rows=rows,
+                    bytes=path.stat().st_size, fingerprint="")  # fmt: skip
+
+
+def test_an_open_shard_holds_its_decoded_row_groups_once_as_arrow_and_gives_them_back(tmp_path) -> None:
+    ref = wide_shard(tmp_path)
+    reader = ShardReader([ref], "text", capacity=1)
+    before = pa.total_allocated_bytes()
+    got = reader.texts(np.zeros(3, np.int64), np.array([2500, 7, 1999]))
+    assert [t[:6] for t in got] == ["002500", "000007", "001999"]
+    held = pa.total_allocated_bytes() - before
+    utf8 = 3 * 1000 * (7 + 2 * 993)  # all three row groups, as UTF-8 bytes (é is 2 bytes)
+    assert utf8 <= held < utf8 * 1.1  # the text once, not as Python strings (4 MB more here) or a second copy
+    reader.close()
+    release_memory()
+    assert pa.total_allocated_bytes() - before < 64 * 1024  # closed: given back
+
+
+def test_release_memory_setting(monkeypatch) -> None:
+    assert release_enabled()
+    monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "off")
+    assert not release_enabled()
+    release_memory()  # does nothing
+    monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "sometimes")
+    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be "on" or "off", got \'sometimes\''):
+        release_memory()
+
+
+def test_releasing_memory_never_changes_a_batch(tmp_path, make_parquet, tokenizer_dir, monkeypatch) -> None:
+    web = make_parquet("web", [23, 17, 30], row_group_size=5)
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(web))], mixture=MixtureSpec({"web": 1.0}), seed=1, lanes=2
+    )
+    plan = source.plan(tmp_path / "plan")
+    runs = []
+    for setting in ("on", "off"):
+        monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", setting)
+        pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33)
+        runs.append([b.tokens.tobytes() for b in pipe.batch(microbatch_size=2)])
+    assert runs[0] == runs[1] and runs[0]
