@@ -41,7 +41,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from importlib import metadata
 from pathlib import Path
@@ -50,6 +50,7 @@ from tokenizers import Tokenizer
 
 from zephon.errors import ConfigError, StorageError, TokenizerError
 from zephon.executor.engines.base import Engine, EngineUnavailable
+from zephon.executor.engines.builders import builders
 from zephon.executor.engines.hf import TokenizersEngine
 from zephon.executor.engines.trial import run_trial
 from zephon.executor.engines.verify import disagreement, probes
@@ -81,18 +82,6 @@ def _finish_preparing() -> None:
 
 
 os.register_at_fork(before=_finish_preparing)
-
-
-def builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
-    from zephon.executor.engines.tiktoken import TiktokenEngine
-    from zephon.executor.engines.vendors import FastokensEngine, GigatokenEngine, KitokenEngine
-
-    return {
-        "fastokens": FastokensEngine,
-        "gigatoken": GigatokenEngine,
-        "tiktoken": lambda config: TiktokenEngine(config, eos_text),
-        "kitoken": KitokenEngine,
-    }
 
 
 def engine_setting(value: str | None) -> str:

@@ -78,7 +78,7 @@ def _main() -> None:
     from tokenizers import Tokenizer
 
     from zephon.executor.engines.base import EngineUnavailable
-    from zephon.executor.engines.choose import builders
+    from zephon.executor.engines.builders import builders
     from zephon.executor.engines.verify import disagreement, probes
 
     request = json.loads(sys.stdin.read())

@@ -1,0 +1,20 @@
+"""The candidate engines by name: how each is built from a tokenizer.json text (``zephon.executor.engines.choose``
+picks among them; ``zephon.executor.engines.trial`` builds one in a trial process)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from zephon.executor.engines.base import Engine
+
+
+def builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
+    from zephon.executor.engines.tiktoken import TiktokenEngine
+    from zephon.executor.engines.vendors import FastokensEngine, GigatokenEngine, KitokenEngine
+
+    return {
+        "fastokens": FastokensEngine,
+        "gigatoken": GigatokenEngine,
+        "tiktoken": lambda config: TiktokenEngine(config, eos_text),
+        "kitoken": KitokenEngine,
+    }
