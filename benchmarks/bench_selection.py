@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -32,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 LANGS = np.array(["en", "fr", "de", "es"])
+SIDECAR_SCHEMA = pa.schema([("id", pa.int64()), ("quality", pa.float32())])
 
 
 def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
@@ -55,10 +57,20 @@ def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
             }
         )
         pq.write_table(table, data / f"part-{s:05d}.parquet", row_group_size=100_000)
-    ids = rng.permutation(documents).astype(np.int64)
-    quality = rng.random(documents, dtype=np.float32)
-    for k, part in enumerate(np.array_split(np.arange(documents), 8)):
-        pq.write_table(pa.table({"id": ids[part], "quality": quality[part]}), side / f"scores-{k}.parquet")
+    # The sidecar's ids in another order (a sidecar is rarely in the corpus's order): i -> (a*i + c) mod N with
+    # a coprime to N, a permutation computed chunk by chunk, so that writing 10^9 ids holds one chunk, not N.
+    a = int(documents * 0.6180339887) | 1
+    while math.gcd(a, documents) != 1:
+        a += 2
+    chunk = 10_000_000
+    cuts = np.linspace(0, documents, 9).astype(np.int64)
+    for k in range(8):
+        with pq.ParquetWriter(side / f"scores-{k}.parquet", SIDECAR_SCHEMA) as writer:
+            for lo in range(int(cuts[k]), int(cuts[k + 1]), chunk):
+                i = np.arange(lo, min(lo + chunk, int(cuts[k + 1])), dtype=np.int64)
+                ids = (a * i + 7) % documents
+                quality = rng.random(len(i), dtype=np.float32)
+                writer.write_table(pa.table({"id": ids, "quality": quality}, schema=SIDECAR_SCHEMA))
     return data, side
 
 
