@@ -3,7 +3,8 @@
 Run: python benchmarks/bench_selective_executor.py [--documents 30000] [--alternations 5] [--root DIR]
 
 Text: real prose from this machine's files (``local_corpus.py``: READMEs, manuals, licences; about 2 KB a
-document), the first ``--documents``. Two corpora of it, both in Parquet row groups of 100 rows:
+document), the first ``--documents`` (cycled if the machine has fewer: the text repeats, the same way in both
+corpora). Two corpora of it, both in Parquet row groups of 100 rows:
 
 * ``all/``: every document, with an ``int_score`` uniform in 0-9 (seeded);
 * ``kept/``: exactly the documents with ``int_score < 3`` (30 %), in the same order, without the score.
@@ -45,9 +46,8 @@ def write_corpora(root: Path, documents: int) -> tuple[Path, Path, int]:
 
     base = local_corpus.build(root / "local")
     texts = pq.read_table(sorted((base / "prose").glob("*.parquet")), columns=["text"]).column("text")
-    texts = texts.combine_chunks()[:documents]
-    if len(texts) < documents:
-        raise SystemExit(f"--documents must be ≤ the {len(texts):,} prose documents of this machine, got {documents}")
+    texts = texts.combine_chunks()
+    texts = texts.take(pa.array(np.arange(documents) % len(texts)))  # cycled when the machine has fewer
     score = np.random.default_rng(0).integers(0, 10, documents, dtype=np.int8)
     every, kept = root / "all", root / "kept"
     for out in (every, kept):
