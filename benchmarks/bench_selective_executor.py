@@ -1,10 +1,11 @@
 """Executor throughput on a selective plan (a ``where`` keeping 30 % of rows) against a plan without selection.
 
-Run: python benchmarks/bench_selective_executor.py [--documents 30000] [--alternations 5] [--root DIR]
+Run: python benchmarks/bench_selective_executor.py [--documents N] [--alternations 5] [--root DIR]
 
-Text: real prose from this machine's files (``local_corpus.py``: READMEs, manuals, licences; about 2 KB a
-document), the first ``--documents`` (cycled if the machine has fewer: the text repeats, the same way in both
-corpora). Two corpora of it, both in Parquet row groups of 100 rows:
+Text: real text from this machine's files (``local_corpus.py``): its prose (READMEs, manuals, licences; about
+3 KB a document) and its code (the Python installation's ``.py`` files, about 15 KB), mixed in a seeded order,
+every document once (``--documents N``: the first N, cycled past the machine's count — repeated text
+tokenizes faster through the tokenizer's word cache, so the default repeats nothing). Two corpora of it, both in Parquet row groups of 100 rows:
 
 * ``all/``: every document, with an ``int_score`` uniform in 0-9 (seeded);
 * ``kept/``: exactly the documents with ``int_score < 3`` (30 %), in the same order, without the score.
@@ -37,17 +38,20 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 WHERE = "int_score < 3"
 GROUP = 100
+KINDS = ("prose", "code")
 
 
-def write_corpora(root: Path, documents: int) -> tuple[Path, Path, int]:
-    """``all/`` and ``kept/`` (module docstring); the number of kept documents."""
+def write_corpora(root: Path, documents: int) -> tuple[Path, Path, int, int]:
+    """``all/`` and ``kept/`` (module docstring); the number of documents and of kept documents."""
     sys.path.insert(0, str(HERE))
     import local_corpus
 
-    base = local_corpus.build(root / "local")
-    texts = pq.read_table(sorted((base / "prose").glob("*.parquet")), columns=["text"]).column("text")
-    texts = texts.combine_chunks()
-    texts = texts.take(pa.array(np.arange(documents) % len(texts)))  # cycled when the machine has fewer
+    base = local_corpus.build(root.parent / "local")  # shared by every corpus size
+    kinds = [pq.read_table(sorted((base / k).glob("*.parquet")), columns=["text"]).column("text") for k in KINDS]
+    texts = pa.chunked_array([c for k in kinds for c in k.chunks]).combine_chunks()
+    texts = texts.take(pa.array(np.random.default_rng(1).permutation(len(texts))))  # prose and code mixed
+    documents = documents or len(texts)
+    texts = texts.take(pa.array(np.arange(documents) % len(texts)))  # cycled only past the machine's documents
     score = np.random.default_rng(0).integers(0, 10, documents, dtype=np.int8)
     every, kept = root / "all", root / "kept"
     for out in (every, kept):
@@ -60,7 +64,7 @@ def write_corpora(root: Path, documents: int) -> tuple[Path, Path, int]:
     chosen = texts.take(pa.array(keep))
     for s, lo in enumerate(range(0, len(keep), per)):
         pq.write_table(pa.table({"text": chosen[lo : lo + per]}), kept / f"part-{s:05d}.parquet", row_group_size=GROUP)
-    return every, kept, len(keep)
+    return every, kept, documents, len(keep)
 
 
 def run(plan: Path, spec) -> tuple[float, int]:
@@ -75,7 +79,7 @@ def run(plan: Path, spec) -> tuple[float, int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--documents", type=int, default=30_000)
+    parser.add_argument("--documents", type=int, default=0, help="0: every document once")
     parser.add_argument("--alternations", type=int, default=5)
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpora and tokenizer here.")
     args = parser.parse_args()
@@ -91,7 +95,7 @@ def main() -> None:
         root = args.root or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
         tokenizer = vendor_tokenizers.build("deepseek-v4", root / "tokenizers")
-        every, kept, n = write_corpora(root / f"corpus-{args.documents}", args.documents)
+        every, kept, total, n = write_corpora(root / f"corpus-{args.documents}", args.documents)
         spec = ExecutorSpec(
             tokenize=TokenizeSpec(tokenizer_id=str(tokenizer)),
             pack=PackSpec(max_length=2049),
@@ -108,7 +112,7 @@ def main() -> None:
             for name, ds in datasets.items()
         }
         print(
-            f"{args.documents:,} prose documents, {n:,} with {WHERE} ({n / args.documents:.0%}); tokenizer: DeepSeek "
+            f"{total:,} documents, {n:,} with {WHERE} ({n / total:.0%}); tokenizer: DeepSeek "
             f"V4 ({tokenizer / 'tokenizer.json'}); row groups of {GROUP}"
         )
         run(plans["full"], spec)  # warm-up: page cache, tokenizer load
