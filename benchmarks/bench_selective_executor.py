@@ -5,7 +5,8 @@ Run: python benchmarks/bench_selective_executor.py [--documents N] [--alternatio
 Text: real text from this machine's files (``local_corpus.py``): its prose (READMEs, manuals, licences; about
 3 KB a document) and its code (the Python installation's ``.py`` files, about 15 KB), mixed in a seeded order,
 every document once (``--documents N``: the first N, cycled past the machine's count — repeated text
-tokenizes faster through the tokenizer's word cache, so the default repeats nothing). Two corpora of it, both in Parquet row groups of 100 rows:
+tokenizes faster through the tokenizer's word cache, so the default repeats nothing). Two corpora of it, both
+in Parquet row groups of 100 rows:
 
 * ``all/``: every document, with an ``int_score`` uniform in 0-9 (seeded);
 * ``kept/``: exactly the documents with ``int_score < 3`` (30 %), in the same order, without the score.
