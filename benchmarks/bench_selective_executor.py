@@ -56,7 +56,7 @@ def write_corpora(root: Path, documents: int) -> tuple[Path, Path, int, int]:
     score = np.random.default_rng(0).integers(0, 10, documents, dtype=np.int8)
     every, kept = root / "all", root / "kept"
     for out in (every, kept):
-        out.mkdir(exist_ok=True)
+        out.mkdir(parents=True, exist_ok=True)
     per = 5_000
     keep = np.flatnonzero(score < 3)
     for s, lo in enumerate(range(0, documents, per)):
