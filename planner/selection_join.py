@@ -3,8 +3,9 @@
 The selection with a sidecar reads one FULL OUTER JOIN of the documents' keys and the sidecar's rows: the
 selected (shard, row) pairs, the keys on one side only and the duplicate keys all come from it. One join of
 10^8 documents against 10^8 sidecar rows fits DuckDB's 2 GB limit; one of 10^9 against 10^9 does not (the
-hash table of the build side must be pinned). Past ``IN_ONE_JOIN_BYTES`` of rows per byte of the limit the
-join is **partitioned** (a grace hash join):
+hash table of the build side must be pinned). Past one row (document or sidecar row) per ``IN_ONE_JOIN_BYTES``
+bytes of the limit the join is **partitioned** (a grace hash join), into partitions of one row per
+``PARTITION_BYTES`` bytes:
 
 1. one pass over each side writes the columns the selection references, with ``hash(key) % P`` as a Hive
    partition, to Parquet under the planner's own spill directory (``COPY ... PARTITION_BY``);
@@ -24,9 +25,10 @@ d in 1. Partition 0 joins {a, b} with {b}: b matched, a without metadata; partit
 matched, d without a document. Summed: 2 matched, 1 document without metadata, 1 sidecar row without a
 document — the single join's figures.
 
-Disk: the partitioned files hold the referenced columns once (about 20 bytes a document for an int64 key, two
-int32 positions and a one-byte score), under a directory ``select_rows`` creates with ``tempfile.mkdtemp``
-(``$TMPDIR``) and removes however the selection ends.
+Disk: the partitioned files hold the referenced columns once (measured at 10^9: 8.0 GB of documents with an
+int64 key, their positions and a one-byte score; 9.4 GB of sidecar with an int64 key and a float32), under
+a directory ``select_rows`` creates with ``tempfile.mkdtemp`` (``$TMPDIR``) and removes however the
+selection ends.
 """
 
 from __future__ import annotations
