@@ -14,16 +14,22 @@ child process (its own peak RSS, from ``os.wait4``) limited to ``--threads`` Duc
 * **where + sidecar**: ``where="int_score >= 3 AND quality > 0.5"`` with ``metadata=SIDECAR, key="id"``
   (the join, the duplicate-key check and the keys-on-one-side counts).
 
-Printed: wall time, CPU time, peak RSS, and each time as a ratio to the baseline of the same run.
+Each child gets its own ``TMPDIR`` (under ``--root``), polled every 0.2 s: the most bytes under it at once is
+the disk the selection spilled (DuckDB's spill files and the partitioned join's files).
+
+Printed: wall time, CPU time, peak RSS, peak spill, and each time as a ratio to the baseline of the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 LANGS = np.array(["en", "fr", "de", "es"])
+SIDECAR_SCHEMA = pa.schema([("id", pa.int64()), ("quality", pa.float32())])
 
 
 def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
@@ -55,10 +62,20 @@ def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
             }
         )
         pq.write_table(table, data / f"part-{s:05d}.parquet", row_group_size=100_000)
-    ids = rng.permutation(documents).astype(np.int64)
-    quality = rng.random(documents, dtype=np.float32)
-    for k, part in enumerate(np.array_split(np.arange(documents), 8)):
-        pq.write_table(pa.table({"id": ids[part], "quality": quality[part]}), side / f"scores-{k}.parquet")
+    # The sidecar's ids in another order (a sidecar is rarely in the corpus's order): i -> (a*i + c) mod N with
+    # a coprime to N, a permutation computed chunk by chunk, so that writing 10^9 ids holds one chunk, not N.
+    a = int(documents * 0.6180339887) | 1
+    while math.gcd(a, documents) != 1:
+        a += 2
+    chunk = 10_000_000
+    cuts = np.linspace(0, documents, 9).astype(np.int64)
+    for k in range(8):
+        with pq.ParquetWriter(side / f"scores-{k}.parquet", SIDECAR_SCHEMA) as writer:
+            for lo in range(int(cuts[k]), int(cuts[k + 1]), chunk):
+                i = np.arange(lo, min(lo + chunk, int(cuts[k + 1])), dtype=np.int64)
+                ids = (a * i + 7) % documents
+                quality = rng.random(len(i), dtype=np.float32)
+                writer.write_table(pa.table({"id": ids, "quality": quality}, schema=SIDECAR_SCHEMA))
     return data, side
 
 
@@ -91,16 +108,39 @@ def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
     return {"seconds": time.perf_counter() - start, "selected": selected}
 
 
-def run(mode: str, data: Path, side: Path, threads: int) -> dict[str, float]:
+def _bytes_under(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):  # removed while we walked
+                total += os.stat(os.path.join(folder, name)).st_size
+    return total
+
+
+def run(mode: str, data: Path, side: Path, threads: int, scratch: Path) -> dict[str, float]:
+    scratch.mkdir(parents=True, exist_ok=True)
     read, write = os.pipe()
     pid = os.fork()
-    if pid == 0:  # child: its own peak RSS
+    if pid == 0:  # child: its own peak RSS, its own TMPDIR
         os.close(read)
+        os.environ["TMPDIR"] = str(scratch)
+        tempfile.tempdir = None
         out = _child(mode, str(data), str(side), threads)
         os.write(write, json.dumps(out).encode())
         os._exit(0)
     os.close(write)
+    spilled = [0]
+    done = threading.Event()
+
+    def poll() -> None:
+        while not done.wait(0.2):
+            spilled[0] = max(spilled[0], _bytes_under(scratch))
+
+    watcher = threading.Thread(target=poll, daemon=True)
+    watcher.start()
     _, status, usage = os.wait4(pid, 0)
+    done.set()
+    watcher.join()
     body = os.read(read, 1 << 16)
     os.close(read)
     if status != 0:
@@ -108,6 +148,7 @@ def run(mode: str, data: Path, side: Path, threads: int) -> dict[str, float]:
     out = json.loads(body)
     out["cpu_seconds"] = usage.ru_utime + usage.ru_stime
     out["peak_rss_gb"] = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 1e9
+    out["peak_spill_gb"] = spilled[0] / 1e9
     return out
 
 
@@ -118,6 +159,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpus here (default: a temp dir).")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--modes", default="baseline,where,where+sidecar", help="Comma-separated runs to time.")
     args = parser.parse_args()
     n = int(args.documents)
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,14 +168,15 @@ def main() -> None:
         if not (root / "data").exists():
             write_corpus(root, n, args.shards)
         print(f"corpus: {n:,} documents in {args.shards} shards + 8 sidecar files ({time.perf_counter() - t0:.1f} s)")
-        results = {
-            m: run(m, root / "data", root / "side", args.threads) for m in ("baseline", "where", "where+sidecar")
-        }
-    base = results["baseline"]["seconds"]
+        scratch = root / "scratch"
+        results = {m: run(m, root / "data", root / "side", args.threads, scratch) for m in args.modes.split(",")}
+        scratch.rmdir()  # each selection removed what it wrote there
+    base = results["baseline"]["seconds"] if "baseline" in results else float("nan")
     for mode, r in results.items():
         print(
             f"{mode:<14} {r['seconds']:7.2f} s  cpu {r['cpu_seconds']:7.2f} s  peak RSS {r['peak_rss_gb']:.2f} GB  "
-            f"selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of the baseline"
+            f"spill {r['peak_spill_gb']:.2f} GB  selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of "
+            "the baseline"
         )
     if args.json:
         args.json.write_text(json.dumps({"documents": n, "threads": args.threads, "results": results}, indent=2))

@@ -36,15 +36,12 @@ DESC"`` and ``order_window=1`` it is a1 (5), b0 (4), a2 (3), read in that order 
 
 from __future__ import annotations
 
-import glob
-import hashlib
 import os
 import re
 import shutil
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import duckdb
@@ -53,14 +50,18 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
-from zephon.planner.selection_sources import (
-    arrow_read,
-    is_remote_sidecar,
-    read_documents,
-    read_sidecar,
-    referenced_names,
-    sidecar_digest,
+from zephon.planner.selection_join import (
+    JoinPlan,
+    Relation,
+    join_sidecar,
+    joined_source,
+    partitions_for,
+    sidecar_columns,
+    sidecar_files,
+    sidecar_relation,
+    sidecar_report,
 )
+from zephon.planner.selection_sources import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
 
 __all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "sidecar_files"]
@@ -72,6 +73,7 @@ MEMORY_LIMIT = os.environ.get("ZEPHON_SELECT_MEMORY", "2GB")
 DEDUP_STREAM = 0x6465_6475_70  # "dedup"
 
 _DIRECTION = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
+_NO_ROOM = re.compile(r"no space left|file too large|disk quota", re.IGNORECASE)
 _UNKNOWN = re.compile(r'Referenced column "([^"]+)" not found', re.IGNORECASE)
 
 
@@ -145,47 +147,6 @@ class SelectedRows:
         return np.bincount(self.shard, minlength=shards).astype(np.int64)
 
 
-def sidecar_files(selection: Selection) -> list[str]:
-    """The sidecar's Parquet files, sorted: a file, every ``*.parquet`` under a directory, or a glob's matches."""
-    assert selection.metadata is not None
-    text = selection.metadata
-    if "://" in text:
-        raise DatasetError(
-            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob, or an s3://, "
-            f"gs://, az:// or hf:// path, got {text!r} — copy the sidecar to one of those"
-        )
-    path = Path(text).expanduser()
-    if path.is_dir():
-        files = sorted(str(p) for p in path.rglob("*.parquet"))
-    elif path.is_file():
-        files = [str(path)]
-    else:
-        files = sorted(glob.glob(str(path), recursive=True))
-    if not files:
-        raise DatasetError(
-            f"dataset {selection.dataset!r}: metadata must name at least one Parquet file, got none at {text!r} — "
-            "fix the path or glob"
-        )
-    return files
-
-
-def _sidecar_fingerprint(files: list[str]) -> str:
-    """SHA-256 over each sidecar file's name and whole content: any changed score changes the plan hash.
-
-    The whole content, not the footer: a sidecar is a few bytes per document, and one changed value in the
-    middle of a page need not change a footer. A remote sidecar's fingerprint is the same function of its
-    files' names and bytes (``selection_sources.sidecar_digest``)."""
-    items = []
-    for name in files:
-        with open(name, "rb") as handle:
-            items.append((Path(name).name, hashlib.file_digest(handle, "sha256").digest()))
-    return sidecar_digest(items)
-
-
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
     try:
         return list(pq.read_schema(refs[0].uri).names)
@@ -196,16 +157,33 @@ def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
         ) from exc
 
 
-def out_of_memory(selection: Selection, field: str, text: str, exc: duckdb.Error) -> ConfigError:
+def out_of_memory(selection: Selection, field: str, text: str, exc: duckdb.Error, limit: str) -> ConfigError:
     """The one-line error of a selection past DuckDB's memory limit (``ZEPHON_SELECT_MEMORY``)."""
     return ConfigError(
         f"dataset {selection.dataset!r}: {field}={text!r} must fit DuckDB's memory limit "
-        f"ZEPHON_SELECT_MEMORY={MEMORY_LIMIT}, got {one_line(exc).split(' Possible solutions')[0]} — raise "
-        "ZEPHON_SELECT_MEMORY (e.g. 8GB; DuckDB spills what it can to disk, but a join's hash table must fit)"
+        f"ZEPHON_SELECT_MEMORY={limit}, got {one_line(exc).split(' Possible solutions')[0]} — raise "
+        "ZEPHON_SELECT_MEMORY (e.g. 8GB) or set ZEPHON_SELECT_PARTITIONS above the count chosen for it"
     )
 
 
-def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str]) -> ConfigError:
+def out_of_disk(selection: Selection, spill: str, exc: duckdb.Error) -> DatasetError:
+    """The one-line error of a selection whose spill directory ran out of room (or of DuckDB's IO)."""
+    return DatasetError(
+        f"dataset {selection.dataset!r}: the selection's spill directory {spill} must have room for what DuckDB "
+        f"spills and the partitioned join writes, got {one_line(exc)} — free space there or point TMPDIR at a "
+        "larger disk"
+    )
+
+
+def _spilled(exc: duckdb.Error, spill: str) -> bool:
+    """Whether DuckDB failed writing its spill directory (full disk, file size limit), not reading input."""
+    text = str(exc)
+    return isinstance(exc, duckdb.IOException) and (spill in text or bool(_NO_ROOM.search(text)))
+
+
+def _fail(
+    selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str], limit: str
+) -> ConfigError:
     """The one-line error of a query DuckDB refused."""
     name = selection.dataset
     unknown = _UNKNOWN.search(str(exc))
@@ -215,7 +193,7 @@ def _fail(selection: Selection, exc: duckdb.Error, field: str, text: str, column
             f"{', '.join(columns)}; fix {field}={text!r}"
         )
     if isinstance(exc, duckdb.OutOfMemoryException):
-        return out_of_memory(selection, field, text, exc)
+        return out_of_memory(selection, field, text, exc, limit)
     if isinstance(exc, duckdb.ParserException):
         return ConfigError(
             f"dataset {name!r}: {field} must be a DuckDB SQL expression, got {text!r} ({one_line(exc)}) — fix "
@@ -235,14 +213,19 @@ def select_rows(
     dataset_index: int,
     threads: int | None = None,
     memory_limit: str | None = None,
+    partitions: int | None = None,
 ) -> SelectedRows:
-    """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring)."""
+    """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring).
+
+    ``partitions``: how many key-hash partitions a sidecar join runs in (default: as many as DuckDB's memory
+    limit needs, ``selection_join.partitions_for``); every count gives the same selection."""
     name = selection.dataset
     # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
     remote = any(arrow_read(r) for r in refs)
     columns = [] if remote else _columns(name, refs)
     total = sum(r.rows for r in refs)
-    spill = tempfile.mkdtemp(prefix="zephon-select-")
+    limit = memory_limit or MEMORY_LIMIT
+    spill = tempfile.mkdtemp(prefix="zephon-select-")  # ours alone: removed below however the selection ends
     con = duckdb.connect()
     try:
         if threads is not None:
@@ -250,21 +233,27 @@ def select_rows(
         con.execute("SET preserve_insertion_order = false")
         # Joins, aggregates and sorts past the limit spill to our own temporary directory (removed below),
         # never to DuckDB's default ``.tmp`` in the working directory.
-        con.execute(f"SET memory_limit = '{memory_limit or MEMORY_LIMIT}'")
+        con.execute(f"SET memory_limit = '{limit}'")
         con.execute("SET temp_directory = ?", [spill])
         if remote:  # the referenced columns (zephon.planner.selection_sources)
             table, columns = read_documents(name, refs, referenced_names(con, selection))
             con.register("zephon_documents", table)
-            documents = _Relation(text="(SELECT * FROM zephon_documents) d", params={})
+            documents = Relation(text="(SELECT * FROM zephon_documents) d", params={})
         else:
-            documents = _Relation(
+            documents = Relation(
                 text="(SELECT *, CAST(file_index AS INTEGER) AS zephon_shard FROM read_parquet($paths, "
                 "file_row_number = true)) d",
                 params={"paths": [r.uri for r in refs]},
             )
-        result, sidecar = _evaluate(con, selection, documents, columns, total)
+        result, sidecar = _evaluate(
+            con, selection, documents, columns, total, limit=limit, partitions=partitions, spill=spill
+        )
     except duckdb.OutOfMemoryException as exc:
-        raise out_of_memory(selection, "where", str(selection.where), exc) from exc
+        raise out_of_memory(selection, "where", str(selection.where), exc, limit) from exc
+    except duckdb.IOException as exc:
+        if _spilled(exc, spill):
+            raise out_of_disk(selection, spill, exc) from exc
+        raise
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
@@ -303,29 +292,16 @@ def select_rows(
     )
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class _Relation:
-    """A table of the query: its SQL text and the named parameters that text uses."""
-
-    text: str
-    params: dict[str, Any]
-
-
-def _sidecar(con: duckdb.DuckDBPyConnection, selection: Selection) -> tuple[_Relation, str, int]:
-    """The sidecar as a relation, its fingerprint and its rows: local files through ``read_parquet``, a remote
-    sidecar read whole through the storage layer and registered."""
-    assert selection.metadata is not None
-    if is_remote_sidecar(selection.metadata):
-        side = read_sidecar(selection)
-        con.register("zephon_sidecar", side.table)
-        return _Relation(text="zephon_sidecar", params={}), side.fingerprint, side.table.num_rows
-    files = sidecar_files(selection)
-    rows = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($meta)", {"meta": files}).fetchall()[0][0]
-    return _Relation(text="read_parquet($meta)", params={"meta": files}), _sidecar_fingerprint(files), int(rows)
-
-
 def _evaluate(
-    con: duckdb.DuckDBPyConnection, selection: Selection, docs: _Relation, columns: list[str], total: int
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    docs: Relation,
+    columns: list[str],
+    total: int,
+    *,
+    limit: str,
+    partitions: int | None,
+    spill: str,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
     params: dict[str, Any] = dict(docs.params)
@@ -354,90 +330,44 @@ def _evaluate(
             return con.execute(query, params).fetchnumpy(), {}
         except duckdb.Error as exc:
             field, text = _blame(selection, con, documents, params)
-            raise _fail(selection, exc, field, text, columns) from exc
+            raise _fail(selection, exc, field, text, columns, limit) from exc
     assert selection.key is not None
-    meta, fingerprint, sidecar_rows = _sidecar(con, selection)
+    meta, fingerprint, sidecar_rows = sidecar_relation(con, selection)
     params.update(meta.params)
-    meta_columns = _sidecar_columns(con, selection, meta, columns)
+    meta_columns = sidecar_columns(con, selection, meta, columns)
     columns = columns + [c for c in meta_columns if c != selection.key]
-    qkey = _quote(selection.key)
-    # One full join, materialized (DuckDB spills it past the memory limit): the selection and the counts of keys
-    # on one side only are both read from it, so the two tables are joined once.
-    source = f"{documents} FULL OUTER JOIN (SELECT *, true AS zephon_side FROM {meta.text}) m USING ({qkey})"
-    keep = f"coalesce(({selection.where}), false)" if selection.where is not None else "true"
-    keys = (f", ({order_key}) AS zephon_order" if order_key else "") + (
-        f", ({dedup_key}) AS zephon_dedup" if dedup_key else ""
+    source = joined_source(docs, meta, selection.key)
+    plan = JoinPlan(
+        keep=f"coalesce(({selection.where}), false)" if selection.where is not None else "true",
+        order_key=order_key,
+        dedup_key=dedup_key,
+        windows="".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra),
     )
+    # One full join (or one per partition of the key's hash, past the memory budget: selection_join), from which
+    # the selection and the counts of keys on one side only are both read. Expressions are checked on the whole
+    # join first (EXPLAIN runs nothing), so a bad one is blamed the same way however the join runs.
+    count = partitions if partitions is not None else partitions_for(total + sidecar_rows, limit)
     try:
-        con.execute(
-            "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
-            f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
-            f"{keep} AS keep{keys} FROM {source}",
-            params,
+        checks = [selection.where or "true", order_key or "1", dedup_key or "1"]
+        con.execute(f"EXPLAIN SELECT ({checks[0]}), ({checks[1]}), ({checks[2]}) FROM {source}", params)
+        result, counts = join_sidecar(
+            con,
+            selection,
+            documents=docs,
+            meta=meta,
+            plan=plan,
+            referenced=referenced_names(con, selection).names,
+            partitions=count,
+            spill=spill,
         )
     except duckdb.Error as exc:
+        if isinstance(exc, duckdb.OutOfMemoryException) or _spilled(exc, spill):
+            raise  # select_rows says which setting or disk to change
         field, text = _blame(selection, con, source, params)
-        raise _fail(selection, exc, field, text, columns) from exc
-    sidecar = _sidecar_counts(con, selection, meta, sum_rows=total)
+        raise _fail(selection, exc, field, text, columns, limit) from exc
+    sidecar: dict[str, Any] = sidecar_report(con, selection, meta, counts, documents=total)
     sidecar.update(sidecar_fingerprint=fingerprint, sidecar_rows=sidecar_rows)
-    windows = "".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra)
-    query = f"SELECT shard, row{windows} FROM zephon_joined WHERE keep AND shard IS NOT NULL ORDER BY shard, row"
-    return con.execute(query).fetchnumpy(), sidecar
-
-
-def _sidecar_columns(
-    con: duckdb.DuckDBPyConnection, selection: Selection, meta: _Relation, columns: list[str]
-) -> list[str]:
-    """The sidecar's columns, checked: the key in both tables, no other column in both."""
-    name, key = selection.dataset, selection.key
-    assert key is not None
-    meta_columns = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {meta.text}", meta.params).fetchall()]
-    for side, have in (("dataset", columns), ("metadata", meta_columns)):
-        if key not in have:
-            raise ConfigError(
-                f"dataset {name!r}: key {key!r} must be a column of the {side} table, got columns "
-                f"{', '.join(have)} — set key= to the column both tables hold"
-            )
-    clash = sorted(set(meta_columns) & set(columns) - {key})
-    if clash:
-        raise ConfigError(
-            f"dataset {name!r}: sidecar column {clash[0]!r} must not also be a dataset column — rename it in "
-            f"the sidecar (only {key!r}, the key, may be in both)"
-        )
-    return meta_columns
-
-
-def _sidecar_counts(
-    con: duckdb.DuckDBPyConnection, selection: Selection, meta: _Relation, *, sum_rows: int
-) -> dict[str, Any]:
-    """From the joined table: refuse duplicate sidecar keys (with an example), count keys on one side only,
-    the report fields (the fingerprint and rows come from ``_sidecar``).
-
-    A duplicated key that matches documents repeats them (more joined document rows than documents); one that
-    matches none shows among the sidecar-only keys (more of them than distinct ones)."""
-    name, key = selection.dataset, selection.key
-    assert key is not None
-    counts = con.execute(
-        "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
-        "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
-    ).fetchone()
-    assert counts is not None
-    if counts[0] > sum_rows or counts[3] > counts[4]:
-        qkey = _quote(key)
-        duplicate = con.execute(
-            f"SELECT {qkey}, count(*) AS n FROM {meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
-            f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
-            meta.params,
-        ).fetchone()
-        assert duplicate is not None
-        raise DatasetError(
-            f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
-            f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
-        )
-    return {
-        "documents_without_metadata": int(counts[1]),
-        "metadata_without_document": int(counts[2]),
-    }
+    return result, sidecar
 
 
 def _blame(

@@ -1,0 +1,329 @@
+"""Joining a dataset to its sidecar on the key: in one piece, or partitioned by the key's hash out of core.
+
+The selection with a sidecar reads one FULL OUTER JOIN of the documents' keys and the sidecar's rows: the
+selected (shard, row) pairs, the keys on one side only and the duplicate keys all come from it. One join of
+10^8 documents against 10^8 sidecar rows fits DuckDB's 2 GB limit; one of 10^9 against 10^9 does not (the
+hash table of the build side must be pinned). Past one row (document or sidecar row) per ``IN_ONE_JOIN_BYTES``
+bytes of the limit the join is **partitioned** (a grace hash join), into partitions of one row per
+``PARTITION_BYTES`` bytes:
+
+1. one pass over each side writes the columns the selection references, with ``hash(key) % P`` as a Hive
+   partition, to Parquet under the planner's own spill directory (``COPY ... PARTITION_BY``);
+2. partition by partition, the two sides' files are joined exactly as the whole tables would be, the rows the
+   selection keeps are appended to one table (which DuckDB spills) and the partition's counts are added up;
+3. the window functions (``order_by``'s rank, ``dedup_on``'s groups) and the sort by (shard, row) run once,
+   over all kept rows — as in the single join.
+
+Invariant: the result is the one of the single join, byte for byte. Equal keys hash alike (both sides are cast
+to the type the join compares them in), so every match of the full join is inside one partition and every
+unmatched row is unmatched in its partition; counts of distinct keys add up over partitions; and nothing
+computed per partition depends on the order of rows (the final query sorts by (shard, row) and ranks with
+ties broken by them).
+
+Worked example, P = 2: documents with keys a b c, sidecar rows b c d; say hash puts a, b in partition 0 and c,
+d in 1. Partition 0 joins {a, b} with {b}: b matched, a without metadata; partition 1 joins {c} with {c, d}: c
+matched, d without a document. Summed: 2 matched, 1 document without metadata, 1 sidecar row without a
+document — the single join's figures.
+
+Disk: the partitioned files hold the referenced columns once (measured at 10^9: 8.0 GB of documents with an
+int64 key, their positions and a one-byte score; 9.4 GB of sidecar with an int64 key and a float32), under
+a directory ``select_rows`` creates with ``tempfile.mkdtemp`` (``$TMPDIR``) and removes however the
+selection ends.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.planner.selection_sources import is_remote_sidecar, read_sidecar, sidecar_digest
+from zephon.recipe.selection import Selection
+
+__all__ = ["JoinPlan", "Relation", "join_sidecar", "partitions_for", "quote", "sidecar_files", "sidecar_relation"]
+
+#: Rows (documents + sidecar rows) one join may hold per byte of DuckDB's memory limit: 10^8 + 10^8 in 2 GB
+#: (measured: benchmarks/bench_selection.py, 2.48 GB peak RSS). Past it, partitions of half that many rows.
+IN_ONE_JOIN_BYTES = 10
+PARTITION_BYTES = 20
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30, "tib": 2**40}  # fmt: skip
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Relation:
+    """A table of the query: its SQL text and the named parameters that text uses."""
+
+    text: str
+    params: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JoinPlan:
+    """What the joined query computes beyond (shard, row): the ``where`` keep flag and the window keys."""
+
+    #: SQL of the keep flag (``coalesce((where), false)`` or ``true``).
+    keep: str
+    #: ``order_by``'s expression without its direction ('' without one), ``dedup_on``'s ('' without one).
+    order_key: str
+    dedup_key: str
+    #: The window-function columns of the final query, over ``zephon_order`` / ``zephon_dedup``.
+    windows: str
+
+
+def quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def memory_bytes(limit: str) -> int:
+    """DuckDB's ``memory_limit`` text ("2GB", "512MiB") in bytes."""
+    match = _SIZE.match(limit)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ConfigError(f"ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got {limit!r} — fix it")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
+def partitions_for(rows: int, limit: str) -> int:
+    """How many partitions a join of ``rows`` (documents + sidecar rows) needs under the memory ``limit``.
+
+    ``ZEPHON_SELECT_PARTITIONS`` overrides it (any count gives the same selection; tests force several)."""
+    forced = os.environ.get("ZEPHON_SELECT_PARTITIONS")
+    if forced:
+        if not forced.isdigit() or int(forced) < 1:
+            raise ConfigError(f"ZEPHON_SELECT_PARTITIONS must be an integer ≥ 1, got {forced!r} — fix or unset it")
+        return int(forced)
+    budget = memory_bytes(limit)
+    if rows * IN_ONE_JOIN_BYTES <= budget:
+        return 1
+    return math.ceil(rows * PARTITION_BYTES / budget)
+
+
+def sidecar_files(selection: Selection) -> list[str]:
+    """The sidecar's Parquet files, sorted: a file, every ``*.parquet`` under a directory, or a glob's matches."""
+    assert selection.metadata is not None
+    text = selection.metadata
+    if "://" in text:
+        raise DatasetError(
+            f"dataset {selection.dataset!r}: metadata must be a local Parquet file, directory or glob, or an s3://, "
+            f"gs://, az:// or hf:// path, got {text!r} — copy the sidecar to one of those"
+        )
+    path = Path(text).expanduser()
+    if path.is_dir():
+        files = sorted(str(p) for p in path.rglob("*.parquet"))
+    elif path.is_file():
+        files = [str(path)]
+    else:
+        files = sorted(glob.glob(str(path), recursive=True))
+    if not files:
+        raise DatasetError(
+            f"dataset {selection.dataset!r}: metadata must name at least one Parquet file, got none at {text!r} — "
+            "fix the path or glob"
+        )
+    return files
+
+
+def _sidecar_fingerprint(files: list[str]) -> str:
+    """SHA-256 over each sidecar file's name and whole content: any changed score changes the plan hash.
+
+    The whole content, not the footer: a sidecar is a few bytes per document, and one changed value in the
+    middle of a page need not change a footer. A remote sidecar's fingerprint is the same function of its
+    files' names and bytes (``selection_sources.sidecar_digest``)."""
+    items = []
+    for name in files:
+        with open(name, "rb") as handle:
+            items.append((Path(name).name, hashlib.file_digest(handle, "sha256").digest()))
+    return sidecar_digest(items)
+
+
+def sidecar_relation(con: duckdb.DuckDBPyConnection, selection: Selection) -> tuple[Relation, str, int]:
+    """The sidecar as a relation, its fingerprint and its rows: local files through ``read_parquet``, a remote
+    sidecar read whole through the storage layer and registered."""
+    assert selection.metadata is not None
+    if is_remote_sidecar(selection.metadata):
+        side = read_sidecar(selection)
+        con.register("zephon_sidecar", side.table)
+        return Relation(text="zephon_sidecar", params={}), side.fingerprint, side.table.num_rows
+    files = sidecar_files(selection)
+    rows = con.execute("SELECT sum(num_rows) FROM parquet_file_metadata($meta)", {"meta": files}).fetchall()[0][0]
+    return Relation(text="read_parquet($meta)", params={"meta": files}), _sidecar_fingerprint(files), int(rows)
+
+
+def sidecar_columns(
+    con: duckdb.DuckDBPyConnection, selection: Selection, meta: Relation, columns: list[str]
+) -> list[str]:
+    """The sidecar's columns, checked: the key in both tables, no other column in both."""
+    name, key = selection.dataset, selection.key
+    assert key is not None
+    meta_columns = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {meta.text}", meta.params).fetchall()]
+    for side, have in (("dataset", columns), ("metadata", meta_columns)):
+        if key not in have:
+            raise ConfigError(
+                f"dataset {name!r}: key {key!r} must be a column of the {side} table, got columns "
+                f"{', '.join(have)} — set key= to the column both tables hold"
+            )
+    clash = sorted(set(meta_columns) & set(columns) - {key})
+    if clash:
+        raise ConfigError(
+            f"dataset {name!r}: sidecar column {clash[0]!r} must not also be a dataset column — rename it in "
+            f"the sidecar (only {key!r}, the key, may be in both)"
+        )
+    return meta_columns
+
+
+def joined_source(documents: Relation, meta: Relation, key: str) -> str:
+    """The FULL OUTER JOIN of documents and sidecar, as SQL (``zephon_side`` is NULL on document-only rows)."""
+    return f"{documents.text} FULL OUTER JOIN (SELECT *, true AS zephon_side FROM {meta.text}) m USING ({quote(key)})"
+
+
+def join_sidecar(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    *,
+    documents: Relation,
+    meta: Relation,
+    plan: JoinPlan,
+    referenced: frozenset[str],
+    partitions: int,
+    spill: str,
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Join, keep what the selection keeps, and count: the final query's columns, and the counts
+    (joined document rows, documents without metadata, sidecar rows without a document, non-NULL sidecar-only
+    keys, distinct ones). ``partitions`` > 1 joins partition by partition (module docstring)."""
+    assert selection.key is not None
+    con.execute(
+        "CREATE TEMP TABLE zephon_selected (shard INTEGER, row INTEGER"
+        + (f", zephon_order {_type(con, plan.order_key, documents, meta, selection.key)}" if plan.order_key else "")
+        + (f", zephon_dedup {_type(con, plan.dedup_key, documents, meta, selection.key)}" if plan.dedup_key else "")
+        + ")"
+    )
+    totals = [0, 0, 0, 0, 0]
+    if partitions == 1:
+        _join_part(con, selection.key, documents, meta, plan, totals)
+    else:
+        for docs_part, meta_part in _partition(con, selection, documents, meta, referenced, partitions, spill):
+            _join_part(con, selection.key, docs_part, meta_part, plan, totals)
+    query = f"SELECT shard, row{plan.windows} FROM zephon_selected ORDER BY shard, row"
+    result = con.execute(query).fetchnumpy()
+    con.execute("DROP TABLE zephon_selected")
+    names = ("document_rows", "without_metadata", "without_document", "side_keys", "distinct_side_keys")
+    return result, dict(zip(names, totals, strict=True))
+
+
+def _type(con: duckdb.DuckDBPyConnection, expr: str, documents: Relation, meta: Relation, key: str) -> str:
+    """The SQL type of ``expr`` over the joined tables (so the kept rows' table holds it unchanged)."""
+    source = joined_source(documents, meta, key)
+    params = {**documents.params, **meta.params}
+    return str(con.execute(f"DESCRIBE SELECT ({expr}) AS t FROM {source}", params).fetchall()[0][1])
+
+
+def _join_part(
+    con: duckdb.DuckDBPyConnection, key: str, documents: Relation, meta: Relation, plan: JoinPlan, totals: list[int]
+) -> None:
+    """One join (the whole tables, or one partition of each): append its kept rows, add up its counts."""
+    qkey = quote(key)
+    keys = (f", ({plan.order_key}) AS zephon_order" if plan.order_key else "") + (
+        f", ({plan.dedup_key}) AS zephon_dedup" if plan.dedup_key else ""
+    )
+    con.execute(
+        "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
+        f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
+        f"{plan.keep} AS keep{keys} FROM {joined_source(documents, meta, key)}",
+        {**documents.params, **meta.params},
+    )
+    counts = con.execute(
+        "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
+        "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
+    ).fetchone()
+    assert counts is not None
+    for i, n in enumerate(counts):
+        totals[i] += int(n)
+    rest = (", zephon_order" if plan.order_key else "") + (", zephon_dedup" if plan.dedup_key else "")
+    con.execute(
+        f"INSERT INTO zephon_selected SELECT shard, row{rest} FROM zephon_joined WHERE keep AND shard IS NOT NULL"
+    )
+    con.execute("DROP TABLE zephon_joined")
+
+
+def _partition(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    documents: Relation,
+    meta: Relation,
+    referenced: frozenset[str],
+    partitions: int,
+    spill: str,
+) -> list[tuple[Relation, Relation]]:
+    """Write both sides' referenced columns to ``spill``, Hive-partitioned by ``hash(key) % partitions``; the
+    pairs of partition relations (an empty side reads as no rows of the same columns)."""
+    assert selection.key is not None
+    qkey = quote(selection.key)
+    params = {**documents.params, **meta.params}
+    # Hash both keys in the type the join compares them in (a UNION's common type), so equal keys hash alike.
+    common = con.execute(f"DESCRIBE SELECT {qkey} FROM {documents.text} UNION ALL SELECT {qkey} FROM {meta.text}",
+                         params).fetchall()[0][1]  # fmt: skip
+    bucket = f"hash(CAST({qkey} AS {common})) % {partitions} AS zephon_part"
+    sides = {}
+    for side, relation, fixed in (
+        ("documents", documents, ["zephon_shard", "file_row_number"]),
+        ("metadata", meta, []),
+    ):
+        have = [r[0] for r in con.execute(f"DESCRIBE SELECT * FROM {relation.text}", relation.params).fetchall()]
+        keep = [c for c in have if c in fixed or c.lower() in referenced or c == selection.key]
+        chosen = ", ".join(quote(c) for c in keep)
+        target = os.path.join(spill, side)
+        con.execute(
+            f"COPY (SELECT {chosen}, {bucket} FROM {relation.text}) TO '{target.replace(chr(39), chr(39) * 2)}' "
+            "(FORMAT parquet, PARTITION_BY (zephon_part))",
+            relation.params,
+        )
+        sides[side] = (target, chosen, relation)
+    pairs = []
+    for p in range(partitions):
+        pair = []
+        for side in ("documents", "metadata"):
+            target, chosen, relation = sides[side]
+            files = sorted(glob.glob(os.path.join(target, f"zephon_part={p}", "*.parquet")))
+            if files:
+                text = f"(SELECT {chosen} FROM read_parquet($part_{side}_{p}, hive_partitioning = false))"
+                pair.append(Relation(text=text, params={f"part_{side}_{p}": files}))
+            else:
+                pair.append(Relation(text=f"(SELECT {chosen} FROM {relation.text} LIMIT 0)", params=relation.params))
+        pairs.append((pair[0], pair[1]))
+    return pairs
+
+
+def sidecar_report(
+    con: duckdb.DuckDBPyConnection, selection: Selection, meta: Relation, counts: dict[str, int], *, documents: int
+) -> dict[str, int]:
+    """Refuse duplicate sidecar keys (with an example); the report's counts of keys on one side only.
+
+    A duplicated key that matches documents repeats them (more joined document rows than documents); one that
+    matches none shows among the sidecar-only keys (more of them than distinct ones)."""
+    name, key = selection.dataset, selection.key
+    assert key is not None
+    if counts["document_rows"] > documents or counts["side_keys"] > counts["distinct_side_keys"]:
+        qkey = quote(key)
+        duplicate = con.execute(
+            f"SELECT {qkey}, count(*) AS n FROM {meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
+            f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
+            meta.params,
+        ).fetchone()
+        assert duplicate is not None
+        raise DatasetError(
+            f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
+            f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
+        )
+    return {
+        "documents_without_metadata": counts["without_metadata"],
+        "metadata_without_document": counts["without_document"],
+    }
