@@ -264,6 +264,11 @@ def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:
     return Encoded(out, sizes)
 
 
+#: A batch of more characters than this (a calibration's 2,048 documents, a count-pass chunk) waits for the engine
+#: being prepared; a smaller one (a first training batch is ~64 K) is encoded by ``tokenizers`` meanwhile.
+WAIT_CHARS = 1 << 18
+
+
 class Encoder:
     """Encodes batches of texts into per-document token arrays with BOS/EOS applied."""
 
@@ -385,7 +390,10 @@ class Encoder:
         if not choice.settled:
             choice.settle(texts)
             split = True
-        engine = choice.current  # tokenizers while a faster candidate is still being prepared: the same ids
+        # tokenizers while a faster candidate is still being prepared (the same ids), unless the batch is large
+        # enough that tokenizers would take longer than the wait
+        wait = not choice.chosen and sum(map(len, texts)) > WAIT_CHARS
+        engine = choice.engine if wait else choice.current
         threads = self.threads if split else 1
         try:
             return encode_on(engine, texts, threads, self._executor() if threads > 1 else None)

@@ -78,6 +78,9 @@ class Engine(ABC):
     own_threads: ClassVar[bool] = False
     #: Calls on several Python threads run at once (the engine releases the GIL while it encodes).
     releases_gil: ClassVar[bool] = True
+    #: Its loader has crashed a process (``zephon.executor.engines.trial``): the first load of each tokenizer runs
+    #: in a trial process. The others were seen to refuse what they cannot load with an exception.
+    crash_prone: ClassVar[bool] = False
 
     def __init__(self, config_text: str) -> None:
         self.config_text = config_text

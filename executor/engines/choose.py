@@ -5,15 +5,17 @@ itself (the reference, always there). ``EngineChoice`` walks them in that order:
 
 1. from construction on, a background thread looks for the first candidate that is installed, loads this
    tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``:
-   named tricky texts plus seeded fuzz strings). A candidate with no cached verdict is first loaded and probed
-   in a trial process (``zephon.executor.engines.trial``): a native crash there refuses it, never the run;
+   named tricky texts plus seeded fuzz strings). A crash-prone candidate (kitoken) with no cached verdict is
+   first loaded and probed in a trial process (``zephon.executor.engines.trial``): a native crash there
+   refuses it, never the run;
 2. the caller goes on (opens the plan, reads the first documents). Its first batch (``settle``: the first 32
    documents, each cut to 2,048 characters) is the check on the run's own documents: if the candidate is
-   ready it is checked there and then; if it is still being prepared, ``tokenizers`` encodes (the same ids by
-   definition) and the preparing thread checks the candidate on that sample when it is ready, then hands it
-   over (``current``). A candidate that differs on the sample is refused and the next ones are checked on the
-   probes plus that sample; the first that agrees is used for the rest of the run. ``engine`` waits for the
-   choice; ``current`` never waits.
+   ready it is checked there and then; if it is still being prepared, ``tokenizers`` encodes that batch (the
+   same ids by definition; a large batch, such as a calibration's, waits instead: ``Encoder``) and the
+   preparing thread checks the candidate on that sample when it is ready, then hands it over (``current``).
+   A candidate that differs on the sample is refused and the next ones are checked on the probes plus that
+   sample; the first that agrees is used for the rest of the run. ``engine`` waits for the choice;
+   ``current`` never waits.
 
 Each refused candidate keeps its reason (``refused``: name → reason), which ``Pipeline.stats()`` reports.
 
@@ -41,7 +43,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from importlib import metadata
 from pathlib import Path
@@ -50,7 +52,7 @@ from tokenizers import Tokenizer
 
 from zephon.errors import ConfigError, StorageError, TokenizerError
 from zephon.executor.engines.base import Engine, EngineUnavailable
-from zephon.executor.engines.builders import builders
+from zephon.executor.engines.builders import builders, crash_prone
 from zephon.executor.engines.hf import TokenizersEngine
 from zephon.executor.engines.trial import run_trial
 from zephon.executor.engines.verify import disagreement, probes
@@ -246,8 +248,9 @@ class EngineChoice:
     def _next(self, sample: list[str] | None) -> Engine:
         """The first remaining candidate that passes its checks (``sample``: the run's documents, if known).
 
-        A candidate with no cached verdict is loaded and probed in a trial process first
-        (``zephon.executor.engines.trial``), so that a native crash refuses it instead of ending the run."""
+        A crash-prone candidate (``Engine.crash_prone``) with no cached verdict is loaded and probed in a trial
+        process first (``zephon.executor.engines.trial``), so that a native crash refuses it instead of ending
+        the run."""
         while self._left:
             name = self._left.pop(0)
             if name == "tokenizers":
@@ -260,14 +263,24 @@ class EngineChoice:
                 continue
             key = (self.cache.content, name, self.eos_text)
             probe = cached is None
-            if cached is None and key not in _BUILT:
-                trial = run_trial(name, self.config_text, self.eos_text)
+            loaded: Engine | EngineUnavailable | None = _BUILT.get(key)
+            if cached is None and loaded is None and crash_prone(name):
+
+                def load_here(build: Callable[[str], Engine] = build) -> Engine | EngineUnavailable:
+                    try:  # while the trial process probes: it loaded the engine without crashing
+                        return build(self.config_text)
+                    except EngineUnavailable as exc:
+                        return exc
+
+                trial, loaded = run_trial(name, self.config_text, self.eos_text, load_here)
                 if not trial.ok:
                     self._refuse(name, trial.reason, package if trial.cacheable else None)
                     continue
                 probe = not trial.cacheable  # no trial process could run: probe in-process
             try:
-                engine = _BUILT.get(key) or build(self.config_text)
+                if isinstance(loaded, EngineUnavailable):
+                    raise loaded
+                engine = loaded or build(self.config_text)
             except EngineUnavailable as exc:
                 self._refuse(name, str(exc), None)
                 continue

@@ -13,6 +13,9 @@ engine version, ``zephon.executor.engines.choose.VerdictCache``), it is loaded a
   exit status in the reason (cached like any refusal: the same bytes crash the same library again);
 * a child that has not answered within ``TRIAL_SECONDS`` is killed and the candidate refused.
 
+The child says ``{"loaded": true}`` as soon as the engine is loaded (the part that crashes), so the run loads its
+own copy while the child probes, and the two loads do not add up.
+
 Only then does the run load the candidate itself; later runs read the verdict from the cache and start no
 child. Example: kitoken crashing on a Unigram tokenizer → ``refused == {"kitoken": "it crashed (SIGSEGV) loading
 or probing this tokenizer in a trial process"}``, and the run goes on with the next candidate.
@@ -25,7 +28,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+T = TypeVar("T")
 
 #: A trial that has not answered by then (loading a large tokenizer.json takes seconds) is refused.
 TRIAL_SECONDS = 180.0
@@ -41,37 +50,64 @@ class TrialVerdict:
     cacheable: bool = True
 
 
-def run_trial(engine: str, config_text: str, eos_text: str | None) -> TrialVerdict:
-    """Load ``engine`` on the tokenizer.json text and check it on the probes, in a child process."""
+def run_trial(
+    engine: str, config_text: str, eos_text: str | None, while_probing: Callable[[], T] | None = None
+) -> tuple[TrialVerdict, T | None]:
+    """Load ``engine`` on the tokenizer.json text and check it on the probes, in a child process. Once the child
+    has loaded it (the crash-prone part), ``while_probing`` runs here while the child probes — the caller loads
+    its own copy meanwhile — and its result is returned with the verdict (None if the child never loaded it)."""
     request = json.dumps({"engine": engine, "config": config_text, "eos": eos_text}, ensure_ascii=True)
     env = {**os.environ, "RAYON_NUM_THREADS": "1"}
-    try:
-        done = subprocess.run(
-            [sys.executable, "-m", "zephon.executor.engines.trial"],
-            input=request,
-            capture_output=True,
-            text=True,
-            timeout=TRIAL_SECONDS,
-            env=env,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return TrialVerdict(ok=False, reason=f"its trial process did not answer within {TRIAL_SECONDS:.0f} s")
-    except OSError as exc:  # no process could be started: decide in-process, as before trials existed
-        return TrialVerdict(ok=True, reason=f"no trial process ({exc.strerror})", cacheable=False)
-    lines = done.stdout.strip().splitlines()
-    if done.returncode < 0:
-        name = signal.Signals(-done.returncode).name if -done.returncode in signal.valid_signals() else "a signal"
-        reason = f"it crashed ({name}) loading or probing this tokenizer in a trial process"
-        return TrialVerdict(ok=False, reason=reason)
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:160]
-        return TrialVerdict(ok=False, reason=f"its trial process failed (exit {done.returncode}: {last})")
+    with tempfile.TemporaryFile(mode="w+") as errors:  # anonymous: nothing is left on disk
+        try:
+            child = subprocess.Popen(
+                [sys.executable, "-m", "zephon.executor.engines.trial"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=errors,
+                text=True,
+                env=env,
+            )
+        except OSError as exc:  # no process could be started: decide in-process, as before trials existed
+            return TrialVerdict(ok=True, reason=f"no trial process ({exc.strerror})", cacheable=False), None
+        expired = threading.Event()
+        timer = threading.Timer(TRIAL_SECONDS, lambda: (expired.set(), child.kill()))
+        timer.start()
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            try:
+                child.stdin.write(request)
+                child.stdin.close()
+            except BrokenPipeError:
+                pass  # the child ended early: its exit status says why
+            answer, result = None, None
+            for line in child.stdout:
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue  # an engine's own output
+                if message == {"loaded": True}:
+                    if while_probing is not None:
+                        result = while_probing()
+                elif isinstance(message, dict):
+                    answer = message
+            code = child.wait()
+        finally:
+            timer.cancel()
+        if expired.is_set() and answer is None:
+            reason = f"its trial process did not answer within {TRIAL_SECONDS:.0f} s"
+            return TrialVerdict(ok=False, reason=reason), result
+        if code < 0 and answer is None:
+            name = signal.Signals(-code).name if -code in signal.valid_signals() else "a signal"
+            reason = f"it crashed ({name}) loading or probing this tokenizer in a trial process"
+            return TrialVerdict(ok=False, reason=reason), result
+        if answer is None:
+            errors.seek(0)
+            last = (errors.read().strip().splitlines() or ["no output"])[-1][:160]
+            return TrialVerdict(ok=False, reason=f"its trial process failed (exit {code}: {last})"), result
     if "unavailable" in answer:
-        return TrialVerdict(ok=False, reason=str(answer["unavailable"]), cacheable=False)
-    return TrialVerdict(ok=bool(answer["ok"]), reason=str(answer.get("reason", "")))
+        return TrialVerdict(ok=False, reason=str(answer["unavailable"]), cacheable=False), result
+    return TrialVerdict(ok=bool(answer["ok"]), reason=str(answer.get("reason", ""))), result
 
 
 def _main() -> None:
@@ -88,6 +124,7 @@ def _main() -> None:
     except EngineUnavailable as exc:
         print(json.dumps({"unavailable": str(exc)}))
         return
+    print(json.dumps({"loaded": True}), flush=True)  # the parent may load its own copy now
     reference = Tokenizer.from_str(config)
     named = probes(reference)
     reason = disagreement(engine, reference, [t for _, t in named], [f"the {n} probe" for n, _ in named])

@@ -81,6 +81,7 @@ class KitokenEngine(Engine):
     name = "kitoken"
     package = "kitoken"
     releases_gil = False  # measured: two threads encode no faster than one
+    crash_prone = True  # its loader segfaulted on a SentencePiece Unigram tokenizer (docs/performance.md)
 
     def __init__(self, config_text: str) -> None:
         super().__init__(config_text)

@@ -222,14 +222,12 @@ def test_verdicts_are_cached_and_an_approval_still_checks_the_runs_documents(
     warm.encode(["zz top", "hello"])
     assert warm.engine == "tiktoken"
     assert probed == [["document 0 of the first batch", "document 1 of the first batch"]]  # no probes, the sample
-    verdicts[0].write_text("not json")  # unreadable: checked again from scratch, in a trial process
-    trials = []
-    real_trial = choose.run_trial
-    monkeypatch.setattr(choose, "run_trial", lambda *a: trials.append(a[0]) or real_trial(*a))
-    monkeypatch.setattr(choose, "_BUILT", {})
+    verdicts[0].write_text("not json")  # unreadable: checked again from scratch
+    probed.clear()
     again = Encoder(spec)
     again.encode(["hello"])
-    assert again.engine == "tiktoken" and trials == ["tiktoken"]
+    assert again.engine == "tiktoken"  # waits for the engine being prepared
+    assert any("the digits probe" in names for names in probed)
     assert json.loads(verdicts[0].read_text())["ok"] is True
 
 
@@ -350,23 +348,23 @@ def test_fuzz_probes_are_the_same_every_time() -> None:
 def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
     tokenizer_dir: str, tmp_path: Path, monkeypatch
 ) -> None:
-    """A native crash (a real SIGSEGV, in a stand-in fastokens found first on PYTHONPATH) while loading the
+    """A native crash (a real SIGSEGV, in a stand-in kitoken found first on PYTHONPATH) while loading the
     tokenizer happens in the trial process: the candidate is refused with the signal, the run goes on."""
-    fake = tmp_path / "site" / "fastokens"
+    fake = tmp_path / "site" / "kitoken"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(
-        "import ctypes\n\n\nclass Tokenizer:\n    @staticmethod\n    def from_json_str(text):\n"
+        "import ctypes\n\n\nclass Kitoken:\n    @staticmethod\n    def from_tokenizers(data):\n"
         "        ctypes.string_at(0)  # reads address 0: SIGSEGV\n",
         encoding="utf-8",
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
-    monkeypatch.setattr(choose, "CANDIDATES", ("fastokens", "tiktoken", "tokenizers"))
+    monkeypatch.setattr(choose, "CANDIDATES", ("kitoken", "tiktoken", "tokenizers"))
     spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
     encoder = Encoder(spec)
     texts = demo_documents(5)
     assert_identical(encoder.encode_flat(texts), Encoder(spec, engine="tokenizers").encode_flat(texts))
     assert encoder.engine == "tiktoken"
-    assert encoder.refused == {"fastokens": "it crashed (SIGSEGV) loading or probing this tokenizer in a trial process"}
+    assert encoder.refused == {"kitoken": "it crashed (SIGSEGV) loading or probing this tokenizer in a trial process"}
     monkeypatch.setattr(choose, "run_trial", lambda *a: pytest.fail("the refusal is cached: no trial again"))
     again = Encoder(spec)
     again.encode(["hello"])
@@ -379,13 +377,13 @@ def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer
     import threading
 
     release = threading.Event()
-    real_trial = choose.run_trial
+    real_init = TiktokenEngine.__init__
 
-    def slow_trial(*args):
+    def slow_init(self, *args):
         release.wait(30)
-        return real_trial(*args)
+        real_init(self, *args)
 
-    monkeypatch.setattr(choose, "run_trial", slow_trial)
+    monkeypatch.setattr(TiktokenEngine, "__init__", slow_init)
     monkeypatch.setattr(choose, "CANDIDATES", ("tiktoken", "tokenizers"))
     spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
     encoder, reference = Encoder(spec), Encoder(spec, engine="tokenizers")
@@ -396,3 +394,22 @@ def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer
     assert encoder.engine == "tiktoken" and encoder.chosen  # waits for the trial and the check on `first`
     assert encoder._choice.current.name == "tiktoken"
     assert_identical(encoder.encode_flat(later), reference.encode_flat(later))
+
+
+def test_an_engine_whose_trial_hangs_is_refused_after_the_time_limit(tokenizer_dir: str, tmp_path: Path, monkeypatch):
+    """A loader that never returns (a stand-in kitoken that sleeps) is killed at the limit and refused."""
+    from zephon.executor.engines import trial
+
+    fake = tmp_path / "site" / "kitoken"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import time\n\n\nclass Kitoken:\n    @staticmethod\n    def from_tokenizers(data):\n        time.sleep(60)\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setattr(trial, "TRIAL_SECONDS", 2.0)
+    monkeypatch.setattr(choose, "CANDIDATES", ("kitoken", "tokenizers"))
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    encoder.encode(["hello"])
+    assert encoder.engine == "tokenizers"
+    assert encoder.refused == {"kitoken": "its trial process did not answer within 2 s"}
