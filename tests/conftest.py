@@ -19,6 +19,15 @@ pytest_plugins = ["servers.hub_fixtures", "servers.object_fixtures"]
 
 
 @pytest.fixture(autouse=True)
+def _one_process_per_test_for_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh process would for a crash-prone engine's one-tokenizer rule
+    (``zephon.executor.engines.choose._HELD``; tested on its own in test_fast_tokenize.py)."""
+    from zephon.executor.engines import choose
+
+    monkeypatch.setattr(choose, "_HELD", {})
+
+
+@pytest.fixture(autouse=True)
 def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path_factory.mktemp("zephon-cache")
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(root))

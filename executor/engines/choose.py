@@ -74,6 +74,10 @@ SAMPLE_DOCS, SAMPLE_CHARS = 32, 2048
 _BUILT: dict[tuple[str, str, str | None], Engine] = {}
 
 
+#: The tokenizer contents each engine has loaded in this process (a crash-prone engine loads one: ``_next``).
+_HELD: dict[str, set[str]] = {}
+
+
 #: Engines being prepared on a thread. A fork (a DataLoader worker) waits for them first: a child forked while
 #: the thread held a lock (an import, a Rust mutex) would wait for it forever.
 _PREPARING: set[Future[None]] = set()
@@ -264,6 +268,12 @@ class EngineChoice:
             key = (self.cache.content, name, self.eos_text)
             probe = cached is None
             loaded: Engine | EngineUnavailable | None = _BUILT.get(key)
+            held = _HELD.setdefault(name, set())
+            if loaded is None and crash_prone(name) and held - {self.cache.content}:
+                # kitoken's loader crashed a process that had loaded another tokenizer before (a trial process,
+                # fresh, cannot show that): one tokenizer per process for a crash-prone engine
+                self._refuse(name, f"{name} already holds another tokenizer in this process", None)
+                continue
             if cached is None and loaded is None and crash_prone(name):
 
                 def load_here(build: Callable[[str], Engine] = build) -> Engine | EngineUnavailable:
@@ -285,6 +295,7 @@ class EngineChoice:
                 self._refuse(name, str(exc), None)
                 continue
             _BUILT[key] = engine
+            held.add(self.cache.content)
             texts, names = [], []
             if probe:
                 for probe_name, text in probes(self.reference):

@@ -413,3 +413,24 @@ def test_an_engine_whose_trial_hangs_is_refused_after_the_time_limit(tokenizer_d
     encoder.encode(["hello"])
     assert encoder.engine == "tokenizers"
     assert encoder.refused == {"kitoken": "its trial process did not answer within 2 s"}
+
+
+def test_a_crash_prone_engine_holds_one_tokenizer_per_process(tmp_path: Path, monkeypatch) -> None:
+    """kitoken's loader crashed a process that had loaded another tokenizer before: a second tokenizer in the same
+    process is refused for it (not cached: another process may load it) and encoded by the next candidate."""
+    need("kitoken")
+    monkeypatch.setattr(choose, "CANDIDATES", ("kitoken", "tokenizers"))
+    first = TokenizeSpec(tokenizer_id=deepseek_dir(tmp_path))
+    assert Encoder(first).engine == "kitoken"
+    texts = TRICKY[:5]
+    (tmp_path / "other").mkdir()
+    edited = Path(deepseek_dir(tmp_path / "other")) / "tokenizer.json"
+    config = json.loads(edited.read_text(encoding="utf-8"))
+    config["model"]["ignore_merges"] = not config["model"].get("ignore_merges", False)  # another tokenizer
+    edited.write_text(json.dumps(config), encoding="utf-8")
+    other = TokenizeSpec(tokenizer_id=str(edited.parent))
+    second = Encoder(other)
+    assert second.engine == "tokenizers"
+    assert second.refused == {"kitoken": "kitoken already holds another tokenizer in this process"}
+    assert_identical(second.encode_flat(texts), Encoder(other, engine="tokenizers").encode_flat(texts))
+    assert Encoder(first).engine == "kitoken"  # the tokenizer it holds: still on kitoken
