@@ -8,7 +8,8 @@ with ``--text local`` real text from this machine's files (``local_corpus.py``; 
 over, budgets scale with N as with seeds), mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a
 ``tokenizers`` tokenizer.json
 (``benchmarks/cl100k.py``, ids checked against tiktoken first); max_length 2049, microbatch 8. Plans: by
-samples (``num_documents`` = 2400 × copies), by tokens (``TokenEstimation``, ``num_tokens`` = 10^6 × copies)
+samples (``num_documents`` = 2400 × copies), by tokens (``TokenEstimation``, ``num_tokens`` = 10^6 × copies, or
+``--tokens-per-copy`` × copies)
 and an exact token plan (count pass, exact wrap offsets).
 
 Every measurement is a fresh subprocess pinned to the cores it may use (``sched_setaffinity`` and
@@ -177,7 +178,11 @@ def worker_zephon(args: argparse.Namespace) -> dict:
     }
 
 
-def _work_source(corpus: str, mode: str, copies: int):
+#: Token budget of the tokens and exact plans per corpus copy (``--tokens-per-copy``).
+TOKENS_PER_COPY = 1_000_000
+
+
+def _work_source(corpus: str, mode: str, copies: int, tokens_per_copy: int = TOKENS_PER_COPY):
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
@@ -191,7 +196,7 @@ def _work_source(corpus: str, mode: str, copies: int):
         mixture=MixtureSpec(WEIGHTS),
         seed=0,
         token_estimation=TokenEstimation(),
-        num_tokens=1_000_000 * copies,
+        num_tokens=tokens_per_copy * copies,
         exact_tokens=mode == "exact",
     )
 
@@ -351,9 +356,12 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
     plans = {}
     for n, path in corpora.items():
         for mode in PLANS:
-            out = root / "plans" / args.tokenizer / (f"{mode}-{n}" if args.text == "demo" else f"{mode}-local-{n}")
+            name = f"{mode}-{n}" if args.text == "demo" else f"{mode}-local-{n}"
+            if mode != "samples" and args.tokens_per_copy != TOKENS_PER_COPY:
+                name += f"-t{args.tokens_per_copy}"
+            out = root / "plans" / args.tokenizer / name
             if not (out / "plan.json").is_file():
-                _work_source(str(path), mode, n).plan(
+                _work_source(str(path), mode, n, args.tokens_per_copy).plan(
                     out, tokenize=TokenizeSpec(tokenizer_id=str(tokenizer)), pack=PackSpec(max_length=MAX_LENGTH)
                 )
             plans[(mode, n)] = out
@@ -365,6 +373,12 @@ def main() -> None:
     parser.add_argument("--copies", type=int, default=8, help="demo seeds in the corpus (~4 MB of text each)")
     parser.add_argument("--big", type=int, default=16, help="seeds of the second corpus, for peak RSS")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--tokens-per-copy",
+        type=int,
+        default=TOKENS_PER_COPY,
+        help="token budget of the tokens and exact plans per corpus copy (a larger one reads row groups through)",
+    )
     parser.add_argument(
         "--text", choices=("demo", "local"), default="demo",
         help="demo: generated demo corpus; local: real text from this machine's files (local_corpus.py)",
