@@ -8,28 +8,28 @@ from collections.abc import Callable
 from zephon.executor.engines.base import Engine
 
 
-def builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
+def engine_classes() -> dict[str, type[Engine]]:
+    """Each candidate's engine class (imported on first use: the vendors' packages are optional)."""
     from zephon.executor.engines.tiktoken import TiktokenEngine
     from zephon.executor.engines.vendors import FastokensEngine, GigatokenEngine, KitokenEngine
 
     return {
         "fastokens": FastokensEngine,
         "gigatoken": GigatokenEngine,
-        "tiktoken": lambda config: TiktokenEngine(config, eos_text),
+        "tiktoken": TiktokenEngine,
         "kitoken": KitokenEngine,
     }
+
+
+def builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
+    """How each candidate is built from a tokenizer.json text (tiktoken also needs the EOS text)."""
+    built: dict[str, Callable[[str], Engine]] = dict(engine_classes())
+    tiktoken = built["tiktoken"]
+    built["tiktoken"] = lambda config: tiktoken(config, eos_text)  # type: ignore[call-arg]
+    return built
 
 
 def crash_prone(name: str) -> bool:
     """Whether candidate ``name`` loads a tokenizer it has no verdict for in a trial process first
     (``Engine.crash_prone``)."""
-    from zephon.executor.engines.tiktoken import TiktokenEngine
-    from zephon.executor.engines.vendors import FastokensEngine, GigatokenEngine, KitokenEngine
-
-    classes: dict[str, type[Engine]] = {
-        "fastokens": FastokensEngine,
-        "gigatoken": GigatokenEngine,
-        "tiktoken": TiktokenEngine,
-        "kitoken": KitokenEngine,
-    }
-    return classes[name].crash_prone
+    return engine_classes()[name].crash_prone

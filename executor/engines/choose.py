@@ -55,7 +55,7 @@ from zephon.executor.engines.base import Engine, EngineUnavailable
 from zephon.executor.engines.builders import builders, crash_prone
 from zephon.executor.engines.hf import TokenizersEngine
 from zephon.executor.engines.trial import run_trial
-from zephon.executor.engines.verify import disagreement, probes
+from zephon.executor.engines.verify import disagreement, probe_texts
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +138,10 @@ class VerdictCache:
             log.debug("tokenizer-engine verdict not cached: %s", exc)
 
 
+def _sample_names(sample: Sequence[str]) -> list[str]:
+    return [f"document {i} of the first batch" for i in range(len(sample))]
+
+
 def _cut(texts: Sequence[str]) -> list[str]:
     return [t[:SAMPLE_CHARS] for t in texts[:SAMPLE_DOCS]]
 
@@ -162,12 +166,12 @@ class EngineChoice:
         self.settled = False
         self._lock = threading.Lock()  # settle and the preparing thread decide who checks the sample
         self._sample: list[str] | None = None  # the first batch's documents, cut (``settle``)
-        self._prepared: Engine | None = None  # the candidate the preparing thread found, not yet sample-checked
         self._final = threading.Event()  # set when the engine has been checked on the sample (or no check is due)
-        self._engine: Engine | None = None  # what encodes now (None: tokenizers, while a candidate is prepared)
+        #: the candidate found (None: tokenizers encodes while one is prepared); checked on the sample once seen
+        self._engine: Engine | None = None
         self._future: Future[None] | None = None
         if self.forced:  # refused at once, with one line
-            self._engine = self._prepared = self._next(None)
+            self._engine = self._next(None)
         else:  # found on a thread while the caller goes on; tokenizers encodes until it is ready
             self._future = Future()
             _PREPARING.add(self._future)
@@ -179,11 +183,11 @@ class EngineChoice:
             with self._lock:
                 sample = self._sample
                 if sample is None:  # before the first batch: settle() checks it on the run's documents
-                    self._prepared = self._engine = engine
+                    self._engine = engine
             if sample is not None:  # the first batch went by on tokenizers: check the candidate on it here
                 engine = self._checked(engine, sample)
                 with self._lock:
-                    self._prepared = self._engine = engine
+                    self._engine = engine
                 self._final.set()
             future.set_result(None)
         except BaseException as exc:  # handed to whoever asks for the engine
@@ -269,12 +273,13 @@ class EngineChoice:
             probe = cached is None
             loaded: Engine | EngineUnavailable | None = _BUILT.get(key)
             held = _HELD.setdefault(name, set())
-            if loaded is None and crash_prone(name) and held - {self.cache.content}:
+            isolate = loaded is None and crash_prone(name)
+            if isolate and held - {self.cache.content}:
                 # kitoken's loader crashed a process that had loaded another tokenizer before (a trial process,
                 # fresh, cannot show that): one tokenizer per process for a crash-prone engine
                 self._refuse(name, f"{name} already holds another tokenizer in this process", None)
                 continue
-            if cached is None and loaded is None and crash_prone(name):
+            if isolate and cached is None:
 
                 def load_here(build: Callable[[str], Engine] = build) -> Engine | EngineUnavailable:
                     try:  # while the trial process probes: it loaded the engine without crashing
@@ -296,14 +301,10 @@ class EngineChoice:
                 continue
             _BUILT[key] = engine
             held.add(self.cache.content)
-            texts, names = [], []
-            if probe:
-                for probe_name, text in probes(self.reference):
-                    texts.append(text)
-                    names.append(f"the {probe_name} probe")
+            texts, names = probe_texts(self.reference) if probe else ([], [])
             if sample:
                 texts += sample
-                names += [f"document {i} of the first batch" for i in range(len(sample))]
+                names += _sample_names(sample)
             reason = disagreement(engine, self.reference, texts, names) if texts else None
             if reason is not None:
                 self._refuse(name, reason, package)
@@ -317,14 +318,13 @@ class EngineChoice:
         """``engine`` if it gives the reference's ids on the run's documents, else the next candidate that does."""
         if engine is self._fallback:
             return engine
-        names = [f"document {i} of the first batch" for i in range(len(sample))]
-        reason = disagreement(engine, self.reference, sample, names)
+        reason = disagreement(engine, self.reference, sample, _sample_names(sample))
         if reason is None:
             return engine
         try:
             self._refuse(engine.name, reason, engine.package)
         finally:
-            self._engine = self._prepared = None  # never used again, even if a forced refusal raises
+            self._engine = None  # never used again, even if a forced refusal raises
         return self._next(sample)
 
     def settle(self, texts: Sequence[str]) -> None:
@@ -336,8 +336,8 @@ class EngineChoice:
                 return
             self._sample = _cut(texts)
             self.settled = True
-            if self._prepared is None and self._future is not None and not self._future.done():
+            if self._engine is None and self._future is not None and not self._future.done():
                 return  # the preparing thread checks the sample
-            if self._prepared is not None:
-                self._engine = self._prepared = self._checked(self._prepared, self._sample)
+            if self._engine is not None:
+                self._engine = self._checked(self._engine, self._sample)
         self._final.set()

@@ -115,7 +115,7 @@ def _main() -> None:
 
     from zephon.executor.engines.base import EngineUnavailable
     from zephon.executor.engines.builders import builders
-    from zephon.executor.engines.verify import disagreement, probes
+    from zephon.executor.engines.verify import disagreement, probe_texts
 
     request = json.loads(sys.stdin.read())
     config = request["config"]
@@ -126,8 +126,7 @@ def _main() -> None:
         return
     print(json.dumps({"loaded": True}), flush=True)  # the parent may load its own copy now
     reference = Tokenizer.from_str(config)
-    named = probes(reference)
-    reason = disagreement(engine, reference, [t for _, t in named], [f"the {n} probe" for n, _ in named])
+    reason = disagreement(engine, reference, *probe_texts(reference))
     print(json.dumps({"ok": reason is None, "reason": reason or ""}))
 
 

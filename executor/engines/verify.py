@@ -172,6 +172,12 @@ def probes(reference: Tokenizer) -> list[tuple[str, str]]:
     return out
 
 
+def probe_texts(reference: Tokenizer) -> tuple[list[str], list[str]]:
+    """The probes as ``disagreement`` takes them: their texts, and their names (``"the digits probe"``)."""
+    named = probes(reference)
+    return [text for _, text in named], [f"the {name} probe" for name, _ in named]
+
+
 def _reference(reference: Tokenizer, texts: Sequence[str]) -> list[list[int] | None]:
     """The reference ids of each text, None where ``tokenizers`` refuses it."""
     try:
