@@ -9,10 +9,12 @@ more the longer it ran (docs/performance.md, Memory).
 
 ``release_memory()`` asks both to return what they hold free: ``pa.default_memory_pool().release_unused()``
 and glibc's ``malloc_trim(0)`` (skipped where the C library has none). It changes no allocator setting —
-no arena cap, no threshold. The reader calls it after decoding row groups and after closing a shard (each a
-few thousand documents apart), and ``release_now_and_then()`` after reading a chunk of texts, at most once per
-``INTERVAL_S`` — the chunks' texts and ids are freed by the encode threads and the caller, and without it
-that memory stayed with their arenas (+200-300 MB over a run). A call takes about 2 ms on a rank of ~1 GB
+no arena cap, no threshold. The reader calls ``release_now_and_then()`` — at most once per ``INTERVAL_S`` —
+after decoding row groups, after closing a shard and after reading a chunk of texts: the chunks' texts and ids
+are freed by the encode threads and the caller, and without it that memory stayed with their arenas (+200-300
+MB over a run). Not at once on every close: a closed shard's memory is what the next shard's row groups are
+decoded into, and handing it back first made each decode fault its pages in anew (a third of a selective
+plan's reading time, docs/performance.md). A call takes about 2 ms on a rank of ~1 GB
 (measured: 27 calls, 48 ms in total), so once per ``INTERVAL_S`` = 0.2 s costs at most ~1 % of one core, off the
 training thread when the reader runs ahead. ``ZEPHON_RELEASE_MEMORY=off`` turns it off (e.g. for a process that
 tunes its allocators itself).

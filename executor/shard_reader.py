@@ -43,7 +43,7 @@ import pyarrow.parquet as pq
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
-from zephon.executor.memory_release import release_memory, release_now_and_then
+from zephon.executor.memory_release import release_now_and_then
 from zephon.executor.operators import Where
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.plan.records import ShardRef
@@ -112,7 +112,7 @@ class _OpenShard:
         if self.handle is not None:
             self.handle.close()
             self.handle = None
-        release_memory()  # the shard's decoded text (zephon.executor.memory_release)
+        release_now_and_then()  # the shard's decoded text, unless released lately (zephon.executor.memory_release)
 
 
 class ShardReader:
