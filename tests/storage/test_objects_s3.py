@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,40 @@ def test_range_mode_reads_plain_jsonl_rows_by_their_line_index(s3, tmp_path, tok
     REQUESTS.clear()
     assert run(plan, tokenizer_dir, StoreOptions(remote_read="range")) == expected
     assert REQUESTS["whole"] == 2
+
+
+
+def _run_in_child(plan: Path, tokenizer_dir: str, out) -> None:
+    try:
+        out.put(run(plan, tokenizer_dir, StoreOptions(remote_read="range")))
+    except Exception as exc:  # the child's error, for the parent to check
+        out.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_a_process_forked_after_reading_object_storage_refuses_in_one_line_and_spawn_works(
+    s3, tmp_path, tokenizer_dir
+) -> None:
+    """obstore's I/O threads do not survive fork(): a DataLoader worker forked after its parent read object
+    storage (planning, ``num_steps()``) would wait for them forever. It refuses in one line; a spawned one reads."""
+    import multiprocessing
+
+    web = write_parquet_dataset(tmp_path / "local", "web", [30, 26], row_group_size=5)
+    s3.upload_dir(web, "forked/")
+    plan = source(Dataset.from_path("web", s3.url("forked/"))).plan(tmp_path / "plan")  # the parent reads footers
+    expected = run(plan, tokenizer_dir, StoreOptions(remote_read="range"))
+    got = {}
+    for method in ("fork", "spawn"):
+        context = multiprocessing.get_context(method)
+        out = context.Queue()
+        child = context.Process(target=_run_in_child, args=(plan, tokenizer_dir, out))
+        child.start()
+        got[method] = out.get(timeout=120)
+        child.join(timeout=30)
+        assert not child.is_alive()
+    assert re.fullmatch(
+        r"ConfigError: object s3://[^ ]+/forked/part-0000[01]\.parquet must be read by a process started by spawn or "
+        r"forkserver, or forked before its parent read object storage, got a process forked after that: .* — start "
+        r"DataLoader workers with multiprocessing_context='spawn' \(or 'forkserver'\)",
+        got["fork"],
+    ), got["fork"]
+    assert got["spawn"] == expected

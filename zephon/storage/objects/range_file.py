@@ -20,6 +20,7 @@ GETs; pyarrow's reads of those ranges are then memory copies.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -48,6 +49,16 @@ def _fetch_pool() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(_POOL_WORKERS, thread_name_prefix="zephon-range")
         return _pool
+
+
+def _forget_pool() -> None:
+    """In a forked child (a DataLoader worker): the parent's fetch threads do not exist there, so the pool is
+    made anew on first use (the copied one would queue GETs that no thread sends)."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool)
 
 
 def fetch_ranges(

@@ -63,6 +63,24 @@ _stores: dict[tuple[Any, ...], Any] = {}
 _registered: dict[str, StoreCredentials] = {}
 
 
+#: Whether an ancestor of this process, forked after it had built a store, ran obstore's I/O runtime: its
+#: threads are not copied by ``fork()``, and a read in the child would wait for them forever.
+_forked_after_use = False
+
+
+def _forget_stores() -> None:
+    """In a forked child (a DataLoader worker): remember whether the parent had built stores — their client,
+    and obstore's process-wide I/O runtime, belong to threads the child does not have (obstore is not fork
+    safe) — so that a read refuses in one line instead of hanging (``store_for``)."""
+    global _lock, _forked_after_use
+    _lock = threading.Lock()
+    _forked_after_use = _forked_after_use or bool(_stores)
+    _stores.clear()
+
+
+os.register_at_fork(after_in_child=_forget_stores)
+
+
 def register_credentials(credentials: Iterable[StoreCredentials]) -> None:
     """Make ``credentials`` apply to every later read of this process (``Dataset.from_path(..., io_options=)``
     and the executor's ``StoreOptions`` call it); a later registration of the same prefix replaces it."""
@@ -94,7 +112,15 @@ def settings_for(path: ObjectPath, credentials: Iterable[StoreCredentials] = ())
 
 
 def store_for(path: ObjectPath, credentials: Iterable[StoreCredentials] = ()) -> Any:
-    """The ``obstore`` store of ``path``'s bucket, built once per settings."""
+    """The ``obstore`` store of ``path``'s bucket, built once per settings. In a process forked after its
+    parent read object storage, refused in one line: obstore's reads would hang there (``_forget_stores``)."""
+    if _forked_after_use:
+        raise ConfigError(
+            f"object {path.cloud}://{path.bucket}/{path.key} must be read by a process started by spawn or "
+            "forkserver, or forked before its parent read object storage, got a process forked after that: "
+            "obstore's I/O threads do not survive fork(), so the read would hang — start DataLoader workers with "
+            "multiprocessing_context='spawn' (or 'forkserver')"
+        )
     settings = settings_for(path, credentials)
     retry = DEFAULT_RETRY
     key = (path.cloud, path.bucket, path.account, tuple(sorted(settings.items())), retry)
