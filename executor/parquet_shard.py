@@ -121,8 +121,10 @@ class ParquetShard:
         """The text column of row group ``g``, decoded on the calling thread; a row group that cannot be decoded
         is a corrupt shard."""
         own = self._path is None or threading.get_ident() == self._owner  # range mode: one reader at a time
-        file = self.file if own else pq.ParquetFile(self._path, metadata=self.file.metadata, pre_buffer=False)
+        file = self.file
         try:
+            if not own:
+                file = pq.ParquetFile(self._path, metadata=self.file.metadata, pre_buffer=False)
             if self._columns is not None:  # record mode: one struct per row
                 table = file.read_row_group(g, columns=self._columns, use_threads=False)
                 return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=self._columns)
@@ -138,7 +140,7 @@ class ParquetShard:
                 "source or re-export it, then re-plan"
             ) from exc
         finally:
-            if not own:
+            if file is not self.file:
                 file.close()
 
     def decode(self, rows: np.ndarray) -> np.ndarray:
