@@ -40,6 +40,21 @@ def tokenizer_dir() -> str:
     return demo_tokenizer_path()
 
 
+def batches_per_setting(
+    monkeypatch: pytest.MonkeyPatch, plan: Path, tokenizer_dir: str, variable: str, values: tuple[str, ...]
+) -> list[list[bytes]]:
+    """The token bytes of every microbatch of ``plan``'s run (pack 33, microbatches of 2), once per value of the
+    environment ``variable``: an execution setting must give the same list for every value."""
+    from zephon import Pipeline
+
+    runs = []
+    for value in values:
+        monkeypatch.setenv(variable, value)
+        pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33)
+        runs.append([b.tokens.tobytes() for b in pipe.batch(microbatch_size=2)])
+    return runs
+
+
 def doc_text(dataset: str, shard: int, row: int) -> str:
     """Deterministic text whose length varies with the row, so documents span rows when packed."""
     words = " ".join(f"{dataset}{shard}w{(row * 7 + i) % 13}" for i in range(3 + (row * 5) % 17))

@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import batches_per_setting
 
-from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.decode_pool import decode_pool, decode_threads
 from zephon.executor.shard_reader import ShardReader
@@ -142,9 +142,5 @@ def test_decode_threads_never_change_a_batch(tmp_path, make_parquet, tokenizer_d
         datasets=[Dataset.from_path("web", str(web))], mixture=MixtureSpec({"web": 1.0}), seed=3, lanes=2
     )
     plan = source.plan(tmp_path / "plan")
-    runs = []
-    for threads in ("1", "2", "4"):
-        monkeypatch.setenv("ZEPHON_DECODE_THREADS", threads)
-        pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33)
-        runs.append([b.tokens.tobytes() for b in pipe.batch(microbatch_size=2)])
+    runs = batches_per_setting(monkeypatch, plan, tokenizer_dir, "ZEPHON_DECODE_THREADS", ("1", "2", "4"))
     assert runs[0] and runs[0] == runs[1] == runs[2]

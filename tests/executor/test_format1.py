@@ -44,14 +44,27 @@ def as_format_1(plan: Path, out: Path) -> Path:
     return out
 
 
-def run(plan: Path, tokenizer_dir: str, *, rank: int = 0, size: int = 1, state=None) -> dict[int, str]:
-    pipe = (
+def pipeline(plan: Path, tokenizer_dir: str, *, rank: int = 0, size: int = 1) -> Pipeline:
+    return (
         Pipeline.from_plan(plan)
         .options(dp_rank=rank, dp_size=size)
         .tokenize(tokenizer_id=tokenizer_dir)
         .pack_flat(max_length=MAX_LENGTH)
         .batch(microbatch_size=GLOBAL // size, global_batch_size=GLOBAL)
     )
+
+
+def state_after(plan: Path, tokenizer_dir: str, step: int) -> dict:
+    """The run's state once it has yielded step ``step`` (one rank)."""
+    pipe = pipeline(plan, tokenizer_dir)
+    for batch in pipe:
+        if batch.step == step:
+            break
+    return pipe.state_dict()
+
+
+def run(plan: Path, tokenizer_dir: str, *, rank: int = 0, size: int = 1, state=None) -> dict[int, str]:
+    pipe = pipeline(plan, tokenizer_dir, rank=rank, size=size)
     if state is not None:
         pipe.load_state_dict(state)
     out = {}
@@ -88,29 +101,13 @@ def test_a_format_1_bundle_yields_the_batches_of_its_fixed_lanes(plans, tokenize
         got = [run(one, tokenizer_dir, rank=r, size=size) for r in range(size)]
         want = [run(two, tokenizer_dir, rank=r, size=size) for r in range(size)]
         assert got == want
-    assert (
-        Pipeline.from_plan(one)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=MAX_LENGTH)
-        .batch(microbatch_size=GLOBAL, global_batch_size=GLOBAL)
-        .num_steps()
-        == max(s for s, _ in expected) + 1
-    )
+    assert pipeline(one, tokenizer_dir).num_steps() == max(s for s, _ in expected) + 1
 
 
 def test_a_format_1_state_resumes_and_other_versions_are_refused(plans, tokenizer_dir, tmp_path) -> None:
     _, one = plans
     full = run(one, tokenizer_dir)
-    pipe = (
-        Pipeline.from_plan(one)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=MAX_LENGTH)
-        .batch(microbatch_size=GLOBAL, global_batch_size=GLOBAL)
-    )
-    for batch in pipe:
-        if batch.step == 4:
-            break
-    state = pipe.state_dict()
+    state = state_after(one, tokenizer_dir, 4)
     assert run(one, tokenizer_dir, state=state) == {k: v for k, v in full.items() if k[0] >= 5}
     bad = tmp_path / "future"
     shutil.copytree(one, bad)
@@ -135,16 +132,7 @@ def test_a_format_1_plan_json_over_format_2_samples_is_one_line(plans, tmp_path)
 
 def test_a_format_1_plan_is_continued_with_its_fixed_lanes(plans, tokenizer_dir, tmp_path) -> None:
     _, one = plans
-    pipe = (
-        Pipeline.from_plan(one)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=MAX_LENGTH)
-        .batch(microbatch_size=GLOBAL, global_batch_size=GLOBAL)
-    )
-    for batch in pipe:
-        if batch.step == 5:
-            break
-    state = pipe.state_dict()
+    state = state_after(one, tokenizer_dir, 5)
     root = Path(json.loads((one / "plan.json").read_text())["datasets"][0]["path"]).parent
     datasets = [Dataset.from_path(n, str(root / f"{n}-*.parquet")) for n in ("prose", "code")]
     new = StaticMixtureWorkSource(

@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import batches_per_setting
 
-from zephon import Pipeline
 from zephon.errors import ConfigError
 from zephon.executor.memory_release import release_enabled, release_memory
 from zephon.executor.shard_reader import ShardReader
@@ -58,9 +58,5 @@ def test_releasing_memory_never_changes_a_batch(tmp_path, make_parquet, tokenize
         datasets=[Dataset.from_path("web", str(web))], mixture=MixtureSpec({"web": 1.0}), seed=1, lanes=2
     )
     plan = source.plan(tmp_path / "plan")
-    runs = []
-    for setting in ("on", "off"):
-        monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", setting)
-        pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33)
-        runs.append([b.tokens.tobytes() for b in pipe.batch(microbatch_size=2)])
+    runs = batches_per_setting(monkeypatch, plan, tokenizer_dir, "ZEPHON_RELEASE_MEMORY", ("on", "off"))
     assert runs[0] == runs[1] and runs[0]
