@@ -185,9 +185,9 @@ class RankRunner:
         documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here.
         They are read through the run's own shard access, so the run decodes them once
         (``zephon.executor.shard_access``)."""
-        window = self.plan.manifest.shuffle.window_shards
-        first = calibration_documents(self.plan, max_shards=(window + 1) * len(self.plan.dataset_names))
-        texts = self._shards().calibration_texts(first.shard_id, first.row)
+        access = self._shards()
+        first = calibration_documents(self.plan, max_shards=access.reader.capacity)  # the shards it holds open
+        texts = access.calibration_texts(first.shard_id, first.row)
         kept = [i for i, t in enumerate(texts) if t is not None]
         docs, step = [texts[i] for i in kept], self.spec.read_chunk  # encoded a chunk at a time, as the run does:
         sizes = [self.encoder.encode_flat(docs[k : k + step]).sizes for k in range(0, len(docs), step)]  # type: ignore[arg-type]
