@@ -80,6 +80,10 @@ class JoinPlan:
     #: The window-function columns of the final query, over ``zephon_order`` / ``zephon_dedup``.
     windows: str
 
+    def carried(self) -> list[tuple[str, str]]:
+        """The window keys each kept row carries, as (column, expression): order's, then dedup's, if set."""
+        return [(c, e) for c, e in (("zephon_order", self.order_key), ("zephon_dedup", self.dedup_key)) if e]
+
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
@@ -200,12 +204,8 @@ def join_sidecar(
     (joined document rows, documents without metadata, sidecar rows without a document, non-NULL sidecar-only
     keys, distinct ones). ``partitions`` > 1 joins partition by partition (module docstring)."""
     assert selection.key is not None
-    con.execute(
-        "CREATE TEMP TABLE zephon_selected (shard INTEGER, row INTEGER"
-        + (f", zephon_order {_type(con, plan.order_key, documents, meta, selection.key)}" if plan.order_key else "")
-        + (f", zephon_dedup {_type(con, plan.dedup_key, documents, meta, selection.key)}" if plan.dedup_key else "")
-        + ")"
-    )
+    typed = "".join(f", {c} {_type(con, e, documents, meta, selection.key)}" for c, e in plan.carried())
+    con.execute(f"CREATE TEMP TABLE zephon_selected (shard INTEGER, row INTEGER{typed})")
     totals = [0, 0, 0, 0, 0]
     if partitions == 1:
         _join_part(con, selection.key, documents, meta, plan, totals)
@@ -231,9 +231,7 @@ def _join_part(
 ) -> None:
     """One join (the whole tables, or one partition of each): append its kept rows, add up its counts."""
     qkey = quote(key)
-    keys = (f", ({plan.order_key}) AS zephon_order" if plan.order_key else "") + (
-        f", ({plan.dedup_key}) AS zephon_dedup" if plan.dedup_key else ""
-    )
+    keys = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
     con.execute(
         "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
         f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
@@ -247,7 +245,7 @@ def _join_part(
     assert counts is not None
     for i, n in enumerate(counts):
         totals[i] += int(n)
-    rest = (", zephon_order" if plan.order_key else "") + (", zephon_dedup" if plan.dedup_key else "")
+    rest = "".join(f", {c}" for c, _ in plan.carried())
     con.execute(
         f"INSERT INTO zephon_selected SELECT shard, row{rest} FROM zephon_joined WHERE keep AND shard IS NOT NULL"
     )
