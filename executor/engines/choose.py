@@ -173,28 +173,35 @@ class EngineChoice:
         if self.forced:  # refused at once, with one line
             self._engine = self._next(None)
         else:  # found on a thread while the caller goes on; tokenizers encodes until it is ready
+            from zephon.storage.files import cache_dir
+
             self._future = Future()
             _PREPARING.add(self._future)
-            threading.Thread(target=self._prepare, args=(self._future,), name="zephon-engine", daemon=True).start()
+            args = (self._future, cache_dir())
+            threading.Thread(target=self._prepare, args=args, name="zephon-engine", daemon=True).start()
 
-    def _prepare(self, future: Future[None]) -> None:
-        try:
-            engine = self._next(None)
-            with self._lock:
-                sample = self._sample
-                if sample is None:  # before the first batch: settle() checks it on the run's documents
-                    self._engine = engine
-            if sample is not None:  # the first batch went by on tokenizers: check the candidate on it here
-                engine = self._checked(engine, sample)
+    def _prepare(self, future: Future[None], cache: Path) -> None:
+        from zephon.storage.files import cache_dir_pinned
+
+        # This thread may outlive the call that started it: what it caches goes to the cache that call saw.
+        with cache_dir_pinned(cache):
+            try:
+                engine = self._next(None)
                 with self._lock:
-                    self._engine = engine
+                    sample = self._sample
+                    if sample is None:  # before the first batch: settle() checks it on the run's documents
+                        self._engine = engine
+                if sample is not None:  # the first batch went by on tokenizers: check the candidate on it here
+                    engine = self._checked(engine, sample)
+                    with self._lock:
+                        self._engine = engine
+                    self._final.set()
+                future.set_result(None)
+            except BaseException as exc:  # handed to whoever asks for the engine
+                future.set_exception(exc)
                 self._final.set()
-            future.set_result(None)
-        except BaseException as exc:  # handed to whoever asks for the engine
-            future.set_exception(exc)
-            self._final.set()
-        finally:
-            _PREPARING.discard(future)
+            finally:
+                _PREPARING.discard(future)
 
     def wait(self) -> None:
         """Wait until the engine is chosen: prepared and, once the run's documents were seen, checked on them."""

@@ -434,3 +434,27 @@ def test_a_crash_prone_engine_holds_one_tokenizer_per_process(tmp_path: Path, mo
     assert second.refused == {"kitoken": "kitoken already holds another tokenizer in this process"}
     assert_identical(second.encode_flat(texts), Encoder(other, engine="tokenizers").encode_flat(texts))
     assert Encoder(first).engine == "kitoken"  # the tokenizer it holds: still on kitoken
+
+
+def test_verdicts_go_to_the_cache_the_run_started_with(tokenizer_dir: str, monkeypatch, _isolated_cache, tmp_path):
+    """The engine is prepared on a thread that may outlive the call that started it (and ``$ZEPHON_CACHE_DIR`` may
+    change meanwhile): its verdicts land in the cache that call saw, never in a later one."""
+    import threading
+
+    release = threading.Event()
+    real_init = TiktokenEngine.__init__
+
+    def slow_init(self, *args):
+        release.wait(30)
+        real_init(self, *args)
+
+    monkeypatch.setattr(TiktokenEngine, "__init__", slow_init)
+    monkeypatch.setattr(choose, "CANDIDATES", ("tiktoken", "tokenizers"))
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    later = tmp_path / "later-cache"
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(later))
+    release.set()
+    assert encoder.engine == "tiktoken"
+    verdicts = list((_isolated_cache / "tokenizer-engines" / "verdicts").glob("*.json"))
+    assert [json.loads(v.read_text())["ok"] for v in verdicts] == [True]
+    assert not later.exists()
