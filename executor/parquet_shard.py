@@ -37,6 +37,7 @@ from zephon.errors import DatasetError, ZephonError, one_line
 from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
 from zephon.executor.decode_pool import decode_pool
 from zephon.executor.memory_release import release_now_and_then
+from zephon.plan.format import COPY_ROW_COLUMN
 from zephon.plan.records import ShardRef
 from zephon.storage.objects.range_file import RangeFile
 from zephon.storage.scan import parquet_fingerprint
@@ -100,7 +101,8 @@ class ParquetShard:
                     "the chat layout and field that match the data (tokenize_chat(layout=..., field=...))"
                 )
             wanted = schema.names if convert.columns is None else convert.columns
-            self._columns = [c for c in wanted if c in schema.names]
+            # A plan's copy of a selected shard carries its source rows (zephon.executor.selected_copy): not data.
+            self._columns = [c for c in wanted if c in schema.names and c != COPY_ROW_COLUMN]
         elif field not in schema.names:
             raise DatasetError(
                 f"{where} must have the column {field!r}, got columns {schema.names} — choose one of them as the "

@@ -11,6 +11,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
+from zephon.executor.selected_copy import copy_refs
 from zephon.plan.bundle import CheckedBundle, open_bundle, read_row_group
 from zephon.plan.format import deal_column
 from zephon.plan.manifest import Manifest
@@ -48,6 +49,8 @@ class PlanBundle:
         self.manifest: Manifest = self.checked.manifest
         self.shards: list[ShardRef] = shard_refs(self.checked.shards.read())
         self.sample_files = [f.path for f in self.checked.samples]
+        #: Shard id → the compact copy of its planned rows (``materialize_selections``), read instead of it.
+        self.copies: dict[int, ShardRef] = copy_refs(self.path, self.checked.copies, self.shards)
 
     @property
     def num_documents(self) -> int:

@@ -31,8 +31,10 @@ class RemoteAccess:
 
     def __init__(self, plan: PlanBundle, io: StoreOptions, reader: ShardReader) -> None:
         ranged = io.remote_read == "range"
-        self.remote = {
-            s.shard_id: s for s in plan.shards if is_remote_uri(s.uri) and not (ranged and is_object_uri(s.uri))
+        self.remote = {  # a shard the plan holds a copy of is read from the copy (zephon.executor.selected_copy)
+            s.shard_id: s
+            for s in plan.shards
+            if is_remote_uri(s.uri) and not (ranged and is_object_uri(s.uri)) and s.shard_id not in plan.copies
         }
         self.reader = reader
         self.cache: ShardCache | None = None
@@ -47,9 +49,11 @@ class RemoteAccess:
                 f"dataset {first.dataset!r}: remote shards must be read through the shard cache, got "
                 "CacheOptions(enabled=False) — pass .options(io_options=StoreOptions(cache=CacheOptions("
                 "enabled=True, root=..., limit_bytes=...)))"
-                + (', or read object-store shards by ranges: StoreOptions(remote_read="range")' if is_object_uri(
-                    first.uri
-                ) else "")
+                + (
+                    ', or read object-store shards by ranges: StoreOptions(remote_read="range")'
+                    if is_object_uri(first.uri)
+                    else ""
+                )
             )
         self.cache = ShardCache.from_options(io.cache)
         self.specs = {sid: remote_spec(ref, io.credentials) for sid, ref in self.remote.items()}

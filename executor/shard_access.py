@@ -51,6 +51,7 @@ class ShardAccess:
             skippable=not exact,  # so only an estimated plan's errors suggest the skip policy
             on_skip=on_skip,
             convert=converter_of(encoder),  # chat and user operators: records rendered on the reader's thread
+            copies=plan.copies,  # materialize_selections: selected shards read from the plan's copies
         )
         self.remote = RemoteAccess(plan, spec.io, self.reader)
 

@@ -46,6 +46,7 @@ from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
 from zephon.executor.memory_release import release_now_and_then
 from zephon.executor.operators import Where
 from zephon.executor.parquet_shard import ParquetShard
+from zephon.executor.selected_copy import CopiedShard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.paths import is_object_uri
@@ -93,13 +94,13 @@ class _OpenShard:
     """An open shard: its format's reader and, for a remote shard, its pin in the shard cache."""
 
     ref: ShardRef
-    text: ParquetShard | JsonlShard
+    text: ParquetShard | JsonlShard | CopiedShard
     handle: CachedShard | None = None  # a remote shard's pinned cache entry, released by close()
 
     @property
     def parquet(self) -> pq.ParquetFile | None:
         """The Parquet file (None for JSONL)."""
-        return self.text.file if isinstance(self.text, ParquetShard) else None
+        return self.text.file if isinstance(self.text, ParquetShard | CopiedShard) else None
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -107,7 +108,7 @@ class _OpenShard:
         return self.text.spans if isinstance(self.text, JsonlShard) else None
 
     def close(self) -> None:
-        if isinstance(self.text, ParquetShard):
+        if isinstance(self.text, ParquetShard | CopiedShard):
             self.text.close()
         if self.handle is not None:
             self.handle.close()
@@ -130,13 +131,16 @@ class ShardReader:
         on_skip: Callable[[ShardRef, int, str], None] | None = None,
         skippable: bool = False,
         convert: RecordConverter | None = None,
+        copies: dict[int, ShardRef] | None = None,
     ) -> None:
         """``convert`` (chat): hand out each whole record converted by it instead of the field's string
         (``zephon.executor.bad_documents.RecordConverter``). ``skippable``: the caller may switch on
         ``on_bad_document="skip"`` (a run of an estimated plan), so a bad document's error suggests it; planning,
-        inspection and exact plans cannot skip, and are not told to."""
+        inspection and exact plans cannot skip, and are not told to. ``copies``: shard id → the plan's compact
+        copy of its planned rows, read instead of the shard (``zephon.executor.selected_copy``)."""
         self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable, convert=convert)
         self._shards = {s.shard_id: s for s in shards}
+        self._copies = copies or {}
         self._capacity = max(1, capacity)
         #: At most this many open shards per dataset (evicting that dataset's least recently used): a dataset
         #: read slowly keeps its window open while another streams through its shards (a global LRU evicted
@@ -250,6 +254,12 @@ class ShardReader:
         ref = self._shards[shard_id]
         if cache:  # first, so that a remote shard's pin is released before another is acquired
             self._make_room(ref)
+        copy = self._copies.get(shard_id)
+        if copy is not None:  # the plan's copy of the rows it reads: local to the bundle, checked when opened
+            shard = _OpenShard(ref=ref, text=CopiedShard(ref, copy, self._documents))
+            if cache:
+                self._open[shard_id] = shard
+            return shard
         handle: CachedShard | None = None
         path = ref.uri
         source: str | bytes | RangeFile | JsonlLines | None = None

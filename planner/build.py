@@ -24,10 +24,13 @@ from zephon.plan.format import (
     BINS_FILE,
     BINS_ROW_GROUP,
     BUNDLE_FILES,
+    COPIES_DIR,
+    COPIES_FILE,
     FORMAT_VERSION,
     PLAN_JSON,
     SAMPLES_FILE,
     SHARDS_FILE,
+    is_copy_name,
 )
 from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
 from zephon.plan.manifest import read_manifest, warn_plan
@@ -37,6 +40,7 @@ from zephon.planner.homogeneous import window_bound_rows
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.samples_writer import SamplesWriter, Totals
+from zephon.planner.selection_copies import copied_datasets, write_copies
 from zephon.planner.shortfalls import plan_warnings
 from zephon.planner.sources import overlaps
 from zephon.recipe.work_source import WorkSource
@@ -71,6 +75,7 @@ def _manifest(
     bins: Bins | None,
     dropped: np.ndarray | None = None,
     continued: Continued | None = None,
+    copies: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     source = prepared.source
     weights = prepared.config["mixture"]["weights"]
@@ -146,6 +151,8 @@ def _manifest(
     files: dict[str, Any] = {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE}
     if bins is not None:
         files["bins"] = BINS_FILE
+    if copies is not None:
+        files["copies"] = COPIES_FILE
     return (
         {
             "format_version": FORMAT_VERSION,
@@ -171,6 +178,7 @@ def _manifest(
         }
         | ({"phases": _phases(prepared, totals)} if prepared.source.phases and continued is None else {})
         | _sources(prepared, datasets)
+        | ({"selected_copies": copies} if copies is not None else {})
         | (continued.keys(prepared, _phases(prepared, totals)) if continued is not None else {})
     )
 
@@ -254,7 +262,7 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
             f"plan output directory must be new or empty, got existing {out_dir} — choose another path "
             "or pass overwrite=True (--overwrite)"
         )
-    foreign = [name for name in entries if name not in BUNDLE_FILES or (out_dir / name).is_dir()]
+    foreign = [name for name in entries if not _ours(out_dir / name)]
     if foreign or PLAN_JSON not in entries:
         what = f"{foreign[0]!r}" if foreign else f"no {PLAN_JSON}"
         raise ConfigError(
@@ -263,16 +271,35 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
         )
 
 
+def _ours(path: Path) -> bool:
+    """Whether a plan writer may have written ``path``: a bundle file, or the copies directory holding copies only."""
+    if path.is_symlink():
+        return False
+    if path.name == COPIES_DIR and path.is_dir():
+        return all(is_copy_name(p.name) and p.is_file() and not p.is_symlink() for p in path.iterdir())
+    return path.name in BUNDLE_FILES and path.is_file()
+
+
 def write_bundle(
-    prepared: PreparedPlan, out_dir: Path, *, overwrite: bool = False, continued: Continued | None = None
+    prepared: PreparedPlan,
+    out_dir: Path,
+    *,
+    overwrite: bool = False,
+    continued: Continued | None = None,
+    materialize_selections: bool = False,
 ) -> Path:
     """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``
     (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``).
+
+    ``materialize_selections``: also write compact copies of the rows the plan reads from its selected datasets'
+    shards (``zephon.planner.selection_copies``); the plan itself is the same.
 
     ``continued``: a continuation's kept parent rows, written first, and its ``lineage`` and ``phases`` keys
     (``zephon.planner.continuation``)."""
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
+    if materialize_selections:
+        copied_datasets(prepared)  # refused before anything is laid out
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
@@ -306,8 +333,9 @@ def write_bundle(
                     "length": b.length,
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
+        copies = write_copies(prepared, tmp, tmp / SAMPLES_FILE) if materialize_selections else None
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
-        manifest = _manifest(prepared, totals, bins, dropped, continued)
+        manifest = _manifest(prepared, totals, bins, dropped, continued, copies)
         (tmp / PLAN_JSON).write_text(_sealed_text(tmp, manifest), encoding="utf-8")
     return out_dir
 
@@ -341,9 +369,11 @@ def write_plan(
     workers: int | None = None,
     progress: bool | None = None,
     operators: tuple[Operator, ...] = (),
+    materialize_selections: bool = False,
 ) -> Path:
-    """Plan ``source`` and write the bundle to ``out_dir`` (``progress``, ``operators``: see ``prepare``)."""
+    """Plan ``source`` and write the bundle to ``out_dir`` (``progress``, ``operators``: see ``prepare``;
+    ``materialize_selections``: see ``write_bundle``)."""
     prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
-    written = write_bundle(prepared, out_dir, overwrite=overwrite)
+    written = write_bundle(prepared, out_dir, overwrite=overwrite, materialize_selections=materialize_selections)
     warn_plan(read_manifest(written))  # a budget not met or heavy repetition: zephon.PlanWarning
     return written

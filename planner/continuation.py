@@ -311,10 +311,11 @@ def continue_plan(
     workers: int | None = None,
     progress: bool | None = None,
     operators: tuple[Operator, ...] = (),
+    materialize_selections: bool = False,
 ) -> Path:
     """Write the plan that continues the parent at ``parent_dir`` from step ``at_step`` with ``source``'s
     configuration into ``out_dir`` (see the module docstring); ``state``: the run's checkpoint state at the
-    branch (required for estimated plans)."""
+    branch (required for estimated plans); ``materialize_selections``: see ``write_bundle``."""
     if at_step is not None and at_step < 0:
         raise ConfigError(f"--at-step must be >= 0, got {at_step} — give the first global step of the new plan")
     if global_batch is not None and global_batch < 1:
@@ -368,7 +369,9 @@ def continue_plan(
     prefix = Prefix(columns={k: (v[: branch.position] if v is not None else None) for k, v in columns.items()},
                     position=branch.position)  # fmt: skip
     continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle))
-    written = write_bundle(child, Path(out_dir), overwrite=overwrite, continued=continued)
+    written = write_bundle(
+        child, Path(out_dir), overwrite=overwrite, continued=continued, materialize_selections=materialize_selections
+    )
     warn_plan(read_manifest(written))
     return written
 

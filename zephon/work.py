@@ -52,6 +52,7 @@ class StaticMixtureWorkSource(WorkSource):
         at_step: int | None = None,
         global_batch: int | None = None,
         state: dict[str, Any] | None = None,
+        materialize_selections: bool = False,
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
@@ -65,6 +66,11 @@ class StaticMixtureWorkSource(WorkSource):
         are the parent's, byte for byte, and the rest follows this work source. An estimated parent needs the
         run's checkpoint ``state`` at the branch step (``Pipeline.state_dict()``, all lanes); an exact one
         ``at_step`` and ``global_batch``, or a ``state``.
+
+        ``materialize_selections``: also write into the bundle a compact copy of the rows the plan reads from
+        each shard of a dataset with a selection (``where``, ``metadata``, ``dedup_on``); runs read those instead
+        of the source, so a selective plan decodes no more per token than a plan without selection. The plan —
+        and every batch — is the same either way (docs/curricula.md, ``zephon.planner.selection_copies``).
         """
         from zephon.planner.build import write_plan
 
@@ -84,6 +90,7 @@ class StaticMixtureWorkSource(WorkSource):
                 workers=workers,
                 progress=progress,
                 operators=operators,
+                materialize_selections=materialize_selections,
             )
         if at_step is not None or global_batch is not None or state is not None:
             from zephon.errors import ConfigError
@@ -102,4 +109,5 @@ class StaticMixtureWorkSource(WorkSource):
             workers=workers,
             progress=progress,
             operators=operators,
+            materialize_selections=materialize_selections,
         )

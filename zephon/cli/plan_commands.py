@@ -29,6 +29,13 @@ if TYPE_CHECKING:
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty PLAN_DIR.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Count-pass processes (exact plans).")
 @click.option(
+    "--materialize-selections",
+    "materialize_selections",
+    is_flag=True,
+    help="Also copy the rows the plan reads from datasets with a selection into PLAN_DIR/selected/ (runs read "
+    "them instead of the source: no row group decoded for a few rows; the plan is the same).",
+)
+@click.option(
     "--continue-from",
     "continue_from",
     metavar="PARENT_PLAN",
@@ -53,6 +60,7 @@ def plan(
     output: Path,
     overwrite: bool,
     workers: int | None,
+    materialize_selections: bool,
     continue_from: Path | None,
     at_step: int | None,
     global_batch: int | None,
@@ -99,6 +107,7 @@ def plan(
                 overwrite=overwrite,
                 workers=workers,
                 progress=None,
+                materialize_selections=materialize_selections,
             )
         else:
             write_plan(
@@ -109,6 +118,7 @@ def plan(
                 overwrite=overwrite,
                 workers=workers,
                 progress=None,  # bars on a terminal only: zephon.storage.progress
+                materialize_selections=materialize_selections,
             )
         manifest = read_manifest(output)
     for line in plan_summary(manifest, str(output)):
@@ -198,6 +208,11 @@ def selection_lines(manifest: Manifest) -> list[str]:
         lines.append(
             f"  source of {', '.join(src['datasets'])}: {src['documents']} documents, "
             f"{src['in_several_selections']} in several selections; each read {reads['min']}-{reads['max']} times"
+        )
+    for name, c in (manifest.selected_copies or {}).items():
+        lines.append(
+            f"  copies of {name}: {c['rows']} planned rows of {count_of(c['shards'], 'shard')} in selected/, "
+            f"{c['bytes'] / 2**20:.1f} MiB (the source shards: {c['source_bytes'] / 2**20:.1f} MiB); runs read these"
         )
     return lines
 

@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError, one_line
 from zephon.plan.footer import read_footer
-from zephon.plan.format import BINS_SCHEMA, SHARDS_SCHEMA, check_schema, samples_schema
+from zephon.plan.format import BINS_SCHEMA, COPIES_SCHEMA, SHARDS_SCHEMA, check_schema, samples_schema
 from zephon.plan.integrity import (
     INTEGRITY_KEY,
     Integrity,
@@ -91,6 +91,8 @@ class CheckedBundle:
     samples: tuple[CheckedFile, ...]
     #: bins.parquet of a best-fit exact plan; ``None`` otherwise.
     bins: CheckedFile | None
+    #: selected.parquet of a plan written with ``materialize_selections``; ``None`` otherwise.
+    copies: CheckedFile | None
     #: Whether plan.json carries an integrity record (plans written before it do not; see docs/plan-format.md).
     sealed: bool
 
@@ -110,10 +112,17 @@ def open_bundle(plan_dir: str | os.PathLike[str]) -> CheckedBundle:
     samples = tuple(_checked(path / name, schema, integrity) for name in files.samples)
     shards = _checked(path / files.shards, SHARDS_SCHEMA, integrity)
     bins = _checked(path / files.bins, BINS_SCHEMA, integrity) if files.bins is not None else None
+    copies = _checked(path / files.copies, COPIES_SCHEMA, integrity) if files.copies is not None else None
     _check_rows(samples, manifest.totals.documents, "documents")
     _check_rows((shards,), manifest.totals.shards, "shards")
     return CheckedBundle(
-        path=path, manifest=manifest, shards=shards, samples=samples, bins=bins, sealed=integrity is not None
+        path=path,
+        manifest=manifest,
+        shards=shards,
+        samples=samples,
+        bins=bins,
+        copies=copies,
+        sealed=integrity is not None,
     )
 
 

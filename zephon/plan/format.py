@@ -8,6 +8,8 @@ PLAN_DIR/
   shards.parquet   one row per shard (SHARDS_SCHEMA)
   samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA)
   bins.parquet     best-fit exact plans only: the planned rows (BINS_SCHEMA)
+  selected.parquet plans written with materialize_selections only: one row per copied shard (COPIES_SCHEMA)
+  selected/        those copies, COPY_NAME each (zephon.planner.selection_copies)
 ```
 
 Version rule: ``FORMAT_VERSION`` is a single integer. A change that a reader of the previous version would
@@ -34,8 +36,10 @@ PLAN_JSON = "plan.json"
 SHARDS_FILE = "shards.parquet"
 SAMPLES_FILE = "samples.parquet"
 BINS_FILE = "bins.parquet"
+COPIES_FILE = "selected.parquet"
+COPIES_DIR = "selected"
 #: Every file a bundle may hold: a directory with anything else in it is not (only) a plan bundle.
-BUNDLE_FILES = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE, BINS_FILE})
+BUNDLE_FILES = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE, BINS_FILE, COPIES_FILE})
 
 #: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
 SAMPLES_ROW_GROUP = 65_536
@@ -103,6 +107,33 @@ BINS_SCHEMA = pa.schema(
 BINS_ROW_GROUP = 65_536
 
 SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst")
+
+# Plans written with ``materialize_selections`` only: a compact copy of the rows the plan reads from shard
+# ``shard_id`` (of a dataset with a selection) is ``selected/<file>``: the source's columns and, last, the source row
+# of each copied row (COPY_ROW_COLUMN), in row order. ``rows``, ``bytes``, ``row_groups`` and ``fingerprint`` are the
+# copy's, checked when the executor opens it, as it checks a local shard (zephon.planner.selection_copies).
+COPIES_SCHEMA = pa.schema(
+    [
+        pa.field("shard_id", pa.int32(), nullable=False),
+        pa.field("file", pa.string(), nullable=False),
+        pa.field("rows", pa.int64(), nullable=False),
+        pa.field("bytes", pa.int64(), nullable=False),
+        pa.field("row_groups", pa.int32(), nullable=False),
+        pa.field("fingerprint", pa.string(), nullable=False),
+    ]
+)
+#: The source row of each row of a copy (int64); a source shard with a column of that name is not copied.
+COPY_ROW_COLUMN = "__zephon_source_row"
+
+
+def copy_name(shard_id: int) -> str:
+    """The file name of shard ``shard_id``'s copy under ``COPIES_DIR``."""
+    return f"{shard_id:010d}.parquet"
+
+
+def is_copy_name(name: str) -> bool:
+    """Whether ``name`` is one ``copy_name`` gives (what a plan writer may have written under ``COPIES_DIR``)."""
+    return len(name) == 18 and name.endswith(".parquet") and name[:10].isdigit() and name[:10].isascii()
 
 
 def _same_type(got: pa.DataType | None, want: pa.DataType) -> bool:

@@ -119,7 +119,7 @@ def key_digests(manifest: Mapping[str, Any]) -> dict[str, str]:
 def _bundle_files(manifest: Mapping[str, Any]) -> list[str]:
     files = manifest.get("files") or {}
     names = [*files.get("samples", []), files.get("shards") or SHARDS_FILE]
-    return names + ([files["bins"]] if files.get("bins") else [])
+    return names + [files[key] for key in ("bins", "copies") if files.get(key)]
 
 
 def row_group_digest(path: str | os.PathLike[str], metadata: pq.FileMetaData) -> str:

@@ -139,6 +139,8 @@ class PlanFiles:
     samples: tuple[str, ...]
     shards: str = SHARDS_FILE
     bins: str | None = None
+    #: selected.parquet of a plan written with ``materialize_selections``; ``None`` otherwise.
+    copies: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -298,6 +300,9 @@ class Manifest:
     #: Datasets that are selections of one source and how often each document is read, as JSON
     #: (``zephon.planner.selection.overlaps``); ``()`` in plans without selections.
     sources: tuple[Mapping[str, Any], ...] = ()
+    #: Plans written with ``materialize_selections``: per copied dataset, its copies' shards, rows, bytes and the
+    #: source bytes they stand for, as JSON (``zephon.planner.selection_copies``); ``None`` otherwise.
+    selected_copies: Mapping[str, Any] | None = None
     #: Continued plans: the parent, the branch and the segments (``zephon.planner.continuation``); ``None``
     #: in plans laid out from their start.
     lineage: PlanLineage | None = None
@@ -397,6 +402,7 @@ def parse_manifest(data: object, file: Path) -> Manifest:
         integrity=json_mapping().optional(),
         warnings=list_of(_warning).optional(()),
         sources=list_of(lambda o: MappingProxyType(o.data)).optional(()),
+        selected_copies=json_mapping().optional(),
         lineage=nested(_lineage).optional(),
     )
     exact = values["kind"] == "exact"
@@ -482,7 +488,9 @@ def _budget(o: JsonObject) -> PlanBudget:
 
 
 def _files(o: JsonObject) -> PlanFiles:
-    return PlanFiles(**o.read(samples=texts(), shards=NAME.optional(SHARDS_FILE), bins=NAME.optional()))
+    return PlanFiles(
+        **o.read(samples=texts(), shards=NAME.optional(SHARDS_FILE), bins=NAME.optional(), copies=NAME.optional())
+    )
 
 
 def _totals(o: JsonObject) -> PlanTotals:

@@ -1,0 +1,116 @@
+"""Reading a selected dataset's shard through the compact copy its plan holds (``materialize_selections``).
+
+A plan written with ``materialize_selections`` holds, per shard of a dataset with a selection, a copy of the rows
+it reads from that shard (``zephon.plan.format``: ``COPIES_FILE``, ``COPIES_DIR``; written by
+``zephon.planner.selection_copies``). ``CopiedShard`` stands in for the source shard: asked for source rows, it
+reads the copy rows that hold them. The copy's row ``i`` is source row ``source_rows[i]`` (its
+``COPY_ROW_COLUMN``, read once when the copy is opened: 8 bytes a row), so source row ``r`` is copy row
+``searchsorted(source_rows, r)``.
+
+Checked when a copy is opened, like a local shard: it exists with the size, rows and footer fingerprint recorded
+in ``COPIES_FILE`` (sealed in the plan's integrity record), and its source rows are sorted and distinct. A row
+the plan asks for that the copy lacks is an error naming both files, never a wrong document.
+
+Errors about a document name the source shard and row (what ``zephon show`` and provenance name); errors about the
+file name the copy. The source shard is never opened.
+
+Example: the copy of shard 3 holds source rows [2, 7, 950]; ``read([950, 2])`` decodes the copy's row groups
+holding copy rows 2 and 0 and returns the texts of source rows 950 and 2.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from zephon.errors import DatasetError, PlanFormatError, one_line
+from zephon.executor.bad_documents import BadDocuments
+from zephon.executor.parquet_shard import ParquetShard
+from zephon.plan.bundle import CheckedFile
+from zephon.plan.format import COPIES_DIR, COPY_ROW_COLUMN
+from zephon.plan.records import ShardRef
+
+__all__ = ["CopiedShard", "copy_refs"]
+
+_REPLAN = "restore the plan bundle's selected/ directory, or re-plan"
+
+
+def copy_refs(plan_dir: Path, copies: CheckedFile | None, shards: list[ShardRef]) -> dict[int, ShardRef]:
+    """Source shard id → its copy as a shard (uri: the copy's path; rows, bytes, fingerprint: the copy's)."""
+    if copies is None:
+        return {}
+    table = copies.read().to_pydict()
+    by_id = {s.shard_id: s for s in shards}
+    out: dict[int, ShardRef] = {}
+    for i, shard_id in enumerate(table["shard_id"]):
+        source = by_id.get(shard_id)
+        if source is None:
+            raise PlanFormatError(
+                f"{copies.path} row {i} must name a shard of the plan, got shard_id {shard_id} — {_REPLAN}"
+            )
+        out[shard_id] = ShardRef(
+            shard_id=shard_id,
+            dataset_id=source.dataset_id,
+            dataset=source.dataset,
+            uri=str(plan_dir / COPIES_DIR / table["file"][i]),
+            format="parquet",
+            rows=table["rows"][i],
+            bytes=table["bytes"][i],
+            row_groups=table["row_groups"][i],
+            fingerprint=table["fingerprint"][i],
+        )
+    return out
+
+
+class CopiedShard:
+    """Source shard ``source`` read through its copy ``copy`` (see the module docstring)."""
+
+    __slots__ = ("_documents", "copy", "shard", "source", "source_rows")
+
+    def __init__(self, source: ShardRef, copy: ShardRef, documents: BadDocuments) -> None:
+        self.source = source
+        self.copy = copy
+        self._documents = documents
+        where = f"dataset {source.dataset!r}: the copy {copy.uri} of shard {source.uri}"
+        try:
+            size = os.path.getsize(copy.uri)
+        except OSError as exc:
+            raise DatasetError(f"{where} must exist as planned, got {exc.strerror} — {_REPLAN}") from exc
+        if size != copy.bytes:
+            raise DatasetError(f"{where} must be {copy.bytes} bytes as planned, got {size} — {_REPLAN}")
+        self.shard = ParquetShard(copy, copy.uri, documents, check_fingerprint=True)
+        try:
+            column = self.shard.file.read(columns=[COPY_ROW_COLUMN], use_threads=False).column(0)
+        except (OSError, ValueError, KeyError, pa.ArrowException) as exc:
+            raise DatasetError(f"{where} must hold {COPY_ROW_COLUMN}, got {one_line(exc)} — {_REPLAN}") from exc
+        rows = column.to_numpy().astype(np.int64)
+        if len(rows) and (np.any(np.diff(rows) <= 0) or rows[0] < 0 or rows[-1] >= source.rows):
+            raise DatasetError(f"{where} must hold sorted distinct rows of the shard, got others — {_REPLAN}")
+        self.source_rows = rows
+
+    @property
+    def file(self) -> pq.ParquetFile:
+        return self.shard.file
+
+    def read(self, rows: np.ndarray) -> list[object]:
+        """Texts of source ``rows`` in the order given (None: a skipped bad document)."""
+        at = np.searchsorted(self.source_rows, rows)
+        inside = at < len(self.source_rows)
+        if not inside.all() or not np.array_equal(self.source_rows[at], rows):
+            bad = int(rows[~inside][0]) if not inside.all() else int(rows[self.source_rows[at] != rows][0])
+            raise DatasetError(
+                f"dataset {self.source.dataset!r}: row {bad} of shard {self.source.uri} must be in its copy "
+                f"{self.copy.uri}, got a copy without it — {_REPLAN}"
+            )
+        values = self.shard.values(at)
+        if not self.shard.nulls:
+            return values
+        text, ref = self._documents.text, self.source
+        return [text(ref, row, v) for row, v in zip(rows.tolist(), values, strict=True)]
+
+    def close(self) -> None:
+        self.shard.close()
