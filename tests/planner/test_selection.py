@@ -337,7 +337,8 @@ def test_the_curricula_doc_example_on_the_demo_sidecar(tmp_path, monkeypatch) ->
     doc = (Path(__file__).parents[2] / "docs" / "curricula.md").read_text(encoding="utf-8")
     code = doc.split("## Worked example on the demo data")[1].split("```python\n")[1].split("```")[0]
     monkeypatch.chdir(tmp_path)
-    exec(compile(code, "curricula.md", "exec"), {})  # the documented example, as written
+    names: dict = {}
+    exec(compile(code, "curricula.md", "exec"), names)  # the documented example, as written
     shown = doc.split("`zephon plan` (or")[1].split("```\n")[1].split("```")[0].splitlines()
     lines = plan_summary(read_manifest(tmp_path / "curriculum"), "curriculum")
 
@@ -345,6 +346,11 @@ def test_the_curricula_doc_example_on_the_demo_sidecar(tmp_path, monkeypatch) ->
         return re.sub(r"config \w+$", "config", re.sub(r"sidecar \S+ on", "sidecar on", line))
 
     assert [masked(x) for x in lines] == [masked(x) for x in shown]
+    # "Copies of the selected rows": the same plan with copies prints the lines the doc shows, after the others
+    names["work_source"].plan("curriculum", materialize_selections=True, overwrite=True)
+    copied = doc.split("adds to its summary:")[1].split("```\n")[1].split("```")[0].splitlines()
+    lines_copied = plan_summary(read_manifest(tmp_path / "curriculum"), "curriculum")
+    assert [masked(x) for x in lines_copied] == [masked(x) for x in shown + copied]
 
 
 def test_a_selection_past_duckdbs_memory_limit_says_which_setting_to_raise(corpus, tmp_path, monkeypatch) -> None:
