@@ -26,6 +26,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from zephon.errors import ConfigError
+from zephon.executor.cores import usable_cores
 
 #: ``ZEPHON_DECODE_THREADS``: ``auto`` (default) or a number of threads (1: no pool).
 DECODE_THREADS_ENV = "ZEPHON_DECODE_THREADS"
@@ -40,7 +41,7 @@ def decode_threads() -> int:
     """Threads decoding row groups (``ZEPHON_DECODE_THREADS``, read at each call)."""
     value = os.environ.get(DECODE_THREADS_ENV, "").strip().lower() or "auto"
     if value == "auto":
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        cores = usable_cores()
         return max(1, min(MAX_THREADS, cores))
     if not value.isdigit() or int(value) < 1:
         raise ConfigError(

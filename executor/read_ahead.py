@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from zephon.errors import ConfigError
+from zephon.executor.cores import usable_cores
 
 #: ``ZEPHON_READ_AHEAD``: ``auto`` (default), ``on`` or ``off``.
 READ_AHEAD_ENV = "ZEPHON_READ_AHEAD"
@@ -47,7 +48,7 @@ def read_ahead_enabled(value: str | None = None) -> bool:
         raise ConfigError(f'{READ_AHEAD_ENV} must be "auto", "on" or "off", got {choice!r}')
     if choice != "auto":
         return choice == "on"
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    cores = usable_cores()
     return cores > 1
 
 

@@ -50,6 +50,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from zephon.errors import TokenizerError, one_line
+from zephon.executor.cores import usable_cores
 from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
 from zephon.specs import TokenizeSpec
 from zephon.storage.local import display_missing, display_path, looks_like_local_path
@@ -235,7 +236,7 @@ def tokenizer_threads(setting: int | None = None) -> int:
     value = os.environ.get("RAYON_NUM_THREADS", "")
     if value.isdigit() and int(value) > 0:
         return int(value)
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return usable_cores()
 
 
 @dataclass(frozen=True, slots=True)
