@@ -362,3 +362,33 @@ def test_remote_row_groups_excluded_by_statistics_are_not_read(s3, tmp_path) -> 
     b = _source(Dataset.from_path("web", s3.url("sorted/"), metadata=s3.url("side/"), **args)).plan(tmp_path / "d")
     _same_plans(a, b)
     assert _selection(b)["sidecar"]["documents_without_metadata"] == 60
+
+
+def test_copies_of_a_remote_selection_are_the_local_ones_and_runs_never_reach_the_store(
+    s3, files, tmp_path, tokenizer_dir
+) -> None:
+    """materialize_selections over s3://: the copies are byte for byte those of the same plan over the local files,
+    and a run reads them with no shard cache (a run that had to reach the store would be refused without one)."""
+    root = _local(files, tmp_path / "local")
+    s3.upload_dir(root, "corpus/")
+    where = {"where": "score >= 3 AND lang = 'en'"}
+    local = _source(Dataset.from_path("web", root / "web", **where)).plan(tmp_path / "a", materialize_selections=True)
+    remote = _source(Dataset.from_path("web", s3.url("corpus/web/"), **where))
+    remote_plan = remote.plan(tmp_path / "b", materialize_selections=True)
+    _same_plans(local, remote_plan)
+    copies = sorted(p.name for p in (local / "selected").iterdir())
+    assert copies == sorted(p.name for p in (remote_plan / "selected").iterdir()) and len(copies) == SHARDS
+    for name in copies:
+        assert (local / "selected" / name).read_bytes() == (remote_plan / "selected" / name).read_bytes()
+    spec = ExecutorSpec(
+        tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir),
+        pack=PackSpec(max_length=64),
+        batch=BatchSpec(microbatch_size=4),
+    )  # no StoreOptions: no shard cache
+
+    def run(plan: Path) -> list[bytes]:
+        return [b.tokens.tobytes() for b in iterate_batches(plan, spec)]
+
+    assert run(remote_plan) == run(local)
+    with pytest.raises(ConfigError, match=r"remote shards must be read through the shard cache"):
+        run(_source(Dataset.from_path("web", s3.url("corpus/web/"), **where)).plan(tmp_path / "c"))
