@@ -191,3 +191,20 @@ def test_zephon_plan_materialize_selections_writes_and_reports_the_copies(corpus
     copies = json.loads((out / "plan.json").read_text())["selected_copies"]["web"]
     assert f"  copies of web: {copies['rows']} planned rows of {SHARDS} shards in selected/" in result.output
     assert len(list((out / "selected").iterdir())) == SHARDS
+
+
+def test_a_continued_plan_with_copies_runs_as_without(corpus, tmp_path, tokenizer_dir) -> None:
+    """A continuation's kept steps and its new segment read their copies too (copies of the child's own samples)."""
+    from zephon.specs import PackSpec, TokenizeSpec
+
+    parent = _plan(corpus, tmp_path / "parent", tokenizer_dir, exact=True, copies=False)
+    tok, pack = TokenizeSpec(tokenizer_id=tokenizer_dir), PackSpec(max_length=33)
+    child = _source(corpus, exact=True, epochs=3)  # one more pass than the parent
+    kw = {"continue_from": parent, "at_step": 3, "global_batch": 2, "tokenize": tok, "pack": pack}
+    copied = child.plan(tmp_path / "copied", materialize_selections=True, **kw)
+    bare = child.plan(tmp_path / "bare", **kw)
+    assert (copied / "samples.parquet").read_bytes() == (bare / "samples.parquet").read_bytes()
+    assert json.loads((copied / "plan.json").read_text())["selected_copies"]["web"]["shards"] == SHARDS
+    want = _batches(bare, tokenizer_dir)
+    shutil.rmtree(corpus / "web")
+    assert _batches(copied, tokenizer_dir) == want

@@ -32,7 +32,18 @@ from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 TOKEN = "hf_ZephonSecretToken0123456789abcdefXY"
 WRONG = "hf_ZephonWrongToken9876543210zyxwvuTS"
 FINEWEB = "hf://HuggingFaceFW/fineweb-edu/sample-10BT/train"
-LOGGERS = ("", "zephon", "huggingface_hub", "httpx", "httpcore", "urllib3", "filelock", "transformers", "fsspec", "botocore")
+LOGGERS = (
+    "",
+    "zephon",
+    "huggingface_hub",
+    "httpx",
+    "httpcore",
+    "urllib3",
+    "filelock",
+    "transformers",
+    "fsspec",
+    "botocore",
+)
 
 
 @pytest.fixture

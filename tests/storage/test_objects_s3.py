@@ -232,7 +232,6 @@ def test_range_mode_reads_plain_jsonl_rows_by_their_line_index(s3, tmp_path, tok
     assert REQUESTS["whole"] == 2
 
 
-
 def _run_in_child(plan: Path, tokenizer_dir: str, out) -> None:
     try:
         out.put(run(plan, tokenizer_dir, StoreOptions(remote_read="range")))
