@@ -6,6 +6,7 @@ import importlib.util
 import json
 import pickle
 import random
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -371,11 +372,8 @@ def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
     assert again.refused == encoder.refused and again.engine == "tiktoken"
 
 
-def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer_dir: str, monkeypatch) -> None:
-    """A candidate still in its trial does not hold up the first batch: ``tokenizers`` encodes it (the same ids);
-    the candidate takes over once ready and checked on the first batch's documents."""
-    import threading
-
+def tiktoken_held_back(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Candidates tiktoken then tokenizers, tiktoken's load held until the returned event is set."""
     release = threading.Event()
     real_init = TiktokenEngine.__init__
 
@@ -385,6 +383,13 @@ def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer
 
     monkeypatch.setattr(TiktokenEngine, "__init__", slow_init)
     monkeypatch.setattr(choose, "CANDIDATES", ("tiktoken", "tokenizers"))
+    return release
+
+
+def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer_dir: str, monkeypatch) -> None:
+    """A candidate still in its trial does not hold up the first batch: ``tokenizers`` encodes it (the same ids);
+    the candidate takes over once ready and checked on the first batch's documents."""
+    release = tiktoken_held_back(monkeypatch)
     spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
     encoder, reference = Encoder(spec), Encoder(spec, engine="tokenizers")
     first, later = demo_documents(4), TRICKY + demo_documents(8)
@@ -439,17 +444,7 @@ def test_a_crash_prone_engine_holds_one_tokenizer_per_process(tmp_path: Path, mo
 def test_verdicts_go_to_the_cache_the_run_started_with(tokenizer_dir: str, monkeypatch, _isolated_cache, tmp_path):
     """The engine is prepared on a thread that may outlive the call that started it (and ``$ZEPHON_CACHE_DIR`` may
     change meanwhile): its verdicts land in the cache that call saw, never in a later one."""
-    import threading
-
-    release = threading.Event()
-    real_init = TiktokenEngine.__init__
-
-    def slow_init(self, *args):
-        release.wait(30)
-        real_init(self, *args)
-
-    monkeypatch.setattr(TiktokenEngine, "__init__", slow_init)
-    monkeypatch.setattr(choose, "CANDIDATES", ("tiktoken", "tokenizers"))
+    release = tiktoken_held_back(monkeypatch)
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
     later = tmp_path / "later-cache"
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(later))
