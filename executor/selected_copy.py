@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, PlanFormatError, one_line
 from zephon.executor.bad_documents import BadDocuments
@@ -91,10 +90,6 @@ class CopiedShard:
         if len(rows) and (np.any(np.diff(rows) <= 0) or rows[0] < 0 or rows[-1] >= source.rows):
             raise DatasetError(f"{where} must hold sorted distinct rows of the shard, got others — {_REPLAN}")
         self.source_rows = rows
-
-    @property
-    def file(self) -> pq.ParquetFile:
-        return self.shard.file
 
     def read(self, rows: np.ndarray) -> list[object]:
         """Texts of source ``rows`` in the order given (None: a skipped bad document)."""

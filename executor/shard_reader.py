@@ -99,8 +99,8 @@ class _OpenShard:
 
     @property
     def parquet(self) -> pq.ParquetFile | None:
-        """The Parquet file (None for JSONL)."""
-        return self.text.file if isinstance(self.text, ParquetShard | CopiedShard) else None
+        """The Parquet file (None for JSONL, and for a plan's copy: its rows are not the shard's)."""
+        return self.text.file if isinstance(self.text, ParquetShard) else None
 
     @property
     def spans(self) -> tuple[np.ndarray, np.ndarray] | None:
