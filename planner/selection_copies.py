@@ -10,8 +10,9 @@ decodes.
 
 What a copy holds: every column of the source shard, the same types, for the distinct rows of that shard in
 samples.parquet, in row order, plus ``COPY_ROW_COLUMN`` (the source row, int64) last. Row groups hold as many rows
-as the source's largest row group, snappy-compressed (the fastest to decode). Written with pyarrow in a fixed way,
-so the same plan writes the same bytes.
+as the source's largest row group, compressed with the codec of the source's largest column (``_codec``: its text,
+as a rule), so a copied row costs what it cost in the source to decode. Written with pyarrow in a fixed way, so the
+same plan writes the same bytes.
 
 Invariant: row ``i`` of shard ``s``'s copy is row ``source_row[i]`` of ``s`` with its values unchanged, and
 ``source_row`` is the sorted distinct rows of ``s`` in samples.parquet. The plan itself — samples, shards,
@@ -138,6 +139,20 @@ def _source(ref: ShardRef) -> Iterator[pq.ParquetFile]:
             handle.close()
 
 
+#: Parquet codecs as the footer names them → pyarrow's writer names (LZO cannot be written: snappy instead).
+_CODECS = {"UNCOMPRESSED": "none", "SNAPPY": "snappy", "GZIP": "gzip", "BROTLI": "brotli", "ZSTD": "zstd",
+           "LZ4": "lz4", "LZ4_RAW": "lz4", "LZO": "snappy"}  # fmt: skip
+
+
+def _codec(meta: pq.FileMetaData) -> str:
+    """The codec of the source's largest column chunk in its first row group (snappy for an empty file)."""
+    if meta.num_row_groups == 0 or meta.num_columns == 0:
+        return "snappy"
+    group = meta.row_group(0)
+    largest = max(range(meta.num_columns), key=lambda i: group.column(i).total_uncompressed_size)
+    return _CODECS.get(group.column(largest).compression.upper(), "snappy")
+
+
 def _copy_shard(ref: ShardRef, rows: np.ndarray, out: Path) -> None:
     """Write the copy of ``rows`` of shard ``ref`` to ``out`` (see the module docstring)."""
     with _source(ref) as file:
@@ -149,7 +164,8 @@ def _copy_shard(ref: ShardRef, rows: np.ndarray, out: Path) -> None:
         schema = file.schema_arrow.append(pa.field(COPY_ROW_COLUMN, pa.int64(), nullable=False))
         pending: list[pa.Table] = []
         held = 0
-        with pq.ParquetWriter(out, schema, compression="snappy", write_statistics=[COPY_ROW_COLUMN]) as writer:
+        codec = _codec(meta)
+        with pq.ParquetWriter(out, schema, compression=codec, write_statistics=[COPY_ROW_COLUMN]) as writer:
             for g in np.unique(groups).tolist():
                 picked = rows[groups == g]
                 try:

@@ -37,7 +37,8 @@ def _write(root: Path, name: str, seed: int) -> Path:
         text = [f"{name} {s}-{r} " + "word " * int(1 + (r * 7) % 11) for r in range(ROWS)]
         meta = [{"url": f"u{s}/{r}", "n": int(r)} for r in range(ROWS)]
         table = pa.table({"id": [f"{name}-{s}-{r}" for r in range(ROWS)], "text": text, "score": score, "meta": meta})
-        pq.write_table(table, root / name / f"{s}.parquet", row_group_size=8)
+        codec = "zstd" if name == "web" else "snappy"  # copies take the source's codec
+        pq.write_table(table, root / name / f"{s}.parquet", row_group_size=8, compression=codec)
     return root / name
 
 
@@ -104,6 +105,8 @@ def test_each_copy_holds_exactly_the_planned_rows_of_its_shard_and_the_plan_is_u
         source = pq.read_table(uri[shard_id])
         assert copy.drop_columns([COPY_ROW_COLUMN]).equals(source.take(pa.array(planned)))
         assert all(source.column("score").to_numpy()[planned] >= 4)
+        meta = pq.ParquetFile(plan / "selected" / file).metadata
+        assert meta.row_group(0).column(1).compression == "ZSTD" and meta.row_group(0).num_rows == 8
         rows_total += len(planned)
     copies = manifest["selected_copies"]
     assert list(copies) == ["web"] and copies["web"]["shards"] == SHARDS and copies["web"]["rows"] == rows_total
