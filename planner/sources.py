@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from zephon.plan.records import ShardRef
+from zephon.planner.distinct import sorted_distinct
 from zephon.planner.selection import SelectedRows
 
 __all__ = ["overlaps"]
@@ -53,7 +54,7 @@ def overlaps(
             codes.append(np.sort(code))
             low.append(planned[i] // len(code))
             high.append(-(-planned[i] // len(code)))
-        union = np.unique(np.concatenate(codes))
+        union = sorted_distinct(np.concatenate(codes))
         member = np.stack([np.isin(union, c, assume_unique=True) for c in codes])
         least = (member * np.array(low)[:, None]).sum(axis=0)
         most = (member * np.array(high)[:, None]).sum(axis=0)
