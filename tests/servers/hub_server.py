@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,15 @@ class RequestRecord:
     authorized: bool  # an Authorization header was sent (its value is never logged)
 
 
+class _HubHTTPServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that reset its connection (a run that stopped reading, a test that ended) is expected: no
+        traceback on stderr. Any other error is printed as usual."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class HubServer:
     """In-memory Hub. Start with :meth:`start` (random port on 127.0.0.1); ``url`` is the endpoint."""
 
@@ -130,7 +140,7 @@ class HubServer:
         class Handler(_Handler):
             server_hub = hub
 
-        self._httpd = ThreadingHTTPServer((self._host, 0), Handler)
+        self._httpd = _HubHTTPServer((self._host, 0), Handler)
         self._httpd.daemon_threads = True
         threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, name="hub-server", daemon=True
