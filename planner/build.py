@@ -298,8 +298,7 @@ def write_bundle(
     (``zephon.planner.continuation``)."""
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
-    if materialize_selections:
-        copied_datasets(prepared)  # refused before anything is laid out
+    copied = copied_datasets(prepared) if materialize_selections else None  # refused before anything is laid out
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
@@ -333,7 +332,7 @@ def write_bundle(
                     "length": b.length,
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
-        copies = write_copies(prepared, tmp, tmp / SAMPLES_FILE) if materialize_selections else None
+        copies = write_copies(prepared, copied, tmp, tmp / SAMPLES_FILE) if copied is not None else None
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
         manifest = _manifest(prepared, totals, bins, dropped, continued, copies)
         (tmp / PLAN_JSON).write_text(_sealed_text(tmp, manifest), encoding="utf-8")

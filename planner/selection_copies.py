@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.executor.cores import usable_cores
-from zephon.plan.footer import parquet_fingerprint
+from zephon.plan.footer import read_footer
 from zephon.plan.format import COPIES_DIR, COPIES_FILE, COPIES_SCHEMA, COPY_ROW_COLUMN, copy_name
 from zephon.plan.records import ShardRef
 from zephon.planner.distinct import sorted_distinct
@@ -194,20 +194,19 @@ def _copy_shard(ref: ShardRef, rows: np.ndarray, out: Path) -> None:
 
 
 def _copy_one(plan_dir: Path, ref: ShardRef, rows: np.ndarray) -> tuple[int, int, str]:
-    """Copy one shard; its copy's (row groups, bytes, fingerprint)."""
+    """Copy one shard; its copy's (row groups, bytes, fingerprint), from one read of its footer."""
     out = plan_dir / COPIES_DIR / copy_name(ref.shard_id)
     _copy_shard(ref, rows, out)
-    size, fingerprint = parquet_fingerprint(out)
-    return pq.ParquetFile(out).metadata.num_row_groups, size, fingerprint
+    footer = read_footer(out)
+    return footer.metadata().num_row_groups, footer.size, footer.fingerprint
 
 
-def write_copies(prepared: PreparedPlan, plan_dir: Path, samples: Path) -> dict[str, Any]:
-    """Copy the planned rows of every selected dataset's shards into ``plan_dir`` (``samples``: its written
-    samples.parquet) and write ``COPIES_FILE``; plan.json's ``selected_copies`` per dataset name.
+def write_copies(prepared: PreparedPlan, datasets: list[int], plan_dir: Path, samples: Path) -> dict[str, Any]:
+    """Copy the planned rows of the shards of ``datasets`` (``copied_datasets``) into ``plan_dir`` (``samples``:
+    its written samples.parquet) and write ``COPIES_FILE``; plan.json's ``selected_copies`` per dataset name.
 
     Shards are copied side by side, one per usable core (pyarrow decodes and encodes without the GIL); each copy is
     its own file, so the bytes do not depend on the order they finish in."""
-    datasets = copied_datasets(prepared)
     refs = {r.shard_id: r for i in datasets for r in prepared.shards[i]}
     (plan_dir / COPIES_DIR).mkdir()
     work = [(refs[shard_id], rows) for shard_id, rows in _planned_rows(samples, datasets)]
