@@ -95,8 +95,10 @@ class CopiedShard:
         """Texts of source ``rows`` in the order given (None: a skipped bad document)."""
         at = np.searchsorted(self.source_rows, rows)
         inside = at < len(self.source_rows)
-        if not inside.all() or not np.array_equal(self.source_rows[at], rows):
-            bad = int(rows[~inside][0]) if not inside.all() else int(rows[self.source_rows[at] != rows][0])
+        found = np.zeros(len(rows), bool)
+        found[inside] = self.source_rows[at[inside]] == rows[inside]
+        if not found.all():
+            bad = int(rows[~found][0])
             raise DatasetError(
                 f"dataset {self.source.dataset!r}: row {bad} of shard {self.source.uri} must be in its copy "
                 f"{self.copy.uri}, got a copy without it — {_REPLAN}"

@@ -211,3 +211,19 @@ def test_a_continued_plan_with_copies_runs_as_without(corpus, tmp_path, tokenize
     want = _batches(bare, tokenizer_dir)
     shutil.rmtree(corpus / "web")
     assert _batches(copied, tokenizer_dir) == want
+
+
+def test_a_row_the_copy_lacks_is_an_error_naming_both_files(corpus, tmp_path, tokenizer_dir) -> None:
+    from zephon.executor.plan_reader import PlanBundle
+    from zephon.executor.shard_reader import ShardReader
+
+    plan = _plan(corpus, tmp_path / "p", tokenizer_dir)
+    bundle = PlanBundle(plan)
+    shard_id = next(iter(bundle.copies))
+    reader = ShardReader(bundle.shards, "text", capacity=2, copies=bundle.copies)
+    kept = reader.open_shard(shard_id).text.source_rows  # type: ignore[union-attr]
+    assert reader.texts(np.full(2, shard_id), kept[[-1, 0]])[0].startswith("web ")
+    for missing in (int(np.setdiff1d(np.arange(ROWS), kept)[0]), ROWS + 5):  # a gap, and past the last copied row
+        rows = np.array([kept[0], missing])
+        with pytest.raises(DatasetError, match=rf"^dataset 'web': row {missing} of shard \S+ must be in its copy "):
+            reader.texts(np.full(2, shard_id), rows)
