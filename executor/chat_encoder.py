@@ -140,10 +140,6 @@ class ChatEncoder(OnBaseEncoder):
         return self._chat_settled and self.base.settled
 
     @property
-    def chosen(self) -> bool:
-        return self._chat_settled and self.base.chosen
-
-    @property
     def engine_note(self) -> str:
         return "; ".join(f"{name}: {reason}" for name, reason in self.refused.items())
 

@@ -79,6 +79,10 @@ class OnBaseEncoder:
 
     base: Encoder
 
+    def close(self) -> None:
+        """Stop the seed encoder's thread pool (the end of a run)."""
+        self.base.close()
+
     @property
     def threads(self) -> int:
         return self.base.threads
@@ -98,10 +102,6 @@ class OnBaseEncoder:
     @property
     def settled(self) -> bool:
         return self.base.settled
-
-    @property
-    def chosen(self) -> bool:
-        return self.base.chosen
 
     @property
     def engine_note(self) -> str:

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
 from zephon.executor.pack import PackedRows, concat_rows
@@ -258,11 +259,20 @@ class Tokenize:
         if got.texts and (self._pool is None or not self.verified):
             self.verified = True
             encoded = Future()
-            encoded.set_result(self.encoder.encode_flat(got.texts))
+            encoded.set_result(self._encode(got, split=True))
         elif got.texts:
             assert self._pool is not None
-            encoded = self._pool.submit(self.encoder.encode_flat, got.texts, split=False)
+            encoded = self._pool.submit(self._encode, got, split=False)
         return ChunkTokens(chunk=got.chunk, keep=got.keep, encoded=encoded, reports=got.reports, skipped=got.skipped)
+
+    def _encode(self, got: ChunkTexts, *, split: bool) -> Encoded:
+        """The chunk's texts encoded; a spot-check mismatch names the document's dataset, shard and row."""
+        try:
+            return self.encoder.encode_flat(got.texts, split=split)
+        except EngineMismatch as exc:
+            i = int(got.keep[exc.index])
+            shard, row = int(got.chunk.shard_id[i]), int(got.chunk.row[i])
+            raise exc.located(self.texts.reader.ref(shard), row) from None
 
     def close(self) -> None:
         """Stop the pool (after the producer has stopped): queued encodings are cancelled."""

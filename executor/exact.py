@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import names as operator_names
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
@@ -213,13 +214,24 @@ class ExactSequences:
             ahead = self._upcoming(ks, len(positions))
             want = np.union1d(missing, ahead[~_isin(ahead, cached)])
             rows = self.samples.rows(want)
-            encoded = self.encoder.encode_flat(self.reader.texts(rows["shard_id"], rows["row"]))
+            encoded = self._encode(rows["shard_id"], rows["row"], split=True)
             self._merge(positions, want, rows, encoded)
         else:
             self._prev = ks
         if self.background:
             self._schedule(ks)
         return self._cache
+
+    def _encode(self, shard_ids: np.ndarray, row_ids: np.ndarray, *, split: bool, texts: list | None = None) -> Encoded:
+        """The documents at (shard, row), read (unless ``texts`` are given) and encoded; a spot-check mismatch
+        names the document's dataset, shard and row."""
+        try:
+            return self.encoder.encode_flat(
+                texts if texts is not None else self.reader.texts(shard_ids, row_ids), split=split
+            )
+        except EngineMismatch as exc:
+            i = exc.index
+            raise exc.located(self.reader.ref(int(shard_ids[i])), int(row_ids[i])) from None
 
     def _schedule(self, ks: np.ndarray) -> None:
         """Keep up to ``JOBS`` windows ahead: start reading the calls after those already covered
@@ -253,7 +265,8 @@ class ExactSequences:
         shard_ids, row_ids, encode_pool = rows["shard_id"], rows["row"], self._encode_pool
 
         def read() -> Future[Encoded]:
-            return encode_pool.submit(self.encoder.encode_flat, self.reader.texts(shard_ids, row_ids), split=False)
+            texts = self.reader.texts(shard_ids, row_ids)
+            return encode_pool.submit(self._encode, shard_ids, row_ids, split=False, texts=texts)
 
         self._jobs.append((want, rows, self._read_pool.submit(read)))
         return True

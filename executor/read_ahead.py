@@ -15,7 +15,9 @@ order.)
   ``next()`` call that would have returned that chunk; nothing after it is produced.
 * Shutdown: ``close()`` (called when the executor's iterator finishes, is closed or is garbage-collected, and
   so on ``state_dict`` / resume, which build a new iterator) stops the producer after the chunk it is working
-  on and joins it. The thread is a daemon, so a leaked iterator never keeps the interpreter alive.
+  on and joins it. The thread is a daemon, so a leaked iterator never keeps the interpreter alive; and an
+  ``atexit`` hook closes every read-ahead still running, so at exit no producer is inside native code
+  (tokenizers, Arrow) while the interpreter finalizes — a thread there aborted processes at exit.
 
 ``ZEPHON_READ_AHEAD`` chooses: ``auto`` (default) uses the thread when the process may run on two or more cores
 (on one core it only adds thread switches), ``on`` or ``off`` force it.
@@ -23,9 +25,11 @@ order.)
 
 from __future__ import annotations
 
+import atexit
 import os
 import queue
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -39,6 +43,14 @@ DEPTH = 2
 
 T = TypeVar("T")
 _END = object()
+#: Read-aheads whose thread runs, closed at exit.
+_LIVE: weakref.WeakSet[ReadAhead[object]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all() -> None:
+    for ahead in list(_LIVE):
+        ahead.close()
 
 
 def read_ahead_enabled(value: str | None = None) -> bool:
@@ -64,6 +76,7 @@ class ReadAhead(Generic[T]):
             self._stop = threading.Event()
             self._thread = threading.Thread(target=self._run, name="zephon-read-ahead", daemon=True)
             self._thread.start()
+            _LIVE.add(self)  # type: ignore[arg-type]
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -113,3 +126,4 @@ class ReadAhead(Generic[T]):
         if self._thread is not threading.current_thread():
             self._thread.join()
         self._thread = None
+        _LIVE.discard(self)  # type: ignore[arg-type]

@@ -207,6 +207,9 @@ class RankRunner:
         if self._release is not None:
             self._release()  # runs ShardAccess.close once
         self._access, self._release = None, None
+        close = getattr(self.encoder, "close", None)  # the encoder's threads (made anew by the next run)
+        if close is not None:
+            close()
 
     def __iter__(self) -> Iterator[Batch]:
         if self.stats is not None:
@@ -227,7 +230,7 @@ class RankRunner:
             else:
                 yield from self._estimated(access.reader, access.remote, access.reports)
             if self.stats is not None and not self.stats.tokenizer_engine and self.encoder.settled:
-                self._note_engine()  # a short run ended before the engine was chosen: it is, by now or soon
+                self._note_engine()  # a run that ended before its first batch was handed out
         finally:
             self.close()
             if self.log is not None:
@@ -290,7 +293,7 @@ class RankRunner:
         if self.log is not None:
             self.log.write(batch)
         if self.stats is not None:
-            if not self.stats.tokenizer_engine and self.encoder.chosen:  # never waits for it
+            if not self.stats.tokenizer_engine and self.encoder.settled:
                 self._note_engine()
             if pieces is not None and datasets is not None:
                 self.stats.handed_out(self.names, datasets, pieces)

@@ -41,6 +41,7 @@ import json
 import logging
 import os
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,6 +53,7 @@ from tokenizers import Tokenizer
 from zephon.errors import TokenizerError, one_line
 from zephon.executor.cores import usable_cores
 from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
+from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
 from zephon.specs import TokenizeSpec
 from zephon.storage.local import display_missing, display_path, looks_like_local_path
 
@@ -265,11 +267,6 @@ def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:
     return Encoded(out, sizes)
 
 
-#: A batch of more characters than this (a calibration's 2,048 documents, a count-pass chunk) waits for the engine
-#: being prepared; a smaller one (a first training batch is ~64 K) is encoded by ``tokenizers`` meanwhile.
-WAIT_CHARS = 1 << 18
-
-
 class Encoder:
     """Encodes batches of texts into per-document token arrays with BOS/EOS applied."""
 
@@ -303,18 +300,19 @@ class Encoder:
         if threads is not None and "RAYON_NUM_THREADS" not in os.environ:
             os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizers engine's own pool, sized at first use
         self._choice = EngineChoice(tokenizer, config, eos_text=eos, setting=engine or os.environ.get(ENGINE_ENV))
+        self._settle_lock = threading.Lock()
+        #: the seeded comparison of each batch's sample with ``tokenizers`` (``zephon.executor.engines.spot_check``)
+        self.spot_check = SpotCheck(tokenizer)
         self._pool: tuple[int, ThreadPoolExecutor] | None = None
 
     @property
     def engine(self) -> str:
-        """The chosen engine: the fastest candidate verified to give ``tokenizers``' ids (waits while one is
-        being prepared; batches meanwhile are encoded by ``tokenizers``, with the same ids)."""
+        """The chosen engine: the fastest candidate verified to give ``tokenizers``' ids."""
         return self._choice.name
 
     @property
     def refused(self) -> dict[str, str]:
         """Faster candidates refused for this tokenizer: name → reason (``zephon.executor.engines.choose``)."""
-        self._choice.wait()
         return dict(self._choice.refused)
 
     @property
@@ -326,11 +324,6 @@ class Encoder:
     def settled(self) -> bool:
         """Whether the engine has been checked on the run's own documents (after the first ``encode_flat``)."""
         return self._choice.settled
-
-    @property
-    def chosen(self) -> bool:
-        """Whether the engine is chosen for good (``engine`` would not wait)."""
-        return self._choice.chosen
 
     @property
     def engine_note(self) -> str:
@@ -361,6 +354,12 @@ class Encoder:
             self._pool = (pid, ThreadPoolExecutor(max(1, self.threads - 1), thread_name_prefix="zephon-tokenize"))
         return self._pool[1]
 
+    def close(self) -> None:
+        """Stop this encoder's thread pool (at the end of a run; the next call makes a new one)."""
+        pool, self._pool = self._pool, None
+        if pool is not None and pool[0] == os.getpid():
+            pool[1].shutdown(wait=True)
+
     def encode(self, texts: list[str]) -> list[np.ndarray]:
         """Token ids (int64) of each text, with the BOS prefix and one EOS."""
         return self.encode_flat(texts).split()
@@ -374,7 +373,12 @@ class Encoder:
         (calls on other threads meanwhile wait for it)."""
         if order is not None:
             texts = [texts[i] for i in order.tolist()]
-        return _frame(self._ids(texts, split), self.prefix, self.eos_id)
+        try:
+            return _frame(self._ids(texts, split), self.prefix, self.eos_id)
+        except EngineMismatch as exc:  # the index of the caller's texts
+            if order is None:
+                raise
+            raise exc.at(int(order[exc.index])) from None
 
     def lengths(self, texts: list[str], *, split: bool = True) -> np.ndarray:
         """How many tokens each text becomes (BOS prefix and EOS included), int64: ``encode_flat(texts).sizes``
@@ -389,21 +393,31 @@ class Encoder:
         """The engine's ids of the texts (no BOS/EOS); the first call checks the engine on them."""
         choice = self._choice
         if not choice.settled:
-            choice.settle(texts)
+            with self._settle_lock:  # the first call checks the engine; calls on other threads wait for it
+                choice.settle(texts)
             split = True
-        # tokenizers while a faster candidate is still being prepared (the same ids), unless the batch is large
-        # enough that tokenizers would take longer than the wait
-        wait = not choice.chosen and sum(map(len, texts)) > WAIT_CHARS
-        engine = choice.engine if wait else choice.current
+        engine = choice.engine
         threads = self.threads if split else 1
         try:
-            return encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
+            got = encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
             if engine is choice.fallback:
                 raise
             return choice.fallback.encode(texts)
+        if engine is not choice.fallback:
+            try:
+                self.spot_check.check(texts, got, engine.name)
+            except EngineMismatch as exc:
+                choice.refuse_running(exc.detail)
+                raise
+        return got
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_pool"] = None  # threads do not travel
+        del state["_settle_lock"]
         return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._settle_lock = threading.Lock()

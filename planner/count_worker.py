@@ -16,6 +16,7 @@ import numpy as np
 
 from zephon.errors import ZephonError
 from zephon.executor.documents import AnyEncoder, converter_of, make_encoder
+from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
 from zephon.specs import TokenizeSpec
@@ -28,15 +29,17 @@ def count_shard(ref: ShardRef, field: str, encoder: AnyEncoder, *, split: bool =
     thread). A record a user operator dropped (None) has 0 tokens: it is in no sequence."""
     reader = ShardReader([ref], field, capacity=1, cache=planning_cache(), convert=converter_of(encoder))
     parts = []
+    first = 0  # the shard's row of the batch's first value
     for values in reader.iter_shard(ref.shard_id):
         kept = [i for i, v in enumerate(values) if v is not None]
-        if len(kept) == len(values):
-            parts.append(encoder.lengths(values, split=split).astype(np.int32))
-            continue
         counts = np.zeros(len(values), np.int32)
-        if kept:
-            counts[kept] = encoder.lengths([values[i] for i in kept], split=split)
+        try:
+            if kept:
+                counts[kept] = encoder.lengths([values[i] for i in kept], split=split)
+        except EngineMismatch as exc:  # the spot check: name the document
+            raise exc.located(ref, first + kept[exc.index]) from None
         parts.append(counts)
+        first += len(values)
     return np.concatenate(parts) if parts else np.empty(0, np.int32)
 
 

@@ -81,6 +81,9 @@ class Engine(ABC):
     #: Its loader has crashed a process (``zephon.executor.engines.trial``): the first load of each tokenizer runs
     #: in a trial process. The others were seen to refuse what they cannot load with an exception.
     crash_prone: ClassVar[bool] = False
+    #: Its objects are unsafe on threads other than the one that built them (kitoken: a run crashed when that
+    #: thread had exited): built, called and freed on one thread of its own (``zephon.executor.engines.owned``).
+    confined: ClassVar[bool] = False
 
     def __init__(self, config_text: str) -> None:
         self.config_text = config_text
@@ -89,6 +92,10 @@ class Engine(ABC):
     def encode(self, texts: Sequence[str]) -> TokenIds:
         """The ids of ``texts`` on this thread (``add_special_tokens=False``); may raise on invalid text."""
 
+    def close(self) -> None:
+        """Free what the engine holds beyond memory (a confined engine's thread); the object is not used again."""
+        return None
+
     def __reduce__(self) -> tuple[object, tuple[str]]:  # Rust objects do not pickle: rebuild from the json
         return (type(self), (self.config_text,))
 
@@ -96,7 +103,8 @@ class Engine(ABC):
 def encode_on(engine: Engine, texts: Sequence[str], threads: int, pool: ThreadPoolExecutor | None) -> TokenIds:
     """``engine.encode(texts)`` split over ``threads`` threads (``pool`` plus this one) in contiguous slices of
     about equal characters; identical to one call."""
-    n = min(threads, max(1, len(texts) // 8)) if pool is not None and not engine.own_threads else 1
+    sliced = pool is not None and not engine.own_threads and engine.releases_gil
+    n = min(threads, max(1, len(texts) // 8)) if sliced else 1
     if n <= 1:
         return engine.encode(texts)
     sizes = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))

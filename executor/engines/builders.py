@@ -29,6 +29,18 @@ def builders(eos_text: str | None) -> dict[str, Callable[[str], Engine]]:
     return built
 
 
+def build(name: str, config_text: str, eos_text: str | None) -> Engine:
+    """Candidate ``name`` built on the tokenizer.json text: on a thread of its own when its class is
+    ``confined`` (``zephon.executor.engines.owned``), else here. Raises ``EngineUnavailable``."""
+    cls = engine_classes()[name]
+    args: tuple[str | None, ...] = (eos_text,) if name == "tiktoken" else ()
+    if cls.confined:
+        from zephon.executor.engines.owned import OwnedEngine
+
+        return OwnedEngine(cls, config_text, *args)
+    return cls(config_text, *args)  # type: ignore[call-arg]
+
+
 def crash_prone(name: str) -> bool:
     """Whether candidate ``name`` loads a tokenizer it has no verdict for in a trial process first
     (``Engine.crash_prone``)."""

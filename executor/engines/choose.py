@@ -1,29 +1,33 @@
 """Choosing the engine for one tokenizer: the fastest candidate verified to give ``tokenizers``' ids.
 
 Candidates, fastest first: ``fastokens``, ``gigatoken``, ``tiktoken``, ``kitoken``, then ``tokenizers``
-itself (the reference, always there). ``EngineChoice`` walks them in that order:
+itself (the reference, always there). ``EngineChoice`` walks them in that order, on the calling thread, before
+anything is encoded:
 
-1. from construction on, a background thread looks for the first candidate that is installed, loads this
-   tokenizer.json, and gives the reference's ids on every probe (``zephon.executor.engines.verify.probes``:
-   named tricky texts plus seeded fuzz strings). A crash-prone candidate (kitoken) with no cached verdict is
-   first loaded and probed in a trial process (``zephon.executor.engines.trial``): a native crash there
-   refuses it, never the run;
-2. the caller goes on (opens the plan, reads the first documents). Its first batch (``settle``: the first 32
-   documents, each cut to 2,048 characters) is the check on the run's own documents: if the candidate is
-   ready it is checked there and then; if it is still being prepared, ``tokenizers`` encodes that batch (the
-   same ids by definition; a large batch, such as a calibration's, waits instead: ``Encoder``) and the
-   preparing thread checks the candidate on that sample when it is ready, then hands it over (``current``).
-   A candidate that differs on the sample is refused and the next ones are checked on the probes plus that
-   sample; the first that agrees is used for the rest of the run. ``engine`` waits for the choice;
-   ``current`` never waits.
+1. the first candidate that is installed, loads this tokenizer.json, and gives the reference's ids on every
+   probe (``zephon.executor.engines.verify.probes``: named tricky texts plus seeded fuzz strings) is taken. A
+   cached approval skips the probes, so with a warm cache the choice costs one load. A crash-prone candidate
+   (kitoken) with no cached verdict is first loaded and probed in a trial process
+   (``zephon.executor.engines.trial``): a native crash there refuses it, never the run;
+2. the run's first batch (``settle``: its first 32 documents, each cut to 2,048 characters) checks the engine
+   on the run's own documents before any of its ids are used; a candidate that differs is refused and the next
+   ones are checked on the probes plus that sample. The first that agrees encodes the rest of the run, and a
+   seeded spot check keeps comparing it with ``tokenizers`` as the run goes
+   (``zephon.executor.engines.spot_check``).
+
+Nothing runs in the background: the choice is made before the first batch, so no thread is inside an engine's
+native code while the interpreter exits (an early error, Ctrl-C, a one-batch script). An engine class marked
+``confined`` (kitoken: its objects crashed runs when called on threads other than the one that built them,
+after that one had exited) is built, called and freed on one thread of its own
+(``zephon.executor.engines.owned``); the others are shared between the run's threads, as their libraries allow.
 
 Each refused candidate keeps its reason (``refused``: name → reason), which ``Pipeline.stats()`` reports.
 
 Verdicts are cached under ``$ZEPHON_CACHE_DIR/tokenizer-engines/verdicts``, one JSON file per (tokenizer.json
 content, engine, engine version, ``VERDICT_VERSION``). A cached refusal is final: the candidate once gave other
-ids than ``tokenizers`` for this exact tokenizer and version, so it is not tried again. A cached approval
-skips the probes (the same probe texts on the same tokenizer content and engine version give the same ids:
-both engines are deterministic functions of them) but never the run's own sample, which is checked on
+ids than ``tokenizers`` for this exact tokenizer and version (or crashed), so it is not tried again. A cached
+approval skips the probes (the same probe texts on the same tokenizer content and engine version give the same
+ids: both engines are deterministic functions of them) but never the run's own sample, which is checked on
 every start — so a document the probes did not foresee still sends the run to the next engine. An engine
 that is not installed, or that cannot load the tokenizer here, is skipped and not cached.
 
@@ -32,7 +36,7 @@ the run stops with a one-line ``TokenizerError``; ``tokenizers`` always passes; 
 The engine is an execution setting: the ids, and so the plan's tokenizer fingerprint, are the same with any.
 
 Example (DeepSeek V4's tokenizer.json, fastokens not installed): gigatoken loads it, matches on the probes
-and on the first 32 documents → ``engine == "gigatoken"``, ``refused == {"fastokens": "fastokens is not
+and on the first 32 documents → ``engine.name == "gigatoken"``, ``refused == {"fastokens": "fastokens is not
 installed (pip install 'zephon[fast]')"}``.
 """
 
@@ -41,10 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import threading
-from collections.abc import Callable, Sequence
-from concurrent.futures import Future, wait
+from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
@@ -52,7 +53,7 @@ from tokenizers import Tokenizer
 
 from zephon.errors import ConfigError, StorageError, TokenizerError
 from zephon.executor.engines.base import Engine, EngineUnavailable
-from zephon.executor.engines.builders import builders, crash_prone
+from zephon.executor.engines.builders import build, crash_prone
 from zephon.executor.engines.hf import TokenizersEngine
 from zephon.executor.engines.trial import run_trial
 from zephon.executor.engines.verify import disagreement, probe_texts
@@ -76,18 +77,6 @@ _BUILT: dict[tuple[str, str, str | None], Engine] = {}
 
 #: The tokenizer contents each engine has loaded in this process (a crash-prone engine loads one: ``_next``).
 _HELD: dict[str, set[str]] = {}
-
-
-#: Engines being prepared on a thread. A fork (a DataLoader worker) waits for them first: a child forked while
-#: the thread held a lock (an import, a Rust mutex) would wait for it forever.
-_PREPARING: set[Future[None]] = set()
-
-
-def _finish_preparing() -> None:
-    wait(list(_PREPARING))
-
-
-os.register_at_fork(before=_finish_preparing)
 
 
 def engine_setting(value: str | None) -> str:
@@ -147,7 +136,8 @@ def _cut(texts: Sequence[str]) -> list[str]:
 
 
 class EngineChoice:
-    """The engine encoding for one tokenizer, and why faster candidates were refused."""
+    """The engine encoding for one tokenizer, and why faster candidates were refused (chosen on construction,
+    on the calling thread; checked once more on the run's first documents by ``settle``)."""
 
     def __init__(
         self, tokenizer: Tokenizer, config_text: str, *, eos_text: str | None = None, setting: str | None = None
@@ -162,92 +152,33 @@ class EngineChoice:
         #: refused candidates: name → reason
         self.refused: dict[str, str] = {}
         self._left = [self.setting] if self.forced else list(CANDIDATES)
-        #: whether the run's first documents have been handed to ``settle``
+        #: whether the run's first documents have been checked (``settle``)
         self.settled = False
-        self._lock = threading.Lock()  # settle and the preparing thread decide who checks the sample
-        self._sample: list[str] | None = None  # the first batch's documents, cut (``settle``)
-        self._final = threading.Event()  # set when the engine has been checked on the sample (or no check is due)
-        #: the candidate found (None: tokenizers encodes while one is prepared); checked on the sample once seen
-        self._engine: Engine | None = None
-        self._future: Future[None] | None = None
-        if self.forced:  # refused at once, with one line
-            self._engine = self._next(None)
-        else:  # found on a thread while the caller goes on; tokenizers encodes until it is ready
-            from zephon.storage.files import cache_dir
-
-            self._future = Future()
-            _PREPARING.add(self._future)
-            args = (self._future, cache_dir())
-            threading.Thread(target=self._prepare, args=args, name="zephon-engine", daemon=True).start()
-
-    def _prepare(self, future: Future[None], cache: Path) -> None:
-        from zephon.storage.files import cache_dir_pinned
-
-        # This thread may outlive the call that started it: what it caches goes to the cache that call saw.
-        with cache_dir_pinned(cache):
-            try:
-                engine = self._next(None)
-                with self._lock:
-                    sample = self._sample
-                    if sample is None:  # before the first batch: settle() checks it on the run's documents
-                        self._engine = engine
-                if sample is not None:  # the first batch went by on tokenizers: check the candidate on it here
-                    engine = self._checked(engine, sample)
-                    with self._lock:
-                        self._engine = engine
-                    self._final.set()
-                future.set_result(None)
-            except BaseException as exc:  # handed to whoever asks for the engine
-                future.set_exception(exc)
-                self._final.set()
-            finally:
-                _PREPARING.discard(future)
-
-    def wait(self) -> None:
-        """Wait until the engine is chosen: prepared and, once the run's documents were seen, checked on them."""
-        future = self._future
-        if future is not None:
-            future.result()
-        if self.settled:
-            self._final.wait()
-
-    @property
-    def chosen(self) -> bool:
-        """Whether the engine is chosen for good: checked on the run's documents (``engine`` would not wait)."""
-        return self.settled and self._final.is_set()
+        self._engine = self._next(None)  # a forced engine that fails its checks is refused here, in one line
 
     @property
     def engine(self) -> Engine:
-        """The chosen engine (waits for it: ``wait``)."""
-        self.wait()
-        return self.current
-
-    @property
-    def current(self) -> Engine:
-        """The engine to encode with now, without waiting: ``tokenizers`` until a faster candidate is ready and
-        checked (the ids are the same either way)."""
-        engine = self._engine
-        return engine if engine is not None else self._fallback
+        """The chosen engine."""
+        return self._engine
 
     @property
     def name(self) -> str:
-        return self.engine.name
-
-    def __getstate__(self) -> dict[str, object]:
-        self.wait()  # the engine prepared on a thread, before the state is taken
-        return {k: v for k, v in self.__dict__.items() if k not in ("_lock", "_final", "_future")}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.Lock()
-        self._final = threading.Event()
-        self._final.set()
-        self._future = None
+        return self._engine.name
 
     @property
     def fallback(self) -> TokenizersEngine:
         """The ``tokenizers`` engine (for a batch another engine refuses)."""
         return self._fallback
+
+    def refuse_running(self, reason: str) -> None:
+        """The engine in use gave other ids than ``tokenizers`` on a document of the run (the spot check): its
+        refusal is cached, so the next run chooses another engine; this run stops (the caller raises)."""
+        engine = self._engine
+        if engine is not self._fallback:
+            engine.close()
+            self.refused[engine.name] = reason
+            self.cache.put(engine.name, engine.package, False, reason)
+            _BUILT.pop((self.cache.content, engine.name, self.eos_text), None)
 
     def _refuse(self, name: str, reason: str, package: str | None) -> None:
         self.refused[name] = reason
@@ -270,8 +201,7 @@ class EngineChoice:
             name = self._left.pop(0)
             if name == "tokenizers":
                 return self._fallback
-            build = builders(self.eos_text)[name]
-            package = "tiktoken" if name == "tiktoken" else name
+            package = name
             cached = self.cache.get(name, package)
             if cached is not None and not cached[0]:
                 self._refuse(name, cached[1], None)
@@ -288,9 +218,9 @@ class EngineChoice:
                 continue
             if isolate and cached is None:
 
-                def load_here(build: Callable[[str], Engine] = build) -> Engine | EngineUnavailable:
+                def load_here(name: str = name) -> Engine | EngineUnavailable:
                     try:  # while the trial process probes: it loaded the engine without crashing
-                        return build(self.config_text)
+                        return build(name, self.config_text, self.eos_text)
                     except EngineUnavailable as exc:
                         return exc
 
@@ -302,7 +232,7 @@ class EngineChoice:
             try:
                 if isinstance(loaded, EngineUnavailable):
                     raise loaded
-                engine = loaded or build(self.config_text)
+                engine = loaded or build(name, self.config_text, self.eos_text)
             except EngineUnavailable as exc:
                 self._refuse(name, str(exc), None)
                 continue
@@ -314,6 +244,7 @@ class EngineChoice:
                 names += _sample_names(sample)
             reason = disagreement(engine, self.reference, texts, names) if texts else None
             if reason is not None:
+                engine.close()
                 self._refuse(name, reason, package)
                 continue
             if cached is None:
@@ -328,23 +259,15 @@ class EngineChoice:
         reason = disagreement(engine, self.reference, sample, _sample_names(sample))
         if reason is None:
             return engine
-        try:
-            self._refuse(engine.name, reason, engine.package)
-        finally:
-            self._engine = None  # never used again, even if a forced refusal raises
+        engine.close()
+        self._refuse(engine.name, reason, engine.package)
         return self._next(sample)
 
     def settle(self, texts: Sequence[str]) -> None:
-        """Check the engine on the run's first documents, once. If the candidate is still being prepared, the
-        preparing thread checks it when ready, and ``tokenizers`` encodes meanwhile; on a difference the
+        """Check the engine on the run's first documents, once, before their ids are used; on a difference the
         candidate is refused and the next ones are tried."""
-        with self._lock:
-            if self.settled:
-                return
-            self._sample = _cut(texts)
-            self.settled = True
-            if self._engine is None and self._future is not None and not self._future.done():
-                return  # the preparing thread checks the sample
-            if self._engine is not None:
-                self._engine = self._checked(self._engine, self._sample)
-        self._final.set()
+        if self.settled:
+            return
+        self.settled = True
+        engine, self._engine = self._engine, self._fallback  # a forced refusal below leaves no unchecked engine
+        self._engine = self._checked(engine, _cut(texts))

@@ -82,6 +82,7 @@ class KitokenEngine(Engine):
     package = "kitoken"
     releases_gil = False  # measured: two threads encode no faster than one
     crash_prone = True  # its loader segfaulted on a SentencePiece Unigram tokenizer (docs/performance.md)
+    confined = True  # its encode segfaulted on objects built on a thread that had exited (docs/performance.md)
 
     def __init__(self, config_text: str) -> None:
         super().__init__(config_text)

@@ -6,7 +6,6 @@ import importlib.util
 import json
 import pickle
 import random
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -307,11 +306,11 @@ def test_the_tiktoken_derivation_is_cached_and_a_broken_cache_is_rebuilt(tokeniz
     assert tiktoken_engine._load_plan(files[0])  # rewritten, readable again
 
 
-def test_a_fork_while_the_engine_is_prepared_waits_for_it(tokenizer_dir: str) -> None:
+def test_a_fork_right_after_the_encoder_is_built_gets_a_working_engine(tokenizer_dir: str) -> None:
     """A DataLoader worker forked right after the encoder was built gets a working engine, not a hang."""
     import os
 
-    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))  # its engine is being prepared on a thread
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
     read, write = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: encode and report, then leave without pytest's teardown
@@ -372,35 +371,6 @@ def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
     assert again.refused == encoder.refused and again.engine == "tiktoken"
 
 
-def tiktoken_held_back(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
-    """Candidates tiktoken then tokenizers, tiktoken's load held until the returned event is set."""
-    release = threading.Event()
-    real_init = TiktokenEngine.__init__
-
-    def slow_init(self, *args):
-        release.wait(30)
-        real_init(self, *args)
-
-    monkeypatch.setattr(TiktokenEngine, "__init__", slow_init)
-    monkeypatch.setattr(choose, "CANDIDATES", ("tiktoken", "tokenizers"))
-    return release
-
-
-def test_the_first_batches_use_tokenizers_while_the_engine_is_prepared(tokenizer_dir: str, monkeypatch) -> None:
-    """A candidate still in its trial does not hold up the first batch: ``tokenizers`` encodes it (the same ids);
-    the candidate takes over once ready and checked on the first batch's documents."""
-    release = tiktoken_held_back(monkeypatch)
-    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
-    encoder, reference = Encoder(spec), Encoder(spec, engine="tokenizers")
-    first, later = demo_documents(4), TRICKY + demo_documents(8)
-    assert_identical(encoder.encode_flat(first), reference.encode_flat(first))
-    assert encoder._choice.current.name == "tokenizers" and not encoder.chosen
-    release.set()
-    assert encoder.engine == "tiktoken" and encoder.chosen  # waits for the trial and the check on `first`
-    assert encoder._choice.current.name == "tiktoken"
-    assert_identical(encoder.encode_flat(later), reference.encode_flat(later))
-
-
 def test_an_engine_whose_trial_hangs_is_refused_after_the_time_limit(tokenizer_dir: str, tmp_path: Path, monkeypatch):
     """A loader that never returns (a stand-in kitoken that sleeps) is killed at the limit and refused."""
     from zephon.executor.engines import trial
@@ -439,17 +409,3 @@ def test_a_crash_prone_engine_holds_one_tokenizer_per_process(tmp_path: Path, mo
     assert second.refused == {"kitoken": "kitoken already holds another tokenizer in this process"}
     assert_identical(second.encode_flat(texts), Encoder(other, engine="tokenizers").encode_flat(texts))
     assert Encoder(first).engine == "kitoken"  # the tokenizer it holds: still on kitoken
-
-
-def test_verdicts_go_to_the_cache_the_run_started_with(tokenizer_dir: str, monkeypatch, _isolated_cache, tmp_path):
-    """The engine is prepared on a thread that may outlive the call that started it (and ``$ZEPHON_CACHE_DIR`` may
-    change meanwhile): its verdicts land in the cache that call saw, never in a later one."""
-    release = tiktoken_held_back(monkeypatch)
-    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
-    later = tmp_path / "later-cache"
-    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(later))
-    release.set()
-    assert encoder.engine == "tiktoken"
-    verdicts = list((_isolated_cache / "tokenizer-engines" / "verdicts").glob("*.json"))
-    assert [json.loads(v.read_text())["ok"] for v in verdicts] == [True]
-    assert not later.exists()

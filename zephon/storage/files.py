@@ -43,33 +43,14 @@ import os
 import shutil
 import socket
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from pathlib import Path
 
 from zephon.errors import StorageError
 
-#: The cache root a background thread keeps using (``cache_dir_pinned``); unset: read from the environment.
-_PINNED: ContextVar[Path | None] = ContextVar("zephon_cache_dir", default=None)
-
 
 def cache_dir() -> Path:
-    """Root of Zephon's local caches: ``$ZEPHON_CACHE_DIR``, else ``~/.cache/zephon`` (or the pinned root)."""
-    pinned = _PINNED.get()
-    if pinned is not None:
-        return pinned
+    """Root of Zephon's local caches: ``$ZEPHON_CACHE_DIR``, else ``~/.cache/zephon``."""
     return Path(os.environ.get("ZEPHON_CACHE_DIR") or Path.home() / ".cache" / "zephon")
-
-
-@contextlib.contextmanager
-def cache_dir_pinned(root: Path) -> Iterator[None]:
-    """Within the block (on this thread), ``cache_dir()`` is ``root``. For work on a thread that may outlive the
-    call that started it: what it caches belongs to the cache that call saw, whatever ``$ZEPHON_CACHE_DIR`` says
-    by the time it writes."""
-    token = _PINNED.set(root)
-    try:
-        yield
-    finally:
-        _PINNED.reset(token)
 
 
 # -- one-line storage errors ---------------------------------------------------------------------------------
