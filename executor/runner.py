@@ -35,6 +35,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.documents import carries_flags, make_encoder
+from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry, packing_lanes
@@ -190,8 +191,14 @@ class RankRunner:
         texts = access.calibration_texts(first.shard_id, first.row)
         kept = [i for i, t in enumerate(texts) if t is not None]
         docs, step = [texts[i] for i in kept], self.spec.read_chunk  # encoded a chunk at a time, as the run does:
-        sizes = [self.encoder.encode_flat(docs[k : k + step]).sizes for k in range(0, len(docs), step)]  # type: ignore[arg-type]
-        real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)  # one call held every id at once
+        sizes = []  # (one call held every id at once)
+        for k in range(0, len(docs), step):
+            try:
+                sizes.append(self.encoder.encode_flat(docs[k : k + step]).sizes)  # type: ignore[arg-type]
+            except EngineMismatch as exc:  # the spot check: name the document
+                i = kept[k + exc.index]
+                raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None
+        real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
 
     def _shards(self) -> ShardAccess:

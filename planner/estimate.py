@@ -31,6 +31,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
 from zephon.executor.documents import TextEncoder
+from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.executor.tokenize import Encoder
 from zephon.plan.records import ShardRef
@@ -164,7 +165,11 @@ def _measure(
     with progress_bar(total=len(texts), desc=f"calibrating {name}", unit="doc", progress=progress) as bar:
         for start in range(0, len(texts), CALIBRATION_BATCH):
             batch = texts[start : start + CALIBRATION_BATCH]
-            tokens += int((encoder.lengths(batch) - specials).sum())
+            try:
+                tokens += int((encoder.lengths(batch) - specials).sum())
+            except EngineMismatch as exc:  # the spot check: name the document
+                i = start + exc.index
+                raise exc.located(reader.ref(int(shard_ids[i])), int(local_rows[i])) from None
             bar.update(len(batch))
     lengths = {int(i): byte_lengths(refs[int(i)], field) for i in chosen}  # the calibration shards only
     picked = zip(chosen[shard_pos].tolist(), local_rows.tolist(), strict=True)
