@@ -85,7 +85,8 @@ def check(
     click.echo(_json(result) if fmt == "json" else _table(result), nl=False)
     bad = [e.engine for e in result.engines if not e.ok]
     if bad:
-        click.echo(f"zephon: {count_of(len(bad), 'engine')} differ from tokenizers or crashed: {', '.join(bad)}", err=True)
+        line = f"zephon: {count_of(len(bad), 'engine')} differing from tokenizers or crashed: {', '.join(bad)}"
+        click.echo(line, err=True)
         raise SystemExit(1)
 
 
