@@ -18,10 +18,12 @@ do) and with every candidate engine, and guarantees:
   run skip the probes, so it is never given without them). A refusal cached before is final and is kept.
   An engine that is not installed or cannot load the tokenizer is reported with its reason and not cached.
 
-Example: the demo tokenizer (GPT-2 style) over a dataset whose row 7 of ``web/a.parquet`` holds ``"x\\n's"``:
-kitoken splits ``'s`` after the newline where GPT-2's pre-tokenizer keeps it whole, so kitoken's result is
-``status="differs"``, ``differing=1``, ``first=Difference(dataset="web", shard=".../web/a.parquet", row=7,
-position=1, ...)``, verdict ``refused``; fastokens and gigatoken agree and are approved; tiktoken agrees too.
+Example: the demo tokenizer (GPT-2 style) over a dataset whose row 6 of ``web/a.parquet`` is ``"print(\\n'stdout')"``:
+after the newline GPT-2's pre-tokenizer takes ``'s`` as a contraction (ids ``[.., 199, 7, 83, 84, ..]``), kitoken
+does not (``[.., 199, 7, 329, ..]``), so kitoken's result is ``status="differs"``, ``differing=1``,
+``first=Difference(dataset="web", shard=".../web/a.parquet", row=6, position=6, excerpt="stdout')", ...)``,
+verdict ``refused`` (cached); fastokens, gigatoken and tiktoken agree on every document and on the probes and are
+cached as approved.
 """
 
 from __future__ import annotations
