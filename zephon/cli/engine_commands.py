@@ -151,7 +151,11 @@ def _note(e: EngineResult) -> str:
 
 
 def _ids(ids: tuple[int, ...] | None) -> str:
-    return "raised" if ids is None else "[" + ", ".join(map(str, ids)) + (", ...]" if ids else "]")
+    from zephon.inspection.engine_check import SHOWN_IDS
+
+    if ids is None:
+        return "raised"
+    return "[" + ", ".join(map(str, ids)) + (", ...]" if len(ids) == SHOWN_IDS else "]")
 
 
 def _json(result: EngineCheck) -> str:
