@@ -397,7 +397,13 @@ def test_connect_refuses_a_bundle_without_its_samples_file(plan_dir: Path, tmp_p
 
 def test_every_command_has_help_and_is_documented() -> None:
     docs = DOCS.read_text(encoding="utf-8")
-    assert set(cli.commands) == {"plan", "count", "sql", "show", "audit", "diff", "cache"}
+    assert set(cli.commands) == {"plan", "count", "sql", "show", "audit", "diff", "cache", "engines"}
+    check = cli.commands["engines"].commands["check"]  # type: ignore[attr-defined]
+    assert _invoke("engines", "check", "--help").exit_code == 0 and check.help
+    assert "zephon engines check" in docs
+    for param in check.params:
+        if isinstance(param, click.Option):
+            assert all(f"`{flag}" in docs for flag in param.opts), ("check", param.opts)
     for sub in ("ls", "du", "prune"):
         sub_command = cli.commands["cache"].commands[sub]  # type: ignore[attr-defined]
         assert _invoke("cache", sub, "--help").exit_code == 0 and sub_command.help

@@ -7,6 +7,7 @@ Commands (documented in docs/cli.md), each in its own module::
     zephon sql PLAN_DIR QUERY [--format ...] [-o FILE]    zephon.cli.sql_command
     zephon show / audit / diff                            zephon.cli.inspect_commands
     zephon cache ls / du / prune                          zephon.cli.cache_commands
+    zephon engines check [CONFIG] --tokenizer TOK         zephon.cli.engine_commands
 
 Shared options, one-line errors and table formatting are in ``zephon.cli.output``. Library modules are
 imported inside the commands so that ``zephon --help`` stays fast.
@@ -19,6 +20,7 @@ import sys
 import click
 
 from zephon.cli.cache_commands import cache
+from zephon.cli.engine_commands import engines
 from zephon.cli.inspect_commands import audit, diff, show
 from zephon.cli.plan_commands import count, plan
 from zephon.cli.sql_command import sql
@@ -32,7 +34,7 @@ def cli() -> None:
     """Zephon: plan a training-data curriculum once, inspect it with SQL, stream it as token batches."""
 
 
-for _command in (plan, count, sql, show, audit, diff, cache):
+for _command in (plan, count, sql, show, audit, diff, cache, engines):
     cli.add_command(_command)
 
 
