@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from zephon.executor.chat import BadRecord
+from zephon.executor.engines.spot_check import SpotCheck
 from zephon.executor.operators import Operator, OperatorChain, Where
 from zephon.executor.token_flags import SEGMENT
 from zephon.executor.tokenize import Encoded, Encoder
@@ -82,6 +83,11 @@ class OnBaseEncoder:
     def close(self) -> None:
         """Stop the seed encoder's thread pool (the end of a run)."""
         self.base.close()
+
+    @property
+    def spot_check(self) -> SpotCheck:
+        """The seed encoder's spot check (what it compared so far)."""
+        return self.base.spot_check
 
     @property
     def threads(self) -> int:

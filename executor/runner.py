@@ -239,6 +239,8 @@ class RankRunner:
             if self.stats is not None and not self.stats.tokenizer_engine and self.encoder.settled:
                 self._note_engine()  # a run that ended before its first batch was handed out
         finally:
+            if self.stats is not None and (spot := getattr(self.encoder, "spot_check", None)) is not None:
+                self.stats.spot_checked, self.stats.spot_check_seconds = spot.documents, spot.seconds
             self.close()
             if self.log is not None:
                 self.log.close()

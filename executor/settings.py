@@ -82,6 +82,10 @@ class RunStats:
     tokenizer_engine: str = ""
     #: Faster engines refused for this tokenizer: name → reason (not installed, ids differ on a probe, ...).
     refused_engines: dict[str, str] = field(default_factory=dict)
+    #: The spot check (``zephon.executor.engines.spot_check``): documents re-encoded with ``tokenizers`` and
+    #: compared so far, and the CPU seconds that took (updated at the end of a run).
+    spot_checked: int = 0
+    spot_check_seconds: float = 0.0
     #: Estimated plans, ``drop_last=True``: rows shorter than ``max_length`` before ``num_steps()`` (a lane ran
     #: out before the estimated end; 0 when the estimate holds).
     short_rows: int = 0
