@@ -39,6 +39,7 @@ from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.homogeneous import window_bound_rows
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
+from zephon.planner.room import check_room
 from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.planner.selection_copies import copied_datasets, write_copies
 from zephon.planner.shortfalls import plan_warnings
@@ -307,6 +308,7 @@ def write_bundle(
     (``zephon.planner.continuation``)."""
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
+    check_room(prepared, out_dir)  # before days of layout into a hidden temporary
     copied = copied_datasets(prepared) if materialize_selections else None  # refused before anything is laid out
     ours = _ours if overwrite else _nothing
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir), ours=ours, wait=wait) as tmp:
