@@ -45,6 +45,12 @@ from zephon.storage.scan import parquet_fingerprint
 _ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
 
 
+def as_strings(column: pa.Array) -> pa.Array:
+    """A text column as plain strings: a dictionary of strings (what pandas writes for a ``category`` column)
+    decoded, anything else as it is."""
+    return column.dictionary_decode() if isinstance(column, pa.DictionaryArray) else column
+
+
 class ParquetShard:
     """One open Parquet shard: its file, row group starts, and the texts of the row groups decoded so far.
 
@@ -109,6 +115,8 @@ class ParquetShard:
                 f"text field: {FIELD_HINT}"
             )
         kind = schema.field(field).type if self._columns is None else pa.string()
+        if pa.types.is_dictionary(kind):  # pandas' ``category``: strings, stored once each (read decoded)
+            kind = kind.value_type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
             raise DatasetError(
                 f"{where} column {field!r} must hold strings, got {kind} — choose a text column as the text field "
@@ -131,7 +139,7 @@ class ParquetShard:
                 table = file.read_row_group(g, columns=self._columns, use_threads=False)
                 return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=self._columns)
             table = file.read_row_group(g, columns=[self._documents.field], use_threads=False)
-            return table.column(0).combine_chunks()
+            return as_strings(table.column(0).combine_chunks())
         except ZephonError:
             raise  # a read refused before the bytes (range mode: a changed object, a forked process): its own words
         except _ARROW_ERRORS as exc:

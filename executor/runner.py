@@ -51,7 +51,7 @@ from zephon.executor.run_length import TokensPerUnit, calibration_documents, est
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.state import STATE_VERSION, check_state, state_plan
+from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
 from zephon.executor.token_flags import untag
 
 
@@ -101,6 +101,7 @@ class RankRunner:
         self._release: weakref.finalize | None = None
         cursors: dict[str, list[int]] = {}
         if state is not None:
+            check_state_fields(state, documents=self.plan.num_documents)
             check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
             self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
             if self.progress.microbatch and state.get("dp_size") != geometry.dp_size:
@@ -261,6 +262,7 @@ class RankRunner:
     def _exact_loop(self, sequences: ExactSequences, remote: RemoteAccess) -> Iterator[Batch]:
         steps = self.num_steps()
         assert steps is not None
+        check_resumed_step(self.progress.step, steps)
         n = sequences.num_sequences
         while self.progress.step < steps:
             at = self.progress.advance()
@@ -313,6 +315,7 @@ class RankRunner:
         L = self.geometry.lanes
         assert L is not None
         steps = self.num_steps()  # before any thread starts: its calibration may raise (a bad document)
+        check_resumed_step(self.progress.step, steps)
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
         # Records a user operator drops leave the stream like skipped ones (counted as "dropped").

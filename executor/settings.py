@@ -10,6 +10,7 @@ read and tokenized together) and the tokenizer's thread count change speed only.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +53,25 @@ class ExecutorSpec:
             raise ConfigError(f"tokenizer_threads must be an integer ≥ 1 or None, got {self.tokenizer_threads!r}")
         if self.on_bad_document not in ON_BAD_DOCUMENT:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {self.on_bad_document!r}')
+        cells = self.batch.microbatch_size * self.pack.max_length
+        memory = _physical_memory()
+        if memory is not None and cells * BYTES_PER_CELL > memory // 2:
+            raise ConfigError(
+                f"microbatch_size × max_length must fit in half this machine's {memory / 2**30:.1f} GiB of memory, got "
+                f"{self.batch.microbatch_size} × {self.pack.max_length} tokens needing "
+                f"{cells * BYTES_PER_CELL / 2**30:.1f} GiB of batch buffers — lower microbatch_size or max_length"
+            )
+
+
+#: Bytes of one token cell across a microbatch's buffers: int64 ids, labels and positions, the flags.
+BYTES_PER_CELL = 26
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 @dataclass(slots=True)

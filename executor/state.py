@@ -36,11 +36,7 @@ _IDENTITY = ("plan", "tokenizer", "field", "max_length", "algorithm", "global_ba
 
 def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
     """Refuse a state of another version, plan, tokenizer or packing; name every difference."""
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        got = state.get("version") if isinstance(state, dict) else type(state).__name__
-        raise ConfigError(
-            f"pipeline state version must be {STATE_VERSION}, got {got!r} — use a state saved by this Zephon version"
-        )
+    _check_version(state)
     names = {"plan": "plan (config_hash)", "tokenizer": "tokenizer fingerprint"}
     differences = [
         f"operators {operator_names(state.get(k))} (this pipeline: {operator_names(expected.get(k))})"
@@ -54,6 +50,76 @@ def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
             "pipeline state must come from the same plan, tokenizer and packing, got a different "
             + "; ".join(differences)
             + " — resume with the pipeline that saved it, or start fresh"
+        )
+
+
+def _check_version(state: object) -> None:
+    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        got = state.get("version") if isinstance(state, dict) else type(state).__name__
+        raise ConfigError(
+            f"pipeline state version must be {STATE_VERSION}, got {got!r} — use a state saved by this Zephon version"
+        )
+
+
+_FIX = "fix the state file, or save it again with json.dump(pipeline.state_dict())"
+
+
+def _bad(field: str, want: str, got: object) -> ConfigError:
+    return ConfigError(f"pipeline state {field} must be {want}, got {got!r} — {_FIX}")
+
+
+def _count(state: dict[str, Any], key: str, least: int, *, optional: bool = False) -> int | None:
+    """``state[key]``: an integer ≥ ``least`` (a bool is not one); ``optional``: absent or null is None."""
+    if key not in state or (optional and state[key] is None):
+        if optional:
+            return None
+        raise ConfigError(f"pipeline state must hold {key!r}, got keys {sorted(state)} — {_FIX}")
+    value = state[key]
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise _bad(f"{key!r}", f"an integer ≥ {least}", value)
+    return value
+
+
+def check_state_fields(state: dict[str, Any], *, documents: int | None = None) -> None:
+    """Refuse a hand-edited or truncated state in one line naming the field: ``step``, ``microbatch``,
+    ``global_batch``, ``dp_size`` and ``lanes`` integers in range, ``lane_cursors`` a lane → ``[position, skip]``
+    map of lanes below ``lanes`` and positions ≤ the plan's ``documents``, ``num_steps`` ``{"steps", "drop_last"}``
+    with ``step`` ≤ ``steps``. Called with :func:`check_state` wherever a state is loaded."""
+    _check_version(state)
+    step = _count(state, "step", 0)
+    _count(state, "microbatch", 0)
+    _count(state, "global_batch", 1)
+    _count(state, "dp_size", 1, optional=True)
+    lanes = _count(state, "lanes", 1, optional=True)
+    cursors = state.get("lane_cursors", {})
+    if not isinstance(cursors, dict):
+        raise _bad("'lane_cursors'", "an object of lane → [position, skip]", cursors)
+    for lane, cursor in cursors.items():
+        if not (isinstance(lane, str) and lane.isdigit() and (lanes is None or int(lane) < lanes)):
+            raise _bad("'lane_cursors' key", f"a lane number below lanes {lanes}" if lanes else "a lane number", lane)
+        if not (
+            isinstance(cursor, list | tuple)
+            and len(cursor) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cursor)
+        ):
+            raise _bad(f"'lane_cursors' lane {lane}", "[position, skip] of two integers ≥ 0", cursor)
+        if documents is not None and cursor[0] > documents:
+            raise _bad(f"'lane_cursors' lane {lane} position", f"≤ the plan's {documents} documents", cursor[0])
+    known = state.get("num_steps")
+    if known is not None:
+        if not (isinstance(known, dict) and isinstance(known.get("drop_last"), bool)):
+            raise _bad("'num_steps'", '{"steps": N, "drop_last": true|false}', known)
+        steps = _count(known, "steps", 0)
+        assert steps is not None and step is not None
+        if step > steps:
+            raise _bad("'step'", f"≤ its run's num_steps {steps}", step)
+
+
+def check_resumed_step(step: int, steps: int) -> None:
+    """A state's ``step`` past the end of the run (``steps``, known once the run's length is)."""
+    if step > steps:
+        raise ConfigError(
+            f"pipeline state 'step' must be ≤ this run's {steps} steps, got {step} — {_FIX} (a state of another run?)"
         )
 
 
@@ -114,6 +180,9 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     if not states:
         raise ConfigError("merge_states needs at least one state, got none — pass every rank's state_dict()")
     first = states[0]
+    for state in states:
+        check_state(state, {k: state.get(k) for k in _IDENTITY})
+        check_state_fields(state)
     for other in states[1:]:
         check_state(other, {k: first.get(k) for k in _IDENTITY})
         if (other["step"], other["microbatch"]) != (first["step"], first["microbatch"]):

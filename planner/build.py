@@ -39,6 +39,7 @@ from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.homogeneous import window_bound_rows
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
+from zephon.planner.room import check_room
 from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.planner.selection_copies import copied_datasets, write_copies
 from zephon.planner.shortfalls import plan_warnings
@@ -280,6 +281,11 @@ def _ours(path: Path) -> bool:
     return path.name in BUNDLE_FILES and path.is_file()
 
 
+def _nothing(_path: Path) -> bool:
+    """Without ``overwrite`` no entry of ``out_dir`` is a plan writer's to replace."""
+    return False
+
+
 def write_bundle(
     prepared: PreparedPlan,
     out_dir: Path,
@@ -287,9 +293,13 @@ def write_bundle(
     overwrite: bool = False,
     continued: Continued | None = None,
     materialize_selections: bool = False,
+    wait: bool = False,
 ) -> Path:
     """Lay out and write the bundle atomically: a temporary sibling directory renamed to ``out_dir``
-    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``).
+    (:func:`~zephon.storage.files.atomic_directory`; a full or read-only disk is a ``StorageError``). One writer
+    of ``out_dir`` at a time: another is refused in one line, or waited for (``wait``, the Pipeline's plan cache).
+    At the moment of replacing, ``out_dir`` must still hold only what a plan writer writes (with ``overwrite``)
+    or nothing: a file put there while planning is refused, nothing changed.
 
     ``materialize_selections``: also write compact copies of the rows the plan reads from its selected datasets'
     shards (``zephon.planner.selection_copies``); the plan itself is the same.
@@ -298,8 +308,10 @@ def write_bundle(
     (``zephon.planner.continuation``)."""
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
+    check_room(prepared, out_dir)  # before days of layout into a hidden temporary
     copied = copied_datasets(prepared) if materialize_selections else None  # refused before anything is laid out
-    with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir)) as tmp:
+    ours = _ours if overwrite else _nothing
+    with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir), ours=ours, wait=wait) as tmp:
         packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
         # Exact plans with user operators: a record an operator dropped was counted 0 tokens (count_worker), so

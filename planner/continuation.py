@@ -47,6 +47,7 @@ import pyarrow as pa
 
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
+from zephon.executor.state import check_state_fields
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
@@ -220,6 +221,12 @@ def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int
         raise ConfigError(
             f"the continuation state must come from the parent plan {manifest.config_hash[:12]}, got a state of plan "
             f"{str(state['plan'])[:12]} — pass the state of a run of {bundle.path}"
+        )
+    check_state_fields(state, documents=manifest.totals.documents)  # each field in range, one line each
+    if state.get("lanes") is None:
+        raise ConfigError(
+            f"pipeline state 'lanes' must be an integer ≥ 1 for an estimated plan's continuation, got "
+            f"{state.get('lanes')!r} — pass the state of a run of {bundle.path}"
         )
     if int(state.get("microbatch", 0)):
         raise ConfigError(

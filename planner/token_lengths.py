@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 
 from zephon.errors import ConfigError, ZephonError
 from zephon.executor.documents import AnyEncoder, operators_of
+from zephon.executor.parquet_shard import as_strings
 from zephon.executor.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
 from zephon.planner.count_worker import count_shard, save_atomic
@@ -85,7 +86,9 @@ def _compute_byte_lengths(ref: ShardRef, field: str, path: Path) -> np.ndarray:
         if shard.parquet is not None:
             pf = shard.parquet
             parts = [
-                pc.binary_length(pf.read_row_group(g, columns=[field]).column(0)).to_numpy(zero_copy_only=False)
+                pc.binary_length(as_strings(pf.read_row_group(g, columns=[field]).column(0).combine_chunks())).to_numpy(
+                    zero_copy_only=False
+                )
                 for g in range(pf.metadata.num_row_groups)
             ]
             lengths = np.nan_to_num(np.concatenate(parts).astype(np.float64), nan=0).astype(np.int64)

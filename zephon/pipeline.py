@@ -231,7 +231,7 @@ class Pipeline:
             target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
             if not (target / "plan.json").is_file():
                 # A read-only or full cache directory is a StorageError naming it (storage.files).
-                write_bundle(prepared, target, overwrite=True)
+                write_bundle(prepared, target, overwrite=True, wait=True)  # ranks planning it too: one writes
             warn_plan(read_manifest(target))  # planned now or cached: a shortfall is a zephon.PlanWarning
             self._plan_dir = target
         return self._plan_dir

@@ -116,6 +116,10 @@ class TokenizeSpec:
         return self.chat is None and self.special_tokens is None and self.max_tokens is None
 
 
+#: The longest packed row: 2^24 tokens, 16× a 2^20 context; beyond it a row's buffers alone pass gigabytes.
+MAX_LENGTH_BOUND = 2**24
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PackSpec:
     """Settings of ``Pipeline.pack_flat``.
@@ -140,6 +144,11 @@ class PackSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.max_length, int) or self.max_length < 2:
             raise ConfigError(f"max_length must be an integer ≥ 2, got {self.max_length!r} — use context + 1")
+        if self.max_length > MAX_LENGTH_BOUND:
+            raise ConfigError(
+                f"max_length must be ≤ {MAX_LENGTH_BOUND} (2^24 tokens a row: contexts of 2^20 and beyond fit), got "
+                f"{self.max_length} — use the context length + 1"
+            )
         if self.algorithm not in ("wrap", "best_fit", "homogeneous"):
             raise ConfigError(
                 f'pack_flat algorithm must be "wrap", "best_fit" or "homogeneous", got {self.algorithm!r}'

@@ -81,3 +81,61 @@ def test_overwrite_replaces_a_plan_bundle_and_an_output_that_is_a_file_is_refuse
     with pytest.raises(ConfigError, match=f"^plan output must be a directory, got a file at {file} — "):
         load_work_source(config_file).plan(file, overwrite=True)
     assert file.read_text(encoding="utf-8") == "mine"
+
+
+def _dropping_a_file_while_planning(monkeypatch, out: Path) -> None:
+    """A user's file put into ``out`` while the plan is being written (after the samples, before the rename)."""
+    from zephon.planner import build
+
+    close = build.SamplesWriter.close
+
+    def close_then_drop(self):
+        out.mkdir(exist_ok=True)
+        (out / "notes.txt").write_text("mine", encoding="utf-8")
+        return close(self)
+
+    monkeypatch.setattr(build.SamplesWriter, "close", close_then_drop)
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new output", "overwrite of a bundle"])
+def test_a_file_put_into_the_output_while_planning_is_kept_and_the_plan_refused(
+    config, tmp_path, monkeypatch, existing
+) -> None:
+    config_file, _ = config
+    out = tmp_path / "plan"
+    if existing:
+        assert _plan(config_file, out).exit_code == 0
+    before = _tree(out) if existing else {}
+    _dropping_a_file_while_planning(monkeypatch, out)
+    result = _plan(config_file, out, *(["--overwrite"] if existing else []))
+    assert result.exit_code == 1
+    assert result.output == (
+        f"zephon: error: the plan bundle must replace only what a writer of it wrote, got {out} holding 'notes.txt' "
+        "at the moment of replacing (put there while writing) — nothing was changed and the new one was discarded; "
+        "move that out and write again, or choose another path\n"
+    )
+    assert _tree(out) == before | {"notes.txt": hashlib.sha256(b"mine").hexdigest()}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".plan.")) == [".plan.lock"]  # no temporary
+
+
+def test_a_second_writer_of_the_same_output_fails_in_one_line_and_changes_nothing(config, tmp_path) -> None:
+    import fcntl
+    import os
+
+    config_file, _ = config
+    out = tmp_path / "plan"
+    assert _plan(config_file, out).exit_code == 0
+    before = _tree(out)
+    lock = os.open(tmp_path / ".plan.lock", os.O_RDWR)  # another plan writing `out` holds this lock meanwhile
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        result = _plan(config_file, out, "--overwrite")
+    finally:
+        os.close(lock)
+    assert result.exit_code == 1
+    assert result.output == (
+        f"zephon: error: the plan bundle at {out} must have one writer at a time, got another writing it now (it "
+        f"holds {tmp_path / '.plan.lock'}) — wait for it to finish, or write to another path\n"
+    )
+    assert _tree(out) == before
+    assert _plan(config_file, out, "--overwrite").exit_code == 0  # once it is done, the output is free again

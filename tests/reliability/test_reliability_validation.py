@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from zephon import config_file
 from zephon.config_file import load_plan_config, read_config, work_source_from_dict
-from zephon.errors import ConfigError, HubError, ZephonError
+from zephon.errors import ConfigError, HubError, ZephonError, ZephonWarning
 from zephon.io import Dataset
 from zephon.storage.hub.client import is_safe_repo_path, resolve_hf_dataset
 from zephon.storage.hub.paths import HfPath, parse_hf_path
@@ -208,10 +208,11 @@ def test_symlinks_in_a_local_dataset_are_read_never_written_and_loops_do_not_han
     pq.write_table(pa.table({"text": ["here"]}), data / "sub" / "a.parquet")
     os.symlink(outside / "real.parquet", data / "linked.parquet")  # a file link (as in a HF cache snapshot)
     os.symlink(data, data / "sub" / "loop")  # a directory link loop
-    os.symlink(outside, data / "dirlink")  # a directory link: not descended into
+    os.symlink(outside, data / "dirlink")  # a directory link: followed, once
     before = sorted(p.name for p in outside.iterdir())
-    ds = Dataset.from_path("web", str(data))
-    assert [Path(f.uri).name for f in ds.files] == ["linked.parquet", "a.parquet"]
+    with pytest.warns(ZephonWarning, match=r"skipped the linked directory .*/sub/loop → .*: it loops to or repeats"):
+        ds = Dataset.from_path("web", str(data))
+    assert [Path(f.uri).name for f in ds.files] == ["real.parquet", "linked.parquet", "a.parquet"]
     assert sorted(p.name for p in outside.iterdir()) == before  # nothing written outside
     cache = Path(os.environ["ZEPHON_CACHE_DIR"])
     assert all(p.resolve().is_relative_to(cache.resolve()) for p in cache.rglob("*"))

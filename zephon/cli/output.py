@@ -3,7 +3,8 @@
 Commands import these helpers; nothing here imports a command, so helpers flow down, never back up.
 Expected failures (a ``ZephonError``, an OS error, a DuckDB error in ``sql``) print one line
 ``zephon: error: <message>`` to stderr and exit 1 (``one_line_errors``); usage errors exit 2 with click's
-usage message.
+usage message. A ``ZephonWarning`` raised meanwhile (a plan bundle skipped in a dataset folder) prints one line
+``zephon: warning: <message>`` (``warning_lines``).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import csv
 import datetime as dt
 import io
 import json
+import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from decimal import Decimal
@@ -19,7 +21,7 @@ from typing import IO, Any
 
 import click
 
-from zephon.errors import ZephonError, one_line
+from zephon.errors import ZephonError, ZephonWarning, one_line
 
 
 class CommandError(click.ClickException):
@@ -38,6 +40,23 @@ def one_line_errors(*extra: type[BaseException]) -> Iterator[None]:
         yield
     except (ZephonError, OSError, *extra) as exc:
         raise CommandError(one_line(exc)) from exc
+
+
+@contextmanager
+def warning_lines() -> Iterator[None]:
+    """Within the block, each ``ZephonWarning`` is printed as one line ``zephon: warning: <message>`` on stderr
+    (other warnings as Python shows them); the warning filters decide which are shown, as always."""
+    with warnings.catch_warnings():
+        shown = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if issubclass(category, ZephonWarning):
+                click.echo(f"zephon: warning: {one_line(str(message))}", err=True)
+            else:
+                shown(message, category, *args, **kwargs)
+
+        warnings.showwarning = show
+        yield
 
 
 def count_of(n: int, word: str) -> str:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from zephon.cli.output import CommandError, count_of, one_line_errors
+from zephon.cli.output import CommandError, count_of, one_line_errors, warning_lines
 from zephon.errors import PlanWarning, one_line
 
 if TYPE_CHECKING:
@@ -81,7 +81,7 @@ def plan(
     from zephon.config_file import load_plan_config
     from zephon.plan.manifest import read_manifest
 
-    with one_line_errors(), warnings.catch_warnings():
+    with one_line_errors(), warning_lines():
         warnings.simplefilter("ignore", PlanWarning)  # printed below, after the summary, from plan.json
         loaded = load_plan_config(config)
         # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
@@ -239,7 +239,7 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
     """
     from zephon.config_file import load_plan_config
 
-    with one_line_errors():
+    with one_line_errors(), warning_lines():
         loaded = load_plan_config(config)
         if loaded.tokenize is None:
             raise CommandError(

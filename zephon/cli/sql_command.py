@@ -23,8 +23,21 @@ from zephon.cli.output import (
     one_line_errors,
     read_errors,
 )
+from zephon.storage.files import write_atomic
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_OTHER_FILE = "or write to another -o FILE"
+
+
+def _check_output(output: Path, plan_dir: Path, overwrite: bool) -> None:
+    """``-o FILE`` never lands inside the bundle being read, and replaces an existing file only with --overwrite."""
+    if output.resolve().is_relative_to(plan_dir.resolve()):
+        raise CommandError(
+            f"-o must name a file outside the plan bundle being read, got {output} inside {plan_dir} — write the "
+            "result elsewhere (a bundle's files are the planner's alone)"
+        )
+    if (output.exists() or output.is_symlink()) and not overwrite:
+        raise CommandError(f"-o must name a new file, got existing {output} — choose another path or pass --overwrite")
 
 
 def _parse_params(_ctx: click.Context, _param: click.Parameter, values: Sequence[str]) -> dict[str, Any]:
@@ -74,6 +87,7 @@ def param_value(text: str) -> int | float | str:
     metavar="FILE",
     help="Write the result to FILE instead of stdout (required by --format parquet).",
 )
+@click.option("--overwrite", is_flag=True, help="Replace an existing FILE (never one inside PLAN_DIR).")
 @batch_size_option("Global batch in sequences: adds the views steps and step_documents(n).")
 @max_length_option
 def sql(
@@ -82,6 +96,7 @@ def sql(
     fmt: str,
     params: dict[str, Any],
     output: Path | None,
+    overwrite: bool,
     batch_size: int | None,
     max_length: int | None,
 ) -> None:
@@ -100,6 +115,8 @@ def sql(
         raise click.BadParameter(
             "parquet output must go to a file, got no -o/--output — add -o FILE", param_hint="'--format'"
         )
+    if output is not None:
+        _check_output(output, plan_dir, overwrite)
     if query == "-":
         query = sys.stdin.read()
     if not query.strip():
@@ -115,7 +132,7 @@ def sql(
                     "the last statement must return rows to write Parquet, got a statement without a result — "
                     "end QUERY with a SELECT"
                 )
-            pq.write_table(table, output)
+            write_atomic(output, lambda tmp: pq.write_table(table, tmp), "the query result", _OTHER_FILE)
             click.echo(f"wrote {count_of(table.num_rows, 'row')} ({count_of(table.num_columns, 'column')}) to {output}")
             return
         columns, rows = run_query(plan_dir, query, params or None, batch_size=batch_size, max_length=max_length)
@@ -126,4 +143,4 @@ def sql(
         if output is None:
             click.echo(text, nl=False)
         else:
-            output.write_text(text, encoding="utf-8")
+            write_atomic(output, lambda tmp: tmp.write_text(text, encoding="utf-8"), "the query result", _OTHER_FILE)

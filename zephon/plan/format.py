@@ -41,6 +41,17 @@ COPIES_DIR = "selected"
 #: Every file a bundle may hold: a directory with anything else in it is not (only) a plan bundle.
 BUNDLE_FILES = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE, BINS_FILE, COPIES_FILE})
 
+#: What marks a directory (or an object-store prefix) as a plan bundle when a dataset folder is listed: its
+#: plan.json beside the two files every bundle has. Shard discovery skips such a directory, and names it
+#: (``zephon.storage.local``): a plan written inside a dataset's folder never becomes that dataset's data.
+BUNDLE_MARKER = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE})
+
+
+def looks_like_bundle(names: set[str] | frozenset[str]) -> bool:
+    """Whether a directory whose entries are ``names`` has a plan bundle's files (``BUNDLE_MARKER``)."""
+    return names >= BUNDLE_MARKER
+
+
 #: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
 SAMPLES_ROW_GROUP = 65_536
 

@@ -33,12 +33,19 @@ A directory, ``with atomic_directory(Path("plans/run"), "the plan bundle") as tm
 ``plans/.run.tmp-k3j2x9`` (beside it ``plans/.run.tmp-k3j2x9.writer``: ``"<host> 4242"``); when the block ends
 an existing ``plans/run`` is moved to ``plans/.run.old-4242``, the temporary renamed to ``plans/run``, the old
 one deleted. A kill between those two renames leaves ``run`` absent and the old bundle whole.
+
+One writer at a time: the whole write holds an exclusive ``flock`` on ``plans/.run.lock`` (left in place, empty);
+a second writer of the same path fails in one line, or waits (``wait=True``: ranks planning the same cached
+plan). And what is replaced is checked again at the moment of replacing (``ours``, the caller's rule of which
+entries it may have written): a file a user put into ``plans/run`` while it was written is refused, nothing
+changed; only entries ``ours`` accepts are deleted from the old directory.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import shutil
 import socket
@@ -174,38 +181,92 @@ def sweep_stale_temporaries(path: Path) -> list[Path]:
     return removed
 
 
-def _move_into_place(tmp: Path, path: Path) -> None:
-    """Rename ``tmp`` to ``path``; an existing ``path`` is first moved aside to ``.NAME.old-<pid>`` (a directory
-    cannot be replaced in one rename), then deleted. A kill in between leaves ``path`` absent, the old whole."""
-    if path.exists():
-        old = path.with_name(f".{path.name}.old-{os.getpid()}")
-        os.replace(path, old)
+def _foreign(path: Path, ours: Callable[[Path], bool]) -> str | None:
+    """The first entry of an existing ``path`` that ``ours`` does not accept (``path`` itself if it is not a
+    directory), else None."""
+    if path.is_symlink() or not path.is_dir():
+        return path.name
+    return next((p.name for p in sorted(path.iterdir()) if not ours(p)), None)
+
+
+def _move_into_place(tmp: Path, path: Path, what: str, ours: Callable[[Path], bool] | None) -> None:
+    """Rename ``tmp`` to ``path``; an existing ``path`` is first checked (``ours``), moved aside to
+    ``.NAME.old-<pid>`` (a directory cannot be replaced in one rename), then deleted: whole without ``ours``,
+    else only the entries ``ours`` accepts. A kill in between leaves ``path`` absent, the old whole."""
+    if not path.exists() and not path.is_symlink():
         os.replace(tmp, path)
+        return
+    if ours is not None and (foreign := _foreign(path, ours)) is not None:
+        raise StorageError(
+            f"{what} must replace only what a writer of it wrote, got {path} holding {foreign!r} at the moment of "
+            "replacing (put there while writing) — nothing was changed and the new one was discarded; move that "
+            "out and write again, or choose another path"
+        )
+    old = path.with_name(f".{path.name}.old-{os.getpid()}")
+    os.replace(path, old)
+    os.replace(tmp, path)
+    if ours is None:
         discard(old)
-    else:
-        os.replace(tmp, path)
+        return
+    for entry in old.iterdir():
+        if ours(entry):
+            discard(entry)
+    with contextlib.suppress(OSError):  # an entry put there between the check and the rename stays, in ``old``
+        old.rmdir()
 
 
 @contextlib.contextmanager
-def atomic_directory(path: Path, what: str, alternative: str = CACHE_DIR_FIX) -> Iterator[Path]:
-    """Yield a new temporary sibling ``.NAME.tmp-XXXX`` of ``path``; when the block ends without an error, rename
-    it to ``path``, replacing an existing one (whether it may be replaced is the caller's to decide).
+def claimed(path: Path, what: str, *, wait: bool = False) -> Iterator[None]:
+    """Hold the exclusive lock ``.NAME.lock`` beside ``path`` for the block: one writer of ``path`` at a time.
 
-    Before, temporaries of dead writers are swept (:func:`sweep_stale_temporaries`); the temporary's writer
-    mark is removed afterwards, and the temporary itself on failure. An ``OSError`` becomes a
-    :class:`StorageError` naming ``path``.
+    Another holder makes this a one-line :class:`StorageError` at once, or (``wait``) a wait for it. The lock
+    file is left in place (removing it would race with the next writer's lock).
+    """
+    lock = path.with_name(f".{path.name}.lock")
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StorageError(
+                f"{what} at {path} must have one writer at a time, got another writing it now (it holds {lock}) — "
+                "wait for it to finish, or write to another path"
+            ) from None
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+@contextlib.contextmanager
+def atomic_directory(
+    path: Path,
+    what: str,
+    alternative: str = CACHE_DIR_FIX,
+    *,
+    ours: Callable[[Path], bool] | None = None,
+    wait: bool = False,
+) -> Iterator[Path]:
+    """Yield a new temporary sibling ``.NAME.tmp-XXXX`` of ``path``; when the block ends without an error, rename
+    it to ``path``, replacing an existing one (whether it may be replaced is the caller's to decide, and
+    ``ours``, when given, is asked again at the moment of replacing: see the module docstring).
+
+    The whole write holds :func:`claimed` (``wait``: wait for another writer instead of failing). Before,
+    temporaries of dead writers are swept (:func:`sweep_stale_temporaries`); the temporary's writer mark is
+    removed afterwards, and the temporary itself on failure. An ``OSError`` becomes a :class:`StorageError`
+    naming ``path``.
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        sweep_stale_temporaries(path)
-        tmp = _new_directory(path.parent, f".{path.name}.tmp-")
-        try:
-            with removed_on_failure(tmp):
-                _writer_mark(tmp).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
-                yield tmp
-                _move_into_place(tmp, path)
-        finally:
-            _writer_mark(tmp).unlink(missing_ok=True)
+        with claimed(path, what, wait=wait):
+            sweep_stale_temporaries(path)
+            tmp = _new_directory(path.parent, f".{path.name}.tmp-")
+            try:
+                with removed_on_failure(tmp):
+                    _writer_mark(tmp).write_text(f"{socket.gethostname()} {os.getpid()}\n", encoding="utf-8")
+                    yield tmp
+                    _move_into_place(tmp, path, what, ours)
+            finally:
+                _writer_mark(tmp).unlink(missing_ok=True)
     except OSError as exc:
         raise storage_error(exc, what, path, alternative) from exc
 

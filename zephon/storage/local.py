@@ -4,6 +4,12 @@ Formats are detected from file names: ``.parquet``/``.pq`` → parquet; ``.jsonl
 ``.jsonl.gz``/``.ndjson.gz`` → jsonl.gz; ``.jsonl.zst``/``.jsonl.zstd`` → jsonl.zst. A directory is listed
 recursively (hidden files and names starting with ``_`` or ``.`` are skipped, as Spark and Hive writers
 use them for markers); shards are sorted by path, so the shard order never depends on the file system.
+
+Two kinds of subdirectory are not listed, each named in a ``ZephonWarning``: a Zephon plan bundle (plan.json
+with a ``format_version`` beside shards.parquet and samples.parquet, ``zephon.plan.format.BUNDLE_MARKER``:
+a plan written into a dataset's folder is never read back as its data), and a symbolic link to a directory
+already listed (a link to an ancestor, or a second path to the same files). Other links to directories are
+followed, so a folder of links to shard folders is a dataset.
 Parquet and JSONL cannot be mixed in one dataset; JSONL files may mix compressions. In a directory, files
 of other formats (README.md, checksums) are ignored when shards are present; a file named directly or
 matched by a glob must be a shard.
@@ -15,11 +21,13 @@ Errors show a path in its absolute, normalized form (``display_path``: ``/a/bad/
 from __future__ import annotations
 
 import glob
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from zephon.errors import DatasetError
+from zephon.errors import DatasetError, warn
+from zephon.plan.format import PLAN_JSON, looks_like_bundle
 
 _SUFFIXES: tuple[tuple[str, str], ...] = (
     (".jsonl.gz", "jsonl.gz"),
@@ -87,9 +95,9 @@ def discover_local_files(dataset: str, path: str) -> tuple[SourceFile, ...]:
     """List the shards of a local dataset path, with clear errors for empty, unknown or mixed inputs.
 
     Symbolic links to files are followed (a Hugging Face cache snapshot is a directory of links into its blob
-    store); listing a directory does not descend into links to directories, so a link loop cannot hang it (a
-    glob follows Python's ``glob`` rules). Zephon only reads through links; nothing is written under a dataset
-    path.
+    store), and so are links to directories, once each: a link to a directory already listed (an ancestor: a
+    loop) is skipped with a warning, as is a plan bundle (see the module docstring; a glob follows Python's
+    ``glob`` rules). Zephon only reads through links; nothing is written under a dataset path.
     """
     if "\0" in path:  # repr: the NUL is shown as \x00 (display_path would fail on it)
         raise DatasetError(
@@ -110,19 +118,27 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
     shown = display_path(path)
     if any(ch in expanded for ch in "*?["):
         candidates = sorted(p for p in glob.glob(expanded, recursive=True) if os.path.isfile(p))
+        candidates = _outside_bundles(dataset, candidates)
         if not candidates:
             raise DatasetError(
                 f"dataset {dataset!r}: glob {shown!r} must match at least one file, got none — check the pattern"
             )
     elif os.path.isdir(expanded):
-        candidates = sorted(
-            str(p)
-            for p in Path(expanded).rglob("*")
-            if p.is_file() and not any(part.startswith((".", "_")) for part in p.relative_to(expanded).parts)
-        )
-        if not candidates:
+        if is_plan_bundle(expanded):
             raise DatasetError(
-                f"dataset {dataset!r}: directory {shown!r} must contain shard files, got an empty directory — "
+                f"dataset {dataset!r}: path {shown!r} must be a folder of shards, got a Zephon plan bundle — point "
+                "the path at the dataset's files (a plan is not data)"
+            )
+        listing = list_directory(expanded)
+        for skipped in listing.skipped:
+            warn(f"dataset {dataset!r}: {skipped}")
+        candidates = sorted(listing.files)
+        if not candidates:
+            got = "an empty directory"
+            if listing.skipped:  # each named in its warning
+                got = f"no shard files, only what was skipped ({', '.join(listing.skipped_paths)})"
+            raise DatasetError(
+                f"dataset {dataset!r}: directory {shown!r} must contain shard files, got {got} — "
                 f"put {', '.join(SUPPORTED_SUFFIXES)} files there or fix the path"
             )
     elif os.path.isfile(expanded):
@@ -134,6 +150,95 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
 
     listed = [SourceFile(uri=os.path.abspath(c), format="", size=os.path.getsize(c)) for c in candidates]
     return shards_of(dataset, listed, directory=os.path.isdir(expanded))
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Listing:
+    """A dataset directory's files (paths below it, links not resolved) and what was not listed, one phrase each."""
+
+    files: tuple[str, ...]
+    skipped: tuple[str, ...]
+    skipped_paths: tuple[str, ...]
+
+
+def _bundle_message(directory: str) -> str:
+    return (
+        f"skipped the plan bundle {display_path(directory)} (a Zephon plan, not data) — move plans out of dataset "
+        "folders"
+    )
+
+
+def _outside_bundles(dataset: str, candidates: list[str]) -> list[str]:
+    """The globbed files that are not a plan bundle's (its files, or its selected/ copies), a warning per bundle."""
+    parents = {os.path.dirname(p) or "." for p in candidates}
+    bundles = {d for d in parents | {os.path.dirname(d) or "." for d in parents} if is_plan_bundle(d)}
+    for bundle in sorted(bundles):
+        warn(f"dataset {dataset!r}: {_bundle_message(bundle)}")
+    inside = {d for d in parents if d in bundles or (os.path.dirname(d) or ".") in bundles}
+    return [p for p in candidates if (os.path.dirname(p) or ".") not in inside]
+
+
+def is_plan_bundle(directory: str, names: set[str] | None = None) -> bool:
+    """Whether ``directory`` (entries ``names``) is a Zephon plan bundle: the marker files, and a plan.json
+    that is a JSON object with a ``format_version`` (a dataset's own plan.json beside Parquet files is data)."""
+    try:
+        names = set(os.listdir(directory)) if names is None else names
+    except OSError:
+        return False
+    if not looks_like_bundle(names):
+        return False
+    try:
+        with open(os.path.join(directory, PLAN_JSON), "rb") as f:
+            head = json.loads(f.read())
+    except (OSError, ValueError):
+        return False
+    return isinstance(head, dict) and "format_version" in head
+
+
+def list_directory(root: str) -> Listing:
+    """Every file under ``root`` whose path below it has no part starting with ``.`` or ``_``, in no set order.
+
+    Real subdirectories are walked first; then links to directories, each followed unless its target is, holds
+    or lies inside a directory already walked (a loop, or the same files twice). Plan bundles are not entered.
+    """
+    files: list[str] = []
+    skipped: list[str] = []
+    skipped_paths: list[str] = []
+    walked: list[Path] = [Path(os.path.realpath(root))]
+    links: list[str] = []
+    stack = [root]
+    while stack or links:
+        if not stack:  # the real tree is done: follow the next link to a directory
+            link = links.pop(0)
+            target = Path(os.path.realpath(link))
+            seen = next(
+                (w for w in walked if target == w or target.is_relative_to(w) or w.is_relative_to(target)), None
+            )
+            if seen is not None:
+                skipped.append(
+                    f"skipped the linked directory {display_path(link)} → {target}: it loops to or repeats "
+                    f"{seen}, already listed — remove the link or point it elsewhere"
+                )
+                skipped_paths.append(display_path(link))
+                continue
+            walked.append(target)
+            stack.append(link)
+        directory = stack.pop()
+        with os.scandir(directory) as it:
+            entries = sorted(it, key=lambda e: e.name)
+        names = {e.name for e in entries}
+        if directory != root and is_plan_bundle(directory, names):
+            skipped.append(_bundle_message(directory))
+            skipped_paths.append(display_path(directory))
+            continue
+        for entry in entries:
+            if entry.name.startswith((".", "_")):
+                continue
+            if entry.is_dir(follow_symlinks=True):
+                (links if entry.is_symlink() else stack).append(entry.path)
+            elif entry.is_file(follow_symlinks=True):
+                files.append(entry.path)
+    return Listing(files=tuple(files), skipped=tuple(skipped), skipped_paths=tuple(skipped_paths))
 
 
 def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tuple[SourceFile, ...]:

@@ -10,7 +10,9 @@ Listing is paginated by the client (1,000 keys a page on S3), so a bucket of any
 a part starting with ``.`` or ``_`` are skipped (Spark/Hive markers), and formats follow the local rules
 (:func:`zephon.storage.local.shards_of`): in a prefix other files are ignored when shards are present, a
 named or globbed object must be a shard, Parquet and JSONL do not mix. Each shard keeps its listing's ETag and
-version id: its pin (:class:`~.reads.ObjectFile`).
+version id: its pin (:class:`~.reads.ObjectFile`). A "directory" holding a plan bundle's files (plan.json,
+shards.parquet, samples.parquet: ``zephon.plan.format.BUNDLE_MARKER``) is not data: its objects, and its
+``selected/`` copies, are left out with a ``ZephonWarning`` naming it.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from zephon.errors import DatasetError, ZephonError
+from zephon.errors import DatasetError, ZephonError, warn
+from zephon.plan.format import looks_like_bundle
 from zephon.specs import StoreCredentials
 from zephon.storage.local import SUPPORTED_SUFFIXES, SourceFile, detect_format, shards_of
 from zephon.storage.objects import stores
@@ -99,6 +102,12 @@ def discover_objects(dataset: str, text: str, credentials: Iterable[StoreCredent
                     f"dataset {dataset!r}: path {path.uri!r} must name an object or a prefix holding shards "
                     f"({', '.join(SUPPORTED_SUFFIXES)}), got nothing there — fix the path"
                 )
+    metas = _outside_bundles(dataset, path, metas)
+    if not metas:
+        raise DatasetError(
+            f"dataset {dataset!r}: path {path.uri!r} must hold shards, got only a Zephon plan bundle — point the path "
+            "at the dataset's objects (a plan is not data)"
+        )
     listed = []
     for meta in sorted(metas, key=lambda m: m["path"]):
         child = path.child(meta["path"])
@@ -119,6 +128,28 @@ def discover_objects(dataset: str, text: str, credentials: Iterable[StoreCredent
     shards = shards_of(dataset, listed, directory=directory)
     remember_listing([f.remote for f in shards if isinstance(f.remote, ObjectFile)])
     return shards
+
+
+def _outside_bundles(dataset: str, path: ObjectPath, metas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``metas`` less the objects of plan bundles (their files and ``selected/`` copies), a warning per bundle."""
+    names: dict[str, set[str]] = {}
+    for meta in metas:
+        parent, _, name = str(meta["path"]).rpartition("/")
+        names.setdefault(parent, set()).add(name)
+    bundles = {parent for parent, found in names.items() if looks_like_bundle(found)}
+    if not bundles:
+        return metas
+    for bundle in sorted(bundles):
+        warn(
+            f"dataset {dataset!r}: skipped the plan bundle {path.child(bundle + '/').uri} (a Zephon plan, not data) "
+            "— move plans out of dataset prefixes"
+        )
+
+    def inside(key: str) -> bool:
+        parent = key.rpartition("/")[0]
+        return parent in bundles or parent.rpartition("/")[0] in bundles
+
+    return [m for m in metas if not inside(str(m["path"]))]
 
 
 def _hidden(relative: str) -> bool:
