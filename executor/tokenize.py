@@ -42,6 +42,7 @@ import logging
 import os
 import re
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -398,13 +399,16 @@ class Encoder:
             split = True
         engine = choice.engine
         threads = self.threads if split else 1
+        started = time.perf_counter()
         try:
             got = encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
             if engine is choice.fallback:
                 raise
             return choice.fallback.encode(texts)
-        if engine is not choice.fallback:
+        if engine is not choice.fallback:  # its CPU: the wall time on the threads the call was split over
+            spent = (time.perf_counter() - started) * min(threads, max(1, len(texts) // 8))
+            self.spot_check.encoded(spent)
             try:
                 self.spot_check.check(texts, got, engine.name)
             except EngineMismatch as exc:

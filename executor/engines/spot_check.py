@@ -9,12 +9,15 @@ encoded again by ``tokenizers`` on the calling thread. A difference raises ``Eng
 the document in the batch; the executor turns it into one line naming dataset, shard, row and engine, and the
 engine's refusal is cached, so the next run picks another engine.
 
-Cost: ``tokenizers`` encodes about ``FRACTION`` of the characters a second time. It runs at 1/3 to 1/12 of the
-fast engines' speed on one thread (docs/performance.md), so the check costs about 1-3 % of the encoding, less
-of the run; ``benchmarks/bench_spot_check.py`` measures it.
+Cost: ``tokenizers`` on one thread runs at 1/3 to 1/40 of a fast engine's speed (DeepSeek V4 on fastokens: 1/40),
+so checking 1/256 of the documents could cost up to 16 % of the encoding. A budget bounds it: a picked document
+is checked only while the check's CPU time is within ``BUDGET`` (2 %) of the encoding's so far (the caller adds
+it: ``encoded``); the picks past it are counted as ``deferred``. The sample is seeded; which picks fit the budget
+depends on timing, never the data. ``benchmarks/bench_engine_safety.py`` measures the share.
 
-Example: a batch of 1,000 documents of 2,000 characters, ``FRACTION`` 1/256 → about 4 documents (8,000
-characters) re-encoded; their ids equal the engine's → the batch goes on.
+Example: a batch of 1,000 documents of 2,000 characters, ``FRACTION`` 1/256 → about 4 documents picked; the
+encoding so far took 10 CPU s and the check 0.15 s, within 2 % → they are re-encoded, their ids equal the
+engine's → the batch goes on.
 """
 
 from __future__ import annotations
@@ -30,8 +33,11 @@ from zephon.errors import TokenizerError
 from zephon.executor.engines.base import TokenIds
 from zephon.plan.records import ShardRef
 
-#: Share of the documents checked (each picked independently with this probability).
+#: Share of the documents picked (each independently with this probability).
 FRACTION = 1 / 256
+#: The check's CPU budget: picked documents are checked while the check's CPU time stays within this share of the
+#: CPU time spent encoding so far; picks past it are counted (``deferred``), not checked.
+BUDGET = 0.02
 #: The sample's seed (with each batch's document and character counts).
 SEED = 20261202
 
@@ -74,10 +80,19 @@ class SpotCheck:
         self.reference = reference
         self.fraction = FRACTION if fraction is None else fraction
         self._lock = threading.Lock()
-        #: documents checked, their characters, and the thread CPU seconds spent checking
+        self.budget = BUDGET
+        #: documents checked, their characters, the thread CPU seconds spent checking, picks skipped by the budget
         self.documents = 0
         self.characters = 0
         self.seconds = 0.0
+        self.deferred = 0
+        #: CPU seconds spent encoding (``encoded``), which the budget is a share of
+        self.encoding_seconds = 0.0
+
+    def encoded(self, seconds: float) -> None:
+        """Add the CPU time of an encoding (the budget grows with it)."""
+        with self._lock:
+            self.encoding_seconds += seconds
 
     def __getstate__(self) -> dict[str, object]:
         return {k: v for k, v in self.__dict__.items() if k != "_lock"}
@@ -96,6 +111,10 @@ class SpotCheck:
         """Raise ``EngineMismatch`` if a picked document's ids (without BOS/EOS) differ from ``tokenizers``'."""
         picked = self.picks(texts)
         if not len(picked):
+            return
+        if self.seconds > self.budget * self.encoding_seconds:
+            with self._lock:
+                self.deferred += len(picked)
             return
         start = time.thread_time()
         ends = np.cumsum(got.sizes)

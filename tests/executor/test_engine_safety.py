@@ -183,6 +183,21 @@ def test_the_spot_check_picks_a_seeded_sample_of_each_batch() -> None:
     assert check.picks(texts[:-1]).tolist() != picked[picked < 3999].tolist()  # another batch, another draw
 
 
+def test_the_spot_check_stays_within_its_cpu_budget(tokenizer_dir: str) -> None:
+    """Picks past the budget (a share of the encoding's CPU time so far) are counted as deferred, not checked."""
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers")
+    check = SpotCheck(encoder.tokenizer, fraction=1.0)
+    texts = generate_demo_documents("prose", 20, seed=2)
+    got = encoder.ids(texts)
+    check.check(texts, got, "fastokens")  # no encoding time yet: the first batch is checked, and goes over
+    assert (check.documents, check.deferred) == (20, 0) and check.seconds > 0
+    check.check(texts, got, "fastokens")
+    assert (check.documents, check.deferred) == (20, 20)
+    check.encoded(check.seconds / check.budget * 2)  # enough encoding since: within the budget again
+    check.check(texts, got, "fastokens")
+    assert (check.documents, check.deferred) == (40, 20)
+
+
 class OneWrongId(FastokensEngine):
     """fastokens, with one id changed in documents holding a marker (an engine that disagrees deep in a run)."""
 
@@ -212,6 +227,7 @@ def test_an_engine_that_differs_deep_in_the_run_stops_it_in_one_line_and_is_refu
     monkeypatch.setattr(builders, "engine_classes", lambda: {**classes, "fastokens": OneWrongId})
     monkeypatch.setattr(choose, "_BUILT", {})  # no real fastokens built by an earlier test
     monkeypatch.setattr(spot_check, "FRACTION", 1.0)  # check every document: the marker's is found for sure
+    monkeypatch.setattr(spot_check, "BUDGET", float("inf"))
 
     def pipeline() -> Pipeline:
         ws = StaticMixtureWorkSource(
