@@ -91,4 +91,3 @@ def test_an_error_right_after_the_run_starts_exits_1_with_that_line_alone(matrix
         assert matrix[setting, tokenizer].outcomes["direct"].status == "refused"
         return
     assert (outcome.status, outcome.rc, outcome.stderr) == ("ended", 1, EARLY_ERROR + "\n"), explain(outcome)
-
