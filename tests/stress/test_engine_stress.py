@@ -16,10 +16,10 @@ import pytest
 from stress.stress_matrix import (
     LOADER_SPAWN_SETTINGS,
     RUN_PATTERNS,
-    SETTINGS,
-    TOKENIZERS,
     Case,
     Outcome,
+    exit_pairs,
+    pairs,
     run_matrix,
 )
 from support.stress_runner import EARLY_ERROR
@@ -53,13 +53,7 @@ def reference(matrix: dict[tuple[str, str], Case], tokenizer: str, pattern: str)
 
 
 def runs() -> list[tuple[str, str, str]]:
-    return [
-        (s, t, p)
-        for t in TOKENIZERS
-        for s in SETTINGS
-        for p in RUN_PATTERNS
-        if p != "loader_spawn" or s in LOADER_SPAWN_SETTINGS
-    ]
+    return [(s, t, p) for s, t in pairs() for p in RUN_PATTERNS if p != "loader_spawn" or s in LOADER_SPAWN_SETTINGS]
 
 
 @pytest.mark.parametrize(("setting", "tokenizer", "pattern"), runs())
@@ -74,7 +68,7 @@ def test_every_run_completes_and_gives_the_tokenizers_batches(matrix, setting, t
     assert outcome.digest == reference(matrix, tokenizer, pattern).digest
 
 
-@pytest.mark.parametrize(("setting", "tokenizer"), [(s, t) for t in TOKENIZERS for s in SETTINGS])
+@pytest.mark.parametrize(("setting", "tokenizer"), exit_pairs())
 def test_a_script_that_reads_one_batch_exits_cleanly_with_it(matrix, setting, tokenizer) -> None:
     outcome = matrix[setting, tokenizer].outcomes.get("exit_one_batch")
     if outcome is None:  # the engine refused this tokenizer (test_every_run_...): nothing to exit from
@@ -84,7 +78,7 @@ def test_a_script_that_reads_one_batch_exits_cleanly_with_it(matrix, setting, to
     assert outcome.first == reference(matrix, tokenizer, "exit_one_batch").first
 
 
-@pytest.mark.parametrize(("setting", "tokenizer"), [(s, t) for t in TOKENIZERS for s in SETTINGS])
+@pytest.mark.parametrize(("setting", "tokenizer"), exit_pairs())
 def test_an_error_right_after_the_run_starts_exits_1_with_that_line_alone(matrix, setting, tokenizer) -> None:
     outcome = matrix[setting, tokenizer].outcomes.get("raise_after_build")
     if outcome is None:
