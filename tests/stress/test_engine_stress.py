@@ -14,12 +14,11 @@ import time
 
 import pytest
 from stress.stress_matrix import (
-    LOADER_SPAWN_SETTINGS,
-    RUN_PATTERNS,
     Case,
     Outcome,
     exit_pairs,
     pairs,
+    patterns,
     run_matrix,
 )
 from support.stress_runner import EARLY_ERROR
@@ -53,7 +52,7 @@ def reference(matrix: dict[tuple[str, str], Case], tokenizer: str, pattern: str)
 
 
 def runs() -> list[tuple[str, str, str]]:
-    return [(s, t, p) for s, t in pairs() for p in RUN_PATTERNS if p != "loader_spawn" or s in LOADER_SPAWN_SETTINGS]
+    return [(s, t, p) for s, t in pairs() for p in patterns(s, t)]
 
 
 @pytest.mark.parametrize(("setting", "tokenizer", "pattern"), runs())
