@@ -409,3 +409,23 @@ def test_a_crash_prone_engine_holds_one_tokenizer_per_process(tmp_path: Path, mo
     assert second.refused == {"kitoken": "kitoken already holds another tokenizer in this process"}
     assert_identical(second.encode_flat(texts), Encoder(other, engine="tokenizers").encode_flat(texts))
     assert Encoder(first).engine == "kitoken"  # the tokenizer it holds: still on kitoken
+
+
+def test_a_forced_engine_that_crashes_is_refused_in_one_line(tokenizer_dir: str, tmp_path: Path, monkeypatch) -> None:
+    """``ZEPHON_TOKENIZER_ENGINE=kitoken`` with a kitoken whose loader segfaults: the crash happens in the trial
+    process, and the forced run stops before its first batch with one line — never a core dump."""
+    fake = tmp_path / "site" / "kitoken"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        "import ctypes\n\n\nclass Kitoken:\n    @staticmethod\n    def from_tokenizers(data):\n"
+        "        ctypes.string_at(0)  # reads address 0: SIGSEGV\n",
+        encoding="utf-8",
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    with pytest.raises(TokenizerError) as caught:
+        Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="kitoken")
+    assert str(caught.value) == (
+        "ZEPHON_TOKENIZER_ENGINE=kitoken must give the same ids as tokenizers for this tokenizer, got: it crashed "
+        "(SIGSEGV) loading or probing this tokenizer in a trial process — unset ZEPHON_TOKENIZER_ENGINE (the fastest "
+        "exact engine is picked) or set it to tokenizers"
+    )
