@@ -123,10 +123,11 @@ class OwnedEngine(Engine):
         if self._owner.pid == os.getpid():
             self._owner.stop()
 
-    def __del__(self) -> None:
+    def __del__(self, _getpid: Callable[[], int] = os.getpid) -> None:  # (module globals may be gone at exit)
         owner = getattr(self, "_owner", None)
-        if owner is not None and owner.pid == os.getpid() and owner.thread.is_alive():
-            owner.requests.put(_STOP)  # the thread frees the engine and ends; not joined from a finalizer
+        if owner is not None and owner.pid == _getpid() and not owner.stopped:
+            owner.stopped = True
+            owner.requests.put(None)  # the thread frees the engine and ends; not joined from a finalizer
 
     def __reduce__(self) -> tuple[object, tuple[object, ...]]:
         return (OwnedEngine, (self.cls, self.config_text, *self.args))

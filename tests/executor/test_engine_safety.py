@@ -106,9 +106,12 @@ def test_a_confined_engine_is_built_called_and_freed_on_its_own_thread() -> None
     engine.close()
     owner = "zephon-engine-owner"
     assert Recording.threads == [("build", owner), *[("encode", owner)] * 4, ("free", owner)]
+    first = engine._owner.thread
+    assert not first.is_alive()
     assert engine.encode(["abcd"]).ids.tolist() == [4]  # closed, called again (a shared engine): a new owner
+    assert engine._owner.thread is not first
     engine.close()
-    assert not [t for t in threading.enumerate() if t.name == "zephon-engine-owner"]
+    assert not engine._owner.thread.is_alive()
 
 
 def test_a_confined_engine_in_a_forked_child_builds_its_own_and_never_touches_the_parents() -> None:
