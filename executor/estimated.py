@@ -8,7 +8,8 @@ through five stages, each wrapping the one before and handing on one named value
    rank's lanes, and keeps the documents of this rank's lanes at or after their lane's cursor → ``PlanRows``.
 2. ``FetchTexts`` reads their texts from the shards, drops the documents the skip policy left out, and groups
    the rest by lane (a stable sort: plan order within each lane) → ``ChunkTexts``.
-3. ``Tokenize`` encodes the chunk's texts in one call → ``ChunkTokens`` (its encoding may still be running).
+3. ``Tokenize`` encodes the chunk's texts, in calls of at most ``MAX_CHARS`` characters
+   (``zephon.executor.encode_slices``) → ``ChunkTokens`` (its encoding may still be running).
 4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
 from zephon.executor.pack import PackedRows, concat_rows
@@ -236,9 +238,10 @@ class FetchTexts:
 
 
 class Tokenize:
-    """Stage 3: each chunk's texts encoded together, in one call. Without a pool (``threads`` None) on this
-    thread; with one, the first chunk on this thread (it verifies the fast engine, which must not run alongside
-    another call) and every later chunk whole on one pool thread, several chunks at once.
+    """Stage 3: each chunk's texts encoded together (``encode_in_slices``: calls of ≤ 1 Mi characters). Without
+    a pool (``threads`` None) on this thread; with one, the first chunk on this thread (it verifies the fast
+    engine, which must not run alongside another call) and every later chunk whole on one pool thread, several
+    chunks at once.
 
     State: ``verified`` (the first encoding is done) and the pool.
     """
@@ -258,10 +261,10 @@ class Tokenize:
         if got.texts and (self._pool is None or not self.verified):
             self.verified = True
             encoded = Future()
-            encoded.set_result(self.encoder.encode_flat(got.texts))
+            encoded.set_result(encode_in_slices(self.encoder, got.texts))
         elif got.texts:
             assert self._pool is not None
-            encoded = self._pool.submit(self.encoder.encode_flat, got.texts, split=False)
+            encoded = self._pool.submit(encode_in_slices, self.encoder, got.texts, split=False)
         return ChunkTokens(chunk=got.chunk, keep=got.keep, encoded=encoded, reports=got.reports, skipped=got.skipped)
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import names as operator_names
 from zephon.executor.pack import PIECE_DTYPE, PackedRows
@@ -213,7 +214,7 @@ class ExactSequences:
             ahead = self._upcoming(ks, len(positions))
             want = np.union1d(missing, ahead[~_isin(ahead, cached)])
             rows = self.samples.rows(want)
-            encoded = self.encoder.encode_flat(self.reader.texts(rows["shard_id"], rows["row"]))
+            encoded = encode_in_slices(self.encoder, self.reader.texts(rows["shard_id"], rows["row"]))
             self._merge(positions, want, rows, encoded)
         else:
             self._prev = ks
@@ -253,7 +254,8 @@ class ExactSequences:
         shard_ids, row_ids, encode_pool = rows["shard_id"], rows["row"], self._encode_pool
 
         def read() -> Future[Encoded]:
-            return encode_pool.submit(self.encoder.encode_flat, self.reader.texts(shard_ids, row_ids), split=False)
+            texts = self.reader.texts(shard_ids, row_ids)
+            return encode_pool.submit(encode_in_slices, self.encoder, texts, split=False)
 
         self._jobs.append((want, rows, self._read_pool.submit(read)))
         return True

@@ -35,6 +35,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.documents import carries_flags, make_encoder
+from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry, packing_lanes
@@ -190,7 +191,7 @@ class RankRunner:
         texts = access.calibration_texts(first.shard_id, first.row)
         kept = [i for i, t in enumerate(texts) if t is not None]
         docs, step = [texts[i] for i in kept], self.spec.read_chunk  # encoded a chunk at a time, as the run does:
-        sizes = [self.encoder.encode_flat(docs[k : k + step]).sizes for k in range(0, len(docs), step)]  # type: ignore[arg-type]
+        sizes = [encode_in_slices(self.encoder, docs[k : k + step]).sizes for k in range(0, len(docs), step)]  # type: ignore[arg-type]
         real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)  # one call held every id at once
         return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
 
