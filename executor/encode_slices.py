@@ -6,8 +6,9 @@ longer run meets larger chunks (more code files, whose sizes have a long tail). 
 chunk holds, while it runs, the engine's own per-token objects for every document of it: with the
 ``tokenizers`` engine ~40 B a token in its ``Encoding`` objects and as much again in the Python lists of ids
 handed back — ~130 MB for a chunk of 1.9 M tokens — and the encode pool runs two such calls side by side. So
-the rank's peak RSS grew with the run: DeepSeek V4 on the ``tokenizers`` engine, samples plan, 830 MB at ×1
-and 1,030 MB at ×4 (docs/performance.md, Memory).
+the rank's peak RSS grew with the run: the cl100k conversion on the ``tokenizers`` engine, samples plan, 818 MB
+at ×1 and 994 MB at ×4 of the local corpus; 798 MB at ×4 in slices (docs/performance.md, Memory at default
+settings).
 
 ``encode_in_slices(encoder, texts, split=...)`` makes one ``encode_flat`` call per slice of consecutive
 texts holding at most ``MAX_CHARS`` characters (a longer text is a slice on its own), and joins the slices'
