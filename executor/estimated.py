@@ -8,7 +8,8 @@ through five stages, each wrapping the one before and handing on one named value
    rank's lanes, and keeps the documents of this rank's lanes at or after their lane's cursor → ``PlanRows``.
 2. ``FetchTexts`` reads their texts from the shards, drops the documents the skip policy left out, and groups
    the rest by lane (a stable sort: plan order within each lane) → ``ChunkTexts``.
-3. ``Tokenize`` encodes the chunk's texts in one call → ``ChunkTokens`` (its encoding may still be running).
+3. ``Tokenize`` encodes the chunk's texts, in calls of at most ``MAX_CHARS`` characters
+   (``zephon.executor.encode_slices``) → ``ChunkTokens`` (its encoding may still be running).
 4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
@@ -58,6 +59,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
 from zephon.executor.lanes import Lane
@@ -237,9 +239,10 @@ class FetchTexts:
 
 
 class Tokenize:
-    """Stage 3: each chunk's texts encoded together, in one call. Without a pool (``threads`` None) on this
-    thread; with one, the first chunk on this thread (it verifies the fast engine, which must not run alongside
-    another call) and every later chunk whole on one pool thread, several chunks at once.
+    """Stage 3: each chunk's texts encoded together (``encode_in_slices``: calls of ≤ 1 Mi characters). Without
+    a pool (``threads`` None) on this thread; with one, the first chunk on this thread (it verifies the fast
+    engine, which must not run alongside another call) and every later chunk whole on one pool thread, several
+    chunks at once.
 
     State: ``verified`` (the first encoding is done) and the pool.
     """
@@ -268,7 +271,7 @@ class Tokenize:
     def _encode(self, got: ChunkTexts, *, split: bool) -> Encoded:
         """The chunk's texts encoded; a spot-check mismatch names the document's dataset, shard and row."""
         try:
-            return self.encoder.encode_flat(got.texts, split=split)
+            return encode_in_slices(self.encoder, got.texts, split=split)
         except EngineMismatch as exc:
             i = int(got.keep[exc.index])
             shard, row = int(got.chunk.shard_id[i]), int(got.chunk.row[i])

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import names as operator_names
@@ -226,8 +227,8 @@ class ExactSequences:
         """The documents at (shard, row), read (unless ``texts`` are given) and encoded; a spot-check mismatch
         names the document's dataset, shard and row."""
         try:
-            return self.encoder.encode_flat(
-                texts if texts is not None else self.reader.texts(shard_ids, row_ids), split=split
+            return encode_in_slices(
+                self.encoder, texts if texts is not None else self.reader.texts(shard_ids, row_ids), split=split
             )
         except EngineMismatch as exc:
             i = exc.index

@@ -35,6 +35,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.documents import carries_flags, make_encoder
+from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
@@ -195,7 +196,7 @@ class RankRunner:
         sizes = []  # (one call held every id at once)
         for k in range(0, len(docs), step):
             try:
-                sizes.append(self.encoder.encode_flat(docs[k : k + step]).sizes)  # type: ignore[arg-type]
+                sizes.append(encode_in_slices(self.encoder, docs[k : k + step]).sizes)  # type: ignore[arg-type]
             except EngineMismatch as exc:  # the spot check: name the document
                 i = kept[k + exc.index]
                 raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None

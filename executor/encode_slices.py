@@ -1,0 +1,69 @@
+"""Encoding a chunk of texts in slices of bounded size, so a rank's memory does not follow its largest chunk.
+
+A read chunk is a number of documents (``read_chunk``, 1,024), not a number of bytes: on real text its size
+varies with the documents in it — a chunk of the local corpus's mixture held 0.4 to 6.4 M characters, and a
+longer run meets larger chunks (more code files, whose sizes have a long tail). One engine call on a whole
+chunk holds, while it runs, the engine's own per-token objects for every document of it: with the
+``tokenizers`` engine ~40 B a token in its ``Encoding`` objects and as much again in the Python lists of ids
+handed back — ~130 MB for a chunk of 1.9 M tokens — and the encode pool runs two such calls side by side. So
+the rank's peak RSS grew with the run: the cl100k conversion on the ``tokenizers`` engine, samples plan, 818 MB
+at ×1 and 994 MB at ×4 of the local corpus; 798 MB at ×4 in slices (docs/performance.md, Memory at default
+settings).
+
+``encode_in_slices(encoder, texts, split=...)`` makes one ``encode_flat`` call per slice of consecutive
+texts holding at most ``MAX_CHARS`` characters (a longer text is a slice on its own), and joins the slices'
+ids and sizes. Each document is encoded on its own by every engine, so the ids are the same as one call's
+(``test_encoding_in_slices_gives_the_ids_of_one_call``); only the engine's transient memory is bounded
+(~25 MB a call with ``tokenizers``), and the int64 ids of the chunk, 8 B a token, are what stays.
+
+Left whole: a call that settles the engine (the first of a run checks the fast engine on the run's own
+documents: ``zephon.executor.tokenize``), and batches of anything but strings (chat records).
+
+Example: a chunk of 1,024 texts of 5.2 M characters in all is encoded in 5 calls of ≤ 1 Mi characters each;
+a chunk of 300 K characters in one call, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.tokenize import Encoded
+
+#: Characters per engine call (``encode_in_slices``): ~250 K tokens of English or code, a few ms of work
+#: per call on any engine, so the slicing costs nothing measurable.
+MAX_CHARS = 1 << 20
+
+
+def slice_bounds(sizes: list[int], max_chars: int = MAX_CHARS) -> list[tuple[int, int]]:
+    """``(start, end)`` of consecutive slices holding at most ``max_chars`` characters each (a text longer
+    than that is a slice on its own); one slice ``(0, n)`` when they all fit."""
+    bounds: list[tuple[int, int]] = []
+    start, held = 0, 0
+    for i, size in enumerate(sizes):
+        if held and held + size > max_chars:
+            bounds.append((start, i))
+            start, held = i, 0
+        held += size
+    if start < len(sizes) or not bounds:
+        bounds.append((start, len(sizes)))
+    return bounds
+
+
+def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_chars: int | None = None) -> Encoded:
+    """``encoder.encode_flat(texts, split=split)``, made in slices of at most ``max_chars`` (default
+    ``MAX_CHARS``) characters (see the module docstring): the same ids and sizes."""
+    if not getattr(encoder, "settled", False) or not all(isinstance(t, str) for t in texts):
+        return encoder.encode_flat(texts, split=split)
+    bounds = slice_bounds([len(t) for t in texts], MAX_CHARS if max_chars is None else max_chars)
+    if len(bounds) == 1:
+        return encoder.encode_flat(texts, split=split)
+    parts = []
+    for a, b in bounds:
+        try:
+            parts.append(encoder.encode_flat(texts[a:b], split=split))
+        except EngineMismatch as exc:  # the spot check's index, in the caller's texts
+            raise exc.at(a + exc.index) from None
+    return Encoded(np.concatenate([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]))
