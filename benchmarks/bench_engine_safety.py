@@ -1,7 +1,7 @@
 """What engine safety costs: throughput against the last release, and the spot check's share of the run's CPU.
 
-Run: python benchmarks/bench_engine_safety.py --baseline-python OLD/.venv/bin/python [--tokenizer deepseek-v4]
-     [--documents 6000] [--rounds 3] [--root DIR]
+Run: python benchmarks/bench_engine_safety.py --baseline-python OLD/.venv/bin/python [--tokenizer deepseek-v4|DIR]
+     [--engine auto|NAME] [--documents 6000] [--rounds 3] [--root DIR]
 
 ``--baseline-python`` is an interpreter whose ``zephon`` is the last release (e.g. a venv over a ``git worktree`` of
 the commit before this change, installed with ``pip install --no-deps -e``). Both interpreters run the same
@@ -54,8 +54,8 @@ print(json.dumps({"tokens_per_s": tokens / wall, "cpu_s": cpu, "engine": p.stats
 """
 
 
-def run(python: str, corpus: Path, tokenizer: Path, documents: int, cache: Path) -> dict[str, object]:
-    env = {**os.environ, "ZEPHON_CACHE_DIR": str(cache), "ZEPHON_PROGRESS": "0"}
+def run(python: str, corpus: Path, tokenizer: Path, documents: int, cache: Path, engine: str) -> dict[str, object]:
+    env = {**os.environ, "ZEPHON_CACHE_DIR": str(cache), "ZEPHON_PROGRESS": "0", "ZEPHON_TOKENIZER_ENGINE": engine}
     done = subprocess.run(
         [python, "-c", CHILD, str(corpus), str(tokenizer), str(documents), str(cache)],
         capture_output=True,
@@ -72,7 +72,8 @@ def run(python: str, corpus: Path, tokenizer: Path, documents: int, cache: Path)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline-python", required=True)
-    parser.add_argument("--tokenizer", default="deepseek-v4")
+    parser.add_argument("--tokenizer", default="deepseek-v4", help="a vendor_tokenizers.py name, or a tokenizer dir")
+    parser.add_argument("--engine", default="auto", help="ZEPHON_TOKENIZER_ENGINE for both builds")
     parser.add_argument("--documents", type=int, default=6000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--root", type=Path, default=Path(tempfile.gettempdir()) / "zephon-bench-engine-safety")
@@ -82,14 +83,17 @@ def main() -> None:
     import vendor_tokenizers
 
     corpus = local_corpus.build(args.root / "corpus")
-    tokenizer = vendor_tokenizers.build(args.tokenizer, args.root / "tokenizers")
+    if Path(args.tokenizer).is_dir():
+        tokenizer = Path(args.tokenizer)
+    else:
+        tokenizer = vendor_tokenizers.build(args.tokenizer, args.root / "tokenizers")
     current = sys.executable
     results: dict[str, list[dict[str, object]]] = {"current": [], "baseline": []}
     for r in range(args.rounds):
         order = [("current", current), ("baseline", args.baseline_python)]
         for label, python in order if r % 2 == 0 else order[::-1]:
             cache = args.root / f"cache-{label}"  # warm verdicts and plans per build, as a user's second run
-            got = run(python, corpus, tokenizer, args.documents, cache)
+            got = run(python, corpus, tokenizer, args.documents, cache, args.engine)
             results[label].append(got)
             spot = ""
             if got.get("spot_s") is not None:
