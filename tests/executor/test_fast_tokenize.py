@@ -345,11 +345,8 @@ def test_fuzz_probes_are_the_same_every_time() -> None:
     assert first == again and len(first) == FUZZ_PROBES and len({t for _, t in first}) > FUZZ_PROBES * 0.95
 
 
-def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
-    tokenizer_dir: str, tmp_path: Path, monkeypatch
-) -> None:
-    """A native crash (a real SIGSEGV, in a stand-in kitoken found first on PYTHONPATH) while loading the
-    tokenizer happens in the trial process: the candidate is refused with the signal, the run goes on."""
+def crashing_kitoken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stand-in kitoken, first on PYTHONPATH (so in trial processes too), whose loader really segfaults."""
     fake = tmp_path / "site" / "kitoken"
     fake.mkdir(parents=True)
     (fake / "__init__.py").write_text(
@@ -358,6 +355,14 @@ def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
         encoding="utf-8",
     )
     monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+
+
+def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
+    tokenizer_dir: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A native crash (a real SIGSEGV, in a stand-in kitoken found first on PYTHONPATH) while loading the
+    tokenizer happens in the trial process: the candidate is refused with the signal, the run goes on."""
+    crashing_kitoken(tmp_path, monkeypatch)
     monkeypatch.setattr(choose, "CANDIDATES", ("kitoken", "tiktoken", "tokenizers"))
     spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
     encoder = Encoder(spec)
@@ -414,14 +419,7 @@ def test_a_crash_prone_engine_holds_one_tokenizer_per_process(tmp_path: Path, mo
 def test_a_forced_engine_that_crashes_is_refused_in_one_line(tokenizer_dir: str, tmp_path: Path, monkeypatch) -> None:
     """``ZEPHON_TOKENIZER_ENGINE=kitoken`` with a kitoken whose loader segfaults: the crash happens in the trial
     process, and the forced run stops before its first batch with one line — never a core dump."""
-    fake = tmp_path / "site" / "kitoken"
-    fake.mkdir(parents=True)
-    (fake / "__init__.py").write_text(
-        "import ctypes\n\n\nclass Kitoken:\n    @staticmethod\n    def from_tokenizers(data):\n"
-        "        ctypes.string_at(0)  # reads address 0: SIGSEGV\n",
-        encoding="utf-8",
-    )
-    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    crashing_kitoken(tmp_path, monkeypatch)
     with pytest.raises(TokenizerError) as caught:
         Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="kitoken")
     assert str(caught.value) == (
