@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from zephon import _moved
 from zephon.errors import (
     ConfigError,
     DatasetError,
@@ -19,8 +18,6 @@ from zephon.errors import (
     ZephonError,
     ZephonWarning,
 )
-
-_moved.install()
 
 if TYPE_CHECKING:
     from zephon.executor.batch import Batch
