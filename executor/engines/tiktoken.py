@@ -1,5 +1,5 @@
-"""The tiktoken engine: a tiktoken ``Encoding`` derived from the tokenizer.json (``zephon.executor.tiktoken_engine``,
-which refuses tokenizers it cannot run exactly), encoding a batch in one call on texts joined by a special
+"""The tiktoken engine: a tiktoken ``Encoding`` derived from the tokenizer.json (``tiktoken_derive``, which refuses
+tokenizers it cannot run exactly), encoding a batch in one call on texts joined by a special
 token when that is exact, else one call per text; ranks mapped back to the tokenizer's ids by a table when
 they differ. Releases the GIL, so it is sliced over our threads."""
 
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from zephon.executor.engines.base import Engine, EngineUnavailable, TokenIds
-from zephon.executor.tiktoken_engine import (
+from zephon.executor.engines.tiktoken_derive import (
     NotExact,
     encode_buffers,
     encode_joined,

@@ -14,8 +14,7 @@ from tokenizers import Tokenizer
 
 from zephon.demo import DEMO_KINDS, generate_demo_documents
 from zephon.errors import ConfigError, TokenizerError
-from zephon.executor import tiktoken_engine
-from zephon.executor.engines import choose
+from zephon.executor.engines import choose, tiktoken_derive
 from zephon.executor.engines.tiktoken import TiktokenEngine
 from zephon.executor.tokenize import ENGINE_ENV, Encoded, Encoder
 from zephon.specs import TokenizeSpec
@@ -303,7 +302,7 @@ def test_the_tiktoken_derivation_is_cached_and_a_broken_cache_is_rebuilt(tokeniz
     files[0].write_bytes(b"not a zip file")
     choose._BUILT.clear()  # the engine built above would be reused in this process
     assert_identical(Encoder(spec, engine="tiktoken").encode_flat(texts), expected)
-    assert tiktoken_engine._load_plan(files[0])  # rewritten, readable again
+    assert tiktoken_derive._load_plan(files[0])  # rewritten, readable again
 
 
 def test_a_fork_right_after_the_encoder_is_built_gets_a_working_engine(tokenizer_dir: str) -> None:

@@ -16,6 +16,7 @@ import pytest
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
+from zephon.executor.engines.tiktoken_derive import encode_buffers, join_ranks, separator
 from zephon.executor.lanes import Lane
 from zephon.executor.parquet_shard import ParquetShard
 from zephon.executor.plan_reader import PlanBundle
@@ -23,7 +24,6 @@ from zephon.executor.read_ahead import READ_AHEAD_ENV, ReadAhead, read_ahead_ena
 from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
 from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tiktoken_engine import encode_buffers, join_ranks, separator
 from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.plan.records import ShardRef
