@@ -30,7 +30,7 @@ each document's tokens plus its EOS. Peak RSS is ``VmHWM`` of the Zephon process
 ``--big`` copies (``--rss-only``: only those runs), with the engine the run chose. First batch: a fresh
 process, plan already cached (warm local cache), from
 ``Pipeline(work_source)`` to the first ``to_training`` dict. ``--reference PYTHON`` runs the published
-``zephon==0.2.0`` (its seed API, its own venv) on the same shards, tokenizer and token budget;
+``zephon==0.2.0`` (its documented API, its own venv) on the same shards, tokenizer and token budget;
 ``--peers PYTHON`` runs Hugging Face ``datasets`` streaming and Google Grain the same way (``peers.py``).
 """
 
@@ -219,7 +219,7 @@ def worker_first(args: argparse.Namespace) -> dict:
 
 
 def worker_cold(args: argparse.Namespace) -> dict:
-    """Cold start of the seed's token-mixture example: an empty cache (no plan, byte lengths, calibration or
+    """Cold start of the documented API's token-mixture example: an empty cache (no plan, byte lengths, calibration or
     engine verdicts), three datasets, ``TokenEstimation(primer="measure", calibration_samples=2048)``:
     ``Pipeline(work_source)`` → first training dict."""
     start = time.perf_counter()

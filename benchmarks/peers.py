@@ -4,7 +4,7 @@ Imported by ``bench_executor.py`` (``--reference PYTHON``, ``--peers PYTHON``); 
 Python (``python peers.py --peer hf-datasets|grain CONFIG_JSON``), so the peers' libraries never have to be in
 Zephon's environment:
 
-* **reference** — the published ``zephon==0.2.0`` with its seed API (its own venv: it has our package's name);
+* **reference** — the published ``zephon==0.2.0`` with its documented API (its own venv: it has our package's name);
 * **hf-datasets** — Hugging Face ``datasets`` streaming: one ``load_dataset("parquet", streaming=True)`` per
   dataset, ``interleave_datasets`` with the mixture's probabilities (seed 0, ``all_exhausted``), a batched
   ``map`` of 1,024 texts through ``Tokenizer.encode_batch_fast`` (the library's threads; the fastest call

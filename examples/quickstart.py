@@ -1,7 +1,7 @@
-"""The seed README's first example, with the dataset and tokenizer swapped for Zephon's embedded demo.
+"""The documented API's first README example, with the dataset and tokenizer swapped for Zephon's embedded demo.
 
 The demo dataset (generated on first use into ~/.cache/zephon/demo-data, or $ZEPHON_DEMO_DIR) and the demo
-tokenizer (shipped in the package) make this run offline. Everything else is the seed snippet unchanged.
+tokenizer (shipped in the package) make this run offline. Everything else is the documented snippet unchanged.
 """
 
 from zephon import Pipeline

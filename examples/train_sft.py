@@ -1,6 +1,6 @@
 """Supervised fine-tuning on alpaca-style data: chat template, loss on the answers only, packed rows.
 
-    python examples/train_sft.py --tokenizer Qwen/Qwen2.5-0.5B-Instruct            # the seed's alpaca dataset
+    python examples/train_sft.py --tokenizer Qwen/Qwen2.5-0.5B-Instruct            # the documented API's alpaca dataset
     python examples/train_sft.py --data DIR --tokenizer TOKENIZER_DIR --steps 20    # a local copy
 
 ``--data`` defaults to ``hf://yahma/alpaca-cleaned@~parquet/train`` (instruction / input / output columns;

@@ -88,7 +88,7 @@ class Batch:
         width = self.tokens.shape[1]
         out: dict[str, torch.Tensor | int] = {}
         boundaries = self.loss_mask is not None if ignore_document_boundaries is None else ignore_document_boundaries
-        # The seed's path (no mask, no boundary rule, no mask outputs) stays exactly as cheap as it was.
+        # The documented API's path (no mask, no boundary rule, no mask outputs) stays exactly as cheap as it was.
         masked = self.loss_mask is not None or boundaries or return_loss_mask or return_num_valid_tokens
         counts = None
         if masked:

@@ -1,6 +1,6 @@
-"""Encoders beyond the seed's text tokenization: special-token modes, per-document length limits, chat.
+"""Encoders beyond the documented API's text tokenization: special-token modes, per-document length limits, chat.
 
-``make_encoder(spec)`` gives the encoder a ``TokenizeSpec`` asks for. The seed's settings (``spec.plain``) get
+``make_encoder(spec)`` gives the encoder a ``TokenizeSpec`` asks for. The documented API's settings (``spec.plain``) get
 ``zephon.executor.tokenize.Encoder`` itself — same ids, same fingerprint, same speed, so existing plans and
 batches stay byte-identical. Otherwise:
 
@@ -14,7 +14,7 @@ batches stay byte-identical. Otherwise:
 * ``ChatEncoder`` — ``tokenize_chat``: the shard reader turns each record into a ``RenderedChat``
   (``zephon.executor.chat``; layout, checks and template on the reader's thread, with the record's location in
   any error), and the encoder sets ``token_flags.LOSS`` on every token that overlaps an assistant span. The ids
-  come from the seed ``Encoder``'s verified engine; each token's character offsets are derived from its id's
+  come from the plain ``Encoder``'s verified engine; each token's character offsets are derived from its id's
   bytes (``zephon.executor.engines.offsets``, byte-level tokenizers), checked on the run's first
   ``CHAT_SAMPLE`` conversations against ``tokenizers``' own offsets (ids and masks equal). A tokenizer whose
   offsets cannot be derived, or that fails the check, keeps ``tokenizers``' offsets for the run (``refused``
@@ -75,7 +75,7 @@ class TextEncoder(OnBaseEncoder):
     def __init__(self, spec: TokenizeSpec, *, threads: int | None = None) -> None:
         self.spec = spec
         mode = spec.special_tokens
-        # The body comes from the seed Encoder without BOS; its one EOS is dropped again when the mode has none.
+        # The body comes from the plain Encoder without BOS; its one EOS is dropped again when the mode has none.
         self.base = Encoder(
             dataclasses.replace(spec, add_bos=False if mode else spec.add_bos, **PLAIN_SETTINGS), threads=threads
         )
@@ -151,7 +151,7 @@ AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators
 
 
 def make_encoder(spec: TokenizeSpec, operators: tuple[Operator, ...] = (), *, threads: int | None = None) -> AnyEncoder:
-    """The encoder ``spec`` asks for, behind ``operators`` when there are any: the seed ``Encoder`` for
+    """The encoder ``spec`` asks for, behind ``operators`` when there are any: the plain ``Encoder`` for
     ``spec.plain`` settings without operators (unchanged ids, fingerprint and speed). ``threads``:
     ``tokenizer_threads`` of the engine underneath (never changes the ids)."""
     if spec.chat is not None:
@@ -174,5 +174,5 @@ def converter_of(encoder: object) -> RecordConverter | None:
 
 
 def carries_flags(encoder: object) -> bool:
-    """Whether ``encoder``'s ids carry ``token_flags`` bits (the seed ``Encoder``'s never do)."""
+    """Whether ``encoder``'s ids carry ``token_flags`` bits (the plain ``Encoder``'s never do)."""
     return bool(getattr(encoder, "flags", False))

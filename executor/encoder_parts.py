@@ -1,4 +1,4 @@
-"""What the encoders beyond the seed's share (``zephon.executor.documents``): ``reshape`` (a document's body
+"""What the encoders beyond the plain one share (``zephon.executor.documents``): ``reshape`` (a document's body
 cut or split and re-wrapped with special tokens), the fingerprint digest, ``OnBaseEncoder`` (what a wrapping encoder
 takes from its seed ``Encoder``), and the record conversion the shard reader runs (``TextField``,
 ``RecordConverter``)."""
@@ -81,12 +81,12 @@ class OnBaseEncoder:
     base: Encoder
 
     def close(self) -> None:
-        """Stop the seed encoder's thread pool (the end of a run)."""
+        """Stop the plain encoder's thread pool (the end of a run)."""
         self.base.close()
 
     @property
     def spot_check(self) -> SpotCheck:
-        """The seed encoder's spot check (what it compared so far)."""
+        """The plain encoder's spot check (what it compared so far)."""
         return self.base.spot_check
 
     @property
@@ -121,7 +121,7 @@ class OnBaseEncoder:
         return self.encode_flat(texts, split=split).sizes
 
 
-#: The settings the seed ``Encoder`` must not see (it would not know them).
+#: The settings the plain ``Encoder`` must not see (it would not know them).
 PLAIN_SETTINGS: dict[str, Any] = {
     "special_tokens": None,
     "max_tokens": None,

@@ -11,7 +11,7 @@ the int64 ids, which no vocabulary reaches (ids are < 2**31):
 Invariant: every stage between ``Encoder.encode_flat`` and ``Batch`` moves ids without reading them (they check
 only sizes), so a flagged id arrives at its row and column exactly as its plain id would; ``untag`` then
 clears the bits before anyone sees the tokens. Padding is never flagged: its loss mask is 0. Encoders that
-produce no flags (the seed's text tokenization) skip ``untag`` entirely, so their hot path is unchanged.
+produce no flags (the documented API's text tokenization) skip ``untag`` entirely, so their hot path is unchanged.
 
 Example: ids [7, 8, 9] with mask [0, 1, 1] are carried as [7, 8 | LOSS, 9 | LOSS]; ``untag`` gives back
 tokens [7, 8, 9] and loss mask [False, True, True].

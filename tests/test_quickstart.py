@@ -1,4 +1,4 @@
-"""The README's first command runs the quickstart: it must print the seed snippet's shapes, offline."""
+"""The README's first command runs the quickstart: it must print the documented snippet's shapes, offline."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``zephon.io``: the seed API's datasets and storage options.
+"""``zephon.io``: the documented API's datasets and storage options.
 
 ``Dataset`` is the recipe's dataset (``zephon.recipe.dataset``: local paths, globs, files and ``hf://``
 paths); ``CacheOptions`` and ``StoreOptions`` are stage settings (``zephon.specs``).

@@ -1,4 +1,4 @@
-"""``zephon.Pipeline``: the seed API over the planner and the executor.
+"""``zephon.Pipeline``: the documented API over the planner and the executor.
 
 ``Pipeline(work_source)`` plans on first iteration: the work source is scanned, its normalized config hashed,
 and the bundle written to ``$ZEPHON_CACHE_DIR/plans/<config hash>`` unless a bundle with that hash is

@@ -112,7 +112,7 @@ class TokenizeSpec:
 
     @property
     def plain(self) -> bool:
-        """The seed's tokenization: text, BOS by ``add_bos``, one EOS, no length limit (``Encoder`` alone)."""
+        """The documented API's tokenization: text, BOS by ``add_bos``, one EOS, no length limit (``Encoder`` alone)."""
         return self.chat is None and self.special_tokens is None and self.max_tokens is None
 
 

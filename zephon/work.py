@@ -1,7 +1,7 @@
-"""``zephon.work``: the seed API's work sources, mixtures, phases and token estimation.
+"""``zephon.work``: the documented API's work sources, mixtures, phases and token estimation.
 
-The configuration types live in ``zephon.recipe.work_source``; this module exports them under the seed
-API's names and adds what joins a recipe to the planner: ``StaticMixtureWorkSource.plan()``.
+The configuration types live in ``zephon.recipe.work_source``; this module exports them under the
+documented API's names and adds what joins a recipe to the planner: ``StaticMixtureWorkSource.plan()``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The seed README's two examples, unchanged but for the cache root, against the Hub test server.
+"""The documented API's two README examples, unchanged but for the cache root, against the Hub test server.
 
 The server holds repos laid out like the real ones (HuggingFaceFW/fineweb-edu with config sample-10BT,
 wikimedia/wikipedia with config 20231101.en, yahma/alpaca-cleaned with its Parquet conversion) and the demo
