@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
 from zephon.executor.shard_reader import ON_BAD_DOCUMENT
@@ -45,12 +46,7 @@ class ExecutorSpec:
     operators: tuple[Operator, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.tokenizer_threads is not None and (
-            not isinstance(self.tokenizer_threads, int)
-            or isinstance(self.tokenizer_threads, bool)
-            or self.tokenizer_threads < 1
-        ):
-            raise ConfigError(f"tokenizer_threads must be an integer ≥ 1 or None, got {self.tokenizer_threads!r}")
+        require_positive(self.tokenizer_threads, "tokenizer_threads", optional=True)
         if self.on_bad_document not in ON_BAD_DOCUMENT:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {self.on_bad_document!r}')
         cells = self.batch.microbatch_size * self.pack.max_length

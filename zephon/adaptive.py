@@ -26,6 +26,7 @@ import dataclasses
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.pipeline import Pipeline
@@ -52,8 +53,7 @@ class AdaptiveMixing:
         tokenize: TokenizeSpec | None = None,
         pack: PackSpec | None = None,
     ) -> None:
-        if not isinstance(every, int) or isinstance(every, bool) or every < 1:
-            raise ConfigError(f"every must be an integer >= 1 (global steps), got {every!r} — pass e.g. every=1000")
+        require_positive(every, "every", unit="global steps", fix="pass e.g. every=1000")
         self.source = source
         self.plan = Path(plan)
         self.make_pipeline = make_pipeline

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
@@ -112,8 +113,7 @@ class Pipeline:
         """
         if io_options is not None and not isinstance(io_options, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
-        if read_chunk is not None and (not isinstance(read_chunk, int) or read_chunk < 1):
-            raise ConfigError(f"read_chunk must be an integer ≥ 1, got {read_chunk!r}")
+        require_positive(read_chunk, "read_chunk", optional=True)
         changes: dict[str, object] = {"io": io_options or self._steps.io}
         if dp_rank is not None or dp_size is not None:
             resolve_dp(dp_rank, dp_size)  # validate now
@@ -121,8 +121,7 @@ class Pipeline:
         if read_chunk is not None:
             changes["read_chunk"] = read_chunk
         if tokenizer_threads is not None:
-            if not isinstance(tokenizer_threads, int) or isinstance(tokenizer_threads, bool) or tokenizer_threads < 1:
-                raise ConfigError(f"tokenizer_threads must be an integer ≥ 1, got {tokenizer_threads!r}")
+            require_positive(tokenizer_threads, "tokenizer_threads")
             changes["tokenizer_threads"] = tokenizer_threads
         if provenance_dir is not None:
             changes["provenance_dir"] = str(provenance_dir)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from zephon.checks import require_positive
 from zephon.errors import ConfigError
 
 #: ``TokenizeSpec.special_tokens`` modes: BOS and EOS, one of them, none, or what the tokenizer itself adds.
@@ -173,8 +174,7 @@ class BatchSpec:
     drop_last: bool = False
 
     def __post_init__(self) -> None:
-        if not isinstance(self.microbatch_size, int) or self.microbatch_size < 1:
-            raise ConfigError(f"microbatch_size must be an integer ≥ 1, got {self.microbatch_size!r}")
+        require_positive(self.microbatch_size, "microbatch_size")
         g = self.global_batch_size
         if g is not None and (not isinstance(g, int) or g < self.microbatch_size):
             raise ConfigError(f"global_batch_size must be an integer ≥ microbatch_size, got {g!r}")

@@ -83,6 +83,6 @@ def test_adaptive_weights_become_segments_and_the_final_plan_replays_the_run(tmp
         assert [round(d.target, 3) for d in phase.datasets] == [want[n] for n in names]
     rows = run_sql(final, "SELECT segment, first_step FROM segments ORDER BY segment").rows
     assert rows == list(enumerate(steps))
-    with pytest.raises(ConfigError, match="every must be an integer >= 1"):
+    with pytest.raises(ConfigError, match="every must be an integer ≥ 1"):
         AdaptiveMixing(source=source, plan=first, make_pipeline=make(tokenizer_dir), decide=decide, every=0,
                        out_dir=tmp_path / "x")  # fmt: skip

@@ -21,6 +21,7 @@ from typing import IO, Any
 
 import click
 
+from zephon.checks import is_number
 from zephon.errors import ZephonError, ZephonWarning, one_line
 
 
@@ -67,7 +68,7 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     """An aligned text table: header, a line of dashes, rows; numeric columns right-aligned, NULL as ``NULL``."""
     cells = [[_cell(v) for v in row] for row in rows]
     numeric = [
-        any(row[i] is not None for row in rows) and all(row[i] is None or _is_number(row[i]) for row in rows)
+        any(row[i] is not None for row in rows) and all(row[i] is None or is_number(row[i]) for row in rows)
         for i in range(len(columns))
     ]
     widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
@@ -98,10 +99,6 @@ def format_json(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
     keys = unique_names(columns)
     objects = [json.dumps(dict(zip(keys, row, strict=True)), ensure_ascii=False, default=_json_value) for row in rows]
     return "[" + ",\n ".join(objects) + "]\n"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float | Decimal) and not isinstance(value, bool)
 
 
 def _cell(value: Any) -> str:

@@ -34,6 +34,7 @@ from typing import Literal
 
 import numpy as np
 
+from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.inspection.steps import resolve_layout
 from zephon.inspection.views import connect_with_steps, document_steps_sql
@@ -63,8 +64,7 @@ class AuditSpec:
     min_weight: float = 0.05
 
     def __post_init__(self) -> None:
-        if not isinstance(self.window, int) or isinstance(self.window, bool) or self.window < 1:
-            raise ConfigError(f"window must be an integer ≥ 1 (steps), got {self.window!r} — pass e.g. --window 100")
+        require_positive(self.window, "window", unit="steps", fix="pass e.g. --window 100")
         if (
             not isinstance(self.tolerance_pp, int | float)
             or not math.isfinite(self.tolerance_pp)

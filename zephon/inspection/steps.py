@@ -42,6 +42,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
+from zephon.checks import require_positive
 from zephon.errors import ConfigError, PlanFormatError
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.manifest import Manifest
@@ -184,8 +185,8 @@ def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_len
 
 
 def _check_positive(name: str, value: object, fix: str) -> None:
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise ConfigError(f"{name} must be an integer ≥ 1, got {value!r} — pass {fix}")
+    if value is not None:
+        require_positive(value, name, fix=f"pass {fix}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from zephon.checks import is_int, is_number
 from zephon.errors import PlanFormatError
 
 __all__ = [
@@ -66,18 +67,10 @@ class Value:
         return replace(self, nullable=True)
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-INT = Value("an integer", _is_int)
-COUNT = Value("an integer ≥ 0", lambda v: _is_int(v) and v >= 0)
-POSITIVE = Value("an integer ≥ 1", lambda v: _is_int(v) and v >= 1)
-NUMBER = Value("a number", _is_number, lambda v, where, file: float(v))
+INT = Value("an integer", is_int)
+COUNT = Value("an integer ≥ 0", lambda v: is_int(v) and v >= 0)
+POSITIVE = Value("an integer ≥ 1", lambda v: is_int(v) and v >= 1)
+NUMBER = Value("a number", is_number, lambda v, where, file: float(v))
 TEXT = Value("a string", lambda v: isinstance(v, str))
 NAME = Value("a non-empty string", lambda v: isinstance(v, str) and bool(v))
 FLAG = Value("true or false", lambda v: isinstance(v, bool))

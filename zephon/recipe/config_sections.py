@@ -17,13 +17,13 @@ the work source from these pieces.
 from __future__ import annotations
 
 import difflib
-import math
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from zephon.checks import is_number
 from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
 from zephon.specs import ChatSpec, PackSpec, TokenizeSpec
@@ -34,7 +34,6 @@ __all__ = [
     "dataset_entries",
     "describe",
     "in_file",
-    "is_number",
     "optional_integer",
     "parse_datasets",
     "parse_mixture",
@@ -114,7 +113,7 @@ def parse_mixture(value: Any, origin: str, key: str = "mixture") -> dict[str, fl
             if isinstance(name, bool):
                 fix = 'quote names that YAML reads as booleans (yes, no, on, off, true, false), e.g. "no": 0.3'
             raise type_error(origin, key, "keyed by dataset names", name, fix)
-        if not is_number(weight):
+        if not is_number(weight, finite=True):
             raise type_error(origin, f"{key}.{name}", "a number", weight, "write e.g. 0.7")
     return dict(value)
 
@@ -148,9 +147,9 @@ def parse_token_estimation(value: Any, origin: str) -> TokenEstimation | None:
     kwargs: dict[str, Any] = {}
     primer = value.get("primer")
     if primer is not None:
-        valid = primer == "measure" or is_number(primer)
+        valid = primer == "measure" or is_number(primer, finite=True)
         if isinstance(primer, Mapping):
-            valid = all(isinstance(k, str) and is_number(v) for k, v in primer.items())
+            valid = all(isinstance(k, str) and is_number(v, finite=True) for k, v in primer.items())
             primer = dict(primer)
         if not valid:
             raise type_error(
@@ -196,7 +195,7 @@ def parse_phases(value: Any, origin: str) -> list[Phase]:
         if not isinstance(entry, Mapping):
             raise type_error(origin, key, "a mapping with `start` and `mixture`", entry, "write `{start: 0.9, ...}`")
         check_keys(entry, _PHASE_KEYS, origin, f"`{key}`")
-        if not is_number(entry.get("start")):
+        if not is_number(entry.get("start"), finite=True):
             raise type_error(origin, f"{key}.start", "a number", entry.get("start"), "write e.g. `start: 0.9`")
         weights = parse_mixture(entry.get("mixture"), origin, f"{key}.mixture")
         try:
@@ -315,11 +314,6 @@ def optional_integer(data: Mapping[str, Any], key: str, origin: str) -> int | No
     """``data[key]`` as an integer ≥ 1, or None when absent or null."""
     value = data.get(key)
     return None if value is None else require_integer(value, key, 1, origin, f"write e.g. `{key}: 2` or remove it")
-
-
-def is_number(value: Any) -> bool:
-    """A finite int or float (not a boolean)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def in_file(origin: str, exc: ZephonError, scope: str = "") -> ConfigError:

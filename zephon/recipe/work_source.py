@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
 
+from zephon.checks import is_number, require_positive
 from zephon.errors import ConfigError
 from zephon.recipe.dataset import Dataset
 
@@ -96,8 +97,7 @@ class ShuffleSpec:
     window_shards: int = 4
 
     def __post_init__(self) -> None:
-        if not isinstance(self.window_shards, int) or self.window_shards < 1:
-            raise ConfigError(f"ShuffleSpec.window_shards must be an integer ≥ 1, got {self.window_shards!r}")
+        require_positive(self.window_shards, "ShuffleSpec.window_shards")
 
 
 PhaseUnit = Literal["fraction", "documents", "tokens", "steps"]
@@ -142,7 +142,7 @@ class Phase:
                 f"Phase mixture must be a MixtureSpec, got {type(self.mixture).__name__} — wrap the weights in "
                 "MixtureSpec({...})"
             )
-        if not _is_number(self.start) or not math.isfinite(self.start) or self.start <= 0:
+        if not is_number(self.start) or not math.isfinite(self.start) or self.start <= 0:
             raise ConfigError(
                 f"Phase start must be a number > 0, got {self.start!r} — phase 0 is the work source's `mixture`"
             )
@@ -166,10 +166,6 @@ class Phase:
                 f'Phase global_batch_size is only for unit="steps", got {self.global_batch_size!r} with unit '
                 f"{self.unit!r} — drop it"
             )
-
-
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 OnExhaustion = Literal["new_epoch", "stop"]
@@ -262,8 +258,7 @@ class WorkSource:
             ("epochs", self.epochs),
             ("num_tokens", self.num_tokens),
         ):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ConfigError(f"{label} must be an integer ≥ 1, got {value!r}")
+            require_positive(value, label, optional=True)
         if self.lanes is not None and (
             not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096
         ):

@@ -1,0 +1,36 @@
+"""Value checks every layer shares: what a config's number or integer is, and the one-line refusal of a count
+that must be at least 1.
+
+A boolean is never a number here (``True`` is an ``int`` to Python, never a count to a user). Example:
+``require_positive(0, "read_chunk")`` raises ``ConfigError("read_chunk must be an integer ≥ 1, got 0")``;
+``require_positive(0, "window", unit="steps", fix="pass e.g. --window 100")`` says
+``window must be an integer ≥ 1 (steps), got 0 — pass e.g. --window 100``.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import Decimal
+
+from zephon.errors import ConfigError
+
+
+def is_int(value: object) -> bool:
+    """An ``int`` that is not a boolean."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: object, *, finite: bool = False) -> bool:
+    """An ``int``, ``float`` or ``Decimal`` that is not a boolean (and, with ``finite``, not inf or NaN)."""
+    if not isinstance(value, int | float | Decimal) or isinstance(value, bool):
+        return False
+    return not finite or math.isfinite(value)
+
+
+def require_positive(value: object, name: str, *, unit: str = "", fix: str = "", optional: bool = False) -> None:
+    """Raise ``ConfigError`` unless ``value`` is an integer ≥ 1 (or None, when ``optional``)."""
+    if optional and value is None:
+        return
+    if not is_int(value) or value < 1:  # type: ignore[operator]
+        what = f"an integer ≥ 1{f' ({unit})' if unit else ''}{' or None' if optional else ''}"
+        raise ConfigError(f"{name} must be {what}, got {value!r}{f' — {fix}' if fix else ''}")
