@@ -34,7 +34,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.documents import carries_flags, make_encoder
+from zephon.executor.documents import AnyEncoder, carries_flags, make_encoder
 from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
@@ -61,10 +61,11 @@ class RankRunner:
 
     def __init__(
         self,
-        plan_dir: str | Path,
+        plan_dir: str | Path | PlanBundle,
         spec: ExecutorSpec,
         geometry: Geometry,
         *,
+        encoder: AnyEncoder | None = None,
         state: dict[str, Any] | None = None,
         stats: RunStats | None = None,
         worker: tuple[int, int] = (0, 1),
@@ -72,11 +73,14 @@ class RankRunner:
         known_steps: int | None = None,
     ) -> None:
         """``known_steps``: ``num_steps()`` as an earlier runner of the same plan, spec and geometry computed it
-        (``Pipeline.num_steps()`` then iterating: the calibration runs once)."""
-        self.plan = PlanBundle(plan_dir)
+        (``Pipeline.num_steps()`` then iterating: the calibration runs once). ``plan_dir`` may be a bundle
+        already opened and ``encoder`` one already built for ``spec`` (a pipeline opens each once per process)."""
+        self.plan = plan_dir if isinstance(plan_dir, PlanBundle) else PlanBundle(plan_dir)
         self.spec = spec
         self.geometry = geometry
-        self.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
+        if encoder is None:
+            encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
+        self.encoder = encoder
         self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
         self.exact = self.plan.manifest.exact
         self.stats = stats

@@ -6,6 +6,11 @@ already there. ``Pipeline.from_plan(path)`` runs a bundle written by ``zephon pl
 executor (``zephon.executor.runner``). The builder methods return new pipelines. The planner (and with it
 Polars and DuckDB) is imported only when a work source must be planned.
 
+One run, opened once: a pipeline opens (and checks) its plan bundle once and builds its encoder once per process
+(``_Opened``); ``num_steps``, ``load_state_dict``, ``state_dict``, iteration and ``to_torch_dataset`` share them
+(a DataLoader worker, a process of its own, opens its own). Example: ``Pipeline.from_plan(p)``, then
+``num_steps()``, ``load_state_dict(s)`` and iterating → the bundle opened once, one encoder (a test counts them).
+
 A pipeline is also a checkpointable component (the ``Stateful`` protocol of ``torch.distributed.checkpoint``):
 ``state_dict()`` says where the latest iteration stands, ``load_state_dict(state)`` makes the next iteration
 resume there (load before iterating). See docs/training.md.
@@ -14,6 +19,7 @@ resume there (load before iterating). See docs/training.md.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
+from zephon.executor.documents import AnyEncoder, make_encoder
 from zephon.executor.geometry import Geometry
 from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
@@ -28,13 +35,24 @@ from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import check_run_batch, merge_states
-from zephon.plan.manifest import read_manifest, warn_plan
+from zephon.plan.manifest import warn_plan
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
 from zephon.storage.files import cache_dir
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
     from zephon.work import StaticMixtureWorkSource
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class _Opened:
+    """What this process opened for a pipeline: the checked bundle, and the encoder for the settings ``key``."""
+
+    pid: int
+    plan_dir: Path
+    plan: PlanBundle
+    key: tuple[object, ...] | None = None
+    encoder: AnyEncoder | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -67,6 +85,34 @@ class Pipeline:
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
         #: ones starts from it instead of calibrating again.
         self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
+        self._opened: _Opened | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["_opened"] = None  # another process (a DataLoader worker) opens its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    def _plan(self) -> PlanBundle:
+        """The plan bundle, opened and checked once in this process."""
+        opened = self._opened
+        if opened is None or opened.pid != os.getpid() or opened.plan_dir != self.plan_dir:
+            plan_dir = self.plan_dir
+            opened = self._opened = _Opened(pid=os.getpid(), plan_dir=plan_dir, plan=PlanBundle(plan_dir))
+        return opened.plan
+
+    def _encoder(self, spec: ExecutorSpec) -> AnyEncoder:
+        """The encoder for ``spec``, built once in this process (again only when its settings change)."""
+        self._plan()  # this process's record of what it opened
+        opened = self._opened
+        assert opened is not None
+        key = (spec.tokenize, spec.operators, spec.tokenizer_threads)
+        if opened.encoder is None or opened.key != key:
+            opened.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
+            opened.key = key
+        return opened.encoder
 
     @classmethod
     def from_plan(cls, path: str | Path) -> Pipeline:
@@ -74,8 +120,11 @@ class Pipeline:
         are issued now as ``zephon.PlanWarning``). The bundle is checked now and again when iterated
         (``zephon.plan.bundle.open_bundle``): a missing, truncated, foreign or edited file is one
         ``PlanFormatError`` naming it."""
-        warn_plan(PlanBundle(path).manifest)
-        return cls(_plan_dir=Path(path))
+        plan = PlanBundle(path)
+        warn_plan(plan.manifest)
+        pipeline = cls(_plan_dir=Path(path))
+        pipeline._opened = _Opened(pid=os.getpid(), plan_dir=Path(path), plan=plan)
+        return pipeline
 
     def _with(self, **changes: object) -> Pipeline:
         new = Pipeline.__new__(Pipeline)
@@ -86,6 +135,7 @@ class Pipeline:
         new._pending_state = None
         new._stats = RunStats()
         new._known_steps = None
+        new._opened = self._opened  # the same bundle; the encoder is reused only for the same settings
         return new
 
     def options(
@@ -231,8 +281,10 @@ class Pipeline:
             if not (target / "plan.json").is_file():
                 # A read-only or full cache directory is a StorageError naming it (storage.files).
                 write_bundle(prepared, target, overwrite=True, wait=True)  # ranks planning it too: one writes
-            warn_plan(read_manifest(target))  # planned now or cached: a shortfall is a zephon.PlanWarning
+            plan = PlanBundle(target)
+            warn_plan(plan.manifest)  # planned now or cached: a shortfall is a zephon.PlanWarning
             self._plan_dir = target
+            self._opened = _Opened(pid=os.getpid(), plan_dir=target, plan=plan)
         return self._plan_dir
 
     def executor_spec(self) -> ExecutorSpec:
@@ -261,7 +313,7 @@ class Pipeline:
         """Batch sizes and data-parallel identity of this process."""
         spec = self.executor_spec()
         rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
-        manifest = read_manifest(self.plan_dir)  # the runner opens (and checks) the whole bundle
+        manifest = self._plan().manifest
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
         check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
@@ -272,9 +324,10 @@ class Pipeline:
     def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
         spec, geometry, known = self.executor_spec(), self.geometry(), self._known_steps
         return RankRunner(
-            self.plan_dir,
+            self._plan(),
             spec,
             geometry,
+            encoder=self._encoder(spec),
             state=self._pending_state,
             stats=self._stats,
             worker=worker,
