@@ -36,6 +36,20 @@ class SampleChunk:
         return len(self.shard_id)
 
 
+def bundle_stamp(plan_dir: str | Path) -> tuple[tuple[str, int, int], ...]:
+    """Every file under the bundle with its size and modification time (a stat each: cheap next to the check)."""
+    root = Path(plan_dir)
+    out = []
+    for path in sorted(root.rglob("*")):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        if path.is_file():
+            out.append((str(path.relative_to(root)), st.st_size, st.st_mtime_ns))
+    return tuple(out)
+
+
 class PlanBundle:
     """A checked plan bundle (``zephon.plan.bundle.open_bundle``): manifest, shard table and chunked samples.
 
@@ -44,6 +58,9 @@ class PlanBundle:
     """
 
     def __init__(self, plan_dir: str | Path) -> None:
+        #: the bundle's files as they were when it was checked (``stamp``): a holder of the bundle checks it
+        #: again when they change (``changed``)
+        self.stamp = bundle_stamp(plan_dir)
         self.checked: CheckedBundle = open_bundle(plan_dir)
         self.path = self.checked.path
         self.manifest: Manifest = self.checked.manifest
@@ -51,6 +68,10 @@ class PlanBundle:
         self.sample_files = [f.path for f in self.checked.samples]
         #: Shard id → the compact copy of its planned rows (``materialize_selections``), read instead of it.
         self.copies: dict[int, ShardRef] = copy_refs(self.path, self.checked.copies, self.shards)
+
+    def changed(self) -> bool:
+        """Whether a file of the bundle was changed, added or removed since it was checked."""
+        return bundle_stamp(self.path) != self.stamp
 
     @property
     def num_documents(self) -> int:

@@ -37,7 +37,6 @@ from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import check_run_batch, merge_states
 from zephon.plan.manifest import warn_plan
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
-from zephon.storage.files import cache_dir
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -46,7 +45,8 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(kw_only=True, slots=True)
 class _Opened:
-    """What this process opened for a pipeline: the checked bundle, and the encoder for the settings ``key``."""
+    """What this process opened for a pipeline: the checked bundle (checked again if its files change), and the
+    encoder for the settings ``key``."""
 
     pid: int
     plan_dir: Path
@@ -101,6 +101,8 @@ class Pipeline:
         if opened is None or opened.pid != os.getpid() or opened.plan_dir != self.plan_dir:
             plan_dir = self.plan_dir
             opened = self._opened = _Opened(pid=os.getpid(), plan_dir=plan_dir, plan=PlanBundle(plan_dir))
+        elif opened.plan.changed():  # edited, damaged or replaced since it was checked: checked again
+            opened.plan = PlanBundle(opened.plan_dir)
         return opened.plan
 
     def _encoder(self, spec: ExecutorSpec) -> AnyEncoder:
@@ -117,9 +119,10 @@ class Pipeline:
     @classmethod
     def from_plan(cls, path: str | Path) -> Pipeline:
         """A pipeline over a plan bundle written by ``zephon plan`` (validated now; its plan.json ``warnings``
-        are issued now as ``zephon.PlanWarning``). The bundle is checked now and again when iterated
-        (``zephon.plan.bundle.open_bundle``): a missing, truncated, foreign or edited file is one
-        ``PlanFormatError`` naming it."""
+        are issued now as ``zephon.PlanWarning``). The bundle is checked now, once
+        (``zephon.plan.bundle.open_bundle``), and again whenever one of its files has changed since (a stat of
+        each, before every use): a missing, truncated, foreign or edited file is one ``PlanFormatError``
+        naming it."""
         plan = PlanBundle(path)
         warn_plan(plan.manifest)
         pipeline = cls(_plan_dir=Path(path))
@@ -271,16 +274,12 @@ class Pipeline:
         """The plan bundle this pipeline runs, planning the work source first if needed."""
         if self._plan_dir is None:
             assert self._work_source is not None
-            from zephon.planner.build import prepare, write_bundle
-            from zephon.planner.layout import LAYOUT_VERSION
+            from zephon.planner.entry import plan_source
 
-            prepared = prepare(
-                self._work_source, tokenize=self._steps.tokenize, pack=self._steps.pack, operators=self._steps.operators
+            steps = self._steps
+            target = plan_source(
+                self._work_source, None, tokenize=steps.tokenize, pack=steps.pack, operators=steps.operators
             )
-            target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
-            if not (target / "plan.json").is_file():
-                # A read-only or full cache directory is a StorageError naming it (storage.files).
-                write_bundle(prepared, target, overwrite=True, wait=True)  # ranks planning it too: one writes
             plan = PlanBundle(target)
             warn_plan(plan.manifest)  # planned now or cached: a shortfall is a zephon.PlanWarning
             self._plan_dir = target

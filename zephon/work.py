@@ -72,42 +72,20 @@ class StaticMixtureWorkSource(WorkSource):
         of the source, so a selective plan decodes no more per token than a plan without selection. The plan —
         and every batch — is the same either way (docs/curricula.md, ``zephon.planner.selection_copies``).
         """
-        from zephon.planner.build import write_plan
+        from zephon.planner.entry import plan_source
 
-        if continue_from is not None:
-            from zephon.planner.continuation import continue_plan
-
-            return continue_plan(
-                continue_from,
-                self,
-                Path(out_dir),
-                at_step=at_step,
-                global_batch=global_batch,
-                state=state,
-                tokenize=tokenize,
-                pack=pack,
-                overwrite=overwrite,
-                workers=workers,
-                progress=progress,
-                operators=operators,
-                materialize_selections=materialize_selections,
-            )
-        if at_step is not None or global_batch is not None or state is not None:
-            from zephon.errors import ConfigError
-
-            raise ConfigError(
-                "at_step, global_batch and state must come with continue_from, got them without — pass "
-                "continue_from=PARENT_PLAN_DIR, or leave them out to plan from the start"
-            )
-
-        return write_plan(
+        return plan_source(
             self,
             Path(out_dir),
             tokenize=tokenize,
             pack=pack,
+            operators=operators,
             overwrite=overwrite,
             workers=workers,
             progress=progress,
-            operators=operators,
             materialize_selections=materialize_selections,
+            continue_from=continue_from,
+            at_step=at_step,
+            global_batch=global_batch,
+            state=state,
         )

@@ -85,41 +85,27 @@ def plan(
         warnings.simplefilter("ignore", PlanWarning)  # printed below, after the summary, from plan.json
         loaded = load_plan_config(config)
         # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
-        from zephon.planner.build import write_plan
+        from zephon.planner.entry import plan_source
 
         if continue_from is None and (at_step is not None or global_batch is not None or state_file is not None):
             raise CommandError(
                 "--at-step, --global-batch and --continue-from-state must come with --continue-from, got them "
                 "without — add --continue-from PARENT_PLAN, or leave them out to plan from the start"
             )
-        if continue_from is not None:
-            from zephon.planner.continuation import continue_plan
-
-            continue_plan(
-                continue_from,
-                loaded.source,
-                output,
-                at_step=at_step,
-                global_batch=global_batch,
-                state=_read_state(state_file) if state_file is not None else None,
-                tokenize=loaded.tokenize,
-                pack=loaded.pack,
-                overwrite=overwrite,
-                workers=workers,
-                progress=None,
-                materialize_selections=materialize_selections,
-            )
-        else:
-            write_plan(
-                loaded.source,
-                output,
-                tokenize=loaded.tokenize,
-                pack=loaded.pack,
-                overwrite=overwrite,
-                workers=workers,
-                progress=None,  # bars on a terminal only: zephon.storage.progress
-                materialize_selections=materialize_selections,
-            )
+        plan_source(
+            loaded.source,
+            output,
+            tokenize=loaded.tokenize,
+            pack=loaded.pack,
+            overwrite=overwrite,
+            workers=workers,
+            progress=None,  # bars on a terminal only: zephon.storage.progress
+            materialize_selections=materialize_selections,
+            continue_from=continue_from,
+            at_step=at_step,
+            global_batch=global_batch,
+            state=_read_state(state_file) if state_file is not None else None,
+        )
         manifest = read_manifest(output)
     for line in plan_summary(manifest, str(output)):
         click.echo(line)
