@@ -58,37 +58,23 @@ def plan_source(
                 "Pipeline.from_plan(DIR)"
             )
         return _cached(source, tokenize, pack, operators, workers, progress, materialize_selections)
+    common: dict[str, Any] = {
+        "tokenize": tokenize,
+        "pack": pack,
+        "overwrite": overwrite,
+        "workers": workers,
+        "progress": progress,
+        "operators": operators,
+        "materialize_selections": materialize_selections,
+    }
     if continue_from is not None:
         from zephon.planner.continuation import continue_plan
 
-        return continue_plan(
-            continue_from,
-            source,
-            Path(out_dir),
-            at_step=at_step,
-            global_batch=global_batch,
-            state=state,
-            tokenize=tokenize,
-            pack=pack,
-            overwrite=overwrite,
-            workers=workers,
-            progress=progress,
-            operators=operators,
-            materialize_selections=materialize_selections,
-        )
+        parent = {"at_step": at_step, "global_batch": global_batch, "state": state}
+        return continue_plan(continue_from, source, Path(out_dir), **parent, **common)
     from zephon.planner.build import write_plan
 
-    return write_plan(
-        source,
-        Path(out_dir),
-        tokenize=tokenize,
-        pack=pack,
-        overwrite=overwrite,
-        workers=workers,
-        progress=progress,
-        operators=operators,
-        materialize_selections=materialize_selections,
-    )
+    return write_plan(source, Path(out_dir), **common)
 
 
 def _cached(
