@@ -220,9 +220,7 @@ class RankRunner:
         if self._release is not None:
             self._release()  # runs ShardAccess.close once
         self._access, self._release = None, None
-        close = getattr(self.encoder, "close", None)  # the encoder's threads (made anew by the next run)
-        if close is not None:
-            close()
+        self.encoder.close()  # the encoder's threads (made anew by the next use)
 
     def __iter__(self) -> Iterator[Batch]:
         if self.stats is not None:
@@ -245,7 +243,8 @@ class RankRunner:
             if self.stats is not None and not self.stats.tokenizer_engine and self.encoder.settled:
                 self._note_engine()  # a run that ended before its first batch was handed out
         finally:
-            if self.stats is not None and (spot := getattr(self.encoder, "spot_check", None)) is not None:
+            if self.stats is not None:
+                spot = self.encoder.spot_check
                 self.stats.spot_checked, self.stats.spot_check_seconds = spot.documents, spot.seconds
             self.close()
             if self.log is not None:

@@ -54,6 +54,7 @@ from tokenizers import Tokenizer
 from zephon.errors import TokenizerError, one_line
 from zephon.executor.cores import usable_cores
 from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
+from zephon.executor.engines.base import slice_count
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
 from zephon.specs import TokenizeSpec
 from zephon.storage.local import display_missing, display_path, looks_like_local_path
@@ -399,16 +400,17 @@ class Encoder:
             split = True
         engine = choice.engine
         threads = self.threads if split else 1
+        pool = self._executor() if threads > 1 else None
         started = time.perf_counter()
         try:
-            got = encode_on(engine, texts, threads, self._executor() if threads > 1 else None)
+            got = encode_on(engine, texts, threads, pool)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
             if engine is choice.fallback:
                 raise
             return choice.fallback.encode(texts)
         if engine is not choice.fallback:  # its CPU: the wall time on the threads the call was split over
-            spent = (time.perf_counter() - started) * min(threads, max(1, len(texts) // 8))
-            self.spot_check.encoded(spent)
+            slices = slice_count(engine, len(texts), threads, pool is not None)
+            self.spot_check.encoded((time.perf_counter() - started) * slices)
             try:
                 self.spot_check.check(texts, got, engine.name)
             except EngineMismatch as exc:

@@ -100,11 +100,17 @@ class Engine(ABC):
         return (type(self), (self.config_text,))
 
 
+def slice_count(engine: Engine, texts: int, threads: int, pooled: bool) -> int:
+    """How many threads ``encode_on`` splits a call of ``texts`` texts over: one unless there is a pool and the
+    engine releases the GIL without threads of its own; at most ``threads``, and 8 texts a slice at least."""
+    sliced = pooled and not engine.own_threads and engine.releases_gil
+    return min(threads, max(1, texts // 8)) if sliced else 1
+
+
 def encode_on(engine: Engine, texts: Sequence[str], threads: int, pool: ThreadPoolExecutor | None) -> TokenIds:
     """``engine.encode(texts)`` split over ``threads`` threads (``pool`` plus this one) in contiguous slices of
     about equal characters; identical to one call."""
-    sliced = pool is not None and not engine.own_threads and engine.releases_gil
-    n = min(threads, max(1, len(texts) // 8)) if sliced else 1
+    n = slice_count(engine, len(texts), threads, pool is not None)
     if n <= 1:
         return engine.encode(texts)
     sizes = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))

@@ -175,17 +175,18 @@ class EngineChoice:
         refusal is cached, so the next run chooses another engine; this run stops (the caller raises)."""
         engine = self._engine
         if engine is not self._fallback:
-            engine.close()
-            self.refused[engine.name] = reason
-            self.cache.put(engine.name, engine.package, False, reason)
-            _BUILT.pop((self.cache.content, engine.name, self.eos_text), None)
+            self._refuse(engine.name, reason, engine.package, stop_forced=False)  # the caller raises the mismatch
 
-    def _refuse(self, name: str, reason: str, package: str | None) -> None:
+    def _refuse(self, name: str, reason: str, package: str | None, *, stop_forced: bool = True) -> None:
+        """Record the refusal (cached when ``package`` is given); the engine built for it is closed and not kept
+        in memory. A forced engine's refusal stops the run in one line (``stop_forced``)."""
         self.refused[name] = reason
-        _BUILT.pop((self.cache.content, name, self.eos_text), None)  # a refused engine is not kept in memory
+        built = _BUILT.pop((self.cache.content, name, self.eos_text), None)
+        if built is not None:
+            built.close()
         if package is not None:
             self.cache.put(name, package, False, reason)
-        if self.forced:
+        if self.forced and stop_forced:
             raise TokenizerError(
                 f"{ENGINE_ENV}={name} must give the same ids as tokenizers for this tokenizer, got: {reason} — "
                 f"unset {ENGINE_ENV} (the fastest exact engine is picked) or set it to tokenizers"
@@ -244,7 +245,6 @@ class EngineChoice:
                 names += _sample_names(sample)
             reason = disagreement(engine, self.reference, texts, names) if texts else None
             if reason is not None:
-                engine.close()
                 self._refuse(name, reason, package)
                 continue
             if cached is None:
@@ -259,7 +259,6 @@ class EngineChoice:
         reason = disagreement(engine, self.reference, sample, _sample_names(sample))
         if reason is None:
             return engine
-        engine.close()
         self._refuse(engine.name, reason, engine.package)
         return self._next(sample)
 
