@@ -95,21 +95,19 @@ class Pipeline:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def _plan(self) -> PlanBundle:
-        """The plan bundle, opened and checked once in this process."""
+    def _fresh(self) -> _Opened:
+        """What this process opened, its bundle checked once (and again if its files changed since)."""
         opened = self._opened
         if opened is None or opened.pid != os.getpid() or opened.plan_dir != self.plan_dir:
             plan_dir = self.plan_dir
             opened = self._opened = _Opened(pid=os.getpid(), plan_dir=plan_dir, plan=PlanBundle(plan_dir))
         elif opened.plan.changed():  # edited, damaged or replaced since it was checked: checked again
             opened.plan = PlanBundle(opened.plan_dir)
-        return opened.plan
+        return opened
 
-    def _encoder(self, spec: ExecutorSpec) -> AnyEncoder:
+    @staticmethod
+    def _encoder(opened: _Opened, spec: ExecutorSpec) -> AnyEncoder:
         """The encoder for ``spec``, built once in this process (again only when its settings change)."""
-        self._plan()  # this process's record of what it opened
-        opened = self._opened
-        assert opened is not None
         key = (spec.tokenize, spec.operators, spec.tokenizer_threads)
         if opened.encoder is None or opened.key != key:
             opened.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
@@ -310,9 +308,11 @@ class Pipeline:
 
     def geometry(self) -> Geometry:
         """Batch sizes and data-parallel identity of this process."""
-        spec = self.executor_spec()
+        return self._geometry(self.executor_spec(), self._fresh().plan)
+
+    def _geometry(self, spec: ExecutorSpec, plan: PlanBundle) -> Geometry:
         rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
-        manifest = self._plan().manifest
+        manifest = plan.manifest
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
         check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
@@ -321,12 +321,13 @@ class Pipeline:
         )
 
     def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
-        spec, geometry, known = self.executor_spec(), self.geometry(), self._known_steps
+        spec, opened, known = self.executor_spec(), self._fresh(), self._known_steps
+        geometry = self._geometry(spec, opened.plan)
         return RankRunner(
-            self._plan(),
+            opened.plan,
             spec,
             geometry,
-            encoder=self._encoder(spec),
+            encoder=self._encoder(opened, spec),
             state=self._pending_state,
             stats=self._stats,
             worker=worker,
