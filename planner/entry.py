@@ -51,13 +51,14 @@ def plan_source(
             "continue_from=PARENT_PLAN_DIR, or leave them out to plan from the start"
         )
     if out_dir is None:
-        if continue_from is not None:
+        if continue_from is not None or materialize_selections:
+            # the cache is keyed by the config hash, which neither a parent plan nor copies change
             raise ConfigError(
-                "a continuation must be written to a directory of its own, got the plan cache — plan it with "
-                "work_source.plan(DIR, continue_from=...) or zephon plan -o DIR --continue-from ..., then "
+                "a continuation or a plan with copies of its selections must be written to a directory of its own, "
+                "got the plan cache — plan it with work_source.plan(DIR, ...) or zephon plan -o DIR, then "
                 "Pipeline.from_plan(DIR)"
             )
-        return _cached(source, tokenize, pack, operators, workers, progress, materialize_selections)
+        return _cached(source, tokenize, pack, operators, workers, progress)
     common: dict[str, Any] = {
         "tokenize": tokenize,
         "pack": pack,
@@ -84,7 +85,6 @@ def _cached(
     operators: tuple[Operator, ...],
     workers: int | None,
     progress: bool | None,
-    materialize_selections: bool,
 ) -> Path:
     """The plan cache's bundle for ``source``: written when absent (one writer; the others wait), else reused."""
     from zephon.planner.build import prepare, write_bundle
@@ -94,5 +94,5 @@ def _cached(
     target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
     if not (target / "plan.json").is_file():
         # A read-only or full cache directory is a StorageError naming it (storage.files).
-        write_bundle(prepared, target, overwrite=True, wait=True, materialize_selections=materialize_selections)
+        write_bundle(prepared, target, overwrite=True, wait=True)
     return target
