@@ -4,7 +4,6 @@ first batch, clean exits, and the spot check that stops a run on an engine's wro
 from __future__ import annotations
 
 import gzip
-import hashlib
 import importlib.util
 import json
 import os
@@ -18,9 +17,10 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from support.engine_thread_exit import demo_texts, digest
 
 from zephon import Pipeline
-from zephon.demo import DEMO_KINDS, generate_demo_documents
+from zephon.demo import generate_demo_documents
 from zephon.errors import TokenizerError
 from zephon.executor.engines import spot_check
 from zephon.executor.engines.base import Engine, TokenIds, from_lists
@@ -52,22 +52,12 @@ def child(args: Sequence[str], cache: Path, **env: str) -> subprocess.CompletedP
     )
 
 
-def thread_exit_digest(directory: str, count: int = 400) -> str:
-    """What tests/support/engine_thread_exit.py prints, computed here on ``tokenizers``."""
-    texts = [doc for kind in DEMO_KINDS for doc in generate_demo_documents(kind, count, seed=5)]
-    encoder = Encoder(TokenizeSpec(tokenizer_id=directory), engine="tokenizers")
-    digest = hashlib.sha256()
-    for k in range(0, len(texts), 128):
-        digest.update(encoder.encode_flat(texts[k : k + 128]).ids.tobytes())
-    return digest.hexdigest()
-
-
 @pytest.mark.skipif(importlib.util.find_spec("kitoken") is None, reason="kitoken is not installed")
 def test_kitoken_built_on_a_thread_that_exited_encodes_on_other_threads_without_crashing(cl100k_dir, _isolated_cache):
     """The crash: kitoken built on a thread that then exited (the old preparation thread), called afterwards from
     the main thread and the encoder's pool threads, segfaulted (2 of 3 runs before the fix). Confined to its owner
     thread, every run exits 0, prints nothing on stderr, and gives tokenizers' ids."""
-    want = thread_exit_digest(cl100k_dir)
+    want = digest(Encoder(TokenizeSpec(tokenizer_id=cl100k_dir), engine="tokenizers"), demo_texts())
     for _ in range(2):
         done = child([str(SUPPORT / "engine_thread_exit.py"), cl100k_dir, "kitoken"], _isolated_cache)
         assert (done.returncode, done.stderr) == (0, "")

@@ -15,19 +15,26 @@ from zephon.executor.tokenize import Encoder
 from zephon.specs import TokenizeSpec
 
 
+def demo_texts(count: int = 400) -> list[str]:
+    return [doc for kind in DEMO_KINDS for doc in generate_demo_documents(kind, count, seed=5)]
+
+
+def digest(encoder: Encoder, texts: list[str]) -> str:
+    """sha256 of the ids of ``texts`` encoded 128 at a time (each call split over the encoder's pool)."""
+    out = hashlib.sha256()
+    for k in range(0, len(texts), 128):
+        out.update(encoder.encode_flat(texts[k : k + 128]).ids.tobytes())
+    return out.hexdigest()
+
+
 def main() -> None:
     directory, engine = sys.argv[1], sys.argv[2]
-    count = int(sys.argv[3]) if len(sys.argv) > 3 else 400
-    texts = [doc for kind in DEMO_KINDS for doc in generate_demo_documents(kind, count, seed=5)]
+    texts = demo_texts(int(sys.argv[3]) if len(sys.argv) > 3 else 400)
     built: list[Encoder] = []
     thread = threading.Thread(target=lambda: built.append(Encoder(TokenizeSpec(tokenizer_id=directory), engine=engine)))
     thread.start()
     thread.join()  # the thread that built the engine is gone
-    encoder = built[0]
-    digest = hashlib.sha256()
-    for k in range(0, len(texts), 128):
-        digest.update(encoder.encode_flat(texts[k : k + 128]).ids.tobytes())
-    print(encoder.engine, digest.hexdigest())
+    print(built[0].engine, digest(built[0], texts))
 
 
 if __name__ == "__main__":
