@@ -92,7 +92,14 @@ def _from_file(file: Path) -> Tokenizer:
     key = (str(file.resolve()), st.st_size, st.st_mtime_ns)
     tokenizer = _LOADED.get(key)
     if tokenizer is None:
-        tokenizer = _LOADED[key] = Tokenizer.from_file(str(file))
+        try:
+            tokenizer = Tokenizer.from_file(str(file))
+        except Exception as exc:  # tokenizers raises a bare Exception for a truncated or foreign file
+            raise TokenizerError(
+                f"{display_path(file)} must be a tokenizer.json that tokenizers can load, got: {one_line(exc)} — "
+                "restore the file, or save the tokenizer again with save_pretrained()"
+            ) from None
+        _LOADED[key] = tokenizer
     return tokenizer
 
 

@@ -243,3 +243,14 @@ def test_an_engine_that_differs_deep_in_the_run_stops_it_in_one_line_and_is_refu
     detail = re.search(r"\((\d+ tokens against \d+, first difference at token \d+)\)", message)
     assert detail is not None
     assert again.stats().refused_engines["fastokens"] == detail.group(1)
+
+
+def test_a_damaged_tokenizer_json_is_one_line(tmp_path: Path, tokenizer_dir: str) -> None:
+    """A truncated tokenizer.json: tokenizers raises a bare ``Exception``; the user gets one line naming the file."""
+    (tmp_path / "tokenizer.json").write_bytes((Path(tokenizer_dir) / "tokenizer.json").read_bytes()[:500])
+    with pytest.raises(TokenizerError) as caught:
+        Encoder(TokenizeSpec(tokenizer_id=str(tmp_path)))
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"{tmp_path / 'tokenizer.json'} must be a tokenizer.json that tokenizers can load, got: ")
+    assert message.endswith("— restore the file, or save the tokenizer again with save_pretrained()")
