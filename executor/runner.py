@@ -69,14 +69,13 @@ class RankRunner:
         state: dict[str, Any] | None = None,
         stats: RunStats | None = None,
         worker: tuple[int, int] = (0, 1),
-        provenance_dir: str | Path | None = None,
         known_steps: int | None = None,
     ) -> None:
         """``known_steps``: ``num_steps()`` as an earlier runner of the same plan, spec and geometry computed it
         (``Pipeline.num_steps()`` then iterating: the calibration runs once). ``plan_dir`` may be a bundle
         already opened and ``encoder`` one already built for ``spec`` (a pipeline opens each once per process)."""
         self.plan = plan_dir if isinstance(plan_dir, PlanBundle) else PlanBundle(plan_dir)
-        self.spec = spec
+        self.spec = spec = spec.ready()
         self.geometry = geometry
         if encoder is None:
             encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
@@ -97,7 +96,6 @@ class RankRunner:
                 "plan with exact_tokens=True"
             )
         self.pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else self.encoder.pad_id
-        self.provenance_dir = provenance_dir
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
         self.names = self.plan.dataset_names
@@ -226,7 +224,7 @@ class RankRunner:
         if self.stats is not None:
             self.stats.include(self.plan.dataset_names)
         access = self._shards()  # already open if num_steps() calibrated: the run reuses its decoded shards
-        if self.provenance_dir is not None:
+        if self.spec.provenance_dir is not None:
             header = LogHeader(
                 plan=self.identity()["plan"],
                 max_length=self.spec.pack.max_length,
@@ -234,7 +232,7 @@ class RankRunner:
                 first_step=self.progress.step,
                 worker=self.worker[0],
             )
-            self.log = ProvenanceLog(self.provenance_dir, header)
+            self.log = ProvenanceLog(self.spec.provenance_dir, header)
         try:
             if self.exact:
                 yield from self._exact(access.reader, access.remote)
@@ -368,6 +366,8 @@ class RankRunner:
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
     """One rank (dp_size 1, global batch = microbatch) over the whole plan: the simplest use of RankRunner."""
     manifest = PlanBundle(plan_dir).manifest
+    spec = spec.ready()
+    assert spec.batch is not None
     b = spec.batch.microbatch_size
     geometry = Geometry.for_plan(
         microbatch=b, global_batch=b, dp_size=1, dp_rank=0, exact=manifest.exact, plan_lanes=manifest.lanes

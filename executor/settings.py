@@ -17,6 +17,7 @@ import numpy as np
 
 from zephon.checks import require_positive
 from zephon.errors import ConfigError
+from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
 from zephon.executor.shard_reader import ON_BAD_DOCUMENT
 from zephon.plan.records import ShardRef
@@ -25,7 +26,11 @@ from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ExecutorSpec:
-    """Everything the executor needs besides the plan.
+    """Everything the executor needs besides the plan: the one settings object a ``Pipeline`` holds.
+
+    A pipeline is built step by step (``.tokenize()``, ``.pack_flat()``, ``.batch()``, ``.options()``), each step
+    a ``dataclasses.replace`` of this object, so every value is checked here, once, whichever step set it.
+    ``tokenize``, ``pack`` and ``batch`` are None until their step ran; ``ready()`` says which are missing.
 
     Attributes:
         tokenizer_threads: threads one rank tokenizes on (None: ``RAYON_NUM_THREADS``, else the cores this process
@@ -33,22 +38,35 @@ class ExecutorSpec:
         on_bad_document: ``"raise"`` (default) stops at a bad document with an error naming dataset, shard and
             row; ``"skip"`` (estimated plans only) skips it — no tokens — and counts it in ``RunStats.skipped``.
             See docs/reliability.md.
+        dp_rank, dp_size: this process's data-parallel identity, both or neither (None: torch.distributed, else
+            ``RANK``/``WORLD_SIZE``, else 0 of 1; ``zephon.executor.identity``).
+        provenance_dir: where every rank logs what it yields (``zephon.executor.provenance_log``); None: no log.
     """
 
-    tokenize: TokenizeSpec
-    pack: PackSpec
-    batch: BatchSpec
+    tokenize: TokenizeSpec | None = None
+    pack: PackSpec | None = None
+    batch: BatchSpec | None = None
     io: StoreOptions = field(default_factory=StoreOptions)
     read_chunk: int = 1024
     tokenizer_threads: int | None = None
     on_bad_document: str = "raise"
     #: User operators (``Pipeline.map_transform`` / ``map_batch``), run before tokenizing (executor.operators).
     operators: tuple[Operator, ...] = ()
+    dp_rank: int | None = None
+    dp_size: int | None = None
+    provenance_dir: str | None = None
 
     def __post_init__(self) -> None:
+        if not isinstance(self.io, StoreOptions):
+            raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(self.io).__name__}")
+        require_positive(self.read_chunk, "read_chunk")
         require_positive(self.tokenizer_threads, "tokenizer_threads", optional=True)
         if self.on_bad_document not in ON_BAD_DOCUMENT:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {self.on_bad_document!r}')
+        if self.dp_rank is not None or self.dp_size is not None:
+            resolve_dp(self.dp_rank, self.dp_size)  # both or neither, rank in [0, size)
+        if self.pack is None or self.batch is None:
+            return
         cells = self.batch.microbatch_size * self.pack.max_length
         memory = _physical_memory()
         if memory is not None and cells * BYTES_PER_CELL > memory // 2:
@@ -57,6 +75,22 @@ class ExecutorSpec:
                 f"{self.batch.microbatch_size} × {self.pack.max_length} tokens needing "
                 f"{cells * BYTES_PER_CELL / 2**30:.1f} GiB of batch buffers — lower microbatch_size or max_length"
             )
+
+    def ready(self) -> ExecutorSpec:
+        """This spec, once ``tokenize``, ``pack`` and ``batch`` are all set (else one ``ConfigError`` naming the
+        first missing step): what a run needs before its first batch."""
+        steps = (("tokenize", self.tokenize), ("pack_flat", self.pack), ("batch", self.batch))
+        missing = [name for name, value in steps if value is None]
+        if missing:
+            raise ConfigError(
+                f"Pipeline must have .tokenize(), .pack_flat() and .batch() before iterating, got none for "
+                f"{', '.join(missing)} — add {missing[0]}(...)"
+            )
+        return self
+
+    def rank(self) -> tuple[int, int]:
+        """``(dp_rank, dp_size)`` of this process (``zephon.executor.identity.resolve_dp``)."""
+        return resolve_dp(self.dp_rank, self.dp_size)
 
 
 #: Bytes of one token cell across a microbatch's buffers: int64 ids, labels and positions, the flags.

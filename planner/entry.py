@@ -7,7 +7,9 @@
 * ``out_dir`` None: the plan cache — ``$ZEPHON_CACHE_DIR/plans/<config hash>-layout<N>``, written once and
   reused while the hash (datasets' contents, mixture, budget, seed, tokenizer, packing, operators) is the same;
   ranks planning it together wait for the one that writes. The caller (the pipeline) reports its warnings when
-  it opens the bundle.
+  it opens the bundle. Copies of the selections (which the hash does not cover: they change how rows are read,
+  never which) make a bundle of their own, ``…-layout<N>-copies``, so a cached bundle without them is never
+  taken for one with them (nor the reverse).
 
 Every option reaches every caller: ``workers`` and ``progress`` steer the count pass and the bars,
 ``materialize_selections`` writes copies of the selected rows (docs/curricula.md).
@@ -51,14 +53,14 @@ def plan_source(
             "continue_from=PARENT_PLAN_DIR, or leave them out to plan from the start"
         )
     if out_dir is None:
-        if continue_from is not None or materialize_selections:
-            # the cache is keyed by the config hash, which neither a parent plan nor copies change
+        if continue_from is not None:
+            # the cache is keyed by the config hash, which a parent plan does not change
             raise ConfigError(
-                "a continuation or a plan with copies of its selections must be written to a directory of its own, "
-                "got the plan cache — plan it with work_source.plan(DIR, ...) or zephon plan -o DIR, then "
+                "a continuation must be written to a directory of its own, got the plan cache — plan it with "
+                "work_source.plan(DIR, continue_from=...) or zephon plan -o DIR --continue-from, then "
                 "Pipeline.from_plan(DIR)"
             )
-        return _cached(source, tokenize, pack, operators, workers, progress)
+        return _cached(source, tokenize, pack, operators, workers, progress, materialize_selections)
     common: dict[str, Any] = {
         "tokenize": tokenize,
         "pack": pack,
@@ -85,14 +87,16 @@ def _cached(
     operators: tuple[Operator, ...],
     workers: int | None,
     progress: bool | None,
+    materialize_selections: bool,
 ) -> Path:
     """The plan cache's bundle for ``source``: written when absent (one writer; the others wait), else reused."""
     from zephon.planner.build import prepare, write_bundle
     from zephon.planner.layout import LAYOUT_VERSION
 
     prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
-    target = cache_dir() / "plans" / f"{prepared.config_hash}-layout{LAYOUT_VERSION}"
+    name = f"{prepared.config_hash}-layout{LAYOUT_VERSION}" + ("-copies" if materialize_selections else "")
+    target = cache_dir() / "plans" / name
     if not (target / "plan.json").is_file():
         # A read-only or full cache directory is a StorageError naming it (storage.files).
-        write_bundle(prepared, target, overwrite=True, wait=True)
+        write_bundle(prepared, target, overwrite=True, wait=True, materialize_selections=materialize_selections)
     return target

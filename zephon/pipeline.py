@@ -29,7 +29,6 @@ from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.documents import AnyEncoder, make_encoder
 from zephon.executor.geometry import Geometry
-from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
@@ -56,18 +55,18 @@ class _Opened:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
-class _Steps:
-    io: StoreOptions = dataclasses.field(default_factory=StoreOptions)
-    dp_rank: int | None = None
-    dp_size: int | None = None
-    read_chunk: int = 1024
-    tokenizer_threads: int | None = None
-    provenance_dir: str | None = None
-    on_bad_document: str = "raise"
-    tokenize: TokenizeSpec | None = None
-    pack: PackSpec | None = None
-    batch: BatchSpec | None = None
-    operators: tuple[Operator, ...] = ()
+class PlanningOptions:
+    """How ``Pipeline(work_source)`` plans (never what): the count pass's ``workers`` and ``progress`` bars
+    (``zephon plan --workers/--progress``), and ``materialize_selections`` (copies of selected rows,
+    docs/curricula.md). Set with ``Pipeline.options(plan_workers=, plan_progress=, materialize_selections=)``."""
+
+    workers: int | None = None
+    progress: bool | None = None
+    materialize_selections: bool = False
+
+
+#: The ``options()`` that belong to ``PlanningOptions``, not ``ExecutorSpec``.
+PLANNING = frozenset(f.name for f in dataclasses.fields(PlanningOptions))
 
 
 class Pipeline:
@@ -78,7 +77,8 @@ class Pipeline:
             raise ConfigError("Pipeline needs a work source, got None — pass StaticMixtureWorkSource(...)")
         self._work_source = work_source
         self._plan_dir = _plan_dir
-        self._steps = _Steps()
+        self._spec = ExecutorSpec()  # the one settings object: each builder step replaces it (checked there)
+        self._planning = PlanningOptions()
         self._runner: RankRunner | None = None
         self._pending_state: dict[str, Any] | None = None
         self._stats = RunStats()
@@ -131,7 +131,9 @@ class Pipeline:
         new = Pipeline.__new__(Pipeline)
         new._work_source = self._work_source
         new._plan_dir = self._plan_dir
-        new._steps = dataclasses.replace(self._steps, **changes)
+        planning = {k: changes.pop(k) for k in list(changes) if k in PLANNING}
+        new._spec = dataclasses.replace(self._spec, **changes)
+        new._planning = dataclasses.replace(self._planning, **planning)
         new._runner = None
         new._pending_state = None
         new._stats = RunStats()
@@ -149,8 +151,11 @@ class Pipeline:
         provenance_dir: str | Path | None = None,
         on_bad_document: str | None = None,
         tokenizer_threads: int | None = None,
+        plan_workers: int | None = None,
+        plan_progress: bool | None = None,
+        materialize_selections: bool | None = None,
     ) -> Pipeline:
-        """Execution options; they never change the global batches.
+        """Execution options; they never change the global batches. Options left None keep their value.
 
         ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
         RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together;
@@ -161,25 +166,33 @@ class Pipeline:
         whole share is skipped raises a ``DatasetError`` (docs/training.md). ``tokenizer_threads``: threads this
         rank tokenizes on (default ``RAYON_NUM_THREADS``, else the usable cores), e.g. a node's spare cores;
         ``stats().tokenizer_engine`` says which engine encoded (docs/performance.md).
+
+        Planning, for ``Pipeline(work_source)`` only (``PlanningOptions``): ``plan_workers`` processes for the
+        count pass, ``plan_progress`` its bars (default: on a terminal), ``materialize_selections=True`` writes
+        copies of the selected rows into the bundle (docs/curricula.md) — the cached plan then lives beside the
+        one without copies, under its own name.
         """
-        if io_options is not None and not isinstance(io_options, StoreOptions):
-            raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(io_options).__name__}")
-        require_positive(read_chunk, "read_chunk", optional=True)
-        changes: dict[str, object] = {"io": io_options or self._steps.io}
+        changes: dict[str, object] = {
+            "io": io_options,
+            "read_chunk": read_chunk,
+            "tokenizer_threads": tokenizer_threads,
+            "provenance_dir": None if provenance_dir is None else str(provenance_dir),
+            "on_bad_document": on_bad_document,
+            "workers": plan_workers,
+            "progress": plan_progress,
+            "materialize_selections": materialize_selections,
+        }
         if dp_rank is not None or dp_size is not None:
-            resolve_dp(dp_rank, dp_size)  # validate now
-            changes.update(dp_rank=dp_rank, dp_size=dp_size)
-        if read_chunk is not None:
-            changes["read_chunk"] = read_chunk
-        if tokenizer_threads is not None:
-            require_positive(tokenizer_threads, "tokenizer_threads")
-            changes["tokenizer_threads"] = tokenizer_threads
-        if provenance_dir is not None:
-            changes["provenance_dir"] = str(provenance_dir)
-        if on_bad_document is not None:
-            if on_bad_document not in ("raise", "skip"):
-                raise ConfigError(f'on_bad_document must be "raise" or "skip", got {on_bad_document!r}')
-            changes["on_bad_document"] = on_bad_document
+            changes.update(dp_rank=dp_rank, dp_size=dp_size)  # both or neither: ExecutorSpec checks
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if self._work_source is None and any(k in PLANNING for k in changes):
+            raise ConfigError(
+                "plan_workers, plan_progress and materialize_selections must go to the planner, got them for a "
+                "pipeline over a plan bundle already written — pass them to zephon plan (--workers, --progress, "
+                "--materialize-selections) or work_source.plan(...)"
+            )
+        if "workers" in changes:
+            require_positive(plan_workers, "plan_workers")
         return self._with(**changes)
 
     def tokenize(
@@ -245,7 +258,7 @@ class Pipeline:
         were added, always before tokenizing, on the read-ahead thread. They are fingerprinted (name, source,
         ``version``): a state or an exact plan made with other operators is refused, and a function that gives
         different outputs for the same record is refused at start-up (docs/operators.md)."""
-        return self._with(operators=(*self._steps.operators, Operator.of("map_transform", fn, version)))
+        return self._with(operators=(*self._spec.operators, Operator.of("map_transform", fn, version)))
 
     def map_batch(
         self, fn: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]], *, version: str | int | None = None
@@ -253,7 +266,7 @@ class Pipeline:
         """Like ``map_transform`` over a list of records at once: ``fn`` returns one output per record (None drops
         it). Each output must depend on its own record only (batch sizes are execution settings): checked at
         start-up like determinism (docs/operators.md)."""
-        return self._with(operators=(*self._steps.operators, Operator.of("map_batch", fn, version)))
+        return self._with(operators=(*self._spec.operators, Operator.of("map_batch", fn, version)))
 
     def pack_flat(
         self, *, max_length: int, algorithm: str = "wrap", pad_token_id: int | None = None, oversize: str = "split"
@@ -274,9 +287,16 @@ class Pipeline:
             assert self._work_source is not None
             from zephon.planner.entry import plan_source
 
-            steps = self._steps
+            spec, planning = self._spec, self._planning
             target = plan_source(
-                self._work_source, None, tokenize=steps.tokenize, pack=steps.pack, operators=steps.operators
+                self._work_source,
+                None,
+                tokenize=spec.tokenize,
+                pack=spec.pack,
+                operators=spec.operators,
+                workers=planning.workers,
+                progress=planning.progress,
+                materialize_selections=planning.materialize_selections,
             )
             plan = PlanBundle(target)
             warn_plan(plan.manifest)  # planned now or cached: a shortfall is a zephon.PlanWarning
@@ -285,34 +305,17 @@ class Pipeline:
         return self._plan_dir
 
     def executor_spec(self) -> ExecutorSpec:
-        steps = self._steps
-        missing = [
-            n for n, v in (("tokenize", steps.tokenize), ("pack_flat", steps.pack), ("batch", steps.batch)) if v is None
-        ]
-        if missing:
-            raise ConfigError(
-                f"Pipeline must have .tokenize(), .pack_flat() and .batch() before iterating, got none for "
-                f"{', '.join(missing)} — add {missing[0]}(...)"
-            )
-        assert steps.tokenize and steps.pack and steps.batch
-        return ExecutorSpec(
-            tokenize=steps.tokenize,
-            pack=steps.pack,
-            batch=steps.batch,
-            io=steps.io,
-            read_chunk=steps.read_chunk,
-            tokenizer_threads=steps.tokenizer_threads,
-            on_bad_document=steps.on_bad_document,
-            operators=steps.operators,
-        )
+        """The pipeline's settings, once ``.tokenize()``, ``.pack_flat()`` and ``.batch()`` are set."""
+        return self._spec.ready()
 
     def geometry(self) -> Geometry:
         """Batch sizes and data-parallel identity of this process."""
         return self._geometry(self.executor_spec(), self._fresh().plan)
 
     def _geometry(self, spec: ExecutorSpec, plan: PlanBundle) -> Geometry:
-        rank, size = resolve_dp(self._steps.dp_rank, self._steps.dp_size)
+        rank, size = spec.rank()
         manifest = plan.manifest
+        assert spec.batch is not None  # ready()
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
         check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
@@ -331,7 +334,6 @@ class Pipeline:
             state=self._pending_state,
             stats=self._stats,
             worker=worker,
-            provenance_dir=self._steps.provenance_dir,
             known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
         )
 

@@ -61,7 +61,7 @@ def test_tokenizer_threads_must_be_a_positive_integer(tmp_path, tokenizer_dir) -
         ExecutorSpec(**spec, tokenizer_threads=0)
     from zephon import Pipeline
 
-    with pytest.raises(ConfigError, match="tokenizer_threads must be an integer ≥ 1, got 'two'"):
+    with pytest.raises(ConfigError, match="tokenizer_threads must be an integer ≥ 1 or None, got 'two'"):
         Pipeline.from_plan(make_plan(tmp_path, "samples", tokenizer_dir)).options(tokenizer_threads="two")
 
 

@@ -94,3 +94,27 @@ def test_a_pipeline_with_other_tokenize_settings_builds_its_own_encoder(
     other.num_steps()
     assert len(built) == 2
     assert same._opened is not None and same._opened.plan is base._opened.plan  # type: ignore[union-attr]
+
+
+def test_the_pipeline_holds_one_settings_object_checked_whichever_step_set_it(plan: Path, tokenizer_dir: str) -> None:
+    from zephon.errors import ConfigError
+    from zephon.executor.settings import ExecutorSpec
+
+    bare = Pipeline.from_plan(plan)
+    with pytest.raises(ConfigError, match=r"^Pipeline must have .* got none for tokenize, pack_flat, batch — add"):
+        bare.executor_spec()
+    p = pipe(plan, tokenizer_dir).options(read_chunk=7, dp_rank=1, dp_size=2, provenance_dir=plan.parent / "log")
+    spec = p.options(tokenizer_threads=1).executor_spec()
+    assert isinstance(spec, ExecutorSpec) and spec.read_chunk == 7 and spec.rank() == (1, 2)
+    assert spec.provenance_dir == str(plan.parent / "log") and spec.tokenizer_threads == 1
+    assert p.executor_spec().tokenizer_threads is None  # a builder step returns a new pipeline
+    for bad, message in [
+        ({"read_chunk": 0}, r"^read_chunk must be an integer ≥ 1, got 0$"),
+        ({"tokenizer_threads": 2.5}, r"^tokenizer_threads must be an integer ≥ 1 or None, got 2.5$"),
+        ({"dp_rank": 1}, r"^dp_rank and dp_size must be given together, got dp_rank=1, dp_size=None — pass both$"),
+        ({"dp_rank": 2, "dp_size": 2}, r"^dp_rank must be in \[0, dp_size\) with dp_size ≥ 1, got rank 2 of 2$"),
+        ({"on_bad_document": "drop"}, r"^on_bad_document must be \"raise\" or \"skip\", got 'drop'$"),
+        ({"io_options": "fast"}, r"^io_options must be zephon.io.StoreOptions, got str$"),
+    ]:
+        with pytest.raises(ConfigError, match=message):
+            bare.options(**bad)

@@ -227,3 +227,28 @@ def test_a_row_the_copy_lacks_is_an_error_naming_both_files(corpus, tmp_path, to
         rows = np.array([kept[0], missing])
         with pytest.raises(DatasetError, match=rf"^dataset 'web': row {missing} of shard \S+ must be in its copy "):
             reader.texts(np.full(2, shard_id), rows)
+
+
+def test_a_pipeline_plans_with_copies_into_a_cached_bundle_of_its_own(corpus, tmp_path, tokenizer_dir) -> None:
+    """``Pipeline(ws).options(materialize_selections=True, plan_workers=, plan_progress=)`` reaches the planner: the
+    cache holds the bundle with copies beside the one without, and both run the same batches."""
+
+    def run(copies: bool) -> tuple[Path, list[bytes]]:
+        pipe = Pipeline(_source(corpus)).options(materialize_selections=copies, plan_workers=1, plan_progress=False)
+        pipe = pipe.tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33).batch(microbatch_size=2)
+        return pipe.plan_dir, [b.tokens.tobytes() + b.lengths.tobytes() for b in pipe]
+
+    with_copies, batches = run(True)
+    bare, bare_batches = run(False)
+    assert with_copies.name == bare.name + "-copies" and with_copies.parent == bare.parent
+    assert (with_copies / "selected.parquet").is_file() and not (bare / "selected.parquet").exists()
+    assert batches == bare_batches
+    assert run(True)[0] == with_copies  # found in the cache the next time
+
+
+def test_planning_options_on_a_written_plan_are_refused_in_one_line(corpus, tmp_path, tokenizer_dir) -> None:
+    plan = _plan(corpus, tmp_path / "p", tokenizer_dir, copies=False)
+    with pytest.raises(ConfigError, match=r"^plan_workers, plan_progress and materialize_selections must go to the"):
+        Pipeline.from_plan(plan).options(materialize_selections=True)
+    with pytest.raises(ConfigError, match=r"^plan_workers must be an integer ≥ 1, got 0"):
+        Pipeline(_source(corpus)).options(plan_workers=0)
