@@ -41,7 +41,7 @@ def main() -> None:
     import pyarrow.parquet as pq
     import vendor_tokenizers
 
-    from zephon.executor.documents import make_encoder
+    from zephon.executor.encode.encoders import make_encoder
     from zephon.specs import ChatSpec, TokenizeSpec
 
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-chat-"))

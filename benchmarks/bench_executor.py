@@ -67,7 +67,7 @@ def _usage() -> float:
 
 def _plan_texts(plan: str) -> list[str]:
     from zephon.executor.plan_reader import PlanBundle
-    from zephon.executor.shard_reader import ShardReader
+    from zephon.executor.read.shard_reader import ShardReader
 
     bundle = PlanBundle(plan)
     reader = ShardReader(bundle.shards, "text", capacity=len(bundle.shards))
@@ -248,9 +248,9 @@ def worker_cold(args: argparse.Namespace) -> dict:
 def worker_count(args: argparse.Namespace) -> dict:
     """The count pass over every shard of the plan into an empty cache, ``workers`` = cores, from the tokenizer's
     load to the last array saved."""
+    from zephon.executor.encode.text import Encoder
     from zephon.executor.plan_reader import PlanBundle
-    from zephon.executor.tokenize import Encoder
-    from zephon.planner.token_lengths import token_counts
+    from zephon.planner.counts.lengths import token_counts
     from zephon.specs import TokenizeSpec
 
     shards = list(PlanBundle(args.plan).shards)

@@ -5,7 +5,7 @@ Run: python benchmarks/bench_lanes.py [--documents 40000] [--max-length 513] [--
 Plans the demo corpus twice with the same mixture and seed — once with ``lanes=8`` (the old default), once
 with no fixed lanes (``L = G``) — and runs rank 0 of ``--dp`` ranks on each, interleaved ``--repeats`` times so
 both see the same machine load. Prints each run's wall time, tokens handed out per second, the documents it
-tokenized (its own lanes' plus the calibration of ``zephon.executor.run_length``), and the ratios per-row ÷
+tokenized (its own lanes' plus the calibration of ``zephon.executor.pack.run_length``), and the ratios per-row ÷
 fixed. Also prints ``num_steps()`` against the last step that held a token (the end's slack).
 """
 
@@ -31,7 +31,7 @@ def main() -> None:
 
     from zephon import Pipeline
     from zephon.demo import demo_dataset_paths, demo_tokenizer_path
-    from zephon.executor.tokenize import Encoder
+    from zephon.executor.encode.text import Encoder
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 

@@ -72,8 +72,8 @@ def synthetic_prepared(
     """
     from zephon.io import Dataset
     from zephon.plan.records import ShardRef
+    from zephon.planner.counts.shard_tokens import ShardTokens
     from zephon.planner.prepare import assemble
-    from zephon.planner.shard_tokens import ShardTokens
     from zephon.specs import PackSpec, TokenizeSpec
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 

@@ -81,8 +81,8 @@ def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
 
 def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
     from zephon.io import Dataset
-    from zephon.planner import selection as sel
     from zephon.planner.prepare import shard_refs
+    from zephon.planner.selection import evaluate as sel
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
     start = time.perf_counter()

@@ -3,7 +3,7 @@
 Writes ``--shards`` Parquet shards of ``--rows`` documents (an 800-byte text, an int score, a language, in row
 groups of 10,000) and a sidecar of one float per document, uploads them, then times ``select_rows`` of
 ``where="score >= 3 AND lang = 'en'"`` joined to the sidecar, locally (DuckDB reads the files) and on s3://
-(the selection's columns fetched by pinned range GETs, ``zephon.planner.selection_sources``). Prints both, their
+(the selection's columns fetched by pinned range GETs, ``zephon.planner.selection.tables``). Prints both, their
 ratio and the GETs by kind, and checks both select the same rows.
 
     python benchmarks/bench_selection_remote.py --shards 8 --rows 100000
@@ -57,7 +57,7 @@ def main() -> None:
     from servers.object_servers import S3Server
 
     from zephon.io import Dataset
-    from zephon.planner import selection as sel
+    from zephon.planner.selection import evaluate as sel
     from zephon.storage.objects.reads import REQUESTS
 
     with tempfile.TemporaryDirectory(prefix="bench-select-remote-") as tmp:

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> list[float]:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="zephon-sft-"))
     template = args.chat_template.read_text(encoding="utf-8") if args.chat_template else None
     pipeline = make_pipeline(args.data, args.tokenizer, workdir, chat_template=template, max_length=args.max_length)
-    from zephon.executor.documents import make_encoder
+    from zephon.executor.encode.encoders import make_encoder
 
     vocab = make_encoder(pipeline.executor_spec().tokenize).tokenizer.get_vocab_size()
     return train(pipeline, args.steps, vocab)

@@ -15,7 +15,8 @@ documents.
 Example, one row [a1 a2 E b1 E] (max_length 5): input_ids [a1 a2 E b1], labels [a2 E b1 E],
 position_ids [0 1 2 0], cu_seqlens [0 3 4], max_seqlen 3.
 
-Loss masks (``tokenize_chat``, ``zephon.executor.chat``): ``loss_mask`` (B, max_length) says which tokens train.
+Loss masks (``tokenize_chat``, ``zephon.executor.encode.chat_render``): ``loss_mask`` (B, max_length) says which
+tokens train.
 Labels are then ``-100`` where the predicted token's mask is 0 *and* at every document or segment boundary (the
 last token of a document never predicts the next document's first), so a batch packs many conversations
 without one leaking into another's loss. ``ignore_document_boundaries`` asks for the boundary rule without a
@@ -55,7 +56,7 @@ class Batch:
     step: int = 0
     microbatch: int = 0
     sequences: np.ndarray | None = None
-    #: Provenance: the plan documents' token spans in each row (``zephon.executor.pack.PIECE_DTYPE``).
+    #: Provenance: the plan documents' token spans in each row (``zephon.executor.pack.rows.PIECE_DTYPE``).
     pieces: np.ndarray | None = None
     #: (B, max_length) bool: the tokens that count toward the loss (None: every real token; no chat data).
     loss_mask: np.ndarray | None = None

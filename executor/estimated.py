@@ -1,7 +1,7 @@
 """The estimated-plan hot path: five stages from plan rows to microbatches, each a small object with named state.
 
 An estimated plan fixes which packing lane each document goes to (plan column ``lane``) but not where rows
-are cut: a rank cuts the rows of its own lanes at train time (``zephon.executor.lanes``). A document goes
+are cut: a rank cuts the rows of its own lanes at train time (``zephon.executor.pack.lanes``). A document goes
 through five stages, each wrapping the one before and handing on one named value per chunk of the plan:
 
 1. ``ReadPlanRows`` reads the plan in order, a chunk of positions at a time, from the earliest cursor of this
@@ -9,16 +9,16 @@ through five stages, each wrapping the one before and handing on one named value
 2. ``FetchTexts`` reads their texts from the shards, drops the documents the skip policy left out, and groups
    the rest by lane (a stable sort: plan order within each lane) → ``ChunkTexts``.
 3. ``Tokenize`` encodes the chunk's texts, in calls of at most ``MAX_CHARS`` characters
-   (``zephon.executor.encode_slices``) → ``ChunkTokens`` (its encoding may still be running).
+   (``zephon.executor.encode.slices``) → ``ChunkTokens`` (its encoding may still be running).
 4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
    (``zephon.executor.geometry``), the next row of lane ``j % L``, reading on until that lane holds a full row
    or the plan is read to the end → ``LaneMicrobatch``. A run ends after ``num_steps`` steps, the same on every
-   rank (``zephon.executor.run_length``); without it (the stage on its own) a step starts only while some
+   rank (``zephon.executor.pack.run_length``); without it (the stage on its own) a step starts only while some
    lane has tokens left.
 
-Stages 1-3 are the producer. With read-ahead (``zephon.executor.read_ahead``) they run on the read-ahead
+Stages 1-3 are the producer. With read-ahead (``zephon.executor.read.ahead``) they run on the read-ahead
 thread, the only one that touches the plan iterator and the shard reader; ``Tokenize`` encodes the first chunk
 there (which verifies the fast engine) and hands every later chunk whole to an encode pool, several chunks at
 once, so Parquet decoding, tokenizing and packing overlap with no barrier inside a chunk. Stages 4-5 are the
@@ -59,19 +59,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from zephon.executor.encode_slices import encode_in_slices
+from zephon.executor.encode.slices import encode_in_slices
+from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
-from zephon.executor.lanes import Lane
-from zephon.executor.pack import PackedRows, concat_rows
+from zephon.executor.pack.lanes import Lane
+from zephon.executor.pack.rows import PackedRows, concat_rows
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import ProvenanceLog, SkippedDocument
-from zephon.executor.read_ahead import ReadAhead
-from zephon.executor.remote_access import RemoteAccess
+from zephon.executor.read.ahead import ReadAhead
+from zephon.executor.read.remote import RemoteAccess
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import RunStats
-from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoded, Encoder
 from zephon.plan.records import ShardRef
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
@@ -448,7 +448,7 @@ class LaneBatches:
         assert num_lanes is not None
         while True:
             if progress.microbatch == 0 and self.num_steps is not None and progress.step >= self.num_steps:
-                self._end_of_run()  # every rank ends here (``zephon.executor.run_length``)
+                self._end_of_run()  # every rank ends here (``zephon.executor.pack.run_length``)
                 return
             if progress.microbatch == 0 and self.num_steps is None:  # a step starts while a lane has tokens
                 while not deal.exhausted and deal.empty:

@@ -31,18 +31,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
-from zephon.executor.encode_slices import encode_in_slices
+from zephon.executor.encode.slices import encode_in_slices
+from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import names as operator_names
-from zephon.executor.pack import PIECE_DTYPE, PackedRows
+from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoded, Encoder
 
 if TYPE_CHECKING:
-    from zephon.executor.documents import ChatEncoder, TextEncoder
+    from zephon.executor.encode.encoders import ChatEncoder, TextEncoder
 
 #: Documents read and tokenized together when calls step steadily through the sequences, and how many calls
 #: ahead that may reach (64 microbatches bound a window's tokens whatever the document lengths).
@@ -130,7 +130,7 @@ class ExactSequences:
         self._datasets = np.empty(0, dtype=np.int16)
         self._prev: np.ndarray | None = None  # the sequences of the previous call
         self._stride: tuple[int, int] | None = None  # steady stride of the calls, and the calls read ahead
-        #: Read ahead on a thread (``zephon.executor.read_ahead``); the sequences of the last call covered.
+        #: Read ahead on a thread (``zephon.executor.read.ahead``); the sequences of the last call covered.
         self.background = background
         self._reach: np.ndarray | None = None
         #: Windows in flight, oldest first (at most ``JOBS``): positions, their samples rows, and the read job

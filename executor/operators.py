@@ -7,7 +7,7 @@ helper it calls, a file it reads) — and the fingerprints go into the encoder's
 count cache, the plan's ``config_hash`` and the state) and by name into plan.json's config and the state, so
 a state or an exact plan made with other operators is refused naming them.
 
-They run where records are read (``zephon.executor.shard_reader``): on the read-ahead thread during training,
+They run where records are read (``zephon.executor.read.shard_reader``): on the read-ahead thread during training,
 never on the thread that packs and yields batches, and in the count pass when planning, so an exact plan counts
 exactly what training will tokenize. A dropped record is counted (``RunStats.skipped["dropped"]``) and, in an
 exact plan, has 0 tokens: it is in no sequence.

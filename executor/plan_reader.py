@@ -11,9 +11,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
-from zephon.executor.selected_copy import copy_refs
-from zephon.plan.bundle import CheckedBundle, open_bundle, read_row_group
-from zephon.plan.format import deal_column
+from zephon.plan.bundle import CheckedBundle, CheckedFile, open_bundle, read_row_group
+from zephon.plan.format import COPIES_DIR, deal_column
 from zephon.plan.manifest import Manifest
 from zephon.plan.records import ShardRef, shard_refs
 
@@ -192,3 +191,31 @@ class RowGroupIndex:
             local = np.searchsorted(self.group(g)[key_column], values[sel], side=side) - 1  # type: ignore[call-overload]
             out[sel] = self.first_row[g] + local
         return out
+
+
+def copy_refs(plan_dir: Path, copies: CheckedFile | None, shards: list[ShardRef]) -> dict[int, ShardRef]:
+    """Source shard id → its copy as a shard (uri: the copy's path; rows, bytes, fingerprint: the copy's)."""
+    if copies is None:
+        return {}
+    table = copies.read().to_pydict()
+    by_id = {s.shard_id: s for s in shards}
+    out: dict[int, ShardRef] = {}
+    for i, shard_id in enumerate(table["shard_id"]):
+        source = by_id.get(shard_id)
+        if source is None:
+            raise PlanFormatError(
+                f"{copies.path} row {i} must name a shard of the plan, got shard_id {shard_id} — "
+                "restore the plan bundle's selected/ directory, or re-plan"
+            )
+        out[shard_id] = ShardRef(
+            shard_id=shard_id,
+            dataset_id=source.dataset_id,
+            dataset=source.dataset,
+            uri=str(plan_dir / COPIES_DIR / table["file"][i]),
+            format="parquet",
+            rows=table["rows"][i],
+            bytes=table["bytes"][i],
+            row_groups=table["row_groups"][i],
+            fingerprint=table["fingerprint"][i],
+        )
+    return out

@@ -4,7 +4,7 @@
 
 * exact plans — every sequence is fixed by the plan, so microbatch ``(s, a)`` is built directly from its
   sequence ids (``zephon.executor.exact``), starting anywhere;
-* estimated plans — the rank packs only its own lanes (``zephon.executor.lanes``): it reads the plan in
+* estimated plans — the rank packs only its own lanes (``zephon.executor.pack.lanes``): it reads the plan in
   order from the earliest of its lane cursors, tokenizes only its lanes' documents, and takes row ``j // L``
   of lane ``j % L`` for sequence ``j`` — a chain of stages, from plan rows to microbatches
   (``zephon.executor.estimated``).
@@ -12,7 +12,7 @@
 Sequences past the end of the plan are empty rows (all padding, ``length`` 0, labels ignored), so every
 rank yields the same number of microbatches per step. Every rank yields ``num_steps()`` steps: an exact plan
 has ``ceil(sequences / G)`` (``floor`` with ``drop_last``); an estimated plan the number
-``zephon.executor.run_length`` computes from the plan and a calibration every rank measures alike.
+``zephon.executor.pack.run_length`` computes from the plan and a calibration every rank measures alike.
 
 ``state()`` says where the rank stands (``zephon.executor.state``): its ``Progress``
 (``zephon.executor.progress``) and, for estimated plans, its lanes' cursors; a runner built with that state
@@ -34,26 +34,26 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.documents import AnyEncoder, carries_flags, make_encoder
-from zephon.executor.encode_slices import encode_in_slices
+from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder
+from zephon.executor.encode.flags import untag
+from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry, packing_lanes
-from zephon.executor.lanes import Lane
 from zephon.executor.operators import describe as describe_operators
-from zephon.executor.pack import PackedRows
+from zephon.executor.pack.lanes import Lane
+from zephon.executor.pack.rows import PackedRows
+from zephon.executor.pack.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
-from zephon.executor.read_ahead import ReadAhead, read_ahead_enabled
-from zephon.executor.remote_access import RemoteAccess
-from zephon.executor.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
+from zephon.executor.read.ahead import ReadAhead, read_ahead_enabled
+from zephon.executor.read.remote import RemoteAccess
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
-from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
-from zephon.executor.token_flags import untag
 
 
 class RankRunner:
@@ -167,7 +167,7 @@ class RankRunner:
     def num_steps(self) -> int:
         """Global steps of the run, the same on every rank: an exact plan's sequences over the global batch; an
         estimated plan's from its lanes' planned units and a calibration every rank measures alike
-        (``zephon.executor.run_length``)."""
+        (``zephon.executor.pack.run_length``)."""
         if self._num_steps is None:
             if self.exact:
                 n = self.plan.manifest.exact_packing().sequences

@@ -19,7 +19,7 @@ from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
-from zephon.executor.shard_reader import ON_BAD_DOCUMENT
+from zephon.executor.read.shard_reader import ON_BAD_DOCUMENT
 from zephon.plan.records import ShardRef
 from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
 

@@ -1,7 +1,7 @@
 """One run's shard reader and remote access, opened once and shared by its calibration and its batches.
 
 A run of an estimated plan measures tokens per unit on the plan's first documents before its first batch
-(``zephon.executor.run_length``): the documents of the shards the run opens first. Both read through one
+(``zephon.executor.pack.run_length``): the documents of the shards the run opens first. Both read through one
 ``ShardAccess``, so each of those shards is opened, checked, fetched (range mode: its text column chunks) and
 decoded once — the run takes the calibration's decoded row groups from the reader's LRU of open shards.
 
@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from zephon.executor.documents import converter_of
+from zephon.executor.encode.encoders import converter_of
 from zephon.executor.estimated import SkipReports
 from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.remote_access import RemoteAccess
+from zephon.executor.read.remote import RemoteAccess
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec, RunStats
-from zephon.executor.shard_reader import ShardReader
 
 
 class ShardAccess:

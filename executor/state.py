@@ -4,7 +4,7 @@ A state records where training is in the plan — completed global steps, microb
 step, and for estimated plans each packing lane's cursor ``(position, skip)`` — plus what it is valid
 for: the plan's ``config_hash``, the tokenizer fingerprint, field, ``max_length``, packing algorithm,
 global batch and lanes. An estimated plan's state also carries the run's length (``num_steps``, with the
-``drop_last`` it was computed for), so a resumed run does not measure it again (``zephon.executor.run_length``).
+``drop_last`` it was computed for), so a resumed run does not measure it again (``zephon.executor.pack.run_length``).
 Loading a state made for anything else is refused with a message naming what
 differs. Resuming seeks (row-group statistics, lane cursors); it never replays the plan.
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -36,22 +37,32 @@ from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.plan.records import shards_table
 from zephon.planner.best_fit import Bins, pack, padding_fraction
+from zephon.planner.copies import copied_datasets, write_copies
 from zephon.planner.homogeneous import window_bound_rows
-from zephon.planner.layout import best_fit, chunks
+from zephon.planner.layout import Chunk, best_fit, chunks
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.room import check_room
 from zephon.planner.samples_writer import SamplesWriter, Totals
-from zephon.planner.selection_copies import copied_datasets, write_copies
+from zephon.planner.selection.overlaps import overlaps
 from zephon.planner.shortfalls import plan_warnings
-from zephon.planner.sources import overlaps
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, write_atomic
 from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
-if TYPE_CHECKING:
-    from zephon.planner.continued import Continued
+
+class Continued(Protocol):
+    """What a continuation hands ``write_bundle`` (``zephon.planner.continuation.bundle.Continued``): the parent's
+    kept rows, written first, the new segment's chunks checked against them, and its plan.json keys. A protocol,
+    so that building a bundle does not depend on the continuation that uses it."""
+
+    prefix: Any
+
+    def checked(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]: ...
+
+    def keys(self, prepared: PreparedPlan, segment_phases: list[dict[str, Any]]) -> dict[str, Any]: ...
+
 
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
@@ -302,10 +313,10 @@ def write_bundle(
     or nothing: a file put there while planning is refused, nothing changed.
 
     ``materialize_selections``: also write compact copies of the rows the plan reads from its selected datasets'
-    shards (``zephon.planner.selection_copies``); the plan itself is the same.
+    shards (``zephon.planner.copies``); the plan itself is the same.
 
     ``continued``: a continuation's kept parent rows, written first, and its ``lineage`` and ``phases`` keys
-    (``zephon.planner.continuation``)."""
+    (``zephon.planner.continuation.child``)."""
     out_dir = Path(out_dir)
     _check_replaceable(out_dir, overwrite)
     check_room(prepared, out_dir)  # before days of layout into a hidden temporary

@@ -71,7 +71,7 @@ def plan_source(
         "materialize_selections": materialize_selections,
     }
     if continue_from is not None:
-        from zephon.planner.continuation import continue_plan
+        from zephon.planner.continuation.child import continue_plan
 
         parent = {"at_step": at_step, "global_batch": global_batch, "state": state}
         return continue_plan(continue_from, source, Path(out_dir), **parent, **common)

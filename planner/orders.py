@@ -12,7 +12,7 @@ Worked example: shards A (3 rows), B (2 rows), C (2 rows), window 2. The shard p
 windows are [C, A] and [B]; the first window's 5 rows C0 C1 A0 A1 A2 might be shuffled into
 A2 C0 A0 C1 A1, the second into B1 B0: the epoch reads A2 C0 A0 C1 A1 B1 B0.
 
-Selections (``zephon.planner.selection``): a dataset read through a selection orders only its selected rows.
+Selections (``zephon.planner.selection.evaluate``): a dataset read through a selection orders only its selected rows.
 Unordered, the rule above runs over the selected rows of each shard (a shard's "rows" are its selected rows,
 mapped back to row numbers when read); ordered (``order_by``), the epoch reads the documents in key order,
 cut into windows of ``window`` consecutive documents shuffled from the same ``(seed, dataset_index, epoch)``
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import numpy as np
 
 if TYPE_CHECKING:
-    from zephon.planner.selection import SelectedRows
+    from zephon.planner.selection.evaluate import SelectedRows
 
 
 class Window(NamedTuple):

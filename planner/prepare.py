@@ -18,18 +18,18 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.documents import make_encoder
+from zephon.executor.encode.encoders import make_encoder
 from zephon.executor.operators import Operator
 from zephon.executor.operators import describe as describe_operators
 from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
 from zephon.plan.records import ShardRef
-from zephon.planner.estimate import estimate_dataset
+from zephon.planner.counts.estimate import estimate_dataset
+from zephon.planner.counts.lengths import CountReport, token_counts
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.segment import SegmentStart
-from zephon.planner.selection import SelectedRows, select_rows
-from zephon.planner.token_lengths import CountReport, token_counts
+from zephon.planner.selection.evaluate import SelectedRows, select_rows
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.progress import progress_bar
@@ -53,7 +53,7 @@ class PreparedPlan:
     count_report: CountReport | None
     #: Phase 0 (the mixture) and the work source's phases, resolved (``zephon.planner.phases``).
     stages: tuple[Stage, ...]
-    #: Per dataset: its selected rows (``zephon.planner.selection``), or None when it reads every row.
+    #: Per dataset: its selected rows (``zephon.planner.selection.evaluate``), or None when it reads every row.
     selections: tuple[SelectedRows | None, ...] = ()
     #: A continued plan's new segment: what the parent's kept prefix placed (``zephon.planner.segment``); None
     #: for a plan laid out from its start.
@@ -194,7 +194,7 @@ def prepare(
 def select_datasets(
     source: WorkSource, shards: tuple[tuple[ShardRef, ...], ...]
 ) -> tuple[SelectedRows | None, ...] | None:
-    """Each dataset's selection evaluated (``zephon.planner.selection``); None when no dataset has one."""
+    """Each dataset's selection evaluated (``zephon.planner.selection.evaluate``); None when no dataset has one."""
     if all(ds.selection is None for ds in source.datasets):
         return None
     return tuple(

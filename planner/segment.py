@@ -1,6 +1,6 @@
 """Where a continued plan's new segment starts: what its parent's prefix already placed.
 
-A continuation (``zephon.planner.continuation``) keeps its parent's first ``position`` documents and lays out
+A continuation (``zephon.planner.continuation.child``) keeps its parent's first ``position`` documents and lays out
 the rest from the new configuration. The layout (``zephon.planner.layout``, ``zephon.planner.token_mix``) then
 starts from ``SegmentStart`` instead of from nothing:
 

@@ -44,7 +44,7 @@ def plan_warnings(
     rows = [prepared.dataset_rows(i) for i in range(len(prepared.shards))]
     passes = source.epochs or 1
     planned = [int(d) for d in docs]
-    # A continued plan's left-out datasets (``zephon.planner.continuation_datasets``) owe no passes.
+    # A continued plan's left-out datasets (``zephon.planner.continuation.datasets``) owe no passes.
     left_out = {i for i, entry in enumerate(prepared.config["datasets"]) if entry.get("removed_at_branch")}
     out: list[dict[str, Any]] = []
     if source.on_exhaustion == "stop":

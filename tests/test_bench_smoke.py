@@ -11,7 +11,7 @@ import pytest
 
 from zephon.demo import DEMO_KINDS, generate_demo_documents
 from zephon.errors import TokenizerError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
 from zephon.specs import TokenizeSpec
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"

@@ -2,7 +2,7 @@
 
 ``AdaptiveMixing`` runs a pipeline and, every ``every`` global steps, asks ``decide(step)`` for the next
 weights (for example from validation losses). It writes them as a new segment of the plan — a continuation
-(``zephon.planner.continuation``) of the current plan from that step, with the work source's mixture
+(``zephon.planner.continuation.child``) of the current plan from that step, with the work source's mixture
 replaced by the weights — and goes on from the same step on the new plan, with the run's state. The last
 plan written (``AdaptiveMixing.plan``) holds every segment: running it with a plain ``Pipeline`` reproduces
 every batch of the adaptive run, byte for byte, without calling ``decide`` again.
@@ -31,7 +31,7 @@ from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.pipeline import Pipeline
 from zephon.plan.manifest import read_manifest
-from zephon.planner.continuation import DryLanes, branch_of, continue_plan
+from zephon.planner.continuation.child import DryLanes, branch_of, continue_plan
 from zephon.recipe.work_source import MixtureSpec, WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 
@@ -95,7 +95,8 @@ class AdaptiveMixing:
         if state.get("dp_size") != 1:
             raise ConfigError(
                 f"AdaptiveMixing must run in one process holding every lane, got dp_size {state.get('dp_size')} — "
-                "under torch.distributed decide and plan on rank 0 (zephon.planner.continuation.continue_plan) and "
+                "under torch.distributed decide and plan on rank 0 (zephon.planner.continuation.child.continue_plan) "
+                "and "
                 "load the gathered state on every rank"
             )
         if branch_of(self.plan, state=state).position >= read_manifest(self.plan).totals.documents:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.documents import AnyEncoder, make_encoder
+from zephon.executor.encode.encoders import AnyEncoder, make_encoder
 from zephon.executor.geometry import Geometry
 from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
@@ -206,11 +206,11 @@ class Pipeline:
         max_tokens: int | None = None,
         long_documents: str = "truncate",
     ) -> Pipeline:
-        """Tokenize ``field`` with a Hugging Face tokenizer, appending EOS (see zephon.executor.tokenize).
+        """Tokenize ``field`` with a Hugging Face tokenizer, appending EOS (see zephon.executor.encode.text).
 
         ``special_tokens``: ``"bos_eos" | "bos" | "eos" | "none" | "tokenizer_default"`` (default: BOS by the
         tokenizer's convention or ``add_bos``, one EOS); ``max_tokens`` caps each document, which
-        ``long_documents="truncate"`` cuts or ``"split"`` splits into several (zephon.executor.documents)."""
+        ``long_documents="truncate"`` cuts or ``"split"`` splits into several (zephon.executor.encode.encoders)."""
         spec = TokenizeSpec(
             tokenizer_id=tokenizer_id,
             field=field,

@@ -31,7 +31,7 @@ LOSS_ON = ("assistant", "all")
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChatSpec:
-    """Settings of ``Pipeline.tokenize_chat`` (``zephon.executor.chat``).
+    """Settings of ``Pipeline.tokenize_chat`` (``zephon.executor.encode.chat_render``).
 
     Attributes:
         layout: ``"messages"`` (a list of ``{role, content}`` in ``TokenizeSpec.field``), ``"alpaca"`` (columns

@@ -62,7 +62,7 @@ class StaticMixtureWorkSource(WorkSource):
         making a work source stays light.
 
         ``continue_from``: continue the run of that plan on this configuration (docs/training.md,
-        ``zephon.planner.continuation``): the new plan's first ``at_step`` global steps of ``global_batch`` rows
+        ``zephon.planner.continuation.child``): the new plan's first ``at_step`` global steps of ``global_batch`` rows
         are the parent's, byte for byte, and the rest follows this work source. An estimated parent needs the
         run's checkpoint ``state`` at the branch step (``Pipeline.state_dict()``, all lanes); an exact one
         ``at_step`` and ``global_batch``, or a ``state``.
@@ -70,7 +70,7 @@ class StaticMixtureWorkSource(WorkSource):
         ``materialize_selections``: also write into the bundle a compact copy of the rows the plan reads from
         each shard of a dataset with a selection (``where``, ``metadata``, ``dedup_on``); runs read those instead
         of the source, so a selective plan decodes no more per token than a plan without selection. The plan —
-        and every batch — is the same either way (docs/curricula.md, ``zephon.planner.selection_copies``).
+        and every batch — is the same either way (docs/curricula.md, ``zephon.planner.copies``).
         """
         from zephon.planner.entry import plan_source
 

@@ -17,7 +17,7 @@ offsets follow from the ids alone:
    is that character's start, an end inside one its end.
 
 Invariant: for every text that is not None, the offsets equal ``Tokenizer.encode_batch(texts,
-add_special_tokens=False)[i].offsets``. ``zephon.executor.documents.ChatEncoder`` checks this on the first
+add_special_tokens=False)[i].offsets``. ``zephon.executor.encode.encoders.ChatEncoder`` checks this on the first
 conversations of every run (ids and loss masks against the ``tokenizers`` path) and keeps ``tokenizers``,
 with the reason, where it does not hold.
 

@@ -16,7 +16,7 @@ prefix equal to a suffix, so no occurrence can straddle a text and a separator),
 exactly ``n - 1`` times (no text contains it) and the ids hold its rank exactly ``n - 1`` times (no other
 special token swallowed a separator); otherwise the texts are encoded one by one (``encode_buffers``,
 ``join_ranks``). One call instead of one per text: no Python object per document, one GIL release per thread
-and batch — ~20 % faster on short documents. ``zephon.executor.tokenize.Encoder`` decides when to use the
+and batch — ~20 % faster on short documents. ``zephon.executor.encode.text.Encoder`` decides when to use the
 engine (after checking its ids against ``tokenizers``).
 """
 

@@ -215,7 +215,7 @@ def test_alpaca_and_sharegpt_layouts_map_to_messages(tmp_path, chat_tokenizers) 
 
 
 def build_text(tok: Path, *, layout: str, record: dict) -> str:
-    from zephon.executor.documents import make_encoder
+    from zephon.executor.encode.encoders import make_encoder
 
     encoder = make_encoder(TokenizeSpec(tokenizer_id=str(tok), field="messages", chat=ChatSpec(layout=layout)))
     return encoder.final(record).text
@@ -269,7 +269,7 @@ def test_a_template_without_tags_or_consistent_prefixes_is_refused_never_an_empt
 
 
 def test_a_tokenizer_without_a_chat_template_is_refused(tmp_path, tokenizer_dir) -> None:
-    from zephon.executor.documents import make_encoder
+    from zephon.executor.encode.encoders import make_encoder
 
     with pytest.raises(TokenizerError, match=r"must have a chat template for tokenize_chat, got none — pass"):
         make_encoder(TokenizeSpec(tokenizer_id=tokenizer_dir, field="messages", chat=ChatSpec()))
@@ -291,8 +291,8 @@ QWEN_LIKE = (
 
 @pytest.mark.parametrize(("template", "eot"), [(LLAMA3, "<|eot_id|>"), (QWEN_LIKE, "<|im_end|>")])
 def test_common_template_shapes_mask_exactly_the_replies(chat_tokenizers, template, eot) -> None:
-    from zephon.executor.documents import make_encoder
-    from zephon.executor.token_flags import LOSS, untag
+    from zephon.executor.encode.encoders import make_encoder
+    from zephon.executor.encode.flags import LOSS, untag
 
     tok = chat_tokenizers["chatml"]
     encoder = make_encoder(TokenizeSpec(tokenizer_id=str(tok), field="messages", chat=ChatSpec(chat_template=template)))

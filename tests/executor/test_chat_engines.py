@@ -14,9 +14,9 @@ from support.chat_data import CHATML, CHATML_TAGGED, INST, build_tokenizer, conv
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from zephon.errors import TokenizerError
-from zephon.executor.documents import make_encoder
+from zephon.executor.encode.encoders import make_encoder
+from zephon.executor.encode.flags import LOSS
 from zephon.executor.engines import CANDIDATES, ENGINE_ENV
-from zephon.executor.token_flags import LOSS
 from zephon.specs import ChatSpec, TokenizeSpec
 
 TRICKY = [

@@ -1,6 +1,6 @@
 """Any cluster size: a default plan runs, with identical global batches and the same number of steps on every
 rank, at every data-parallel size dividing the global batch; states move between sizes; each rank tokenizes
-only its own documents (plus the bounded calibration of ``zephon.executor.run_length``)."""
+only its own documents (plus the bounded calibration of ``zephon.executor.pack.run_length``)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ import pytest
 
 from zephon import Pipeline, merge_states
 from zephon.errors import ConfigError
-from zephon.executor import run_length
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
+from zephon.executor.pack import run_length
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

@@ -1,4 +1,4 @@
-"""Row groups decoded on the decode pool (``zephon.executor.decode_pool``): the texts, the batches and the errors
+"""Row groups decoded on the decode pool (``zephon.executor.read.decode_pool``): the texts, the batches and the errors
 are those of decoding one row group at a time on the reader's thread; the setting is checked; a forked child
 (a DataLoader worker) decodes on pools of its own."""
 
@@ -15,8 +15,8 @@ import pytest
 from conftest import batches_per_setting
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.decode_pool import decode_pool, decode_threads
-from zephon.executor.shard_reader import ShardReader
+from zephon.executor.read.decode_pool import decode_pool, decode_threads
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.io import Dataset
 from zephon.plan.records import ShardRef
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

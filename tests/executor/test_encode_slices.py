@@ -1,4 +1,4 @@
-"""Encoding a chunk in slices of bounded size (``zephon.executor.encode_slices``): the same ids as one call,
+"""Encoding a chunk in slices of bounded size (``zephon.executor.encode.slices``): the same ids as one call,
 engine calls bounded in characters however large a chunk is, and the same batches from every plan kind."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 
 from zephon import Pipeline
 from zephon.demo import write_demo_dataset
-from zephon.executor import encode_slices
-from zephon.executor.encode_slices import encode_in_slices, slice_bounds
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode import slices as encode_slices
+from zephon.executor.encode.slices import encode_in_slices, slice_bounds
+from zephon.executor.encode.text import Encoder
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation

@@ -11,9 +11,9 @@ import pytest
 from test_stats import KINDS, algorithm_of, make_plan, pipeline
 
 from zephon.errors import ConfigError
+from zephon.executor.encode.text import ENGINE_ENV
 from zephon.executor.engines import choose
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.tokenize import ENGINE_ENV
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 
 # kitoken is refused for the demo tokenizer (a contraction after a newline: test_fast_tokenize.py), so it runs

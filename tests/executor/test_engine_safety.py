@@ -22,12 +22,12 @@ from support.engine_thread_exit import demo_texts, digest
 from zephon import Pipeline
 from zephon.demo import generate_demo_documents
 from zephon.errors import TokenizerError
+from zephon.executor.encode.text import Encoder
 from zephon.executor.engines import spot_check
 from zephon.executor.engines.base import Engine, TokenIds, from_lists
 from zephon.executor.engines.owned import OwnedEngine
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
 from zephon.executor.engines.vendors import FastokensEngine
-from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.specs import TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from zephon.executor.encode.text import Encoder
 from zephon.executor.estimated import (
     DealLanes,
     FetchTexts,
@@ -24,13 +25,12 @@ from zephon.executor.estimated import (
     Tokenize,
 )
 from zephon.executor.geometry import Geometry
-from zephon.executor.lanes import Lane
+from zephon.executor.pack.lanes import Lane
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
-from zephon.executor.read_ahead import ReadAhead
-from zephon.executor.remote_access import RemoteAccess
-from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoder
+from zephon.executor.read.ahead import ReadAhead
+from zephon.executor.read.remote import RemoteAccess
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_SCHEMA
 from zephon.planner.build import seal_bundle

@@ -16,10 +16,10 @@ from tokenizers import Tokenizer
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
-from zephon.executor.lanes import Lane
+from zephon.executor.encode.text import Encoder
+from zephon.executor.pack.lanes import Lane
 from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

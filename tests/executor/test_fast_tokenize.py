@@ -14,9 +14,9 @@ from tokenizers import Tokenizer
 
 from zephon.demo import DEMO_KINDS, generate_demo_documents
 from zephon.errors import ConfigError, TokenizerError
+from zephon.executor.encode.text import ENGINE_ENV, Encoded, Encoder
 from zephon.executor.engines import choose, tiktoken_derive
 from zephon.executor.engines.tiktoken import TiktokenEngine
-from zephon.executor.tokenize import ENGINE_ENV, Encoded, Encoder
 from zephon.specs import TokenizeSpec
 
 ENGINES = ("fastokens", "gigatoken", "tiktoken", "kitoken")

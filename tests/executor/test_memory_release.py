@@ -1,5 +1,5 @@
-"""Memory the shard reader holds and gives back (``zephon.executor.parquet_shard``,
-``zephon.executor.memory_release``): an open Parquet shard keeps its decoded row groups once, as Arrow, and a
+"""Memory the shard reader holds and gives back (``zephon.executor.read.parquet``,
+``zephon.executor.read.memory_release``): an open Parquet shard keeps its decoded row groups once, as Arrow, and a
 closed one gives them back; releasing freed memory never changes a batch."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from conftest import batches_per_setting
 
 from zephon.errors import ConfigError
-from zephon.executor.memory_release import release_enabled, release_memory
-from zephon.executor.shard_reader import ShardReader
+from zephon.executor.read.memory_release import release_enabled, release_memory
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.io import Dataset
 from zephon.plan.records import ShardRef
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

@@ -12,7 +12,7 @@ from support.chat_data import build_tokenizer
 
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

@@ -16,15 +16,15 @@ import pytest
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
+from zephon.executor.encode.text import Encoder
 from zephon.executor.engines.tiktoken_derive import encode_buffers, join_ranks, separator
-from zephon.executor.lanes import Lane
-from zephon.executor.parquet_shard import ParquetShard
+from zephon.executor.pack.lanes import Lane
 from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.read_ahead import READ_AHEAD_ENV, ReadAhead, read_ahead_enabled
+from zephon.executor.read.ahead import READ_AHEAD_ENV, ReadAhead, read_ahead_enabled
+from zephon.executor.read.parquet import ParquetShard
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.plan.records import ShardRef
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
@@ -99,7 +99,7 @@ def test_batches_are_identical_with_and_without_the_read_ahead_thread(
 
 
 def test_an_unsplit_encode_gives_the_same_ids(tokenizer_dir) -> None:
-    from zephon.executor.tokenize import Encoder
+    from zephon.executor.encode.text import Encoder
 
     texts = [f"text {i} " + "word " * (i % 13) for i in range(100)]
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))

@@ -14,8 +14,8 @@ from conftest import write_jsonl_dataset, write_parquet_dataset
 from test_stats import bad_jsonl
 
 from zephon import Pipeline
-from zephon.executor.jsonl_shard import JsonlShard
-from zephon.executor.parquet_shard import ParquetShard
+from zephon.executor.read.jsonl import JsonlShard
+from zephon.executor.read.parquet import ParquetShard
 from zephon.executor.runner import RankRunner
 from zephon.io import Dataset
 from zephon.specs import CacheOptions, StoreOptions
@@ -92,7 +92,7 @@ def test_the_calibration_and_the_run_open_each_shard_and_decode_each_row_group_o
 def test_a_skipped_document_is_counted_and_warned_about_once(tmp_path, tokenizer_dir, caplog) -> None:
     plan = plan_of(tmp_path, {"web": bad_jsonl(tmp_path, "web", {2, 3, 11, 20, 23})}, window=1)
     pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
-    with caplog.at_level(logging.WARNING, logger="zephon.executor.shard_reader"):
+    with caplog.at_level(logging.WARNING, logger="zephon.executor.read.shard_reader"):
         assert list(pipe)  # the calibration reads all 24 documents first, the run reads them again
     assert pipe.stats().skipped == {"null_text": 5} and pipe.stats().documents == {"web": 19}
     warnings = [r for r in caplog.records if "skipping a bad document" in r.getMessage()]

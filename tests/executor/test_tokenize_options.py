@@ -10,9 +10,9 @@ from support.chat_data import build_tokenizer
 
 from zephon import Pipeline
 from zephon.errors import ConfigError
-from zephon.executor.documents import TextEncoder, make_encoder
-from zephon.executor.token_flags import SEGMENT
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.encoders import TextEncoder, make_encoder
+from zephon.executor.encode.flags import SEGMENT
+from zephon.executor.encode.text import Encoder
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource

@@ -12,8 +12,8 @@ from conftest import doc_text, write_jsonl_dataset, write_parquet_dataset
 from tokenizers import Tokenizer
 
 from zephon.errors import TokenizerError
+from zephon.executor.encode.text import Encoder
 from zephon.executor.engines.choose import VerdictCache
-from zephon.executor.tokenize import Encoder
 from zephon.inspection.engine_check import check_engines
 from zephon.recipe.dataset import Dataset
 from zephon.specs import TokenizeSpec

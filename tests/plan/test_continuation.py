@@ -1,4 +1,4 @@
-"""Continuing a run on a changed plan (``zephon.planner.continuation``): the child's first N global steps are
+"""Continuing a run on a changed plan (``zephon.planner.continuation.child``): the child's first N global steps are
 the parent's, byte for byte (batches from the executor), its later segment follows the new configuration, and
 a checkpoint state of the parent at a step ≤ N resumes on the child."""
 

@@ -1,5 +1,5 @@
 """A continued plan and its global batch (``zephon.executor.state.check_run_batch``,
-``zephon.planner.continuation``): an estimated plan with one lane per row refuses another global batch (its
+``zephon.planner.continuation.child``): an estimated plan with one lane per row refuses another global batch (its
 kept steps would no longer be its parent's); exact plans yield the same rows at any batch and warn where the
 branch falls; a continuation never mixes global batches in one lineage."""
 
@@ -63,7 +63,7 @@ def test_an_exact_continuation_yields_the_same_rows_at_another_batch_and_says_wh
 def test_a_branch_after_a_lane_ran_out_is_refused(world, tokenizer_dir, tmp_path) -> None:  # noqa: F811
     """30,000 estimated tokens fill 8 deals of 4,096: lanes 8..11 of 12 never get a document and pack empty rows,
     which a continuation's new documents would fill (its kept steps would differ from the parent's)."""
-    from zephon.planner.continuation import DryLanes
+    from zephon.planner.continuation.child import DryLanes
     from zephon.work import TokenEstimation
 
     est = TokenEstimation(primer=0.25)

@@ -1,4 +1,4 @@
-"""A continuation that leaves out a parent dataset and adds another (``zephon.planner.continuation_datasets``):
+"""A continuation that leaves out a parent dataset and adds another (``zephon.planner.continuation.datasets``):
 the kept steps still read the left-out dataset, byte for byte; after the branch it is read no more and the new
 mixture holds; datasets are matched by name and content, whatever order the new config lists them in."""
 

@@ -10,8 +10,8 @@ import pytest
 from test_token_plans import corpus as corpus  # the module's corpus fixture
 from test_token_plans import source
 
+from zephon.executor.encode.text import ENGINE_ENV
 from zephon.executor.engines import choose
-from zephon.executor.tokenize import ENGINE_ENV
 from zephon.planner.prepare import prepare
 from zephon.specs import PackSpec, TokenizeSpec
 

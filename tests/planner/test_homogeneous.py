@@ -16,9 +16,9 @@ import pytest
 from tokenizers import Tokenizer
 
 from zephon.errors import ConfigError
+from zephon.executor.encode.text import Encoder
 from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.tokenize import Encoder
 from zephon.inspection.audit import AuditSpec, audit_plan
 from zephon.io import Dataset
 from zephon.planner.homogeneous import homogeneous

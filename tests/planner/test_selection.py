@@ -354,7 +354,7 @@ def test_the_curricula_doc_example_on_the_demo_sidecar(tmp_path, monkeypatch) ->
 
 
 def test_a_selection_past_duckdbs_memory_limit_says_which_setting_to_raise(corpus, tmp_path, monkeypatch) -> None:
-    import zephon.planner.selection as selection
+    import zephon.planner.selection.evaluate as selection
 
     monkeypatch.setattr(selection, "MEMORY_LIMIT", "1KB")  # as ZEPHON_SELECT_MEMORY=1KB would set it
     ds = Dataset.from_path("web", corpus / "web", where="quality > 0.5", metadata=corpus / "side", key="id")

@@ -215,7 +215,7 @@ def test_a_continued_plan_with_copies_runs_as_without(corpus, tmp_path, tokenize
 
 def test_a_row_the_copy_lacks_is_an_error_naming_both_files(corpus, tmp_path, tokenizer_dir) -> None:
     from zephon.executor.plan_reader import PlanBundle
-    from zephon.executor.shard_reader import ShardReader
+    from zephon.executor.read.shard_reader import ShardReader
 
     plan = _plan(corpus, tmp_path / "p", tokenizer_dir)
     bundle = PlanBundle(plan)

@@ -1,4 +1,4 @@
-"""The partitioned sidecar join (planner/selection_join.py) plans exactly what the single join plans.
+"""The partitioned sidecar join (planner/selection/join.py) plans exactly what the single join plans.
 
 Every selection here is planned once in one join and again in several key-hash partitions (forced with
 ``partitions=`` or ``ZEPHON_SELECT_PARTITIONS``, or chosen by a tiny memory limit); the selected rows, the reports
@@ -21,8 +21,8 @@ import pytest
 from zephon.errors import ConfigError, DatasetError
 from zephon.io import Dataset
 from zephon.planner.prepare import shard_refs
-from zephon.planner.selection import select_rows
-from zephon.planner.selection_join import partitions_for
+from zephon.planner.selection.evaluate import select_rows
+from zephon.planner.selection.join import partitions_for
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 SHARDS, ROWS = 5, 80
@@ -88,7 +88,7 @@ def test_partitioned_plans_are_byte_identical_to_the_single_join(corpus, tmp_pat
     single = _source(_dataset(corpus, **kw)).plan(tmp_path / "single")
     monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "4")
     forced = _source(_dataset(corpus, **kw)).plan(tmp_path / "forced")
-    import zephon.planner.selection as selection
+    import zephon.planner.selection.evaluate as selection
 
     monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "9")
     monkeypatch.setattr(selection, "MEMORY_LIMIT", "16MB")  # as ZEPHON_SELECT_MEMORY=16MB: DuckDB spills
@@ -148,7 +148,7 @@ _FULL_DISK = """
 import resource, sys
 from zephon.io import Dataset
 from zephon.planner.prepare import shard_refs
-from zephon.planner.selection import select_rows
+from zephon.planner.selection.evaluate import select_rows
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 ds = Dataset.from_path("web", sys.argv[1] + "/web", metadata=sys.argv[1] + "/side", key="id", where="quality > 0.5")
 refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=3), progress=False)

@@ -318,7 +318,7 @@ def _sorted_shards(root: Path) -> Path:
 def test_bounds_of_a_where_clause() -> None:
     import duckdb
 
-    from zephon.planner.selection_pruning import Bound, bounds_of
+    from zephon.planner.selection.pruning import Bound, bounds_of
 
     def parsed(where: str):
         con = duckdb.connect()
@@ -336,8 +336,8 @@ def test_bounds_of_a_where_clause() -> None:
 
 
 def test_remote_row_groups_excluded_by_statistics_are_not_read(s3, tmp_path) -> None:
-    from zephon.planner.selection_pruning import Bound
-    from zephon.planner.selection_sources import Wanted, read_documents
+    from zephon.planner.selection.pruning import Bound
+    from zephon.planner.selection.tables import Wanted, read_documents
 
     web = _sorted_shards(tmp_path / "local")
     s3.upload_dir(web, "sorted/")

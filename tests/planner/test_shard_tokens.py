@@ -18,8 +18,8 @@ import pytest
 from zephon.errors import DatasetError
 from zephon.io import Dataset
 from zephon.planner.build import write_bundle
+from zephon.planner.counts.shard_tokens import ShardTokens
 from zephon.planner.prepare import PreparedPlan, prepare
-from zephon.planner.shard_tokens import ShardTokens
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import cache_dir
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation

@@ -13,12 +13,12 @@ from tokenizers import Tokenizer
 
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
+from zephon.executor.encode.text import Encoder
 from zephon.executor.exact import ExactSequences
 from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.shard_reader import ShardReader
-from zephon.executor.tokenize import Encoder
 from zephon.io import Dataset
 from zephon.planner.best_fit import pack, padding_fraction
 from zephon.specs import BatchSpec, PackSpec, TokenizeSpec

@@ -18,9 +18,9 @@ from tokenizers import Tokenizer
 
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
+from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
-from zephon.executor.shard_reader import ShardReader
 from zephon.io import Dataset
 from zephon.plan.records import ShardRef
 from zephon.planner.build import seal_bundle

@@ -26,7 +26,7 @@ from zephon import Pipeline
 from zephon.cli import cli
 from zephon.config_file import load_plan_config
 from zephon.errors import ConfigError, DatasetError, TokenizerError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
 from zephon.inspection.sql import run_sql
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
@@ -126,7 +126,7 @@ def test_an_unreachable_hub_falls_back_to_the_cached_copy_at_once(
         cached = Encoder(TokenizeSpec(tokenizer_id="gpt2"))
     assert time.monotonic() - start < 5
     assert cached.fingerprint == online.fingerprint
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "zephon.executor.tokenize"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "zephon.executor.encode.load"]
     assert warning.startswith(f"the Hugging Face Hub could not be reached (no connection to {url} (ConnectError: ")
     assert warning.endswith("): tokenizer 'gpt2' loaded from the cache")
 

@@ -25,9 +25,9 @@ import pytest
 
 from zephon import Pipeline
 from zephon.errors import StorageError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
 from zephon.io import Dataset
-from zephon.planner.token_lengths import token_counts
+from zephon.planner.counts.lengths import token_counts
 from zephon.specs import CacheOptions, StoreOptions, TokenizeSpec
 from zephon.storage.shard_cache import CacheEntrySpec, ShardCache
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
@@ -196,7 +196,7 @@ def test_hub_download_with_a_failing_fsync_is_removed(reference_hub, tmp_path, m
     assert list((tmp_path / "out").iterdir()) == []
     spec_root = tmp_path / "cache"
     with ShardCache(spec_root, None) as cache:  # through the cache: the cache words the fix
-        from zephon.executor.shard_reader import remote_spec
+        from zephon.executor.read.shard_reader import remote_spec
         from zephon.plan.records import ShardRef
 
         ref = ShardRef(

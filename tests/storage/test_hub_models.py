@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 
 from zephon.demo import demo_tokenizer_path
 from zephon.errors import TokenizerError
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
 from zephon.specs import TokenizeSpec
 
 TEXTS = [

@@ -169,9 +169,9 @@ def test_the_count_pass_draws_a_bar_with_one_worker_or_several(
     tmp_path: Path,
 ) -> None:
     terminal = _on_a_terminal(monkeypatch)
-    from zephon.executor.tokenize import Encoder
+    from zephon.executor.encode.text import Encoder
+    from zephon.planner.counts.lengths import token_counts
     from zephon.planner.prepare import shard_refs
-    from zephon.planner.token_lengths import token_counts
 
     refs = [r for group in shard_refs(_corpus(make_parquet), progress=False) for r in group]
     spec = TokenizeSpec(tokenizer_id=tokenizer_dir)

@@ -11,7 +11,7 @@ import sys
 import threading
 
 from zephon.demo import DEMO_KINDS, generate_demo_documents
-from zephon.executor.tokenize import Encoder
+from zephon.executor.encode.text import Encoder
 from zephon.specs import TokenizeSpec
 
 

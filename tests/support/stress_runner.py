@@ -129,9 +129,9 @@ def count_threads(config: dict[str, Any]) -> Iterable[dict[str, torch.Tensor | i
 
 
 def count_processes(config: dict[str, Any]) -> Iterable[dict[str, torch.Tensor | int]]:
-    """The count pass in worker processes (``zephon.planner.count_worker``) whatever the engine: each worker
+    """The count pass in worker processes (``zephon.planner.counts.worker``) whatever the engine: each worker
     chooses its own engine under the same ``ZEPHON_TOKENIZER_ENGINE``."""
-    from zephon.executor.tokenize import Encoder
+    from zephon.executor.encode.text import Encoder
 
     Encoder.releases_gil = property(lambda self: False)  # type: ignore[assignment,method-assign]
     return exact(config, "processes")

@@ -231,9 +231,9 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
             raise CommandError(
                 f"{config}: `tokenizer` must be set to count tokens, got nothing — add `tokenizer: {{id: ...}}`"
             )
-        from zephon.executor.documents import make_encoder
+        from zephon.executor.encode.encoders import make_encoder
+        from zephon.planner.counts.lengths import token_counts
         from zephon.planner.prepare import shard_refs
-        from zephon.planner.token_lengths import token_counts
 
         groups = shard_refs(loaded.source, progress=progress)
         flat = [r for g in groups for r in g]

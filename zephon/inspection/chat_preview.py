@@ -5,9 +5,10 @@ A chat plan's documents are records, not strings: a ``messages`` list of ``{role
 ``holds_records(refs, field)`` says when to read records rather than strings: the field is a chat layout's
 column (``messages``, ``conversations``, ``instruction``: ``zephon.specs.CHAT_FIELDS``) or, in a local Parquet
 shard, a list column. ``record_text(field)`` returns the function the shard reader applies to each record (record
-mode of ``zephon.executor.shard_reader``): it recognizes the layout by the record's shape (plan.json does not name
+mode of ``zephon.executor.read.shard_reader``): it recognizes the layout by the record's shape (plan.json does not name
 it, and a plan without a tokenizer does not even name the field) and writes each turn as ``role: content``
-on its own line, with the roles of ``zephon.executor.chat.to_messages`` (ShareGPT ``gpt`` → ``assistant``).
+on its own line, with the roles of ``zephon.executor.encode.chat_render.to_messages`` (ShareGPT ``gpt`` →
+``assistant``).
 
 Worked example: ``{"conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo!"}]}``
 with field ``conversations`` previews as ``user: Hi⏎assistant: Yo!``; an alpaca row ``{"instruction": "Say 1",
@@ -26,8 +27,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.executor.chat import BadRecord, to_messages
-from zephon.executor.documents import RecordConverter
+from zephon.executor.encode.chat_render import BadRecord, to_messages
+from zephon.executor.encode.encoders import RecordConverter
 from zephon.plan.records import ShardRef
 from zephon.specs import CHAT_FIELDS, ChatSpec
 

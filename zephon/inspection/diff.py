@@ -120,7 +120,7 @@ class PlanDiff:
     datasets: tuple[DatasetVolumes, ...]
     shards_added: tuple[ShardRef, ...]
     shards_removed: tuple[ShardRef, ...]
-    #: Set when one plan is a continuation of the other (``zephon.planner.continuation``).
+    #: Set when one plan is a continuation of the other (``zephon.planner.continuation.child``).
     branch: Branch | None = None
 
     @property

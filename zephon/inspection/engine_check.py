@@ -37,7 +37,7 @@ from tokenizers import Tokenizer
 from zephon.errors import TokenizerError
 from zephon.executor.engines.builders import engine_classes
 from zephon.executor.engines.choose import CANDIDATES, VerdictCache
-from zephon.executor.shard_reader import ShardReader, planning_cache
+from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.inspection.engine_worker import EncodedBatch, EngineDied, EngineProcess
 from zephon.recipe.dataset import Dataset
 from zephon.storage.progress import progress_bar
@@ -225,7 +225,7 @@ def check_engines(
 ) -> EngineCheck:
     """Compare ``engines`` (default: every candidate but ``tokenizers``) with ``tokenizers`` on every document of
     ``datasets`` (at most ``limit``), cache their verdicts and report (see the module docstring)."""
-    from zephon.executor.tokenize import Encoder
+    from zephon.executor.encode.text import Encoder
     from zephon.specs import TokenizeSpec
 
     if limit is not None and (not isinstance(limit, int) or limit < 1):

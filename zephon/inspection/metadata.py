@@ -42,7 +42,7 @@ def metadata_table(bundle: CheckedBundle) -> pa.Table:
     manifest = bundle.manifest
     field = manifest.tokenizer.field if manifest.tokenizer is not None else "text"
     # inspection sits above the planner: remote and JSONL shards are read as the planner's selection read them
-    from zephon.planner.selection_sources import Wanted, arrow_read, read_documents
+    from zephon.planner.selection.tables import Wanted, arrow_read, read_documents
 
     all_refs = shard_refs(pq.read_table(bundle.shards.path))
     parts = []
@@ -104,7 +104,7 @@ def metadata_values(
     selection); a name no selected dataset has is a ``ConfigError`` listing the columns there are."""
     manifest = bundle.manifest
     field = manifest.tokenizer.field if manifest.tokenizer is not None else "text"
-    from zephon.planner.selection_sources import Wanted, arrow_read, read_shard
+    from zephon.planner.selection.tables import Wanted, arrow_read, read_shard
 
     ref_of = {r.shard_id: r for r in shard_refs(pq.read_table(bundle.shards.path))}
     selected = {d.id: d for d in manifest.datasets if d.selection is not None}
@@ -179,9 +179,9 @@ def _sidecar_relation(
     con: duckdb.DuckDBPyConnection, dataset: str, metadata: str, key: str, name: str
 ) -> tuple[str, dict[str, object]]:
     """The sidecar as a relation of ``con`` and its parameters: local files through ``read_parquet($meta)``, a
-    remote sidecar read whole (``zephon.planner.selection_sources``) and registered as ``name``."""
-    from zephon.planner.selection import sidecar_files  # inspection sits above the planner
-    from zephon.planner.selection_sources import is_remote_sidecar, read_sidecar
+    remote sidecar read whole (``zephon.planner.selection.tables``) and registered as ``name``."""
+    from zephon.planner.selection.evaluate import sidecar_files  # inspection sits above the planner
+    from zephon.planner.selection.tables import is_remote_sidecar, read_sidecar
     from zephon.recipe.selection import Selection
 
     selection = Selection(dataset=dataset, metadata=metadata, key=key)

@@ -3,7 +3,7 @@
 ``show_step(plan_dir, n, batch_size=B)`` resolves the plan's sequences (``zephon.inspection.steps``), seeks to
 sequences ``[n·B, (n+1)·B)`` without scanning the plan — positions are row numbers, token offsets and bin
 sequences are sorted and found through Parquet row-group statistics — and reads the first characters of
-each document from its shard (one row group per shard, with ``zephon.executor.shard_reader``). A chat plan's
+each document from its shard (one row group per shard, with ``zephon.executor.read.shard_reader``). A chat plan's
 documents are previewed turn by turn, ``role: content`` per line (``zephon.inspection.chat_preview``).
 
 Worked example: an exact wrap plan with ``L = 257`` and ``B = 4`` has 1028 tokens per step. Step 3 is stream
@@ -181,7 +181,7 @@ def _field(manifest: Manifest) -> str:
 
 def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:
     # Imported here: the executor's reader is only needed when text is shown.
-    from zephon.executor.shard_reader import ShardReader, planning_cache
+    from zephon.executor.read.shard_reader import ShardReader, planning_cache
     from zephon.inspection.chat_preview import holds_records, record_reader
     from zephon.plan.records import shard_refs
 

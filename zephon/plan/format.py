@@ -9,7 +9,7 @@ PLAN_DIR/
   samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA)
   bins.parquet     best-fit exact plans only: the planned rows (BINS_SCHEMA)
   selected.parquet plans written with materialize_selections only: one row per copied shard (COPIES_SCHEMA)
-  selected/        those copies, COPY_NAME each (zephon.planner.selection_copies)
+  selected/        those copies, COPY_NAME each (zephon.planner.copies)
 ```
 
 Version rule: ``FORMAT_VERSION`` is a single integer. A change that a reader of the previous version would
@@ -122,7 +122,7 @@ SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst")
 # Plans written with ``materialize_selections`` only: a compact copy of the rows the plan reads from shard
 # ``shard_id`` (of a dataset with a selection) is ``selected/<file>``: the source's columns and, last, the source row
 # of each copied row (COPY_ROW_COLUMN), in row order. ``rows``, ``bytes``, ``row_groups`` and ``fingerprint`` are the
-# copy's, checked when the executor opens it, as it checks a local shard (zephon.planner.selection_copies).
+# copy's, checked when the executor opens it, as it checks a local shard (zephon.planner.copies).
 COPIES_SCHEMA = pa.schema(
     [
         pa.field("shard_id", pa.int32(), nullable=False),

@@ -215,7 +215,7 @@ class LineageSegment:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PlanLineage:
-    """``lineage`` (continued plans only; ``zephon.planner.continuation``)."""
+    """``lineage`` (continued plans only; ``zephon.planner.continuation.child``)."""
 
     parent: LineageParent
     branch: LineageBranch
@@ -301,9 +301,9 @@ class Manifest:
     #: (``zephon.planner.selection.overlaps``); ``()`` in plans without selections.
     sources: tuple[Mapping[str, Any], ...] = ()
     #: Plans written with ``materialize_selections``: per copied dataset, its copies' shards, rows, bytes and the
-    #: source bytes they stand for, as JSON (``zephon.planner.selection_copies``); ``None`` otherwise.
+    #: source bytes they stand for, as JSON (``zephon.planner.copies``); ``None`` otherwise.
     selected_copies: Mapping[str, Any] | None = None
-    #: Continued plans: the parent, the branch and the segments (``zephon.planner.continuation``); ``None``
+    #: Continued plans: the parent, the branch and the segments (``zephon.planner.continuation.child``); ``None``
     #: in plans laid out from their start.
     lineage: PlanLineage | None = None
 

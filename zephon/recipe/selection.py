@@ -1,7 +1,7 @@
 """Which of a dataset's documents a plan reads, and in what order: a selection by metadata (configuration only).
 
 ``Dataset.from_path(name, path, where=..., metadata=..., key=..., order_by=..., dedup_on=...)`` carries one
-``Selection``; the planner evaluates it with DuckDB at plan time (``zephon.planner.selection``) and the plan
+``Selection``; the planner evaluates it with DuckDB at plan time (``zephon.planner.selection.evaluate``) and the plan
 holds the selected rows, so the executor's work does not change. Every field is optional; a dataset without
 them reads every row, exactly as before (plans stay byte-identical).
 

@@ -11,7 +11,7 @@ so reruns and other plans reuse them:
   count includes the BOS prefix and the EOS token the executor adds, so it is exactly the number of tokens
   the document contributes to the stream. Computed with the encoder's engine (``zephon.executor.engines``):
   on threads of this process, a shard per thread, when the engine releases the GIL; with ``tokenizers`` by
-  worker subprocesses (``zephon.planner.count_worker``), shards split among them longest first. One worker
+  worker subprocesses (``zephon.planner.counts.worker``), shards split among them longest first. One worker
   runs in-process. A progress bar follows the shards on a
   terminal (``zephon.storage.progress``).
 """
@@ -34,12 +34,12 @@ import numpy as np
 import pyarrow.compute as pc
 
 from zephon.errors import ConfigError, ZephonError
-from zephon.executor.documents import AnyEncoder, operators_of
-from zephon.executor.parquet_shard import as_strings
-from zephon.executor.shard_reader import ShardReader, planning_cache
+from zephon.executor.encode.encoders import AnyEncoder, operators_of
+from zephon.executor.read.parquet import as_strings
+from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
-from zephon.planner.count_worker import count_shard, save_atomic
-from zephon.planner.shard_tokens import ShardTokens
+from zephon.planner.counts.shard_tokens import ShardTokens
+from zephon.planner.counts.worker import count_shard, save_atomic
 from zephon.specs import TokenizeSpec
 from zephon.storage.files import cache_dir
 from zephon.storage.progress import progress_bar, track
@@ -122,7 +122,7 @@ def _run_workers(jobs: list[dict], bar: tqdm) -> int:
     they counted."""
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "zephon.planner.count_worker"],
+            [sys.executable, "-m", "zephon.planner.counts.worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -201,9 +201,9 @@ def token_counts(
 
     ``engine="local"`` counts on this machine: on threads of this process when the encoder's engine releases the
     GIL (fastokens, gigatoken, tiktoken), else in worker subprocesses (in this process when one
-    worker is enough); ``engine="ray"`` as Ray tasks (``zephon.planner.count_ray``). All save identical arrays to the
-    same cache. ``progress``: a bar of the shards counted by the local engine (``zephon.storage.progress``:
-    ``None`` draws it on a terminal only).
+    worker is enough); ``engine="ray"`` as Ray tasks (``zephon.planner.counts.ray_pass``). All save identical
+    arrays to the same cache. ``progress``: a bar of the shards counted by the local engine
+    (``zephon.storage.progress``: ``None`` draws it on a terminal only).
     """
     if engine not in ("local", "ray"):
         raise ConfigError(f'count engine must be "local" or "ray", got {engine!r}')
@@ -216,7 +216,7 @@ def token_counts(
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
     todo = [i for i, (p, r) in enumerate(zip(paths, shards, strict=True)) if _load(p, r.rows, header_only=True) is None]
     if todo and engine == "ray":
-        from zephon.planner.count_ray import count_with_ray
+        from zephon.planner.counts.ray_pass import count_with_ray
 
         count_with_ray([shards[i] for i in todo], spec, [paths[i] for i in todo], save_atomic, workers=workers)
     elif todo:

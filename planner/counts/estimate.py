@@ -5,7 +5,7 @@
 1. from ``SeedSequence([seed, dataset_index, CALIBRATION_STREAM])``, pick up to ``calibration_shards_max``
    shards and, among their rows, up to ``calibration_samples`` documents (without replacement);
 2. tokenize them with the pipeline's tokenizer, without the BOS/EOS the executor adds;
-3. ratio = Σ tokens / Σ bytes, bytes as in ``zephon.planner.token_lengths.byte_lengths``.
+3. ratio = Σ tokens / Σ bytes, bytes as in ``zephon.planner.counts.lengths.byte_lengths``.
 
 Every document is then estimated as ``round(ratio × bytes) + specials`` (specials = BOS prefix + EOS).
 A float primer pins one ratio for all datasets; a dict pins one per dataset. ``token_count_columns`` names a
@@ -30,14 +30,14 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError
-from zephon.executor.documents import TextEncoder
+from zephon.executor.encode.encoders import TextEncoder
+from zephon.executor.encode.text import Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
-from zephon.executor.shard_reader import ShardReader, planning_cache
-from zephon.executor.tokenize import Encoder
+from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
+from zephon.planner.counts.lengths import byte_lengths, cache_byte_lengths
+from zephon.planner.counts.shard_tokens import ShardTokens
 from zephon.planner.orders import permutation
-from zephon.planner.shard_tokens import ShardTokens
-from zephon.planner.token_lengths import byte_lengths, cache_byte_lengths
 from zephon.recipe.work_source import TokenEstimation
 from zephon.storage.progress import progress_bar, track
 

@@ -28,7 +28,7 @@ Example, ChatML (``<|im_start|>{role}\\n{content}<|im_end|>\\n`` per turn, gener
 ``assistant\\n``, R is the whole text, so the span is ``Hello!<|im_end|>``.
 
 Problems with a record are ``BadRecord`` (a skip reason and what was expected); the shard reader adds dataset,
-shard and row (``zephon.executor.bad_documents``). Rendering runs where the reader runs: on the read-ahead
+shard and row (``zephon.executor.read.bad_documents``). Rendering runs where the reader runs: on the read-ahead
 thread during training, in the count workers when planning.
 """
 

@@ -1,6 +1,6 @@
 """What a continued plan's bundle holds besides its new segment: the parent's kept rows, and plan.json keys.
 
-``zephon.planner.continuation`` decides the branch and lays out the new segment; ``write_bundle``
+``zephon.planner.continuation.child`` decides the branch and lays out the new segment; ``write_bundle``
 (``zephon.planner.build``) writes the kept rows (``Prefix``) before it and adds the ``phases`` and ``lineage``
 keys ``Continued.keys`` builds: the parent's phases clipped to the prefix, then the segment's, each tagged with
 its lineage segment, so ``zephon audit`` checks every segment against its own target.

@@ -6,7 +6,7 @@ then its text is None, ``on_skip(ref, row, reason)`` counts it and the first one
 *shard* (truncated, corrupt, changed, missing column) always raises, never through this policy: a shard is not
 a document. Empty texts (``""``) are valid documents.
 
-The format readers (``zephon.executor.parquet_shard``, ``zephon.executor.jsonl_shard``) find the bad
+The format readers (``zephon.executor.read.parquet``, ``zephon.executor.read.jsonl``) find the bad
 documents and word the problem; ``BadDocuments`` decides what happens next.
 
 Hints fit every caller: the text field is named with all its spellings (``FIELD_HINT``: Python, CONFIG, the
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.chat import CHAT_SKIP_REASONS
+from zephon.executor.encode.chat_render import CHAT_SKIP_REASONS
 from zephon.plan.records import ShardRef
 
 # The skip warnings keep the logger they had before this module was split out of the shard reader.
-log = logging.getLogger("zephon.executor.shard_reader")
+log = logging.getLogger("zephon.executor.read.shard_reader")
 
 #: Values of ``on_bad_document``: raise a ``DatasetError`` (default), or skip the document and count it.
 ON_BAD_DOCUMENT = ("raise", "skip")
@@ -47,7 +47,7 @@ _SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_docu
 
 
 class RecordConverter(Protocol):
-    """Turns whole records into what the encoder takes (``zephon.executor.documents.RecordConverter``):
+    """Turns whole records into what the encoder takes (``zephon.executor.encode.encoders.RecordConverter``):
     ``columns`` to read from Parquet (None: all), ``required`` of them must exist."""
 
     columns: tuple[str, ...] | None

@@ -1,7 +1,7 @@
 """Packing lanes of an estimated plan, packed at train time, resumable from a two-number cursor.
 
 Each lane holds the documents dealt to it (plan column ``lane``) in plan order and cuts their token stream
-into rows of ``max_length`` (wrap packing, as ``zephon.executor.pack``). A lane's cursor is
+into rows of ``max_length`` (wrap packing, as ``zephon.executor.pack.rows``). A lane's cursor is
 ``(position, skip)``: the plan position of the first document not fully emitted and how many of its tokens
 were emitted. Everything a lane will produce follows from its cursor alone, so resuming re-reads only the
 documents after it — never from the start of the plan.
@@ -22,7 +22,7 @@ import bisect
 
 import numpy as np
 
-from zephon.executor.pack import PIECE_DTYPE, PackedRows
+from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
 
 class Lane:

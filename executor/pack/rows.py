@@ -1,6 +1,6 @@
 """Packed rows: the value that crosses from packing to batching.
 
-Wrap packing (estimated plans: ``zephon.executor.lanes``; exact plans: ``zephon.executor.exact``)
+Wrap packing (estimated plans: ``zephon.executor.pack.lanes``; exact plans: ``zephon.executor.exact``)
 concatenates tokenized documents and cuts the stream into rows of ``max_length`` tokens.
 
 Invariant: concatenating the valid tokens of every row of a stream, in order, reproduces that stream

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.shard_reader import ShardReader, remote_spec
-from zephon.executor.shard_schedule import ShardSchedule
+from zephon.executor.read.schedule import ShardSchedule
+from zephon.executor.read.shard_reader import ShardReader, remote_spec
 from zephon.specs import StoreOptions
 from zephon.storage.objects.paths import is_object_uri
 from zephon.storage.remote import is_remote_uri
@@ -31,7 +31,7 @@ class RemoteAccess:
 
     def __init__(self, plan: PlanBundle, io: StoreOptions, reader: ShardReader) -> None:
         ranged = io.remote_read == "range"
-        self.remote = {  # a shard the plan holds a copy of is read from the copy (zephon.executor.selected_copy)
+        self.remote = {  # a shard the plan holds a copy of is read from the copy (zephon.executor.read.selected_copy)
             s.shard_id: s
             for s in plan.shards
             if is_remote_uri(s.uri) and not (ranged and is_object_uri(s.uri)) and s.shard_id not in plan.copies

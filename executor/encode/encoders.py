@@ -1,7 +1,7 @@
 """Encoders beyond the documented API's text tokenization: special-token modes, per-document length limits, chat.
 
 ``make_encoder(spec)`` gives the encoder a ``TokenizeSpec`` asks for. The documented API's settings (``spec.plain``) get
-``zephon.executor.tokenize.Encoder`` itself — same ids, same fingerprint, same speed, so existing plans and
+``zephon.executor.encode.text.Encoder`` itself — same ids, same fingerprint, same speed, so existing plans and
 batches stay byte-identical. Otherwise:
 
 * ``TextEncoder`` — ``special_tokens`` (``bos_eos | bos | eos | none | tokenizer_default``) and ``max_tokens``
@@ -9,13 +9,13 @@ batches stay byte-identical. Otherwise:
   included), then each document is re-wrapped in numpy (``reshape``): its body, cut to
   ``max_tokens − specials`` tokens (truncate) or into pieces of that size (split), each piece wrapped with the
   mode's prefix and suffix. A split document stays one plan document (one position, its tokens the sum of its
-  pieces'); each piece after the first starts a new segment (``zephon.executor.token_flags.SEGMENT``), so
+  pieces'); each piece after the first starts a new segment (``zephon.executor.encode.flags.SEGMENT``), so
   position ids restart and labels never cross into it.
 * ``ChatEncoder`` — ``tokenize_chat``: the shard reader turns each record into a ``RenderedChat``
-  (``zephon.executor.chat``; layout, checks and template on the reader's thread, with the record's location in
-  any error), and the encoder sets ``token_flags.LOSS`` on every token that overlaps an assistant span. The ids
-  come from the plain ``Encoder``'s verified engine; each token's character offsets are derived from its id's
-  bytes (``zephon.executor.engines.offsets``, byte-level tokenizers), checked on the run's first
+  (``zephon.executor.encode.chat_render``; layout, checks and template on the reader's thread, with the record's
+  location in any error), and the encoder sets ``token_flags.LOSS`` on every token that overlaps an assistant
+  span. The ids come from the plain ``Encoder``'s verified engine; each token's character offsets are derived
+  from its id's bytes (``zephon.executor.engines.offsets``, byte-level tokenizers), checked on the run's first
   ``CHAT_SAMPLE`` conversations against ``tokenizers``' own offsets (ids and masks equal). A tokenizer whose
   offsets cannot be derived, or that fails the check, keeps ``tokenizers``' offsets for the run (``refused``
   names ``"<engine> for chat"`` and why); a conversation whose ids do not spell its bytes (a normalizer
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError, TokenizerError
-from zephon.executor.chat_encoder import ChatEncoder, load_chat_template
-from zephon.executor.encoder_parts import (
+from zephon.executor.encode.chat import ChatEncoder, load_chat_template
+from zephon.executor.encode.parts import (
     PLAIN_SETTINGS,
     OnBaseEncoder,
     RecordConverter,
@@ -47,8 +47,8 @@ from zephon.executor.encoder_parts import (
     settings_digest,
     text_bodies,
 )
+from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.operators import Operator
-from zephon.executor.tokenize import Encoded, Encoder
 from zephon.specs import TokenizeSpec
 
 __all__ = [

@@ -29,7 +29,7 @@ child keeps documents 0 and 1 and lays out the new segment from token offset 8.
 The new config must keep the parent's seed, shuffle, tokenizer, token counting and packing: the prefix's
 document orders and deals depend on them. Its datasets are matched to the parent's by name and content, in any
 order; a parent dataset it leaves out stays at its index with weight 0 from the branch on, and new datasets
-follow (``zephon.planner.continuation_datasets``). Its budget counts the whole run; phase starts are positions
+follow (``zephon.planner.continuation.datasets``). Its budget counts the whole run; phase starts are positions
 / tokens / steps of the whole run. One global batch per lineage (``_check_lineage_batch``); an estimated branch
 after a lane ran out is refused (``DryLanes``).
 """
@@ -53,8 +53,8 @@ from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest import read_manifest, warn_plan
 from zephon.planner.build import write_bundle
-from zephon.planner.continuation_datasets import align, finish
-from zephon.planner.continued import Continued, Prefix
+from zephon.planner.continuation.bundle import Continued, Prefix
+from zephon.planner.continuation.datasets import align, finish
 from zephon.planner.lane_dealing import row_bytes
 from zephon.planner.layout import Chunk, dataset_reader
 from zephon.planner.phases import Stage
@@ -242,7 +242,7 @@ def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int
 
 def _check_compatible(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
     """The new config keeps what the prefix's document orders and deals depend on (its datasets:
-    ``zephon.planner.continuation_datasets``)."""
+    ``zephon.planner.continuation.datasets``)."""
     parent = bundle.manifest
     config, old = prepared.config, parent.config
     for key, what in (

@@ -17,7 +17,7 @@ ids and sizes. Each document is encoded on its own by every engine, so the ids a
 (~25 MB a call with ``tokenizers``), and the int64 ids of the chunk, 8 B a token, are what stays.
 
 Left whole: a call that settles the engine (the first of a run checks the fast engine on the run's own
-documents: ``zephon.executor.tokenize``), and batches of anything but strings (chat records).
+documents: ``zephon.executor.encode.text``), and batches of anything but strings (chat records).
 
 Example: a chunk of 1,024 texts of 5.2 M characters in all is encoded in 5 calls of ≤ 1 Mi characters each;
 a chunk of 300 K characters in one call, as before.
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from zephon.executor.encode.text import Encoded
 from zephon.executor.engines.spot_check import EngineMismatch
-from zephon.executor.tokenize import Encoded
 
 #: Characters per engine call (``encode_in_slices``): ~250 K tokens of English or code, a few ms of work
 #: per call on any engine, so the slicing costs nothing measurable.

@@ -9,7 +9,7 @@ the shard's index::
 
     <referenced columns>, file_row_number BIGINT, zephon_shard INTEGER
 
-The query of ``zephon.planner.selection`` then runs on it unchanged.
+The query of ``zephon.planner.selection.evaluate`` then runs on it unchanged.
 
 Invariant: the table holds, for every row of every shard, the same values DuckDB would read from the same
 files copied locally (pyarrow decodes the planned bytes), so a remote selection keeps the same (shard, row)
@@ -19,7 +19,7 @@ Columns read: those the ``where``, ``order_by`` and ``dedup_on`` expressions ref
 parser, ``json_serialize_sql``, matched case-insensitively to the shard's columns) and the sidecar key. Every
 row group's chunks of those columns are read (one GET per run of adjacent chunks, a few bytes per document
 for a metadata column; the text column is never fetched) except the row groups whose footer statistics
-exclude a simple conjunct of the ``where`` (``zephon.planner.selection_pruning``; not with a sidecar).
+exclude a simple conjunct of the ``where`` (``zephon.planner.selection.pruning``; not with a sidecar).
 
 Sidecars on ``s3://``/``gs://``/``az://`` (an object, a prefix or a glob) or ``hf://`` (a dataset path) are
 read whole, pinned, and fingerprinted by content exactly like a local sidecar (SHA-256 over each file's name
@@ -47,7 +47,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, one_line
 from zephon.plan.records import ShardRef
-from zephon.planner.selection_pruning import Bound, bounds_of, groups_to_read
+from zephon.planner.selection.pruning import Bound, bounds_of, groups_to_read
 from zephon.recipe.selection import Selection
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.remote import is_hub_uri, is_remote_uri

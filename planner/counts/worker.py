@@ -1,4 +1,4 @@
-"""A count-pass worker process: ``python -m zephon.planner.count_worker`` reads its tasks as JSON on stdin.
+"""A count-pass worker process: ``python -m zephon.planner.counts.worker`` reads its tasks as JSON on stdin.
 
 Workers are plain subprocesses rather than multiprocessing children, so planning from a user's script never
 re-imports that script (no ``if __name__ == "__main__"`` guard is needed) and no thread pool is forked.
@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from zephon.errors import ZephonError
-from zephon.executor.documents import AnyEncoder, converter_of, make_encoder
+from zephon.executor.encode.encoders import AnyEncoder, converter_of, make_encoder
 from zephon.executor.engines.spot_check import EngineMismatch
-from zephon.executor.shard_reader import ShardReader, planning_cache
+from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
 from zephon.specs import TokenizeSpec
 from zephon.storage.files import write_atomic

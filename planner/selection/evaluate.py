@@ -8,7 +8,7 @@ optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key
 DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
 statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
 corpus reads that column, not the text. Remote shards (``s3://``, ``gs://``, ``az://``, ``hf://``) and JSONL
-shards are read by ``zephon.planner.selection_sources`` instead — the referenced columns only, pinned — into
+shards are read by ``zephon.planner.selection.tables`` instead — the referenced columns only, pinned — into
 one Arrow table of the same shape (``file_row_number``, and ``zephon_shard`` for ``file_index``), on which
 the same query runs: the selection is the one of the same files copied locally. Remote sidecars likewise.
 
@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
-from zephon.planner.selection_join import (
+from zephon.planner.selection.join import (
     JoinPlan,
     Relation,
     join_sidecar,
@@ -61,7 +61,7 @@ from zephon.planner.selection_join import (
     sidecar_relation,
     sidecar_report,
 )
-from zephon.planner.selection_sources import arrow_read, read_documents, referenced_names
+from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
 
 __all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "sidecar_files"]
@@ -235,7 +235,7 @@ def select_rows(
         # never to DuckDB's default ``.tmp`` in the working directory.
         con.execute(f"SET memory_limit = '{limit}'")
         con.execute("SET temp_directory = ?", [spill])
-        if remote:  # the referenced columns (zephon.planner.selection_sources)
+        if remote:  # the referenced columns (zephon.planner.selection.tables)
             table, columns = read_documents(name, refs, referenced_names(con, selection))
             con.register("zephon_documents", table)
             documents = Relation(text="(SELECT * FROM zephon_documents) d", params={})

@@ -3,8 +3,8 @@
 ``ShardReader`` returns the texts of (shard, row) pairs. It opens each shard — a local file, or a remote one
 downloaded into the shard cache and pinned there while open — checks it, and hands it to the reader of its
 format: Parquet shards are read one row group at a time with only the text column
-(``zephon.executor.parquet_shard``); JSONL shards are read and decompressed whole, since gzip and zstd streams
-cannot be sought (``zephon.executor.jsonl_shard``). Decoded shards stay in a small LRU sized by the plan's
+(``zephon.executor.read.parquet``); JSONL shards are read and decompressed whole, since gzip and zstd streams
+cannot be sought (``zephon.executor.read.jsonl``). Decoded shards stay in a small LRU sized by the plan's
 shuffle window (rows are shuffled within windows of ``window_shards`` shards per dataset), so each shard is
 read about once per epoch.
 
@@ -22,7 +22,7 @@ Fingerprints are compared for local shards whose plan holds one that Zephon comp
 
 A bad *document* (invalid UTF-8 or JSON, not an object, no such field, null or not a string) raises a
 ``DatasetError`` naming the dataset, shard and row, unless the reader runs with ``on_bad_document="skip"``:
-then its text is None and it is counted (``zephon.executor.bad_documents``); the error suggests that policy
+then its text is None and it is counted (``zephon.executor.read.bad_documents``); the error suggests that policy
 only when the reader is ``skippable`` (a run of an estimated plan). A bad *shard* (truncated,
 corrupt, changed, missing column) always raises: a shard is not a document. Empty texts (``""``) are valid
 documents.
@@ -41,12 +41,12 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
-from zephon.executor.jsonl_shard import JsonlLines, JsonlShard
-from zephon.executor.memory_release import release_now_and_then
 from zephon.executor.operators import Where
-from zephon.executor.parquet_shard import ParquetShard
-from zephon.executor.selected_copy import CopiedShard
+from zephon.executor.read.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
+from zephon.executor.read.jsonl import JsonlLines, JsonlShard
+from zephon.executor.read.memory_release import release_now_and_then
+from zephon.executor.read.parquet import ParquetShard
+from zephon.executor.read.selected_copy import CopiedShard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.paths import is_object_uri
@@ -113,7 +113,7 @@ class _OpenShard:
         if self.handle is not None:
             self.handle.close()
             self.handle = None
-        release_now_and_then()  # the shard's decoded text, unless released lately (zephon.executor.memory_release)
+        release_now_and_then()  # the shard's decoded text, unless released lately (zephon.executor.read.memory_release)
 
 
 class ShardReader:
@@ -134,10 +134,10 @@ class ShardReader:
         copies: dict[int, ShardRef] | None = None,
     ) -> None:
         """``convert`` (chat): hand out each whole record converted by it instead of the field's string
-        (``zephon.executor.bad_documents.RecordConverter``). ``skippable``: the caller may switch on
+        (``zephon.executor.read.bad_documents.RecordConverter``). ``skippable``: the caller may switch on
         ``on_bad_document="skip"`` (a run of an estimated plan), so a bad document's error suggests it; planning,
         inspection and exact plans cannot skip, and are not told to. ``copies``: shard id → the plan's compact
-        copy of its planned rows, read instead of the shard (``zephon.executor.selected_copy``)."""
+        copy of its planned rows, read instead of the shard (``zephon.executor.read.selected_copy``)."""
         self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable, convert=convert)
         self._shards = {s.shard_id: s for s in shards}
         self._copies = copies or {}
@@ -203,7 +203,8 @@ class ShardReader:
             return []
         _, first = np.unique(shard_ids, return_index=True)
         order = shard_ids[np.sort(first)].tolist()
-        release_now_and_then()  # what the previous chunks' texts and ids left free (zephon.executor.memory_release)
+        # what the previous chunks' texts and ids left free (zephon.executor.read.memory_release)
+        release_now_and_then()
         if len(order) == 1:
             got = self.open_shard(order[0]).text.read(rows)
             if self._documents.convert is None:

@@ -1,5 +1,6 @@
 """``ChatEncoder``: rendered conversations to token ids with ``token_flags.LOSS`` on assistant tokens (the
-algorithm is described in ``zephon.executor.documents``); ``load_chat_template`` reads a tokenizer's own template."""
+algorithm is described in ``zephon.executor.encode.encoders``); ``load_chat_template`` reads a tokenizer's own
+template."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import TokenizerError
-from zephon.executor.chat import BadRecord, ChatRenderer, RenderedChat, to_messages
-from zephon.executor.encoder_parts import PLAIN_SETTINGS, OnBaseEncoder, RecordConverter, reshape, settings_digest
+from zephon.executor.encode.chat_render import BadRecord, ChatRenderer, RenderedChat, to_messages
+from zephon.executor.encode.flags import LOSS
+from zephon.executor.encode.parts import PLAIN_SETTINGS, OnBaseEncoder, RecordConverter, reshape, settings_digest
+from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.offsets import ByteOffsets
-from zephon.executor.token_flags import LOSS
-from zephon.executor.tokenize import Encoded, Encoder
 from zephon.specs import TokenizeSpec
 
 

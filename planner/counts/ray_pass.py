@@ -2,7 +2,7 @@
 
 Tokenizing every document is the one part of planning that outgrows a machine. With ``engine="ray"`` each
 shard to count becomes a Ray task that runs exactly what a local count worker runs
-(``zephon.planner.count_worker.count_shard``) and returns the per-row counts to the driver, which saves them
+(``zephon.planner.counts.worker.count_shard``) and returns the per-row counts to the driver, which saves them
 in the same cache (``$ZEPHON_CACHE_DIR/token-counts``) with the same atomic write. The cached arrays are
 therefore byte-identical to the local process pool's, and plans cannot tell which engine counted.
 
@@ -79,8 +79,8 @@ _ENCODERS: dict[str, object] = {}
 
 def _count_remote(ref: dict, spec: dict) -> np.ndarray:
     """Runs in a Ray worker: the local worker's counting function, with the tokenizer loaded once."""
-    from zephon.executor.documents import make_encoder
-    from zephon.planner.count_worker import count_shard
+    from zephon.executor.encode.encoders import make_encoder
+    from zephon.planner.counts.worker import count_shard
 
     key = repr(sorted(spec.items()))
     encoder = _ENCODERS.get(key)

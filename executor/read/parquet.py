@@ -10,7 +10,7 @@ strings of the same rows take as much for ASCII text and 2-4× for text with one
 whole string widens), plus ~57 bytes per row, and they were kept alongside the rows' own copies handed out
 (docs/performance.md, Memory).
 
-Local shards decode on the process's decode pool (``zephon.executor.decode_pool``): the row groups a read
+Local shards decode on the process's decode pool (``zephon.executor.read.decode_pool``): the row groups a read
 needs decode several at once, each on one pool thread, and are taken in row-group order. pyarrow's
 ``ParquetFile`` is used by the thread that opened it; any other thread opens its own handle on the file, with
 the footer already parsed (~30 µs). Local files are read without pyarrow's pre-buffering, which
@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, ZephonError, one_line
-from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
-from zephon.executor.decode_pool import decode_pool
-from zephon.executor.memory_release import release_now_and_then
+from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
+from zephon.executor.read.decode_pool import decode_pool
+from zephon.executor.read.memory_release import release_now_and_then
 from zephon.plan.format import COPY_ROW_COLUMN
 from zephon.plan.records import ShardRef
 from zephon.storage.objects.range_file import RangeFile
@@ -107,7 +107,7 @@ class ParquetShard:
                     "the chat layout and field that match the data (tokenize_chat(layout=..., field=...))"
                 )
             wanted = schema.names if convert.columns is None else convert.columns
-            # A plan's copy of a selected shard carries its source rows (zephon.executor.selected_copy): not data.
+            # A plan's copy of a selected shard carries its source rows (zephon.executor.read.selected_copy): not data.
             self._columns = [c for c in wanted if c in schema.names and c != COPY_ROW_COLUMN]
         elif field not in schema.names:
             raise DatasetError(

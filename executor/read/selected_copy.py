@@ -2,7 +2,7 @@
 
 A plan written with ``materialize_selections`` holds, per shard of a dataset with a selection, a copy of the rows
 it reads from that shard (``zephon.plan.format``: ``COPIES_FILE``, ``COPIES_DIR``; written by
-``zephon.planner.selection_copies``). ``CopiedShard`` stands in for the source shard: asked for source rows, it
+``zephon.planner.copies``). ``CopiedShard`` stands in for the source shard: asked for source rows, it
 reads the copy rows that hold them. The copy's row ``i`` is source row ``source_rows[i]`` (its
 ``COPY_ROW_COLUMN``, read once when the copy is opened: 8 bytes a row), so source row ``r`` is copy row
 ``searchsorted(source_rows, r)``.
@@ -21,48 +21,19 @@ holding copy rows 2 and 0 and returns the texts of source rows 950 and 2.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from zephon.errors import DatasetError, PlanFormatError, one_line
-from zephon.executor.bad_documents import BadDocuments
-from zephon.executor.parquet_shard import ParquetShard
-from zephon.plan.bundle import CheckedFile
-from zephon.plan.format import COPIES_DIR, COPY_ROW_COLUMN
+from zephon.errors import DatasetError, one_line
+from zephon.executor.read.bad_documents import BadDocuments
+from zephon.executor.read.parquet import ParquetShard
+from zephon.plan.format import COPY_ROW_COLUMN
 from zephon.plan.records import ShardRef
 
-__all__ = ["CopiedShard", "copy_refs"]
+__all__ = ["CopiedShard"]
 
 _REPLAN = "restore the plan bundle's selected/ directory, or re-plan"
-
-
-def copy_refs(plan_dir: Path, copies: CheckedFile | None, shards: list[ShardRef]) -> dict[int, ShardRef]:
-    """Source shard id → its copy as a shard (uri: the copy's path; rows, bytes, fingerprint: the copy's)."""
-    if copies is None:
-        return {}
-    table = copies.read().to_pydict()
-    by_id = {s.shard_id: s for s in shards}
-    out: dict[int, ShardRef] = {}
-    for i, shard_id in enumerate(table["shard_id"]):
-        source = by_id.get(shard_id)
-        if source is None:
-            raise PlanFormatError(
-                f"{copies.path} row {i} must name a shard of the plan, got shard_id {shard_id} — {_REPLAN}"
-            )
-        out[shard_id] = ShardRef(
-            shard_id=shard_id,
-            dataset_id=source.dataset_id,
-            dataset=source.dataset,
-            uri=str(plan_dir / COPIES_DIR / table["file"][i]),
-            format="parquet",
-            rows=table["rows"][i],
-            bytes=table["bytes"][i],
-            row_groups=table["row_groups"][i],
-            fingerprint=table["fingerprint"][i],
-        )
-    return out
 
 
 class CopiedShard:

@@ -5,7 +5,7 @@ whole. A selection keeping 30 % of rows therefore decodes ~3.3× the text bytes 
 documents stored alone (docs/performance.md, "Selections by metadata"). With ``materialize_selections`` the
 planner writes, for every shard of a dataset with a selection, the rows the plan reads from it into
 ``PLAN_DIR/selected/`` (``zephon.plan.format``: ``COPIES_DIR``, ``COPIES_FILE``), and the executor reads those
-instead of the source (``zephon.executor.selected_copy``): per token it decodes what a plan without selection
+instead of the source (``zephon.executor.read.selected_copy``): per token it decodes what a plan without selection
 decodes.
 
 What a copy holds: every column of the source shard, the same types, for the distinct rows of that shard in
@@ -110,7 +110,7 @@ def _planned_rows(samples: Path, datasets: list[int]) -> Iterator[tuple[int, np.
 @contextmanager
 def _source(ref: ShardRef) -> Iterator[pq.ParquetFile]:
     """The source shard as planned (size and rows checked; remote: downloaded into the planning cache)."""
-    from zephon.executor.shard_reader import planning_cache, remote_spec
+    from zephon.executor.read.shard_reader import planning_cache, remote_spec
     from zephon.storage.remote import is_remote_uri
 
     where = f"dataset {ref.dataset!r}: shard {ref.uri}"

@@ -1,4 +1,4 @@
-"""What the encoders beyond the plain one share (``zephon.executor.documents``): ``reshape`` (a document's body
+"""What the encoders beyond the plain one share (``zephon.executor.encode.encoders``): ``reshape`` (a document's body
 cut or split and re-wrapped with special tokens), the fingerprint digest, ``OnBaseEncoder`` (what a wrapping encoder
 takes from its seed ``Encoder``), and the record conversion the shard reader runs (``TextField``,
 ``RecordConverter``)."""
@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from zephon.executor.chat import BadRecord
+from zephon.executor.encode.chat_render import BadRecord
+from zephon.executor.encode.flags import SEGMENT
+from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import SpotCheck
 from zephon.executor.operators import Operator, OperatorChain, Where
-from zephon.executor.token_flags import SEGMENT
-from zephon.executor.tokenize import Encoded, Encoder
 
 
 def _spread(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:

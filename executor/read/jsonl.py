@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import DatasetError, one_line
-from zephon.executor.bad_documents import FIELD_HINT, BadDocuments
+from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
 from zephon.plan.records import ShardRef
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.scan import jsonl_fingerprint

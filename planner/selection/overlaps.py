@@ -15,7 +15,7 @@ import numpy as np
 
 from zephon.plan.records import ShardRef
 from zephon.planner.distinct import sorted_distinct
-from zephon.planner.selection import SelectedRows
+from zephon.planner.selection.evaluate import SelectedRows
 
 __all__ = ["overlaps"]
 

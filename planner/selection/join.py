@@ -45,7 +45,7 @@ from typing import Any
 import duckdb
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.planner.selection_sources import is_remote_sidecar, read_sidecar, sidecar_digest
+from zephon.planner.selection.tables import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
 __all__ = ["JoinPlan", "Relation", "join_sidecar", "partitions_for", "quote", "sidecar_files", "sidecar_relation"]

@@ -1,0 +1,1 @@
+"""Tokens per document: estimates, the count pass (processes or Ray), per-shard counts."""

@@ -1,0 +1,1 @@
+"""Selections by metadata: where, sidecar joins, dedup, pruning, remote tables, copies, overlaps."""
