@@ -3,18 +3,16 @@
 ``write_plan`` = ``prepare`` (scan, count or estimate tokens, normalize, hash) → ``layout`` (positions,
 tokens, offsets, bins, in chunks) → write ``samples.parquet`` chunk by chunk with pyarrow
 (``zephon.planner.samples_writer``: bounded memory, exact row groups, per-column encodings),
-``shards.parquet`` and ``bins.parquet`` (best fit) with Polars, and ``plan.json``, into a temporary
-directory renamed into place, so a reader never sees a half-written bundle.
+``shards.parquet`` and ``bins.parquet`` (best fit) with Polars, and ``plan.json`` (the typed ``Manifest`` of
+``zephon.planner.manifest_writer``, sealed last), into a temporary directory renamed into place, so a reader
+never sees a half-written bundle.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Protocol
 
 import numpy as np
 import polars as pl
@@ -26,52 +24,28 @@ from zephon.plan.format import (
     BINS_ROW_GROUP,
     BUNDLE_FILES,
     COPIES_DIR,
-    COPIES_FILE,
-    FORMAT_VERSION,
     PLAN_JSON,
     SAMPLES_FILE,
     SHARDS_FILE,
     is_copy_name,
 )
 from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
-from zephon.plan.manifest import read_manifest, warn_plan
+from zephon.plan.json_record import to_json_value
+from zephon.plan.manifest import plan_json_text, read_manifest, warn_plan
 from zephon.plan.records import shards_table
-from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.copies import copied_datasets, write_copies
-from zephon.planner.homogeneous import window_bound_rows
-from zephon.planner.layout import Chunk, best_fit, chunks
+from zephon.planner.layout import best_fit, chunks
+from zephon.planner.manifest_writer import Continued, plan_manifest
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.room import check_room
 from zephon.planner.samples_writer import SamplesWriter, Totals
-from zephon.planner.selection.overlaps import overlaps
-from zephon.planner.shortfalls import plan_warnings
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, write_atomic
 from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
-
-class Continued(Protocol):
-    """What a continuation hands ``write_bundle`` (``zephon.planner.continuation.bundle.Continued``): the parent's
-    kept rows, written first, the new segment's chunks checked against them, and its plan.json keys. A protocol,
-    so that building a bundle does not depend on the continuation that uses it."""
-
-    prefix: Any
-
-    def checked(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]: ...
-
-    def keys(self, prepared: PreparedPlan, segment_phases: list[dict[str, Any]]) -> dict[str, Any]: ...
-
-
 __all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
-
-
-def _zephon_version() -> str:
-    try:
-        return version("zephon")
-    except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-        return "0+unknown"
 
 
 def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
@@ -81,168 +55,9 @@ def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
     return frame
 
 
-def _manifest(
-    prepared: PreparedPlan,
-    totals: Totals,
-    bins: Bins | None,
-    dropped: np.ndarray | None = None,
-    continued: Continued | None = None,
-    copies: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    source = prepared.source
-    weights = prepared.config["mixture"]["weights"]
-    n_docs = totals.documents
-    docs = totals.docs
-    known = prepared.tokens is not None
-    tok = totals.tokens if known and n_docs else None
-    total_tokens = float(tok.sum()) if tok is not None else 0.0
-    datasets = []
-    for index, (ds, info, refs) in enumerate(
-        zip(source.datasets, prepared.config["datasets"], prepared.shards, strict=True)
-    ):
-        entry: dict[str, Any] = {
-            "id": index,
-            "name": ds.name,
-            "path": ds.path,
-            "pinned": ds.pinned or ds.path,
-            "format": refs[0].format,
-            "fingerprint": info["fingerprint"],
-            "shards": info["shards"],
-            "first_shard_id": refs[0].shard_id,
-            "rows": info["rows"],
-            "weight": float(eval_fraction(weights[ds.name])),
-            "planned_documents": int(docs[index]),
-            "epochs_started": int(totals.last_epoch[index]) + 1 if docs[index] else 0,
-            "passes_completed": int(docs[index]) // prepared.dataset_rows(index),
-        }
-        if "selection" in info:
-            entry["selection"] = info["selection"]
-        if tok is not None:
-            entry["planned_tokens"] = int(tok[index])
-            entry["planned_token_share"] = float(tok[index] / total_tokens) if total_tokens else 0.0
-        if dropped is not None:
-            entry["dropped_by_operators"] = int(dropped[index])
-        datasets.append(entry)
-    counts: dict[str, Any] = {"documents": n_docs, "shards": sum(len(r) for r in prepared.shards)}
-    if known:
-        counts["tokens"] = int(total_tokens)
-        counts["tokens_are"] = "exact" if prepared.exact else "estimated"
-    packing = None
-    if prepared.exact and prepared.pack is not None:
-        L = prepared.pack.max_length
-        packing = {"algorithm": prepared.pack.algorithm, "max_length": L}
-        if bins is None:
-            packing["sequences"] = -(-int(total_tokens) // L)
-            packing["padding_fraction"] = (packing["sequences"] * L - total_tokens) / (packing["sequences"] * L)
-        else:
-            b = bins
-            packing.update({"sequences": b.sequences, "oversize": prepared.pack.oversize})
-            packing["padding_fraction"] = padding_fraction(b, L)
-            if prepared.pack.algorithm == "best_fit":
-                tokens = totals.all_tokens().astype(np.int64)
-                first_fit = pack(tokens, L, oversize=prepared.pack.oversize, first_fit=True)
-                packing["first_fit_padding_fraction"] = padding_fraction(first_fit, L)
-            packing.update(
-                {
-                    "split_documents": b.split_documents,
-                    "dropped_documents": b.dropped_documents,
-                    "dropped_tokens": b.dropped_tokens,
-                }
-            )
-            if prepared.pack.algorithm == "homogeneous":  # any window of rows holds each share within this
-                packing["window_bound_rows"] = window_bound_rows()
-    tokenizer = None
-    if prepared.tokenize is not None and prepared.tokenizer_fingerprint is not None:
-        tokenizer = {
-            "id": prepared.tokenize.tokenizer_id,
-            "fingerprint": prepared.tokenizer_fingerprint,
-            "field": prepared.tokenize.field,
-            "add_bos": prepared.tokenize.add_bos,
-            "eos_token": prepared.tokenize.eos_token,
-        }
-    files: dict[str, Any] = {"samples": [SAMPLES_FILE], "shards": SHARDS_FILE}
-    if bins is not None:
-        files["bins"] = BINS_FILE
-    if copies is not None:
-        files["copies"] = COPIES_FILE
-    return (
-        {
-            "format_version": FORMAT_VERSION,
-            "zephon_version": _zephon_version(),
-            "config_hash": prepared.config_hash,
-            "config": prepared.config,
-            "seed": source.seed,
-            "kind": "exact" if prepared.exact else "estimated",
-            "lanes": None if prepared.exact else source.lanes,
-            "datasets": datasets,
-            "mixture": {"unit": prepared.unit, "weights": {d["name"]: d["weight"] for d in datasets}},
-            "token_estimation": prepared.token_provenance,
-            "tokenizer": tokenizer,
-            "packing": packing,
-            "shuffle": prepared.config["shuffle"],
-            "budget": prepared.config["budget"],
-            "on_exhaustion": source.on_exhaustion,
-            "files": files,
-            "totals": counts,
-            "warnings": plan_warnings(
-                prepared, documents=n_docs, docs=docs, tokens=int(total_tokens) if known else None
-            ),
-        }
-        | ({"phases": _phases(prepared, totals)} if prepared.source.phases and continued is None else {})
-        | _sources(prepared, datasets)
-        | ({"selected_copies": copies} if copies is not None else {})
-        | (continued.keys(prepared, _phases(prepared, totals)) if continued is not None else {})
-    )
-
-
 def _has_operators(prepared: PreparedPlan) -> bool:
     """The plan was made with user operators (``Pipeline.map_transform`` / ``map_batch``; named in its config)."""
     return bool(prepared.config.get("operators"))
-
-
-def _sources(prepared: PreparedPlan, datasets: list[dict[str, Any]]) -> dict[str, Any]:
-    """plan.json ``sources`` (datasets that are selections of one source, ``zephon.planner.selection.overlaps``);
-    only in plans with a selection, so plans without one keep their bytes."""
-    if not prepared.selections:
-        return {}
-    names = [d["name"] for d in datasets]
-    planned = [d["planned_documents"] for d in datasets]
-    return {"sources": overlaps(names, prepared.shards, prepared.selections, planned)}
-
-
-def _phases(prepared: PreparedPlan, totals: Totals) -> list[dict[str, Any]]:
-    """plan.json ``phases``: each phase's start as configured, weights, and the positions it occupies."""
-    names = [ds.name for ds in prepared.source.datasets]
-    configured = [None, *prepared.config.get("phases", [])]
-    out = []
-    end = totals.documents
-    for stage in reversed(prepared.stages):
-        done = totals.stages.get(stage.index)
-        first = done.first_position if done is not None else end
-        docs = done.docs if done is not None else np.zeros(len(names), np.int64)
-        entry: dict[str, Any] = {
-            "index": stage.index,
-            "start": configured[stage.index]
-            and {k: configured[stage.index][k] for k in ("start", "unit", "global_batch_size")},
-            "start_position": stage.start_position,
-            "start_tokens": stage.start_tokens,
-            "weights": {n: float(f) for n, f in zip(names, stage.fractions(), strict=True) if f},
-            "first_position": first,
-            "end_position": end,
-            "documents": int(docs.sum()),
-            "planned_documents": {n: int(d) for n, d in zip(names, docs, strict=True)},
-        }
-        if done is not None and done.tokens is not None:
-            entry["tokens"] = int(done.tokens.sum())
-            entry["planned_tokens"] = {n: int(t) for n, t in zip(names, done.tokens, strict=True)}
-        out.append(entry)
-        end = first
-    return out[::-1]
-
-
-def eval_fraction(text: str) -> float:
-    num, _, den = text.partition("/")
-    return int(num) / int(den or 1)
 
 
 def _storage_fix(out_dir: Path) -> str:
@@ -357,27 +172,24 @@ def write_bundle(
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
         copies = write_copies(prepared, copied, tmp, tmp / SAMPLES_FILE) if copied is not None else None
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
-        manifest = _manifest(prepared, totals, bins, dropped, continued, copies)
-        (tmp / PLAN_JSON).write_text(_sealed_text(tmp, manifest), encoding="utf-8")
+        # Sealed last: the integrity record digests every other key and the Parquet files written above, and is
+        # checked whenever the bundle is opened (zephon.plan.integrity).
+        manifest = plan_manifest(prepared, totals, bins, dropped, continued, copies).sealed(tmp)
+        (tmp / PLAN_JSON).write_text(manifest.to_json(), encoding="utf-8")
     return out_dir
-
-
-def _sealed_text(plan_dir: Path, manifest: dict[str, Any]) -> str:
-    """plan.json's text with, last, its ``integrity`` record: digests of every key above and of the bundle's
-    Parquet files in ``plan_dir``, checked whenever the bundle is opened (``zephon.plan.integrity``)."""
-    manifest.pop(INTEGRITY_KEY, None)
-    manifest[INTEGRITY_KEY] = integrity_record(manifest, plan_dir)
-    return json.dumps(manifest, indent=2) + "\n"
 
 
 def seal_bundle(plan_dir: str | Path) -> None:
     """Rewrite plan.json of ``plan_dir`` with an ``integrity`` record of its present content and files.
 
-    For tools and tests that write or rewrite a bundle on purpose; ``write_bundle`` seals what it writes.
-    plan.json is replaced by a rename, so a reader sees the old or the new file, whole.
+    For tools and tests that write or rewrite a bundle on purpose; ``write_bundle`` seals what it writes. The
+    JSON is kept as it is, keys the schema does not know (or an older format's) included: only the record is
+    replaced, last. plan.json is replaced by a rename, so a reader sees the old or the new file, whole.
     """
     path = Path(plan_dir)
-    text = _sealed_text(path, json.loads((path / PLAN_JSON).read_text(encoding="utf-8")))
+    data = json.loads((path / PLAN_JSON).read_text(encoding="utf-8"))
+    data.pop(INTEGRITY_KEY, None)
+    text = plan_json_text(data | {INTEGRITY_KEY: to_json_value(integrity_record(data, path))})
     write_atomic(path / PLAN_JSON, lambda tmp: tmp.write_text(text, encoding="utf-8"), "plan.json", _storage_fix(path))
 
 

@@ -34,7 +34,6 @@ import os
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,24 +45,12 @@ from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.executor.cores import usable_cores
 from zephon.plan.footer import read_footer
 from zephon.plan.format import COPIES_DIR, COPIES_FILE, COPIES_SCHEMA, COPY_ROW_COLUMN, copy_name
+from zephon.plan.manifest import PlanCopies
 from zephon.plan.records import ShardRef
 from zephon.planner.distinct import sorted_distinct
 from zephon.planner.prepare import PreparedPlan
 
-__all__ = ["CopySummary", "copied_datasets", "write_copies"]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class CopySummary:
-    """What ``write_copies`` wrote for one dataset: plan.json ``selected_copies`` (``as_json``)."""
-
-    shards: int
-    rows: int
-    bytes: int
-    source_bytes: int
-
-    def as_json(self) -> dict[str, int]:
-        return {"shards": self.shards, "rows": self.rows, "bytes": self.bytes, "source_bytes": self.source_bytes}
+__all__ = ["copied_datasets", "write_copies"]
 
 
 def copied_datasets(prepared: PreparedPlan) -> list[int]:
@@ -201,7 +188,7 @@ def _copy_one(plan_dir: Path, ref: ShardRef, rows: np.ndarray) -> tuple[int, int
     return footer.metadata().num_row_groups, footer.size, footer.fingerprint
 
 
-def write_copies(prepared: PreparedPlan, datasets: list[int], plan_dir: Path, samples: Path) -> dict[str, Any]:
+def write_copies(prepared: PreparedPlan, datasets: list[int], plan_dir: Path, samples: Path) -> dict[str, PlanCopies]:
     """Copy the planned rows of the shards of ``datasets`` (``copied_datasets``) into ``plan_dir`` (``samples``:
     its written samples.parquet) and write ``COPIES_FILE``; plan.json's ``selected_copies`` per dataset name.
 
@@ -225,7 +212,4 @@ def write_copies(prepared: PreparedPlan, datasets: list[int], plan_dir: Path, sa
                 totals[ref.dataset_id][k] += v
     pq.write_table(pa.table(index, schema=COPIES_SCHEMA), plan_dir / COPIES_FILE, compression="zstd")
     names = [ds.name for ds in prepared.source.datasets]
-    return {
-        names[i]: CopySummary(shards=t[0], rows=t[1], bytes=t[2], source_bytes=t[3]).as_json()
-        for i, t in totals.items()
-    }
+    return {names[i]: PlanCopies(shards=t[0], rows=t[1], bytes=t[2], source_bytes=t[3]) for i, t in totals.items()}

@@ -22,10 +22,11 @@ plans 100 positions, 50 of a (25 passes) and 50 of b (16.67 passes): two ``repet
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
 
 import numpy as np
 
+from zephon.plan.manifest import PlanWarningEntry
 from zephon.planner.prepare import PreparedPlan
 
 #: A dataset read more than this many times its epochs budget (planned documents / rows) draws a warning.
@@ -36,7 +37,7 @@ _REPEAT_ANYWAY = "or set on_exhaustion to new_epoch to repeat datasets"
 
 def plan_warnings(
     prepared: PreparedPlan, *, documents: int, docs: np.ndarray, tokens: int | None
-) -> list[dict[str, Any]]:
+) -> tuple[PlanWarningEntry, ...]:
     """plan.json ``warnings`` of a plan of ``documents`` positions, ``docs`` per dataset and ``tokens`` in all
     (None without token counts)."""
     source = prepared.source
@@ -46,7 +47,7 @@ def plan_warnings(
     planned = [int(d) for d in docs]
     # A continued plan's left-out datasets (``zephon.planner.continuation.datasets``) owe no passes.
     left_out = {i for i, entry in enumerate(prepared.config["datasets"]) if entry.get("removed_at_branch")}
-    out: list[dict[str, Any]] = []
+    out: list[PlanWarningEntry] = []
     if source.on_exhaustion == "stop":
         ran_out = next((i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d >= passes * r), None)
         name = names[ran_out] if ran_out is not None else None
@@ -56,20 +57,22 @@ def plan_warnings(
             if ran_out is not None
             else "on_exhaustion stop ended the plan"
         )
-        entry: dict[str, Any] | None = None
+        shortfall = partial(PlanWarningEntry, kind="budget_not_met", dataset=name)
         if source.num_documents is not None and documents < source.num_documents:
-            entry = {"budget": "num_documents", "requested": source.num_documents, "planned": documents}
             text = (
                 f"budget not met: num_documents {source.num_documents} asked, {documents} planned — {why}; add "
                 f"data, lower num_documents, {_REPEAT_ANYWAY}"
             )
+            out.append(
+                shortfall(budget="num_documents", requested=source.num_documents, planned=documents, message=text)
+            )
         elif source.num_tokens is not None and tokens is not None and tokens < source.num_tokens:
             kind = "exact" if prepared.exact else "estimated"
-            entry = {"budget": "num_tokens", "requested": source.num_tokens, "planned": tokens}
             text = (
                 f"budget not met: num_tokens {source.num_tokens} asked, {tokens} ({kind}) planned — {why}; add "
                 f"data, lower num_tokens, {_REPEAT_ANYWAY}"
             )
+            out.append(shortfall(budget="num_tokens", requested=source.num_tokens, planned=tokens, message=text))
         elif source.num_documents is None and source.num_tokens is None:
             short = [
                 i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d < passes * r and i not in left_out
@@ -77,30 +80,28 @@ def plan_warnings(
             if short:
                 worst = min(short, key=lambda i: planned[i] / rows[i])
                 got = planned[worst] / rows[worst]
-                entry = {"budget": "epochs", "requested": passes, "planned": got}
                 text = (
                     f"budget not met: epochs {passes} asked of every dataset, {got:.2f} passes planned of dataset "
                     f"{names[worst]!r} — {why}; give {names[worst]!r} more weight, add data to "
                     f"{name!r}, {_REPEAT_ANYWAY}"
                 )
-        if entry is not None:
-            out.append({"kind": "budget_not_met", "dataset": name, **entry, "message": text})
+                out.append(shortfall(budget="epochs", requested=passes, planned=got, message=text))
     limit = REPETITION_LIMIT * passes
     for name, d, r in zip(names, planned, rows, strict=True):
         if r and d > limit * r:
             read = d / r
             out.append(
-                {
-                    "kind": "repetition",
-                    "dataset": name,
-                    "passes": read,
-                    "epochs": passes,
-                    "limit": limit,
-                    "message": (
+                PlanWarningEntry(
+                    kind="repetition",
+                    dataset=name,
+                    passes=read,
+                    epochs=passes,
+                    limit=limit,
+                    message=(
                         f"heavy repetition: dataset {name!r} is planned for {read:.2f} passes ({d} documents of "
                         f"{r}), more than {REPETITION_LIMIT} × its epochs budget {passes} — add data to it, lower "
                         "its weight, or set on_exhaustion to stop"
                     ),
-                }
+                )
             )
-    return out
+    return tuple(out)

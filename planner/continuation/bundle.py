@@ -1,20 +1,21 @@
 """What a continued plan's bundle holds besides its new segment: the parent's kept rows, and plan.json keys.
 
 ``zephon.planner.continuation.child`` decides the branch and lays out the new segment; ``write_bundle``
-(``zephon.planner.build``) writes the kept rows (``Prefix``) before it and adds the ``phases`` and ``lineage``
-keys ``Continued.keys`` builds: the parent's phases clipped to the prefix, then the segment's, each tagged with
-its lineage segment, so ``zephon audit`` checks every segment against its own target.
+(``zephon.planner.build``) writes the kept rows (``Prefix``) before it, and plan.json
+(``zephon.planner.manifest_writer``) has the ``lineage`` and the ``phases`` that ``Continued.phases`` builds:
+the parent's phases clipped to the prefix, then the segment's, each tagged with its lineage segment, so
+``zephon audit`` checks every segment against its own target.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 
 import numpy as np
 
-from zephon.plan.manifest import Manifest
+from zephon.plan.manifest import Manifest, PlanLineage, PlanPhase
 from zephon.planner.layout import Chunk
 from zephon.planner.prepare import PreparedPlan
 
@@ -39,7 +40,7 @@ class Prefix:
 
             yield Chunk(
                 start=start,
-                stage=-1,  # the parent's: plan.json phases of the prefix come from the parent (``lineage_phases``)
+                stage=-1,  # the parent's: plan.json phases of the prefix come from the parent (``Continued.phases``)
                 dataset_id=self.columns["dataset_id"][start:end],  # type: ignore[index]
                 shard_id=self.columns["shard_id"][start:end],  # type: ignore[index]
                 row=self.columns["row"][start:end],  # type: ignore[index]
@@ -53,11 +54,12 @@ class Prefix:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Continued:
     """What ``write_bundle`` adds for a continuation: the kept rows first, then plan.json ``phases`` (the
-    parent's clipped to the prefix, then the segment's) and ``lineage``."""
+    parent's clipped to the prefix, then the segment's: ``phases``) and ``lineage``."""
 
     prefix: Prefix
     parent: Manifest
-    lineage: dict[str, Any]
+    #: The child's ``lineage``: the parent, the branch, and the segments up to the new one.
+    lineage: PlanLineage
     #: Called on each chunk of the new segment before it is written (raises to refuse the continuation).
     check: Callable[[Chunk], None] | None = None
 
@@ -68,54 +70,60 @@ class Continued:
                 self.check(chunk)
             yield chunk
 
-    def keys(self, prepared: PreparedPlan, segment_phases: list[dict[str, Any]]) -> dict[str, Any]:
-        """plan.json ``phases`` and ``lineage`` of the child (``segment_phases``: the layout's, from the branch)."""
+    def phases(self, prepared: PreparedPlan, segment_phases: tuple[PlanPhase, ...]) -> tuple[PlanPhase, ...]:
+        """plan.json ``phases`` of the child: the parent's clipped to the prefix, then ``segment_phases`` (the
+        layout's, from the branch), each tagged with its lineage segment."""
         names = [d["name"] for d in prepared.config["datasets"]]
         segment = prepared.segment
         assert segment is not None, "a continuation lays out a segment"
         ids = self.prefix.columns["dataset_id"]
         tokens = self.prefix.columns["tokens"]
-        kept = []
-        parent_segment = len(self.lineage["segments"]) - 2
+        kept: list[PlanPhase] = []
+        parent_segment = len(self.lineage.segments) - 2
         for phase in self.parent.resolved_phases:
             first, end = phase.first_position, min(phase.end_position, self.prefix.position)
             if first >= end and not (first == 0 and end == 0):
                 continue
             docs = np.bincount(ids[first:end], minlength=len(names))  # type: ignore[index]
-            entry: dict[str, Any] = {
-                "index": len(kept),
-                "segment": self._segment_of(first, parent_segment),
-                "start": None,
-                "start_position": phase.start_position,
-                "start_tokens": phase.start_tokens,
-                "weights": dict(phase.weights),
-                "first_position": first,
-                "end_position": end,
-                "documents": int(docs.sum()),
-                "planned_documents": {n: int(d) for n, d in zip(names, docs, strict=True)},
-            }
-            if phase.start is not None:
-                entry["start"] = {"start": phase.start.start, "unit": phase.start.unit,
-                                  "global_batch_size": phase.start.global_batch_size}  # fmt: skip
+            counted = planned_tokens = None
             if tokens is not None:
                 per = np.bincount(ids[first:end], weights=tokens[first:end], minlength=len(names))  # type: ignore[index]
-                entry["tokens"] = int(per.sum())
-                entry["planned_tokens"] = {n: int(t) for n, t in zip(names, per, strict=True)}
-            kept.append(entry)
-        new = len(self.lineage["segments"]) - 1
+                counted = int(per.sum())
+                planned_tokens = MappingProxyType({n: int(t) for n, t in zip(names, per, strict=True)})
+            kept.append(
+                PlanPhase(
+                    index=len(kept),
+                    segment=self._segment_of(first, parent_segment),
+                    start=phase.start,
+                    start_position=phase.start_position,
+                    start_tokens=phase.start_tokens,
+                    weights=phase.weights,
+                    first_position=first,
+                    end_position=end,
+                    documents=int(docs.sum()),
+                    planned_documents=MappingProxyType({n: int(d) for n, d in zip(names, docs, strict=True)}),
+                    tokens=counted,
+                    planned_tokens=planned_tokens,
+                )
+            )
+        new = len(self.lineage.segments) - 1
         for phase in segment_phases:
-            phase = dict(phase)
-            if phase["start_position"] is not None:
-                phase["start_position"] += segment.position
-            if phase["start_tokens"] is not None:
-                phase["start_tokens"] += segment.tokens
-            kept.append({"index": len(kept), "segment": new, **{k: v for k, v in phase.items() if k != "index"}})
-        return {"phases": kept, "lineage": self.lineage}
+            position, start_tokens = phase.start_position, phase.start_tokens
+            kept.append(
+                replace(
+                    phase,
+                    index=len(kept),
+                    segment=new,
+                    start_position=position + segment.position if position is not None else None,
+                    start_tokens=start_tokens + segment.tokens if start_tokens is not None else None,
+                )
+            )
+        return tuple(kept)
 
     def _segment_of(self, position: int, last: int) -> int:
         """The parent segment holding ``position`` (the parent's own lineage; 0 without one)."""
         out = 0
-        for s in self.lineage["segments"][: last + 1]:
-            if int(s["first_position"]) <= position:
-                out = int(s["segment"])
+        for s in self.lineage.segments[: last + 1]:
+            if s.first_position <= position:
+                out = s.segment
         return out

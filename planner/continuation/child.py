@@ -51,7 +51,7 @@ from zephon.executor.state import check_state_fields
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
-from zephon.plan.manifest import read_manifest, warn_plan
+from zephon.plan.manifest import LineageBranch, LineageParent, LineageSegment, PlanLineage, read_manifest, warn_plan
 from zephon.planner.build import write_bundle
 from zephon.planner.continuation.bundle import Continued, Prefix
 from zephon.planner.continuation.datasets import align, finish
@@ -363,16 +363,16 @@ def continue_plan(
         segment=start,
         stages=_segment_stages(prepared.stages, start.position, start.tokens),
     )
-    lineage = {
-        "parent": {"config_hash": parent.config_hash, "plan_json_sha256": parent_id, "path": str(bundle.path)},
-        "branch": {"step": branch.step, "position": branch.position, "global_batch": branch.global_batch,
-                   "tokens": start.tokens},
-        "segments": [
-            *earlier,
-            {"segment": len(earlier), "config_hash": child.config_hash,
-             "first_step": branch.step, "first_position": branch.position},
-        ],
-    }  # fmt: skip
+    here = LineageSegment(
+        segment=len(earlier), config_hash=child.config_hash, first_step=branch.step, first_position=branch.position
+    )
+    lineage = PlanLineage(
+        parent=LineageParent(config_hash=parent.config_hash, plan_json_sha256=parent_id, path=str(bundle.path)),
+        branch=LineageBranch(
+            step=branch.step, position=branch.position, global_batch=branch.global_batch, tokens=start.tokens
+        ),
+        segments=(*earlier, here),
+    )
     prefix = Prefix(columns={k: (v[: branch.position] if v is not None else None) for k, v in columns.items()},
                     position=branch.position)  # fmt: skip
     continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle))
@@ -402,17 +402,12 @@ def _dry_lane_check(branch: Branch, bundle: CheckedBundle) -> Callable[[Chunk], 
     return check
 
 
-def _parent_segments(bundle: CheckedBundle, branch: Branch) -> list[dict[str, Any]]:
+def _parent_segments(bundle: CheckedBundle, branch: Branch) -> tuple[LineageSegment, ...]:
     """The parent's segments that start before the branch (a plan without lineage is one segment)."""
     parent = bundle.manifest
     if parent.lineage is None:
-        return [{"segment": 0, "config_hash": parent.config_hash, "first_step": 0, "first_position": 0}]
-    return [
-        {"segment": s.segment, "config_hash": s.config_hash, "first_step": s.first_step,
-         "first_position": s.first_position}
-        for s in parent.lineage.segments
-        if s.first_position < branch.position or s.segment == 0
-    ]  # fmt: skip
+        return (LineageSegment(segment=0, config_hash=parent.config_hash, first_step=0, first_position=0),)
+    return tuple(s for s in parent.lineage.segments if s.first_position < branch.position or s.segment == 0)
 
 
 def _check_prefix_orders(prepared: PreparedPlan, columns: dict[str, np.ndarray | None], start: SegmentStart) -> None:

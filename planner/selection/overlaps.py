@@ -9,10 +9,9 @@ read 2 or 3 times there and once in ``web`` — 3 to 4 reads; the other 80, once
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
+from zephon.plan.manifest import PlanSource, SourceReads
 from zephon.plan.records import ShardRef
 from zephon.planner.distinct import sorted_distinct
 from zephon.planner.selection.evaluate import SelectedRows
@@ -25,7 +24,7 @@ def overlaps(
     shards: tuple[tuple[ShardRef, ...], ...],
     selections: tuple[SelectedRows | None, ...],
     planned: list[int],
-) -> list[dict[str, Any]]:
+) -> tuple[PlanSource, ...]:
     """plan.json ``sources``: datasets that read the same shards (several selections of one source), and how
     often the plan reads each of that source's documents.
 
@@ -59,11 +58,11 @@ def overlaps(
         least = (member * np.array(low)[:, None]).sum(axis=0)
         most = (member * np.array(high)[:, None]).sum(axis=0)
         out.append(
-            {
-                "datasets": [names[i] for i in members],
-                "documents": len(union),
-                "in_several_selections": int((member.sum(axis=0) > 1).sum()),
-                "reads_per_document": {"min": int(least.min()), "max": int(most.max())},
-            }
+            PlanSource(
+                datasets=tuple(names[i] for i in members),
+                documents=len(union),
+                in_several_selections=int((member.sum(axis=0) > 1).sum()),
+                reads_per_document=SourceReads(min=int(least.min()), max=int(most.max())),
+            )
         )
-    return out
+    return tuple(out)

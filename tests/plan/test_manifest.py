@@ -59,7 +59,9 @@ def _same(typed: Any, raw: Any, where: str) -> None:
         for i, (t, r) in enumerate(zip(typed, raw, strict=True)):
             _same(t, r, f"{where}[{i}]")
     elif isinstance(typed, Mapping):
-        assert dict(typed) == raw, where
+        assert isinstance(raw, dict) and list(typed) == list(raw), where
+        for name, value in typed.items():
+            _same(value, raw[name], f"{where}.{name}")
     else:
         assert typed == raw and type(typed) is type(raw), f"{where}: {typed!r} != {raw!r}"
 

@@ -189,16 +189,16 @@ def selection_lines(manifest: Manifest) -> list[str]:
                 f"metadata, {side['metadata_without_document']} sidecar rows without a document"
             )
         lines.append(line)
-    for src in manifest.sources:
-        reads = src["reads_per_document"]
+    for src in manifest.sources or ():
+        reads = src.reads_per_document
         lines.append(
-            f"  source of {', '.join(src['datasets'])}: {src['documents']} documents, "
-            f"{src['in_several_selections']} in several selections; each read {reads['min']}-{reads['max']} times"
+            f"  source of {', '.join(src.datasets)}: {src.documents} documents, "
+            f"{src.in_several_selections} in several selections; each read {reads.min}-{reads.max} times"
         )
     for name, c in (manifest.selected_copies or {}).items():
         lines.append(
-            f"  copies of {name}: {c['rows']} planned rows of {count_of(c['shards'], 'shard')} in selected/, "
-            f"{c['bytes'] / 2**20:.1f} MiB (the source shards: {c['source_bytes'] / 2**20:.1f} MiB); runs read these"
+            f"  copies of {name}: {c.rows} planned rows of {count_of(c.shards, 'shard')} in selected/, "
+            f"{c.bytes / 2**20:.1f} MiB (the source shards: {c.source_bytes / 2**20:.1f} MiB); runs read these"
         )
     return lines
 

@@ -32,14 +32,7 @@ import pyarrow.parquet as pq
 from zephon.errors import PlanFormatError, one_line
 from zephon.plan.footer import read_footer
 from zephon.plan.format import BINS_SCHEMA, COPIES_SCHEMA, SHARDS_SCHEMA, check_schema, samples_schema
-from zephon.plan.integrity import (
-    INTEGRITY_KEY,
-    Integrity,
-    check_config_hash,
-    check_file,
-    check_plan_json,
-    parse_integrity,
-)
+from zephon.plan.integrity import Integrity, check_config_hash, check_file, check_plan_json
 from zephon.plan.manifest import Manifest, parse_manifest, read_plan_json
 
 __all__ = ["DAMAGED", "CheckedBundle", "CheckedFile", "open_bundle", "read_row_group"]
@@ -103,8 +96,8 @@ def open_bundle(plan_dir: str | os.PathLike[str]) -> CheckedBundle:
     data, json_path = read_plan_json(path)
     manifest = parse_manifest(data, json_path)
     assert isinstance(data, dict)  # parse_manifest refuses anything else
-    integrity = parse_integrity(data.get(INTEGRITY_KEY), json_path)
-    if integrity is not None:
+    integrity = manifest.integrity
+    if integrity is not None:  # digests of the keys as written (an added unknown key changes them too)
         check_plan_json(data, integrity, json_path)
     check_config_hash(manifest.config, manifest.config_hash, json_path)
     files = manifest.files

@@ -47,6 +47,8 @@ import pyarrow.parquet as pq
 from zephon.errors import PlanFormatError
 from zephon.plan.footer import ParquetFooter, read_footer
 from zephon.plan.format import PLAN_JSON, SHARDS_FILE
+from zephon.plan.json_fields import TEXT
+from zephon.plan.json_record import key
 
 __all__ = [
     "INTEGRITY_KEY",
@@ -75,17 +77,19 @@ _FIX = "restore the bundle as the planner wrote it, or re-plan (a plan is change
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FileRecord:
-    """A Parquet file of the bundle as written: its size, footer fingerprint and edge row groups' digest."""
+    """A Parquet file of the bundle as written: its size, footer fingerprint and edge row groups' digest
+    (written in this order; read by ``parse_integrity``)."""
 
     bytes: int
     fingerprint: str
-    #: ``row_group_digest`` of the file (``None``: not recorded, not checked).
-    row_groups: str | None = None
+    #: ``row_group_digest`` of the file (``None``: not recorded, not checked; then not written).
+    row_groups: str | None = key(TEXT.optional())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Integrity:
-    """``integrity`` of plan.json, parsed: digests per top-level key and a record per Parquet file name."""
+    """``integrity`` of plan.json, parsed (``parse_integrity``; written by ``zephon.plan.json_record``): digests
+    per top-level key and a record per Parquet file name."""
 
     plan_json: Mapping[str, str]
     files: Mapping[str, FileRecord]
@@ -156,19 +160,18 @@ def _span(group: pq.RowGroupMetaData) -> tuple[int, int]:
     return (min(starts), max(ends)) if starts else (0, 0)
 
 
-def integrity_record(manifest: Mapping[str, Any], plan_dir: str | os.PathLike[str]) -> dict[str, Any]:
-    """The ``integrity`` value for ``manifest`` (plan.json as a dict) and the Parquet files in ``plan_dir``."""
+def integrity_record(manifest: Mapping[str, Any], plan_dir: str | os.PathLike[str]) -> Integrity:
+    """The ``integrity`` record for ``manifest`` (plan.json as JSON values, without the record) and the Parquet
+    files in ``plan_dir``."""
     manifest = json.loads(json.dumps(manifest))  # digest what a reader parses (tuples as lists, keys as text)
     files = {}
     for name in _bundle_files(manifest):
         path = Path(plan_dir) / name
         footer = read_footer(path)
-        files[name] = {
-            "bytes": footer.size,
-            "fingerprint": footer.fingerprint,
-            "row_groups": row_group_digest(path, footer.metadata()),
-        }
-    return {"plan_json": key_digests(manifest), "files": files}
+        files[name] = FileRecord(
+            bytes=footer.size, fingerprint=footer.fingerprint, row_groups=row_group_digest(path, footer.metadata())
+        )
+    return Integrity(plan_json=key_digests(manifest), files=files)
 
 
 def parse_integrity(value: object, file: Path) -> Integrity | None:
