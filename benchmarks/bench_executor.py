@@ -277,7 +277,8 @@ def _run(kind: str, cores: int, env: dict[str, str] | None = None, **kw: object)
 
 def _corpus(root: Path, copies: int) -> Path:
     """``root/corpus-N/{kind}/``: hard links to the shards of demo seeds 0..N-1."""
-    from zephon.demo import write_demo_dataset
+    sys.path.insert(0, str(HERE.parent / "scripts"))  # demo_grammar: demo corpora of any seed
+    from demo_grammar import write_demo_dataset
 
     out = root / f"corpus-{copies}"
     for seed in range(copies):

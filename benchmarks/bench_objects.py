@@ -32,6 +32,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "scripts"))  # demo_grammar: demo corpora of any seed
 
 WEIGHTS = {"prose": 0.5, "code": 0.3, "short": 0.2}
 
@@ -71,10 +72,10 @@ def main() -> None:
     parser.add_argument("--compare", action="store_true", help="also list + read footers with pyarrow.fs")
     args = parser.parse_args()
 
+    from demo_grammar import write_demo_dataset
     from servers.object_fixtures import Bucket
     from servers.object_servers import S3Server
 
-    from zephon.demo import write_demo_dataset
     from zephon.specs import CacheOptions, StoreOptions
     from zephon.storage.objects.reads import REQUESTS
 

@@ -91,7 +91,9 @@ def main() -> None:
         "--plain-only", action="store_true", help="only plain (and --base): the no-operator path against the base"
     )
     args = parser.parse_args()
-    from zephon.demo import write_demo_dataset
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # demo_grammar: demo corpora of any seed
+    from demo_grammar import write_demo_dataset
+
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 

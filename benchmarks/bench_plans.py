@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +29,11 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="zephon-bench-"))
     os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # demo_grammar: demo corpora of any seed
+    from demo_grammar import write_demo_dataset
+
     from zephon import Pipeline
-    from zephon.demo import demo_tokenizer_path, write_demo_dataset
+    from zephon.demo import demo_tokenizer_path
     from zephon.io import Dataset
     from zephon.specs import PackSpec, TokenizeSpec
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation

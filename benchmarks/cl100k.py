@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import site
+import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -183,7 +184,10 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     parser.add_argument("--documents", type=int, default=2000, help="demo documents per kind to verify on")
     args = parser.parse_args()
-    from zephon.demo import DEMO_KINDS, generate_demo_documents
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))  # demo_grammar: demo texts of any seed
+    from demo_grammar import generate_demo_documents
+
+    from zephon.demo import DEMO_KINDS
 
     start = time.perf_counter()
     directory = build(args.out)

@@ -1,7 +1,8 @@
 """The documented API's first README example, with the dataset and tokenizer swapped for Zephon's embedded demo.
 
-The demo dataset (generated on first use into ~/.cache/zephon/demo-data, or $ZEPHON_DEMO_DIR) and the demo
-tokenizer (shipped in the package) make this run offline. Everything else is the documented snippet unchanged.
+The demo dataset (written on first use into ~/.cache/zephon/demo-data, or $ZEPHON_DEMO_DIR, from the texts
+shipped in the package) and the demo tokenizer (shipped too) make this run offline. Everything else is the
+documented snippet unchanged.
 """
 
 from zephon import Pipeline

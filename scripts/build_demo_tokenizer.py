@@ -1,8 +1,9 @@
 """Build the embedded demo tokenizer (``zephon/assets/tokenizer``) from the demo corpus.
 
 A GPT-2 style byte-level BPE with a 4096-token vocabulary, trained with the ``tokenizers`` library on
-the documents of ``zephon.demo.generate_demo_documents`` (the default demo dataset, seed 0). The only
-special token is ``<|endoftext|>`` at id 0, used as eos, bos and unk; nothing is added on encode.
+the documents of the demo dataset (seed 0 of ``demo_grammar.generate_demo_documents``: the texts that
+``zephon/assets/demo/corpus.jsonl.zst`` ships). The only special token is ``<|endoftext|>`` at id 0, used as
+eos, bos and unk; nothing is added on encode.
 Training is deterministic, so rerunning this script reproduces the committed files byte for byte::
 
     python scripts/build_demo_tokenizer.py [--out DIR]
@@ -16,9 +17,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from demo_grammar import generate_demo_documents
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from zephon.demo import DEMO_KINDS, DEMO_SHARDS, generate_demo_documents
+from zephon.demo import DEMO_KINDS, DEMO_SHARDS
 
 VOCAB_SIZE = 4096
 EOS = "<|endoftext|>"

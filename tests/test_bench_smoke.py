@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from demo_grammar import generate_demo_documents
 
-from zephon.demo import DEMO_KINDS, generate_demo_documents
+from zephon.demo import DEMO_KINDS
 from zephon.errors import TokenizerError
 from zephon.executor.encode.text import Encoder
 from zephon.specs import TokenizeSpec

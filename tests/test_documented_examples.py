@@ -11,10 +11,10 @@ import json
 
 import pyarrow as pa
 import pytest
+from demo_grammar import generate_demo_documents
 from servers.hub_fixtures import add_demo_gpt2, parquet_bytes
 
 from zephon import Pipeline
-from zephon.demo import generate_demo_documents
 from zephon.io import Dataset
 from zephon.specs import CacheOptions, StoreOptions
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation

@@ -1,8 +1,9 @@
-"""Tests for the embedded demo tokenizer and the synthetic demo dataset (``zephon.demo``)."""
+"""Tests for the embedded demo tokenizer and the shipped demo corpus and its shards (``zephon.demo``).
+
+The grammar that generated the corpus (``scripts/demo_grammar``, not installed) is tested in test_demo_grammar.py."""
 
 from __future__ import annotations
 
-import ast
 import glob
 import os
 import subprocess
@@ -10,8 +11,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import demo_grammar
 import pyarrow.parquet as pq
 import pytest
+import zstandard
 from tokenizers import Tokenizer
 
 from zephon.demo import (
@@ -99,7 +102,7 @@ def test_transformers_load_offline(monkeypatch: pytest.MonkeyPatch, tokenizer: T
     assert hf.encode("hello") == tokenizer.encode("hello").ids
 
     for kind in DEMO_KINDS:
-        for doc in generate_demo_documents(kind, 5, seed=7):
+        for doc in demo_grammar.generate_demo_documents(kind, 5, seed=7):
             assert hf(doc)["input_ids"] == tokenizer.encode(doc).ids
 
 
@@ -132,53 +135,33 @@ def test_transformers_load_in_fresh_offline_process(tmp_path: Path) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# Generator
+# Shipped corpus
 # ----------------------------------------------------------------------------------------------------
 
 
-def test_generate_is_deterministic_and_prefix_stable() -> None:
+def test_shipped_corpus_is_the_grammars_seed_0() -> None:
     for kind in DEMO_KINDS:
-        first = generate_demo_documents(kind, 20, seed=3)
-        assert first == generate_demo_documents(kind, 20, seed=3)
-        assert first[:7] == generate_demo_documents(kind, 7, seed=3)
-        assert len(set(first)) == len(first)
-        assert all(isinstance(doc, str) and doc for doc in first)
-
-
-def test_documents_differ_across_kinds_and_seeds() -> None:
-    by_kind = {kind: generate_demo_documents(kind, 10, seed=0) for kind in DEMO_KINDS}
-    for a in DEMO_KINDS:
-        for b in DEMO_KINDS:
-            if a != b:
-                assert not set(by_kind[a]) & set(by_kind[b])
-    for kind in DEMO_KINDS:
-        other = generate_demo_documents(kind, 10, seed=1)
-        assert not set(other) & set(by_kind[kind])
-
-
-def test_generate_rejects_unknown_kind() -> None:
-    with pytest.raises(ValueError):
-        generate_demo_documents("poetry", 1, seed=0)
+        assert generate_demo_documents(kind, 50) == demo_grammar.generate_demo_documents(kind, 50, seed=0)
     assert generate_demo_documents("short", 0, seed=0) == []
+    assert len(generate_demo_documents("short", 2000)) == 2000
 
 
-def test_document_shapes() -> None:
-    prose = generate_demo_documents("prose", 200, seed=0)
-    words = [len(doc.split()) for doc in prose]
-    assert min(words) >= 50 and max(words) <= 2000
-    assert max(words) > 10 * min(words)  # lengths vary widely
-    assert any("\n\n" in doc for doc in prose)
+def test_shipped_corpus_refuses_what_it_does_not_hold() -> None:
+    with pytest.raises(ValueError, match=r"^kind must be one of \('prose', 'code', 'short'\), got 'poetry' — "):
+        generate_demo_documents("poetry", 1)
+    with pytest.raises(ValueError, match=r"^seed must be 0 \(the demo corpus shipped with Zephon\), got 3 — .*demo_grammar"):
+        generate_demo_documents("prose", 1, seed=3)
+    with pytest.raises(ValueError, match=r"^count must be in \[0, 600\] for 'code' \(the shipped demo corpus\), got 601 — "):
+        generate_demo_documents("code", 601)
+    with pytest.raises(ValueError, match=r"^count must be in \[0, 1200\] for 'prose'"):
+        generate_demo_documents("prose", -1)
 
-    code = generate_demo_documents("code", 100, seed=0)
-    for doc in code:
-        ast.parse(doc)
-    joined = "\n".join(code)
-    for marker in ("def ", "for ", "# ", "\n    ", "return "):
-        assert marker in joined
-    assert any(ch.isdigit() for ch in joined)
 
-    short = generate_demo_documents("short", 500, seed=0)
-    assert all("\n" not in doc and 5 <= len(doc.split()) <= 30 for doc in short)
+def test_corpus_asset_is_compact() -> None:
+    asset = Path(demo_tokenizer_path()).parent / "demo" / "corpus.jsonl.zst"
+    assert asset.is_file()
+    assert asset.stat().st_size < 1_500_000
+    assert sorted(os.listdir(asset.parent)) == ["corpus.jsonl.zst"]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -204,8 +187,9 @@ def test_layout_rows_and_columns(dataset: Path) -> None:
             assert ids == [f"{kind}-{shard}-{row}" for row in range(EXPECTED_ROWS[kind])]
 
 
-def test_shards_hold_generated_documents(dataset: Path) -> None:
-    assert _read_texts(dataset, "code") == generate_demo_documents("code", 600, seed=0)
+def test_shards_hold_the_shipped_documents(dataset: Path) -> None:
+    for kind in DEMO_KINDS:
+        assert _read_texts(dataset, kind) == generate_demo_documents(kind, EXPECTED_ROWS[kind] * len(EXPECTED_FILES[kind]))
 
 
 def test_byte_identical_across_roots(dataset: Path, tmp_path: Path) -> None:
@@ -216,8 +200,11 @@ def test_byte_identical_across_roots(dataset: Path, tmp_path: Path) -> None:
             assert (dataset / name).read_bytes() == (other / name).read_bytes(), name
 
 
-def test_different_seed_gives_different_data(dataset: Path, tmp_path: Path) -> None:
-    other = Path(write_demo_dataset(tmp_path, seed=1))
+def test_other_seeds_need_the_grammar(dataset: Path, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"^seed must be 0 .*scripts/demo_grammar"):
+        write_demo_dataset(tmp_path, seed=1)
+    other = Path(demo_grammar.write_demo_dataset(tmp_path, seed=1))
+    assert write_demo_dataset(tmp_path, seed=1) == str(other)  # complete shards of seed 1 are reused, not regenerated
     assert (other / "short-00000.parquet").read_bytes() != (dataset / "short-00000.parquet").read_bytes()
     assert set(_read_texts(other, "prose")).isdisjoint(_read_texts(dataset, "prose"))
 
@@ -268,3 +255,17 @@ def test_dataset_path_helpers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     expected = tmp_path / "home" / ".cache" / "zephon" / "demo-data" / "demo" / "prose-*.parquet"
     assert demo_dataset_path() == str(expected)
     assert len(glob.glob(str(expected))) == 4
+
+
+def test_a_corpus_file_that_does_not_match_the_layout_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from zephon.demo import corpus
+
+    wrong = zstandard.ZstdCompressor().compress(b'{"id": "prose-0-1", "text": "a"}\n')
+    monkeypatch.setattr(corpus, "corpus_bytes", lambda: wrong)
+    corpus._texts.cache_clear()
+    try:
+        with pytest.raises(ValueError, match=r"corpus\.jsonl\.zst must hold the rows of DEMO_SHARDS in order, got other "
+                                             r"ids for 'prose' — rebuild it with scripts/build_demo_corpus\.py$"):
+            generate_demo_documents("prose", 1)
+    finally:
+        corpus._texts.cache_clear()

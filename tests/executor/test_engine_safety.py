@@ -17,10 +17,10 @@ from typing import ClassVar
 
 import numpy as np
 import pytest
+from demo_grammar import generate_demo_documents
 from support.engine_thread_exit import demo_texts, digest
 
 from zephon import Pipeline
-from zephon.demo import generate_demo_documents
 from zephon.errors import TokenizerError
 from zephon.executor.encode.text import Encoder
 from zephon.executor.engines import spot_check
@@ -33,6 +33,8 @@ from zephon.specs import TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
+#: The demo corpus's grammar (demo_grammar) for children run as scripts, which pytest's pythonpath does not reach.
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
 CL100K = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers" / "cl100k-converted"
 
 
@@ -58,8 +60,9 @@ def test_kitoken_built_on_a_thread_that_exited_encodes_on_other_threads_without_
     the main thread and the encoder's pool threads, segfaulted (2 of 3 runs before the fix). Confined to its owner
     thread, every run exits 0, prints nothing on stderr, and gives tokenizers' ids."""
     want = digest(Encoder(TokenizeSpec(tokenizer_id=cl100k_dir), engine="tokenizers"), demo_texts())
+    path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
     for _ in range(2):
-        done = child([str(SUPPORT / "engine_thread_exit.py"), cl100k_dir, "kitoken"], _isolated_cache)
+        done = child([str(SUPPORT / "engine_thread_exit.py"), cl100k_dir, "kitoken"], _isolated_cache, PYTHONPATH=path)
         assert (done.returncode, done.stderr) == (0, "")
         assert done.stdout.split() == ["kitoken", want]
 

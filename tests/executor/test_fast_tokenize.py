@@ -10,9 +10,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from demo_grammar import generate_demo_documents
 from tokenizers import Tokenizer
 
-from zephon.demo import DEMO_KINDS, generate_demo_documents
+from zephon.demo import DEMO_KINDS
 from zephon.errors import ConfigError, TokenizerError
 from zephon.executor.encode.text import ENGINE_ENV, Encoded, Encoder
 from zephon.executor.engines import choose, tiktoken_derive

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from demo_grammar import generate_demo_documents
 from support.chat_data import conversation, write_parquet
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
-from zephon.demo import DEMO_KINDS, demo_tokenizer_path, generate_demo_documents
+from zephon.demo import DEMO_KINDS, demo_tokenizer_path
 from zephon.executor.engines import choose
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -10,7 +10,9 @@ import hashlib
 import sys
 import threading
 
-from zephon.demo import DEMO_KINDS, generate_demo_documents
+from demo_grammar import generate_demo_documents
+
+from zephon.demo import DEMO_KINDS
 from zephon.executor.encode.text import Encoder
 from zephon.specs import TokenizeSpec
 

@@ -1,12 +1,7 @@
-"""Where the demo's shipped assets live inside the installed package (``zephon/assets``).
-
-Both are package data (``[tool.setuptools.package-data]`` ships ``zephon/assets/**/*``), located with
-:mod:`importlib.resources` so they resolve the same way from a checkout, an editable install or a wheel:
-
-* ``demo_tokenizer_path()``: the demo tokenizer directory, ``zephon/assets/tokenizer`` (rebuilt by
-  ``scripts/build_demo_tokenizer.py``).
-* ``vocabulary_text()``: the corpus word lists, ``zephon/assets/demo/vocabulary.json`` (read by
-  :mod:`zephon.demo.vocabulary`).
+"""Where the demo's shipped assets live: package data (``zephon/assets/**/*``), found with :mod:`importlib.resources`
+so they resolve the same way from a checkout, an editable install or a wheel — the tokenizer directory
+``assets/tokenizer`` (``scripts/build_demo_tokenizer.py``) and the corpus file ``assets/demo/corpus.jsonl.zst``
+(``scripts/build_demo_corpus.py``; read by :mod:`zephon.demo.corpus`).
 """
 
 from __future__ import annotations
@@ -14,10 +9,10 @@ from __future__ import annotations
 import importlib.resources
 from importlib.resources.abc import Traversable
 
-__all__ = ["VOCABULARY_FILE", "demo_tokenizer_path", "vocabulary_text"]
+__all__ = ["CORPUS_FILE", "corpus_bytes", "demo_tokenizer_path"]
 
-#: The word-list file, relative to the ``zephon`` package.
-VOCABULARY_FILE = "assets/demo/vocabulary.json"
+#: The corpus file, relative to the ``zephon`` package.
+CORPUS_FILE = "assets/demo/corpus.jsonl.zst"
 
 
 def _asset(relative: str) -> Traversable:
@@ -32,6 +27,6 @@ def demo_tokenizer_path() -> str:
     return str(_asset("assets/tokenizer"))
 
 
-def vocabulary_text() -> str:
-    """The text of the shipped word-list file, ``zephon/assets/demo/vocabulary.json``."""
-    return _asset(VOCABULARY_FILE).read_text(encoding="utf-8")
+def corpus_bytes() -> bytes:
+    """The bytes of the shipped corpus file, ``zephon/assets/demo/corpus.jsonl.zst`` (zstd-compressed)."""
+    return _asset(CORPUS_FILE).read_bytes()

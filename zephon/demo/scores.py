@@ -21,8 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.demo.dataset import DEMO_SHARDS, _default_root
-from zephon.demo.generator import DEMO_KINDS
+from zephon.demo.corpus import DEMO_KINDS, DEMO_SHARDS
+from zephon.demo.dataset import _default_root
 from zephon.storage.files import atomic_file
 
 __all__ = ["demo_scores_path", "demo_scores_table"]

@@ -1,6 +1,6 @@
 """The one source of randomness of the demo generators: :class:`Draw`, uniform values from a numpy Generator.
 
-Every random decision of :mod:`zephon.demo.prose`, :mod:`zephon.demo.code` and :mod:`zephon.demo.short`
+Every random decision of :mod:`demo_grammar.prose`, :mod:`demo_grammar.code` and :mod:`demo_grammar.short`
 goes through ``Draw.u()``, so the documents are a pure function of the generator's seed and of the order of
 the decisions.
 """
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from zephon.demo.vocabulary import WeightedWords
+from demo_grammar.vocabulary import WeightedWords
 
 __all__ = ["Draw"]
 

@@ -5,9 +5,9 @@ Candidates outside 5-30 words are drawn again, so every document is in range.
 
 from __future__ import annotations
 
-from zephon.demo.draw import Draw
-from zephon.demo.prose import clause, noun_phrase
-from zephon.demo.vocabulary import ADJECTIVES, NOUNS, PLACES, PREPOSITIONS, VERBS, WORDS, capitalize
+from demo_grammar.draw import Draw
+from demo_grammar.prose import clause, noun_phrase
+from demo_grammar.vocabulary import ADJECTIVES, NOUNS, PLACES, PREPOSITIONS, VERBS, WORDS, capitalize
 
 __all__ = ["short_document", "title_case"]
 

@@ -2,14 +2,14 @@
 
 A document is paragraphs of 2-8 sentences, each paragraph in the past or the present tense. A sentence is a
 clause (noun phrase + verb phrase), sometimes joined to a second one, introduced by an opener, asked as a
-question or quoted. :func:`noun_phrase` and :func:`clause` are shared with :mod:`zephon.demo.code` (comments
-and docstrings) and :mod:`zephon.demo.short`.
+question or quoted. :func:`noun_phrase` and :func:`clause` are shared with :mod:`demo_grammar.code` (comments
+and docstrings) and :mod:`demo_grammar.short`.
 """
 
 from __future__ import annotations
 
-from zephon.demo.draw import Draw
-from zephon.demo.vocabulary import (
+from demo_grammar.draw import Draw
+from demo_grammar.vocabulary import (
     ADJECTIVES,
     ADVERBS,
     INTRANSITIVE,

@@ -1,13 +1,14 @@
 """The demo corpus generator: ``generate_demo_documents(kind, count, seed)``.
 
-Three kinds of synthetic documents, all text produced by the small grammars of :mod:`zephon.demo.prose`,
-:mod:`zephon.demo.code` and :mod:`zephon.demo.short` from the word lists of :mod:`zephon.demo.vocabulary`; no
-external corpus is copied.
+Three kinds of synthetic documents, all text produced by the small grammars of :mod:`demo_grammar.prose`,
+:mod:`demo_grammar.code` and :mod:`demo_grammar.short` from the word lists of :mod:`demo_grammar.vocabulary`; no
+external corpus is copied. Seed 0 is the demo corpus Zephon ships (``zephon/assets/demo/corpus.jsonl.zst``,
+written by ``scripts/build_demo_corpus.py``); the other seeds exist only here, in the checkout.
 
-Determinism invariant: the documents are a pure function of ``(kind, count, seed)`` and the shipped word
-lists. The only randomness is ``numpy.random.default_rng((seed, kind_index))``, where ``kind_index`` is the
-kind's position in :data:`DEMO_KINDS`, and documents are drawn one after another, so the same seed gives the
-same documents in every process, and a shorter list is a prefix of a longer one::
+Determinism invariant: the documents are a pure function of ``(kind, count, seed)`` and the word lists. The only
+randomness is ``numpy.random.default_rng((seed, kind_index))``, where ``kind_index`` is the kind's position in
+:data:`zephon.demo.DEMO_KINDS`, and documents are drawn one after another, so the same seed gives the same
+documents in every process, and a shorter list is a prefix of a longer one::
 
     >>> first = generate_demo_documents("short", 3, seed=7)
     >>> first == generate_demo_documents("short", 3, seed=7)
@@ -16,7 +17,8 @@ same documents in every process, and a shorter list is a prefix of a longer one:
     True
 
 Changing a word list, the order of random decisions in a grammar, or the kinds' order changes the corpus
-(and with it the demo shards and the tokenizer trained on them, ``scripts/build_demo_tokenizer.py``).
+(and with it the shipped corpus file, the demo shards and the tokenizer trained on them,
+``scripts/build_demo_tokenizer.py``).
 """
 
 from __future__ import annotations
@@ -25,15 +27,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from zephon.demo.code import code_document
-from zephon.demo.draw import Draw
-from zephon.demo.prose import prose_document
-from zephon.demo.short import short_document
+from demo_grammar.code import code_document
+from demo_grammar.draw import Draw
+from demo_grammar.prose import prose_document
+from demo_grammar.short import short_document
+from zephon.demo import DEMO_KINDS
 
 __all__ = ["DEMO_KINDS", "generate_demo_documents"]
-
-#: The document kinds, in the order that gives each its ``kind_index`` in the generator seed.
-DEMO_KINDS: tuple[str, ...] = ("prose", "code", "short")
 
 _GENERATORS: dict[str, Callable[[Draw], str]] = {
     "prose": prose_document,

@@ -1,6 +1,6 @@
 """The demo corpus's vocabulary: the shipped word lists, their weighted forms, and English word forms.
 
-The words are data, not code: ``zephon/assets/demo/vocabulary.json`` holds one list per key (and the
+The words are data, not code: ``vocabulary.json`` (beside this module) holds one list per key (and the
 irregular past tenses as one object). This module reads and checks that file once, at import, into
 :data:`WORDS` (a :class:`WordLists`), and builds the :class:`WeightedWords` the generators draw from:
 :data:`NOUNS`, :data:`ADJECTIVES`, :data:`VERBS`, :data:`INTRANSITIVE`, :data:`ADVERBS`, :data:`PREPOSITIONS`,
@@ -18,10 +18,9 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import accumulate
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
-
-from zephon.demo.assets import VOCABULARY_FILE, vocabulary_text
 
 __all__ = [
     "ADJECTIVES",
@@ -84,7 +83,9 @@ class WordLists:
 
 
 _COMMENT_KEY = "about"
-_SOURCE = f"zephon/{VOCABULARY_FILE}"
+#: The word-list file, beside this module.
+VOCABULARY_FILE = Path(__file__).with_name("vocabulary.json")
+_SOURCE = "scripts/demo_grammar/vocabulary.json"
 _MAPPING_KEYS = frozenset({"irregular_past"})
 
 
@@ -122,7 +123,7 @@ def parse_word_lists(data: Any, source: str = _SOURCE) -> WordLists:
         missing, unknown = sorted(set(expected) - keys), sorted(keys - set(expected))
         raise ValueError(
             f"{source} must have exactly the keys of WordLists, got missing {missing} and unknown {unknown} — "
-            "fix the file (or WordLists in zephon/demo/vocabulary.py)"
+            "fix the file (or WordLists in scripts/demo_grammar/vocabulary.py)"
         )
     values = {key: (_word_map if key in _MAPPING_KEYS else _word_list)(key, data[key], source) for key in expected}
     return WordLists(**values)
@@ -156,8 +157,8 @@ def _combinations(starts: Sequence[str], ends: Sequence[str]) -> list[str]:
     return [start + end for end in ends for start in starts]
 
 
-#: The word lists, read once from ``zephon/assets/demo/vocabulary.json``.
-WORDS: WordLists = parse_word_lists(json.loads(vocabulary_text()))
+#: The word lists, read once from ``vocabulary.json``.
+WORDS: WordLists = parse_word_lists(json.loads(VOCABULARY_FILE.read_text(encoding="utf-8")))
 
 NOUNS = WeightedWords.zipf("nouns", WORDS.nouns)
 ADJECTIVES = WeightedWords.zipf("adjectives", WORDS.adjectives)

@@ -3,15 +3,15 @@
 A snippet is optional imports and a constant, then 1-3 units, each a function or a class with 1-3 methods.
 Bodies nest assignments, ``for`` loops, ``if``/``else`` and calls up to three levels deep; names come from the
 vocabulary (``code_verbs``, ``code_name_suffixes``, nouns, adjectives) and comments and docstrings are
-clauses of :mod:`zephon.demo.prose`. Python syntax (operators, comparisons, literals, type annotations)
+clauses of :mod:`demo_grammar.prose`. Python syntax (operators, comparisons, literals, type annotations)
 stays here; the words are in ``vocabulary.json``.
 """
 
 from __future__ import annotations
 
-from zephon.demo.draw import Draw
-from zephon.demo.prose import clause
-from zephon.demo.vocabulary import ADJECTIVES, NOUNS, WORDS, capitalize, plural
+from demo_grammar.draw import Draw
+from demo_grammar.prose import clause
+from demo_grammar.vocabulary import ADJECTIVES, NOUNS, WORDS, capitalize, plural
 
 __all__ = ["code_document"]
 
