@@ -29,7 +29,7 @@ import numpy as np
 from zephon.errors import DatasetError
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.paths import SCHEMES as OBJECT_SCHEMES
-from zephon.storage.objects.paths import is_object_uri, parse_object_path, scheme_of
+from zephon.storage.objects.paths import ObjectPath, is_object_uri, parse_object_path, scheme_of
 
 __all__ = ["Blob", "BytesBlob", "LocalBlob", "StoreFiles", "list_store_files"]
 
@@ -192,28 +192,56 @@ def _local_files(text: str) -> StoreFiles:
     return StoreFiles(path=text.rstrip("/"), files=files)
 
 
+def _object_level(path: ObjectPath, parent: str, credentials: tuple[StoreCredentials, ...]) -> dict:
+    """The objects directly under ``parent`` and its sub-"folders" (one listing request a page)."""
+    import obstore
+
+    from zephon.storage.objects import stores
+    from zephon.storage.objects.errors import object_error
+    from zephon.storage.objects.reads import count_request
+
+    count_request("list")
+    try:
+        return obstore.list_with_delimiter(stores.store_for(path, credentials), parent or None)
+    except DatasetError:
+        raise
+    except Exception as exc:
+        raise object_error(exc, path.child(parent).uri, path.cloud, "the listing") from None
+
+
 def _object_files(text: str, credentials: tuple[StoreCredentials, ...]) -> StoreFiles:
+    """Objects whose key starts with the path's key: its siblings by name (``web.idx``, ``web.bin``: a listing of
+    the parent "folder", object stores list by whole path segments) and, when the key is a "folder", every
+    object under it (a recursive listing)."""
     from zephon.storage.objects.listing import list_objects
     from zephon.storage.objects.reads import ObjectFile, quoted_etag
 
     path = parse_object_path(text.rstrip("/"))
+    key = path.key
+    metas: list[dict] = []
+    if key:
+        level = _object_level(path, key.rpartition("/")[0], credentials)
+        metas = [m for m in level["objects"] if str(m["path"]).startswith(key)]
+        folders = {str(p).rstrip("/") for p in level["common_prefixes"]}
+    if not key or key in folders:
+        metas += list_objects(path, key + "/" if key else "", credentials)
     files: dict[str, Blob] = {}
-    for meta in list_objects(path, path.key, credentials):
-        key = str(meta["path"])
+    for meta in metas:
+        name = str(meta["path"])
         etag = meta.get("e_tag")
         if not etag:
             raise DatasetError(
-                f"object {path.child(key).uri} must have an ETag to be pinned, got none from the store — use a store "
-                "that returns ETags"
+                f"object {path.child(name).uri} must have an ETag to be pinned, got none from the store — use a "
+                "store that returns ETags"
             )
         file = ObjectFile(
-            path=path.child(key),
+            path=path.child(name),
             size=int(meta["size"]),
             etag=quoted_etag(str(etag)),
             version=meta.get("version") or None,
             format="",
         )
-        files[key[len(path.key) :] if path.key else "/" + key] = ObjectBlob(file, credentials)
+        files[name[len(key) :] if key else "/" + name] = ObjectBlob(file, credentials)
     if not files:
         raise DatasetError(
             f"token store path {path.uri!r} must name an object, an object prefix or a folder, got nothing there — "

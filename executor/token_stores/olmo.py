@@ -45,7 +45,8 @@ def _numpy_header(blob: Blob) -> tuple[int, np.dtype] | None:
     head = bytes(blob.read(0, min(blob.size, 1 << 16)))
     stream = io.BytesIO(head)
     version = np.lib.format.read_magic(stream)
-    shape, fortran, dtype = np.lib.format._read_array_header(stream, version)  # the public readers need a file
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read_header(stream)
     if len(shape) != 1 or fortran:
         raise DatasetError(f"{blob.name} must hold a 1-D array of token ids, got shape {shape} — write it 1-D")
     return stream.tell(), np.dtype(dtype)
