@@ -92,7 +92,7 @@ def detect_format(path: str, *, credentials: Iterable[StoreCredentials] = (), to
     return _detect(list_store_files(_listing_path(str(path)), credentials=credentials, token=token), str(path))
 
 
-def _check_options(fmt: str, dtype: object, eos: object, bos: object, vocab: object) -> np.dtype | None:
+def _check_options(dtype: object, eos: object, bos: object, vocab: object) -> np.dtype | None:
     for name, value in (("eos_token_id", eos), ("bos_token_id", bos)):
         if value is not None and (not is_int(value) or value < 0):  # type: ignore[operator]
             raise ConfigError(f"{name} must be an integer ≥ 0 or None, got {value!r} — pass the tokenizer's id")
@@ -131,7 +131,7 @@ def open_token_store(
     ``vocab_size``: when given, every read refuses ids ≥ it, naming the file and document. Opening reads
     indexes only (docs/token-stores.md says what each format reads when).
     """
-    wanted = _check_options(fmt or "", dtype, eos_token_id, bos_token_id, vocab_size)
+    wanted = _check_options(dtype, eos_token_id, bos_token_id, vocab_size)
     files = list_store_files(_listing_path(str(path)), credentials=tuple(credentials), token=token)
     name = ALIASES.get(fmt, fmt) if fmt else _detect(files, str(path))
     if name is None:

@@ -207,11 +207,12 @@ class TokenStore:
         return out
 
     def _check_ids(self, part: StorePart, tokens: np.ndarray, offsets: np.ndarray, first: int) -> None:
-        """Refuse ids the tokenizer cannot have made: negative, or ≥ ``vocab_size`` when it is known."""
-        if tokens.size == 0:
+        """With ``vocab_size`` set, refuse ids the tokenizer cannot have made: ≥ ``vocab_size``, or negative (one
+        pass over the ids read; without ``vocab_size`` reads are plain copies)."""
+        if self.vocab_size is None or tokens.size == 0:
             return
         bad: np.ndarray | None = None
-        if self.vocab_size is not None and int(tokens.max()) >= self.vocab_size:
+        if int(tokens.max()) >= self.vocab_size:
             bad = tokens >= self.vocab_size
             rule = f"< the tokenizer's vocabulary of {self.vocab_size}"
             fix = "the store was made with another tokenizer; pass the tokenizer (or vocab_size) it was made with"

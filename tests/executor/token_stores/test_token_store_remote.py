@@ -110,3 +110,12 @@ def test_megatron_on_the_hub_by_range_requests(hub_server) -> None:
 def test_a_hub_path_must_name_a_file_inside_a_dataset(hub_server) -> None:
     with pytest.raises(DatasetError, match=r"must be named hf://datasets/ORG/NAME\[@REVISION\]/PATH"):
         open_token_store("hf://org/tokens")
+
+
+def test_megatron_and_datatrove_on_every_cloud(bucket) -> None:
+    """The same readers on s3://, gs:// and az:// (each cloud's server; skipped, with the reason, where absent)."""
+    bucket.upload_dir(FIXTURES / "megatron", "m/")
+    bucket.upload_dir(FIXTURES / "datatrove", "d/")
+    assert open_token_store(bucket.url("m/split_sentence")).read(0, 6).to_lists() == DOCS
+    store = open_token_store(bucket.url("d/00000_unshuffled.ds"))
+    assert store.tokenizer == "zephon/demo" and store.read(2, 6).to_lists() == DOCS[2:]
