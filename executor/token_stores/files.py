@@ -181,7 +181,7 @@ def _local_files(text: str) -> StoreFiles:
                 rel = full.relative_to(base).as_posix()
                 files["/" + rel] = LocalBlob(full, full.stat().st_size)
     parent = base.parent
-    if parent.is_dir():
+    if base.name not in ("", ".", "..") and parent.is_dir():  # siblings by name: web.idx, web.bin beside "web"
         for entry in os.scandir(parent):
             if entry.name.startswith(base.name) and entry.is_file():
                 files[entry.name[len(base.name) :]] = LocalBlob(Path(entry.path), entry.stat().st_size)

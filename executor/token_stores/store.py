@@ -61,6 +61,8 @@ class StorePart(Protocol):
     """One file (or file set) of a store, read natively. Document numbers are the part's own (from 0)."""
 
     name: str
+    #: The ids' dtype as stored (``None`` for text parts).
+    dtype: np.dtype | None
 
     @property
     def num_documents(self) -> int: ...

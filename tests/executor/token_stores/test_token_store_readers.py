@@ -185,3 +185,10 @@ def test_the_interface_refuses_ranges_outside_the_store() -> None:
     assert store.read(3, 3).to_lists() == []
     with pytest.raises(Exception, match=r"must lie within 0\.\.6, got 2\.\.7"):
         store.read(2, 7)
+
+
+def test_a_folder_named_as_dot_lists_only_its_own_files(tmp_path: Path, monkeypatch) -> None:
+    shutil.copytree(FIXTURES / "mds/uint16", tmp_path / "store")
+    monkeypatch.chdir(tmp_path / "store")
+    store = open_token_store(".")
+    assert store.format == "mds" and store.read(0, 6).to_lists() == DOCS
