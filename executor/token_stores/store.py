@@ -1,0 +1,231 @@
+"""The one interface every token store reader gives: documents, their exact token counts, range reads.
+
+A store is a sequence of *parts* (a Megatron prefix, a datatrove ``.ds`` file, a litData chunk, an MDS shard,
+a Parquet file), each read natively from its own index. :class:`TokenStore` numbers the documents of all
+parts in order and turns a document range into the parts' range reads.
+
+Invariant: ``store.read(a, b)`` holds exactly the documents ``a .. b-1`` of the store, their lengths are
+``store.token_counts()[a:b]``, and the counts come from the parts' indexes only — :meth:`TokenStore.token_counts`
+never reads a token (where a format has no index, its reader says what it reads instead: docs/token-stores.md).
+
+Worked example: a store of two parts holding 3 and 2 documents of 4, 3, 6 and 2, 5 tokens. ``token_counts()``
+is ``[4, 3, 6, 2, 5]``; ``read(2, 4)`` asks part 0 for its documents ``2..2`` and part 1 for ``0..0`` and returns
+``TokenDocuments(tokens=<8 ids>, offsets=[0, 6, 8])``; ``read(2, 4)[1]`` is the 2 ids of document 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+import numpy as np
+
+from zephon.checks import is_int
+from zephon.errors import DatasetError
+
+__all__ = ["StorePart", "TokenDocuments", "TokenStore"]
+
+Holds = Literal["tokens", "text"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TokenDocuments:
+    """Documents read from a store: their ids end to end and where each starts.
+
+    ``tokens``: one flat array of the store's dtype (read-only; it may be a view of a memory map).
+    ``offsets``: int64, one more than the documents; document ``i`` is ``tokens[offsets[i]:offsets[i + 1]]``.
+    ``loss_mask``: one bool per token where the store keeps one (datatrove ``.ds.loss``), else ``None``.
+    """
+
+    tokens: np.ndarray
+    offsets: np.ndarray
+    loss_mask: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def to_lists(self) -> list[list[int]]:
+        """Each document as a list of ints (for tests and small inspections)."""
+        return [self[i].tolist() for i in range(len(self))]
+
+
+class StorePart(Protocol):
+    """One file (or file set) of a store, read natively. Document numbers are the part's own (from 0)."""
+
+    name: str
+    #: The ids' dtype as stored (``None`` for text parts).
+    dtype: np.dtype | None
+
+    @property
+    def num_documents(self) -> int: ...
+
+    def token_counts(self) -> np.ndarray:
+        """int64 tokens per document, from the index (text parts raise: they hold no tokens)."""
+        ...
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """The tokens of documents ``start .. stop-1``, end to end."""
+        ...
+
+    def read_loss(self, start: int, stop: int) -> np.ndarray | None:
+        """The loss mask of documents ``start .. stop-1`` (bool per token), or ``None``."""
+        ...
+
+    def read_texts(self, start: int, stop: int) -> list[str]:
+        """The texts of documents ``start .. stop-1`` (text parts only)."""
+        ...
+
+
+class TokenStore:
+    """A token store opened by :func:`~zephon.executor.token_stores.open_token_store` (see the module)."""
+
+    def __init__(
+        self,
+        *,
+        format: str,
+        path: str,
+        holds: Holds,
+        dtype: np.dtype | None,
+        parts: Sequence[StorePart],
+        tokenizer: str | None = None,
+        vocab_size: int | None = None,
+        eos_token_id: int | None = None,
+    ) -> None:
+        if not parts:
+            raise DatasetError(f"token store {path!r} must hold at least one {format} file, got none — fix the path")
+        #: The format's name (``megatron``, ``olmo``, ``datatrove``, ``litdata``, ``mds``, ``parquet``, ``jsonl``).
+        self.format = format
+        self.path = path
+        #: ``"tokens"`` (ids, counted from the index) or ``"text"`` (raw text items, tokenized downstream).
+        self.holds: Holds = holds
+        #: The ids' dtype as stored (``None`` for text).
+        self.dtype = dtype
+        #: The tokenizer the store says its ids were made with (datatrove's ``.ds.metadata``), else ``None``.
+        self.tokenizer = tokenizer
+        self.vocab_size = vocab_size
+        self.eos_token_id = eos_token_id
+        self.parts: tuple[StorePart, ...] = tuple(parts)
+        sizes = np.fromiter((p.num_documents for p in self.parts), dtype=np.int64, count=len(self.parts))
+        #: The store's number of the first document of each part, and one past the last.
+        self.part_starts = np.concatenate([[0], np.cumsum(sizes)])
+        self._counts: np.ndarray | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenStore(format={self.format!r}, path={self.path!r}, holds={self.holds!r}, "
+            f"documents={self.num_documents}, parts={len(self.parts)}, dtype={self.dtype})"
+        )
+
+    @property
+    def num_documents(self) -> int:
+        return int(self.part_starts[-1])
+
+    def token_counts(self) -> np.ndarray:
+        """int64 tokens of every document, from the indexes only (computed once)."""
+        if self.holds != "tokens":
+            raise DatasetError(
+                f"token store {self.path!r} holds text, got a request for token counts — text is counted by "
+                "tokenizing it (the count pass)"
+            )
+        if self._counts is None:
+            counts = [np.asarray(p.token_counts(), dtype=np.int64) for p in self.parts]
+            self._counts = np.concatenate(counts) if counts else np.zeros(0, np.int64)
+            self._counts.setflags(write=False)
+        return self._counts
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.token_counts().sum())
+
+    def _pieces(self, start: int, stop: int) -> list[tuple[StorePart, int, int]]:
+        if not (is_int(start) and is_int(stop) and 0 <= start <= stop <= self.num_documents):
+            raise DatasetError(
+                f"document range of token store {self.path!r} must lie within 0..{self.num_documents}, got "
+                f"{start!r}..{stop!r} — ask for documents the store holds"
+            )
+        first = int(np.searchsorted(self.part_starts, start, side="right")) - 1
+        out = []
+        i = max(first, 0)
+        while i < len(self.parts) and self.part_starts[i] < stop:
+            lo, hi = max(start, int(self.part_starts[i])), min(stop, int(self.part_starts[i + 1]))
+            if hi > lo:
+                base = int(self.part_starts[i])
+                out.append((self.parts[i], lo - base, hi - base))
+            i += 1
+        return out
+
+    def read(self, start: int, stop: int) -> TokenDocuments:
+        """Documents ``start .. stop-1``: one range read per part they lie in (see the module)."""
+        if self.holds != "tokens":
+            raise DatasetError(
+                f"token store {self.path!r} holds text, got a request for token ids — read it with read_texts"
+            )
+        pieces = self._pieces(start, stop)
+        counts = self.token_counts()[start:stop]
+        offsets = np.zeros(len(counts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        arrays, masks = [], []
+        at = start
+        for part, lo, hi in pieces:
+            tokens = part.read(lo, hi)
+            want = int(offsets[at - start + hi - lo] - offsets[at - start])
+            if len(tokens) != want:
+                raise DatasetError(
+                    f"{part.name} must hold {want} tokens in documents {lo}..{hi - 1} as its index says, got "
+                    f"{len(tokens)} — the file is damaged; write the store again"
+                )
+            self._check_ids(part, tokens, offsets[at - start : at - start + hi - lo + 1] - offsets[at - start], lo)
+            arrays.append(tokens)
+            masks.append(part.read_loss(lo, hi))
+            at += hi - lo
+        if not arrays:
+            flat = np.zeros(0, dtype=self.dtype)
+        elif len(arrays) == 1:
+            flat = arrays[0]
+        else:
+            flat = np.concatenate(arrays)
+        loss = None
+        if masks and all(m is not None for m in masks):
+            loss = masks[0] if len(masks) == 1 else np.concatenate(masks)  # type: ignore[arg-type]
+        return TokenDocuments(tokens=flat, offsets=offsets, loss_mask=loss)
+
+    def read_texts(self, start: int, stop: int) -> list[str]:
+        """The texts of documents ``start .. stop-1`` (text stores)."""
+        if self.holds != "text":
+            raise DatasetError(
+                f"token store {self.path!r} holds token ids, got a request for texts — read it with read"
+            )
+        out: list[str] = []
+        for part, lo, hi in self._pieces(start, stop):
+            out.extend(part.read_texts(lo, hi))
+        return out
+
+    def _check_ids(self, part: StorePart, tokens: np.ndarray, offsets: np.ndarray, first: int) -> None:
+        """With ``vocab_size`` set, refuse ids the tokenizer cannot have made: ≥ ``vocab_size``, or negative (one
+        pass over the ids read; without ``vocab_size`` reads are plain copies)."""
+        if self.vocab_size is None or tokens.size == 0:
+            return
+        bad: np.ndarray | None = None
+        if int(tokens.max()) >= self.vocab_size:
+            bad = tokens >= self.vocab_size
+            rule = f"< the tokenizer's vocabulary of {self.vocab_size}"
+            fix = "the store was made with another tokenizer; pass the tokenizer (or vocab_size) it was made with"
+        elif tokens.dtype.kind == "i" and int(tokens.min()) < 0:
+            bad = tokens < 0
+            rule, fix = "≥ 0", "the file is damaged or not token ids; write the store again"
+        if bad is None:
+            return
+        at = int(np.argmax(bad))
+        doc = first + int(np.searchsorted(offsets, at, side="right")) - 1
+        raise DatasetError(
+            f"token ids of {part.name} must be {rule}, got {int(tokens[at])} in document {doc} (token "
+            f"{at - int(offsets[doc - first])}) — {fix}"
+        )

@@ -1,0 +1,225 @@
+"""Bad token stores are refused in one line naming the file, what is wrong and how to fix it — never read half."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.token_stores import detect_format, open_token_store
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "token_stores"
+
+
+def copy(tmp_path: Path, name: str) -> Path:
+    src = FIXTURES / name
+    dest = tmp_path / name
+    if src.is_dir():
+        shutil.copytree(src, dest)
+    else:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        for sibling in src.parent.glob(src.name + "*"):
+            shutil.copy(sibling, dest.parent / sibling.name)
+    return dest
+
+
+@pytest.fixture
+def megatron(tmp_path: Path) -> Path:
+    for ext in (".idx", ".bin"):
+        shutil.copy(FIXTURES / f"megatron/web_text_document{ext}", tmp_path / f"web{ext}")
+    return tmp_path / "web"
+
+
+def patch(path: Path, at: int, data: bytes) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[at : at + len(data)] = data
+    path.write_bytes(bytes(raw))
+
+
+def one_line(exc: pytest.ExceptionInfo) -> str:
+    text = str(exc.value)
+    assert "\n" not in text and " — " in text, text
+    return text
+
+
+def test_a_truncated_bin_is_named_with_its_expected_size(megatron: Path) -> None:
+    bin_ = megatron.with_suffix(".bin")
+    bin_.write_bytes(bin_.read_bytes()[:-3])
+    with pytest.raises(DatasetError, match=r"web\.bin must be 46 bytes as .*web\.idx says, got 43 \(shorter\)") as exc:
+        open_token_store(str(megatron))
+    assert "truncated" in one_line(exc)
+
+
+def test_a_bin_longer_than_its_index_says_is_refused(megatron: Path) -> None:
+    with megatron.with_suffix(".bin").open("ab") as f:
+        f.write(b"\0\0")
+    with pytest.raises(DatasetError, match=r"got 48 \(longer\) — the data file is not the one this index was written"):
+        open_token_store(str(megatron))
+
+
+def test_a_wrong_magic_says_it_is_not_a_megatron_index(megatron: Path) -> None:
+    patch(megatron.with_suffix(".idx"), 0, b"NOTANIDX\0")
+    with pytest.raises(DatasetError, match=r"web\.idx must start with the Megatron index magic .* got b'NOTANIDX") as e:
+        open_token_store(str(megatron))
+    assert "preprocess_data.py" in one_line(e)
+
+
+def test_a_wrong_version_is_refused(megatron: Path) -> None:
+    patch(megatron.with_suffix(".idx"), 9, struct.pack("<Q", 2))
+    with pytest.raises(DatasetError, match=r"web\.idx must be a Megatron index of version 1, got version 2"):
+        open_token_store(str(megatron))
+
+
+@pytest.mark.parametrize("code", [0, 6, 9, 255])
+def test_an_unknown_or_float_dtype_code_is_refused(megatron: Path, code: int) -> None:
+    patch(megatron.with_suffix(".idx"), 17, bytes([code]))
+    with pytest.raises(
+        DatasetError, match=rf"web\.idx must name an integer dtype code \(1 uint8, .*\), got code {code}"
+    ):
+        open_token_store(str(megatron))
+
+
+def test_an_index_whose_sizes_disagree_with_its_length_is_refused(megatron: Path) -> None:
+    idx = megatron.with_suffix(".idx")
+    idx.write_bytes(idx.read_bytes()[:-8])
+    with pytest.raises(DatasetError, match=r"web\.idx must be \d+ bytes for its 6 sequences and 7 document indices"):
+        open_token_store(str(megatron))
+
+
+def test_a_document_pointer_past_the_end_is_refused(megatron: Path) -> None:
+    patch(megatron.with_suffix(".idx"), 34 + 4 * 6 + 8 * 5, struct.pack("<q", 4096))
+    with pytest.raises(DatasetError, match=r"must point sequence 5 at byte 40 of .*web\.bin, got 4096 \(past the end"):
+        open_token_store(str(megatron))
+
+
+def test_datatrove_index_and_data_must_agree(tmp_path: Path) -> None:
+    ds = copy(tmp_path, "datatrove/00000_unshuffled.ds")
+    index = Path(str(ds) + ".index")
+    index.write_bytes(index.read_bytes()[:-8] + struct.pack("<Q", 99))
+    with pytest.raises(DatasetError, match=r"\.ds\.index must end its last document at the 23 tokens of .*, got 99"):
+        open_token_store(str(ds))
+
+
+def test_datatrove_data_must_be_whole_tokens_and_loss_one_byte_each(tmp_path: Path) -> None:
+    wide = copy(tmp_path, "datatrove/wide")
+    loss = wide / "00000_wide.ds.loss"
+    loss.write_bytes(loss.read_bytes()[:-1])
+    with pytest.raises(DatasetError, match=r"\.ds\.loss must hold one byte per token \(23\), got 22"):
+        open_token_store(str(wide))
+    ds = copy(tmp_path, "datatrove/00000_unshuffled.ds")
+    ds.write_bytes(ds.read_bytes() + b"\0")
+    with pytest.raises(DatasetError, match=r"must be a whole number of 2-byte tokens, got 47 bytes"):
+        open_token_store(str(ds))
+
+
+def test_a_numpy_file_whose_size_is_not_a_multiple_of_its_dtype(tmp_path: Path) -> None:
+    (tmp_path / "x.npy").write_bytes(np.arange(5, dtype=np.uint16).tobytes())
+    with pytest.raises(
+        DatasetError, match=r"x\.npy must be a whole number of uint32 ids \(4 bytes each\), got 10 bytes"
+    ):
+        open_token_store(str(tmp_path / "x.npy"), dtype="uint32", eos_token_id=2)
+
+
+def test_olmo_needs_its_dtype_and_a_way_to_find_documents(tmp_path: Path) -> None:
+    (tmp_path / "x.npy").write_bytes(np.arange(4, dtype=np.uint16).tobytes())
+    with pytest.raises(
+        DatasetError, match=r"x\.npy must be read with the dtype it was written in, got none — pass dtype="
+    ):
+        open_token_store(str(tmp_path / "x.npy"))
+    with pytest.raises(DatasetError, match=r"must come with its document index .*x\.csv\.gz or an EOS id"):
+        open_token_store(str(tmp_path / "x.npy"), dtype="uint16")
+
+
+def test_an_olmo_sidecar_past_its_data_is_refused(tmp_path: Path) -> None:
+    import gzip
+
+    (tmp_path / "x.npy").write_bytes(np.arange(4, dtype=np.uint16).tobytes())
+    (tmp_path / "x.csv.gz").write_bytes(gzip.compress(b"0,2\n2,9\n"))
+    with pytest.raises(
+        DatasetError, match=r"x\.csv\.gz must hold sorted start,end rows within the 4 ids .* got 2,9 in row 1"
+    ):
+        open_token_store(str(tmp_path / "x.npy"), dtype="uint16")
+
+
+def test_an_mds_shard_missing_from_its_folder_is_named(tmp_path: Path) -> None:
+    store = copy(tmp_path, "mds/int32")
+    (store / "shard.00001.mds").unlink()
+    with pytest.raises(
+        DatasetError, match=r"must have the shard .*int32/shard\.00001\.mds, got none — copy every shard"
+    ):
+        open_token_store(str(store))
+
+
+def test_an_mds_shard_of_another_size_than_its_index_says(tmp_path: Path) -> None:
+    store = copy(tmp_path, "mds/uint16")
+    shard = store / "shard.00000.mds"
+    shard.write_bytes(shard.read_bytes()[:-4])
+    with pytest.raises(DatasetError, match=r"shard\.00000\.mds must be \d+ bytes as index\.json says, got \d+"):
+        open_token_store(str(store))
+
+
+def test_a_legacy_bytes_column_needs_its_dtype() -> None:
+    with pytest.raises(DatasetError, match=r"is raw bytes, got no dtype .* dtype='int64'"):
+        open_token_store(str(FIXTURES / "mds/bytes"))
+
+
+def test_a_truncated_litdata_chunk_is_refused(tmp_path: Path) -> None:
+    store = copy(tmp_path, "litdata/tokens")
+    chunk = store / "chunk-0-1.bin"
+    chunk.write_bytes(chunk.read_bytes()[:-2])
+    with pytest.raises(
+        DatasetError, match=r"chunk-0-1\.bin must be 32 bytes holding 2 items as index\.json says, got 30"
+    ):
+        open_token_store(str(store))
+
+
+def test_a_compressed_litdata_store_is_refused(tmp_path: Path) -> None:
+    store = copy(tmp_path, "litdata/tokens")
+    meta = json.loads((store / "index.json").read_text())
+    meta["config"]["compression"] = "zstd"
+    (store / "index.json").write_text(json.dumps(meta))
+    with pytest.raises(DatasetError, match=r"must describe uncompressed, unencrypted chunks .* compression=None"):
+        open_token_store(str(store))
+
+
+def test_mixed_dtypes_in_one_store_are_refused() -> None:
+    with pytest.raises(DatasetError, match=r"megatron' must hold one dtype, got \['int32', 'uint16'\]"):
+        open_token_store(str(FIXTURES / "megatron"))
+    with pytest.raises(DatasetError, match=r"must hold one tokenizer and token size"):
+        open_token_store(str(FIXTURES / "datatrove"))
+
+
+def test_ids_over_the_vocabulary_name_the_file_and_document() -> None:
+    store = open_token_store(str(FIXTURES / "datatrove/wide"), vocab_size=1000)
+    with pytest.raises(
+        DatasetError, match=r"00000_wide\.ds must be < the tokenizer's vocabulary of 1000, got 40000 in document 4"
+    ) as e:
+        store.read(0, 6)
+    assert "made with another tokenizer" in one_line(e)
+
+
+def test_an_ambiguous_folder_asks_for_fmt(tmp_path: Path) -> None:
+    shutil.copy(FIXTURES / "datatrove/00000_unshuffled.ds", tmp_path / "a.ds")
+    shutil.copy(FIXTURES / "olmo/part-0-00000.npy", tmp_path / "b.npy")
+    assert detect_format(str(tmp_path)) is None
+    with pytest.raises(
+        DatasetError, match=r"must be of a format its files tell, got files .* — pass fmt= \(one of megatron"
+    ):
+        open_token_store(str(tmp_path))
+
+
+def test_bad_options_are_config_errors(tmp_path: Path) -> None:
+    path = str(FIXTURES / "olmo/part-1-00000.npy")
+    with pytest.raises(ConfigError, match=r"fmt must be one of megatron, .*, got 'arrow'"):
+        open_token_store(path, fmt="arrow")
+    with pytest.raises(ConfigError, match=r"dtype must be an integer NumPy dtype .* got 'float32'"):
+        open_token_store(path, dtype="float32")
+    with pytest.raises(ConfigError, match=r"eos_token_id must be an integer ≥ 0 or None, got -1"):
+        open_token_store(path, dtype="uint16", eos_token_id=-1)
+    with pytest.raises(DatasetError, match=r"must name a file, a file prefix or a folder, got nothing there"):
+        open_token_store(str(tmp_path / "nothing"))
