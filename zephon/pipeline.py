@@ -7,9 +7,8 @@ executor (``zephon.executor.runner``). The builder methods return new pipelines.
 Polars and DuckDB) is imported only when a work source must be planned.
 
 One run, opened once: a pipeline opens (and checks) its plan bundle once and builds its encoder once per process
-(``_Opened``); ``num_steps``, ``load_state_dict``, ``state_dict``, iteration and ``to_torch_dataset`` share them
-(a DataLoader worker, a process of its own, opens its own). Example: ``Pipeline.from_plan(p)``, then
-``num_steps()``, ``load_state_dict(s)`` and iterating → the bundle opened once, one encoder (a test counts them).
+(``zephon.run.OpenedRun``), shared by ``num_steps``, ``load_state_dict``, ``state_dict``, iteration and
+``to_torch_dataset`` (a DataLoader worker, a process of its own, opens its own).
 
 A pipeline is also a checkpointable component (the ``Stateful`` protocol of ``torch.distributed.checkpoint``):
 ``state_dict()`` says where the latest iteration stands, ``load_state_dict(state)`` makes the next iteration
@@ -19,7 +18,6 @@ resume there (load before iterating). See docs/training.md.
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 from zephon.checks import require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.encode.encoders import AnyEncoder, make_encoder
 from zephon.executor.geometry import Geometry
 from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
@@ -35,23 +32,12 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import check_run_batch, merge_states
 from zephon.plan.manifest import warn_plan
+from zephon.run import OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
     from zephon.work import StaticMixtureWorkSource
-
-
-@dataclasses.dataclass(kw_only=True, slots=True)
-class _Opened:
-    """What this process opened for a pipeline: the checked bundle (checked again if its files change), and the
-    encoder for the settings ``key``."""
-
-    pid: int
-    plan_dir: Path
-    plan: PlanBundle
-    key: tuple[object, ...] | None = None
-    encoder: AnyEncoder | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,7 +71,7 @@ class Pipeline:
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
         #: ones starts from it instead of calibrating again.
         self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
-        self._opened: _Opened | None = None
+        self._opened: OpenedRun | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -95,24 +81,10 @@ class Pipeline:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
 
-    def _fresh(self) -> _Opened:
-        """What this process opened, its bundle checked once (and again if its files changed since)."""
-        opened = self._opened
-        if opened is None or opened.pid != os.getpid() or opened.plan_dir != self.plan_dir:
-            plan_dir = self.plan_dir
-            opened = self._opened = _Opened(pid=os.getpid(), plan_dir=plan_dir, plan=PlanBundle(plan_dir))
-        elif opened.plan.changed():  # edited, damaged or replaced since it was checked: checked again
-            opened.plan = PlanBundle(opened.plan_dir)
-        return opened
-
-    @staticmethod
-    def _encoder(opened: _Opened, spec: ExecutorSpec) -> AnyEncoder:
-        """The encoder for ``spec``, built once in this process (again only when its settings change)."""
-        key = (spec.tokenize, spec.operators, spec.tokenizer_threads)
-        if opened.encoder is None or opened.key != key:
-            opened.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
-            opened.key = key
-        return opened.encoder
+    def _fresh(self) -> OpenedRun:
+        """What this process opened for this pipeline's bundle (``zephon.run.OpenedRun.current``)."""
+        self._opened = OpenedRun.current(self._opened, lambda: self.plan_dir)
+        return self._opened
 
     @classmethod
     def from_plan(cls, path: str | Path) -> Pipeline:
@@ -124,7 +96,7 @@ class Pipeline:
         plan = PlanBundle(path)
         warn_plan(plan.manifest)
         pipeline = cls(_plan_dir=Path(path))
-        pipeline._opened = _Opened(pid=os.getpid(), plan_dir=Path(path), plan=plan)
+        pipeline._opened = OpenedRun.of(Path(path), plan)
         return pipeline
 
     def _with(self, **changes: object) -> Pipeline:
@@ -301,7 +273,7 @@ class Pipeline:
             plan = PlanBundle(target)
             warn_plan(plan.manifest)  # planned now or cached: a shortfall is a zephon.PlanWarning
             self._plan_dir = target
-            self._opened = _Opened(pid=os.getpid(), plan_dir=target, plan=plan)
+            self._opened = OpenedRun.of(target, plan)
         return self._plan_dir
 
     def executor_spec(self) -> ExecutorSpec:
@@ -330,7 +302,7 @@ class Pipeline:
             opened.plan,
             spec,
             geometry,
-            encoder=self._encoder(opened, spec),
+            encoder=opened.encoder_for(spec),
             state=self._pending_state,
             stats=self._stats,
             worker=worker,

@@ -45,7 +45,7 @@ from typing import Any
 import duckdb
 
 from zephon.errors import ConfigError, DatasetError
-from zephon.planner.selection.tables import is_remote_sidecar, read_sidecar, sidecar_digest
+from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
 __all__ = ["JoinPlan", "Relation", "join_sidecar", "partitions_for", "quote", "sidecar_files", "sidecar_relation"]
@@ -141,7 +141,7 @@ def _sidecar_fingerprint(files: list[str]) -> str:
 
     The whole content, not the footer: a sidecar is a few bytes per document, and one changed value in the
     middle of a page need not change a footer. A remote sidecar's fingerprint is the same function of its
-    files' names and bytes (``selection_sources.sidecar_digest``)."""
+    files' names and bytes (``zephon.planner.selection.sidecar.sidecar_digest``)."""
     items = []
     for name in files:
         with open(name, "rb") as handle:

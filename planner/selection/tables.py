@@ -21,9 +21,7 @@ row group's chunks of those columns are read (one GET per run of adjacent chunks
 for a metadata column; the text column is never fetched) except the row groups whose footer statistics
 exclude a simple conjunct of the ``where`` (``zephon.planner.selection.pruning``; not with a sidecar).
 
-Sidecars on ``s3://``/``gs://``/``az://`` (an object, a prefix or a glob) or ``hf://`` (a dataset path) are
-read whole, pinned, and fingerprinted by content exactly like a local sidecar (SHA-256 over each file's name
-and bytes): a sidecar copied to a bucket gives the same fingerprint, and a changed value a different one.
+Remote sidecars: ``zephon.planner.selection.sidecar``.
 
 Worked example: shard ``s3://b/web/0.parquet`` with columns id, text, score in 2 row groups and
 ``where="score >= 3"``: one GET of the footer, then the two ``score`` chunks (adjacent chunks within 64 KiB are
@@ -33,9 +31,8 @@ fetched by one GET); the registered table has columns score, file_row_number, ze
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -54,15 +51,11 @@ from zephon.storage.remote import is_hub_uri, is_remote_uri
 from zephon.storage.seekable import SeekableSpans
 
 __all__ = [
-    "RemoteSidecar",
     "Wanted",
     "arrow_read",
-    "is_remote_sidecar",
     "read_documents",
     "read_shard",
-    "read_sidecar",
     "referenced_names",
-    "sidecar_digest",
 ]
 
 
@@ -75,10 +68,6 @@ def arrow_read(ref: ShardRef) -> bool:
 GAP_BYTES = 64 << 10
 #: Shards read at once (each one fetches its chunks concurrently too).
 SHARD_WORKERS = 8
-
-
-def is_remote_sidecar(text: str) -> bool:
-    return text.startswith(("hf://", "s3://", "gs://", "gcs://", "az://", "abfs://"))
 
 
 def referenced_names(con: duckdb.DuckDBPyConnection, selection: Selection) -> Wanted:
@@ -339,66 +328,3 @@ def read_documents(dataset: str, refs: Sequence[ShardRef], wanted: Wanted) -> tu
             f"dataset {dataset!r}: its shards must give each selected column one type, got {one_line(exc)} — "
             "write the column with one type in every shard"
         ) from exc
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RemoteSidecar:
-    """A remote sidecar read whole: its table, content fingerprint and file names."""
-
-    table: pa.Table
-    fingerprint: str
-    files: tuple[str, ...]
-
-
-def read_sidecar(selection: Selection) -> RemoteSidecar:
-    """The remote sidecar of ``selection``: every Parquet file of the path, read whole and pinned, in name order."""
-    assert selection.metadata is not None
-    name, text = selection.dataset, selection.metadata
-    files: list[tuple[str, Callable[[], bytes]]] = []
-    if text.startswith("hf://"):
-        from zephon.storage.hub.client import read_remote_range, resolve_hf_dataset
-
-        resolved = resolve_hf_dataset(text)
-        for hub in sorted(resolved.files, key=lambda f: f.path_in_repo):
-            _check_parquet(name, text, hub.path_in_repo, hub.format)
-            files.append((hub.path_in_repo, lambda f=hub: read_remote_range(f, 0, f.size)))
-    else:
-        from zephon.storage.objects.listing import discover_objects
-        from zephon.storage.objects.reads import ObjectFile, read_whole
-
-        for found in discover_objects(name, text):
-            assert isinstance(found.remote, ObjectFile)
-            _check_parquet(name, text, found.uri, found.format)
-            files.append((found.uri, lambda f=found.remote: read_whole(f)))
-    digests, tables = [], []
-    for path, read in files:
-        data = read()
-        digests.append((path, hashlib.sha256(data).digest()))
-        try:
-            tables.append(pq.read_table(pa.BufferReader(data)))
-        except (OSError, ValueError) as exc:
-            raise DatasetError(
-                f"dataset {name!r}: sidecar file {path} must be readable Parquet, got {one_line(exc)} — re-export it"
-            ) from exc
-    return RemoteSidecar(
-        table=pa.concat_tables(tables, promote_options="default"),
-        fingerprint=sidecar_digest(digests),
-        files=tuple(p for p, _ in files),
-    )
-
-
-def _check_parquet(name: str, text: str, path: str, fmt: str) -> None:
-    if fmt != "parquet":
-        raise DatasetError(
-            f"dataset {name!r}: sidecar {text!r} must hold Parquet files only, got {path} ({fmt or 'unknown'}) — "
-            "convert it to Parquet or narrow the path"
-        )
-
-
-def sidecar_digest(items: Iterable[tuple[str, bytes]]) -> str:
-    """SHA-256 over each file's base name and content digest (the local sidecar's fingerprint, too)."""
-    digest = hashlib.sha256()
-    for path, content_digest in items:
-        digest.update(path.rpartition("/")[2].encode() + b"\0")
-        digest.update(content_digest)
-    return "sha256:" + digest.hexdigest()

@@ -10,7 +10,7 @@ import pytest
 from conftest import write_parquet_dataset
 
 import zephon.executor.runner as runner_module
-import zephon.pipeline as pipeline_module
+import zephon.run as run_module
 from zephon import Pipeline
 from zephon.executor.plan_reader import PlanBundle
 from zephon.io import Dataset
@@ -57,7 +57,7 @@ def test_a_resumed_run_opens_the_bundle_once_and_builds_one_encoder(
     state = json.loads(json.dumps(first.state_dict()))
 
     opened, built = [], []
-    real_init, real_make = PlanBundle.__init__, pipeline_module.make_encoder
+    real_init, real_make = PlanBundle.__init__, run_module.make_encoder
 
     def counted_init(self, plan_dir):  # type: ignore[no-untyped-def]
         opened.append(plan_dir)
@@ -68,7 +68,7 @@ def test_a_resumed_run_opens_the_bundle_once_and_builds_one_encoder(
         return real_make(*args, **kwargs)
 
     monkeypatch.setattr(PlanBundle, "__init__", counted_init)  # wherever a bundle is opened
-    monkeypatch.setattr(pipeline_module, "make_encoder", counted_make)
+    monkeypatch.setattr(run_module, "make_encoder", counted_make)
     monkeypatch.setattr(runner_module, "make_encoder", counted_make)
     resumed = pipe(plan, tokenizer_dir)
     steps = resumed.num_steps()
@@ -84,8 +84,8 @@ def test_a_pipeline_with_other_tokenize_settings_builds_its_own_encoder(
 ) -> None:
     """The bundle is shared by the pipelines derived from one another; an encoder only by the same settings."""
     built = []
-    real_make = pipeline_module.make_encoder
-    monkeypatch.setattr(pipeline_module, "make_encoder", lambda *a, **k: built.append(a) or real_make(*a, **k))
+    real_make = run_module.make_encoder
+    monkeypatch.setattr(run_module, "make_encoder", lambda *a, **k: built.append(a) or real_make(*a, **k))
     base = pipe(plan, tokenizer_dir)
     base.num_steps()
     same = base.batch(microbatch_size=4)

@@ -5,7 +5,8 @@ Commands (documented in docs/cli.md), each in its own module::
     zephon plan CONFIG -o PLAN_DIR [--overwrite]          zephon.cli.plan_commands
     zephon count CONFIG                                   zephon.cli.plan_commands
     zephon sql PLAN_DIR QUERY [--format ...] [-o FILE]    zephon.cli.sql_command
-    zephon show / audit / diff                            zephon.cli.inspect_commands
+    zephon show / audit                                   zephon.cli.inspect_commands
+    zephon diff                                           zephon.cli.diff_command
     zephon cache ls / du / prune                          zephon.cli.cache_commands
     zephon engines check [CONFIG] --tokenizer TOK         zephon.cli.engine_commands
 
@@ -20,8 +21,9 @@ import sys
 import click
 
 from zephon.cli.cache_commands import cache
+from zephon.cli.diff_command import diff
 from zephon.cli.engine_commands import engines
-from zephon.cli.inspect_commands import audit, diff, show
+from zephon.cli.inspect_commands import audit, show
 from zephon.cli.plan_commands import count, plan
 from zephon.cli.sql_command import sql
 

@@ -181,7 +181,7 @@ def _sidecar_relation(
     """The sidecar as a relation of ``con`` and its parameters: local files through ``read_parquet($meta)``, a
     remote sidecar read whole (``zephon.planner.selection.tables``) and registered as ``name``."""
     from zephon.planner.selection.evaluate import sidecar_files  # inspection sits above the planner
-    from zephon.planner.selection.tables import is_remote_sidecar, read_sidecar
+    from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar
     from zephon.recipe.selection import Selection
 
     selection = Selection(dataset=dataset, metadata=metadata, key=key)

@@ -1,0 +1,64 @@
+"""One run, opened once per process: a pipeline's checked plan bundle and its encoder (``OpenedRun``).
+
+A ``Pipeline`` asks for its bundle and encoder from ``num_steps``, ``load_state_dict``, ``state_dict``, iteration
+and ``to_torch_dataset``; all of them share what ``OpenedRun.current`` returns. Invariant: in one process the
+bundle is opened (and verified) once, and checked again only when one of its files changed since (a stat of
+each, ``PlanBundle.changed``); the encoder is built once per tokenizer settings (``encoder_for``). Another
+process (a DataLoader worker, a forked child) opens its own: an ``OpenedRun`` is never used outside the process
+that opened it.
+
+Example: ``Pipeline.from_plan(p)``, then ``num_steps()``, ``load_state_dict(s)`` and iterating → one
+``PlanBundle(p)`` and one ``make_encoder`` call (tests/executor/test_one_run.py counts them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from zephon.executor.encode.encoders import AnyEncoder, make_encoder
+from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.settings import ExecutorSpec
+
+__all__ = ["OpenedRun"]
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class OpenedRun:
+    """What this process opened for a pipeline: the checked bundle, and the encoder for the settings ``key``."""
+
+    pid: int
+    plan_dir: Path
+    plan: PlanBundle
+    key: tuple[object, ...] | None = None
+    encoder: AnyEncoder | None = None
+
+    @classmethod
+    def of(cls, plan_dir: Path, plan: PlanBundle) -> OpenedRun:
+        """A bundle this process has just opened and checked."""
+        return cls(pid=os.getpid(), plan_dir=plan_dir, plan=plan)
+
+    @classmethod
+    def current(cls, opened: OpenedRun | None, plan_dir: Callable[[], Path]) -> OpenedRun:
+        """``opened`` if this process opened it for ``plan_dir()`` (checked again if its files changed since),
+        else the bundle opened now. ``plan_dir`` is called only when needed (it may plan a work source)."""
+        if opened is None or opened.pid != os.getpid():
+            where = plan_dir()
+            return cls.of(where, PlanBundle(where))
+        where = plan_dir()
+        if opened.plan_dir != where:
+            return cls.of(where, PlanBundle(where))
+        if opened.plan.changed():  # edited, damaged or replaced since it was checked: checked again
+            opened.plan = PlanBundle(opened.plan_dir)
+        return opened
+
+    def encoder_for(self, spec: ExecutorSpec) -> AnyEncoder:
+        """The encoder for ``spec``, built once in this process (again only when its settings change)."""
+        key = (spec.tokenize, spec.operators, spec.tokenizer_threads)
+        if self.encoder is None or self.key != key:
+            assert spec.tokenize is not None  # spec.ready()
+            self.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
+            self.key = key
+        return self.encoder
