@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.files import Blob, LocalBlob, StoreFiles
+from zephon.executor.token_stores.store import CountedPart
 from zephon.storage.jsonl import decompress
 from zephon.storage.seekable import SeekableSpans
 
@@ -73,7 +74,7 @@ def _lengths(blob: Blob, field: str, column: pa.ChunkedArray, first_row: int) ->
     return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-class ColumnPart:
+class ColumnPart(CountedPart):
     """One Parquet or JSONL file with a token column (see the module docstring)."""
 
     def __init__(self, blob: Blob, fmt: str, tokens_field: str | None) -> None:
@@ -100,13 +101,6 @@ class ColumnPart:
             self._table = table.select([self.field])
             self.counts = _lengths(blob, self.field, self._table[self.field], 0)
             self.group_starts = np.asarray([0, len(self.counts)], np.int64)
-
-    @property
-    def num_documents(self) -> int:
-        return len(self.counts)
-
-    def token_counts(self) -> np.ndarray:
-        return self.counts
 
     def read(self, start: int, stop: int) -> np.ndarray:
         if stop == start:

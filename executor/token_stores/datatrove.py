@@ -23,6 +23,7 @@ import numpy as np
 
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.files import Blob, StoreFiles
+from zephon.executor.token_stores.store import EndToEndPart
 
 __all__ = ["DatatrovePart", "datatrove_parts", "read_metadata"]
 
@@ -44,7 +45,7 @@ def read_metadata(blob: Blob) -> tuple[str | None, np.dtype]:
     return name, SIZES[int(size)]
 
 
-class DatatrovePart:
+class DatatrovePart(EndToEndPart):
     """One ``.ds`` file with its index (see the module docstring)."""
 
     def __init__(self, files: StoreFiles, stem: str, dtype: np.dtype | None) -> None:
@@ -65,7 +66,7 @@ class DatatrovePart:
                 f"{data.name} must come with {data.name}.metadata or a dtype, got neither — pass dtype='uint16' "
                 "(token size 2) or dtype='uint32' (token size 4)"
             )
-        self.name, self.dtype, self._data = data.name, np.dtype(dtype), data
+        self.name, self.dtype, self.tokens_file = data.name, np.dtype(dtype), data
         if data.size % self.dtype.itemsize:
             raise DatasetError(
                 f"{data.name} must be a whole number of {self.dtype.itemsize}-byte tokens, got {data.size} bytes — it "
@@ -88,26 +89,11 @@ class DatatrovePart:
                 f"{self._loss.name} must hold one byte per token ({total}), got {self._loss.size} — copy it again"
             )
 
-    @property
-    def num_documents(self) -> int:
-        return len(self.doc_starts) - 1
-
-    def token_counts(self) -> np.ndarray:
-        return np.diff(self.doc_starts)
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        size = self.dtype.itemsize
-        lo, hi = int(self.doc_starts[start]), int(self.doc_starts[stop])
-        return np.frombuffer(self._data.read(lo * size, hi * size), dtype=self.dtype)
-
     def read_loss(self, start: int, stop: int) -> np.ndarray | None:
         if self._loss is None:
             return None
         lo, hi = int(self.doc_starts[start]), int(self.doc_starts[stop])
         return np.frombuffer(self._loss.read(lo, hi), dtype=np.uint8).astype(bool)
-
-    def read_texts(self, start: int, stop: int) -> list[str]:
-        raise AssertionError("a datatrove store holds token ids")  # pragma: no cover
 
 
 def datatrove_parts(files: StoreFiles, dtype: np.dtype | None) -> list[DatatrovePart]:

@@ -33,6 +33,7 @@ import numpy as np
 
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.files import Blob, BytesBlob, StoreFiles
+from zephon.executor.token_stores.store import CountedPart
 
 __all__ = ["MdsShard", "mds_parts"]
 
@@ -40,7 +41,7 @@ VALUE_DTYPES = {8: "uint8", 9: "int8", 16: "uint16", 17: "int16", 32: "uint32", 
 TOKEN_FIELDS = ("tokens", "input_ids")
 
 
-class MdsShard:
+class MdsShard(CountedPart):
     """One MDS shard (see the module docstring)."""
 
     def __init__(self, blob: Blob, entry: dict, column: int, dtype: np.dtype | None) -> None:
@@ -123,13 +124,6 @@ class MdsShard:
                 raise DatasetError(f"token column of {self.name} must hold one dtype, got {sorted(map(str, dtypes))}")
             self.dtype = dtypes.pop() if dtypes else np.dtype("int32")
         return np.asarray(starts, np.int64), np.asarray(counts, np.int64)
-
-    @property
-    def num_documents(self) -> int:
-        return len(self.counts)
-
-    def token_counts(self) -> np.ndarray:
-        return self.counts
 
     def read(self, start: int, stop: int) -> np.ndarray:
         assert self.dtype is not None

@@ -26,6 +26,7 @@ import numpy as np
 
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.files import Blob, StoreFiles
+from zephon.executor.token_stores.store import EndToEndPart
 
 __all__ = ["MAGIC", "MegatronPart", "megatron_parts"]
 
@@ -44,11 +45,11 @@ DTYPES: dict[int, type[np.number]] = {
 _FIX = "rebuild it with Megatron's tools/preprocess_data.py"
 
 
-class MegatronPart:
+class MegatronPart(EndToEndPart):
     """One ``PREFIX.idx`` + ``PREFIX.bin`` pair (see the module docstring)."""
 
     def __init__(self, idx: Blob, bin: Blob, prefix: str) -> None:
-        self.name, self._bin = bin.name, bin
+        self.name, self.tokens_file = bin.name, bin
         if idx.size < HEADER:
             raise DatasetError(
                 f"{idx.name} must be a Megatron index of at least {HEADER} bytes, got {idx.size} — it is truncated; "
@@ -110,24 +111,6 @@ class MegatronPart:
         #: Token offset of each document's first id in the ``.bin``, and one past the last.
         self.doc_starts = cumulative[doc_index]
         self.prefix = prefix
-
-    @property
-    def num_documents(self) -> int:
-        return len(self.doc_starts) - 1
-
-    def token_counts(self) -> np.ndarray:
-        return np.diff(self.doc_starts)
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        size = self.dtype.itemsize
-        lo, hi = int(self.doc_starts[start]), int(self.doc_starts[stop])
-        return np.frombuffer(self._bin.read(lo * size, hi * size), dtype=self.dtype)
-
-    def read_loss(self, start: int, stop: int) -> None:
-        return None
-
-    def read_texts(self, start: int, stop: int) -> list[str]:
-        raise AssertionError("a Megatron store holds token ids")  # pragma: no cover
 
 
 def megatron_prefixes(files: StoreFiles) -> list[str]:

@@ -23,8 +23,9 @@ import numpy as np
 
 from zephon.checks import is_int
 from zephon.errors import DatasetError
+from zephon.executor.token_stores.files import Blob
 
-__all__ = ["StorePart", "TokenDocuments", "TokenStore"]
+__all__ = ["CountedPart", "EndToEndPart", "StorePart", "TokenDocuments", "TokenStore"]
 
 Holds = Literal["tokens", "text"]
 
@@ -82,6 +83,49 @@ class StorePart(Protocol):
     def read_texts(self, start: int, stop: int) -> list[str]:
         """The texts of documents ``start .. stop-1`` (text parts only)."""
         ...
+
+
+class EndToEndPart:
+    """A part whose documents lie end to end in one file of ids (a Megatron ``.bin``, a datatrove ``.ds``): document
+    ``i`` is ids ``doc_starts[i] .. doc_starts[i + 1]`` of ``tokens_file``, so a range of documents is one range
+    read. Subclasses set the four attributes from their index; ``read_loss`` is theirs to override."""
+
+    name: str
+    dtype: np.dtype
+    #: Id offset of each document's first id in ``tokens_file``, and one past the last (int64).
+    doc_starts: np.ndarray
+    tokens_file: Blob
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.doc_starts) - 1
+
+    def token_counts(self) -> np.ndarray:
+        return np.diff(self.doc_starts)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        size = self.dtype.itemsize
+        lo, hi = int(self.doc_starts[start]), int(self.doc_starts[stop])
+        return np.frombuffer(self.tokens_file.read(lo * size, hi * size), dtype=self.dtype)
+
+    def read_loss(self, start: int, stop: int) -> np.ndarray | None:
+        return None
+
+    def read_texts(self, start: int, stop: int) -> list[str]:
+        raise AssertionError(f"{self.name} holds token ids")  # pragma: no cover
+
+
+class CountedPart:
+    """A part that counted its documents' ids when opened (``counts``: Parquet/JSONL columns, MDS samples)."""
+
+    counts: np.ndarray
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.counts)
+
+    def token_counts(self) -> np.ndarray:
+        return self.counts
 
 
 class TokenStore:
