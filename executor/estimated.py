@@ -13,10 +13,10 @@ through five stages, each wrapping the one before and handing on one named value
 4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
-   (``zephon.executor.geometry``), the next row of lane ``j % L``, reading on until that lane holds a full row
-   or the plan is read to the end → ``LaneMicrobatch``. A run ends after ``num_steps`` steps, the same on every
-   rank (``zephon.executor.run_length``); without it (the stage on its own) a step starts only while some
-   lane has tokens left.
+   (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
+   on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. A run ends after
+   ``num_steps`` steps, the same on every rank (``zephon.executor.run_length``); without it (the stage on its
+   own) a step starts only while some lane has tokens left.
 
 Stages 1-3 are the producer. With read-ahead (``zephon.executor.read_ahead``) they run on the read-ahead
 thread, the only one that touches the plan iterator and the shard reader; ``Tokenize`` encodes the first chunk
@@ -71,6 +71,7 @@ from zephon.executor.read_ahead import ReadAhead
 from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.settings import RunStats
 from zephon.executor.shard_reader import ShardReader
+from zephon.executor.step_arithmetic import lane_of
 from zephon.executor.tokenize import Encoded, Encoder
 from zephon.plan.records import ShardRef
 
@@ -459,7 +460,7 @@ class LaneBatches:
             deal.hold()
             at = progress.advance()
             ids = self.geometry.microbatch_sequences(at.step, at.index)
-            rows = [deal.row(j % num_lanes) for j in ids.tolist()]
+            rows = [deal.row(lane_of(j, num_lanes)) for j in ids.tolist()]
             short = sum(int(r.lengths[0]) < self.max_length for r in rows)
             if self.num_steps is None and self.drop_last and short:
                 deal.count_all_skipped()  # the plan is read to the end
@@ -470,7 +471,7 @@ class LaneBatches:
                 packed = concat_rows(rows)
                 assert packed.pieces is not None
                 positions = packed.pieces["position"]
-                deal.count_skipped((ids % num_lanes)[packed.pieces["row"]], positions)
+                deal.count_skipped(lane_of(ids, num_lanes)[packed.pieces["row"]], positions)
                 yield LaneMicrobatch(at=at, sequences=ids, rows=packed, datasets=deal.dataset_of(positions))
 
     def _end_of_run(self) -> None:

@@ -53,6 +53,7 @@ from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.shard_reader import ShardReader
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
+from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_flags import untag
 
 
@@ -173,8 +174,7 @@ class RankRunner:
         if self._num_steps is None:
             if self.exact:
                 n = self.plan.manifest.exact_packing().sequences
-                g = self.geometry.global_batch
-                self._num_steps = n // g if self.spec.batch.drop_last else -(-n // g)
+                self._num_steps = steps_in(n, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
             else:
                 assert self.geometry.lanes is not None
                 units = lane_units(self.plan, self.geometry.lanes)

@@ -20,6 +20,7 @@ import polars as pl
 
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
+from zephon.executor.step_arithmetic import sequences_in
 from zephon.plan.format import (
     BINS_FILE,
     BINS_ROW_GROUP,
@@ -121,7 +122,7 @@ def _manifest(
         L = prepared.pack.max_length
         packing = {"algorithm": prepared.pack.algorithm, "max_length": L}
         if bins is None:
-            packing["sequences"] = -(-int(total_tokens) // L)
+            packing["sequences"] = sequences_in(int(total_tokens), L)
             packing["padding_fraction"] = (packing["sequences"] * L - total_tokens) / (packing["sequences"] * L)
         else:
             b = bins
