@@ -37,7 +37,7 @@ from zephon.executor.batch import Batch
 from zephon.executor.documents import AnyEncoder, carries_flags, make_encoder
 from zephon.executor.encode_slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
-from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
+from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.lanes import Lane
@@ -52,6 +52,7 @@ from zephon.executor.run_length import TokensPerUnit, calibration_documents, est
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.shard_reader import ShardReader
+from zephon.executor.skipped_documents import SkipReports
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
 from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_flags import untag

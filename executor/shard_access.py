@@ -23,11 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from zephon.executor.documents import converter_of
-from zephon.executor.estimated import SkipReports
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.remote_access import RemoteAccess
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_reader import ShardReader
+from zephon.executor.skipped_documents import SkipReports
 
 
 class ShardAccess:
