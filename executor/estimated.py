@@ -13,10 +13,10 @@ through five stages, each wrapping the one before and handing on one named value
 4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
-   (``zephon.executor.geometry``), the next row of lane ``j % L``, reading on until that lane holds a full row
-   or the plan is read to the end → ``LaneMicrobatch``. A run ends after ``num_steps`` steps, the same on every
-   rank (``zephon.executor.pack.run_length``); without it (the stage on its own) a step starts only while some
-   lane has tokens left.
+   (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
+   on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. A run ends after
+   ``num_steps`` steps, the same on every rank (``zephon.executor.pack.run_length``); without it (the stage on its
+   own) a step starts only while some lane has tokens left.
 
 Stages 1-3 are the producer. With read-ahead (``zephon.executor.read.ahead``) they run on the read-ahead
 thread, the only one that touches the plan iterator and the shard reader; ``Tokenize`` encodes the first chunk
@@ -67,12 +67,13 @@ from zephon.executor.pack.lanes import Lane
 from zephon.executor.pack.rows import PackedRows, concat_rows
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
-from zephon.executor.provenance_log import ProvenanceLog, SkippedDocument
+from zephon.executor.provenance_log import ProvenanceLog
 from zephon.executor.read.ahead import ReadAhead
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
 from zephon.executor.settings import RunStats
-from zephon.plan.records import ShardRef
+from zephon.executor.step_arithmetic import lane_of
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
 
@@ -87,34 +88,14 @@ class PlanRows:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class SkipReport:
-    """A document the shard reader skipped (``on_bad_document="skip"``), as it reported it: shard, row, reason."""
-
-    ref: ShardRef
-    row: int
-    reason: str
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class HeldSkip:
-    """A skipped document not yet in ``RunStats``: counted once a microbatch handed out passes ``position`` in
-    its ``lane`` (or at the end of the run)."""
-
-    position: int
-    lane: int
-    report: SkipReport
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
 class ChunkTexts:
     """A chunk's texts: ``keep`` indexes ``chunk`` grouped by lane (plan order within a lane), ``texts[i]`` is
-    the text of document ``keep[i]``; ``reports`` are what the reader skipped while reading them, and
-    ``skipped`` the same documents by plan position."""
+    the text of document ``keep[i]``; ``skipped`` are the documents the reader skipped while reading them, placed
+    at their plan positions and lanes (``zephon.executor.read.skipped_documents``)."""
 
     chunk: SampleChunk
     keep: np.ndarray
     texts: list[str]
-    reports: tuple[SkipReport, ...]
     skipped: tuple[SkippedDocument, ...]
 
 
@@ -126,7 +107,6 @@ class ChunkTokens:
     chunk: SampleChunk
     keep: np.ndarray
     encoded: Future[Encoded] | None
-    reports: tuple[SkipReport, ...]
     skipped: tuple[SkippedDocument, ...]
 
 
@@ -170,24 +150,9 @@ class ReadPlanRows:
         return PlanRows(chunk=chunk, keep=keep)
 
 
-class SkipReports:
-    """The shard reader's ``on_skip`` callback: holds its reports until the chunk being read takes them."""
-
-    def __init__(self) -> None:
-        self._pending: list[SkipReport] = []
-
-    def add(self, ref: ShardRef, row: int, reason: str) -> None:
-        self._pending.append(SkipReport(ref=ref, row=row, reason=reason))
-
-    def take(self) -> tuple[SkipReport, ...]:
-        taken = tuple(self._pending)
-        self._pending.clear()
-        return taken
-
-
 class FetchTexts:
     """Stage 2: the texts of a chunk's kept documents, grouped by lane; documents the skip policy left out
-    (text None) are dropped — they get no tokens — and reported.
+    (text None) are dropped — they get no tokens — and their reports placed at their positions and lanes.
 
     State: the reader's pending skip reports (``reports``, taken by the chunk that caused them).
     """
@@ -221,13 +186,12 @@ class FetchTexts:
         if len(keep) and self.skip_bad:
             kept = [i for i, t in enumerate(got) if t is not None]
             if len(kept) < len(got):
-                why = {(r.ref.shard_id, r.row): r.reason for r in reports}
+                report = {(r.ref.shard_id, r.row): r for r in reports}
                 skipped = tuple(
-                    SkippedDocument(
-                        position=int(chunk.start + keep[i]),
-                        reason=why[int(chunk.shard_id[keep[i]]), int(chunk.row[keep[i]])],
+                    report[int(chunk.shard_id[k]), int(chunk.row[k])].placed(
+                        position=int(chunk.start + k), lane=int(chunk.lane[k])
                     )
-                    for i, t in enumerate(got)
+                    for k, t in zip(keep.tolist(), got, strict=True)
                     if t is None
                 )
             keep, got = keep[kept], [got[i] for i in kept]
@@ -235,7 +199,7 @@ class FetchTexts:
         if len(keep):
             order = np.argsort(chunk.lane[keep], kind="stable")
             keep, texts = keep[order], [got[i] for i in order.tolist()]  # type: ignore[misc]  # None dropped
-        return ChunkTexts(chunk=chunk, keep=keep, texts=texts, reports=reports, skipped=skipped)
+        return ChunkTexts(chunk=chunk, keep=keep, texts=texts, skipped=skipped)
 
 
 class Tokenize:
@@ -266,7 +230,7 @@ class Tokenize:
         elif got.texts:
             assert self._pool is not None
             encoded = self._pool.submit(self._encode, got, split=False)
-        return ChunkTokens(chunk=got.chunk, keep=got.keep, encoded=encoded, reports=got.reports, skipped=got.skipped)
+        return ChunkTokens(chunk=got.chunk, keep=got.keep, encoded=encoded, skipped=got.skipped)
 
     def _encode(self, got: ChunkTexts, *, split: bool) -> Encoded:
         """The chunk's texts encoded; a spot-check mismatch names the document's dataset, shard and row."""
@@ -318,8 +282,8 @@ class DealLanes:
         self._ids = np.empty(0, dtype=np.int16)  # dataset of positions [_ids_from, _ids_from + len(_ids))
         self._ids_from: int | None = None
         self._keep_from = 0  # positions before this are no longer needed (set by ``hold``)
-        #: Skipped documents not yet counted in ``stats``: position, lane, shard, row and reason.
-        self._pending: list[HeldSkip] = []
+        #: Skipped documents not yet counted in ``stats`` (placed: their positions and lanes are set).
+        self._pending: list[SkippedDocument] = []
 
     @property
     def empty(self) -> bool:
@@ -372,8 +336,9 @@ class DealLanes:
         reached = {lane: int(positions[lanes == lane].max()) for lane in np.unique(lanes).tolist()}
         rest = []
         for held in self._pending:
+            assert held.position is not None and held.lane is not None
             if held.position < reached.get(held.lane, -1):
-                self.stats.skip(held.report.ref, held.report.row, held.report.reason)
+                self.stats.skip(held.ref, held.row, held.reason)
             else:
                 rest.append(held)
         self._pending = rest
@@ -382,22 +347,17 @@ class DealLanes:
         """At the end of the run: count in ``stats`` every skipped document not counted yet."""
         if self.stats is not None:
             for held in self._pending:
-                self.stats.skip(held.report.ref, held.report.row, held.report.reason)
+                self.stats.skip(held.ref, held.row, held.reason)
         self._pending = []
 
     def _deal(self, got: ChunkTokens) -> None:
         chunk = got.chunk
         self._remember(chunk)
         if got.skipped:
-            assert chunk.lane is not None
-            refs = {(r.ref.shard_id, r.row): r.ref for r in got.reports}
             for doc in got.skipped:
                 self.skipped[doc.reason] = self.skipped.get(doc.reason, 0) + 1
-                if self.stats is not None:  # held until a microbatch handed out moves past it
-                    i = doc.position - chunk.start
-                    shard, row = int(chunk.shard_id[i]), int(chunk.row[i])
-                    report = SkipReport(ref=refs[shard, row], row=row, reason=doc.reason)
-                    self._pending.append(HeldSkip(position=doc.position, lane=int(chunk.lane[i]), report=report))
+            if self.stats is not None:  # held until a microbatch handed out moves past them
+                self._pending.extend(got.skipped)
             if self.log is not None:
                 self.log.skip(got.skipped)
         if got.encoded is None:
@@ -459,7 +419,7 @@ class LaneBatches:
             deal.hold()
             at = progress.advance()
             ids = self.geometry.microbatch_sequences(at.step, at.index)
-            rows = [deal.row(j % num_lanes) for j in ids.tolist()]
+            rows = [deal.row(lane_of(j, num_lanes)) for j in ids.tolist()]
             short = sum(int(r.lengths[0]) < self.max_length for r in rows)
             if self.num_steps is None and self.drop_last and short:
                 deal.count_all_skipped()  # the plan is read to the end
@@ -470,7 +430,7 @@ class LaneBatches:
                 packed = concat_rows(rows)
                 assert packed.pieces is not None
                 positions = packed.pieces["position"]
-                deal.count_skipped((ids % num_lanes)[packed.pieces["row"]], positions)
+                deal.count_skipped(lane_of(ids, num_lanes)[packed.pieces["row"]], positions)
                 yield LaneMicrobatch(at=at, sequences=ids, rows=packed, datasets=deal.dataset_of(positions))
 
     def _end_of_run(self) -> None:

@@ -2,9 +2,10 @@
 
 In an exact plan every document's token count is known, so the plan fixes every sequence:
 
-* ``wrap``: sequence ``k`` is tokens ``[k·L, (k+1)·L)`` of the global stream; ``samples.token_offset`` gives
-  each document's first token, so the documents of sequence ``k`` are found by a binary search (footer
-  statistics pick the row group, then one row group is searched);
+* ``wrap``: sequence ``k`` is tokens ``[k·L, (k+1)·L)`` of the global stream
+  (``zephon.executor.step_arithmetic``); ``samples.token_offset`` gives each document's first token, so the
+  documents of sequence ``k`` are found by a binary search (footer statistics pick the row group, then one row
+  group is searched);
 * ``best_fit`` and ``homogeneous``: ``bins.parquet`` lists, per sequence, the pieces (position, doc_start,
   length, offset).
 
@@ -40,6 +41,7 @@ from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec
+from zephon.executor.step_arithmetic import sequence_tokens
 
 if TYPE_CHECKING:
     from zephon.executor.encode.encoders import ChatEncoder, TextEncoder
@@ -153,8 +155,8 @@ class ExactSequences:
             out["row"], out["offset"], out["position"] = row, cols["offset"], cols["position"]
             out["doc_start"], out["length"] = cols["doc_start"], cols["length"]
             return out
-        start = ks * self.max_length
-        end = np.minimum(start + self.max_length, self.total_tokens)
+        start, end = sequence_tokens(ks, ks + 1, self.max_length)
+        end = np.minimum(end, self.total_tokens)
         first = self.samples.find_many("token_offset", start)
         last = self.samples.find_many("token_offset", end - 1)
         position, row = _ranges(first, last)

@@ -1,16 +1,17 @@
 """Global batches and which sequences each data-parallel rank produces.
 
 Sequences are numbered globally, ``j = 0, 1, 2, …``, in the order the plan fixes. A global step is ``G``
-sequences: step ``s`` is ``j ∈ [s·G, (s+1)·G)``. Rank ``r`` of ``D`` takes the sequences with ``j ≡ r (mod D)``,
+sequences: step ``s`` is ``j ∈ [s·G, (s+1)·G)`` (``zephon.executor.step_arithmetic``, the one definition of
+steps, sequences, lanes and tokens). Rank ``r`` of ``D`` takes the sequences with ``j ≡ r (mod D)``,
 in increasing order, and yields them as ``A = G / (B·D)`` microbatches of ``B`` (gradient accumulation).
 The union over ranks of step ``s`` is the same ``G`` sequences, in the same order, for every ``D`` that
 divides ``G`` — elastic determinism.
 
 Estimated plans pack at train time inside ``L`` lanes (``zephon.planner.lane_dealing``): sequence ``j`` is row
-``j // L`` of lane ``j % L``. Rank ``r`` then only packs the lanes ``ℓ ≡ r (mod D)``, which requires ``D | L``.
-By default ``L = G`` (``packing_lanes``): one lane per row of a step, so every ``D`` dividing ``G`` owns
-``G / D`` whole lanes and tokenizes only its own documents. A plan made with ``lanes=N`` fixes ``L = N``.
-Exact plans fix every sequence, so any ``D`` dividing ``G`` works.
+``j // L`` of lane ``j % L`` (``step_arithmetic.lane_row``, ``lane_of``). Rank ``r`` then only packs the lanes
+``ℓ ≡ r (mod D)``, which requires ``D | L``. By default ``L = G`` (``packing_lanes``): one lane per row of a
+step, so every ``D`` dividing ``G`` owns ``G / D`` whole lanes and tokenizes only its own documents. A plan
+made with ``lanes=N`` fixes ``L = N``. Exact plans fix every sequence, so any ``D`` dividing ``G`` works.
 
 Example: G = 8, B = 2, D = 2 (A = 2). Step 1 is j = 8…15; rank 0 yields [8, 10] then [12, 14], rank 1
 yields [9, 11] then [13, 15]. With D = 1 (A = 4) the single rank yields [8, 9], [10, 11], [12, 13], [14, 15]:
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.errors import ConfigError
+from zephon.executor.step_arithmetic import step_sequences
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,7 +88,8 @@ class Geometry:
 
     def microbatch_sequences(self, step: int, index: int) -> np.ndarray:
         """Global sequence ids of microbatch ``index`` (0 ≤ index < A) of ``step`` on this rank."""
-        first = step * self.global_batch + self.dp_rank + index * self.microbatch * self.dp_size
+        step_start, _ = step_sequences(step, self.global_batch)
+        first = step_start + self.dp_rank + index * self.microbatch * self.dp_size
         return first + self.dp_size * np.arange(self.microbatch, dtype=np.int64)
 
 

@@ -12,8 +12,9 @@ key-value metadata records the plan's ``config_hash``, ``max_length``, ``global_
 ``lanes``. ``zephon audit PLAN --log DIR`` (``zephon.inspection.log_check``) checks the log against the plan.
 
 Documents the skip policy (``Pipeline.options(on_bad_document="skip")``) left out are listed beside it, in
-``DIR/skipped-rank-{r:05d}-worker-{w:02d}-from-{step:09d}.parquet`` (``position``, ``reason``; written when the
-log closes, only if something was skipped), so the check can tell a skipped document from a lost one.
+``DIR/skipped-rank-{r:05d}-worker-{w:02d}-from-{step:09d}.parquet`` (``position``, ``reason`` of each
+``zephon.executor.read.skipped_documents.SkippedDocument``; written when the log closes, only if something was
+skipped), so the check can tell a skipped document from a lost one.
 
 Row groups are flushed every ``FLUSH_ROWS`` pieces, so a log costs a few bytes per piece and bounded memory.
 """
@@ -30,6 +31,7 @@ import pyarrow.parquet as pq
 
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
+from zephon.executor.read.skipped_documents import SkippedDocument
 
 LOG_SCHEMA = pa.schema(
     [
@@ -66,14 +68,6 @@ class LogHeader:
     worker: int = 0
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SkippedDocument:
-    """A plan document the skip policy left out: its plan ``position`` and why (``SKIP_REASONS``)."""
-
-    position: int
-    reason: str
-
-
 class ProvenanceLog:
     """Appends yielded batches' pieces to this rank's log file."""
 
@@ -99,7 +93,7 @@ class ProvenanceLog:
         self._skipped: list[SkippedDocument] = []
 
     def skip(self, documents: Sequence[SkippedDocument]) -> None:
-        """Record documents the skip policy left out."""
+        """Record documents the skip policy left out (placed at their plan positions)."""
         self._skipped.extend(documents)
 
     def write(self, batch: Batch) -> None:

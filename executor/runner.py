@@ -38,7 +38,7 @@ from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_enco
 from zephon.executor.encode.flags import untag
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
-from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, SkipReports, Tokenize
+from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
@@ -51,9 +51,11 @@ from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read.ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
+from zephon.executor.step_arithmetic import steps_in
 
 
 class RankRunner:
@@ -171,8 +173,7 @@ class RankRunner:
         if self._num_steps is None:
             if self.exact:
                 n = self.plan.manifest.exact_packing().sequences
-                g = self.geometry.global_batch
-                self._num_steps = n // g if self.spec.batch.drop_last else -(-n // g)
+                self._num_steps = steps_in(n, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
             else:
                 assert self.geometry.lanes is not None
                 units = lane_units(self.plan, self.geometry.lanes)

@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from zephon.executor.encode.encoders import converter_of
-from zephon.executor.estimated import SkipReports
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import ExecutorSpec, RunStats
 
 

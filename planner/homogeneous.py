@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zephon.executor.step_arithmetic import sequences_in
 from zephon.planner.best_fit import Bins
 
 __all__ = ["homogeneous", "window_bound_rows"]
@@ -43,7 +44,7 @@ def homogeneous(tokens: np.ndarray, dataset_id: np.ndarray, max_length: int) -> 
     keys, owners, numbers = [], [], []
     for d in ids.tolist():
         total = int(tokens[dataset_id == d].sum())
-        n = -(-total // L)
+        n = sequences_in(total, L)  # the dataset's own stream cut into rows
         rows_of[d] = n
         r = np.arange(n, dtype=np.int64)
         keys.append((2 * r + 1) / (2.0 * n) if n else np.empty(0))

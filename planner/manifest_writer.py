@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from zephon.executor.step_arithmetic import sequences_in
 from zephon.plan.format import BINS_FILE, COPIES_FILE, FORMAT_VERSION, SAMPLES_FILE, SHARDS_FILE
 from zephon.plan.manifest import (
     Manifest,
@@ -182,7 +183,7 @@ def _packing(prepared: PreparedPlan, totals: Totals, bins: Bins | None, total_to
         return None
     L = spec.max_length
     if bins is None:
-        sequences = -(-int(total_tokens) // L)
+        sequences = sequences_in(int(total_tokens), L)
         padding = (sequences * L - total_tokens) / (sequences * L)
         return PlanPacking(algorithm=spec.algorithm, max_length=L, sequences=sequences, padding_fraction=padding)
     first_fit = None

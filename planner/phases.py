@@ -31,6 +31,7 @@ from fractions import Fraction
 from typing import Any
 
 from zephon.errors import ConfigError
+from zephon.executor.step_arithmetic import step_tokens
 from zephon.planner.interleave import exact_fraction, exact_weights
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec
@@ -91,7 +92,7 @@ def stages(source: WorkSource, pack: PackSpec | None) -> tuple[Stage, ...]:
                     'give the starts in unit="tokens"'
                 )
             assert phase.global_batch_size is not None
-            tokens = int(phase.start) * phase.global_batch_size * pack.max_length
+            tokens, _ = step_tokens(int(phase.start), phase.global_batch_size, pack.max_length)
         out.append(
             Stage(
                 index=index,

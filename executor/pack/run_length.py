@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.step_arithmetic import steps_in
 from zephon.plan.bundle import read_row_group
 from zephon.plan.format import deal_column
 
@@ -164,6 +165,6 @@ def estimated_steps(
     num_lanes = len(lanes.units)
     if drop_last:  # sequences j < L·R are full rows (row j // L of lane j % L)
         rows = int(np.floor(np.maximum(0.0, 1 - margin) * tokens / max_length).min())
-        return num_lanes * rows // global_batch
-    rows = int(np.ceil((1 + margin) * tokens / max_length).max())  # every lane used up within R rows
-    return -(-num_lanes * rows // global_batch)
+    else:
+        rows = int(np.ceil((1 + margin) * tokens / max_length).max())  # every lane used up within R rows
+    return steps_in(num_lanes * rows, global_batch, drop_last=drop_last)  # R rows of L lanes: L·R sequences

@@ -10,7 +10,8 @@
 ``P``, the *branch position*, is the first document no row of steps ``< N`` touches:
 
 * exact ``wrap`` plans: step ``s`` holds stream tokens ``[s·G·W, (s+1)·G·W)`` (``G`` global batch rows, ``W``
-  max_length), so ``P`` = the first document whose ``token_offset ≥ N·G·W``;
+  max_length), so ``P`` = the first document whose ``token_offset ≥ N·G·W``
+  (``zephon.executor.step_arithmetic.first_position``);
 * estimated plans pack at run time, so only the run knows where each lane stood: the continuation takes the
   run's checkpoint state at step ``N`` (all lanes' cursors, ``zephon.merge_states`` or a state saved under
   ``torch.distributed``); lane ``k`` has consumed the documents before its cursor ``(p_k, skip_k)``, so
@@ -48,6 +49,7 @@ import pyarrow as pa
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
 from zephon.executor.state import check_state_fields
+from zephon.executor.step_arithmetic import first_position, steps_in
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
@@ -136,7 +138,7 @@ def find_branch(
             )
         _check_lineage_batch(bundle, global_batch)
         packing = manifest.exact_packing()
-        steps = packing.sequences // global_batch
+        steps = steps_in(packing.sequences, global_batch, drop_last=True)  # the full steps
         if not 0 <= at_step <= steps:
             raise ConfigError(
                 f"--at-step must be within the parent's {steps} full steps of {global_batch} rows, got {at_step} "
@@ -144,7 +146,7 @@ def find_branch(
             )
         offsets = columns["token_offset"]
         assert offsets is not None, "an exact plan has token offsets"
-        position = int(np.searchsorted(offsets, at_step * global_batch * packing.max_length, side="left"))
+        position = first_position(offsets, at_step, global_batch, packing.max_length)
         return Branch(step=at_step, position=position, global_batch=global_batch)
     if state is None:
         raise ConfigError(

@@ -21,7 +21,6 @@ from zephon.executor.estimated import (
     LaneBatches,
     LaneMicrobatch,
     ReadPlanRows,
-    SkipReports,
     Tokenize,
 )
 from zephon.executor.geometry import Geometry
@@ -31,6 +30,8 @@ from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.read.ahead import ReadAhead
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
+from zephon.executor.settings import RunStats
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_SCHEMA
 from zephon.planner.build import seal_bundle
@@ -133,8 +134,52 @@ def test_stages_1_2_keep_every_document_and_group_them_by_lane(example) -> None:
     assert texts is not None
     assert texts.keep.tolist() == [0, 2, 1, 3]  # grouped by lane, plan order within a lane
     assert texts.texts == ["a b", "and", "the", "data"]
-    assert texts.reports == () and texts.skipped == ()
+    assert texts.skipped == ()
     assert fetch.next() is None
+
+
+class _Log:
+    """The provenance log's ``skip``, recorded."""
+
+    def __init__(self) -> None:
+        self.skipped: list[SkippedDocument] = []
+
+    def skip(self, documents) -> None:
+        self.skipped.extend(documents)
+
+
+def test_a_skipped_document_is_one_record_from_the_reader_to_the_stats_and_the_log(tmp_path, encoder) -> None:
+    plan = PlanBundle(write_plan(tmp_path, ["a b", None, "and", "data"], [0, 1, 0, 1]))  # row 1: null text
+    lanes = {0: Lane(MAX_LENGTH, P), 1: Lane(MAX_LENGTH, P)}
+    reports = SkipReports()
+    reader = ShardReader(plan.shards, "text", capacity=2, on_bad_document="skip", on_skip=reports.add, skippable=True)
+    rows = ReadPlanRows(plan, lanes, num_lanes=2, chunk_size=1024)
+    fetch = FetchTexts(rows, reader, RemoteAccess(plan, StoreOptions(), reader), reports, skip_bad=True)
+    stats, log = RunStats(), _Log()
+    tokens = Tokenize(fetch, encoder, threads=None)
+    deal = DealLanes(
+        ReadAhead(tokens.next, threaded=False),
+        lanes,
+        num_documents=plan.num_documents,
+        dataset_names=plan.dataset_names,
+        stats=stats,
+        log=log,  # type: ignore[arg-type]
+    )
+    batches = list(
+        LaneBatches(
+            deal,
+            Geometry.for_plan(microbatch=2, global_batch=2, dp_size=1, dp_rank=0, exact=False, plan_lanes=2),
+            Progress(accumulation=1),
+            drop_last=False,
+            max_length=MAX_LENGTH,
+        )
+    )
+    tokens.close()
+    shard = reader.ref(0)
+    assert log.skipped == [SkippedDocument(ref=shard, row=1, reason="null_text", position=1, lane=1)]
+    assert deal.skipped == {"null_text": 1}
+    assert stats.skipped == {"null_text": 1} and stats.skipped_by_shard == {shard.uri: {"null_text": 1}}
+    assert [piece[2] for b in batches for piece in pieces(b)] == [0, 2, 3, 2]  # position 1 has no tokens
 
 
 def test_stages_1_2_start_each_lane_at_its_cursor(example) -> None:

@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
+from zephon.executor.step_arithmetic import lane_of, lane_row, sequence_tokens, step_of
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import deal_column
 
@@ -129,9 +130,10 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         found.add(f"sequence {seq[i]} offset {off[i]} was logged with different contents (a re-run yielded other data)")
     found.count += max(0, len(dup) - 5)
     # 3. steps and tiling
-    bad_step = np.flatnonzero(cols["step"] != seq // global_batch)
+    step = step_of(seq, global_batch)
+    bad_step = np.flatnonzero(cols["step"] != step)
     for i in bad_step[:5]:
-        found.add(f"sequence {seq[i]} must be in step {seq[i] // global_batch}, got step {cols['step'][i]}")
+        found.add(f"sequence {seq[i]} must be in step {step[i]}, got step {cols['step'][i]}")
     found.count += max(0, len(bad_step) - 5)
     new_seq = np.ones(len(seq), dtype=bool)
     new_seq[1:] = seq[1:] != seq[:-1]
@@ -194,7 +196,7 @@ def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, w
         offsets = np.asarray(samples["token_offset"], dtype=np.int64)
         tokens = np.asarray(samples["tokens"], dtype=np.int64)
         for j in sequences.tolist():
-            lo, hi = j * width, (j + 1) * width
+            lo, hi = sequence_tokens(j, j + 1, width)
             first = max(0, int(np.searchsorted(offsets, lo, side="right")) - 1)
             p = first
             while p < len(offsets) and offsets[p] < hi:
@@ -217,11 +219,12 @@ def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, w
 
 def _check_lanes(lanes: int, samples, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
     plan_lane = np.asarray(samples["deal"], dtype=np.int64) % lanes
-    wrong = np.flatnonzero(plan_lane[pos] != seq % lanes)
+    lane_of_seq, row_of = lane_of(seq, lanes), lane_row(seq, lanes)
+    wrong = np.flatnonzero(plan_lane[pos] != lane_of_seq)
     for i in wrong[:5]:
         found.add(
             f"position {pos[i]} belongs to lane {plan_lane[pos[i]]}, got it in sequence {seq[i]} (lane "
-            f"{seq[i] % lanes})"
+            f"{lane_of_seq[i]})"
         )
     found.count += max(0, len(wrong) - 5)
     # Within a lane, row k+1 follows row k: same document continued, or the lane's next document from token 0.
@@ -231,10 +234,9 @@ def _check_lanes(lanes: int, samples, seq, pos, start, length, found: _Findings,
     members = members[np.argsort(plan_lane[members], kind="stable")]  # by lane, plan order within a lane
     same = plan_lane[members[:-1]] == plan_lane[members[1:]]
     next_in_lane[members[:-1][same]] = members[1:][same]
-    lane_of, row_of = seq % lanes, seq // lanes
-    order = np.lexsort((np.arange(len(seq)), row_of, lane_of))
+    order = np.lexsort((np.arange(len(seq)), row_of, lane_of_seq))
     for a, b in zip(order[:-1].tolist(), order[1:].tolist(), strict=True):
-        if lane_of[a] != lane_of[b] or row_of[b] - row_of[a] > 1:
+        if lane_of_seq[a] != lane_of_seq[b] or row_of[b] - row_of[a] > 1:
             continue  # another lane, or rows not both logged
         if pos[b] == pos[a]:
             if start[b] != start[a] + length[a]:
@@ -244,7 +246,7 @@ def _check_lanes(lanes: int, samples, seq, pos, start, length, found: _Findings,
                 )
         elif pos[b] != next_in_lane[pos[a]] or start[b] != 0:
             found.add(
-                f"lane {lane_of[b]}: after position {pos[a]} the next document is {next_in_lane[pos[a]]} from "
+                f"lane {lane_of_seq[b]}: after position {pos[a]} the next document is {next_in_lane[pos[a]]} from "
                 f"token 0, got position {pos[b]} from token {start[b]} (sequence {seq[b]})"
             )
 

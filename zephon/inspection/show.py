@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from zephon.errors import ConfigError
+from zephon.executor.step_arithmetic import step_sequences
 from zephon.inspection.steps import StepSeeker, resolve_layout
 from zephon.plan.bundle import open_bundle
 from zephon.plan.manifest import Manifest
@@ -109,8 +110,8 @@ def show_step(
             f"sequences), got {step!r} — pass a step in range"
         )
     assert layout.batch_size is not None and layout.sequences is not None
-    first = step * layout.batch_size
-    end = min(first + layout.batch_size, layout.sequences)
+    first, end = step_sequences(step, layout.batch_size)
+    end = min(end, layout.sequences)  # the last step may be partial
     docs = StepSeeker(bundle, layout).documents(first, end)
 
     shards = bundle.shards.read()

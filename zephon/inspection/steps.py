@@ -15,7 +15,8 @@ one batch per optimizer *step*. Which documents a sequence holds depends on the 
 * **no tokens** (sample mixtures): a "sequence" is one document; sequence ``k`` is position ``k``.
 
 Step ``s`` is sequences ``[s·B, (s+1)·B)``: a document belongs to every step one of its sequences is in.
-Wrap plans use the formula with ``B·L`` in place of ``L``.
+Wrap plans use the formula with ``B·L`` in place of ``L``. The formulas are ``zephon.executor.step_arithmetic``'s
+(which the executor and the SQL views of ``zephon.inspection.views`` use too).
 
 Worked example, exact wrap with ``L = 4``, ``B = 2``, documents of 3, 6 and 2 tokens (offsets 0, 3, 9)::
 
@@ -44,6 +45,7 @@ import pyarrow as pa
 
 from zephon.checks import require_positive
 from zephon.errors import ConfigError, PlanFormatError
+from zephon.executor.step_arithmetic import sequence_tokens, sequences_in, steps_in, tokens_inside, tokens_per_step
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.manifest import Manifest
 
@@ -83,14 +85,14 @@ class StepLayout:
         """Steps in the plan (the last one may be partial); ``None`` without a batch size or sequences."""
         if self.batch_size is None or self.sequences is None:
             return None
-        return -(-self.sequences // self.batch_size)
+        return steps_in(self.sequences, self.batch_size)
 
     @property
     def step_tokens(self) -> int | None:
         """Tokens per step for wrap plans (``B·L``)."""
         if self.batch_size is None or self.max_length is None:
             return None
-        return self.batch_size * self.max_length
+        return tokens_per_step(self.batch_size, self.max_length)
 
     def require_steps(self) -> int:
         """The number of steps, or a ConfigError that says which option is missing."""
@@ -180,7 +182,7 @@ def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_len
         batch_size=batch_size,
         documents=documents,
         total_tokens=total_tokens,
-        sequences=None if max_length is None else -(-total_tokens // max_length),
+        sequences=None if max_length is None else sequences_in(total_tokens, max_length),
     )
 
 
@@ -277,7 +279,7 @@ class StepSeeker:
             return self._best_fit(first_sequence, end_sequence)
         length = self.layout.max_length
         assert length is not None
-        start, end = first_sequence * length, end_sequence * length
+        start, end = sequence_tokens(first_sequence, end_sequence, length)
         if self.layout.offsets == "column":
             r0 = self._row_at_token(start)
             r1 = self._row_at_token(end - 1)
@@ -287,7 +289,7 @@ class StepSeeker:
             r0, r1, offsets = self._cumulative(start, end)
             table = self.read_rows(r0, r1)
         tokens = table.column("tokens").to_numpy().astype(np.int64)
-        inside = np.minimum(offsets + tokens, end) - np.maximum(offsets, start)
+        inside = tokens_inside(offsets, tokens, start, end)
         keep = (tokens > 0) & (inside > 0)
         return _result(first_sequence, end_sequence, table.filter(pa.array(keep)), inside[keep], with_tokens=True)
 

@@ -25,8 +25,10 @@ Worked example (exact wrap, ``L = 4``, ``B = 2``; documents of 3, 6, 2 tokens at
 
     steps: (0, 0, ., 3), (0, 1, ., 5), (1, 1, ., 1), (1, 2, ., 2)
 
-Integers in the view definitions (``L``, ``B``, the longest document) are validated Python ``int`` values
-written into the SQL text: DuckDB views cannot take bound parameters.
+The step, sequence and token formulas of the views are SQL built by ``zephon.executor.step_arithmetic`` (the
+functions the executor and ``zephon.inspection.steps`` run), so the views and the Python cannot drift. Integers
+in the view definitions (``L``, ``B``, the longest document) are validated Python ``int`` values written into
+the SQL text: DuckDB views cannot take bound parameters.
 """
 
 from __future__ import annotations
@@ -39,6 +41,15 @@ from typing import Any
 import duckdb
 import pyarrow as pa
 
+from zephon.executor.step_arithmetic import (
+    Sql,
+    document_steps,
+    step_of,
+    step_of_token,
+    step_sequences,
+    step_tokens,
+    tokens_inside,
+)
 from zephon.inspection.sql import QueryResult, connect
 from zephon.inspection.steps import StepLayout, resolve_layout
 from zephon.plan.bundle import CheckedBundle, open_bundle
@@ -51,6 +62,9 @@ __all__ = [
     "unique_names",
     "view_statements",
 ]
+
+#: The samples columns the step formulas read, as SQL operands of ``zephon.executor.step_arithmetic``.
+_POSITION, _OFFSET, _TOKENS = Sql("position"), Sql("token_offset"), Sql("tokens")
 
 
 def connect_with_steps(
@@ -176,14 +190,15 @@ def document_steps_sql(layout: StepLayout) -> str:
     batch = layout.batch_size
     assert batch is not None
     if layout.packing == "document":
-        return f"SELECT position, dataset_id, position // {batch} AS step FROM samples"
+        return f"SELECT position, dataset_id, {step_of(_POSITION, batch)} AS step FROM samples"
     if layout.packing == "best_fit":
         return (
-            f"SELECT b.position, any_value(s.dataset_id) AS dataset_id, min(b.sequence) // {batch} AS step "
-            "FROM bins b JOIN samples s USING (position) GROUP BY b.position"
+            f"SELECT b.position, any_value(s.dataset_id) AS dataset_id, {step_of(Sql('min(b.sequence)'), batch)} "
+            "AS step FROM bins b JOIN samples s USING (position) GROUP BY b.position"
         )
-    unit = layout.step_tokens
-    return f"SELECT position, dataset_id, token_offset // {unit} AS step FROM ({_offsets_sql(layout)}) WHERE tokens > 0"
+    assert layout.max_length is not None
+    step = step_of_token(_OFFSET, batch, layout.max_length)
+    return f"SELECT position, dataset_id, {step} AS step FROM ({_offsets_sql(layout)}) WHERE tokens > 0"
 
 
 def _offsets_sql(layout: StepLayout) -> str:
@@ -197,42 +212,47 @@ def _offsets_sql(layout: StepLayout) -> str:
 
 
 def _rows_sql(layout: StepLayout, col: str, per: int, arg: str | None, longest: int | None) -> str:
-    """Rows ``(col, position, dataset_id, tokens_in_col)`` for units of ``per`` sequences.
+    """Rows ``(col, position, dataset_id, tokens_in_col)`` for units of ``per`` sequences (``col`` is ``step``, or
+    ``sequence`` with ``per`` = 1), their SQL built by ``zephon.executor.step_arithmetic``.
 
     With ``arg`` (a macro parameter name) only unit ``arg`` is produced, with seek-friendly filters.
     """
-    n = f"CAST({arg} AS BIGINT)" if arg else None
-    if layout.packing == "document":
-        where = f" WHERE position >= {n} * {per} AND position < ({n} + 1) * {per}" if n else ""
-        return f"SELECT position // {per} AS {col}, position, dataset_id, tokens AS tokens_in_{col} FROM samples{where}"
+    n = Sql(f"CAST({arg} AS BIGINT)") if arg else None
+    if layout.packing == "document":  # a sequence is one document: sequence = position
+        where = ""
+        if n is not None:
+            first, end = step_sequences(n, per)
+            where = f" WHERE position >= {first} AND position < {end}"
+        unit = step_of(_POSITION, per)
+        return f"SELECT {unit} AS {col}, position, dataset_id, tokens AS tokens_in_{col} FROM samples{where}"
     if layout.packing == "best_fit":
         if n is None:
             return (
-                f"SELECT b.sequence // {per} AS {col}, b.position, s.dataset_id, "
+                f"SELECT {step_of(Sql('b.sequence'), per)} AS {col}, b.position, s.dataset_id, "
                 f"CAST(sum(b.length) AS INTEGER) AS tokens_in_{col} "
                 "FROM bins b JOIN samples s USING (position) GROUP BY ALL"
             )
         # Pieces of the unit from bins (sorted by sequence: row-group statistics skip the rest), then their
         # documents from samples within the pieces' position range.
+        first, end = step_sequences(n, per)
         return (
-            f"WITH p AS (SELECT sequence, position, length FROM bins "
-            f"WHERE sequence >= {n} * {per} AND sequence < ({n} + 1) * {per}) "
-            f"SELECT p.sequence // {per} AS {col}, p.position, s.dataset_id, "
+            f"WITH p AS (SELECT sequence, position, length FROM bins WHERE sequence >= {first} AND sequence < {end}) "
+            f"SELECT {step_of(Sql('p.sequence'), per)} AS {col}, p.position, s.dataset_id, "
             f"CAST(sum(p.length) AS INTEGER) AS tokens_in_{col} FROM p JOIN samples s ON s.position = p.position "
             "AND s.position BETWEEN (SELECT min(position) FROM p) AND (SELECT max(position) FROM p) GROUP BY ALL"
         )
-    assert layout.max_length is not None
-    unit = per * layout.max_length
+    width = layout.max_length
+    assert width is not None
     source = _offsets_sql(layout)
     if n is not None and layout.offsets == "column":
-        bound = f" AND token_offset > {n} * {unit} - {longest}" if longest is not None else ""
-        source = f"{source} WHERE token_offset < ({n} + 1) * {unit}{bound}"
+        start, end = step_tokens(n, per, width)
+        bound = f" AND token_offset > {start - longest}" if longest is not None else ""
+        source = f"{source} WHERE token_offset < {end}{bound}"
+    first, last = document_steps(_OFFSET, _TOKENS, per, width)
     inner = (
-        f"SELECT unnest(range(token_offset // {unit}, (token_offset + tokens - 1) // {unit} + 1)) AS {col}, "
+        f"SELECT unnest(range({first}, {last + 1})) AS {col}, "
         f"position, dataset_id, tokens, token_offset FROM ({source}) WHERE tokens > 0"
     )
-    where = f" WHERE {col} = {n}" if n else ""
-    return (
-        f"SELECT {col}, position, dataset_id, CAST(least(token_offset + tokens, ({col} + 1) * {unit}) "
-        f"- greatest(token_offset, {col} * {unit}) AS INTEGER) AS tokens_in_{col} FROM ({inner}){where}"
-    )
+    inside = tokens_inside(_OFFSET, _TOKENS, *step_tokens(Sql(col), per, width))
+    where = f" WHERE {col} = {n}" if n is not None else ""
+    return f"SELECT {col}, position, dataset_id, CAST({inside} AS INTEGER) AS tokens_in_{col} FROM ({inner}){where}"
