@@ -1,5 +1,9 @@
 """The estimated-plan hot path: five stages from plan rows to microbatches, each a small object with named state.
 
+Over 400 lines: the five stages and the four values between them stay in one module so that the worked example
+below reads against the code it describes, top to bottom; split, the values would need a module of their own that
+both halves import, and the example would describe three files.
+
 An estimated plan fixes which packing lane each document goes to (plan column ``lane``) but not where rows
 are cut: a rank cuts the rows of its own lanes at train time (``zephon.executor.pack.lanes``). A document goes
 through five stages, each wrapping the one before and handing on one named value per chunk of the plan:

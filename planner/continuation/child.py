@@ -31,8 +31,8 @@ The new config must keep the parent's seed, shuffle, tokenizer, token counting a
 document orders and deals depend on them. Its datasets are matched to the parent's by name and content, in any
 order; a parent dataset it leaves out stays at its index with weight 0 from the branch on, and new datasets
 follow (``zephon.planner.continuation.datasets``). Its budget counts the whole run; phase starts are positions
-/ tokens / steps of the whole run. One global batch per lineage (``_check_lineage_batch``); an estimated branch
-after a lane ran out is refused (``DryLanes``).
+/ tokens / steps of the whole run. One global batch per lineage (``checks.check_lineage_batch``); an estimated
+branch after a lane ran out is refused (``DryLanes``).
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ import pyarrow as pa
 
 from zephon.errors import ConfigError
 from zephon.executor.operators import Operator
-from zephon.executor.state import check_state_fields
 from zephon.executor.step_arithmetic import first_position, steps_in
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import PLAN_JSON, deal_column
@@ -56,9 +55,15 @@ from zephon.plan.integrity import config_digest
 from zephon.plan.manifest import LineageBranch, LineageParent, LineageSegment, PlanLineage, read_manifest, warn_plan
 from zephon.planner.build import write_bundle
 from zephon.planner.continuation.bundle import Continued, Prefix
+from zephon.planner.continuation.checks import (
+    check_compatible,
+    check_lineage_batch,
+    check_prefix_orders,
+    check_state_plan,
+)
 from zephon.planner.continuation.datasets import align, finish
 from zephon.planner.lane_dealing import row_bytes
-from zephon.planner.layout import Chunk, dataset_reader
+from zephon.planner.layout import Chunk
 from zephon.planner.phases import Stage
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.segment import SegmentStart
@@ -122,7 +127,7 @@ def find_branch(
                 "pack_flat(algorithm='wrap')"
             )
         if state is not None:
-            _check_state_plan(state, bundle, at_step)
+            check_state_plan(state, bundle, at_step)
             if global_batch is not None and global_batch != int(state["global_batch"]):
                 raise ConfigError(
                     f"--global-batch must be the state's global batch {state['global_batch']}, got {global_batch} "
@@ -136,7 +141,7 @@ def find_branch(
                 f"at_step={at_step}, global_batch={global_batch} — pass both (--at-step N --global-batch G), "
                 "or the run's checkpoint state (--continue-from-state STATE.json)"
             )
-        _check_lineage_batch(bundle, global_batch)
+        check_lineage_batch(bundle, global_batch)
         packing = manifest.exact_packing()
         steps = steps_in(packing.sequences, global_batch, drop_last=True)  # the full steps
         if not 0 <= at_step <= steps:
@@ -154,13 +159,13 @@ def find_branch(
             "estimated plan packs at run time, so only the run knows where each lane stood; pass "
             "--continue-from-state STATE.json (Python: state=pipeline.state_dict())"
         )
-    _check_state_plan(state, bundle, at_step)
+    check_state_plan(state, bundle, at_step)
     if global_batch is not None and global_batch != int(state["global_batch"]):
         raise ConfigError(
             f"--global-batch must be the state's global batch {state['global_batch']}, got {global_batch} — leave "
             "it out (the state carries it) or pass the state of a run with that batch"
         )
-    _check_lineage_batch(bundle, int(state["global_batch"]))
+    check_lineage_batch(bundle, int(state["global_batch"]))
     lanes = int(state["lanes"])
     cursors = state.get("lane_cursors") or {}
     missing = sorted(set(range(lanes)) - {int(k) for k in cursors})
@@ -188,18 +193,6 @@ def _dry_lanes(
     return tuple(sorted(int(k) for k, (p, skip) in cursors.items() if not int(skip) and int(p) > last[int(k)]))
 
 
-def _check_lineage_batch(bundle: CheckedBundle, global_batch: int) -> None:
-    """A continuation of a continued plan keeps its lineage's global batch: the lineage counts every segment's
-    first step in steps of that many rows."""
-    lineage = bundle.manifest.lineage
-    if lineage is not None and global_batch != lineage.branch.global_batch:
-        raise ConfigError(
-            f"--global-batch must be {lineage.branch.global_batch}, the global batch of the continued parent "
-            f"{bundle.path}, got {global_batch} — its lineage counts steps of {lineage.branch.global_batch} rows; "
-            "continue with that batch, or continue the first plan of the lineage"
-        )
-
-
 def branch_of(
     parent_dir: str | Path,
     *,
@@ -210,63 +203,6 @@ def branch_of(
     """Where a continuation of ``parent_dir`` would branch (its step and first new position), without planning."""
     bundle = open_bundle(parent_dir)
     return find_branch(bundle, _read_columns(bundle), at_step=at_step, global_batch=global_batch, state=state)
-
-
-def _check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int | None) -> None:
-    manifest = bundle.manifest
-    if not isinstance(state, dict) or "plan" not in state or "step" not in state:
-        raise ConfigError(
-            f"the continuation state must be a pipeline state (Pipeline.state_dict()), got {type(state).__name__} "
-            "without 'plan' and 'step' — pass the JSON a checkpoint saved"
-        )
-    if state["plan"] != manifest.config_hash:
-        raise ConfigError(
-            f"the continuation state must come from the parent plan {manifest.config_hash[:12]}, got a state of plan "
-            f"{str(state['plan'])[:12]} — pass the state of a run of {bundle.path}"
-        )
-    check_state_fields(state, documents=manifest.totals.documents)  # each field in range, one line each
-    if state.get("lanes") is None:
-        raise ConfigError(
-            f"pipeline state 'lanes' must be an integer ≥ 1 for an estimated plan's continuation, got "
-            f"{state.get('lanes')!r} — pass the state of a run of {bundle.path}"
-        )
-    if int(state.get("microbatch", 0)):
-        raise ConfigError(
-            f"the continuation state must be taken at a step boundary, got step {state['step']} microbatch "
-            f"{state['microbatch']} — checkpoint after a whole step"
-        )
-    if at_step is not None and int(state["step"]) != at_step:
-        raise ConfigError(
-            f"--at-step must be the state's step {state['step']}, got {at_step} — a state knows where the lanes "
-            "stood at its own step only; branch at its step (leave out --at-step) or pass the state of that step"
-        )
-
-
-def _check_compatible(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
-    """The new config keeps what the prefix's document orders and deals depend on (its datasets:
-    ``zephon.planner.continuation.datasets``)."""
-    parent = bundle.manifest
-    config, old = prepared.config, parent.config
-    for key, what in (
-        ("seed", "seed"),
-        ("shuffle", "shuffle"),
-        ("token_counts", "token counting (token_counts)"),
-        ("lanes", "lanes"),
-        ("tokenizer", "tokenizer"),
-        ("token_estimation", "token estimation"),
-        ("packing", "packing"),
-        ("operators", "operators"),
-    ):
-        if config.get(key) != old.get(key):
-            raise ConfigError(
-                f"the new config's {what} must be the parent's {old.get(key)!r}, got {config.get(key)!r} — the "
-                "kept steps' document orders depend on it; keep it as in the parent's CONFIG"
-            )
-    if config["mixture"]["unit"] != old["mixture"]["unit"]:
-        raise ConfigError(
-            f"the new config's mixture unit must be the parent's {old['mixture']['unit']!r}, got "
-            f"{config['mixture']['unit']!r} — keep token_estimation as in the parent"
-        )
 
 
 def _segment_stages(stages: tuple[Stage, ...], position: int, tokens: int) -> tuple[Stage, ...]:
@@ -342,9 +278,9 @@ def continue_plan(
         aligned.source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators
     )
     prepared = finish(prepared, aligned, bundle.manifest, str(bundle.path))
-    _check_compatible(prepared, bundle)
+    check_compatible(prepared, bundle)
     start = segment_start(prepared, columns, branch.position)
-    _check_prefix_orders(prepared, columns, start)
+    check_prefix_orders(prepared, columns, start)
     parent = bundle.manifest
     parent_id = _plan_id(bundle)  # one read of plan.json: the config and the lineage name the same bytes
     earlier = _parent_segments(bundle, branch)
@@ -410,25 +346,3 @@ def _parent_segments(bundle: CheckedBundle, branch: Branch) -> tuple[LineageSegm
     if parent.lineage is None:
         return (LineageSegment(segment=0, config_hash=parent.config_hash, first_step=0, first_position=0),)
     return tuple(s for s in parent.lineage.segments if s.first_position < branch.position or s.segment == 0)
-
-
-def _check_prefix_orders(prepared: PreparedPlan, columns: dict[str, np.ndarray | None], start: SegmentStart) -> None:
-    """The prefix's documents of each parent dataset are the first ones the new config's reader produces, so
-    skipping them continues the parent's epoch order (a config that would read them in another order — or a
-    parent that was changed — is refused here rather than reading documents twice)."""
-    ids = columns["dataset_id"][: start.position]  # type: ignore[index]
-    for index, count in enumerate(start.documents):
-        if not count:
-            continue
-        at = np.flatnonzero(ids == index)
-        got = dataset_reader(replace(prepared, segment=None), index).take(count)
-        same = all(
-            np.array_equal(mine, columns[name][at])  # type: ignore[index]
-            for mine, name in ((got.shard_id, "shard_id"), (got.row, "row"), (got.epoch, "epoch"))
-        )
-        if not same:
-            raise ConfigError(
-                f"dataset {prepared.config['datasets'][index]['name']!r} must read the parent's documents in the "
-                "parent's order, got another order — the parent was planned with different settings or changed; "
-                "continue from the parent's own CONFIG with the changes you want"
-            )
