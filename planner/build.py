@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +46,7 @@ from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, wri
 from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
 
-__all__ = ["PreparedPlan", "prepare", "write_bundle", "write_plan"]
+__all__ = ["PlanOptions", "PreparedPlan", "prepare", "write_bundle", "write_plan"]
 
 
 def _shards_frame(prepared: PreparedPlan) -> pl.DataFrame:
@@ -193,21 +194,43 @@ def seal_bundle(plan_dir: str | Path) -> None:
     write_atomic(path / PLAN_JSON, lambda tmp: tmp.write_text(text, encoding="utf-8"), "plan.json", _storage_fix(path))
 
 
-def write_plan(
-    source: WorkSource,
-    out_dir: Path,
-    *,
-    tokenize: TokenizeSpec | None = None,
-    pack: PackSpec | None = None,
-    overwrite: bool = False,
-    workers: int | None = None,
-    progress: bool | None = None,
-    operators: tuple[Operator, ...] = (),
-    materialize_selections: bool = False,
-) -> Path:
-    """Plan ``source`` and write the bundle to ``out_dir`` (``progress``, ``operators``: see ``prepare``;
-    ``materialize_selections``: see ``write_bundle``)."""
-    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
-    written = write_bundle(prepared, out_dir, overwrite=overwrite, materialize_selections=materialize_selections)
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlanOptions:
+    """What a work source is planned with besides itself, for every way of planning (``planner.entry``).
+
+    ``tokenize``, ``pack`` and ``operators`` are part of the plan (its counts and config hash depend on them);
+    ``overwrite``, ``workers`` (count-pass processes), ``progress`` (bars; None: on a terminal) and
+    ``materialize_selections`` (copies of the selected rows, ``write_bundle``) change how it is written, never what.
+    """
+
+    tokenize: TokenizeSpec | None = None
+    pack: PackSpec | None = None
+    operators: tuple[Operator, ...] = ()
+    overwrite: bool = False
+    workers: int | None = None
+    progress: bool | None = None
+    materialize_selections: bool = False
+
+    def prepare(self, source: WorkSource) -> PreparedPlan:
+        """``source`` scanned, counted and normalized with these options (``prepare``)."""
+        return prepare(
+            source,
+            tokenize=self.tokenize,
+            pack=self.pack,
+            workers=self.workers,
+            progress=self.progress,
+            operators=self.operators,
+        )
+
+
+def write_plan(source: WorkSource, out_dir: Path, options: PlanOptions | None = None) -> Path:
+    """Plan ``source`` and write the bundle to ``out_dir`` (``PlanOptions``)."""
+    options = options or PlanOptions()
+    written = write_bundle(
+        options.prepare(source),
+        out_dir,
+        overwrite=options.overwrite,
+        materialize_selections=options.materialize_selections,
+    )
     warn_plan(read_manifest(written))  # a budget not met or heavy repetition: zephon.PlanWarning
     return written

@@ -11,11 +11,11 @@
   never which) make a bundle of their own, ``…-layout<N>-copies``, so a cached bundle without them is never
   taken for one with them (nor the reverse).
 
-Every option reaches every caller: ``workers`` and ``progress`` steer the count pass and the bars,
+Every option reaches every caller (``PlanOptions``): ``workers`` and ``progress`` steer the count pass and the bars,
 ``materialize_selections`` writes copies of the selected rows (docs/curricula.md).
 
-Example: ``plan_source(ws, None, tokenize=spec)`` → ``~/.cache/zephon/plans/3f2a…-layout3`` (planned the first
-time, found the next).
+Example: ``plan_source(ws, None, PlanOptions(tokenize=spec))`` → ``~/.cache/zephon/plans/3f2a…-layout3``
+(planned the first time, found the next).
 """
 
 from __future__ import annotations
@@ -24,29 +24,24 @@ from pathlib import Path
 from typing import Any
 
 from zephon.errors import ConfigError
-from zephon.executor.operators import Operator
+from zephon.planner.build import PlanOptions, write_bundle, write_plan
 from zephon.recipe.work_source import WorkSource
-from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import cache_dir
 
 
 def plan_source(
     source: WorkSource,
     out_dir: str | Path | None,
+    options: PlanOptions | None = None,
     *,
-    tokenize: TokenizeSpec | None = None,
-    pack: PackSpec | None = None,
-    operators: tuple[Operator, ...] = (),
-    overwrite: bool = False,
-    workers: int | None = None,
-    progress: bool | None = None,
-    materialize_selections: bool = False,
     continue_from: str | Path | None = None,
     at_step: int | None = None,
     global_batch: int | None = None,
     state: dict[str, Any] | None = None,
 ) -> Path:
-    """Plan ``source`` into ``out_dir`` (None: the plan cache) and return the bundle's path (module docstring)."""
+    """Plan ``source`` with ``options`` into ``out_dir`` (None: the plan cache) and return the bundle's path (module
+    docstring)."""
+    options = options or PlanOptions()
     if continue_from is None and (at_step is not None or global_batch is not None or state is not None):
         raise ConfigError(
             "at_step, global_batch and state must come with continue_from, got them without — pass "
@@ -60,43 +55,24 @@ def plan_source(
                 "work_source.plan(DIR, continue_from=...) or zephon plan -o DIR --continue-from, then "
                 "Pipeline.from_plan(DIR)"
             )
-        return _cached(source, tokenize, pack, operators, workers, progress, materialize_selections)
-    common: dict[str, Any] = {
-        "tokenize": tokenize,
-        "pack": pack,
-        "overwrite": overwrite,
-        "workers": workers,
-        "progress": progress,
-        "operators": operators,
-        "materialize_selections": materialize_selections,
-    }
+        return _cached(source, options)
     if continue_from is not None:
         from zephon.planner.continuation.child import continue_plan
 
         parent = {"at_step": at_step, "global_batch": global_batch, "state": state}
-        return continue_plan(continue_from, source, Path(out_dir), **parent, **common)
-    from zephon.planner.build import write_plan
-
-    return write_plan(source, Path(out_dir), **common)
+        return continue_plan(continue_from, source, Path(out_dir), **parent, options=options)
+    return write_plan(source, Path(out_dir), options)
 
 
-def _cached(
-    source: WorkSource,
-    tokenize: TokenizeSpec | None,
-    pack: PackSpec | None,
-    operators: tuple[Operator, ...],
-    workers: int | None,
-    progress: bool | None,
-    materialize_selections: bool,
-) -> Path:
+def _cached(source: WorkSource, options: PlanOptions) -> Path:
     """The plan cache's bundle for ``source``: written when absent (one writer; the others wait), else reused."""
-    from zephon.planner.build import prepare, write_bundle
     from zephon.planner.layout import LAYOUT_VERSION
 
-    prepared = prepare(source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators)
-    name = f"{prepared.config_hash}-layout{LAYOUT_VERSION}" + ("-copies" if materialize_selections else "")
+    prepared = options.prepare(source)
+    copies = options.materialize_selections
+    name = f"{prepared.config_hash}-layout{LAYOUT_VERSION}" + ("-copies" if copies else "")
     target = cache_dir() / "plans" / name
     if not (target / "plan.json").is_file():
         # A read-only or full cache directory is a StorageError naming it (storage.files).
-        write_bundle(prepared, target, overwrite=True, wait=True, materialize_selections=materialize_selections)
+        write_bundle(prepared, target, overwrite=True, wait=True, materialize_selections=copies)
     return target

@@ -31,6 +31,7 @@ from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.pipeline import Pipeline
 from zephon.plan.manifest import read_manifest
+from zephon.planner.build import PlanOptions
 from zephon.planner.continuation.child import DryLanes, branch_of, continue_plan
 from zephon.recipe.work_source import MixtureSpec, WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
@@ -104,14 +105,8 @@ class AdaptiveMixing:
         weights = dict(self.decide(step))
         source = dataclasses.replace(self.source, mixture=MixtureSpec(weights), phases=())
         try:
-            plan = continue_plan(
-                self.plan,
-                source,
-                self.out_dir / f"step-{step}",
-                state=state,
-                tokenize=self.tokenize,
-                pack=self.pack,
-            )
+            options = PlanOptions(tokenize=self.tokenize, pack=self.pack)
+            plan = continue_plan(self.plan, source, self.out_dir / f"step-{step}", state=state, options=options)
         except DryLanes:  # the plan's end: a lane had run out, and the new weights would fill its short rows
             self.ended = True
             return None

@@ -257,12 +257,11 @@ class Pipeline:
         """The plan bundle this pipeline runs, planning the work source first if needed."""
         if self._plan_dir is None:
             assert self._work_source is not None
+            from zephon.planner.build import PlanOptions
             from zephon.planner.entry import plan_source
 
             spec, planning = self._spec, self._planning
-            target = plan_source(
-                self._work_source,
-                None,
+            options = PlanOptions(
                 tokenize=spec.tokenize,
                 pack=spec.pack,
                 operators=spec.operators,
@@ -270,6 +269,7 @@ class Pipeline:
                 progress=planning.progress,
                 materialize_selections=planning.materialize_selections,
             )
+            target = plan_source(self._work_source, None, options)
             plan = PlanBundle(target)
             warn_plan(plan.manifest)  # planned now or cached: a shortfall is a zephon.PlanWarning
             self._plan_dir = target

@@ -72,11 +72,10 @@ class StaticMixtureWorkSource(WorkSource):
         of the source, so a selective plan decodes no more per token than a plan without selection. The plan —
         and every batch — is the same either way (docs/curricula.md, ``zephon.planner.copies``).
         """
+        from zephon.planner.build import PlanOptions
         from zephon.planner.entry import plan_source
 
-        return plan_source(
-            self,
-            Path(out_dir),
+        options = PlanOptions(
             tokenize=tokenize,
             pack=pack,
             operators=operators,
@@ -84,6 +83,11 @@ class StaticMixtureWorkSource(WorkSource):
             workers=workers,
             progress=progress,
             materialize_selections=materialize_selections,
+        )
+        return plan_source(
+            self,
+            Path(out_dir),
+            options,
             continue_from=continue_from,
             at_step=at_step,
             global_batch=global_batch,

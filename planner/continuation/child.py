@@ -47,13 +47,12 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.errors import ConfigError
-from zephon.executor.operators import Operator
 from zephon.executor.step_arithmetic import first_position, steps_in
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.format import PLAN_JSON, deal_column
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest import LineageBranch, LineageParent, LineageSegment, PlanLineage, read_manifest, warn_plan
-from zephon.planner.build import write_bundle
+from zephon.planner.build import PlanOptions, write_bundle
 from zephon.planner.continuation.bundle import Continued, Prefix
 from zephon.planner.continuation.checks import (
     check_compatible,
@@ -65,10 +64,9 @@ from zephon.planner.continuation.datasets import align, finish
 from zephon.planner.lane_dealing import row_bytes
 from zephon.planner.layout import Chunk
 from zephon.planner.phases import Stage
-from zephon.planner.prepare import PreparedPlan, prepare
+from zephon.planner.prepare import PreparedPlan
 from zephon.planner.segment import SegmentStart
 from zephon.recipe.work_source import WorkSource
-from zephon.specs import PackSpec, TokenizeSpec
 
 _COLUMNS = ["dataset_id", "shard_id", "row", "epoch", "tokens", "token_offset", "deal"]
 
@@ -250,17 +248,12 @@ def continue_plan(
     at_step: int | None = None,
     global_batch: int | None = None,
     state: dict[str, Any] | None = None,
-    tokenize: TokenizeSpec | None = None,
-    pack: PackSpec | None = None,
-    overwrite: bool = False,
-    workers: int | None = None,
-    progress: bool | None = None,
-    operators: tuple[Operator, ...] = (),
-    materialize_selections: bool = False,
+    options: PlanOptions | None = None,
 ) -> Path:
     """Write the plan that continues the parent at ``parent_dir`` from step ``at_step`` with ``source``'s
     configuration into ``out_dir`` (see the module docstring); ``state``: the run's checkpoint state at the
-    branch (required for estimated plans); ``materialize_selections``: see ``write_bundle``."""
+    branch (required for estimated plans); ``options``: see ``PlanOptions``."""
+    options = options or PlanOptions()
     if at_step is not None and at_step < 0:
         raise ConfigError(f"--at-step must be >= 0, got {at_step} — give the first global step of the new plan")
     if global_batch is not None and global_batch < 1:
@@ -274,9 +267,7 @@ def continue_plan(
     columns = _read_columns(bundle)
     branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
     aligned = align(source, bundle.manifest)
-    prepared = prepare(
-        aligned.source, tokenize=tokenize, pack=pack, workers=workers, progress=progress, operators=operators
-    )
+    prepared = options.prepare(aligned.source)
     prepared = finish(prepared, aligned, bundle.manifest, str(bundle.path))
     check_compatible(prepared, bundle)
     start = segment_start(prepared, columns, branch.position)
@@ -315,7 +306,11 @@ def continue_plan(
                     position=branch.position)  # fmt: skip
     continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle))
     written = write_bundle(
-        child, Path(out_dir), overwrite=overwrite, continued=continued, materialize_selections=materialize_selections
+        child,
+        Path(out_dir),
+        overwrite=options.overwrite,
+        continued=continued,
+        materialize_selections=options.materialize_selections,
     )
     warn_plan(read_manifest(written))
     return written

@@ -85,6 +85,7 @@ def plan(
         warnings.simplefilter("ignore", PlanWarning)  # printed below, after the summary, from plan.json
         loaded = load_plan_config(config)
         # Imported after the CONFIG is valid: the planner pulls in heavy modules, and errors should be quick.
+        from zephon.planner.build import PlanOptions
         from zephon.planner.entry import plan_source
 
         if continue_from is None and (at_step is not None or global_batch is not None or state_file is not None):
@@ -92,15 +93,18 @@ def plan(
                 "--at-step, --global-batch and --continue-from-state must come with --continue-from, got them "
                 "without — add --continue-from PARENT_PLAN, or leave them out to plan from the start"
             )
-        plan_source(
-            loaded.source,
-            output,
+        options = PlanOptions(
             tokenize=loaded.tokenize,
             pack=loaded.pack,
             overwrite=overwrite,
             workers=workers,
             progress=None,  # bars on a terminal only: zephon.storage.progress
             materialize_selections=materialize_selections,
+        )
+        plan_source(
+            loaded.source,
+            output,
+            options,
             continue_from=continue_from,
             at_step=at_step,
             global_batch=global_batch,

@@ -17,6 +17,12 @@ from zephon.demo.dataset import demo_dataset_path, demo_dataset_paths, write_dem
 from zephon.demo.scores import demo_scores_path
 
 __all__ = [
-    "DEMO_KINDS", "DEMO_SHARDS", "demo_dataset_path", "demo_dataset_paths", "demo_scores_path", "demo_tokenizer_path",
-    "generate_demo_documents", "write_demo_dataset",
+    "DEMO_KINDS",
+    "DEMO_SHARDS",
+    "demo_dataset_path",
+    "demo_dataset_paths",
+    "demo_scores_path",
+    "demo_tokenizer_path",
+    "generate_demo_documents",
+    "write_demo_dataset",
 ]

@@ -37,8 +37,10 @@ def _texts() -> dict[str, tuple[str, ...]]:
         ids = [i for shard in range(DEMO_SHARDS[kind][0]) for i in shard_ids(kind, shard)]
         chunk, start = rows[start : start + len(ids)], start + len(ids)
         if [row["id"] for row in chunk] != ids:
-            raise ValueError(f"zephon/{CORPUS_FILE} must hold the rows of DEMO_SHARDS in order, got other ids for "
-                             f"{kind!r} — rebuild it with scripts/build_demo_corpus.py")
+            raise ValueError(
+                f"zephon/{CORPUS_FILE} must hold the rows of DEMO_SHARDS in order, got other ids for "
+                f"{kind!r} — rebuild it with scripts/build_demo_corpus.py"
+            )
         texts[kind] = tuple(row["text"] for row in chunk)
     return texts
 
@@ -52,10 +54,14 @@ def generate_demo_documents(kind: str, count: int, seed: int = 0) -> list[str]:
     if kind not in DEMO_KINDS:
         raise ValueError(f"kind must be one of {DEMO_KINDS}, got {kind!r} — pass one of those kinds")
     if seed != 0:
-        raise ValueError(f"seed must be 0 (the demo corpus shipped with Zephon), got {seed} — generate other "
-                         "seeds in a Zephon checkout with scripts/demo_grammar (generate_demo_documents)")
+        raise ValueError(
+            f"seed must be 0 (the demo corpus shipped with Zephon), got {seed} — generate other "
+            "seeds in a Zephon checkout with scripts/demo_grammar (generate_demo_documents)"
+        )
     texts = _texts()[kind]
     if not 0 <= count <= len(texts):
-        raise ValueError(f"count must be in [0, {len(texts)}] for {kind!r} (the shipped demo corpus), got {count} "
-                         "— ask for fewer, or generate more in a checkout with scripts/demo_grammar")
+        raise ValueError(
+            f"count must be in [0, {len(texts)}] for {kind!r} (the shipped demo corpus), got {count} "
+            "— ask for fewer, or generate more in a checkout with scripts/demo_grammar"
+        )
     return list(texts[:count])

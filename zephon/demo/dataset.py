@@ -40,8 +40,12 @@ def _shard_complete(path: Path, rows: int, seed: int) -> bool:
     except (OSError, pa.ArrowException):
         return False
     kv = schema.metadata or {}
-    return (meta.num_rows == rows and schema.names == _SCHEMA.names and kv.get(_VERSION_KEY) == _VERSION
-            and kv.get(_SEED_KEY) == str(seed).encode())
+    return (
+        meta.num_rows == rows
+        and schema.names == _SCHEMA.names
+        and kv.get(_VERSION_KEY) == _VERSION
+        and kv.get(_SEED_KEY) == str(seed).encode()
+    )
 
 
 def _write_shard(table: pa.Table, path: Path) -> None:
