@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from zephon.checks import is_int
 from zephon.errors import ConfigError, PlanWarning
 from zephon.executor.operators import names as operator_names
 from zephon.plan.manifest import Manifest
@@ -75,7 +76,7 @@ def _count(state: dict[str, Any], key: str, least: int, *, optional: bool = Fals
             return None
         raise ConfigError(f"pipeline state must hold {key!r}, got keys {sorted(state)} — {_FIX}")
     value = state[key]
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+    if not is_int(value) or value < least:
         raise _bad(f"{key!r}", f"an integer ≥ {least}", value)
     return value
 
@@ -100,7 +101,7 @@ def check_state_fields(state: dict[str, Any], *, documents: int | None = None) -
         if not (
             isinstance(cursor, list | tuple)
             and len(cursor) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in cursor)
+            and all(is_int(v) and v >= 0 for v in cursor)
         ):
             raise _bad(f"'lane_cursors' lane {lane}", "[position, skip] of two integers ≥ 0", cursor)
         if documents is not None and cursor[0] > documents:

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from zephon.checks import is_number
 from zephon.errors import ConfigError
 from zephon.executor.encode.encoders import TextEncoder
 from zephon.executor.encode.text import Encoder
@@ -116,7 +117,7 @@ def estimate_dataset(
     for ref in track(refs, total=len(refs), desc=f"sizing documents of {name}", unit="shard", progress=progress):
         cache_byte_lengths(ref, field)
     primer = estimation.primer
-    if isinstance(primer, int | float) and not isinstance(primer, bool):
+    if is_number(primer):
         found = _Ratio(tokens_per_byte=float(primer), provenance={"method": "pinned", "tokens_per_byte": float(primer)})
     elif isinstance(primer, dict):
         if name not in primer:

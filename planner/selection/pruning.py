@@ -24,6 +24,8 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from zephon.checks import is_int
+
 __all__ = ["Bound", "bounds_of", "groups_to_read"]
 
 _OPS = {
@@ -91,7 +93,7 @@ def bounds_of(where: dict[str, Any] | None) -> tuple[Bound, ...]:
 def _may_hold(bound: Bound, low: Any, high: Any) -> bool:
     v = bound.value
     if isinstance(v, int):
-        if not (isinstance(low, int) and isinstance(high, int)) or isinstance(low, bool) or isinstance(high, bool):
+        if not (is_int(low) and is_int(high)):
             return True
     elif not (isinstance(low, str) and isinstance(high, str)):
         return True

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from zephon.checks import is_int
 from zephon.errors import ConfigError
 from zephon.executor.step_arithmetic import step_sequences
 from zephon.inspection.steps import StepSeeker, resolve_layout
@@ -104,7 +105,7 @@ def show_step(
     manifest = bundle.manifest
     layout = resolve_layout(manifest, batch_size=batch_size, max_length=max_length)
     steps = layout.require_steps()
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < steps:
+    if not is_int(step) or not 0 <= step < steps:
         raise ConfigError(
             f"step must be an integer in 0..{steps - 1} (the plan has {steps} steps of {layout.batch_size} "
             f"sequences), got {step!r} — pass a step in range"

@@ -44,6 +44,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from zephon.checks import is_int
 from zephon.errors import PlanFormatError
 from zephon.plan.footer import ParquetFooter, read_footer
 from zephon.plan.format import PLAN_JSON, SHARDS_FILE
@@ -194,8 +195,7 @@ def parse_integrity(value: object, file: Path) -> Integrity | None:
     for name, entry in files.items():
         size, fingerprint, groups = (entry.get(k) if isinstance(entry, dict) else None for k in _FILE_KEYS)
         if (
-            not isinstance(size, int)
-            or isinstance(size, bool)
+            not is_int(size)
             or not isinstance(fingerprint, str)
             or not isinstance(groups, str | None)
         ):

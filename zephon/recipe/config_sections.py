@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from zephon.checks import is_number
+from zephon.checks import is_int, is_number
 from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
 from zephon.specs import ChatSpec, PackSpec, TokenizeSpec
@@ -305,7 +305,7 @@ def check_keys(mapping: Mapping[Any, Any], allowed: Sequence[str], origin: str, 
 
 def require_integer(value: Any, key: str, minimum: int, origin: str, fix: str) -> int:
     """``value`` when it is an integer ≥ ``minimum`` (booleans are not integers here)."""
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise type_error(origin, key, f"an integer ≥ {minimum}", value, fix)
     return value
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from zephon.checks import is_int
 from zephon.errors import ConfigError
 
 __all__ = ["NULLS_RULE", "Selection"]
@@ -64,7 +65,7 @@ class Selection:
                 f"dataset {self.dataset!r}: {given}= needs {missing}= too, got only {given} — pass both "
                 'metadata="scores/*.parquet" and key="id" (the column both tables hold)'
             )
-        if not isinstance(self.order_window, int) or isinstance(self.order_window, bool) or self.order_window < 1:
+        if not is_int(self.order_window) or self.order_window < 1:
             raise ConfigError(
                 f"dataset {self.dataset!r}: order_window must be an integer ≥ 1, got {self.order_window!r} — "
                 "write e.g. order_window=1024 (1 reads in strict order)"

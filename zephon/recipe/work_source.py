@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
 
-from zephon.checks import is_number, require_positive
+from zephon.checks import is_int, is_number, require_positive
 from zephon.errors import ConfigError
 from zephon.recipe.dataset import Dataset
 
@@ -35,7 +35,7 @@ class MixtureSpec:
                 'pass e.g. MixtureSpec({"web": 0.7, "code": 0.3})'
             )
         for name, weight in self.weights.items():
-            if not isinstance(weight, int | float) or isinstance(weight, bool) or not math.isfinite(weight):
+            if not is_number(weight, finite=True):
                 raise ConfigError(f"mixture weight of {name!r} must be a finite number, got {weight!r} — fix it")
             if weight <= 0:
                 raise ConfigError(
@@ -151,13 +151,13 @@ class Phase:
                 f"Phase start as a fraction of the budget must be in (0, 1), got {self.start} — e.g. 0.9 for the "
                 "last 10 %"
             )
-        if self.unit != "fraction" and (not isinstance(self.start, int) or isinstance(self.start, bool)):
+        if self.unit != "fraction" and not is_int(self.start):
             raise ConfigError(
                 f'Phase start in {self.unit} must be an integer, got {self.start!r} — round it, or use unit="fraction"'
             )
         if self.unit == "steps":
             g = self.global_batch_size
-            if not isinstance(g, int) or isinstance(g, bool) or g < 1:
+            if not is_int(g) or g < 1:
                 raise ConfigError(
                     f"a Phase in steps must give global_batch_size (sequences per step), got {g!r} — pass it"
                 )
@@ -238,7 +238,7 @@ class WorkSource:
         missing = [n for n in names if n not in self.mixture.weights]
         if missing:
             raise ConfigError(f"mixture must give a weight to every dataset, got none for {missing} — add them")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or self.seed < 0:
+        if not is_int(self.seed) or self.seed < 0:
             raise ConfigError(f"seed must be a non-negative integer, got {self.seed!r}")
         if self.num_documents is not None and self.epochs is not None:
             raise ConfigError(
@@ -260,7 +260,7 @@ class WorkSource:
         ):
             require_positive(value, label, optional=True)
         if self.lanes is not None and (
-            not isinstance(self.lanes, int) or isinstance(self.lanes, bool) or not 1 <= self.lanes <= 4096
+            not is_int(self.lanes) or not 1 <= self.lanes <= 4096
         ):
             raise ConfigError(
                 f"lanes must be None or an integer in [1, 4096], got {self.lanes!r} — leave it unset (one lane per "
