@@ -221,7 +221,7 @@ CREDENTIAL_VARIABLES = (
     "AZURE_STORAGE_SAS_TOKEN",
 )
 _PREFIX = re.compile(r"^(s3|gs|gcs|az|abfs|abfss)://[^/]+(/.*)?$")
-READ_MODES = ("cache", "range")
+READ_MODES = ("auto", "cache", "range")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -270,19 +270,23 @@ class StoreOptions:
         remote_read: how object-store shards (``s3://``, ``gs://``, ``az://``) are read at train time:
             ``"cache"`` downloads each whole object into the shard cache (``cache`` must be enabled);
             ``"range"`` reads Parquet row groups by range requests, ahead of use, with no local copy
-            (JSONL objects are read whole into memory). ``hf://`` shards always go through the cache.
+            (JSONL objects are read whole into memory); ``"auto"`` (default) is ``"cache"`` when the cache is
+            enabled, else ``"range"`` — so a run over an object store needs no options and no disk. ``hf://``
+            shards always go through the cache. The mode never changes the data (docs/storage.md).
         read_ahead_bytes: range mode: the bytes of row groups fetched ahead at most (memory bound).
         credentials: per-prefix overrides of the environment's credentials and endpoints.
     """
 
     cache: CacheOptions = field(default_factory=CacheOptions)
-    remote_read: str = "cache"
+    remote_read: str = "auto"
     read_ahead_bytes: int = 256 << 20
     credentials: tuple[StoreCredentials, ...] = ()
 
     def __post_init__(self) -> None:
         if self.remote_read not in READ_MODES:
-            raise ConfigError(f'StoreOptions.remote_read must be "cache" or "range", got {self.remote_read!r}')
+            raise ConfigError(
+                f'StoreOptions.remote_read must be "auto", "cache" or "range", got {self.remote_read!r} — pick one'
+            )
         if (
             isinstance(self.read_ahead_bytes, bool)
             or not isinstance(self.read_ahead_bytes, int)
@@ -293,3 +297,8 @@ class StoreOptions:
         if not all(isinstance(c, StoreCredentials) for c in creds):
             raise ConfigError("StoreOptions.credentials must hold StoreCredentials, got another type — wrap them")
         object.__setattr__(self, "credentials", creds)
+
+    def ranged(self) -> bool:
+        """Object-store shards are read by range requests (``remote_read``: ``"range"``, or ``"auto"`` with the
+        shard cache disabled)."""
+        return self.remote_read == "range" or (self.remote_read == "auto" and not self.cache.enabled)

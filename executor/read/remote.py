@@ -1,7 +1,8 @@
 """Remote shards of a plan on a training rank: the shard cache, checked at start, fed with future accesses.
 
-Object-store shards (``s3://``, ``gs://``, ``az://``) go through the same cache unless the run reads them by
-ranges (``StoreOptions(remote_read="range")``): then they are never staged on disk, and the shard reader
+Object-store shards (``s3://``, ``gs://``, ``az://``) go through the same cache when it is enabled (or asked for:
+``remote_read="cache"``), else they are read by ranges (``StoreOptions.remote_read``, ``"auto"`` by default):
+then they are never staged on disk, and the shard reader
 fetches the row groups each chunk needs (``zephon.storage.objects.range_file``). ``hf://`` shards always use the
 cache. The run's ``StoreOptions.credentials`` come first for its object-store reads.
 """
@@ -30,7 +31,7 @@ class RemoteAccess:
     PREFETCH = 4
 
     def __init__(self, plan: PlanBundle, io: StoreOptions, reader: ShardReader) -> None:
-        ranged = io.remote_read == "range"
+        ranged = io.ranged()
         self.remote = {  # a shard the plan holds a copy of is read from the copy (zephon.executor.read.selected_copy)
             s.shard_id: s
             for s in plan.shards

@@ -7,6 +7,7 @@ byte for byte, the same selection report, the same sidecar fingerprint), and rea
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
@@ -22,7 +23,7 @@ from zephon.executor.runner import iterate_batches
 from zephon.executor.settings import ExecutorSpec
 from zephon.io import Dataset
 from zephon.planner.prepare import prepare
-from zephon.specs import BatchSpec, PackSpec, TokenizeSpec
+from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 SHARDS, ROWS, GROUP = 3, 40, 10
@@ -390,5 +391,10 @@ def test_copies_of_a_remote_selection_are_the_local_ones_and_runs_never_reach_th
         return [b.tokens.tobytes() for b in iterate_batches(plan, spec)]
 
     assert run(remote_plan) == run(local)
+    # Without copies the run reads the selected objects themselves: by ranges by default (no cache, no disk),
+    # refused only when the shard cache is asked for and not enabled.
+    bare = _source(Dataset.from_path("web", s3.url("corpus/web/"), **where)).plan(tmp_path / "c")
+    assert run(bare) == run(local)
+    cache_mode = dataclasses.replace(spec, io=StoreOptions(remote_read="cache"))
     with pytest.raises(ConfigError, match=r"remote shards must be read through the shard cache"):
-        run(_source(Dataset.from_path("web", s3.url("corpus/web/"), **where)).plan(tmp_path / "c"))
+        list(iterate_batches(bare, cache_mode))

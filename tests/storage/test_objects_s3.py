@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
@@ -91,6 +92,10 @@ def test_a_plan_over_s3_schedules_what_the_local_copy_does(corpus, tmp_path, tok
     expected = run(a, tokenizer_dir)
     assert run(b, tokenizer_dir, cache_io(tmp_path)) == expected
     assert run(b, tokenizer_dir, StoreOptions(remote_read="range")) == expected
+    cache_root = Path(os.environ["ZEPHON_CACHE_DIR"])
+    before = sorted(cache_root.rglob("*")) if cache_root.exists() else []
+    assert run(b, tokenizer_dir) == expected  # no options: read by ranges ("auto"), nothing staged on disk
+    assert (sorted(cache_root.rglob("*")) if cache_root.exists() else []) == before
 
 
 def test_planning_reads_parquet_footers_only(s3, tmp_path) -> None:
