@@ -28,6 +28,15 @@ from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import ExecutorSpec, RunStats
+from zephon.executor.token_stores.shards import PlanStores
+
+
+def vocab_size(encoder: object) -> int | None:
+    """The run's tokenizer's vocabulary, added tokens included (``tokenizers``' ``get_vocab_size``), or None
+    for an encoder without one (a test double)."""
+    tokenizer = getattr(encoder, "tokenizer", None)
+    size = getattr(tokenizer, "get_vocab_size", None)
+    return int(size(with_added_tokens=True)) if size is not None else None
 
 
 class ShardAccess:
@@ -52,6 +61,8 @@ class ShardAccess:
             on_skip=on_skip,
             convert=converter_of(encoder),  # chat and user operators: records rendered on the reader's thread
             copies=plan.copies,  # materialize_selections: selected shards read from the plan's copies
+            # token stores: their documents' ids read by range, refused when ≥ the run's vocabulary
+            stores=PlanStores(plan.manifest.datasets, vocab_size=vocab_size(encoder)),
         )
         self.remote = RemoteAccess(plan, spec.io, self.reader)
 

@@ -155,6 +155,7 @@ def _datasets(
                 epochs_started=int(totals.last_epoch[index]) + 1 if docs[index] else 0,
                 passes_completed=int(docs[index]) // prepared.dataset_rows(index),
                 selection=info.get("selection"),  # the config's entry (zephon.planner.prepare)
+                token_store=info.get("token_store"),  # the config's entry (zephon.planner.prepare)
                 planned_tokens=int(tok[index]) if tok is not None else None,
                 planned_token_share=share,
                 dropped_by_operators=int(dropped[index]) if dropped is not None else None,

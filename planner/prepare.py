@@ -10,7 +10,6 @@ under it. Per-row token counts (estimated or exact) are computed here too.
 from __future__ import annotations
 
 import hashlib
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,9 +22,12 @@ from zephon.executor.operators import Operator
 from zephon.executor.operators import describe as describe_operators
 from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
+from zephon.plan.manifest_parts import STORES_ONLY
 from zephon.plan.records import ShardRef
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
+from zephon.planner.counts.shard_tokens import ShardTokens
+from zephon.planner.counts.stores import forget_stores, open_dataset_store, store_shards, store_tokens
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.segment import SegmentStart
@@ -89,8 +91,10 @@ def shard_refs(source: WorkSource, *, progress: bool | None = None) -> tuple[tup
     with progress_bar(total=total, desc="scanning shards", unit="shard", progress=progress) as bar:
         for index, ds in enumerate(source.datasets):
             refs = []
-            for file in ds.files:
-                info = scan_shard(ds.name, file)
+            infos = (
+                (scan_shard(ds.name, f) for f in ds.files) if ds.token_store is None else iter(store_shards(ds))
+            )
+            for info in infos:
                 bar.update(1)
                 if info.rows > np.iinfo(np.int32).max:
                     raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
@@ -148,23 +152,37 @@ def prepare(
             "a token mixture of chat data must count tokens exactly, got token_estimation without exact_tokens "
             "— set exact_tokens=True (calibration measures tokens per byte of text, which a conversation is not)"
         )
+    forget_stores()
     shards = shard_refs(source, progress=progress)
     selections = select_datasets(source, shards)
-    encoder = make_encoder(tokenize, operators) if needs_tokens and tokenize is not None else None
+    raw = [ds.token_store is None for ds in source.datasets]
+    # A plan made only of token stores never loads its tokenizer: its counts come from the stores' indexes.
+    encoder = make_encoder(tokenize, operators) if needs_tokens and tokenize is not None and any(raw) else None
     tokens: list[Sequence[np.ndarray]] | None = None
     provenance: dict[str, Any] | None = None
     report = None
-    if encoder is not None and tokenize is not None:
+    if needs_tokens and tokenize is not None:
+        pairs = enumerate(zip(source.datasets, shards, strict=True))
+        stored = {i: store_tokens(ds, refs) for i, (ds, refs) in pairs if not raw[i]}
         if source.exact_tokens:
-            flat = [r for refs in shards for r in refs]
-            arrays, report = token_counts(flat, tokenize, encoder, workers=workers, progress=progress)
-            bounds = np.cumsum([0, *(len(refs) for refs in shards)]).tolist()
-            tokens = [arrays[a:b] for a, b in itertools.pairwise(bounds)]
-            provenance = {ds.name: {"method": "exact"} for ds in source.datasets}
+            tokens = [stored.get(i, ShardTokens([], rows=[], names=[])) for i in range(len(shards))]
+            if encoder is not None:
+                flat = [r for i, refs in enumerate(shards) if raw[i] for r in refs]
+                arrays, report = token_counts(flat, tokenize, encoder, workers=workers, progress=progress)
+                at = 0
+                for i, refs in enumerate(shards):
+                    if raw[i]:
+                        tokens[i], at = arrays[at : at + len(refs)], at + len(refs)
+            provenance = {ds.name: {"method": "exact" if raw[i] else "index"} for i, ds in enumerate(source.datasets)}
         else:
             assert source.token_estimation is not None
             tokens, provenance = [], {}
             for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True)):
+                if index in stored:  # a token store's counts are exact, from its index
+                    tokens.append(stored[index])
+                    provenance[ds.name] = {"method": "index"}
+                    continue
+                assert encoder is not None
                 estimate = estimate_dataset(
                     index=index,
                     name=ds.name,
@@ -183,7 +201,11 @@ def prepare(
         tokens=tuple(tokens) if tokens is not None else None,
         token_provenance=provenance,
         tokenize=tokenize,
-        tokenizer_fingerprint=encoder.fingerprint if encoder is not None else None,
+        tokenizer_fingerprint=(
+            encoder.fingerprint
+            if encoder is not None
+            else (STORES_ONLY if needs_tokens and tokenize is not None else None)
+        ),
         pack=pack,
         count_report=report,
         operators=operators,
@@ -232,6 +254,13 @@ def assemble(
             "rows": sum(r.rows for r in refs),
             "fingerprint": digest,
         }
+        if ds.token_store is not None:
+            # How the executor opens the store again: the format as detected, the options, the ids' tokenizer.
+            store = open_dataset_store(ds)
+            entry["token_store"] = ds.token_store.normalized() | {
+                "fmt": store.format,
+                "tokenizer": store.tokenizer or ds.token_store.tokenizer,
+            }
         chosen = selections[index] if selections else None
         if ds.selection is not None and chosen is not None:
             # The query as written, the sidecar's content digest and the counts: a changed sidecar or predicate

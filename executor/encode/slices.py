@@ -16,6 +16,10 @@ ids and sizes. Each document is encoded on its own by every engine, so the ids a
 (``test_encoding_in_slices_gives_the_ids_of_one_call``); only the engine's transient memory is bounded
 (~25 MB a call with ``tokenizers``), and the int64 ids of the chunk, 8 B a token, are what stays.
 
+Documents of a token store come as their ids (NumPy arrays, ``zephon.executor.token_stores.shards``): they are
+not encoded — ``with_stored_ids`` encodes the texts among them and puts each document's ids in its place, the
+stored ids as they are (no BOS/EOS added: docs/token-stores.md), so they go through the same packing.
+
 Left whole: a call that settles the engine (the first of a run checks the fast engine on the run's own
 documents: ``zephon.executor.encode.text``), and batches of anything but strings (chat records).
 
@@ -55,6 +59,8 @@ def slice_bounds(sizes: list[int], max_chars: int = MAX_CHARS) -> list[tuple[int
 def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_chars: int | None = None) -> Encoded:
     """``encoder.encode_flat(texts, split=split)``, made in slices of at most ``max_chars`` (default
     ``MAX_CHARS``) characters (see the module docstring): the same ids and sizes."""
+    if any(isinstance(t, np.ndarray) for t in texts):  # a token store's documents: their ids, as stored
+        return with_stored_ids(encoder, texts, split=split, max_chars=max_chars)
     if not getattr(encoder, "settled", False) or not all(isinstance(t, str) for t in texts):
         return encoder.encode_flat(texts, split=split)
     bounds = slice_bounds([len(t) for t in texts], MAX_CHARS if max_chars is None else max_chars)
@@ -67,3 +73,34 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
         except EngineMismatch as exc:  # the spot check's index, in the caller's texts
             raise exc.at(a + exc.index) from None
     return Encoded(np.concatenate([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]))
+
+
+def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_chars: int | None = None) -> Encoded:
+    """``encode_in_slices`` of documents some of which are already ids (arrays: read as they are, never
+    encoded); the texts among them are encoded in one call. Example: ``["ab", ids([7, 8, 2])]`` → the ids of
+    ``"ab"`` framed by the encoder (BOS, EOS), then ``7, 8, 2``; sizes ``[len(ab's ids), 3]``."""
+    stored = [isinstance(d, np.ndarray) for d in docs]  # one check per document: the reader's lists are per document
+    at = [i for i, s in enumerate(stored) if not s]
+    sizes = np.zeros(len(docs), dtype=np.int64)
+    encoded: Encoded | None = None
+    if at:
+        try:
+            encoded = encode_in_slices(encoder, [docs[i] for i in at], split=split, max_chars=max_chars)
+        except EngineMismatch as exc:  # the spot check's index, in the caller's documents
+            raise exc.at(at[exc.index]) from None
+        sizes[at] = encoded.sizes
+    for i, s in enumerate(stored):
+        if s:
+            sizes[i] = len(docs[i])
+    pieces: list[np.ndarray] = []
+    ends = np.cumsum(encoded.sizes) if encoded is not None else None
+    k = 0
+    for i, s in enumerate(stored):
+        if s:
+            pieces.append(docs[i])
+        else:
+            assert encoded is not None and ends is not None
+            pieces.append(encoded.ids[int(ends[k] - encoded.sizes[k]) : int(ends[k])])
+            k += 1
+    ids = np.concatenate(pieces).astype(np.int64, copy=False) if pieces else np.empty(0, dtype=np.int64)
+    return Encoded(ids, sizes)

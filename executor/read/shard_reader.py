@@ -47,6 +47,7 @@ from zephon.executor.read.jsonl import JsonlLines, JsonlShard
 from zephon.executor.read.memory_release import release_now_and_then
 from zephon.executor.read.parquet import ParquetShard
 from zephon.executor.read.selected_copy import CopiedShard
+from zephon.executor.token_stores.shards import PlanStores, StoreShard, is_store_shard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.paths import is_object_uri
@@ -94,7 +95,7 @@ class _OpenShard:
     """An open shard: its format's reader and, for a remote shard, its pin in the shard cache."""
 
     ref: ShardRef
-    text: ParquetShard | JsonlShard | CopiedShard
+    text: ParquetShard | JsonlShard | CopiedShard | StoreShard
     handle: CachedShard | None = None  # a remote shard's pinned cache entry, released by close()
 
     @property
@@ -132,15 +133,19 @@ class ShardReader:
         skippable: bool = False,
         convert: RecordConverter | None = None,
         copies: dict[int, ShardRef] | None = None,
+        stores: PlanStores | None = None,
     ) -> None:
         """``convert`` (chat): hand out each whole record converted by it instead of the field's string
         (``zephon.executor.read.bad_documents.RecordConverter``). ``skippable``: the caller may switch on
         ``on_bad_document="skip"`` (a run of an estimated plan), so a bad document's error suggests it; planning,
         inspection and exact plans cannot skip, and are not told to. ``copies``: shard id → the plan's compact
-        copy of its planned rows, read instead of the shard (``zephon.executor.read.selected_copy``)."""
+        copy of its planned rows, read instead of the shard (``zephon.executor.read.selected_copy``). ``stores``:
+        the plan's token stores, whose shards (``tokens:<fmt>``) give each document's ids instead of its text
+        (``zephon.executor.token_stores.shards``)."""
         self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable, convert=convert)
         self._shards = {s.shard_id: s for s in shards}
         self._copies = copies or {}
+        self._stores = stores
         self._capacity = max(1, capacity)
         #: At most this many open shards per dataset (evicting that dataset's least recently used): a dataset
         #: read slowly keeps its window open while another streams through its shards (a global LRU evicted
@@ -255,6 +260,16 @@ class ShardReader:
         ref = self._shards[shard_id]
         if cache:  # first, so that a remote shard's pin is released before another is acquired
             self._make_room(ref)
+        if is_store_shard(ref):  # a token store's part: its documents' ids, read by range
+            if self._stores is None:
+                raise ConfigError(
+                    f"dataset {ref.dataset!r}: shard {ref.uri} is a token store's part, got a reader without the "
+                    "plan's stores — read it through the plan's run (ShardAccess)"
+                )
+            shard = _OpenShard(ref=ref, text=self._stores.open(ref))
+            if cache:
+                self._open[shard_id] = shard
+            return shard
         copy = self._copies.get(shard_id)
         if copy is not None:  # the plan's copy of the rows it reads: local to the bundle, checked when opened
             shard = _OpenShard(ref=ref, text=CopiedShard(ref, copy, self._documents))

@@ -55,6 +55,11 @@ def looks_like_bundle(names: set[str] | frozenset[str]) -> bool:
 #: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
 SAMPLES_ROW_GROUP = 65_536
 
+#: shards.parquet ``format`` of a token store's part is this prefix and the store's format (``tokens:megatron``,
+#: ``tokens:parquet``: ``zephon.planner.counts.stores``); raw text shards are ``parquet``, ``jsonl``, ``jsonl.gz``,
+#: ``jsonl.zst``. Its ``rows`` are the part's documents and its ``fingerprint`` is ``index:`` + its index's digest.
+STORE_SHARD_PREFIX = "tokens:"
+
 SHARDS_SCHEMA = pa.schema(
     [
         pa.field("shard_id", pa.int32(), nullable=False),

@@ -32,6 +32,7 @@ from zephon.plan.json_record import key, read_record, record
 
 __all__ = [
     "COUNTS",
+    "STORES_ONLY",
     "WEIGHTS",
     "PlanBatch",
     "PlanBudget",
@@ -82,6 +83,9 @@ class PlanDataset:
     selection: Mapping[str, Any] | None = key(json_mapping().optional())
     planned_tokens: int | None = key(COUNT.optional())
     planned_token_share: float | None = key(NUMBER.optional())
+    #: A token store's options as the executor opens it again (``fmt``, ``tokenizer``, ``tokens_field``, ``dtype``,
+    #: ``eos_token_id``, ``bos_token_id``: ``zephon.recipe.token_store``); ``None`` for raw text.
+    token_store: Mapping[str, Any] | None = key(json_mapping().optional())
     #: Exact plans with user operators: scheduled documents a ``map_transform`` / ``map_batch`` dropped (rows of
     #: ``samples.parquet`` with 0 tokens, in no sequence); ``None`` in plans without operators.
     dropped_by_operators: int | None = key(COUNT.optional())
@@ -106,6 +110,11 @@ class PlanMixture:
 
     unit: Literal["samples", "tokens"] = key(one_of("samples", "tokens").optional("samples"), always=True)
     weights: Mapping[str, float] = key(WEIGHTS.optional(empty()), always=True)
+
+
+#: ``tokenizer.fingerprint`` of a plan made only of token stores: its counts come from the stores' indexes, so
+#: the tokenizer was never loaded (the run checks its ids against the stores instead: ``zephon.executor.exact``).
+STORES_ONLY = "token-stores-only"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

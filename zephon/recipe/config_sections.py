@@ -49,6 +49,9 @@ __all__ = [
 _DATASET_KEYS = ("name", "path")
 #: Optional keys of a dataset entry: its selection by metadata (``zephon.recipe.selection``).
 _SELECTION_KEYS = ("where", "metadata", "key", "order_by", "order_window", "dedup_on")
+#: Optional keys of a dataset entry that is a token store (``zephon.recipe.token_store``): strings, then integers.
+_STORE_KEYS = ("fmt", "tokenizer", "tokens_field", "dtype")
+_STORE_IDS = ("eos_token_id", "bos_token_id")
 _SHUFFLE_KEYS = ("enabled", "window_shards")
 _TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
 _TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token", "special_tokens", "max_tokens", "long_documents", "chat")
@@ -71,9 +74,10 @@ def parse_datasets(value: Any, base_dir: Path, origin: str) -> list[tuple[str, s
 
 
 def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, str, dict[str, Any]]]:
-    """``(name, resolved path, selection keywords)`` per entry of ``datasets``: the keywords are
-    ``Dataset.from_path``'s ``where``, ``metadata`` (resolved like ``path``), ``key``, ``order_by``,
-    ``order_window`` and ``dedup_on``, those given only."""
+    """``(name, resolved path, keywords)`` per entry of ``datasets``: the keywords are ``Dataset.from_path``'s
+    ``where``, ``metadata`` (resolved like ``path``), ``key``, ``order_by``, ``order_window`` and ``dedup_on``,
+    and a token store's ``fmt``, ``tokenizer``, ``tokens_field``, ``dtype``, ``eos_token_id``, ``bos_token_id``
+    (docs/token-stores.md), those given only."""
     if not isinstance(value, list) or not value:
         raise type_error(
             origin, "datasets", "a non-empty list of {name, path} entries", value, "add `- {name: web, path: data/web}`"
@@ -83,7 +87,7 @@ def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, 
         key = f"datasets[{index}]"
         if not isinstance(entry, Mapping):
             raise type_error(origin, key, "a mapping with `name` and `path`", entry, "write `{name: web, path: ...}`")
-        check_keys(entry, _DATASET_KEYS + _SELECTION_KEYS, origin, f"`{key}`")
+        check_keys(entry, _DATASET_KEYS + _SELECTION_KEYS + _STORE_KEYS + _STORE_IDS, origin, f"`{key}`")
         for field in _DATASET_KEYS:
             if not isinstance(entry.get(field), str) or not entry[field]:
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", entry.get(field), "quote it")
@@ -97,6 +101,16 @@ def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, 
             elif not isinstance(item, str) or not item.strip():
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", item, 'write e.g. "int_score >= 3"')
             selection[field] = _resolve_path(item, base_dir) if field == "metadata" else item
+        for field in _STORE_KEYS:
+            item = entry.get(field)
+            if item is not None and (not isinstance(item, str) or not item.strip()):
+                raise type_error(origin, f"{key}.{field}", "a non-empty string", item, "write e.g. `fmt: megatron`")
+            if item is not None:
+                selection[field] = item
+        for field in _STORE_IDS:
+            if entry.get(field) is not None:
+                fix = f"write e.g. `{field}: 2`"
+                selection[field] = require_integer(entry[field], f"{key}.{field}", 0, origin, fix)
         entries.append((entry["name"], _resolve_path(entry["path"], base_dir), selection))
     return entries
 

@@ -10,6 +10,7 @@ made (``Dataset.shards()``): Parquet from footers (range requests for remote sha
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
 from zephon.recipe.selection import Selection
+from zephon.recipe.token_store import STORE_FORMATS, TokenStoreSpec, looks_like_token_store
 from zephon.specs import StoreOptions
 from zephon.storage.local import SourceFile, discover_local_files
 from zephon.storage.objects.paths import SCHEMES as OBJECT_SCHEMES
@@ -45,6 +47,9 @@ class Dataset:
     #: Which rows the plan reads and in what order (``where``, sidecar ``metadata``, ``order_by``, ``dedup_on``);
     #: None reads every row (``zephon.recipe.selection``).
     selection: Selection | None = None
+    #: A token store's options (``zephon.recipe.token_store``): its parts are the shards, found when the plan
+    #: opens it (``files`` is empty); None for raw text.
+    token_store: TokenStoreSpec | None = None
 
     @classmethod
     def from_path(
@@ -59,6 +64,12 @@ class Dataset:
         order_window: int = 1024,
         dedup_on: str | None = None,
         io_options: StoreOptions | None = None,
+        fmt: str | None = None,
+        tokenizer: str | None = None,
+        tokens_field: str | None = None,
+        dtype: str | None = None,
+        eos_token_id: int | None = None,
+        bos_token_id: int | None = None,
     ) -> Dataset:
         """Create a dataset from a local directory, glob or file, an ``hf://`` dataset path, or an object-store
         path (``s3://``, ``gs://``/``gcs://``, ``az://``/``abfs://``: an object, a prefix or a glob).
@@ -66,7 +77,30 @@ class Dataset:
         ``where``, ``metadata``/``key``, ``order_by``/``order_window`` and ``dedup_on`` select and order its
         documents by metadata at plan time (``zephon.recipe.selection``; docs/curricula.md).
         ``io_options``: its ``credentials`` replace the environment's for the prefixes they name, for this
-        listing and every later read of this process (``zephon.storage.objects.stores``)."""
+        listing and every later read of this process (``zephon.storage.objects.stores``).
+
+        ``fmt``, ``tokenizer``, ``tokens_field``, ``dtype``, ``eos_token_id``, ``bos_token_id``: a token store,
+        a corpus already tokenized (``zephon.recipe.token_store``; docs/token-stores.md): ``fmt`` is one of
+        ``megatron``, ``olmo``, ``datatrove``, ``litdata``, ``mds``, or ``parquet``/``jsonl`` with
+        ``tokens_field``; a local path only a store can be is one without ``fmt``."""
+        store = None
+        if fmt is not None and fmt in ("parquet", "jsonl") and tokens_field is None:
+            fmt = None  # raw text of that format: the shards' own names say it
+        if fmt is not None or tokens_field is not None or looks_like_token_store(str(path)):
+            store = TokenStoreSpec(
+                fmt=fmt,
+                tokenizer=tokenizer,
+                tokens_field=tokens_field,
+                dtype=dtype,
+                eos_token_id=eos_token_id,
+                bos_token_id=bos_token_id,
+            )
+        elif any(v is not None for v in (tokenizer, dtype, eos_token_id, bos_token_id)):
+            raise ConfigError(
+                f"dataset {name!r}: tokenizer=, dtype=, eos_token_id= and bos_token_id= must describe a token store, "
+                f"got raw text at {str(path)!r} — pass fmt= (one of {', '.join(STORE_FORMATS)}, or parquet/jsonl "
+                "with tokens_field=) or drop them"
+            )
         selection = Selection(
             dataset=str(name),
             where=where,
@@ -76,7 +110,34 @@ class Dataset:
             order_window=order_window,
             dedup_on=dedup_on,
         )
+        if store is not None:
+            return cls._token_store(name, path, store, selection if selection.active else None, io_options)
         return cls._from_path(name, path, selection if selection.active else None, io_options)
+
+    @classmethod
+    def _token_store(
+        cls,
+        name: str,
+        path: str | Path,
+        store: TokenStoreSpec,
+        selection: Selection | None,
+        io_options: StoreOptions | None,
+    ) -> Dataset:
+        if not isinstance(name, str) or not _NAME.match(name):
+            return cls._from_path(name, path, selection, io_options)  # the one message for a bad name
+        if selection is not None:
+            raise ConfigError(
+                f"dataset {name!r}: a token store must be read whole, got a selection by metadata — select the "
+                "documents before tokenizing, or plan the raw text"
+            )
+        text = str(path)
+        scheme = _SCHEME.match(text)
+        if scheme and scheme.group(1).lower() in OBJECT_SCHEMES and io_options is not None:
+            from zephon.storage.objects.stores import register_credentials
+
+            register_credentials(io_options.credentials)
+        pinned = text if scheme else os.path.abspath(text)  # a run from another directory opens the same store
+        return cls(name=name, path=text, files=(), pinned=pinned, token_store=store)
 
     @classmethod
     def _from_path(
@@ -113,5 +174,8 @@ class Dataset:
         return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text, selection=selection)
 
     def shards(self) -> tuple[ShardInfo, ...]:
-        """Scan every shard's metadata (Parquet footers; JSONL row index, cached)."""
+        """Scan every shard's metadata (Parquet footers; JSONL row index, cached); a token store's parts are
+        scanned by the planner (``zephon.planner.counts.stores``)."""
+        if self.token_store is not None:
+            raise ConfigError(f"dataset {self.name!r} is a token store, got Dataset.shards() — plan it instead")
         return tuple(scan_shard(self.name, f) for f in self.files)

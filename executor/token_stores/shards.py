@@ -1,0 +1,131 @@
+"""A plan's token-store shards at run time: each planned (part, document) read as its ids, by range.
+
+A plan lays a token store out as shards — one per part of the store, ``format = "tokens:<fmt>"``, rows its
+documents (``zephon.planner.counts.stores``) — and records in plan.json, per dataset, how to open the store
+again (``token_store``: format, options, the ids' tokenizer) at its ``pinned`` path. ``PlanStores`` opens each
+store once per run (its indexes only), finds a shard's part by the part's name, and refuses a part whose index
+changed since planning (its fingerprint: format, dtype and per-document counts, :func:`part_fingerprint`).
+
+``StoreShard.read(rows)`` returns the documents' ids in the order asked: the rows sorted, each run of
+consecutive documents one range read (``TokenStore.read``), then put back in order. The ids are the stored ids,
+as they are: no BOS or EOS is added or dropped (docs/token-stores.md says what each format stores), and they go
+through the same packing as encoded text (``zephon.executor.encode.slices.encode_in_slices`` passes them through).
+
+Example: a shard of a Megatron store, rows ``[4, 1, 2]`` → documents 1..2 in one read and 4 in another →
+``[ids(4), ids(1), ids(2)]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import DatasetError
+from zephon.executor.token_stores.opening import open_token_store
+from zephon.executor.token_stores.store import TokenStore
+from zephon.plan.format import STORE_SHARD_PREFIX
+from zephon.plan.records import ShardRef
+
+__all__ = ["PlanStores", "StoreShard", "is_store_shard", "part_counts", "part_fingerprint"]
+
+def is_store_shard(ref: ShardRef) -> bool:
+    """Whether ``ref`` is a token store's part (``zephon.plan.format.STORE_SHARD_PREFIX``)."""
+    return ref.format.startswith(STORE_SHARD_PREFIX)
+
+
+def part_fingerprint(fmt: str, dtype: object, counts: np.ndarray) -> str:
+    """``index:<BLAKE2b>`` of a part's format, dtype and per-document counts: its index's content."""
+    digest = hashlib.blake2b(f"{fmt}\0{np.dtype(dtype).str}\0".encode(), digest_size=16)  # type: ignore[call-overload]
+    digest.update(np.ascontiguousarray(counts, dtype="<i8").tobytes())
+    return "index:" + digest.hexdigest()
+
+
+def part_counts(store: TokenStore, j: int) -> np.ndarray:
+    """Tokens of each document of part ``j`` (int64, from the index)."""
+    return store.token_counts()[int(store.part_starts[j]) : int(store.part_starts[j + 1])]
+
+
+class StoreShard:
+    """One part of a store, read as a shard: rows are the part's document numbers."""
+
+    def __init__(self, ref: ShardRef, store: TokenStore, part: int) -> None:
+        self.ref, self.store, self.part = ref, store, part
+        self.first = int(store.part_starts[part])
+
+    def read(self, rows: np.ndarray) -> list[np.ndarray]:
+        """The ids of documents ``rows`` (in that order): one range read per run of consecutive rows."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows):
+            return []
+        if rows.min() < 0 or rows.max() >= self.ref.rows:
+            bad = int(rows[(rows < 0) | (rows >= self.ref.rows)][0])
+            raise DatasetError(
+                f"dataset {self.ref.dataset!r}: shard {self.ref.uri} must have row {bad}, got {self.ref.rows} "
+                "documents — the plan does not match the store; re-plan"
+            )
+        wanted = np.unique(rows)
+        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
+        got: dict[int, np.ndarray] = {}
+        for run in np.split(wanted, breaks):  # one range read per run of consecutive documents
+            lo, hi = int(run[0]), int(run[-1]) + 1
+            docs = self.store.read(self.first + lo, self.first + hi)
+            for i in range(hi - lo):
+                got[lo + i] = docs[i]
+        return [got[r] for r in rows.tolist()]
+
+
+class PlanStores:
+    """The token stores of a plan's datasets, opened when a shard of theirs is first read (see the module)."""
+
+    def __init__(self, datasets: Sequence[Any], *, vocab_size: int | None = None) -> None:
+        """``datasets``: plan.json's ``datasets`` (``PlanDataset``: ``id``, ``name``, ``pinned``, ``token_store``).
+        ``vocab_size``: the run's tokenizer's; every read refuses ids ≥ it, naming the file and document."""
+        self._specs: dict[int, tuple[str, Mapping[str, Any]]] = {
+            d.id: (d.pinned, d.token_store) for d in datasets if d.token_store is not None
+        }
+        self._names = {d.id: d.name for d in datasets}
+        self.vocab_size = vocab_size
+        self._stores: dict[int, tuple[TokenStore, dict[str, int]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._specs)
+
+    def store(self, dataset_id: int) -> TokenStore:
+        """Dataset ``dataset_id``'s store, opened once (its indexes read)."""
+        return self._opened(dataset_id)[0]
+
+    def _opened(self, dataset_id: int) -> tuple[TokenStore, dict[str, int]]:
+        got = self._stores.get(dataset_id)
+        if got is None:
+            if dataset_id not in self._specs:
+                raise DatasetError(
+                    f"dataset {self._names.get(dataset_id, dataset_id)!r} must be recorded as a token store in "
+                    "plan.json, got no token_store entry — the bundle is damaged; re-plan"
+                )
+            path, spec = self._specs[dataset_id]
+            options = {k: spec.get(k) for k in ("dtype", "eos_token_id", "bos_token_id", "tokens_field")}
+            store = open_token_store(path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, **options)
+            got = (store, {p.name: j for j, p in enumerate(store.parts)})
+            self._stores[dataset_id] = got
+        return got
+
+    def open(self, ref: ShardRef) -> StoreShard:
+        """The shard ``ref`` as a part of its store, checked against the plan (name, documents, fingerprint)."""
+        store, parts = self._opened(ref.dataset_id)
+        j = parts.get(ref.uri)
+        if j is None:
+            raise DatasetError(
+                f"dataset {ref.dataset!r}: token store {store.path!r} must still hold {ref.uri} as planned, got "
+                f"parts {sorted(parts)[:4]} — restore the store or re-plan"
+            )
+        counts = part_counts(store, j)
+        if len(counts) != ref.rows or part_fingerprint(store.format, store.dtype, counts) != ref.fingerprint:
+            raise DatasetError(
+                f"dataset {ref.dataset!r}: {ref.uri} changed since planning: its index must hold the planned "
+                f"{ref.rows} documents and their counts, got {len(counts)} documents of other counts — restore the "
+                "store or re-plan"
+            )
+        return StoreShard(ref, store, j)

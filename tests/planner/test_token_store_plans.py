@@ -1,0 +1,297 @@
+"""Token stores in plans and runs (issue #27): exact counts from the index, ids read by range, mixed with raw text."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+from tokenizers import Tokenizer, models, pre_tokenizers
+
+from zephon import Pipeline, merge_states
+from zephon.cli import cli
+from zephon.config_file import load_work_source
+from zephon.errors import ConfigError, DatasetError
+from zephon.inspection.log_check import check_log
+from zephon.io import Dataset
+from zephon.plan.manifest_parts import STORES_ONLY
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "token_stores"
+WEB = FIXTURES / "megatron" / "web_text_document"
+#: The fixtures' documents (tests/fixtures/token_stores/make_fixtures.py: BOS 1, EOS 2).
+DOCS = [[1, 17, 23, 2], [1, 5, 2], [1, 300, 301, 302, 303, 2], [1, 2], [1, 40000, 7, 9, 2], [1, 65000, 2]]
+WORDS = ["alpha", "beta", "gamma", "delta"]
+
+
+def write_megatron(prefix: Path, docs: list[list[int]], dtype: str = "uint16") -> Path:
+    """A Megatron-Core ``.idx``/``.bin`` pair of ``docs`` (one sequence a document), per its documented layout."""
+    code = {"uint8": 1, "int32": 4, "uint16": 8}[dtype]
+    ids = [np.asarray(d, dtype=dtype) for d in docs]
+    lengths = np.array([len(d) for d in ids], dtype=np.int32)
+    pointers = np.concatenate([[0], np.cumsum(lengths[:-1], dtype=np.int64)]) * np.dtype(dtype).itemsize
+    head = b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, code, len(docs), len(docs) + 1)
+    body = lengths.tobytes() + pointers.astype(np.int64).tobytes() + np.arange(len(docs) + 1, dtype=np.int64).tobytes()
+    prefix.with_suffix(".idx").write_bytes(head + body)
+    prefix.with_suffix(".bin").write_bytes(b"".join(d.tobytes() for d in ids))
+    return prefix
+
+
+@pytest.fixture(scope="module")
+def wide_tokenizer(tmp_path_factory) -> str:
+    """A word-level tokenizer of 70,000 ids (``<s>`` 1, ``</s>`` 2: the fixtures' BOS and EOS), so the fixtures'
+    ids are all in its vocabulary."""
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: 3 + i for i, w in enumerate(WORDS)}}
+    vocab.update({f"t{i}": i for i in range(len(vocab), 70_000)})
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    out = tmp_path_factory.mktemp("wide_tokenizer")
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>", "bos_token": "<s>"}))
+    return str(out)
+
+
+@pytest.fixture
+def prose(tmp_path: Path) -> tuple[Path, list[str]]:
+    texts = ["alpha beta", "gamma", "delta alpha beta gamma", "beta beta"]
+    (tmp_path / "prose").mkdir()
+    pq.write_table(pa.table({"text": texts}), tmp_path / "prose" / "a.parquet")
+    return tmp_path / "prose", texts
+
+
+def mixed(*datasets: Dataset, weights: list[float], **kw) -> StaticMixtureWorkSource:
+    return StaticMixtureWorkSource(
+        datasets=list(datasets), mixture=MixtureSpec(dict(zip([d.name for d in datasets], weights, strict=True))), **kw
+    )
+
+
+def test_from_path_detects_a_megatron_prefix_and_keeps_raw_paths_raw(prose) -> None:
+    web = Dataset.from_path("web", WEB, tokenizer="wide")
+    assert web.token_store is not None and web.token_store.fmt is None and web.files == ()
+    assert web.pinned == str(WEB.resolve()) and web.token_store.tokenizer == "wide"
+    assert Dataset.from_path("web", WEB, fmt="mmap").token_store.fmt == "megatron"  # an alias
+    raw = Dataset.from_path("prose", prose[0])
+    assert raw.token_store is None and len(raw.files) == 1
+    assert Dataset.from_path("prose", prose[0], fmt="parquet").token_store is None  # parquet without tokens_field
+    with pytest.raises(ConfigError, match=r"dataset 'prose': tokenizer=.* must describe a token store, got raw text"):
+        Dataset.from_path("prose", prose[0], tokenizer="x")
+    with pytest.raises(ConfigError, match=r"fmt must be one of megatron, .* got 'tar'"):
+        Dataset.from_path("web", WEB, fmt="tar")
+    with pytest.raises(ConfigError, match="a token store must be read whole, got a selection"):
+        Dataset.from_path("web", WEB, where="x > 1")
+
+
+def test_a_plan_of_token_stores_only_never_loads_its_tokenizer(tmp_path: Path) -> None:
+    """Counts come from the .idx: the tokenizer named here does not exist, and the plan is made anyway."""
+    source = mixed(Dataset.from_path("web", WEB), weights=[1.0], seed=3, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=str(tmp_path / "no-such-tokenizer")),
+                       pack=PackSpec(max_length=8))  # fmt: skip
+    manifest = json.loads((plan / "plan.json").read_text())
+    assert manifest["tokenizer"]["fingerprint"] == STORES_ONLY
+    (entry,) = manifest["datasets"]
+    assert entry["token_store"]["fmt"] == "megatron" and entry["rows"] == 6
+    shards = pq.read_table(plan / "shards.parquet").to_pylist()
+    assert [(s["uri"], s["format"], s["rows"], s["bytes"]) for s in shards] == [
+        (str(WEB.resolve()) + ".bin", "tokens:megatron", 6, 46)
+    ]
+    assert shards[0]["fingerprint"].startswith("index:")
+    samples = pq.read_table(plan / "samples.parquet").to_pylist()
+    assert sorted(s["row"] for s in samples) == list(range(6))
+    assert [s["tokens"] for s in samples] == [len(DOCS[s["row"]]) for s in samples]
+    assert manifest["totals"]["tokens"] == 23
+
+
+def test_a_mixed_exact_plan_yields_the_stores_ids_and_the_encoded_text_token_for_token(
+    tmp_path: Path, prose, wide_tokenizer: str
+) -> None:
+    path, texts = prose
+    source = mixed(Dataset.from_path("web", WEB), Dataset.from_path("prose", path), weights=[0.5, 0.5], seed=1,
+                   exact_tokens=True)  # fmt: skip
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=wide_tokenizer), pack=PackSpec(max_length=8))
+    vocab = json.loads(Path(wide_tokenizer, "tokenizer.json").read_text())["model"]["vocab"]
+    stream: list[int] = []
+    for s in pq.read_table(plan / "samples.parquet").to_pylist():
+        # a store's document as stored (it already ends in EOS); a text encoded, then EOS added (no BOS: WordLevel)
+        doc = DOCS[s["row"]] if s["dataset_id"] == 0 else [vocab[w] for w in texts[s["row"]].split()] + [2]
+        assert s["tokens"] == len(doc)
+        stream += doc
+    rows = [
+        row.tolist()
+        for b in Pipeline.from_plan(plan).tokenize(tokenizer_id=wide_tokenizer).pack_flat(max_length=8).batch(
+            microbatch_size=2
+        )
+        for row, n in zip(b.tokens, b.lengths, strict=True)
+        for row in [row[:n]]
+    ]
+    assert [t for row in rows for t in row] == stream
+
+
+def test_the_run_refuses_ids_beyond_its_tokenizers_vocabulary_naming_file_and_document(
+    tmp_path: Path, tokenizer_dir: str
+) -> None:
+    """The demo tokenizer has 4,096 ids; the fixture's document 4 holds 40000."""
+    source = mixed(Dataset.from_path("web", WEB), weights=[1.0], seed=3, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=64))
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=64).batch(
+        microbatch_size=1
+    )
+    with pytest.raises(DatasetError, match=r"web_text_document\.bin must be < the tokenizer's vocabulary of 4096, "
+                       r"got (40000|65000) in document [45]"):  # fmt: skip
+        list(pipe)
+
+
+def test_a_store_rewritten_since_planning_is_refused(tmp_path: Path, tokenizer_dir: str) -> None:
+    (tmp_path / "store").mkdir()
+    store = write_megatron(tmp_path / "store" / "web", [[5, 6, 0], [7, 0]])
+    source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=4))
+    write_megatron(store, [[5, 6, 0], [7, 8, 0]])
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(
+        microbatch_size=1
+    )
+    with pytest.raises(DatasetError, match=r"web\.bin changed since planning: its index must hold the planned 2 "):
+        list(pipe)
+
+
+def test_a_config_file_names_a_token_store(tmp_path: Path, prose) -> None:
+    config = tmp_path / "plan.yaml"
+    config.write_text(
+        "seed: 1\ndatasets:\n"
+        f"  - {{name: web, path: {WEB}, fmt: megatron, tokenizer: wide}}\n"
+        f"  - {{name: prose, path: {prose[0]}}}\n"
+        "mixture: {web: 0.5, prose: 0.5}\n"
+    )
+    source = load_work_source(config)
+    assert source.datasets[0].token_store.fmt == "megatron" and source.datasets[0].token_store.tokenizer == "wide"
+    assert source.datasets[1].token_store is None
+    config.write_text(config.read_text().replace("fmt: megatron", "eos_token_id: -1"))
+    with pytest.raises(ConfigError, match=r"datasets\[0\]\.eos_token_id"):
+        load_work_source(config)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Runs: estimated (samples and tokens) and exact plans over a store and raw text; elastic dp, resume, audit
+# ---------------------------------------------------------------------------------------------------------
+
+GLOBAL, LENGTH = 8, 17
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory, tokenizer_dir: str) -> dict[str, Path]:
+    from zephon.demo import write_demo_dataset
+
+    root = tmp_path_factory.mktemp("store_runs")
+    write_demo_dataset(root / "data")
+    rng = np.random.default_rng(5)
+    docs = [[*rng.integers(3, 4000, size=int(n)).tolist(), 0] for n in rng.integers(1, 40, size=120)]  # EOS 0
+    (root / "store").mkdir()
+    store = Dataset.from_path("web", write_megatron(root / "store" / "web", docs))
+    prose = Dataset.from_path("prose", str(root / "data" / "demo" / "prose-*.parquet"))
+    tok = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    te = TokenEstimation(calibration_samples=64)
+    return {
+        "samples": mixed(store, prose, weights=[0.5, 0.5], seed=2, num_documents=300).plan(root / "samples"),
+        "tokens": mixed(store, prose, weights=[0.5, 0.5], seed=2, num_tokens=6000, token_estimation=te).plan(
+            root / "tokens", tokenize=tok
+        ),
+        "exact": mixed(store, prose, weights=[0.5, 0.5], seed=2, num_documents=300, exact_tokens=True).plan(
+            root / "exact", tokenize=tok, pack=PackSpec(max_length=LENGTH)
+        ),
+    }
+
+
+def pipeline(plan: Path, tokenizer_dir: str, rank: int, size: int, log: Path | None = None) -> Pipeline:
+    return (
+        Pipeline.from_plan(plan)
+        .options(dp_rank=rank, dp_size=size, provenance_dir=str(log) if log else None)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=LENGTH)
+        .batch(microbatch_size=GLOBAL // size, global_batch_size=GLOBAL)
+    )
+
+
+def steps_of(batches) -> dict[int, dict[int, bytes]]:
+    rows: dict[int, dict[int, bytes]] = {}
+    for b in batches:
+        for i, j in enumerate(b.sequences.tolist()):
+            rows.setdefault(b.step, {})[j] = b.tokens[i, : b.lengths[i]].tobytes()
+    return rows
+
+
+def digests(rows: dict[int, dict[int, bytes]]) -> list[str]:
+    return [hashlib.sha256(b"".join(r[j] for j in sorted(r))).hexdigest() for _, r in sorted(rows.items())]
+
+
+@pytest.mark.parametrize("kind", ["samples", "tokens", "exact"])
+def test_dp_1_2_and_4_give_the_same_global_batches(plans, tokenizer_dir, kind) -> None:
+    reference = steps_of(pipeline(plans[kind], tokenizer_dir, 0, 1))
+    assert len(reference) > 3
+    for size in (2, 4):
+        rows: dict[int, dict[int, bytes]] = {}
+        for rank in range(size):
+            for step, got in steps_of(pipeline(plans[kind], tokenizer_dir, rank, size)).items():
+                rows.setdefault(step, {}).update(got)
+        assert digests(rows) == digests(reference), size
+
+
+def test_the_stores_documents_are_packed_as_stored(plans, tokenizer_dir) -> None:
+    """Every id of the store's documents reaches the batches of the samples plan (none doubled or dropped)."""
+    manifest = json.loads((plans["samples"] / "plan.json").read_text())
+    assert manifest["datasets"][0]["token_store"]["fmt"] == "megatron"
+    from zephon.executor.token_stores import open_token_store
+
+    store = open_token_store(manifest["datasets"][0]["pinned"])
+    planned = [s for s in pq.read_table(plans["samples"] / "samples.parquet").to_pylist() if s["dataset_id"] == 0]
+    want = sum(len(store.read(s["row"], s["row"] + 1)[0]) for s in planned)
+    batches = list(pipeline(plans["samples"], tokenizer_dir, 0, 1))
+    assert sum(int(b.lengths.sum()) for b in batches) > want > 0
+
+
+@pytest.mark.parametrize("kind", ["tokens", "exact"])
+def test_a_run_resumed_from_its_state_dict_continues_where_it_stopped(plans, tokenizer_dir, kind) -> None:
+    reference = digests(steps_of(pipeline(plans[kind], tokenizer_dir, 0, 1)))
+    before: dict[int, dict[int, bytes]] = {}
+    states = []
+    for rank in range(2):
+        p = pipeline(plans[kind], tokenizer_dir, rank, 2)
+        taken = []
+        for b in p:
+            taken.append(b)
+            if b.step == 1:
+                break
+        for step, got in steps_of(taken).items():
+            before.setdefault(step, {}).update(got)
+        states.append(p.state_dict())
+    merged = json.loads(json.dumps(merge_states(states)))
+    p = pipeline(plans[kind], tokenizer_dir, 0, 1)
+    p.load_state_dict(merged)
+    assert digests({**before, **steps_of(p)}) == reference
+
+
+@pytest.mark.parametrize("kind", ["tokens", "exact"])
+def test_the_provenance_log_of_a_store_run_passes_the_audit(plans, tokenizer_dir, tmp_path, kind) -> None:
+    for rank in range(2):
+        list(pipeline(plans[kind], tokenizer_dir, rank, 2, log=tmp_path / "log"))
+    assert check_log(plans[kind], tmp_path / "log").ok
+    result = CliRunner().invoke(cli, ["audit", str(plans[kind]), "--log", str(tmp_path / "log")])
+    assert result.exit_code == 0 and result.output.splitlines()[-1] == "ok: the log matches the plan", result.output
+
+
+def test_a_store_moved_after_planning_is_named(tmp_path: Path, tokenizer_dir: str) -> None:
+    (tmp_path / "store").mkdir()
+    store = write_megatron(tmp_path / "store" / "web", [[5, 6, 0], [7, 0]])
+    plan = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, num_documents=2).plan(tmp_path / "p")
+    shutil.rmtree(tmp_path / "store")
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(
+        microbatch_size=1
+    )
+    with pytest.raises(DatasetError, match=r"token store path .*web' must name a file"):
+        list(pipe)
