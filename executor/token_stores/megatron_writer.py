@@ -9,7 +9,7 @@ against the committed fixture megatron-core wrote, byte for byte.
 
 dtype: Megatron's rule (``DType.optimal_dtype(tokenizer.vocab_size)`` in ``tools/preprocess_data.py``): uint16
 when the vocabulary has fewer than 65 500 ids, else int32 (:func:`megatron_dtype`). Every id written is checked
-against the dtype's range: an id it cannot hold is a one-line error, never a wrapped value.
+against the dtype's range (and ≥ 0): an id it cannot hold is a one-line error, never a wrapped value.
 
 All or nothing: the data and the index are written to temporaries beside the target
 (``.NAME.bin.zephon-tmp-<pid>-<hex>``, ``.NAME.idx.zephon-tmp-...``: hidden, and ending neither in ``.bin`` nor
@@ -118,12 +118,12 @@ class MegatronWriter:
             raise DatasetError(f"document sizes must add up to the ids given, got {int(sizes.sum())} ≠ {len(ids)}")
         if len(ids):
             low, high = int(ids.min()), int(ids.max())
-            if low < self._limits.min or high > self._limits.max:
-                bad = low if low < self._limits.min else high
+            if low < 0 or high > self._limits.max:  # ids are ≥ 0, whatever the dtype could hold
+                bad = low if low < 0 else high
                 raise DatasetError(
-                    f"{where or self.bin_path} must hold ids that fit {self.dtype} (the dtype Megatron's rule picks "
-                    f"for the tokenizer's vocabulary), got id {bad} — the tokenizer's vocabulary size is wrong; fix "
-                    "its tokenizer.json"
+                    f"{where or self.bin_path} must hold ids from 0 that fit {self.dtype} (the dtype Megatron's rule "
+                    f"picks for the tokenizer's vocabulary), got id {bad} — the tokenizer's vocabulary size is wrong; "
+                    "fix its tokenizer.json"
                 )
         self._file.write(ids.astype(self.dtype.newbyteorder("<"), copy=False).tobytes())
         self._lengths.append(sizes)
