@@ -195,3 +195,16 @@ def test_megatron_core_s_indexed_dataset_reads_the_stores(demo, tmp_path) -> Non
         assert read[prefix]["dtype"] == "uint16"
         assert read[prefix]["documents"] == [ids.tolist() for ids in encoder.encode(texts)]
     assert np.sum([len(d) for p in prefixes for d in read[p]["documents"]]) == report.tokens
+
+
+def test_the_token_stores_page_s_writing_example_prints_what_it_shows(tmp_path, monkeypatch, capsys) -> None:
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "token-stores.md").read_text(encoding="utf-8")
+    section = page.split("## Writing a store: `zephon tokenize`", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.setenv("ZEPHON_DEMO_DIR", str(tmp_path / "demo"))
+    monkeypatch.chdir(tmp_path)
+    exec(compile(block, "docs/token-stores.md", "exec"), {})
+    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
+    assert capsys.readouterr().out.splitlines() == shown
