@@ -208,3 +208,15 @@ def test_the_token_stores_page_s_writing_example_prints_what_it_shows(tmp_path, 
     exec(compile(block, "docs/token-stores.md", "exec"), {})
     shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
     assert capsys.readouterr().out.splitlines() == shown
+
+
+def test_a_dataset_on_an_object_store_gives_the_local_copy_s_stores(demo, s3, tmp_path) -> None:
+    s3.upload_dir(Path(demo["code"]).parent, "corpus/")
+    remote = Dataset.from_path("code", s3.url("corpus/code-*.parquet"))
+    report = tokenize_datasets([remote], spec(), tmp_path / "remote", workers=2)
+    tokenize_datasets(datasets(demo, "code"), spec(), tmp_path / "local", workers=1)
+    data = {k: v for k, v in tree(tmp_path / "local").items() if not k.endswith(".json")}
+    assert {k: v for k, v in tree(tmp_path / "remote").items() if not k.endswith(".json")} == data
+    assert report.written == 2 and len(data) == 4
+    record = json.loads((tmp_path / "remote" / "code" / "code-00001.zephon.json").read_text())
+    assert record["shard"] == s3.url("corpus/code-00001.parquet")
