@@ -140,8 +140,9 @@ def tokenize_datasets(
     if out.exists() and not out.is_dir():
         raise StorageError(f"-o {out} must be a directory for the token stores, got a file — choose another path")
     groups = _scan(datasets, progress)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with claimed(out, "the token stores"):
+    absolute = Path(os.path.abspath(out))  # "-o ." has no name to put a lock beside
+    absolute.parent.mkdir(parents=True, exist_ok=True)
+    with claimed(absolute, "the token stores"):
         tasks, kept = _resume(datasets, groups, out, spec, encoder, str(dtype), overwrite)
         todo = [t for t, k in zip(tasks, kept, strict=True) if k is None]
         written = _write(todo, spec, encoder, dtype, workers=workers, engine=engine, progress=progress)
