@@ -397,7 +397,7 @@ def test_connect_refuses_a_bundle_without_its_samples_file(plan_dir: Path, tmp_p
 
 def test_every_command_has_help_and_is_documented() -> None:
     docs = DOCS.read_text(encoding="utf-8")
-    assert set(cli.commands) == {"plan", "count", "sql", "show", "audit", "diff", "cache", "engines"}
+    assert set(cli.commands) == {"plan", "count", "tokenize", "sql", "show", "audit", "diff", "cache", "engines"}
     check = cli.commands["engines"].commands["check"]  # type: ignore[attr-defined]
     assert _invoke("engines", "check", "--help").exit_code == 0 and check.help
     assert "zephon engines check" in docs

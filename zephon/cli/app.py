@@ -9,6 +9,7 @@ Commands (documented in docs/cli.md), each in its own module::
     zephon diff                                           zephon.cli.diff_command
     zephon cache ls / du / prune                          zephon.cli.cache_commands
     zephon engines check [CONFIG] --tokenizer TOK         zephon.cli.engine_commands
+    zephon tokenize CONFIG|PATHS -o OUT_DIR               zephon.cli.tokenize_command
 
 Shared options, one-line errors and table formatting are in ``zephon.cli.output``. Library modules are
 imported inside the commands so that ``zephon --help`` stays fast.
@@ -26,6 +27,7 @@ from zephon.cli.engine_commands import engines
 from zephon.cli.inspect_commands import audit, show
 from zephon.cli.plan_commands import count, plan
 from zephon.cli.sql_command import sql
+from zephon.cli.tokenize_command import tokenize
 
 __all__ = ["cli", "main"]
 
@@ -36,7 +38,7 @@ def cli() -> None:
     """Zephon: plan a training-data curriculum once, inspect it with SQL, stream it as token batches."""
 
 
-for _command in (plan, count, sql, show, audit, diff, cache, engines):
+for _command in (plan, count, tokenize, sql, show, audit, diff, cache, engines):
     cli.add_command(_command)
 
 
