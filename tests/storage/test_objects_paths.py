@@ -64,7 +64,7 @@ def test_credentials_never_show_their_values() -> None:
         StoreCredentials(prefix="s3://team-b", env={"AWS_SECRET": "x"})
     with pytest.raises(ConfigError, match=r"StoreCredentials.prefix must be s3://BUCKET"):
         StoreCredentials(prefix="/local/dir", env={})
-    with pytest.raises(ConfigError, match=r'StoreOptions.remote_read must be "cache" or "range", got \'ranges\''):
+    with pytest.raises(ConfigError, match=r'StoreOptions.remote_read must be "auto", "cache" or "range", got \'ranges\''):
         StoreOptions(remote_read="ranges")
 
 
