@@ -37,6 +37,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -80,18 +81,36 @@ class LoaderOptions:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WorkerPiece:
-    """What a worker hands the loader: its ``tensors`` (``to_training``) of microbatch (``step``, ``microbatch``),
-    and the worker's ``state`` after it (``RankRunner.state``: its own lanes' cursors)."""
+    """What a worker hands the loader: its ``to_training`` dict of microbatch (``step``, ``microbatch``), as NumPy
+    ``arrays`` (``tensors()`` gives the tensors back, sharing their memory), and the worker's ``state`` after it
+    (``RankRunner.state``: its own lanes' cursors).
 
-    tensors: Tensors
+    NumPy, not tensors, because of how an item crosses from a worker: the DataLoader moves each tensor through a
+    shared-memory file of its own (a file, a descriptor passed on a socket, a mapping: about a millisecond per
+    tensor on a small machine), while an array is pickled into the queue's pipe with its bytes — a copy of some
+    100 KB, tens of microseconds."""
+
+    arrays: dict[str, np.ndarray | int]
     step: int
     microbatch: int
     state: dict[str, Any]
 
+    @classmethod
+    def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
+        arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+        return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
+
+    def tensors(self) -> Tensors:
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
+
     def pin_memory(self) -> WorkerPiece:
-        """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``)."""
-        pinned = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in self.tensors.items()}
-        return replace(self, tensors=pinned)
+        """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
+        copied into page-locked memory (``tensors()`` then shares it)."""
+        pinned = {
+            k: torch.from_numpy(v).pin_memory().numpy() if isinstance(v, np.ndarray) else v
+            for k, v in self.arrays.items()
+        }
+        return replace(self, arrays=pinned)
 
 
 class PieceDataset(IterableDataset):
@@ -114,7 +133,7 @@ class PieceDataset(IterableDataset):
         runner = self.pipeline._make_runner(worker, self.pieces)
         for batch in runner:
             tensors = batch.to_training(**self.training)
-            yield WorkerPiece(tensors=tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
+            yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
 
 
 class Handed:
@@ -187,7 +206,7 @@ class PipelineLoader:
                     f"microbatch ({first.step}, {first.microbatch}) cut short — report this as a Zephon bug"
                 )
             handed.took(parts)  # type: ignore[arg-type]
-            yield join_training([p.tensors for p in parts], pin_memory=pin)  # type: ignore[union-attr]
+            yield join_training([p.tensors() for p in parts], pin_memory=pin)  # type: ignore[union-attr]
 
     def _pin_joined(self) -> bool:
         if not self.options.pin_memory or self.pieces == 1:
