@@ -29,6 +29,13 @@ summed loss).
 
 Example with a mask, one row [u1 u2 a1 a2 E | v1] (5 tokens of one conversation, mask [0 0 1 1 1], then v1
 starting the next, mask 0): labels [-100 a1 a2 E -100], num_valid_tokens 3.
+
+``join_training`` joins the ``to_training`` dicts of consecutive row ranges of a batch into the batch's own,
+tensor for tensor (``Pipeline.dataloader``'s workers each build a range): row tensors are concatenated,
+``num_valid_tokens`` summed, ``max_seqlen`` the largest, and each part's ``cu_seqlens`` shifted by the tokens
+before it (a segment never crosses a row, so the boundaries of the whole are those of the parts, in order).
+Example: rows [a1 a2 E b1 E] and [c1 c2 c3 c4 c5] as two parts: cu_seqlens [0 3 4] and [0 4] join to
+[0 3 4 8].
 """
 
 from __future__ import annotations
@@ -131,3 +138,40 @@ class Batch:
         if pin_memory:
             out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
         return out
+
+
+def join_training(
+    parts: list[dict[str, torch.Tensor | int]], *, pin_memory: bool = False
+) -> dict[str, torch.Tensor | int]:
+    """The ``to_training`` dict of a batch from those of its consecutive row ranges, in order (module docstring):
+    one operation per tensor, never per row. ``pin_memory``: the row tensors are concatenated straight into
+    page-locked buffers (no second copy)."""
+    if len(parts) == 1 and not pin_memory:
+        return parts[0]
+    first = parts[0]
+    out: dict[str, torch.Tensor | int] = {}
+    for key in first:
+        values = [part[key] for part in parts]
+        if key == "max_seqlen":
+            out[key] = max(int(v) for v in values)  # type: ignore[call-overload]
+        elif key == "num_valid_tokens":
+            out[key] = torch.stack(values).sum()  # type: ignore[arg-type]
+        elif key == "cu_seqlens":
+            sizes = [part["input_ids"].numel() for part in parts]  # type: ignore[union-attr]
+            shifted, before = [values[0]], 0
+            for size, bounds in zip(sizes[:-1], values[1:], strict=True):
+                before += size
+                shifted.append(bounds[1:] + before)  # type: ignore[index]
+            out[key] = torch.cat(shifted)  # type: ignore[arg-type]
+        else:
+            out[key] = _cat(values, pin_memory=pin_memory)  # type: ignore[arg-type]
+    if pin_memory:
+        out = {k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v for k, v in out.items()}
+    return out
+
+
+def _cat(values: list[torch.Tensor], *, pin_memory: bool) -> torch.Tensor:
+    if not pin_memory:
+        return torch.cat(values)
+    shape = (sum(v.shape[0] for v in values), *values[0].shape[1:])
+    return torch.cat(values, out=torch.empty(shape, dtype=values[0].dtype, pin_memory=True))

@@ -18,7 +18,10 @@ through five stages, each wrapping the one before and handing on one named value
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
    (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
-   on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. A run ends after
+   on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. A DataLoader worker
+   holds only the lanes of its ``WorkerShare`` (``zephon.executor.worker_share``): it pops rows of those lanes
+   only and yields its own piece of each microbatch (stages 1-3 then read and tokenize only those lanes'
+   documents). A run ends after
    ``num_steps`` steps, the same on every rank (``zephon.executor.pack.run_length``); without it (the stage on its
    own) a step starts only while some lane has tokens left.
 
@@ -78,6 +81,7 @@ from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
 from zephon.executor.settings import RunStats
 from zephon.executor.step_arithmetic import lane_of
+from zephon.executor.worker_share import WorkerShare
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
 
@@ -382,9 +386,10 @@ class DealLanes:
 
 class LaneBatches:
     """Stage 5: microbatch ``(step, index)`` is, for each of its sequences ``j``, the next row of lane
-    ``j % L``; a DataLoader worker packs every microbatch and yields its own (``Progress.mine``), with the
-    dataset of each of its pieces. The skipped documents it moves past (in their lane) are counted then, and
-    those left when the plan is read to the end at the end.
+    ``j % L``, with the dataset of each of its pieces. Rows are popped only from the lanes ``DealLanes`` holds;
+    with a ``share`` (a DataLoader worker) only the rows ``share.rows`` names are yielded, else the whole
+    microbatch. The skipped documents it moves past (in their lane) are counted then, and those left when the
+    plan is read to the end at the end.
 
     State: ``progress`` (microbatches handed out; shared with the runner, which saves it).
     """
@@ -398,6 +403,7 @@ class LaneBatches:
         drop_last: bool,
         max_length: int,
         num_steps: int | None = None,
+        share: WorkerShare | None = None,
     ) -> None:
         assert geometry.lanes is not None
         self.lanes = lanes
@@ -406,6 +412,9 @@ class LaneBatches:
         self.drop_last = drop_last
         self.max_length = max_length
         self.num_steps = num_steps
+        self.share = share
+        self._held = np.zeros(geometry.lanes, dtype=bool)  # per lane: whether this worker packs it
+        self._held[list(lanes.lanes)] = True
 
     def __iter__(self) -> Iterator[LaneMicrobatch]:
         deal, progress, num_lanes = self.lanes, self.progress, self.geometry.lanes
@@ -421,21 +430,25 @@ class LaneBatches:
                     deal.count_all_skipped()
                     return
             deal.hold()
+            running = progress.running
             at = progress.advance()
             ids = self.geometry.microbatch_sequences(at.step, at.index)
-            rows = [deal.row(lane_of(j, num_lanes)) for j in ids.tolist()]
-            short = sum(int(r.lengths[0]) < self.max_length for r in rows)
+            lanes = lane_of(ids, num_lanes)
+            rows = {i: deal.row(int(lanes[i])) for i in np.flatnonzero(self._held[lanes]).tolist()}
+            short = sum(int(r.lengths[0]) < self.max_length for r in rows.values())
             if self.num_steps is None and self.drop_last and short:
                 deal.count_all_skipped()  # the plan is read to the end
                 return
             if self.num_steps is not None and self.drop_last and short and deal.stats is not None:
                 deal.stats.short_rows += short  # a lane ran out before the estimated end
-            if progress.mine(at):
-                packed = concat_rows(rows)
+            piece = (0, len(ids)) if self.share is None else self.share.rows(running)
+            if piece is not None:
+                lo, hi = piece
+                packed = concat_rows([rows[i] for i in range(lo, hi)])
                 assert packed.pieces is not None
                 positions = packed.pieces["position"]
-                deal.count_skipped(lane_of(ids, num_lanes)[packed.pieces["row"]], positions)
-                yield LaneMicrobatch(at=at, sequences=ids, rows=packed, datasets=deal.dataset_of(positions))
+                deal.count_skipped(lanes[lo:hi][packed.pieces["row"]], positions)
+                yield LaneMicrobatch(at=at, sequences=ids[lo:hi], rows=packed, datasets=deal.dataset_of(positions))
 
     def _end_of_run(self) -> None:
         """At ``num_steps``: without ``drop_last``, read this rank's lanes to the end of the plan and count in

@@ -56,6 +56,7 @@ from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
 from zephon.executor.step_arithmetic import steps_in
+from zephon.executor.worker_share import WorkerShare, worker_share
 
 
 class RankRunner:
@@ -71,11 +72,14 @@ class RankRunner:
         state: dict[str, Any] | None = None,
         stats: RunStats | None = None,
         worker: tuple[int, int] = (0, 1),
+        pieces: int = 1,
         known_steps: int | None = None,
     ) -> None:
         """``known_steps``: ``num_steps()`` as an earlier runner of the same plan, spec and geometry computed it
         (``Pipeline.num_steps()`` then iterating: the calibration runs once). ``plan_dir`` may be a bundle
-        already opened and ``encoder`` one already built for ``spec`` (a pipeline opens each once per process)."""
+        already opened and ``encoder`` one already built for ``spec`` (a pipeline opens each once per process).
+        ``worker`` is ``(w, N)`` of a DataLoader worker and ``pieces`` the items per microbatch: the runner
+        builds and yields only that worker's ``WorkerShare`` (``zephon.executor.worker_share``)."""
         self.plan = plan_dir if isinstance(plan_dir, PlanBundle) else PlanBundle(plan_dir)
         self.spec = spec = spec.ready()
         self.geometry = geometry
@@ -99,7 +103,7 @@ class RankRunner:
             )
         self.pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else self.encoder.pad_id
         self.log: ProvenanceLog | None = None
-        self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
+        self.progress = Progress(accumulation=geometry.accumulation)
         self.names = self.plan.dataset_names
         self._num_steps: int | None = known_steps
         self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
@@ -121,9 +125,14 @@ class RankRunner:
                 self._num_steps = int(known["steps"])
         #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
         self.from_start = self.progress.step == 0 and self.progress.microbatch == 0
+        #: This DataLoader worker's part of the rank's run, counted from where the run starts.
+        self.share: WorkerShare = worker_share(
+            geometry, worker=worker[0], workers=worker[1], pieces=pieces, first=self.progress.running
+        )
         self.lanes: dict[int, Lane] = {}
         if not self.exact:
-            for lane in geometry.my_lanes:
+            assert self.share.lanes is not None
+            for lane in self.share.lanes:
                 if state is not None and str(lane) not in cursors:
                     raise ConfigError(
                         f"pipeline state must hold the cursor of lane {lane} for dp_rank {geometry.dp_rank}, got "
@@ -268,10 +277,12 @@ class RankRunner:
         check_resumed_step(self.progress.step, steps)
         n = sequences.num_sequences
         while self.progress.step < steps:
+            running = self.progress.running
             at = self.progress.advance()
-            if not self.progress.mine(at):
+            piece = self.share.rows(running)
+            if piece is None:
                 continue
-            ids = self.geometry.microbatch_sequences(at.step, at.index)
+            ids = self.geometry.microbatch_sequences(at.step, at.index)[piece[0] : piece[1]]
             real = [int(j) for j in ids if j < n]
             if real and remote.cache is not None:
                 pieces = sequences.pieces(real[0])
@@ -341,6 +352,7 @@ class RankRunner:
             drop_last=self.spec.batch.drop_last,
             max_length=self.spec.pack.max_length,
             num_steps=steps,
+            share=self.share,
         )
         try:
             for microbatch in batches:

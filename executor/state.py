@@ -203,3 +203,18 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     merged = dict(first)
     merged["lane_cursors"] = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
     return merged
+
+
+def gather_states(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` of this rank, with every rank's lane cursors merged in under torch.distributed (a collective:
+    every rank calls it together); as it is without. ``Pipeline.state_dict`` and ``PipelineLoader.state_dict``."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            gathered: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(gathered, state)
+            state = merge_states(gathered)
+    except ImportError:  # pragma: no cover - torch is a dependency
+        pass
+    return state

@@ -30,13 +30,14 @@ from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
-from zephon.executor.state import check_run_batch, merge_states
+from zephon.executor.state import check_run_batch, gather_states
 from zephon.plan.manifest import warn_plan
 from zephon.run import OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
+    from zephon.torch_loader import PipelineLoader
     from zephon.work import StaticMixtureWorkSource
 
 
@@ -295,7 +296,7 @@ class Pipeline:
             microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=manifest.exact, plan_lanes=manifest.lanes
         )
 
-    def _make_runner(self, worker: tuple[int, int] = (0, 1)) -> RankRunner:
+    def _make_runner(self, worker: tuple[int, int] = (0, 1), pieces: int = 1) -> RankRunner:
         spec, opened, known = self.executor_spec(), self._fresh(), self._known_steps
         geometry = self._geometry(spec, opened.plan)
         return RankRunner(
@@ -306,6 +307,7 @@ class Pipeline:
             state=self._pending_state,
             stats=self._stats,
             worker=worker,
+            pieces=pieces,
             known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
         )
 
@@ -343,17 +345,7 @@ class Pipeline:
         together), so any one rank's state resumes any data-parallel size.
         """
         runner = self._runner or self._make_runner()
-        state = runner.state()
-        try:
-            import torch.distributed as dist
-
-            if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                gathered: list[Any] = [None] * dist.get_world_size()
-                dist.all_gather_object(gathered, state)
-                state = merge_states(gathered)
-        except ImportError:  # pragma: no cover - torch is a dependency
-            pass
-        return state
+        return gather_states(runner.state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iteration resume where ``state`` was taken (validated now)."""
@@ -366,9 +358,39 @@ class Pipeline:
         self._make_runner()  # refuses a state of another plan, tokenizer, packing or geometry
 
     def to_torch_dataset(self, **training: Any) -> PipelineDataset:
-        """A ``torch.utils.data.IterableDataset`` of ``batch.to_training(**training)`` dicts, for a
-        ``DataLoader(ds, batch_size=None, num_workers=N)``: worker ``w`` yields microbatches ``w, w+N, …``,
-        and the DataLoader's in-order fetching restores the pipeline's order for any ``N``."""
+        """A ``torch.utils.data.IterableDataset`` of whole ``batch.to_training(**training)`` dicts, for a
+        ``DataLoader(ds, batch_size=None, num_workers=N)``: worker ``w`` yields microbatches ``w, w+N, …`` of the
+        iteration, and the DataLoader's in-order fetching restores the pipeline's order for any ``N``. Workers
+        tokenize disjoint lanes when ``N`` divides the gradient accumulation; ``dataloader()`` always does
+        (``zephon.torch_data``)."""
         from zephon.torch_data import PipelineDataset
 
         return PipelineDataset(self._make_runner, training)
+
+    def dataloader(
+        self,
+        num_workers: int = 0,
+        *,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        prefetch_factor: int | None = None,
+        multiprocessing_context: Any = None,
+        timeout: float = 0,
+        **training: Any,
+    ) -> PipelineLoader:
+        """This rank's ``batch.to_training(**training)`` dicts from ``num_workers`` DataLoader workers that own
+        disjoint packing lanes — no document is tokenized twice — joined back into whole microbatches; the same
+        dicts as iterating the pipeline, for every ``num_workers``. Checkpointable: ``state_dict()`` /
+        ``load_state_dict()``. The other arguments are ``torch.utils.data.DataLoader``'s (``zephon.torch_loader``,
+        docs/training.md)."""
+        from zephon.torch_loader import LoaderOptions, PipelineLoader
+
+        options = LoaderOptions(
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers,
+            prefetch_factor=prefetch_factor,
+            multiprocessing_context=multiprocessing_context,
+            timeout=timeout,
+        )
+        return PipelineLoader(self, options, training)

@@ -1,10 +1,15 @@
-"""``Pipeline.to_torch_dataset()``: the pipeline as a ``torch.utils.data.IterableDataset``.
+"""``Pipeline.to_torch_dataset()``: the pipeline as a plain ``torch.utils.data.IterableDataset`` of whole microbatches.
 
-With ``DataLoader(ds, batch_size=None, num_workers=N)`` worker ``w`` yields this rank's microbatches
-``w, w + N, w + 2N, …`` and the DataLoader, which fetches from its workers in turn, hands them out in the
-pipeline's order: ``num_workers`` never changes the data. For an exact plan a worker builds only its own
-microbatches; for an estimated plan each worker packs the rank's lanes (packing is sequential) and keeps
-every N-th microbatch, so workers parallelize batch assembly and reading, not tokenization.
+An item is one microbatch's ``batch.to_training(**training)`` dict — never a fragment — so the documented
+``DataLoader(ds, batch_size=None, num_workers=N)`` hands out exactly what iterating the pipeline does.
+Worker ``w`` yields the microbatches ``w, w + N, w + 2N, …`` of the iteration (counted from where it starts,
+a resumed state included) and the DataLoader, which fetches from its workers in turn, restores the
+pipeline's order (``zephon.executor.worker_share`` with ``c = 1``). An exact plan's worker builds only its own
+microbatches. An estimated plan's worker packs only the lanes of its own microbatches: when ``N`` divides the
+gradient accumulation ``A`` those are disjoint (no document tokenized twice); otherwise — ``A = 1`` included —
+every worker meets every lane and tokenizes it too, so workers speed up batch assembly but repeat the
+tokenizing. ``Pipeline.dataloader(num_workers=N)`` (``zephon.torch_loader``) never repeats work: its workers
+yield pieces of microbatches that it joins again.
 """
 
 from __future__ import annotations

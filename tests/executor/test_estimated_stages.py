@@ -32,6 +32,7 @@ from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
 from zephon.executor.settings import RunStats
+from zephon.executor.worker_share import WorkerShare, worker_share
 from zephon.io import Dataset
 from zephon.plan.format import SAMPLES_SCHEMA
 from zephon.planner.build import seal_bundle
@@ -99,15 +100,21 @@ def run(
     chunk_size: int = 1024,
     threaded: bool = False,
     threads: int | None = None,
+    share: WorkerShare | None = None,
+    num_steps: int | None = None,
 ) -> tuple[list[LaneMicrobatch], dict[int, Lane]]:
-    """Every microbatch the five stages yield, and the lanes (their cursors) at the end."""
-    lanes = {0: Lane(MAX_LENGTH, P), 1: Lane(MAX_LENGTH, P)}
+    """Every microbatch the five stages yield, and the lanes (their cursors) at the end; with a ``share``, only
+    its lanes are packed."""
+    held = share.lanes if share is not None and share.lanes is not None else (0, 1)
+    lanes = {k: Lane(MAX_LENGTH, P) for k in held}
     tokens = Tokenize(producer(plan, lanes, chunk_size=chunk_size), encoder, threads=threads)
     source = ReadAhead(tokens.next, threaded=threaded)
     deal = DealLanes(
         source, lanes, num_documents=plan.num_documents, dataset_names=plan.dataset_names, stats=None, log=None
     )
-    batches = LaneBatches(deal, geometry, progress, drop_last=False, max_length=MAX_LENGTH)
+    batches = LaneBatches(
+        deal, geometry, progress, drop_last=False, max_length=MAX_LENGTH, share=share, num_steps=num_steps
+    )
     try:
         return list(batches), lanes
     finally:
@@ -251,18 +258,19 @@ def test_drop_last_stops_before_the_first_padded_microbatch(example, encoder) ->
     assert [m.at for m in got] == [MicrobatchAt(step=0, index=0)]
 
 
-# -- Progress: DataLoader worker w of N yields microbatches w, w + N, ... -------------------------------------
+# -- WorkerShare: DataLoader worker w of N yields microbatches w, w + N, ... of the iteration -------------------
 
 
-def test_progress_hands_worker_w_of_n_every_nth_microbatch() -> None:
-    # A = 3: running numbers 0..8 are (0, 0), (0, 1), (0, 2), (1, 0), ...
-    for workers in (1, 2, 3, 4):
-        for worker in range(workers):
-            progress = Progress(accumulation=3, worker=worker, workers=workers)
-            handed = [progress.advance() for _ in range(9)]
-            assert handed == [MicrobatchAt(step=k // 3, index=k % 3) for k in range(9)]  # every worker advances
-            assert [at.step * 3 + at.index for at in handed if progress.mine(at)] == list(range(worker, 9, workers))
-            assert (progress.step, progress.microbatch) == (3, 0)
+def test_worker_w_of_n_yields_every_nth_microbatch_of_the_iteration() -> None:
+    # A = 3, whole microbatches (c = 1): running numbers m0, m0 + 1, ... go to workers 0, 1, ..., N - 1, 0, ...
+    geometry = Geometry(microbatch=2, global_batch=6, dp_size=1, dp_rank=0, lanes=None)
+    for first in (0, 1, 4):  # a resumed iteration starts its items at worker 0 too
+        for workers in (1, 2, 3, 4):
+            for worker in range(workers):
+                share = worker_share(geometry, worker=worker, workers=workers, pieces=1, first=first)
+                mine = [m for m in range(first, first + 9) if share.rows(m) is not None]
+                assert mine == list(range(first + worker, first + 9, workers))
+                assert all(share.rows(m) == (0, 2) for m in mine)
 
 
 @pytest.fixture
@@ -295,8 +303,11 @@ def test_lane_batches_give_worker_w_of_n_microbatches_w_w_plus_n_and_so_on(longe
         (3, 2): [(1, 0), (2, 1), (4, 0)],
     }
     for (workers, worker), want_at in expected.items():
-        progress = Progress(accumulation=2, worker=worker, workers=workers)
-        mine, _ = run(longer, encoder, geometry, progress)
+        progress = Progress(accumulation=2)
+        share = worker_share(geometry, worker=worker, workers=workers, pieces=1, first=0)
+        assert share.lanes == ((worker,) if workers == 2 else (0, 1))  # N = 2 divides A: one lane each
+        # The run's length, as a runner passes it: a worker that holds lane 0 only must not end when lane 0 does.
+        mine, _ = run(longer, encoder, geometry, progress, share=share, num_steps=5)
         assert [(m.at.step, m.at.index) for m in mine] == want_at
         assert [2 * m.at.step + m.at.index for m in mine] == list(range(worker, 10, workers))
         for m in mine:  # the same rows as the single worker's microbatch

@@ -1,0 +1,283 @@
+"""DataLoader workers: the same batches for every worker count, start method, persistence and pinning, exact
+resumes, and — through ``Pipeline.dataloader`` — every document tokenized by one worker only."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from zephon import Pipeline
+from zephon.errors import ConfigError
+from zephon.executor.geometry import Geometry
+from zephon.executor.worker_share import check_loader_workers, disjoint, loader_pieces, worker_lanes, worker_share
+from zephon.io import Dataset
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+
+MAX_LENGTH = 129
+GLOBAL = 8
+#: Every output ``to_training`` can give: the joined pieces must match each of them.
+TRAINING: dict[str, bool] = {
+    "return_position_ids": True,
+    "return_cu_seqlens": True,
+    "return_attention_mask": True,
+    "return_num_valid_tokens": True,
+    "return_loss_mask": True,
+}
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
+    """An estimated plan (one lane per row of the global batch) and an exact plan over a slice of the demo corpus."""
+    from zephon.demo import write_demo_dataset
+
+    root = tmp_path_factory.mktemp("workers")
+    os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
+    write_demo_dataset(root / "data")
+    datasets = [
+        Dataset.from_path("code", str(root / "data" / "demo" / "code-*.parquet")),
+        Dataset.from_path("short", str(root / "data" / "demo" / "short-*.parquet")),
+    ]
+    out = {}
+    for kind, exact in (("estimated", False), ("exact", True)):
+        src = StaticMixtureWorkSource(
+            datasets=datasets,
+            mixture=MixtureSpec({"code": 0.7, "short": 0.3}),
+            seed=11,
+            token_estimation=TokenEstimation(calibration_samples=64),
+            exact_tokens=exact,
+            num_tokens=80_000,  # several 4096-unit deals per lane: every lane holds documents
+        )
+        tok = TokenizeSpec(tokenizer_id=tokenizer_dir)
+        out[kind] = src.plan(root / kind, tokenize=tok, pack=PackSpec(max_length=MAX_LENGTH))
+    return out
+
+
+def pipeline(plan: Path, tokenizer_dir: str, micro: int) -> Pipeline:
+    return (
+        Pipeline.from_plan(plan)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=micro, global_batch_size=GLOBAL)
+    )
+
+
+Tensors = dict[str, Any]
+
+
+def same(got: list[Tensors], want: list[Tensors]) -> bool:
+    """Byte-identical: the same keys, dtypes, shapes and values, batch by batch."""
+
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, torch.Tensor):
+            return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+        return type(a) is type(b) and a == b
+
+    return len(got) == len(want) and all(
+        g.keys() == w.keys() and all(equal(g[k], w[k]) for k in w) for g, w in zip(got, want, strict=True)
+    )
+
+
+def reference(p: Pipeline) -> list[Tensors]:
+    return [b.to_training(**TRAINING) for b in p]
+
+
+# -- the partition ----------------------------------------------------------------------------------------------
+
+
+def test_the_worked_example_of_the_partition() -> None:
+    # G = 8, B = 4 (A = 2), L = 8: row i of index a is lane 4a + i (executor/worker_share.py's docstring).
+    g = Geometry(microbatch=4, global_batch=8, dp_size=1, dp_rank=0, lanes=8)
+
+    def lanes(owned: np.ndarray) -> list[list[int]]:
+        return [np.flatnonzero(row).tolist() for row in owned]
+
+    assert lanes(worker_lanes(g, workers=2, pieces=1)) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert lanes(worker_lanes(g, workers=3, pieces=1)) == [list(range(8))] * 3  # to_torch_dataset repeats work
+    assert loader_pieces(2, 3) == 3 and lanes(worker_lanes(g, workers=3, pieces=3)) == [[0, 4], [1, 5], [2, 3, 6, 7]]
+    assert loader_pieces(2, 4) == 2 and lanes(worker_lanes(g, workers=4, pieces=2)) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    share = worker_share(g, worker=2, workers=3, pieces=3, first=0)
+    assert [share.rows(m) for m in range(4)] == [(2, 4)] * 4  # piece 2 of every microbatch: rows 2-3
+
+
+def test_a_rank_of_two_splits_its_lanes_among_its_workers() -> None:
+    # dp_rank 1 of 2, G = 8, B = 4 (A = 1): the rank's lanes are 1, 3, 5, 7 (rows 0-3 of its microbatch).
+    g = Geometry(microbatch=4, global_batch=8, dp_size=2, dp_rank=1, lanes=8)
+    owned = worker_lanes(g, workers=2, pieces=loader_pieces(1, 2))
+    assert [np.flatnonzero(row).tolist() for row in owned] == [[1, 3], [5, 7]] and disjoint(owned)
+
+
+def test_a_resumed_iteration_relabels_workers_but_keeps_lanes_disjoint() -> None:
+    g = Geometry(microbatch=2, global_batch=8, dp_size=1, dp_rank=0, lanes=8)  # A = 4
+    for first in range(5):
+        for workers in (2, 4):
+            assert disjoint(worker_lanes(g, workers=workers, pieces=1, first=first))
+    share = worker_share(g, worker=0, workers=2, pieces=1, first=3)
+    assert [m for m in range(3, 9) if share.rows(m) is not None] == [3, 5, 7]  # item 0 is microbatch 3
+
+
+def test_more_workers_than_lanes_is_refused_in_one_line() -> None:
+    g = Geometry(microbatch=4, global_batch=4, dp_size=1, dp_rank=0, lanes=4)
+    with pytest.raises(ConfigError, match=r"rank's 4 packing lanes .*got 5 — use num_workers in \[1, 2, 3, 4\]"):
+        check_loader_workers(g, 5)
+    g = Geometry(microbatch=2, global_batch=8, dp_size=1, dp_rank=0, lanes=8)  # A = 4: 3 pieces of 2 rows
+    with pytest.raises(ConfigError, match=r"got 3 — use num_workers in \[1, 2, 4, 8\]"):
+        check_loader_workers(g, 3)
+
+
+# -- Pipeline.dataloader: the pipeline's batches, whatever the workers ------------------------------------------
+
+
+@pytest.mark.parametrize("micro", [8, 4], ids=["A=1", "A=2"])
+@pytest.mark.parametrize("kind", ["estimated", "exact"])
+def test_dataloader_gives_the_pipelines_batches_for_0_1_2_3_workers(plans, tokenizer_dir, kind, micro) -> None:
+    p = pipeline(plans[kind], tokenizer_dir, micro)
+    want = reference(p)
+    assert len(want) > 10
+    for workers in (0, 1, 2, 3):
+        loader = p.dataloader(num_workers=workers, **TRAINING)
+        assert same(list(loader), want), f"{workers} workers"
+    pieces = p.dataloader(num_workers=3).pieces
+    assert pieces == (1 if kind == "exact" else 3)  # N / gcd(N, A): 3 for A = 1 and A = 2
+
+
+def test_dataloader_with_spawned_workers_gives_the_same_batches(plans, tokenizer_dir) -> None:
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    loader = p.dataloader(num_workers=2, multiprocessing_context="spawn", return_position_ids=True)
+    assert same(list(loader), [b.to_training(return_position_ids=True) for b in p])
+
+
+def test_persistent_workers_give_the_same_batches_every_epoch(plans, tokenizer_dir) -> None:
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    want = reference(p)
+    loader = p.dataloader(num_workers=2, persistent_workers=True, **TRAINING)
+    assert same(list(loader), want)
+    assert same(list(loader), want)  # the same worker processes, the plan from its start again
+
+
+def test_pin_memory_gives_the_same_batches(plans, tokenizer_dir) -> None:
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    want = reference(p)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # no accelerator here: torch warns that pinning is off
+        for workers in (0, 2):  # whole microbatches (pinned by the DataLoader) and joined pieces
+            got = list(p.dataloader(num_workers=workers, pin_memory=True, **TRAINING))
+            assert same(got, want)
+            if torch.accelerator.is_available():
+                assert all(t.is_pinned() for batch in got for t in batch.values() if isinstance(t, torch.Tensor))
+
+
+# -- resuming ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["estimated", "exact"])
+def test_the_loaders_state_resumes_exactly_with_any_workers(plans, tokenizer_dir, kind) -> None:
+    p = pipeline(plans[kind], tokenizer_dir, 4)  # A = 2
+    want = reference(p)
+    direct = pipeline(plans[kind], tokenizer_dir, 4)
+    states = [direct.state_dict() for _ in direct]  # after each microbatch
+    loader = pipeline(plans[kind], tokenizer_dir, 4).dataloader(num_workers=2, **TRAINING)
+    mine = [loader.state_dict() for _ in loader]
+    for k, (ours, theirs) in enumerate(zip(mine, states, strict=True)):
+        # The same position and identity. A lane that has emitted nothing yet may have a later cursor in the
+        # pipeline's (it read ahead to the lane's first document): both resume the same.
+        assert {**ours, "lane_cursors": None} == {**theirs, "lane_cursors": None}, f"after microbatch {k}"
+    for k in (3, 8):  # mid-step (an odd microbatch) and at a step boundary
+        for source, state in (("loader", mine[k]), ("pipeline", states[k])):
+            for workers in (1, 2, 3):
+                resumed = pipeline(plans[kind], tokenizer_dir, 4).dataloader(num_workers=workers, **TRAINING)
+                resumed.load_state_dict(state)
+                assert same(list(resumed), want[k + 1 :]), f"{source} state after {k}, {workers} workers"
+                assert same(list(resumed), want)  # the next iteration starts at the beginning
+
+
+def test_a_state_loaded_mid_run_with_persistent_workers_starts_new_workers(plans, tokenizer_dir) -> None:
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    want = reference(p)
+    loader = p.dataloader(num_workers=2, persistent_workers=True, **TRAINING)
+    got = []
+    for batch in loader:
+        got.append(batch)
+        if len(got) == 5:
+            state = loader.state_dict()
+            break
+    loader.load_state_dict(state)
+    assert same(got + list(loader), want)
+
+
+@pytest.mark.parametrize("kind", ["estimated", "exact"])
+def test_to_torch_dataset_resumes_in_order_at_any_microbatch_with_0_to_3_workers(plans, tokenizer_dir, kind) -> None:
+    p = pipeline(plans[kind], tokenizer_dir, 4)
+    want = reference(p)
+    direct = pipeline(plans[kind], tokenizer_dir, 4)
+    it = iter(direct)
+    next(it)
+    state = direct.state_dict()  # after microbatch 0: the resumed run's first item is microbatch 1
+    for workers in (0, 1, 2, 3):
+        resumed = pipeline(plans[kind], tokenizer_dir, 4)
+        resumed.load_state_dict(state)
+        loader = torch.utils.data.DataLoader(resumed.to_torch_dataset(**TRAINING), batch_size=None, num_workers=workers)
+        assert same(list(loader), want[1:]), f"{workers} workers"
+
+
+# -- no document tokenized twice --------------------------------------------------------------------------------
+
+
+def tokenized_per_process(p: Pipeline, folder: Path, make_loader, monkeypatch) -> dict[int, list[int]]:
+    """The plan positions each process tokenized while iterating ``make_loader(p)``: the real encode stage
+    (``Tokenize._encode``, which every document of an estimated run goes through) appends ``pid position`` to
+    a file before encoding. Workers are forked, so they run it too; calibration encodes elsewhere."""
+    from zephon.executor.estimated import Tokenize
+
+    folder.mkdir(parents=True)
+    log = folder / "tokenized.txt"
+    encode = Tokenize._encode
+
+    def counted(self, got, *, split):
+        with open(log, "a") as out:
+            out.write("".join(f"{os.getpid()} {got.chunk.start + k}\n" for k in got.keep.tolist()))
+        return encode(self, got, split=split)
+
+    with monkeypatch.context() as m:
+        m.setattr(Tokenize, "_encode", counted)
+        for _ in make_loader(p):
+            pass
+    done: dict[int, list[int]] = defaultdict(list)
+    for line in log.read_text().splitlines():
+        pid, position = line.split()
+        done[int(pid)].append(int(position))
+    return dict(done)
+
+
+@pytest.mark.parametrize("micro", [8, 4, 2], ids=["A=1", "A=2", "A=4"])
+def test_each_document_is_tokenized_by_one_worker_only(plans, tokenizer_dir, tmp_path, micro, monkeypatch) -> None:
+    p = pipeline(plans["estimated"], tokenizer_dir, micro)
+    p.num_steps()  # the calibration, once, here (a loader does it too)
+    (alone,) = tokenized_per_process(p, tmp_path / "alone", lambda q: q.dataloader(), monkeypatch).values()
+    assert sorted(alone) == list(range(p._fresh().plan.num_documents))  # the whole plan, each document once
+    for workers in (2, 4):
+        fork = {"num_workers": workers, "multiprocessing_context": "fork"}
+        done = tokenized_per_process(p, tmp_path / f"w{workers}", lambda q, o=fork: q.dataloader(**o), monkeypatch)
+        assert len(done) == workers and all(done.values())  # every worker tokenized, the main process nothing
+        assert sorted(k for positions in done.values() for k in positions) == sorted(alone)  # each exactly once
+
+
+def test_a_plain_dataloader_repeats_tokenizing_when_workers_do_not_divide_the_accumulation(
+    plans, tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    # What Pipeline.dataloader avoids: A = 1, the two workers of to_torch_dataset() each tokenize every document.
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    p.num_steps()
+
+    def plain(q: Pipeline) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(q.to_torch_dataset(), batch_size=None, num_workers=2)
+
+    first, second = tokenized_per_process(p, tmp_path / "plain", plain, monkeypatch).values()
+    assert sorted(first) == sorted(second) == list(range(p._fresh().plan.num_documents))

@@ -1,0 +1,237 @@
+"""``Pipeline.dataloader()``: a rank's batches from DataLoader workers that never repeat work.
+
+Workers own disjoint packing lanes. The default (estimated) plan has one lane per row of the global batch,
+so row ``i`` of microbatch index ``a`` always comes from the same lane of the rank. With ``N`` workers and
+``A`` microbatches per step, each microbatch travels as ``c = N / gcd(N, A)`` *pieces* of consecutive rows,
+piece ``p`` of index ``a`` always built by worker ``((a − a₀)·c + p) mod N`` (``zephon.executor.worker_share``).
+A worker reads and tokenizes only its lanes' documents, and yields a ``WorkerPiece``; a ``torch`` DataLoader
+fetches the pieces from the workers strictly in turn, and the loader joins each microbatch's ``c`` pieces, in
+order, into its ``to_training`` dict (``zephon.executor.batch.join_training``: one concatenation per tensor).
+With ``N | A``, ``c = 1``: workers yield whole microbatches, nothing is joined. Exact plans fix every sequence,
+so their workers always yield whole microbatches, each built once.
+
+Invariant: the dicts are those of iterating the pipeline (``batch.to_training(**training)``), byte for byte,
+for every ``num_workers``, start method, ``persistent_workers`` and ``pin_memory``; a worker count that would
+make two workers pack one lane is refused in one line naming the counts that work.
+
+Worked example: G = B = 4 (A = 1), one rank, 2 workers: c = 2; worker 0 packs lanes 0-1 and yields rows 0-1 of
+every microbatch, worker 1 lanes 2-3 and rows 2-3; the DataLoader hands out worker 0's piece of microbatch 0,
+worker 1's, worker 0's of microbatch 1, … and the loader concatenates each pair.
+
+State: each piece carries its worker's state after it (its lanes' cursors); ``state_dict()`` merges them into
+the rank's state after the last microbatch handed out — the state ``Pipeline.state_dict()`` gives after the
+same batch — so a run resumes exactly, with any ``num_workers``.
+
+Epochs: the first iteration starts where the pipeline (or ``load_state_dict``) says, later ones at the start
+of the plan, as iterating a ``Pipeline`` again does. ``load_state_dict`` starts new workers (persistent ones
+too).
+
+``pin_memory``: with ``c = 1`` the DataLoader's pinning thread pins the pieces; with ``c > 1`` the loader
+concatenates straight into page-locked buffers. Without an accelerator it does nothing (torch's warning).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+
+from zephon.checks import is_int
+from zephon.errors import ConfigError
+from zephon.executor.batch import join_training
+from zephon.executor.state import gather_states
+from zephon.executor.worker_share import check_loader_workers
+
+#: A ``zephon.Pipeline`` (not imported: the pipeline imports this module, and no import may cycle).
+Pipeline = Any
+Tensors = dict[str, torch.Tensor | int]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LoaderOptions:
+    """The ``torch.utils.data.DataLoader`` settings ``Pipeline.dataloader`` passes on (speed only, never data).
+
+    Attributes:
+        num_workers: worker processes (0: the batches are built in this process).
+        pin_memory: hand out page-locked tensors (a no-op without an accelerator).
+        persistent_workers: keep the workers between iterations.
+        prefetch_factor: items each worker builds ahead (torch's default when None).
+        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or a context (torch's default when None).
+        timeout: seconds to wait for an item from a worker (0: forever).
+    """
+
+    num_workers: int = 0
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    multiprocessing_context: Any = None
+    timeout: float = 0
+
+    def __post_init__(self) -> None:
+        if not is_int(self.num_workers) or self.num_workers < 0:
+            raise ConfigError(f"num_workers must be an integer ≥ 0, got {self.num_workers!r} — pass 0, 1, 2, …")
+        if self.persistent_workers and not self.num_workers:
+            raise ConfigError("persistent_workers must go with num_workers ≥ 1, got num_workers=0 — drop one of them")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class WorkerPiece:
+    """What a worker hands the loader: its ``to_training`` dict of microbatch (``step``, ``microbatch``), as NumPy
+    ``arrays`` (``tensors()`` gives the tensors back, sharing their memory), and the worker's ``state`` after it
+    (``RankRunner.state``: its own lanes' cursors).
+
+    NumPy, not tensors, because of how an item crosses from a worker: the DataLoader moves each tensor through a
+    shared-memory file of its own (a file, a descriptor passed on a socket, a mapping: about a millisecond per
+    tensor on a small machine), while an array is pickled into the queue's pipe with its bytes — a copy of some
+    100 KB, tens of microseconds."""
+
+    arrays: dict[str, np.ndarray | int]
+    step: int
+    microbatch: int
+    state: dict[str, Any]
+
+    @classmethod
+    def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
+        arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
+        return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
+
+    def tensors(self) -> Tensors:
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
+
+    def pin_memory(self) -> WorkerPiece:
+        """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
+        copied into page-locked memory (``tensors()`` then shares it)."""
+        pinned = {
+            k: torch.from_numpy(v).pin_memory().numpy() if isinstance(v, np.ndarray) else v
+            for k, v in self.arrays.items()
+        }
+        return replace(self, arrays=pinned)
+
+
+class PieceDataset(IterableDataset):
+    """Each worker's pieces (``pieces`` per microbatch); the first iteration in a process starts at ``state``,
+    later ones at the start of the plan. ``pipeline`` is the loader's own copy."""
+
+    def __init__(self, pipeline: Pipeline, training: dict[str, Any], pieces: int, state: dict[str, Any] | None):
+        super().__init__()
+        self.pipeline = pipeline
+        self.training = training
+        self.pieces = pieces
+        self.state = state
+        self._iterations = 0  # in this process (a persistent worker keeps its copy)
+
+    def __iter__(self) -> Iterator[WorkerPiece]:
+        info = get_worker_info()
+        worker = (info.id, info.num_workers) if info is not None else (0, 1)
+        self.pipeline._pending_state = self.state if self._iterations == 0 else None
+        self._iterations += 1
+        runner = self.pipeline._make_runner(worker, self.pieces)
+        for batch in runner:
+            tensors = batch.to_training(**self.training)
+            yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
+
+
+class Handed:
+    """The rank's state after the microbatches handed out so far: the start state, with the cursors of each
+    piece's lanes replaced by its worker's after it."""
+
+    def __init__(self, start: dict[str, Any]) -> None:
+        self.state = start
+        self.cursors: dict[str, list[int]] = dict(start.get("lane_cursors", {}))
+
+    def took(self, parts: list[WorkerPiece]) -> None:
+        """The pieces of the microbatch just handed out."""
+        for part in parts:
+            self.cursors.update(part.state.get("lane_cursors", {}))
+        cursors = dict(sorted(self.cursors.items(), key=lambda kv: int(kv[0])))
+        self.state = {**parts[-1].state, "lane_cursors": cursors}
+
+
+class PipelineLoader:
+    """Iterates ``to_training`` dicts of a pipeline through a ``torch`` DataLoader (see the module docstring)."""
+
+    def __init__(self, pipeline: Pipeline, options: LoaderOptions, training: dict[str, Any]) -> None:
+        self.options = options
+        self.training = dict(training)
+        self._pipeline = pipeline._with()  # the loader's own copy: the same plan, settings and encoder
+        self._pipeline._known_steps = pipeline._known_steps
+        self._state: dict[str, Any] | None = pipeline._pending_state  # where the next iteration starts
+        geometry = pipeline.geometry()
+        #: Items per microbatch (``zephon.executor.worker_share``); refuses a count that would repeat work.
+        self.pieces = check_loader_workers(geometry, options.num_workers) if options.num_workers else 1
+        self._dataset: PieceDataset | None = None
+        self._loader: DataLoader | None = None
+        self._handed: Handed | None = None
+
+    def _torch_loader(self) -> tuple[DataLoader, PieceDataset]:
+        if self._loader is None or self._dataset is None:
+            o = self.options
+            self._pipeline._pending_state = self._state
+            self._pipeline.num_steps()  # once, here: the workers start from it instead of each calibrating
+            self._dataset = PieceDataset(self._pipeline, self.training, self.pieces, self._state)
+            self._loader = DataLoader(
+                self._dataset,
+                batch_size=None,
+                num_workers=o.num_workers,
+                pin_memory=o.pin_memory and self.pieces == 1,  # joined pieces are pinned when joined
+                persistent_workers=o.persistent_workers,
+                prefetch_factor=o.prefetch_factor,
+                multiprocessing_context=o.multiprocessing_context,
+                timeout=o.timeout,
+            )
+        return self._loader, self._dataset
+
+    def _start(self) -> dict[str, Any]:
+        """The state the next iteration starts at."""
+        self._pipeline._pending_state = self._state
+        return self._pipeline._make_runner().state()
+
+    def __iter__(self) -> Iterator[Tensors]:
+        loader, dataset = self._torch_loader()
+        handed = Handed(self._start())
+        self._handed = handed
+        items = iter(loader)  # the workers start (and copy the dataset) here
+        self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
+        pin = self._pin_joined()
+        for first in items:
+            parts = [first, *(next(items, None) for _ in range(self.pieces - 1))]
+            if any(p is None or (p.step, p.microbatch) != (first.step, first.microbatch) for p in parts):
+                raise RuntimeError(
+                    f"DataLoader items must come {self.pieces} per microbatch from the workers in turn, got a "
+                    f"microbatch ({first.step}, {first.microbatch}) cut short — report this as a Zephon bug"
+                )
+            handed.took(parts)  # type: ignore[arg-type]
+            yield join_training([p.tensors() for p in parts], pin_memory=pin)  # type: ignore[union-attr]
+
+    def _pin_joined(self) -> bool:
+        if not self.options.pin_memory or self.pieces == 1:
+            return False
+        if not torch.accelerator.is_available():
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+                "won't be used.",
+                stacklevel=3,
+            )
+            return False
+        return True
+
+    def num_steps(self) -> int:
+        """Global steps of the run (``Pipeline.num_steps``)."""
+        self._pipeline._pending_state = self._state
+        return self._pipeline.num_steps()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rank's state after the last microbatch handed out (before any: where the next iteration starts);
+        under torch.distributed every rank's cursors are gathered (a collective), as ``Pipeline.state_dict``."""
+        return gather_states(self._handed.state if self._handed is not None else self._start())
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Make the next iteration resume where ``state`` was taken (validated now; new workers start)."""
+        self._pipeline.load_state_dict(state)  # refuses a state of another plan, tokenizer, packing or geometry
+        self._state, self._handed = state, None
+        self._loader, self._dataset = None, None
