@@ -42,7 +42,7 @@ from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument
 from zephon.executor.records.batch import RecordBatch
 from zephon.executor.records.collate import Structure, default_collate
-from zephon.executor.records.source import PlanPositions, WholeRecords
+from zephon.executor.records.source import PlanPositions, RecordReader, WholeRecords
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
@@ -150,15 +150,17 @@ class RecordRunner:
             copies=self.plan.copies,
         )
         remote = RemoteAccess(self.plan, self.spec.io, reader)
+        source = RecordReader(reader, self.plan.shards, capacity=reader.capacity)
         try:
-            yield from self._loop(reader, remote, skipped)
+            yield from self._loop(source, remote, skipped)
         finally:
+            source.close()
             remote.close()  # the reader's open shards and the shard cache
             if self.log is not None:
                 self.log.close()
 
     def _loop(
-        self, reader: ShardReader, remote: RemoteAccess, skipped: dict[tuple[int, int], str]
+        self, reader: RecordReader, remote: RemoteAccess, skipped: dict[tuple[int, int], str]
     ) -> Iterator[RecordBatch]:
         steps = self.num_steps()
         check_resumed_step(self.progress.step, steps)
@@ -177,13 +179,13 @@ class RecordRunner:
             datasets, shard_ids, rows = positions.take(real)
             if len(real):
                 remote.advance(int(real[0]))
-            records = reader.texts(shard_ids, rows) if len(real) else []
+            records = reader.records(shard_ids, rows)
             where = [Where(reader.ref(s), r) for s, r in zip(shard_ids.tolist(), rows.tolist(), strict=True)]
             values = operators.run(
                 records,
                 where,
                 real.tolist(),
-                report=lambda w, reason, message: self._report(reader, w, reason, message, skipped),
+                report=lambda w, reason, message: self._report(w, reason, message, skipped),
                 drop=lambda w: skipped.__setitem__((w.ref.shard_id, w.row), "dropped"),
             )
             kept = [i for i, v in enumerate(values) if v is not None]
@@ -207,9 +209,7 @@ class RecordRunner:
                 self.stats.records_handed_out(self.names, batch.datasets)
             yield batch
 
-    def _report(
-        self, reader: ShardReader, where: Where, reason: str, message: str, skipped: dict[tuple[int, int], str]
-    ) -> None:
+    def _report(self, where: Where, reason: str, message: str, skipped: dict[tuple[int, int], str]) -> None:
         """An operator failed on a record: raise, or (``on_bad_document="skip"``) count it."""
         if self.spec.on_bad_document != "skip":
             raise DatasetError(f'{message}, or skip and count such records with .options(on_bad_document="skip")')

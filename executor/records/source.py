@@ -9,13 +9,19 @@ line becomes its object. Nothing is decoded beyond Arrow → Python: image decod
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from zephon.errors import ConfigError
 from zephon.executor.operators import Where
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
+from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.records.tar import TarShard
+from zephon.plan.records import ShardRef
+from zephon.storage.tar_index import TAR_FORMATS
 
 
 class WholeRecords:
@@ -27,6 +33,57 @@ class WholeRecords:
 
     def convert_all(self, where: list[Where], records: list[Any], documents: Any) -> list[Any]:
         return records
+
+
+class RecordReader:
+    """Records of (shard, row) pairs: Parquet and JSONL rows through the run's ``ShardReader`` (record mode),
+    WebDataset samples through ``TarShard`` (``zephon.executor.records.tar``), up to ``capacity`` tar shards
+    open (least recently used closed first)."""
+
+    def __init__(self, reader: ShardReader, shards: list[ShardRef], capacity: int) -> None:
+        self.reader = reader
+        self._tar = {s.shard_id for s in shards if s.format in TAR_FORMATS}
+        self._open: OrderedDict[int, TarShard] = OrderedDict()
+        self._capacity = max(1, capacity)
+
+    def ref(self, shard_id: int) -> ShardRef:
+        return self.reader.ref(shard_id)
+
+    def records(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[Any]:
+        """The records in the order given (None: a bad record the skip policy left out)."""
+        if not len(shard_ids):
+            return []
+        tar = np.isin(shard_ids, list(self._tar)) if self._tar else np.zeros(len(shard_ids), bool)
+        out: list[Any] = [None] * len(shard_ids)
+        rest = np.flatnonzero(~tar)
+        if len(rest):
+            for i, v in zip(rest.tolist(), self.reader.texts(shard_ids[rest], rows[rest]), strict=True):
+                out[i] = v
+        for sid in dict.fromkeys(shard_ids[tar].tolist()):
+            idx = np.flatnonzero(shard_ids == sid)
+            for i, v in zip(idx.tolist(), self._tar_shard(sid).read(rows[idx]), strict=True):
+                out[i] = v
+        return out
+
+    def _tar_shard(self, shard_id: int) -> TarShard:
+        shard = self._open.get(shard_id)
+        if shard is not None:
+            self._open.move_to_end(shard_id)
+            return shard
+        ref = self.reader.ref(shard_id)
+        if "://" in ref.uri:
+            raise ConfigError(
+                f"dataset {ref.dataset!r}: WebDataset shard {ref.uri} must be a local file, got a remote one — copy "
+                "the shards to local disk (remote tar shards are not read yet, docs/records.md)"
+            )
+        while len(self._open) >= self._capacity:
+            self._open.popitem(last=False)[1].close()
+        shard = self._open[shard_id] = TarShard(ref)
+        return shard
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem(last=False)[1].close()
 
 
 class PlanPositions:
