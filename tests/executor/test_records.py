@@ -258,3 +258,19 @@ def test_record_batches_through_a_dataloader_with_workers_keep_the_order(two: Pa
     ds = records(two).to_torch_dataset()
     got = [i for data in DataLoader(ds, batch_size=None, num_workers=2) for i in data.get("id", [])]
     assert got == want
+
+
+def test_a_hugging_face_image_column_arrives_as_its_bytes_and_path(tmp_path: Path):
+    folder = tmp_path / "img"
+    folder.mkdir()
+    image = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
+    column = pa.array([{"bytes": bytes([i]) * 3, "path": f"{i}.jpg"} for i in range(4)], type=image)
+    pq.write_table(pa.table({"image": column, "label": list(range(4))}), folder / "part-0.parquet")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("img", str(folder))], mixture=MixtureSpec({"img": 1.0}), seed=1
+    )
+    plan = source.plan(tmp_path / "plan")
+    batch = next(iter(Pipeline.from_plan(plan).batch(microbatch_size=4)))
+    rows = pq.read_table(plan / "samples.parquet").column("row").to_pylist()
+    assert batch.data["image"] == {"bytes": [bytes([r]) * 3 for r in rows], "path": [f"{r}.jpg" for r in rows]}
+    assert batch.data["label"].tolist() == rows
