@@ -56,32 +56,50 @@ def source_hash(fn: Callable[..., Any]) -> str:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Operator:
     """One user operator: ``kind`` (``map_transform`` or ``map_batch``), the function, its qualified ``name``,
-    ``source`` hash and optional ``version``."""
+    ``source`` hash and optional ``version``; ``seeded``: ``fn(record, rng)`` gets a NumPy generator derived from
+    the plan seed and the record's plan position (record pipelines only, ``zephon.executor.records.transforms``)."""
 
     kind: str
     fn: Callable[..., Any]
     name: str
     source: str
     version: str | None = None
+    seeded: bool = False
 
     @classmethod
-    def of(cls, kind: str, fn: Callable[..., Any], version: str | int | None = None) -> Operator:
+    def of(
+        cls, kind: str, fn: Callable[..., Any], version: str | int | None = None, *, seeded: bool = False
+    ) -> Operator:
         if kind not in KINDS:
             raise ConfigError(f"operator kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not callable(fn):
             raise ConfigError(f"{kind} must be given a function, got {type(fn).__name__} — pass a def or lambda")
         name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        if not isinstance(seeded, bool):
+            raise ConfigError(f"{kind} seeded must be True or False, got {seeded!r}")
         return cls(
-            kind=kind, fn=fn, name=name, source=source_hash(fn), version=None if version is None else str(version)
+            kind=kind,
+            fn=fn,
+            name=name,
+            source=source_hash(fn),
+            version=None if version is None else str(version),
+            seeded=seeded,
         )
 
     @property
     def fingerprint(self) -> str:
-        return hashlib.sha256(f"{self.kind}\0{self.name}\0{self.source}\0{self.version}".encode()).hexdigest()
+        text = f"{self.kind}\0{self.name}\0{self.source}\0{self.version}" + ("\0seeded" if self.seeded else "")
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def describe(self) -> dict[str, str | None]:
-        """What plan.json and the state record: kind, name, version and fingerprint."""
-        return {"kind": self.kind, "name": self.name, "version": self.version, "fingerprint": self.fingerprint}
+        """What plan.json and the state record: kind, name, version and fingerprint (and ``seeded`` when set:
+        descriptions of unseeded operators are as they were)."""
+        out: dict[str, Any] = {
+            "kind": self.kind, "name": self.name, "version": self.version, "fingerprint": self.fingerprint
+        }
+        if self.seeded:
+            out["seeded"] = True
+        return out
 
 
 def describe(operators: tuple[Operator, ...]) -> list[dict[str, str | None]]:

@@ -59,6 +59,8 @@ class LogHeader:
         geometry: batch sizes, data-parallel rank and size, lanes.
         first_step: the first step this log records (the run's step when it starts or resumes).
         worker: the DataLoader worker's index (0 without a DataLoader).
+        unit: ``"tokens"`` (text pipelines) or ``"records"`` (record pipelines: one piece per record, ``sequence``
+            and ``position`` equal, ``length`` 1; the metadata then says ``zephon.unit: records``).
     """
 
     plan: str
@@ -66,6 +68,7 @@ class LogHeader:
     geometry: Geometry
     first_step: int
     worker: int = 0
+    unit: str = "tokens"
 
 
 class ProvenanceLog:
@@ -84,6 +87,8 @@ class ProvenanceLog:
             "zephon.dp_size": str(g.dp_size),
             "zephon.lanes": str(g.lanes if g.lanes is not None else ""),
         }
+        if header.unit != "tokens":  # text logs keep the metadata they had
+            meta["zephon.unit"] = header.unit
         self.path = directory / name
         self.skipped_path = directory / f"skipped-{name}"
         self._meta = meta
@@ -112,6 +117,31 @@ class ProvenanceLog:
                     "position": pieces["position"],
                     "doc_start": pieces["doc_start"],
                     "length": pieces["length"],
+                },
+                schema=LOG_SCHEMA,
+            )
+        )
+        self._rows += n
+        if self._rows >= FLUSH_ROWS:
+            self.flush()
+
+    def write_records(self, step: int, microbatch: int, positions: np.ndarray) -> None:
+        """A record pipeline's microbatch: one piece per record (sequence = position, offset 0, length 1)."""
+        n = len(positions)
+        if not n:
+            return
+        positions = np.asarray(positions, np.int64)
+        self._parts.append(
+            pa.table(
+                {
+                    "step": np.full(n, step, np.int64),
+                    "rank": np.full(n, self.rank, np.int32),
+                    "microbatch": np.full(n, microbatch, np.int32),
+                    "sequence": positions,
+                    "offset": np.zeros(n, np.int32),
+                    "position": positions,
+                    "doc_start": np.zeros(n, np.int32),
+                    "length": np.ones(n, np.int32),
                 },
                 schema=LOG_SCHEMA,
             )

@@ -11,7 +11,9 @@ read and tokenized together) and the tokenizer's thread count change speed only.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -30,7 +32,9 @@ class ExecutorSpec:
 
     A pipeline is built step by step (``.tokenize()``, ``.pack_flat()``, ``.batch()``, ``.options()``), each step
     a ``dataclasses.replace`` of this object, so every value is checked here, once, whichever step set it.
-    ``tokenize``, ``pack`` and ``batch`` are None until their step ran; ``ready()`` says which are missing.
+    ``tokenize``, ``pack`` and ``batch`` are None until their step ran; ``ready()`` says which are missing. A
+    pipeline with ``batch`` but neither ``tokenize`` nor ``pack`` is a *record* pipeline (``records``): it yields
+    collated records (``zephon.executor.records``, docs/records.md).
 
     Attributes:
         tokenizer_threads: threads one rank tokenizes on (None: ``RAYON_NUM_THREADS``, else the cores this process
@@ -41,6 +45,8 @@ class ExecutorSpec:
         dp_rank, dp_size: this process's data-parallel identity, both or neither (None: torch.distributed, else
             ``RANK``/``WORLD_SIZE``, else 0 of 1; ``zephon.executor.identity``).
         provenance_dir: where every rank logs what it yields (``zephon.executor.provenance_log``); None: no log.
+        collate: record pipelines only — how a microbatch's records become one batch (None: the default
+            collate, ``zephon.executor.records.collate``).
     """
 
     tokenize: TokenizeSpec | None = None
@@ -55,6 +61,7 @@ class ExecutorSpec:
     dp_rank: int | None = None
     dp_size: int | None = None
     provenance_dir: str | None = None
+    collate: Callable[[list[dict[str, Any]]], Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.io, StoreOptions):
@@ -76,15 +83,34 @@ class ExecutorSpec:
                 f"{cells * BYTES_PER_CELL / 2**30:.1f} GiB of batch buffers — lower microbatch_size or max_length"
             )
 
+    @property
+    def records(self) -> bool:
+        """A record pipeline: neither ``.tokenize()`` nor ``.pack_flat()`` (docs/records.md)."""
+        return self.tokenize is None and self.pack is None
+
     def ready(self) -> ExecutorSpec:
-        """This spec, once ``tokenize``, ``pack`` and ``batch`` are all set (else one ``ConfigError`` naming the
-        first missing step): what a run needs before its first batch."""
+        """This spec, once ``tokenize``, ``pack`` and ``batch`` are all set — or, for a record pipeline, ``batch``
+        alone (else one ``ConfigError`` naming the first missing step): what a run needs before its first batch."""
+        if self.records and self.batch is not None:
+            return self
+        if self.collate is not None:
+            raise ConfigError(
+                "batch(collate=...) must go with a record pipeline, got it with .tokenize()/.pack_flat() — drop "
+                "collate (text batches are packed rows), or drop tokenize and pack_flat to yield records"
+            )
+        seeded = [op.name for op in self.operators if op.seeded]
+        if seeded:
+            raise ConfigError(
+                f"map_transform(seeded=True) must run in a record pipeline, got {seeded[0]} with .tokenize() — "
+                "derive randomness from the record in text pipelines (docs/operators.md)"
+            )
         steps = (("tokenize", self.tokenize), ("pack_flat", self.pack), ("batch", self.batch))
         missing = [name for name, value in steps if value is None]
         if missing:
             raise ConfigError(
                 f"Pipeline must have .tokenize(), .pack_flat() and .batch() before iterating, got none for "
                 f"{', '.join(missing)} — add {missing[0]}(...)"
+                + (" (or .batch() alone: a pipeline of records, docs/records.md)" if self.records else "")
             )
         return self
 
@@ -166,6 +192,13 @@ class RunStats:
             name = names[i]
             self.documents[name] = self.documents.get(name, 0) + int(docs[i])
             self.tokens[name] = self.tokens.get(name, 0) + int(toks[i])
+
+    def records_handed_out(self, names: list[str], datasets: np.ndarray) -> None:
+        """Count a record batch handed out: one record of dataset ``datasets[k]`` each (record pipelines count
+        ``documents`` only: records are never tokenized)."""
+        counts = np.bincount(np.asarray(datasets, np.int64), minlength=len(names))
+        for i in np.flatnonzero(counts).tolist():
+            self.documents[names[i]] = self.documents.get(names[i], 0) + int(counts[i])
 
     def token_shares(self) -> dict[str, float]:
         total = sum(self.tokens.values())

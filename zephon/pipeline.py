@@ -28,9 +28,12 @@ from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
 from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.records.batch import RecordBatch
+from zephon.executor.records.collate import Collate, check_collate
+from zephon.executor.records.runner import RecordRunner
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
-from zephon.executor.state import check_run_batch, gather_states
+from zephon.executor.state import gather_states
 from zephon.plan.manifest import warn_plan
 from zephon.run import OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
@@ -66,7 +69,7 @@ class Pipeline:
         self._plan_dir = _plan_dir
         self._spec = ExecutorSpec()  # the one settings object: each builder step replaces it (checked there)
         self._planning = PlanningOptions()
-        self._runner: RankRunner | None = None
+        self._runner: RankRunner | RecordRunner | None = None
         self._pending_state: dict[str, Any] | None = None
         self._stats = RunStats()
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
@@ -224,14 +227,18 @@ class Pipeline:
         return self._with(tokenize=spec)
 
     def map_transform(
-        self, fn: Callable[[dict[str, Any]], dict[str, Any] | None], *, version: str | int | None = None
+        self, fn: Callable[..., dict[str, Any] | None], *, version: str | int | None = None, seeded: bool = False
     ) -> Pipeline:
         """Run ``fn`` on every record before tokenizing: it gets the record (a dict of its columns) and returns a
         record, or None to drop it (counted in ``stats().skipped["dropped"]``). Operators run in the order they
         were added, always before tokenizing, on the read-ahead thread. They are fingerprinted (name, source,
         ``version``): a state or an exact plan made with other operators is refused, and a function that gives
-        different outputs for the same record is refused at start-up (docs/operators.md)."""
-        return self._with(operators=(*self._spec.operators, Operator.of("map_transform", fn, version)))
+        different outputs for the same record is refused at start-up (docs/operators.md).
+
+        ``seeded=True`` (record pipelines, docs/records.md): ``fn(record, rng)`` gets a NumPy generator derived
+        from the plan seed and the record's plan position — the same random crop after a resume and at any dp
+        size."""
+        return self._with(operators=(*self._spec.operators, Operator.of("map_transform", fn, version, seeded=seeded)))
 
     def map_batch(
         self, fn: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]], *, version: str | int | None = None
@@ -248,10 +255,22 @@ class Pipeline:
         spec = PackSpec(max_length=max_length, algorithm=algorithm, pad_token_id=pad_token_id, oversize=oversize)
         return self._with(pack=spec)
 
-    def batch(self, *, microbatch_size: int, global_batch_size: int | None = None, drop_last: bool = False) -> Pipeline:
-        """Group packed rows into batches of ``microbatch_size`` per rank; see ``BatchSpec``."""
+    def batch(
+        self,
+        *,
+        microbatch_size: int,
+        global_batch_size: int | None = None,
+        drop_last: bool = False,
+        collate: Collate | None = None,
+    ) -> Pipeline:
+        """Group packed rows into batches of ``microbatch_size`` per rank; see ``BatchSpec``.
+
+        A pipeline without ``.tokenize()`` batches records instead (docs/records.md): ``microbatch_size`` records
+        per rank, collated by ``collate`` (default: numbers and equal-shape arrays stacked into tensors, bytes,
+        strings and ragged values kept as lists; ``zephon.executor.records.collate``)."""
+        check_collate(collate)
         spec = BatchSpec(microbatch_size=microbatch_size, global_batch_size=global_batch_size, drop_last=drop_last)
-        return self._with(batch=spec)
+        return self._with(batch=spec, collate=collate)
 
     @property
     def plan_dir(self) -> Path:
@@ -283,35 +302,18 @@ class Pipeline:
 
     def geometry(self) -> Geometry:
         """Batch sizes and data-parallel identity of this process."""
-        return self._geometry(self.executor_spec(), self._fresh().plan)
+        return OpenedRun.geometry(self.executor_spec(), self._fresh().plan)
 
     def _geometry(self, spec: ExecutorSpec, plan: PlanBundle) -> Geometry:
-        rank, size = spec.rank()
-        manifest = plan.manifest
-        assert spec.batch is not None  # ready()
-        b = spec.batch.microbatch_size
-        g = spec.batch.global_batch_size or b * size
-        check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
-        return Geometry.for_plan(
-            microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=manifest.exact, plan_lanes=manifest.lanes
+        return OpenedRun.geometry(spec, plan)
+
+    def _make_runner(self, worker: tuple[int, int] = (0, 1), pieces: int = 1) -> RankRunner | RecordRunner:
+        spec, known = self.executor_spec(), self._known_steps
+        return self._fresh().runner(
+            spec, state=self._pending_state, stats=self._stats, worker=worker, pieces=pieces, known=known
         )
 
-    def _make_runner(self, worker: tuple[int, int] = (0, 1), pieces: int = 1) -> RankRunner:
-        spec, opened, known = self.executor_spec(), self._fresh(), self._known_steps
-        geometry = self._geometry(spec, opened.plan)
-        return RankRunner(
-            opened.plan,
-            spec,
-            geometry,
-            encoder=opened.encoder_for(spec),
-            state=self._pending_state,
-            stats=self._stats,
-            worker=worker,
-            pieces=pieces,
-            known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
-        )
-
-    def __iter__(self) -> Iterator[Batch]:
+    def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()
         self._runner = self._make_runner()
         self._pending_state = None

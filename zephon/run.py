@@ -17,10 +17,16 @@ import dataclasses
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from zephon.errors import ConfigError
 from zephon.executor.encode.encoders import AnyEncoder, make_encoder
+from zephon.executor.geometry import Geometry
 from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.settings import ExecutorSpec
+from zephon.executor.records.runner import RecordRunner
+from zephon.executor.runner import RankRunner
+from zephon.executor.settings import ExecutorSpec, RunStats
+from zephon.executor.state import check_run_batch
 
 __all__ = ["OpenedRun"]
 
@@ -62,3 +68,49 @@ class OpenedRun:
             self.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
             self.key = key
         return self.encoder
+
+    @staticmethod
+    def geometry(spec: ExecutorSpec, plan: PlanBundle) -> Geometry:
+        """Batch sizes and data-parallel identity of this process for ``spec`` over ``plan``."""
+        rank, size = spec.rank()
+        manifest = plan.manifest
+        assert spec.batch is not None  # spec.ready()
+        b = spec.batch.microbatch_size
+        g = spec.batch.global_batch_size or b * size
+        check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
+        exact = manifest.exact or spec.records  # a record run has no packing lanes (docs/records.md)
+        return Geometry.for_plan(
+            microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=exact, plan_lanes=manifest.lanes
+        )
+
+    def runner(
+        self,
+        spec: ExecutorSpec,
+        *,
+        state: dict[str, Any] | None,
+        stats: RunStats,
+        worker: tuple[int, int] = (0, 1),
+        pieces: int = 1,
+        known: tuple[ExecutorSpec, Geometry, int] | None = None,
+    ) -> RankRunner | RecordRunner:
+        """This process's runner of ``spec`` over the opened bundle, from ``state``; ``known``: a ``num_steps()``
+        an earlier runner of the same spec and geometry computed (then not calibrated again)."""
+        geometry = self.geometry(spec, self.plan)
+        if spec.records:  # a pipeline without .tokenize() (docs/records.md)
+            if pieces != 1:
+                raise ConfigError(
+                    "Pipeline.dataloader() must run a text pipeline (it splits packing lanes among workers), got a "
+                    "record pipeline — use DataLoader(pipeline.to_torch_dataset(), batch_size=None, num_workers=N)"
+                )
+            return RecordRunner(self.plan, spec, geometry, state=state, stats=stats, worker=worker)
+        return RankRunner(
+            self.plan,
+            spec,
+            geometry,
+            encoder=self.encoder_for(spec),
+            state=state,
+            stats=stats,
+            worker=worker,
+            pieces=pieces,
+            known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
+        )

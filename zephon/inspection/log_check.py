@@ -17,6 +17,11 @@ what they should have yielded and reports every difference:
    the log, with their reason) are not expected in their lane, are counted by reason, and must not appear
    in the log; exact plans refuse the skip policy, so any skipped document there is a mismatch.
 
+6. Record pipelines (``zephon.unit: records`` in the files' metadata, docs/records.md): every piece is one whole
+   record — ``sequence`` equal to ``position`` (row ``j`` of the run is plan position ``j``), offset 0, length 1 —
+   and records the skip policy or an operator left out are listed beside the log, never in it;
+   ``tokens_by_dataset`` then counts records.
+
 Example: an exact wrap plan with L = 4 and documents of 3 and 5 tokens (offsets 0 and 3) plans sequence 1
 as [(offset 0, position 1, doc_start 1, length 3)]; a log row (0, 1, 0, 3) is reported as a mismatch.
 """
@@ -53,6 +58,8 @@ class LogCheck:
     skipped: dict[str, int] = field(default_factory=dict)
     mismatches: list[str] = field(default_factory=list)
     mismatch_count: int = 0
+    #: What ``tokens_by_dataset`` counts: ``"tokens"``, or ``"records"`` for a record pipeline's log.
+    unit: str = "tokens"
 
     @property
     def ok(self) -> bool:
@@ -154,7 +161,10 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         found.count += max(0, len(yielded) - 5)
     samples = bundle.samples[0].read().to_pydict()
     samples["deal"] = samples.get(deal_column(manifest.format_version))  # format 1: the lane, its deal mod lanes
-    if manifest.exact:
+    unit = metas[0].get("zephon.unit", "tokens")
+    if unit == "records":
+        _check_records(len(samples["dataset_id"]), seq, pos, start, length, found)
+    elif manifest.exact:
         if skipped:
             found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")
         _check_exact(bundle, samples, seq, off, pos, start, length, width, found)
@@ -175,7 +185,19 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         skipped=dict(sorted(Counter(skipped.values()).items())),
         mismatches=found.items,
         mismatch_count=found.count,
+        unit=unit,
     )
+
+
+def _check_records(documents: int, seq, pos, start, length, found: _Findings) -> None:
+    """A record run's pieces: one whole record each, at its own plan position (see the module docstring)."""
+    bad = np.flatnonzero((seq != pos) | (start != 0) | (length != 1) | (pos >= documents) | (pos < 0))
+    for i in bad[:5]:
+        found.add(
+            f"sequence {seq[i]} must hold the one record at plan position {seq[i]}, got position {pos[i]} "
+            f"(doc_start {start[i]}, length {length[i]})"
+        )
+    found.count += max(0, len(bad) - 5)
 
 
 def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, width, found: _Findings) -> None:
@@ -257,10 +279,11 @@ def log_summary(check: LogCheck) -> list[str]:
     lines = [f"log: {check.files} file(s), {check.sequences} sequences, {check.pieces} pieces, {span}"]
     total = sum(check.tokens_by_dataset.values()) or 1
     for name, tokens in check.tokens_by_dataset.items():
-        lines.append(f"  {name}  tokens {tokens}  share {tokens / total:.4f}")
+        lines.append(f"  {name}  {check.unit} {tokens}  share {tokens / total:.4f}")
     if check.skipped:
         reasons = ", ".join(f"{reason} {n}" for reason, n in check.skipped.items())
-        lines.append(f"  skipped by the skip policy: {sum(check.skipped.values())} documents ({reasons})")
+        what = "records" if check.unit == "records" else "documents"
+        lines.append(f"  skipped by the skip policy: {sum(check.skipped.values())} {what} ({reasons})")
     lines += [f"MISMATCH {m}" for m in check.mismatches]
     if check.mismatch_count > len(check.mismatches):
         lines.append(f"… and {check.mismatch_count - len(check.mismatches)} more mismatches")
@@ -280,6 +303,7 @@ def log_json(check: LogCheck) -> str:
             "skipped": check.skipped,
             "mismatch_count": check.mismatch_count,
             "mismatches": check.mismatches,
+            **({"unit": check.unit} if check.unit != "tokens" else {}),  # text logs' JSON as it was
         },
         indent=2,
     )

@@ -1,7 +1,8 @@
 """Finding the shards of a local dataset path: a directory, a glob or a single file.
 
 Formats are detected from file names: ``.parquet``/``.pq`` → parquet; ``.jsonl``/``.ndjson`` → jsonl;
-``.jsonl.gz``/``.ndjson.gz`` → jsonl.gz; ``.jsonl.zst``/``.jsonl.zstd`` → jsonl.zst. A directory is listed
+``.jsonl.gz``/``.ndjson.gz`` → jsonl.gz; ``.jsonl.zst``/``.jsonl.zstd`` → jsonl.zst; ``.tar`` → tar and
+``.tar.gz``/``.tgz`` → tar.gz (WebDataset shards, record pipelines: docs/records.md). A directory is listed
 recursively (hidden files and names starting with ``_`` or ``.`` are skipped, as Spark and Hive writers
 use them for markers); shards are sorted by path, so the shard order never depends on the file system.
 
@@ -10,7 +11,7 @@ with a ``format_version`` beside shards.parquet and samples.parquet, ``zephon.pl
 a plan written into a dataset's folder is never read back as its data), and a symbolic link to a directory
 already listed (a link to an ancestor, or a second path to the same files). Other links to directories are
 followed, so a folder of links to shard folders is a dataset.
-Parquet and JSONL cannot be mixed in one dataset; JSONL files may mix compressions. In a directory, files
+Parquet, JSONL and tar cannot be mixed in one dataset; JSONL files may mix compressions. In a directory, files
 of other formats (README.md, checksums) are ignored when shards are present; a file named directly or
 matched by a glob must be a shard.
 
@@ -38,6 +39,9 @@ _SUFFIXES: tuple[tuple[str, str], ...] = (
     (".pq", "parquet"),
     (".jsonl", "jsonl"),
     (".ndjson", "jsonl"),
+    (".tar.gz", "tar.gz"),
+    (".tgz", "tar.gz"),
+    (".tar", "tar"),
 )
 SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
 
@@ -88,7 +92,8 @@ def detect_format(name: str) -> str | None:
 
 
 def family(fmt: str) -> str:
-    return "parquet" if fmt == "parquet" else "jsonl"
+    """``parquet``, ``jsonl`` (plain or compressed) or ``tar`` (WebDataset shards, plain or gzipped)."""
+    return "parquet" if fmt == "parquet" else "tar" if fmt.startswith("tar") else "jsonl"
 
 
 def discover_local_files(dataset: str, path: str) -> tuple[SourceFile, ...]:
@@ -267,6 +272,6 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
         first = {fam: next(f.uri for f in found if family(f.format) == fam) for fam in families}
         raise DatasetError(
             f"dataset {dataset!r}: shards must share one format, got mixed {' and '.join(families)} "
-            f"(e.g. {first['parquet']!r} and {first['jsonl']!r}) — split them into two datasets"
+            f"(e.g. {first[families[0]]!r} and {first[families[1]]!r}) — split them into two datasets"
         )
     return tuple(found)

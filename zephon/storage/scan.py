@@ -6,6 +6,8 @@
   shards and for the plan bundle's own files alike.
 * Object-store shards (``s3://``, ``gs://``, ``az://``): ``zephon.storage.objects.scan`` (footers by one range
   request); the fingerprint is the object's pin, ``etag:<ETag>[@<version>]``.
+* WebDataset tar shards: samples (keys) from the tar headers only (``zephon.storage.tar_index``); the
+  fingerprint is a digest of the member listing. A ``.tar.gz`` is decompressed whole.
 * JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
@@ -34,6 +36,7 @@ from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.local import SourceFile
 from zephon.storage.objects.reads import ObjectFile
+from zephon.storage.tar_index import TAR_FORMATS, tar_index
 
 
 def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
@@ -68,6 +71,16 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         )
     if file.format == "parquet":
         return _scan_parquet(dataset, file)
+    if file.format in TAR_FORMATS:  # WebDataset: samples by key, from the tar headers only
+        index = tar_index(file.uri, file.format, file.size, f"dataset {dataset!r}: shard {file.uri}")
+        return ShardInfo(
+            uri=file.uri,
+            format=file.format,
+            rows=len(index),
+            bytes=file.size,
+            row_groups=1,
+            fingerprint=index.fingerprint,
+        )
     return _scan_jsonl(dataset, file)
 
 

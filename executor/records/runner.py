@@ -1,0 +1,235 @@
+"""One data-parallel rank's run of a record pipeline: which records it yields, how, and where it stands.
+
+The plan is a *samples plan*: each plan position is one record, and global step ``s`` is the ``G`` consecutive
+positions ``[s·G, (s+1)·G)`` (``G`` the global batch). Rank ``r`` of ``D`` takes rows ``r, r + D, …`` of each
+step, ``B`` per microbatch (``Geometry.microbatch_sequences``, the same split as text rows), so the union of all
+ranks' microbatches of a step is the same ``G`` records at any ``D``: elastic data parallelism at step
+boundaries, as for text. Mixtures, phases and selections are the plan's: the runner only follows positions.
+
+Per microbatch (``RecordBatch``): the positions' (dataset, shard, row) from samples.parquet (``PlanPositions``),
+the rows read whole (``zephon.executor.records.source``), the operators run with each record's position
+(``zephon.executor.records.transforms``; seeded ones draw from the plan seed and the position), the survivors
+collated (``zephon.executor.records.collate``; every batch must keep the first batch's structure).
+
+Steps: ``ceil(N / G)`` for ``N`` plan positions (``drop_last``: ``floor``); rows past the end are absent, so
+the last step's microbatches may hold fewer records, or none (``len(batch) == 0``, ``data == {}``): every rank
+still yields the same number of microbatches per step.
+
+State (``zephon.executor.state``): ``step`` and ``microbatch`` and what the state is valid for (plan,
+``algorithm: "records"``, global batch, operators); no lane cursors — a position is all a record run needs.
+A state at a step boundary resumes at any dp size; mid-step only at the same one.
+
+Example: a plan of 10 records, G = 4, dp 2, B = 1 (accumulation 2). Rank 0 yields positions [0], [2] (step 0),
+[4], [6] (step 1), [8], [] (step 2, 10 is past the end); rank 1 yields [1], [3], [5], [7], [9], [].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.executor.geometry import Geometry
+from zephon.executor.operators import Where
+from zephon.executor.operators import describe as describe_operators
+from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.progress import Progress
+from zephon.executor.provenance_log import LogHeader, ProvenanceLog
+from zephon.executor.read.remote import RemoteAccess
+from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.read.skipped_documents import SkippedDocument
+from zephon.executor.records.batch import RecordBatch
+from zephon.executor.records.collate import Structure, default_collate
+from zephon.executor.records.source import PlanPositions, RecordReader, WholeRecords
+from zephon.executor.records.transforms import RecordOperators
+from zephon.executor.settings import ExecutorSpec, RunStats
+from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
+from zephon.executor.step_arithmetic import steps_in
+
+#: The state's and the identity's ``algorithm`` of a record run: a text state is refused here, and back.
+RECORDS = "records"
+
+
+class RecordRunner:
+    """Iterates one rank's record batches of a samples plan; see the module docstring."""
+
+    def __init__(
+        self,
+        plan: PlanBundle,
+        spec: ExecutorSpec,
+        geometry: Geometry,
+        *,
+        state: dict[str, Any] | None = None,
+        stats: RunStats | None = None,
+        worker: tuple[int, int] = (0, 1),
+    ) -> None:
+        self.plan = plan
+        self.spec = spec = spec.ready()
+        assert spec.records and spec.batch is not None
+        manifest = plan.manifest
+        if manifest.exact:
+            raise ConfigError(
+                "a record pipeline must run a samples plan, got an exact plan (token offsets of a tokenizer) — "
+                "plan without exact_tokens, or add .tokenize() and .pack_flat()"
+            )
+        if geometry.lanes is not None:
+            raise ConfigError(f"a record run's geometry must have no packing lanes, got {geometry.lanes}")
+        self.geometry = geometry
+        self.stats = stats
+        self.worker = worker
+        self.names = plan.dataset_names
+        self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
+        if state is not None:
+            check_state_fields(state, documents=plan.num_documents)
+            check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
+            self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
+            if self.progress.microbatch and state.get("dp_size") != geometry.dp_size:
+                raise ConfigError(
+                    f"a state taken mid-step (microbatch {self.progress.microbatch}) must resume with the same dp_size "
+                    f"{state.get('dp_size')}, got {geometry.dp_size} — checkpoint at a step boundary to change it"
+                )
+        self.log: ProvenanceLog | None = None
+
+    def identity(self) -> dict[str, Any]:
+        """What a state of this run is valid for (the text identity's keys; no tokenizer, field or row width)."""
+        return {
+            "plan": self.plan.manifest.config_hash,
+            "tokenizer": None,
+            "field": None,
+            "max_length": None,
+            "algorithm": RECORDS,
+            "global_batch": self.geometry.global_batch,
+            "lanes": None,
+            **({"operators": describe_operators(self.spec.operators)} if self.spec.operators else {}),
+        }
+
+    def state(self) -> dict[str, Any]:
+        """This rank's position: steps done and microbatches into the current step."""
+        return {
+            "version": STATE_VERSION,
+            **self.identity(),
+            "dp_size": self.geometry.dp_size,
+            "step": self.progress.step,
+            "microbatch": self.progress.microbatch,
+            "lane_cursors": {},
+        }
+
+    def num_steps(self) -> int:
+        """Global steps: the plan's positions over the global batch (``drop_last``: whole steps only)."""
+        assert self.spec.batch is not None
+        return steps_in(self.plan.num_documents, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
+
+    def close(self) -> None:
+        """Nothing held between iterations (each iteration opens and closes its own reader)."""
+
+    def __iter__(self) -> Iterator[RecordBatch]:
+        if self.stats is not None:
+            self.stats.include(self.names)
+        if self.spec.provenance_dir is not None:
+            header = LogHeader(
+                plan=self.plan.manifest.config_hash,
+                max_length=1,
+                geometry=self.geometry,
+                first_step=self.progress.step,
+                worker=self.worker[0],
+                unit=RECORDS,
+            )
+            self.log = ProvenanceLog(self.spec.provenance_dir, header)
+        skipped: dict[tuple[int, int], str] = {}
+        reader = ShardReader(
+            self.plan.shards,
+            "",
+            capacity=(self.plan.manifest.shuffle.window_shards + 1) * len(self.names),
+            per_dataset=self.plan.manifest.shuffle.window_shards + 1,
+            on_bad_document=self.spec.on_bad_document,
+            on_skip=lambda ref, row, reason: skipped.__setitem__((ref.shard_id, row), reason),
+            skippable=True,
+            convert=WholeRecords(),
+            copies=self.plan.copies,
+        )
+        remote = RemoteAccess(self.plan, self.spec.io, reader)
+        source = RecordReader(reader, self.plan.shards, capacity=reader.capacity)
+        try:
+            yield from self._loop(source, remote, skipped)
+        finally:
+            source.close()
+            remote.close()  # the reader's open shards and the shard cache
+            if self.log is not None:
+                self.log.close()
+
+    def _loop(
+        self, reader: RecordReader, remote: RemoteAccess, skipped: dict[tuple[int, int], str]
+    ) -> Iterator[RecordBatch]:
+        steps = self.num_steps()
+        check_resumed_step(self.progress.step, steps)
+        g = self.geometry
+        n = self.plan.num_documents
+        positions = PlanPositions(self.plan, self.progress.step * g.global_batch, g.global_batch)
+        operators = RecordOperators(self.spec.operators, self.plan.manifest.seed)
+        collate = self.spec.collate or default_collate
+        shape = Structure(user=self.spec.collate is not None)
+        while self.progress.step < steps:
+            at = self.progress.advance()
+            if not self.progress.mine(at):
+                continue
+            wanted = g.microbatch_sequences(at.step, at.index)
+            real = wanted[wanted < n]
+            datasets, shard_ids, rows = positions.take(real)
+            if len(real):
+                remote.advance(int(real[0]))
+            records = reader.records(shard_ids, rows)
+            where = [Where(reader.ref(s), r) for s, r in zip(shard_ids.tolist(), rows.tolist(), strict=True)]
+            values = operators.run(
+                records,
+                where,
+                real.tolist(),
+                report=lambda w, reason, message: self._report(w, reason, message, skipped),
+                drop=lambda w: skipped.__setitem__((w.ref.shard_id, w.row), "dropped"),
+            )
+            kept = [i for i, v in enumerate(values) if v is not None]
+            gone = sorted(set(range(len(values))) - set(kept))
+            self._skipped(real, where, gone, skipped)
+            batch_records = [values[i] for i in kept]
+            data = collate(batch_records) if batch_records else {}
+            if batch_records:
+                shape.check(data, f"step {at.step} microbatch {at.index} (positions {real[kept[0]]}…)")
+            batch = RecordBatch(
+                data=data,
+                positions=real[kept],
+                datasets=datasets[kept],
+                sequences=wanted,
+                step=at.step,
+                microbatch=at.index,
+            )
+            if self.log is not None:
+                self.log.write_records(at.step, at.index, batch.positions)
+            if self.stats is not None:
+                self.stats.records_handed_out(self.names, batch.datasets)
+            yield batch
+
+    def _report(self, where: Where, reason: str, message: str, skipped: dict[tuple[int, int], str]) -> None:
+        """An operator failed on a record: raise, or (``on_bad_document="skip"``) count it."""
+        if self.spec.on_bad_document != "skip":
+            raise DatasetError(f'{message}, or skip and count such records with .options(on_bad_document="skip")')
+        skipped[(where.ref.shard_id, where.row)] = reason
+
+    def _skipped(
+        self,
+        real: np.ndarray,
+        where: list[Where],
+        gone: list[int],
+        skipped: dict[tuple[int, int], str],
+    ) -> None:
+        """Count the microbatch's records that are not in it — skipped by the reader, dropped or failed in an
+        operator — in ``stats`` (by reason and shard) and the provenance log's skipped file."""
+        documents = []
+        for i in gone:
+            w = where[i]
+            reason = skipped.pop((w.ref.shard_id, w.row), "dropped")
+            if self.stats is not None:
+                self.stats.skip(w.ref, w.row, reason)
+            documents.append(SkippedDocument(ref=w.ref, row=w.row, reason=reason, position=int(real[i])))
+        if self.log is not None and documents:
+            self.log.skip(documents)

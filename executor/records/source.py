@@ -1,0 +1,117 @@
+"""Where a record pipeline's records come from: whole rows of Parquet and JSONL shards (every column), read by
+the executor's ``ShardReader`` in record mode (local, through the shard cache, or by ranges), and the plan
+positions they stand at (``PlanPositions``).
+
+A Parquet row becomes a dict of its columns: a Hugging Face ``datasets`` image column (struct ``{bytes, path}``)
+arrives as ``{"bytes": b"...", "path": "..."}``, a binary column as ``bytes``, a list column as a list. A JSONL
+line becomes its object. Nothing is decoded beyond Arrow → Python: image decoding belongs to ``map_transform``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from zephon.errors import ConfigError
+from zephon.executor.operators import Where
+from zephon.executor.plan_reader import PlanBundle, SampleChunk
+from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.records.tar import TarShard
+from zephon.plan.records import ShardRef
+from zephon.storage.tar_index import TAR_FORMATS
+
+
+class WholeRecords:
+    """The ``RecordConverter`` of a record pipeline: every column, none required, records handed over as read
+    (the pipeline's operators run later, with the records' plan positions: ``zephon.executor.records.transforms``)."""
+
+    columns: tuple[str, ...] | None = None
+    required: tuple[str, ...] = ()
+
+    def convert_all(self, where: list[Where], records: list[Any], documents: Any) -> list[Any]:
+        return records
+
+
+class RecordReader:
+    """Records of (shard, row) pairs: Parquet and JSONL rows through the run's ``ShardReader`` (record mode),
+    WebDataset samples through ``TarShard`` (``zephon.executor.records.tar``), up to ``capacity`` tar shards
+    open (least recently used closed first)."""
+
+    def __init__(self, reader: ShardReader, shards: list[ShardRef], capacity: int) -> None:
+        self.reader = reader
+        self._tar = {s.shard_id for s in shards if s.format in TAR_FORMATS}
+        self._open: OrderedDict[int, TarShard] = OrderedDict()
+        self._capacity = max(1, capacity)
+
+    def ref(self, shard_id: int) -> ShardRef:
+        return self.reader.ref(shard_id)
+
+    def records(self, shard_ids: np.ndarray, rows: np.ndarray) -> list[Any]:
+        """The records in the order given (None: a bad record the skip policy left out)."""
+        if not len(shard_ids):
+            return []
+        tar = np.isin(shard_ids, list(self._tar)) if self._tar else np.zeros(len(shard_ids), bool)
+        out: list[Any] = [None] * len(shard_ids)
+        rest = np.flatnonzero(~tar)
+        if len(rest):
+            for i, v in zip(rest.tolist(), self.reader.texts(shard_ids[rest], rows[rest]), strict=True):
+                out[i] = v
+        for sid in dict.fromkeys(shard_ids[tar].tolist()):
+            idx = np.flatnonzero(shard_ids == sid)
+            for i, v in zip(idx.tolist(), self._tar_shard(sid).read(rows[idx]), strict=True):
+                out[i] = v
+        return out
+
+    def _tar_shard(self, shard_id: int) -> TarShard:
+        shard = self._open.get(shard_id)
+        if shard is not None:
+            self._open.move_to_end(shard_id)
+            return shard
+        ref = self.reader.ref(shard_id)
+        if "://" in ref.uri:
+            raise ConfigError(
+                f"dataset {ref.dataset!r}: WebDataset shard {ref.uri} must be a local file, got a remote one — copy "
+                "the shards to local disk (remote tar shards are not read yet, docs/records.md)"
+            )
+        while len(self._open) >= self._capacity:
+            self._open.popitem(last=False)[1].close()
+        shard = self._open[shard_id] = TarShard(ref)
+        return shard
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem(last=False)[1].close()
+
+
+class PlanPositions:
+    """Dataset, shard and row of plan positions, read forward from ``start`` (a run asks in increasing order).
+
+    State: the plan's chunks from ``start`` on, and the part of them still ahead (``_lo`` and its arrays)."""
+
+    def __init__(self, plan: PlanBundle, start: int, chunk: int) -> None:
+        self._chunks: Iterator[SampleChunk] = plan.chunks(max(1, chunk), start)
+        self._lo = start
+        self._dataset = np.zeros(0, np.int64)
+        self._shard = np.zeros(0, np.int64)
+        self._row = np.zeros(0, np.int64)
+
+    def take(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dataset_id, shard_id, row)`` of ``positions`` (sorted, none before an earlier call's smallest)."""
+        if not len(positions):
+            empty = np.zeros(0, np.int64)
+            return empty, empty, empty
+        need = int(positions.max()) + 1
+        while self._lo + len(self._row) < need:
+            chunk = next(self._chunks)
+            self._dataset = np.concatenate((self._dataset, chunk.dataset_id.astype(np.int64)))
+            self._shard = np.concatenate((self._shard, chunk.shard_id.astype(np.int64)))
+            self._row = np.concatenate((self._row, chunk.row.astype(np.int64)))
+        drop = int(positions.min()) - self._lo  # nothing before the smallest is asked for again
+        if drop > 0:
+            self._dataset, self._shard, self._row = self._dataset[drop:], self._shard[drop:], self._row[drop:]
+            self._lo += drop
+        at = positions - self._lo
+        return self._dataset[at], self._shard[at], self._row[at]

@@ -1,0 +1,129 @@
+"""WebDataset tar shards in record pipelines: samples grouped by key, indexed at plan time from tar headers only,
+read by member ranges; a member without its partner and a truncated tar are one line naming shard and key."""
+
+from __future__ import annotations
+
+import io
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from zephon import Pipeline
+from zephon.errors import DatasetError
+from zephon.io import Dataset
+from zephon.storage.tar_index import tar_index
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+
+def jpeg(seed: int, size: int = 24) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 255, (size, size, 3), dtype=np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="JPEG", quality=90)
+    return out.getvalue()
+
+
+def write_shard(path: Path, shard: int, samples: int = 5, *, skip: tuple[str, str] | None = None) -> None:
+    """``{key}.jpg``, ``{key}.txt``, ``{key}.json`` per sample; ``skip=(key, ext)`` leaves one member out."""
+    with tarfile.open(path, "w:gz" if path.name.endswith(".gz") else "w") as tar:
+        for i in range(samples):
+            key = f"{shard:03d}{i:04d}"
+            members = {
+                "jpg": jpeg(100 * shard + i),
+                "txt": f"caption {shard}-{i}".encode(),
+                "json": json.dumps({"i": i}).encode(),
+            }
+            for ext, payload in members.items():
+                if skip == (key, ext):
+                    continue
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+
+
+def plan_of(folder: Path, out: Path) -> Path:
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("pairs", str(folder))], mixture=MixtureSpec({"pairs": 1.0}), seed=5
+    )
+    return source.plan(out)
+
+
+def test_planning_reads_only_tar_headers_and_counts_samples_by_key(tmp_path: Path):
+    shard = tmp_path / "000.tar"
+    write_shard(shard, 0, samples=20)
+    index = tar_index(str(shard), "tar", shard.stat().st_size, "shard")
+    assert len(index) == 20 and index.extensions == ("jpg", "json", "txt")
+    payload = int(index.sizes.sum())
+    assert index.bytes_read <= 512 * (3 * 20 + 2)  # one header block per member (and the end-of-archive blocks)
+    assert index.bytes_read < shard.stat().st_size - payload  # no payload byte was read
+    with tarfile.open(shard) as tar:
+        member = tar.extractfile("0000007.txt").read()
+    k = index.extensions.index("txt")
+    assert shard.read_bytes()[index.offsets[7, k] : index.offsets[7, k] + index.sizes[7, k]] == member
+
+
+def test_a_record_pipeline_over_webdataset_shards_yields_each_sample_by_key(tmp_path: Path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    write_shard(folder / "000.tar", 0)
+    write_shard(folder / "001.tar.gz", 1)
+    plan = plan_of(folder, tmp_path / "plan")
+    assert pq.read_table(plan / "shards.parquet").column("format").to_pylist() == ["tar", "tar.gz"]
+
+    def decode(sample: dict) -> dict:
+        image = np.asarray(Image.open(io.BytesIO(sample["jpg"])).convert("RGB").resize((8, 8)))
+        return {
+            "key": sample["__key__"],
+            "image": image,
+            "caption": sample["txt"].decode(),
+            "i": json.loads(sample["json"])["i"],
+        }
+
+    pipe = Pipeline.from_plan(plan).map_transform(decode).batch(microbatch_size=2)
+    batches = list(pipe)
+    samples = pq.read_table(plan / "samples.parquet").to_pydict()
+    want = [f"{s:03d}{r:04d}" for s, r in zip(samples["shard_id"], samples["row"], strict=True)]
+    assert [k for b in batches for k in b.data.get("key", [])] == want
+    assert batches[0].data["image"].shape == (2, 8, 8, 3)
+    assert [c for b in batches for c in b.data.get("caption", [])] == [
+        f"caption {int(k[:3])}-{int(k[3:])}" for k in want
+    ]
+
+
+def test_a_member_without_its_partner_is_one_line_naming_shard_and_key(tmp_path: Path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    write_shard(folder / "000.tar", 0, skip=("0000003", "txt"))
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': shard .*000.tar key '0000003' must have the members jpg, json, txt like the shard's first key, got no txt — ",
+    ):
+        plan_of(folder, tmp_path / "plan")
+
+
+def test_a_truncated_tar_is_one_line_naming_the_shard_and_member(tmp_path: Path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    shard = folder / "000.tar"
+    write_shard(shard, 0)
+    data = shard.read_bytes()
+    shard.write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': shard .*000.tar must (hold member .* whole|end with the tar end-of-archive blocks), got a tar truncated at",
+    ):
+        plan_of(folder, tmp_path / "plan")
+
+
+def test_a_tar_shard_rewritten_after_planning_is_refused(tmp_path: Path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    write_shard(folder / "000.tar", 0)
+    plan = plan_of(folder, tmp_path / "plan")
+    write_shard(folder / "000.tar", 7)  # same size, other members
+    with pytest.raises(DatasetError, match="changed since planning"):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=2))

@@ -1,0 +1,169 @@
+"""WebDataset tar shards: the member index of a shard, from its tar headers only.
+
+A WebDataset shard is a tar whose members are grouped into samples by *key*: the member's name up to the first
+``.`` of its base name (``000123.jpg``, ``000123.txt``, ``000123.json`` → key ``000123``, extensions ``jpg``,
+``txt``, ``json``; ``a/b/000123.seg.png`` → key ``a/b/000123``, extension ``seg.png``). Members of one key must
+be consecutive, as webdataset writes them. A sample is one row of the shard, in order of first appearance.
+
+``tar_index(file)`` walks the headers: it reads each 512-byte header (and the GNU/PAX extension blocks that
+carry long names) and seeks past the payload, so indexing reads about 512 bytes per member whatever the payload
+size (``TarIndex.bytes_read`` says how many). The index holds each member's payload offset and size: a reader
+fetches a sample's members by those ranges only.
+
+A ``.tar.gz`` shard cannot be sought: it is decompressed whole (at plan time to index it, at run time to read
+it). Prefer plain ``.tar`` shards (webdataset's own advice for large images).
+
+Invariant: every key of a shard has the same extensions as the shard's first key. A member without its
+partner (an image without its caption) is one ``DatasetError`` naming the shard, the key and the missing or
+extra extension; a truncated tar (a header or payload past the end of the file) names the shard and the member.
+
+Example: members ``0.jpg`` (300 B), ``0.txt``, ``1.jpg``, ``1.txt`` → keys ``["0", "1"]``, extensions
+``("jpg", "txt")``, ``offsets[0] == [512, 1536]`` (each payload after its header, padded to 512 bytes).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from typing import BinaryIO
+
+import numpy as np
+
+from zephon.errors import DatasetError
+
+#: shards.parquet ``format`` of WebDataset shards.
+TAR_FORMATS = ("tar", "tar.gz")
+#: The fingerprint prefix of a tar shard: BLAKE2b of its size and its member listing (names, offsets, sizes).
+TAR_FINGERPRINT = "tarindex:"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TarIndex:
+    """The samples of one tar shard: ``keys`` in order, the shard's ``extensions``, and per sample and
+    extension the payload's ``offsets`` and ``sizes`` (int64, shape ``(samples, extensions)``)."""
+
+    keys: tuple[str, ...]
+    extensions: tuple[str, ...]
+    offsets: np.ndarray
+    sizes: np.ndarray
+    #: Bytes read from the file to build the index (headers only for a plain tar; the whole file for .tar.gz).
+    bytes_read: int
+    fingerprint: str
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+class _Counting(io.RawIOBase):
+    """A file that counts the bytes read through it (seeks are free)."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        self.raw, self.read_bytes = raw, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self.raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self.raw.tell()
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        data = self.raw.read(len(buffer))
+        buffer[: len(data)] = data
+        self.read_bytes += len(data)
+        return len(data)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``(key, extension)`` of a member name (see the module docstring)."""
+    slash = name.rfind("/")
+    dot = name.find(".", slash + 1)
+    return (name, "") if dot < 0 else (name[:dot], name[dot + 1 :])
+
+
+def tar_index(uri: str, fmt: str, size: int, where: str) -> TarIndex:
+    """The index of the tar shard at local path ``uri`` (``fmt``: ``tar`` or ``tar.gz``); ``where`` names it in
+    errors (``dataset 'x': shard /path``)."""
+    with open(uri, "rb") as f:
+        if fmt == "tar.gz":
+            try:
+                data = gzip.decompress(f.read())
+            except (OSError, EOFError) as exc:
+                raise DatasetError(f"{where} must be a complete gzip stream, got {exc} — restore the shard") from exc
+            return index_of(io.BytesIO(data), len(data), where, read=size, whole=True)
+        counting = _Counting(f)
+        return index_of(counting, size, where, counter=counting)
+
+
+def index_of(
+    raw: BinaryIO, size: int, where: str, *, counter: _Counting | None = None, read: int = 0, whole: bool = False
+) -> TarIndex:
+    """The index of an uncompressed tar in ``raw`` of ``size`` bytes (see ``tar_index``)."""
+    keys: list[str] = []
+    rows: list[dict[str, tuple[int, int]]] = []
+    listing = hashlib.blake2b(f"{size}".encode(), digest_size=16)
+    try:
+        with tarfile.open(fileobj=raw, mode="r:") as tar:  # type: ignore[call-overload]
+            for member in tar:
+                if not member.isfile():
+                    continue
+                if member.offset_data + member.size > size:
+                    raise DatasetError(
+                        f"{where} must hold member {member.name!r} whole, got a tar truncated at {size} bytes (the "
+                        f"member ends at {member.offset_data + member.size}) — restore the shard"
+                    )
+                key, ext = split_name(member.name)
+                listing.update(f"{member.name}\0{member.offset_data}\0{member.size}\n".encode())
+                if not keys or keys[-1] != key:
+                    keys.append(key)
+                    rows.append({})
+                if ext in rows[-1]:
+                    raise DatasetError(
+                        f"{where} key {key!r} must have one member per extension, got {ext!r} twice — rewrite the shard"
+                    )
+                rows[-1][ext] = (member.offset_data, member.size)
+            # A complete tar ends with two zero blocks after its last member; a file cut inside a header ends
+            # the iteration early, so too few bytes after the last member read are a truncated tar.
+            last = member.name if keys else None
+            if size - tar.offset < 1024:
+                raise DatasetError(
+                    f"{where} must end with the tar end-of-archive blocks, got a tar truncated at {size} bytes "
+                    f"after member {last!r} — restore the shard"
+                )
+    except tarfile.TarError as exc:
+        raise DatasetError(f"{where} must be a readable tar, got {exc} — restore the shard") from exc
+    if len(set(keys)) != len(keys):
+        seen: set[str] = set()
+        again = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise DatasetError(
+            f"{where} key {again!r} must have consecutive members, got them apart — write each sample's members "
+            "together (as webdataset does)"
+        )
+    extensions = tuple(sorted(rows[0])) if rows else ()
+    for key, row in zip(keys, rows, strict=True):
+        if tuple(sorted(row)) != extensions:
+            missing = sorted(set(extensions) - set(row))
+            extra = sorted(set(row) - set(extensions))
+            got = f"no {', '.join(missing)}" if missing else f"an extra {', '.join(extra)}"
+            raise DatasetError(
+                f"{where} key {key!r} must have the members {', '.join(extensions)} like the shard's first key, got "
+                f"{got} — add its partner or remove the member"
+            )
+    offsets = np.array([[row[e][0] for e in extensions] for row in rows], np.int64).reshape(len(rows), -1)
+    sizes = np.array([[row[e][1] for e in extensions] for row in rows], np.int64).reshape(len(rows), -1)
+    return TarIndex(
+        keys=tuple(keys),
+        extensions=extensions,
+        offsets=offsets,
+        sizes=sizes,
+        bytes_read=read if whole else (counter.read_bytes if counter is not None else 0),
+        fingerprint=TAR_FINGERPRINT + listing.hexdigest(),
+    )
