@@ -304,9 +304,6 @@ class Pipeline:
         """Batch sizes and data-parallel identity of this process."""
         return OpenedRun.geometry(self.executor_spec(), self._fresh().plan)
 
-    def _geometry(self, spec: ExecutorSpec, plan: PlanBundle) -> Geometry:
-        return OpenedRun.geometry(spec, plan)
-
     def _make_runner(self, worker: tuple[int, int] = (0, 1), pieces: int = 1) -> RankRunner | RecordRunner:
         spec, known = self.executor_spec(), self._known_steps
         return self._fresh().runner(
