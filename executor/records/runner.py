@@ -80,7 +80,7 @@ class RecordRunner:
         self.stats = stats
         self.worker = worker
         self.names = plan.dataset_names
-        self.progress = Progress(accumulation=geometry.accumulation, worker=worker[0], workers=worker[1])
+        self.progress = Progress(accumulation=geometry.accumulation)
         if state is not None:
             check_state_fields(state, documents=plan.num_documents)
             check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
@@ -170,9 +170,12 @@ class RecordRunner:
         operators = RecordOperators(self.spec.operators, self.plan.manifest.seed)
         collate = self.spec.collate or default_collate
         shape = Structure(user=self.spec.collate is not None)
+        worker, workers = self.worker
+        handed = 0  # microbatches of this iteration: a DataLoader takes item k from worker k mod N, from its start
         while self.progress.step < steps:
             at = self.progress.advance()
-            if not self.progress.mine(at):
+            handed += 1
+            if (handed - 1) % workers != worker:
                 continue
             wanted = g.microbatch_sequences(at.step, at.index)
             real = wanted[wanted < n]
