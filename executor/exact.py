@@ -383,8 +383,8 @@ def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | Te
     assert tok is not None  # read_manifest requires it of exact plans
     packing = plan.manifest.exact_packing()
     differences = []
-    # A plan of token stores only never loaded its tokenizer (its counts are the stores'): the stores' ids are
-    # checked against the run's vocabulary as they are read instead (zephon.executor.token_stores.shards).
+    # A plan of token stores only never tokenized (fingerprint STORES_ONLY): the run's tokenizer is checked against
+    # each store's recorded identity instead (zephon.executor.token_stores.identity) and every id against its vocab.
     if tok.fingerprint != encoder.fingerprint and tok.fingerprint != STORES_ONLY:
         differences.append(f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok.id!r}; fingerprints differ)")
     if tok.field != spec.tokenize.field:
