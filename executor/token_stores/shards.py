@@ -28,8 +28,10 @@ from zephon.executor.token_stores.opening import open_token_store
 from zephon.executor.token_stores.store import TokenStore
 from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardRef
+from zephon.specs import StoreCredentials
 
 __all__ = ["PlanStores", "StoreShard", "is_store_shard", "part_counts", "part_fingerprint"]
+
 
 def is_store_shard(ref: ShardRef) -> bool:
     """Whether ``ref`` is a token store's part (``zephon.plan.format.STORE_SHARD_PREFIX``)."""
@@ -80,9 +82,18 @@ class StoreShard:
 class PlanStores:
     """The token stores of a plan's datasets, opened when a shard of theirs is first read (see the module)."""
 
-    def __init__(self, datasets: Sequence[Any], *, vocab_size: int | None = None) -> None:
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        *,
+        vocab_size: int | None = None,
+        credentials: Sequence[StoreCredentials] = (),
+    ) -> None:
         """``datasets``: plan.json's ``datasets`` (``PlanDataset``: ``id``, ``name``, ``pinned``, ``token_store``).
-        ``vocab_size``: the run's tokenizer's; every read refuses ids ≥ it, naming the file and document."""
+        ``vocab_size``: the run's tokenizer's; every read refuses ids ≥ it, naming the file and document.
+        ``credentials``: the run's ``StoreOptions.credentials``, first for object-store stores (the Hub's token
+        comes from ``HF_TOKEN`` or ``hf auth login`` at open, as for raw text)."""
+        self._credentials = tuple(credentials)
         self._specs: dict[int, tuple[str, Mapping[str, Any]]] = {
             d.id: (d.pinned, d.token_store) for d in datasets if d.token_store is not None
         }
@@ -107,7 +118,9 @@ class PlanStores:
                 )
             path, spec = self._specs[dataset_id]
             options = {k: spec.get(k) for k in ("dtype", "eos_token_id", "bos_token_id", "tokens_field")}
-            store = open_token_store(path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, **options)
+            store = open_token_store(
+                path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, credentials=self._credentials, **options
+            )
             got = (store, {p.name: j for j, p in enumerate(store.parts)})
             self._stores[dataset_id] = got
         return got
