@@ -91,9 +91,7 @@ def shard_refs(source: WorkSource, *, progress: bool | None = None) -> tuple[tup
     with progress_bar(total=total, desc="scanning shards", unit="shard", progress=progress) as bar:
         for index, ds in enumerate(source.datasets):
             refs = []
-            infos = (
-                (scan_shard(ds.name, f) for f in ds.files) if ds.token_store is None else iter(store_shards(ds))
-            )
+            infos = (scan_shard(ds.name, f) for f in ds.files) if ds.token_store is None else iter(store_shards(ds))
             for info in infos:
                 bar.update(1)
                 if info.rows > np.iinfo(np.int32).max:

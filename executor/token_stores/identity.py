@@ -5,10 +5,10 @@ dataset, that tokenizer's *identity* — what a run must agree on for the ids to
 size (added tokens included) and the EOS, BOS and PAD ids (``TokenizerIdentity``) — in plan.json
 ``datasets[i].token_store.identity``. The tokenizer is the store's own record (datatrove's
 ``.ds.metadata``), else the dataset's ``tokenizer=``, else the plan's ``tokenize(tokenizer_id=...)``; the
-planner loads it (``load_identity``: its tokenizer.json and special tokens; no text is tokenized) when it
-loads — a local path, or a Hub id the Hub or its cache has (``zephon.planner.counts.stores.store_identity``).
-One that does not load leaves ``identity`` null, with a warning, and the run then checks only that each id
-read is below its vocabulary (``zephon.executor.token_stores.store``).
+planner loads it (``zephon.planner.counts.stores``: its tokenizer.json and special tokens; no text is
+tokenized) when it loads — a local path, or a Hub id the Hub or its cache has. One that does not load leaves
+``identity`` null, with a warning, and the run then checks only that each id read is below its vocabulary
+(``zephon.executor.token_stores.store``).
 
 The run compares the identity with its own tokenizer's (``identity_of``: the same four numbers, from the encoder
 it built) before its first batch (``check_store_tokenizers``), and refuses in one line naming the dataset, both
@@ -29,9 +29,8 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from zephon.errors import ConfigError
-from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer
 
-__all__ = ["TokenizerIdentity", "check_store_tokenizers", "identity_of", "load_identity"]
+__all__ = ["TokenizerIdentity", "check_store_tokenizers", "identity_of"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -80,26 +79,6 @@ def identity_of(encoder: Any, name: str) -> TokenizerIdentity | None:
         eos_token_id=getattr(encoder, "eos_id", None),
         bos_token_id=getattr(encoder, "bos_id", None),
         pad_token_id=getattr(encoder, "pad_id", None),
-    )
-
-
-def load_identity(name: str, *, eos_token: str | None = None) -> TokenizerIdentity:
-    """The identity of tokenizer ``name``, loaded on its own (no text tokenized); ``eos_token`` overrides its EOS as
-    ``tokenize(eos_token=)`` does. Raises ``TokenizerError`` when it does not load."""
-    tokenizer, specials = load_tokenizer(name)
-    eos = eos_token or specials.get("eos_token")
-    if eos is None:
-        eos = next((t for t in EOS_GUESSES if tokenizer.token_to_id(t) is not None), None)
-    eos_id = tokenizer.token_to_id(eos) if eos is not None else None
-    bos = specials.get("bos_token")
-    pad = specials.get("pad_token")
-    pad_id = tokenizer.token_to_id(pad) if pad else None
-    return TokenizerIdentity(
-        tokenizer=name,
-        vocab_size=int(tokenizer.get_vocab_size(with_added_tokens=True)),
-        eos_token_id=eos_id,
-        bos_token_id=tokenizer.token_to_id(bos) if bos else None,
-        pad_token_id=eos_id if pad_id is None else pad_id,
     )
 
 

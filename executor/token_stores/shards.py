@@ -6,10 +6,11 @@ again (``token_store``: format, options, the ids' tokenizer) at its ``pinned`` p
 store once per run (its indexes only), finds a shard's part by the part's name, and refuses a part whose index
 changed since planning (its fingerprint: format, dtype and per-document counts, :func:`part_fingerprint`).
 
-``StoreShard.read(rows)`` returns the documents' ids in the order asked: the rows sorted, each run of
-consecutive documents one range read (``TokenStore.read``), then put back in order. The ids are the stored ids,
-as they are: no BOS or EOS is added or dropped (docs/token-stores.md says what each format stores), and they go
-through the same packing as encoded text (``zephon.executor.encode.slices.encode_in_slices`` passes them through).
+``StoreShard.read(rows)`` returns the documents' ids in the order asked, end to end (``TokenDocuments``,
+a sequence of per-document arrays to the reader): sliced from the memory map of a local file, else the rows
+sorted, each run of consecutive documents one range read, then put back in order (``TokenStore.gather``). The
+ids are the stored ids, as they are: no BOS or EOS is added or dropped (docs/token-stores.md says what each
+format stores), and they go through the same packing as encoded text (``encode_in_slices`` passes them on).
 
 Example: a shard of a Megatron store, rows ``[4, 1, 2]`` → documents 1..2 in one read and 4 in another →
 ``[ids(4), ids(1), ids(2)]``.
@@ -25,7 +26,7 @@ import numpy as np
 
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.opening import open_token_store
-from zephon.executor.token_stores.store import TokenStore
+from zephon.executor.token_stores.store import TokenDocuments, TokenStore
 from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
@@ -57,26 +58,17 @@ class StoreShard:
         self.ref, self.store, self.part = ref, store, part
         self.first = int(store.part_starts[part])
 
-    def read(self, rows: np.ndarray) -> list[np.ndarray]:
-        """The ids of documents ``rows`` (in that order): one range read per run of consecutive rows."""
+    def read(self, rows: np.ndarray) -> TokenDocuments:
+        """The ids of documents ``rows`` (in that order), end to end (``TokenStore.gather``: sliced from the memory
+        map of a local file, else one range read per run of consecutive rows); a list of documents to the reader."""
         rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
-            return []
-        if rows.min() < 0 or rows.max() >= self.ref.rows:
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.ref.rows):
             bad = int(rows[(rows < 0) | (rows >= self.ref.rows)][0])
             raise DatasetError(
                 f"dataset {self.ref.dataset!r}: shard {self.ref.uri} must have row {bad}, got {self.ref.rows} "
                 "documents — the plan does not match the store; re-plan"
             )
-        wanted = np.unique(rows)
-        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
-        got: dict[int, np.ndarray] = {}
-        for run in np.split(wanted, breaks):  # one range read per run of consecutive documents
-            lo, hi = int(run[0]), int(run[-1]) + 1
-            docs = self.store.read(self.first + lo, self.first + hi)
-            for i in range(hi - lo):
-                got[lo + i] = docs[i]
-        return [got[r] for r in rows.tolist()]
+        return self.store.gather(self.first + rows)
 
 
 class PlanStores:

@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from zephon.errors import ConfigError, DatasetError, TokenizerError, one_line, warn
+from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer
 from zephon.executor.token_stores import TokenStore, open_token_store
-from zephon.executor.token_stores.identity import TokenizerIdentity, load_identity
+from zephon.executor.token_stores.identity import TokenizerIdentity
 from zephon.executor.token_stores.shards import part_counts, part_fingerprint
 from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardInfo, ShardRef
@@ -33,7 +34,7 @@ from zephon.recipe.dataset import Dataset
 from zephon.recipe.token_store import TokenStoreSpec
 from zephon.specs import TokenizeSpec
 
-__all__ = ["forget_stores", "open_dataset_store", "store_identity", "store_shards", "store_tokens"]
+__all__ = ["forget_stores", "load_identity", "open_dataset_store", "store_identity", "store_shards", "store_tokens"]
 
 #: Stores opened by the plan being prepared (``forget_stores`` empties it when a plan starts, so a store
 #: rewritten between two plans of one process is read again).
@@ -102,6 +103,26 @@ def store_tokens(ds: Dataset, refs: Sequence[ShardRef]) -> ShardTokens:
         [lambda j=j: part_counts(store, j) for j in range(len(refs))],
         rows=[r.rows for r in refs],
         names=[f"{r.uri} (dataset {r.dataset!r})" for r in refs],
+    )
+
+
+def load_identity(name: str, *, eos_token: str | None = None) -> TokenizerIdentity:
+    """The identity of tokenizer ``name``, loaded on its own (no text tokenized); ``eos_token`` overrides its EOS as
+    ``tokenize(eos_token=)`` does. Raises ``TokenizerError`` when it does not load."""
+    tokenizer, specials = load_tokenizer(name)
+    eos = eos_token or specials.get("eos_token")
+    if eos is None:
+        eos = next((t for t in EOS_GUESSES if tokenizer.token_to_id(t) is not None), None)
+    eos_id = tokenizer.token_to_id(eos) if eos is not None else None
+    bos = specials.get("bos_token")
+    pad = specials.get("pad_token")
+    pad_id = tokenizer.token_to_id(pad) if pad else None
+    return TokenizerIdentity(
+        tokenizer=name,
+        vocab_size=int(tokenizer.get_vocab_size(with_added_tokens=True)),
+        eos_token_id=eos_id,
+        bos_token_id=tokenizer.token_to_id(bos) if bos else None,
+        pad_token_id=eos_id if pad_id is None else pad_id,
     )
 
 
