@@ -16,10 +16,9 @@ spans consecutive sequences (a long one, many microbatches).
 Example, L = 4, documents of 3, 2 and 4 tokens (offsets 0, 3, 5): sequence 1 = stream tokens 4..7 =
 doc 1 tokens 1..1 (offset 0), doc 2 tokens 0..2 (offset 1).
 
-Everything is computed for a whole microbatch at once, in numpy: one vectorized binary search per row group
-for the sequences' first and last documents, the pieces of all sequences from ``np.repeat`` over those
-ranges, and one gather that copies every piece's tokens into the rows; cached documents are found by a
-binary search too. The Python work per microbatch does not grow with the documents (or pieces) it holds.
+Everything is computed for a whole microbatch at once, in numpy: binary searches for the sequences' first and
+last documents, the pieces from ``np.repeat`` over those ranges, and the tokens copied one span a row where
+contiguous, else by one gather (``zephon.executor.pack.spans``); Python work does not grow with the documents.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import names as operator_names
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
+from zephon.executor.pack.spans import fill_rows, merge_tail, spread
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec
@@ -68,12 +68,6 @@ def _ready(job: Future[Future[Encoded]]) -> bool:
     if not job.done():
         return False
     return job.exception() is not None or job.result().done()
-
-
-def _spread(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Indices ``starts[i] + j`` for ``j < sizes[i]``, concatenated over ``i``."""
-    total = int(sizes.sum())
-    return np.repeat(starts - (np.cumsum(sizes) - sizes), sizes) + np.arange(total, dtype=np.int64)
 
 
 def _isin(values: np.ndarray, sorted_array: np.ndarray) -> np.ndarray:
@@ -304,7 +298,6 @@ class ExactSequences:
         """Add the documents ``want`` (rows ``rows`` of the samples table, tokenized: ``encoded``) to the cache,
         after checking their token counts against the plan, and drop cached documents before ``positions``."""
         cached, base, size, tokens = self._cache
-        datasets = self._datasets
         new_size = encoded.sizes
         wrong = np.flatnonzero(new_size != rows["tokens"])
         if len(wrong):
@@ -319,17 +312,21 @@ class ExactSequences:
         if len(keep) > 8 * READ_AHEAD:  # calls jumped around: keep what this call needs
             keep = keep[_isin(cached[keep], positions)]
         merged = np.concatenate([cached[keep], want])
-        order = np.argsort(merged, kind="stable")
         sizes = np.concatenate([size[keep], new_size])
-        starts = np.empty(len(merged), dtype=np.int64)
-        starts[order] = np.cumsum(sizes[order]) - sizes[order]
-        out = np.empty(int(sizes.sum()), dtype=np.int64)
-        old = slice(0, len(keep))
-        out[_spread(starts[old], sizes[old])] = tokens[_spread(base[keep], sizes[old])]
-        new = slice(len(keep), None)
-        out[_spread(starts[new], sizes[new])] = encoded.ids
+        tail = merge_tail(keep, base, size, tokens, cached, want, encoded.ids, new_size)  # steady: appended
+        if tail is not None:
+            (out, starts), order = tail, np.arange(len(merged))
+        else:  # documents interleave (calls jumped around): gather by index (zephon.executor.pack.spans)
+            order = np.argsort(merged, kind="stable")
+            starts = np.empty(len(merged), dtype=np.int64)
+            starts[order] = np.cumsum(sizes[order]) - sizes[order]
+            out = np.empty(int(sizes.sum()), dtype=np.int64)
+            old = slice(0, len(keep))
+            out[spread(starts[old], sizes[old])] = tokens[spread(base[keep], sizes[old])]
+            new = slice(len(keep), None)
+            out[spread(starts[new], sizes[new])] = encoded.ids
         self._cache = (merged[order], starts[order], sizes[order], out)
-        self._datasets = np.concatenate([datasets[keep], rows["dataset_id"].astype(np.int16, copy=False)])[order]
+        self._datasets = np.concatenate([self._datasets[keep], rows["dataset_id"].astype(np.int16, copy=False)])[order]
 
     def rows(self, ks: list[int]) -> PackedRows:
         """Packed rows of the sequences ``ks`` (in that order)."""
@@ -352,7 +349,10 @@ class ExactSequences:
             )
         dest = pieces["row"].astype(np.int64) * width + pieces["offset"]
         tokens = np.full(n * width, self.pad_id, dtype=np.int64)
-        tokens[_spread(dest, length)] = source[_spread(base[doc] + doc_start, length)]
+        src = base[doc] + doc_start
+        rows, offsets = pieces["row"].astype(np.int64), pieces["offset"].astype(np.int64)
+        if not fill_rows(tokens.reshape(n, width), source, rows, offsets, src, length):  # one slice a row, or:
+            tokens[spread(dest, length)] = source[spread(src, length)]
         starts = np.zeros(n * width, dtype=bool)
         starts[dest] = (doc_start == 0) | (self.algorithm == "best_fit")
         lengths = np.zeros(n, dtype=np.int64)
@@ -383,8 +383,8 @@ def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | Te
     assert tok is not None  # read_manifest requires it of exact plans
     packing = plan.manifest.exact_packing()
     differences = []
-    # A plan of token stores only never loaded its tokenizer (its counts are the stores'): the stores' ids are
-    # checked against the run's vocabulary as they are read instead (zephon.executor.token_stores.shards).
+    # A plan of token stores only never tokenized (fingerprint STORES_ONLY): the run's tokenizer is checked against
+    # each store's recorded identity instead (zephon.executor.token_stores.identity) and every id against its vocab.
     if tok.fingerprint != encoder.fingerprint and tok.fingerprint != STORES_ONLY:
         differences.append(f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok.id!r}; fingerprints differ)")
     if tok.field != spec.tokenize.field:

@@ -56,6 +56,7 @@ from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
 from zephon.executor.step_arithmetic import steps_in
+from zephon.executor.token_stores.identity import check_store_tokenizers
 from zephon.executor.worker_share import WorkerShare, worker_share
 
 
@@ -101,6 +102,8 @@ class RankRunner:
                 f"pack_flat algorithm {spec.pack.algorithm!r} must run on an exact plan, got an estimated plan — "
                 "plan with exact_tokens=True"
             )
+        # a token store's ids must be read with the tokenizer they were made with: refused before the first batch
+        check_store_tokenizers(self.plan.manifest.datasets, self.encoder, spec.tokenize.tokenizer_id)
         self.pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else self.encoder.pad_id
         self.log: ProvenanceLog | None = None
         self.progress = Progress(accumulation=geometry.accumulation)

@@ -62,7 +62,7 @@ class ShardAccess:
             convert=converter_of(encoder),  # chat and user operators: records rendered on the reader's thread
             copies=plan.copies,  # materialize_selections: selected shards read from the plan's copies
             # token stores: their documents' ids read by range, refused when ≥ the run's vocabulary
-            stores=PlanStores(plan.manifest.datasets, vocab_size=vocab_size(encoder)),
+            stores=PlanStores(plan.manifest.datasets, vocab_size=vocab_size(encoder), credentials=spec.io.credentials),
         )
         self.remote = RemoteAccess(plan, spec.io, self.reader)
 

@@ -98,11 +98,7 @@ def check_state_fields(state: dict[str, Any], *, documents: int | None = None) -
     for lane, cursor in cursors.items():
         if not (isinstance(lane, str) and lane.isdigit() and (lanes is None or int(lane) < lanes)):
             raise _bad("'lane_cursors' key", f"a lane number below lanes {lanes}" if lanes else "a lane number", lane)
-        if not (
-            isinstance(cursor, list | tuple)
-            and len(cursor) == 2
-            and all(is_int(v) and v >= 0 for v in cursor)
-        ):
+        if not (isinstance(cursor, list | tuple) and len(cursor) == 2 and all(is_int(v) and v >= 0 for v in cursor)):
             raise _bad(f"'lane_cursors' lane {lane}", "[position, skip] of two integers ≥ 0", cursor)
         if documents is not None and cursor[0] > documents:
             raise _bad(f"'lane_cursors' lane {lane} position", f"≤ the plan's {documents} documents", cursor[0])

@@ -27,7 +27,7 @@ from zephon.plan.records import ShardRef
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
 from zephon.planner.counts.shard_tokens import ShardTokens
-from zephon.planner.counts.stores import forget_stores, open_dataset_store, store_shards, store_tokens
+from zephon.planner.counts.stores import forget_stores, open_dataset_store, store_identity, store_shards, store_tokens
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.segment import SegmentStart
@@ -91,9 +91,7 @@ def shard_refs(source: WorkSource, *, progress: bool | None = None) -> tuple[tup
     with progress_bar(total=total, desc="scanning shards", unit="shard", progress=progress) as bar:
         for index, ds in enumerate(source.datasets):
             refs = []
-            infos = (
-                (scan_shard(ds.name, f) for f in ds.files) if ds.token_store is None else iter(store_shards(ds))
-            )
+            infos = (scan_shard(ds.name, f) for f in ds.files) if ds.token_store is None else iter(store_shards(ds))
             for info in infos:
                 bar.update(1)
                 if info.rows > np.iinfo(np.int32).max:
@@ -260,6 +258,7 @@ def assemble(
             entry["token_store"] = ds.token_store.normalized() | {
                 "fmt": store.format,
                 "tokenizer": store.tokenizer or ds.token_store.tokenizer,
+                "identity": store_identity(ds, tokenize),  # what a run's tokenizer must share (vocab, specials)
             }
         chosen = selections[index] if selections else None
         if ds.selection is not None and chosen is not None:

@@ -17,7 +17,9 @@ ids and sizes. Each document is encoded on its own by every engine, so the ids a
 (~25 MB a call with ``tokenizers``), and the int64 ids of the chunk, 8 B a token, are what stays.
 
 Documents of a token store come as their ids (NumPy arrays, ``zephon.executor.token_stores.shards``): they are
-not encoded — ``with_stored_ids`` encodes the texts among them and puts each document's ids in its place, the
+not encoded. A chunk of one store's documents comes end to end (``TokenDocuments``): its ids are the chunk's,
+with no per-document work; a chunk mixing them with texts goes through ``with_stored_ids``, which encodes the
+texts among them and puts each document's ids in its place, the
 stored ids as they are (no BOS/EOS added: docs/token-stores.md), so they go through the same packing.
 
 Left whole: a call that settles the engine (the first of a run checks the fast engine on the run's own
@@ -35,6 +37,7 @@ import numpy as np
 
 from zephon.executor.encode.text import Encoded
 from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.token_stores.store import TokenDocuments
 
 #: Characters per engine call (``encode_in_slices``): ~250 K tokens of English or code, a few ms of work
 #: per call on any engine, so the slicing costs nothing measurable.
@@ -59,6 +62,8 @@ def slice_bounds(sizes: list[int], max_chars: int = MAX_CHARS) -> list[tuple[int
 def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_chars: int | None = None) -> Encoded:
     """``encoder.encode_flat(texts, split=split)``, made in slices of at most ``max_chars`` (default
     ``MAX_CHARS``) characters (see the module docstring): the same ids and sizes."""
+    if isinstance(texts, TokenDocuments):  # one token store's documents, end to end: their ids as stored
+        return Encoded(texts.tokens.astype(np.int64), texts.lengths)
     if any(isinstance(t, np.ndarray) for t in texts):  # a token store's documents: their ids, as stored
         return with_stored_ids(encoder, texts, split=split, max_chars=max_chars)
     if not getattr(encoder, "settled", False) or not all(isinstance(t, str) for t in texts):

@@ -4,7 +4,9 @@ Object-store shards (``s3://``, ``gs://``, ``az://``) go through the same cache 
 ``remote_read="cache"``), else they are read by ranges (``StoreOptions.remote_read``, ``"auto"`` by default):
 then they are never staged on disk, and the shard reader
 fetches the row groups each chunk needs (``zephon.storage.objects.range_file``). ``hf://`` shards always use the
-cache. The run's ``StoreOptions.credentials`` come first for its object-store reads.
+cache. A token store's parts, wherever they are, are read by ranges by the plan's stores
+(``zephon.executor.token_stores.shards``), never through the cache. The run's ``StoreOptions.credentials`` come
+first for its object-store reads.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from zephon.errors import ConfigError, DatasetError
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.read.schedule import ShardSchedule
 from zephon.executor.read.shard_reader import ShardReader, remote_spec
+from zephon.executor.token_stores.shards import is_store_shard
 from zephon.specs import StoreOptions
 from zephon.storage.objects.paths import is_object_uri
 from zephon.storage.remote import is_remote_uri
@@ -35,7 +38,10 @@ class RemoteAccess:
         self.remote = {  # a shard the plan holds a copy of is read from the copy (zephon.executor.read.selected_copy)
             s.shard_id: s
             for s in plan.shards
-            if is_remote_uri(s.uri) and not (ranged and is_object_uri(s.uri)) and s.shard_id not in plan.copies
+            if is_remote_uri(s.uri)
+            and not (ranged and is_object_uri(s.uri))
+            and s.shard_id not in plan.copies
+            and not is_store_shard(s)  # a token store's parts are read by ranges (token_stores.shards), never cached
         }
         self.reader = reader
         self.cache: ShardCache | None = None

@@ -6,10 +6,11 @@ again (``token_store``: format, options, the ids' tokenizer) at its ``pinned`` p
 store once per run (its indexes only), finds a shard's part by the part's name, and refuses a part whose index
 changed since planning (its fingerprint: format, dtype and per-document counts, :func:`part_fingerprint`).
 
-``StoreShard.read(rows)`` returns the documents' ids in the order asked: the rows sorted, each run of
-consecutive documents one range read (``TokenStore.read``), then put back in order. The ids are the stored ids,
-as they are: no BOS or EOS is added or dropped (docs/token-stores.md says what each format stores), and they go
-through the same packing as encoded text (``zephon.executor.encode.slices.encode_in_slices`` passes them through).
+``StoreShard.read(rows)`` returns the documents' ids in the order asked, end to end (``TokenDocuments``,
+a sequence of per-document arrays to the reader): sliced from the memory map of a local file, else the rows
+sorted, each run of consecutive documents one range read, then put back in order (``TokenStore.gather``). The
+ids are the stored ids, as they are: no BOS or EOS is added or dropped (docs/token-stores.md says what each
+format stores), and they go through the same packing as encoded text (``encode_in_slices`` passes them on).
 
 Example: a shard of a Megatron store, rows ``[4, 1, 2]`` → documents 1..2 in one read and 4 in another →
 ``[ids(4), ids(1), ids(2)]``.
@@ -25,11 +26,13 @@ import numpy as np
 
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.opening import open_token_store
-from zephon.executor.token_stores.store import TokenStore
+from zephon.executor.token_stores.store import TokenDocuments, TokenStore
 from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardRef
+from zephon.specs import StoreCredentials
 
 __all__ = ["PlanStores", "StoreShard", "is_store_shard", "part_counts", "part_fingerprint"]
+
 
 def is_store_shard(ref: ShardRef) -> bool:
     """Whether ``ref`` is a token store's part (``zephon.plan.format.STORE_SHARD_PREFIX``)."""
@@ -55,34 +58,34 @@ class StoreShard:
         self.ref, self.store, self.part = ref, store, part
         self.first = int(store.part_starts[part])
 
-    def read(self, rows: np.ndarray) -> list[np.ndarray]:
-        """The ids of documents ``rows`` (in that order): one range read per run of consecutive rows."""
+    def read(self, rows: np.ndarray) -> TokenDocuments:
+        """The ids of documents ``rows`` (in that order), end to end (``TokenStore.gather``: sliced from the memory
+        map of a local file, else one range read per run of consecutive rows); a list of documents to the reader."""
         rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows):
-            return []
-        if rows.min() < 0 or rows.max() >= self.ref.rows:
+        if len(rows) and (rows.min() < 0 or rows.max() >= self.ref.rows):
             bad = int(rows[(rows < 0) | (rows >= self.ref.rows)][0])
             raise DatasetError(
                 f"dataset {self.ref.dataset!r}: shard {self.ref.uri} must have row {bad}, got {self.ref.rows} "
                 "documents — the plan does not match the store; re-plan"
             )
-        wanted = np.unique(rows)
-        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
-        got: dict[int, np.ndarray] = {}
-        for run in np.split(wanted, breaks):  # one range read per run of consecutive documents
-            lo, hi = int(run[0]), int(run[-1]) + 1
-            docs = self.store.read(self.first + lo, self.first + hi)
-            for i in range(hi - lo):
-                got[lo + i] = docs[i]
-        return [got[r] for r in rows.tolist()]
+        return self.store.gather(self.first + rows)
 
 
 class PlanStores:
     """The token stores of a plan's datasets, opened when a shard of theirs is first read (see the module)."""
 
-    def __init__(self, datasets: Sequence[Any], *, vocab_size: int | None = None) -> None:
+    def __init__(
+        self,
+        datasets: Sequence[Any],
+        *,
+        vocab_size: int | None = None,
+        credentials: Sequence[StoreCredentials] = (),
+    ) -> None:
         """``datasets``: plan.json's ``datasets`` (``PlanDataset``: ``id``, ``name``, ``pinned``, ``token_store``).
-        ``vocab_size``: the run's tokenizer's; every read refuses ids ≥ it, naming the file and document."""
+        ``vocab_size``: the run's tokenizer's; every read refuses ids ≥ it, naming the file and document.
+        ``credentials``: the run's ``StoreOptions.credentials``, first for object-store stores (the Hub's token
+        comes from ``HF_TOKEN`` or ``hf auth login`` at open, as for raw text)."""
+        self._credentials = tuple(credentials)
         self._specs: dict[int, tuple[str, Mapping[str, Any]]] = {
             d.id: (d.pinned, d.token_store) for d in datasets if d.token_store is not None
         }
@@ -107,7 +110,9 @@ class PlanStores:
                 )
             path, spec = self._specs[dataset_id]
             options = {k: spec.get(k) for k in ("dtype", "eos_token_id", "bos_token_id", "tokens_field")}
-            store = open_token_store(path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, **options)
+            store = open_token_store(
+                path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, credentials=self._credentials, **options
+            )
             got = (store, {p.name: j for j, p in enumerate(store.parts)})
             self._stores[dataset_id] = got
         return got

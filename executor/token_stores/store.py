@@ -15,7 +15,8 @@ is ``[4, 3, 6, 2, 5]``; ``read(2, 4)`` asks part 0 for its documents ``2..2`` an
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
@@ -47,7 +48,14 @@ class TokenDocuments:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"document {i} of {len(self)}")
+        i %= len(self)
         return self.tokens[self.offsets[i] : self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        tokens, bounds = self.tokens, self.offsets.tolist()
+        return (tokens[a:b] for a, b in itertools.pairwise(bounds))
 
     @property
     def lengths(self) -> np.ndarray:
@@ -113,6 +121,18 @@ class EndToEndPart:
 
     def read_texts(self, start: int, stop: int) -> list[str]:
         raise AssertionError(f"{self.name} holds token ids")  # pragma: no cover
+
+    def local_ids(self) -> np.ndarray | None:
+        """Every id of the part as one array over the file's memory map (local files only, else None): documents
+        are sliced from it without a read call each (``TokenStore.gather``)."""
+        if not getattr(self.tokens_file, "local", False):
+            return None
+        ids = getattr(self, "_local_ids", None)
+        if ids is None:
+            end = int(self.doc_starts[-1]) * self.dtype.itemsize
+            ids = np.frombuffer(self.tokens_file.read(0, end), dtype=self.dtype)
+            self._local_ids = ids
+        return ids
 
 
 class CountedPart:
@@ -240,6 +260,67 @@ class TokenStore:
         if masks and all(m is not None for m in masks):
             loss = masks[0] if len(masks) == 1 else np.concatenate(masks)  # type: ignore[arg-type]
         return TokenDocuments(tokens=flat, offsets=offsets, loss_mask=loss)
+
+    def gather(self, docs: np.ndarray) -> TokenDocuments:
+        """Documents ``docs`` (store numbers in any order, repeats allowed) end to end in that order.
+
+        Parts on local disk whose documents lie end to end (Megatron, datatrove) are sliced from their memory
+        maps: one slice a document, all concatenated in one copy — the per-document work is a slice, as in a
+        bare ``np.memmap`` copy (benchmarks/bench_token_stores.py). Other parts are read a run of consecutive
+        documents at a time (one range read per run, ``read``), then put in order.
+        Example: ``gather([4, 1, 2])`` of a local Megatron store → ids of 4, 1, 2; offsets ``[0, n4, n4+n1, ...]``.
+        """
+        if self.holds != "tokens":
+            raise DatasetError(
+                f"token store {self.path!r} holds text, got a request for token ids — read it with read_texts"
+            )
+        docs = np.asarray(docs, dtype=np.int64)
+        if len(docs) and (docs.min() < 0 or docs.max() >= self.num_documents):
+            bad = int(docs[(docs < 0) | (docs >= self.num_documents)][0])
+            raise DatasetError(
+                f"document of token store {self.path!r} must lie within 0..{self.num_documents - 1}, got {bad} — "
+                "ask for documents the store holds"
+            )
+        counts = self.token_counts()[docs]
+        offsets = np.zeros(len(docs) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        part_of = np.searchsorted(self.part_starts, docs, side="right") - 1
+        views = [getattr(p, "local_ids", lambda: None)() for p in self.parts]
+        if all(views[j] is not None for j in np.unique(part_of).tolist()):
+            within = docs - self.part_starts[part_of]
+            # one slice per document: the bare copy's own loop (a vectorized gather by index costs more per id)
+            bounds = [p.doc_starts for p in self.parts]  # type: ignore[attr-defined]
+            pairs = zip(part_of.tolist(), within.tolist(), strict=True)
+            slices = [views[j][bounds[j][d] : bounds[j][d + 1]] for j, d in pairs]  # type: ignore[index]
+            tokens = np.concatenate(slices) if slices else np.zeros(0, dtype=self.dtype)
+        else:
+            tokens = self._gather_by_runs(docs)
+        out = TokenDocuments(tokens=tokens, offsets=offsets)
+        self._check_gathered(out, docs, part_of)
+        return out
+
+    def _gather_by_runs(self, docs: np.ndarray) -> np.ndarray:
+        """``gather``'s ids for parts read by range: one ``read`` per run of consecutive wanted documents."""
+        wanted = np.unique(docs)
+        breaks = np.flatnonzero(np.diff(wanted) != 1) + 1
+        got: dict[int, np.ndarray] = {}
+        for run in np.split(wanted, breaks) if len(wanted) else []:
+            lo, hi = int(run[0]), int(run[-1]) + 1
+            for i, ids in enumerate(self.read(lo, hi)):
+                got[lo + i] = ids
+        return np.concatenate([got[d] for d in docs.tolist()]) if len(docs) else np.zeros(0, dtype=self.dtype)
+
+    def _check_gathered(self, out: TokenDocuments, docs: np.ndarray, part_of: np.ndarray) -> None:
+        """``_check_ids`` for gathered documents: the first bad id named by its part's file and document."""
+        if self.vocab_size is None or out.tokens.size == 0:
+            return
+        tokens = out.tokens
+        if int(tokens.max()) < self.vocab_size and not (tokens.dtype.kind == "i" and int(tokens.min()) < 0):
+            return
+        i = int(np.searchsorted(out.offsets, int(np.argmax((tokens >= self.vocab_size) | (tokens < 0))), "right")) - 1
+        j = int(part_of[i])
+        part, base = self.parts[j], int(self.part_starts[j])
+        self._check_ids(part, out[i], np.array([0, len(out[i])]), int(docs[i]) - base)
 
     def read_texts(self, start: int, stop: int) -> list[str]:
         """The texts of documents ``start .. stop-1`` (text stores)."""

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from zephon import Pipeline, merge_states
 from zephon.cli import cli
 from zephon.config_file import load_work_source
-from zephon.errors import ConfigError, DatasetError
+from zephon.errors import ConfigError, DatasetError, ZephonWarning
 from zephon.inspection.log_check import check_log
 from zephon.io import Dataset
 from zephon.plan.manifest_parts import STORES_ONLY
@@ -89,15 +89,18 @@ def test_from_path_detects_a_megatron_prefix_and_keeps_raw_paths_raw(prose) -> N
         Dataset.from_path("web", WEB, where="x > 1")
 
 
-def test_a_plan_of_token_stores_only_never_loads_its_tokenizer(tmp_path: Path) -> None:
-    """Counts come from the .idx: the tokenizer named here does not exist, and the plan is made anyway."""
+def test_a_plan_of_token_stores_only_never_tokenizes(tmp_path: Path) -> None:
+    """Counts come from the .idx: the tokenizer named here does not exist, and the plan is made anyway (without
+    the tokenizer's identity, which it could not load: tests/planner/test_token_store_identity.py)."""
     source = mixed(Dataset.from_path("web", WEB), weights=[1.0], seed=3, exact_tokens=True)
-    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=str(tmp_path / "no-such-tokenizer")),
-                       pack=PackSpec(max_length=8))  # fmt: skip
+    with pytest.warns(ZephonWarning, match="no-such-tokenizer' its ids were made with must load"):
+        plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=str(tmp_path / "no-such-tokenizer")),
+                           pack=PackSpec(max_length=8))  # fmt: skip
     manifest = json.loads((plan / "plan.json").read_text())
     assert manifest["tokenizer"]["fingerprint"] == STORES_ONLY
     (entry,) = manifest["datasets"]
     assert entry["token_store"]["fmt"] == "megatron" and entry["rows"] == 6
+    assert entry["token_store"]["identity"] is None
     shards = pq.read_table(plan / "shards.parquet").to_pylist()
     assert [(s["uri"], s["format"], s["rows"], s["bytes"]) for s in shards] == [
         (str(WEB.resolve()) + ".bin", "tokens:megatron", 6, 46)
