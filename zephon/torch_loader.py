@@ -225,10 +225,16 @@ class PipelineLoader:
         self._pipeline._pending_state = self._state
         return self._pipeline.num_steps()
 
+    def local_state(self) -> dict[str, Any]:
+        """This rank's own state after the last microbatch handed out (before any: where the next iteration
+        starts), never a collective: ``zephon.integrations`` keeps one per batch handed out and gathers the one
+        training reached (a framework fetches ahead of its training step)."""
+        return self._handed.state if self._handed is not None else self._start()
+
     def state_dict(self) -> dict[str, Any]:
         """The rank's state after the last microbatch handed out (before any: where the next iteration starts);
         under torch.distributed every rank's cursors are gathered (a collective), as ``Pipeline.state_dict``."""
-        return gather_states(self._handed.state if self._handed is not None else self._start())
+        return gather_states(self.local_state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iteration resume where ``state`` was taken (validated now; new workers start)."""
