@@ -26,12 +26,7 @@ def pack(state: dict[str, Any]) -> dict[str, str]:
 
 def unpack(packed: object, where: str) -> dict[str, Any]:
     """The state ``pack`` made, checked: a StatefulDataLoader's own state or another shape is one line."""
-    if isinstance(packed, dict) and any(str(k).startswith("_snapshot") or k == "_num_yielded" for k in packed):
-        raise ConfigError(
-            f"{where} must hold a Zephon pipeline state, got a torchdata StatefulDataLoader state (per-worker "
-            "snapshots of one rank, which cannot resume another worker count or data-parallel size) — checkpoint "
-            "the state_dict() of pipeline.dataloader() or zephon.integrations.torchdata.stateful_loader instead"
-        )
+    refuse_statefuldataloader_state(packed, where)
     if not (isinstance(packed, dict) and isinstance(packed.get(KEY), str)):
         keys = sorted(map(str, packed)) if isinstance(packed, dict) else type(packed).__name__
         raise ConfigError(f"{where} must be {{{KEY!r}: JSON text}}, got {keys} — {_FIX}")
@@ -40,6 +35,16 @@ def unpack(packed: object, where: str) -> dict[str, Any]:
     except json.JSONDecodeError as error:
         raise ConfigError(f"{where}[{KEY!r}] must be JSON, got text failing at {error.pos} — {_FIX}") from None
     return check_portable(state, where)
+
+
+def refuse_statefuldataloader_state(state: object, where: str) -> None:
+    """A torchdata ``StatefulDataLoader``'s own state (``_snapshot``, ``_steps_since_snapshot``, …) is one line."""
+    if isinstance(state, dict) and any(str(k).startswith(("_snapshot", "_steps_since", "_num_yielded")) for k in state):
+        raise ConfigError(
+            f"{where} must hold a Zephon pipeline state, got a torchdata StatefulDataLoader state (per-worker "
+            "snapshots of one rank, which cannot resume another worker count or data-parallel size) — checkpoint "
+            "the state_dict() of pipeline.dataloader() or zephon.integrations.torchdata.stateful_loader instead"
+        )
 
 
 def check_portable(state: object, where: str) -> dict[str, Any]:
