@@ -126,11 +126,15 @@ class PieceDataset(IterableDataset):
         self._iterations = 0  # in this process (a persistent worker keeps its copy)
 
     def __iter__(self) -> Iterator[WorkerPiece]:
+        # Not a generator function: the start state is read when the iteration is made. Without workers the
+        # DataLoader makes it inside iter(loader), and the loader then clears ``state`` for later iterations.
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
-        runner = self.pipeline._make_runner(worker, self.pieces)
+        return self._pieces(self.pipeline._make_runner(worker, self.pieces))
+
+    def _pieces(self, runner: Any) -> Iterator[WorkerPiece]:
         for batch in runner:
             tensors = batch.to_training(**self.training)
             yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())

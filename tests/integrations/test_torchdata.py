@@ -63,3 +63,23 @@ def test_a_statefuldataloader_state_is_refused_in_one_line(plan, tokenizer_dir) 
     loader = stateful_loader(make_pipeline(plan, tokenizer_dir))
     with pytest.raises(ConfigError, match=r"^load_state_dict's state must hold a Zephon pipeline state, got a torchdata StatefulDataLoader state"):
         loader.load_state_dict(real.state_dict())
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_pipeline_state_taken_inside_documents_resumes_exactly_and_reads_back_unchanged(plan, tokenizer_dir, workers) -> None:
+    """Regression: without workers the loader started at the plan's start instead of the state, and a resumed
+    lane reported cursor (position, 0) before its first row, dropping the tokens of its document already
+    emitted."""
+    whole = [rows(t) for t in make_pipeline(plan, tokenizer_dir).dataloader()]
+    pipeline = make_pipeline(plan, tokenizer_dir)
+    batches = iter(pipeline)
+    for _ in range(3):
+        next(batches)
+    state = pipeline.state_dict()
+    assert any(skip for _, skip in state["lane_cursors"].values())  # lanes stand inside documents
+    resumed = make_pipeline(plan, tokenizer_dir)
+    resumed.load_state_dict(state)
+    assert resumed.state_dict() == state
+    loader = stateful_loader(resumed, num_workers=workers)
+    assert loader.state_dict() == state
+    assert [rows(t) for t in loader] == whole[3:]
