@@ -126,11 +126,15 @@ class PieceDataset(IterableDataset):
         self._iterations = 0  # in this process (a persistent worker keeps its copy)
 
     def __iter__(self) -> Iterator[WorkerPiece]:
+        # Not a generator function: the start state is read when the iteration is made. Without workers the
+        # DataLoader makes it inside iter(loader), and the loader then clears ``state`` for later iterations.
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
-        runner = self.pipeline._make_runner(worker, self.pieces)
+        return self._pieces(self.pipeline._make_runner(worker, self.pieces))
+
+    def _pieces(self, runner: Any) -> Iterator[WorkerPiece]:
         for batch in runner:
             tensors = batch.to_training(**self.training)
             yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
@@ -225,10 +229,16 @@ class PipelineLoader:
         self._pipeline._pending_state = self._state
         return self._pipeline.num_steps()
 
+    def local_state(self) -> dict[str, Any]:
+        """This rank's own state after the last microbatch handed out (before any: where the next iteration
+        starts), never a collective: ``zephon.integrations`` keeps one per batch handed out and gathers the one
+        training reached (a framework fetches ahead of its training step)."""
+        return self._handed.state if self._handed is not None else self._start()
+
     def state_dict(self) -> dict[str, Any]:
         """The rank's state after the last microbatch handed out (before any: where the next iteration starts);
         under torch.distributed every rank's cursors are gathered (a collective), as ``Pipeline.state_dict``."""
-        return gather_states(self._handed.state if self._handed is not None else self._start())
+        return gather_states(self.local_state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iteration resume where ``state`` was taken (validated now; new workers start)."""

@@ -111,7 +111,10 @@ class Lane:
         return self._end - self._next >= self.max_length
 
     def cursor(self) -> tuple[int, int]:
-        """``(position, skip)`` from which this lane's remaining rows are rebuilt."""
+        """``(position, skip)`` from which this lane's remaining rows are rebuilt (before anything is routed to a
+        resumed lane: the cursor it was started from, its skip included)."""
+        if not self._starts and self.read_to == self.start_position:
+            return self.start_position, self.start_skip
         if self._head < len(self._starts):
             return self._positions[self._head], self._next - self._starts[self._head]
         return self.read_to, 0

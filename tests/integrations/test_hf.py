@@ -1,0 +1,90 @@
+"""Hugging Face Trainer: a run checkpointed at step 3 and resumed to step 6 trains on exactly the batches (and
+ends on exactly the weights) of an uninterrupted 6-step run; max_steps comes from num_steps(); Accelerate's
+dispatching and the Trainer's own data replay are refused in one line."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from accelerate import Accelerator
+from accelerate.utils import DataLoaderConfiguration
+from support.integration_runs import make_pipeline, make_plan
+from transformers import TrainingArguments
+
+from zephon.errors import ConfigError
+from zephon.integrations.hf import STATE_FILE, ZephonTrainer, check_accelerator
+
+
+class Tiny(torch.nn.Module):
+    """One weight; records the bytes of every batch it trains on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[bytes] = []
+
+    def forward(self, input_ids, labels):
+        self.seen.append(input_ids.numpy().tobytes() + labels.numpy().tobytes())
+        return {"loss": ((self.weight - input_ids.float().mean() / 1000) ** 2).sum()}
+
+
+def arguments(out: Path, max_steps: int = -1, **options) -> TrainingArguments:
+    options.setdefault("ignore_data_skip", True)
+    return TrainingArguments(
+        output_dir=str(out), max_steps=max_steps, per_device_train_batch_size=8, save_strategy="steps",
+        save_steps=3, logging_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True,
+        dataloader_pin_memory=False, learning_rate=0.1, lr_scheduler_type="constant", **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory, tokenizer_dir) -> Path:
+    return make_plan(tmp_path_factory.mktemp("hf"), tokenizer_dir, documents=160)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+def test_a_run_resumed_from_its_step_3_checkpoint_trains_on_the_uninterrupted_batches(plan, tokenizer_dir, tmp_path) -> None:
+    whole = Tiny()
+    ZephonTrainer(model=whole, args=arguments(tmp_path / "whole", 6), pipeline=make_pipeline(plan, tokenizer_dir)).train()
+    assert len(whole.seen) == 6
+    first = Tiny()
+    ZephonTrainer(model=first, args=arguments(tmp_path / "run", 3), pipeline=make_pipeline(plan, tokenizer_dir)).train()
+    assert (tmp_path / "run" / "checkpoint-3" / STATE_FILE).is_file()
+    second = Tiny()
+    resumed = ZephonTrainer(model=second, args=arguments(tmp_path / "run", 6), pipeline=make_pipeline(plan, tokenizer_dir), num_workers=2)
+    resumed.train(resume_from_checkpoint=True)
+    assert first.seen + second.seen == whole.seen
+    assert torch.equal(second.weight, whole.weight)
+
+
+def test_max_steps_defaults_to_the_pipelines_num_steps_and_a_larger_one_is_refused(plan, tokenizer_dir, tmp_path) -> None:
+    pipeline = make_pipeline(plan, tokenizer_dir)
+    steps = pipeline.num_steps()
+    trainer = ZephonTrainer(model=Tiny(), args=arguments(tmp_path), pipeline=pipeline)
+    assert trainer.args.max_steps == steps
+    with pytest.raises(ConfigError, match=rf"^max_steps must be at most the pipeline's {steps} steps \(pipeline.num_steps\(\)\), got {steps + 1} — "):
+        ZephonTrainer(model=Tiny(), args=arguments(tmp_path, steps + 1), pipeline=pipeline)
+
+
+def test_dispatch_batches_replay_and_a_checkpoint_without_the_state_are_refused_in_one_line(plan, tokenizer_dir, tmp_path) -> None:
+    pipeline = make_pipeline(plan, tokenizer_dir)
+    with pytest.raises(ConfigError, match=r"^TrainingArguments\(accelerator_config=\{'dispatch_batches': ...\}\) must be None or False for ZephonTrainer, got True — "):
+        ZephonTrainer(model=Tiny(), args=arguments(tmp_path, accelerator_config={"dispatch_batches": True}), pipeline=pipeline)
+    with pytest.raises(ConfigError, match=r"^ZephonTrainer needs TrainingArguments\(ignore_data_skip=True\), got False — "):
+        ZephonTrainer(model=Tiny(), args=arguments(tmp_path, ignore_data_skip=False), pipeline=pipeline)
+    with pytest.raises(ConfigError, match=r"^gradient_accumulation_steps must be the pipeline's 1 microbatches per step, got 2 — "):
+        ZephonTrainer(model=Tiny(), args=arguments(tmp_path, gradient_accumulation_steps=2), pipeline=pipeline)
+    (tmp_path / "checkpoint-3").mkdir()
+    with pytest.raises(ConfigError, match=rf"^checkpoint \S+checkpoint-3 must hold {STATE_FILE} to resume the data, got none — "):
+        ZephonTrainer(model=Tiny(), args=arguments(tmp_path), pipeline=pipeline).train(resume_from_checkpoint=True)
+    with pytest.raises(ConfigError, match=r"^Accelerator\(dataloader_config=DataLoaderConfiguration\(dispatch_batches=...\)\) must be None or False for a Zephon loader, got True — "):
+        check_accelerator(Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True)))

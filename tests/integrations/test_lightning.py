@@ -1,0 +1,89 @@
+"""PyTorch Lightning: Trainer(max_steps=3) on CPU, checkpointed and resumed to step 6, trains on exactly the
+batches of an uninterrupted 6-step run (the state rides in Lightning's checkpoint; the batch Lightning fetched
+ahead is not skipped)."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+import pytorch_lightning as pl
+import torch
+from support.integration_runs import make_pipeline, make_plan
+
+from zephon.errors import ConfigError
+from zephon.integrations.lightning import ZephonDataModule
+
+
+class Tiny(pl.LightningModule):
+    """One weight; records the bytes of every batch it trains on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[bytes] = []
+
+    def training_step(self, batch, index):
+        self.seen.append(b"".join(batch[k].numpy().tobytes() for k in sorted(batch)))
+        return ((self.weight - batch["input_ids"].float().mean() / 1000) ** 2).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+def trainer(max_steps: int, **options) -> pl.Trainer:
+    options.setdefault("use_distributed_sampler", False)
+    return pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=max_steps, logger=False, enable_checkpointing=False,
+        enable_progress_bar=False, enable_model_summary=False, **options,
+    )
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory, tokenizer_dir) -> Path:
+    return make_plan(tmp_path_factory.mktemp("lightning"), tokenizer_dir, documents=160)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Lightning's advice on workers and mid-epoch resumes
+        yield
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_run_stopped_at_step_3_and_resumed_from_its_checkpoint_trains_on_the_uninterrupted_batches(
+    plan, tokenizer_dir, tmp_path, workers
+) -> None:
+    whole = Tiny()
+    trainer(6).fit(whole, datamodule=ZephonDataModule(make_pipeline(plan, tokenizer_dir)))
+    assert len(whole.seen) == 6
+    first = Tiny()
+    stopped = trainer(3)
+    stopped.fit(first, datamodule=ZephonDataModule(make_pipeline(plan, tokenizer_dir), num_workers=workers))
+    stopped.save_checkpoint(tmp_path / "step3.ckpt")
+    second = Tiny()
+    data = ZephonDataModule(make_pipeline(plan, tokenizer_dir), num_workers=workers)
+    trainer(6).fit(second, datamodule=data, ckpt_path=tmp_path / "step3.ckpt")
+    assert first.seen + second.seen == whole.seen
+    assert torch.equal(second.weight, whole.weight)
+
+
+def test_use_distributed_sampler_and_a_checkpoint_without_the_state_are_refused_in_one_line(
+    plan, tokenizer_dir, tmp_path
+) -> None:
+    with pytest.raises(ConfigError, match=r"^ZephonDataModule needs Trainer\(use_distributed_sampler=False\), got True — "):
+        trainer(1, use_distributed_sampler=True).fit(Tiny(), datamodule=ZephonDataModule(make_pipeline(plan, tokenizer_dir)))
+    plain = trainer(1)
+    plain.fit(Tiny(), train_dataloaders=make_pipeline(plan, tokenizer_dir).dataloader())
+    plain.save_checkpoint(tmp_path / "plain.ckpt")
+    with pytest.raises(ConfigError, match=r"^the checkpoint \S+plain.ckpt must hold the ZephonDataModule's state to resume, got none — "):
+        trainer(2).fit(Tiny(), datamodule=ZephonDataModule(make_pipeline(plan, tokenizer_dir)), ckpt_path=tmp_path / "plain.ckpt")
+
+
+def test_a_lightning_version_outside_the_tested_range_is_refused_in_one_line() -> None:
+    from zephon.integrations.versions import require_tested
+
+    with pytest.raises(ConfigError, match=r"^pytorch-lightning must be in the range zephon.integrations was tested with \(>=2.6,<3.0\), got 1.9.5 — pip install 'pytorch-lightning>=2.6,<3.0'$"):
+        require_tested("pytorch-lightning", "1.9.5")

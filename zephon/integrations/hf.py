@@ -1,0 +1,156 @@
+"""Hugging Face ``Trainer`` and Accelerate: the pipeline's loader plugged in as it is, saved and restored with
+the trainer's checkpoints.
+
+Accelerate's ``prepare`` would wrap a ``DataLoader`` in a ``DataLoaderDispatcher`` when ``dispatch_batches`` is
+on (its default for iterable datasets): rank 0 reads every rank's batches and broadcasts them, so one process
+tokenizes for all. Zephon gives each rank its own share already, so its loader is never prepared, and
+``dispatch_batches=True`` is refused in one line.
+
+``ZephonTrainer`` (a ``transformers.Trainer``):
+
+* trains on ``pipeline.dataloader(...)`` (``get_train_dataloader``), one microbatch per forward pass;
+  ``gradient_accumulation_steps`` must be the pipeline's microbatches per step ``A``, and ``max_steps`` is
+  ``pipeline.num_steps()`` when left at -1 (a larger one is refused: the plan would start again);
+* writes the merged state, after the microbatches the optimizer steps took (``global_step × A`` since the
+  iteration started; ``zephon.integrations.consumed``), as ``zephon_state.json`` into every
+  ``checkpoint-N`` folder (all ranks compute it together; the process that saves writes it);
+* on ``train(resume_from_checkpoint=...)`` loads it and continues there. The Trainer's own replay of the data
+  (``skip_first_batches``) must be off: ``TrainingArguments(ignore_data_skip=True)``, refused otherwise; a
+  checkpoint folder without ``zephon_state.json`` is refused rather than restarting the data at step 0.
+
+For a hand-written Accelerate loop, ``check_accelerator(accelerator)`` refuses ``dispatch_batches=True``, and
+``accelerator.register_for_checkpointing(DataCheckpoint(loader))`` (``zephon.integrations.dcp``) puts the
+merged state into ``accelerator.save_state`` / ``load_state`` (Accelerate writes it from the main process only:
+the state must be the merged one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from transformers import Trainer
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
+
+from zephon.errors import ConfigError
+from zephon.integrations.consumed import ConsumedLoader
+from zephon.integrations.state_text import check_portable
+from zephon.integrations.versions import require_tested
+from zephon.storage.files import write_atomic
+
+#: The file a checkpoint folder holds the pipeline state in.
+STATE_FILE = "zephon_state.json"
+
+
+def check_accelerator(accelerator: Any) -> None:
+    """Refuse ``dispatch_batches=True`` (rank 0 would read and broadcast every rank's batches)."""
+    require_tested("accelerate")
+    if accelerator.dispatch_batches:
+        raise ConfigError(
+            "Accelerator(dataloader_config=DataLoaderConfiguration(dispatch_batches=...)) must be None or False for "
+            "a Zephon loader, got True — each rank reads its own share; leave dispatch_batches unset"
+        )
+
+
+class _Counted:
+    """The loader the Trainer iterates; notes the global step each iteration starts at."""
+
+    def __init__(self, trainer: ZephonTrainer) -> None:
+        self.trainer = trainer
+
+    def __iter__(self) -> Iterator[Any]:
+        self.trainer._start_step = self.trainer.state.global_step
+        assert self.trainer._consumed is not None
+        return iter(self.trainer._consumed)
+
+
+class ZephonTrainer(Trainer):
+    """A ``transformers.Trainer`` over a Zephon pipeline (module docstring). ``num_workers`` and the other
+    ``Pipeline.dataloader`` arguments change speed only; ``training`` goes to ``batch.to_training``."""
+
+    def __init__(
+        self, *args: Any, pipeline: Any, num_workers: int = 0, training: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
+        require_tested("transformers")
+        require_tested("accelerate")
+        loader = {k: kwargs.pop(k) for k in ("pin_memory", "persistent_workers", "prefetch_factor") if k in kwargs}
+        super().__init__(*args, **kwargs)
+        self.pipeline = pipeline
+        self.loader_options = {"num_workers": num_workers, **loader}
+        self.training = dict(training or {})
+        self._consumed: ConsumedLoader | None = None
+        self._pending: dict[str, Any] | None = None
+        self._start_step = 0
+        self._check_arguments()
+
+    def _check_arguments(self) -> None:
+        args = self.args
+        if args.accelerator_config.dispatch_batches:
+            raise ConfigError(
+                "TrainingArguments(accelerator_config={'dispatch_batches': ...}) must be None or False for "
+                "ZephonTrainer, got True — each rank reads its own share; leave dispatch_batches unset"
+            )
+        if not args.ignore_data_skip:
+            raise ConfigError(
+                "ZephonTrainer needs TrainingArguments(ignore_data_skip=True), got False — the loader resumes from "
+                "its checkpointed state; the Trainer's replay would skip those batches a second time"
+            )
+        geometry = self.pipeline.geometry()
+        per_step = geometry.global_batch // (geometry.microbatch * geometry.dp_size)
+        if args.gradient_accumulation_steps != per_step:
+            raise ConfigError(
+                f"gradient_accumulation_steps must be the pipeline's {per_step} microbatches per step, got "
+                f"{args.gradient_accumulation_steps} — pass TrainingArguments(gradient_accumulation_steps={per_step})"
+            )
+        steps = self.pipeline.num_steps()
+        if args.max_steps <= 0:
+            args.max_steps = steps
+        elif args.max_steps > steps:
+            raise ConfigError(
+                f"max_steps must be at most the pipeline's {steps} steps (pipeline.num_steps()), got {args.max_steps} "
+                f"— pass max_steps={steps} or less (or -1), or plan more data"
+            )
+
+    def get_train_dataloader(self) -> Any:
+        """The pipeline's own loader, never prepared by Accelerate (no dispatching, no re-sharding)."""
+        loader = self.pipeline.dataloader(**self.loader_options, **self.training)
+        self._consumed = ConsumedLoader(loader)
+        if self._pending is not None:
+            self._consumed.load_state_dict(self._pending)
+            self._pending = None
+        return _Counted(self)
+
+    def data_state(self) -> dict[str, Any]:
+        """The merged state after the microbatches the optimizer steps took (a collective under
+        torch.distributed)."""
+        if self._consumed is None:
+            return self.pipeline.state_dict()
+        taken = (self.state.global_step - self._start_step) * self.args.gradient_accumulation_steps
+        return self._consumed.state_after(taken)
+
+    def _save_checkpoint(self, model: Any, trial: Any) -> None:
+        super()._save_checkpoint(model, trial)
+        state = self.data_state()  # every rank: a collective
+        if self.args.should_save:
+            folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            text = json.dumps(state, sort_keys=True)
+            write_atomic(folder / STATE_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"), "the data state")
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """``Trainer.train``; a resumed run loads the checkpoint's ``zephon_state.json`` first."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+        if resume_from_checkpoint:
+            path = Path(os.fspath(resume_from_checkpoint)) / STATE_FILE
+            if not path.is_file():
+                raise ConfigError(
+                    f"checkpoint {path.parent} must hold {STATE_FILE} to resume the data, got none — resume from a "
+                    "checkpoint ZephonTrainer wrote, or train without resume_from_checkpoint"
+                )
+            state = check_portable(json.loads(path.read_text(encoding="utf-8")), str(path))
+            self.pipeline.load_state_dict(state)  # another plan, tokenizer or packing: one line, now
+            self._pending = state
+        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
