@@ -95,7 +95,10 @@ class Operator:
         """What plan.json and the state record: kind, name, version and fingerprint (and ``seeded`` when set:
         descriptions of unseeded operators are as they were)."""
         out: dict[str, Any] = {
-            "kind": self.kind, "name": self.name, "version": self.version, "fingerprint": self.fingerprint
+            "kind": self.kind,
+            "name": self.name,
+            "version": self.version,
+            "fingerprint": self.fingerprint,
         }
         if self.seeded:
             out["seeded"] = True
@@ -146,25 +149,34 @@ class OperatorChain:
         *,
         report: Callable[[Where, str, str], None],
         drop: Callable[[Where], None],
+        positions: list[int] | None = None,
     ) -> list[Any]:
-        """The records after every operator; None for dropped (``drop``) or failed (``report``) ones."""
+        """The records after every operator; None for dropped (``drop``) or failed (``report``) ones.
+        ``positions``: each record's plan position (record pipelines: seeded operators draw from it)."""
         if not self.checked and any(r is not None for r in records):
-            self._check(records, where)
+            self._check(records, where, positions)
             self.checked = True
         values = list(records)
-        for op in self.operators:
+        at = positions if positions is not None else [0] * len(records)
+        for k, op in enumerate(self.operators):
             if op.kind == "map_transform":
                 values = [
-                    self._one(op, v, w, report, drop) if v is not None else None
-                    for v, w in zip(values, where, strict=True)
+                    self._one(op, k, v, w, p, report, drop) if v is not None else None
+                    for v, w, p in zip(values, where, at, strict=True)
                 ]
             else:
                 values = self._batch(op, values, where, drop)
         return values
 
-    def _one(self, op: Operator, record: Any, where: Where, report: Callable, drop: Callable) -> Any:
+    def _call(self, op: Operator, k: int, record: Any, position: int) -> Any:
+        """One ``map_transform`` call (a record pipeline's seeded operators also get their generator)."""
+        return op.fn(record)
+
+    def _one(
+        self, op: Operator, k: int, record: Any, where: Where, position: int, report: Callable, drop: Callable
+    ) -> Any:
         try:
-            out = op.fn(record)
+            out = self._call(op, k, record, position)
         except Exception as exc:  # the user's function: anything
             report(
                 where,
@@ -215,7 +227,7 @@ class OperatorChain:
             out[i] = v
         return out
 
-    def _check(self, records: list[Any], where: list[Where]) -> None:
+    def _check(self, records: list[Any], where: list[Where], positions: list[int] | None = None) -> None:
         """Run each operator twice on a sample (map_batch: also on its halves); refuse one whose outputs differ."""
         idx = [i for i, r in enumerate(records) if r is not None][:SAMPLE]
         sample = [records[i] for i in idx]

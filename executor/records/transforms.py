@@ -34,8 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from zephon.errors import ConfigError, DatasetError, one_line
-from zephon.executor.operators import SAMPLE, Operator, Where
+from zephon.errors import ConfigError
+from zephon.executor.operators import SAMPLE, Operator, OperatorChain, Where
 
 #: ``report(where, reason, message)``: a failed record (raises, or counts it under the skip policy).
 Report = Callable[[Where, str, str], None]
@@ -74,95 +74,31 @@ def same(a: Any, b: Any) -> bool:
         return a is b
 
 
-class RecordOperators:
-    """The pipeline's operators over records with plan positions (see the module docstring).
+class RecordOperators(OperatorChain):
+    """The pipeline's operators over records with plan positions (see the module docstring): ``OperatorChain``
+    with seeded calls and a start-up check that compares arrays and tensors by content.
 
     State: whether the start-up check has run (``checked``).
     """
 
     def __init__(self, operators: tuple[Operator, ...], seed: int | None) -> None:
-        self.operators = operators
+        super().__init__(operators)
         self.seed = 0 if seed is None else int(seed)
-        self.checked = False
 
-    def run(
+    def run(  # type: ignore[override]
         self, records: list[Any], where: list[Where], positions: list[int], *, report: Report, drop: Callable
     ) -> list[Any]:
         """The records after every operator, in order; None for dropped (``drop``) or failed (``report``) ones."""
         if not self.operators:
             return records
-        if not self.checked and any(r is not None for r in records):
-            self._check(records, where, positions)
-            self.checked = True
-        values = list(records)
-        for k, op in enumerate(self.operators):
-            if op.kind == "map_transform":
-                values = [
-                    self._one(op, k, v, w, p, report, drop) if v is not None else None
-                    for v, w, p in zip(values, where, positions, strict=True)
-                ]
-            else:
-                values = self._batch(op, values, where, drop)
-        return values
+        return super().run(records, where, report=report, drop=drop, positions=positions)
 
     def _call(self, op: Operator, k: int, record: Any, position: int) -> Any:
         return op.fn(record, record_rng(self.seed, position, k)) if op.seeded else op.fn(record)
 
-    def _one(self, op: Operator, k: int, record: Any, where: Where, position: int, report: Report, drop) -> Any:
-        try:
-            out = self._call(op, k, record, position)
-        except Exception as exc:  # the user's function: anything
-            report(
-                where,
-                "operator_error",
-                f"{where}: map_transform {op.name} must return a record or None, got "
-                f"{type(exc).__name__}: {one_line(exc)} — fix the function",
-            )
-            return None
-        if out is None:
-            drop(where)
-        elif not isinstance(out, dict):
-            report(
-                where,
-                "operator_error",
-                f"{where}: map_transform {op.name} must return a dict or None, got {type(out).__name__} — return "
-                "the record",
-            )
-            return None
-        return out
-
-    def _batch(self, op: Operator, values: list[Any], where: list[Where], drop: Callable) -> list[Any]:
-        live = [i for i, v in enumerate(values) if v is not None]
-        if not live:
-            return values
-        first = where[live[0]]
-        try:
-            got = op.fn([values[i] for i in live])
-        except Exception as exc:
-            raise DatasetError(
-                f"{first} and the {len(live) - 1} records after it: map_batch {op.name} must return a list of "
-                f"records, got {type(exc).__name__}: {one_line(exc)} — fix the function"
-            ) from exc
-        if not isinstance(got, list) or len(got) != len(live):
-            size = len(got) if isinstance(got, list) else type(got).__name__
-            raise DatasetError(
-                f"{first}: map_batch {op.name} must return a list of {len(live)} records (one per record, None to "
-                f"drop one), got {size} — return one output per input"
-            )
-        out = list(values)
-        for i, v in zip(live, got, strict=True):
-            if v is not None and not isinstance(v, dict):
-                raise DatasetError(
-                    f"{where[i]}: map_batch {op.name} must return dicts or None, got {type(v).__name__} — return "
-                    "records"
-                )
-            if v is None:
-                drop(where[i])
-            out[i] = v
-        return out
-
-    def _check(self, records: list[Any], where: list[Where], positions: list[int]) -> None:
+    def _check(self, records: list[Any], where: list[Where], positions: list[int] | None = None) -> None:
         """Run each operator twice on a sample (map_batch: also on its halves); refuse one whose outputs differ."""
+        assert positions is not None  # run() always passes them
         idx = [i for i, r in enumerate(records) if r is not None][:SAMPLE]
         sample, at, pos = [records[i] for i in idx], [where[i] for i in idx], [positions[i] for i in idx]
         for k, op in enumerate(self.operators):
