@@ -24,11 +24,11 @@ import os
 import selectors
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -135,6 +135,22 @@ def _run_workers(jobs: list[dict], bar: tqdm) -> int:
         proc.stdin.write(json.dumps(job))
         proc.stdin.close()
     tokens = 0
+    for message in worker_lines(procs):
+        tokens += message["tokens"]
+        bar.set_postfix(tokens=f"{tokens:,}", refresh=False)  # drawn by the update
+        bar.update(1)
+    for proc in procs:
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+        if proc.wait() != 0:
+            last = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
+            raise ZephonError(f"the count pass must finish every shard, got a worker failure: {last}")
+    return tokens
+
+
+def worker_lines(procs: Sequence[subprocess.Popen[str]]) -> Iterator[dict[str, Any]]:
+    """Each JSON line the worker processes write on their stdout, as it arrives (in any order between workers);
+    the local passes of the planner (counting, ``zephon tokenize``) read their workers through it."""
     with selectors.DefaultSelector() as sel:
         for proc in procs:
             assert proc.stdout is not None
@@ -147,16 +163,7 @@ def _run_workers(jobs: list[dict], bar: tqdm) -> int:
                     sel.unregister(key.fileobj)
                     open_streams -= 1
                     continue
-                tokens += json.loads(line)["tokens"]
-                bar.set_postfix(tokens=f"{tokens:,}", refresh=False)  # drawn by the update
-                bar.update(1)
-    for proc in procs:
-        assert proc.stderr is not None
-        err = proc.stderr.read()
-        if proc.wait() != 0:
-            last = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
-            raise ZephonError(f"the count pass must finish every shard, got a worker failure: {last}")
-    return tokens
+                yield json.loads(line)
 
 
 def _count_on_threads(

@@ -15,10 +15,12 @@ worker loads the tokenizer once.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -38,6 +40,39 @@ def _import_ray():  # -> module
     return ray
 
 
+@contextlib.contextmanager
+def ray_session(workers: int | None) -> Iterator[Any]:
+    """The ``ray`` module, joined to the cluster of ``RAY_ADDRESS`` or a local instance of ``workers`` CPUs when Ray
+    is not running yet (and shut down after); the Ray passes of the planner (counting, ``zephon tokenize``) share it."""
+    ray = _import_ray()
+    started = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
+        started = True
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+#: Encoders of this Ray worker process, by their spec: each worker loads a tokenizer once.
+_ENCODERS: dict[str, object] = {}
+
+
+def worker_encoder(spec: dict[str, Any]) -> object:
+    """This Ray worker's encoder for ``spec`` (a ``TokenizeSpec`` as a dict), on one thread: Ray runs a task per CPU."""
+    from zephon.executor.encode.encoders import make_encoder
+
+    key = repr(sorted(spec.items()))
+    encoder = _ENCODERS.get(key)
+    if encoder is None:
+        encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec), threads=1)
+    return encoder
+
+
 def count_with_ray(
     shards: Sequence[ShardRef],
     spec: TokenizeSpec,
@@ -48,14 +83,7 @@ def count_with_ray(
     on_done: Callable[[int], None] | None = None,
 ) -> int:
     """Count ``shards`` as Ray tasks and save each result to its path; returns the tokens counted."""
-    ray = _import_ray()
-    started = False
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
-        started = True
-    try:
+    with ray_session(workers) as ray:
         task = ray.remote(_count_remote)
         spec_dict = asdict(spec)
         pending = {task.remote(asdict(ref), spec_dict): i for i, ref in enumerate(shards)}
@@ -69,21 +97,10 @@ def count_with_ray(
             if on_done is not None:
                 on_done(tokens)
         return tokens
-    finally:
-        if started:
-            ray.shutdown()
-
-
-_ENCODERS: dict[str, object] = {}
 
 
 def _count_remote(ref: dict, spec: dict) -> np.ndarray:
     """Runs in a Ray worker: the local worker's counting function, with the tokenizer loaded once."""
-    from zephon.executor.encode.encoders import make_encoder
     from zephon.planner.counts.worker import count_shard
 
-    key = repr(sorted(spec.items()))
-    encoder = _ENCODERS.get(key)
-    if encoder is None:
-        encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec), threads=1)  # Ray runs a task per CPU
-    return count_shard(ShardRef(**ref), spec["field"], encoder)  # type: ignore[arg-type]
+    return count_shard(ShardRef(**ref), spec["field"], worker_encoder(spec))  # type: ignore[arg-type]

@@ -10,27 +10,16 @@ the shards must be readable from every node (shared storage, the Hub, an object 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
-from zephon.errors import ConfigError, ZephonError
+from zephon.errors import ZephonError
+from zephon.planner.counts.ray_pass import ray_session, worker_encoder
 from zephon.planner.tokenize.records import StoreRecord
 from zephon.planner.tokenize.shard import ShardTask
 from zephon.specs import TokenizeSpec
 
 __all__ = ["tokenize_with_ray"]
-
-
-def _import_ray():  # -> module
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError(
-            "engine 'ray' must have Ray installed, got no `ray` module — pip install 'zephon[ray]', or use the "
-            "local engine"
-        ) from exc
-    return ray
 
 
 def tokenize_with_ray(
@@ -42,14 +31,7 @@ def tokenize_with_ray(
     on_done: Callable[[StoreRecord], None] | None = None,
 ) -> list[StoreRecord]:
     """Write every task's store as a Ray task; the records in ``tasks``' order."""
-    ray = _import_ray()
-    started = False
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
-        started = True
-    try:
+    with ray_session(workers) as ray:
         remote = ray.remote(_tokenize_remote)
         spec_dict = asdict(spec)
         pending = {remote.remote(asdict(t.ref), t.prefix, spec_dict, dtype): i for i, t in enumerate(tasks)}
@@ -68,25 +50,14 @@ def tokenize_with_ray(
             if on_done is not None:
                 on_done(record)
         return [r for r in records if r is not None]
-    finally:
-        if started:
-            ray.shutdown()
-
-
-_ENCODERS: dict[str, object] = {}
 
 
 def _tokenize_remote(ref: dict, prefix: str, spec: dict, dtype: str) -> dict:
     """Runs in a Ray worker: the local worker's function, with the tokenizer loaded once per worker."""
     import numpy as np
 
-    from zephon.executor.encode.encoders import make_encoder
     from zephon.plan.records import ShardRef
     from zephon.planner.tokenize.shard import write_shard_store
 
-    key = repr(sorted(spec.items()))
-    encoder = _ENCODERS.get(key)
-    if encoder is None:
-        encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec), threads=1)  # Ray runs a task per CPU
     task = ShardTask(ref=ShardRef(**ref), prefix=prefix)
-    return write_shard_store(task, encoder, np.dtype(dtype), split=False).to_dict()  # type: ignore[arg-type]
+    return write_shard_store(task, worker_encoder(spec), np.dtype(dtype), split=False).to_dict()  # type: ignore[arg-type]

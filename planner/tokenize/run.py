@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import subprocess
 import sys
 import warnings
@@ -36,6 +35,7 @@ from zephon.errors import ConfigError, StorageError, ZephonError, ZephonWarning
 from zephon.executor.encode.encoders import AnyEncoder, make_encoder
 from zephon.executor.token_stores.megatron_writer import megatron_dtype, sweep_temporaries
 from zephon.plan.records import ShardRef
+from zephon.planner.counts.lengths import worker_lines
 from zephon.planner.tokenize.prefixes import Expected, prefix_names, resume_state
 from zephon.planner.tokenize.records import RECORD_SUFFIX, StoreRecord
 from zephon.planner.tokenize.shard import ShardTask, check_encoder, write_shard_store
@@ -265,24 +265,12 @@ def _run_workers(
         proc.stdin.close()
         procs.append(proc)
     records: list[StoreRecord] = []
-    with selectors.DefaultSelector() as sel:
-        for proc in procs:
-            assert proc.stdout is not None
-            sel.register(proc.stdout, selectors.EVENT_READ)
-        open_streams = len(procs)
-        while open_streams:
-            for key, _ in sel.select():
-                line = key.fileobj.readline()  # type: ignore[union-attr]
-                if not line:
-                    sel.unregister(key.fileobj)
-                    open_streams -= 1
-                    continue
-                message = json.loads(line)
-                if "rows" in message:
-                    on_rows(message["rows"])
-                else:
-                    records.append(StoreRecord(**message["record"]))
-                    on_done(records[-1])
+    for message in worker_lines(procs):
+        if "rows" in message:
+            on_rows(message["rows"])
+        else:
+            records.append(StoreRecord(**message["record"]))
+            on_done(records[-1])
     failures = []
     for proc in procs:
         assert proc.stderr is not None
