@@ -54,7 +54,13 @@ from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
-from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
+from zephon.executor.state import (
+    check_resumed_step,
+    check_state,
+    check_state_fields,
+    rank_state,
+    state_plan,
+)
 from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_stores.identity import check_store_tokenizers
 from zephon.executor.worker_share import WorkerShare, worker_share
@@ -162,15 +168,14 @@ class RankRunner:
 
     def state(self) -> dict[str, Any]:
         """This rank's position: steps done, microbatches into the current step, its lanes' cursors."""
-        return {
-            "version": STATE_VERSION,
-            **self.identity(),
-            "dp_size": self.geometry.dp_size,
-            "step": self.progress.step,
-            "microbatch": self.progress.microbatch,
-            "lane_cursors": {str(k): list(lane.cursor()) for k, lane in sorted(self.lanes.items())},
+        return rank_state(
+            self.identity(),
+            dp_size=self.geometry.dp_size,
+            step=self.progress.step,
+            microbatch=self.progress.microbatch,
+            lane_cursors={str(k): list(lane.cursor()) for k, lane in sorted(self.lanes.items())},
             **self._known_length(),
-        }
+        )
 
     def _known_length(self) -> dict[str, Any]:
         """``num_steps`` for a state of an estimated plan, once computed (a resume then skips computing it)."""

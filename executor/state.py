@@ -35,6 +35,28 @@ STATE_VERSION = 1
 _IDENTITY = ("plan", "tokenizer", "field", "max_length", "algorithm", "global_batch", "lanes", "operators")
 
 
+def rank_state(
+    identity: dict[str, Any],
+    *,
+    dp_size: int,
+    step: int,
+    microbatch: int,
+    lane_cursors: dict[str, list[int]],
+    **extra: Any,
+) -> dict[str, Any]:
+    """A rank's state, the one place its keys are written (text and record runs alike): the version, what it is
+    valid for (``identity``), where the rank stands, then the run kind's ``extra`` keys."""
+    return {
+        "version": STATE_VERSION,
+        **identity,
+        "dp_size": dp_size,
+        "step": step,
+        "microbatch": microbatch,
+        "lane_cursors": lane_cursors,
+        **extra,
+    }
+
+
 def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
     """Refuse a state of another version, plan, tokenizer or packing; name every difference."""
     _check_version(state)

@@ -45,7 +45,13 @@ from zephon.executor.records.collate import Structure, default_collate
 from zephon.executor.records.source import PlanPositions, RecordReader, WholeRecords
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
-from zephon.executor.state import STATE_VERSION, check_resumed_step, check_state, check_state_fields, state_plan
+from zephon.executor.state import (
+    check_resumed_step,
+    check_state,
+    check_state_fields,
+    rank_state,
+    state_plan,
+)
 from zephon.executor.step_arithmetic import steps_in
 
 #: The state's and the identity's ``algorithm`` of a record run: a text state is refused here, and back.
@@ -107,14 +113,13 @@ class RecordRunner:
 
     def state(self) -> dict[str, Any]:
         """This rank's position: steps done and microbatches into the current step."""
-        return {
-            "version": STATE_VERSION,
-            **self.identity(),
-            "dp_size": self.geometry.dp_size,
-            "step": self.progress.step,
-            "microbatch": self.progress.microbatch,
-            "lane_cursors": {},
-        }
+        return rank_state(
+            self.identity(),
+            dp_size=self.geometry.dp_size,
+            step=self.progress.step,
+            microbatch=self.progress.microbatch,
+            lane_cursors={},
+        )
 
     def num_steps(self) -> int:
         """Global steps: the plan's positions over the global batch (``drop_last``: whole steps only)."""
