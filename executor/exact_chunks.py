@@ -10,7 +10,7 @@ microbatch was built alone. The fixed cost of finding, fetching and cutting (~0.
 chunk instead of once a microbatch.
 
 The first chunk is one microbatch (the first batch comes as soon as it alone is ready), then ``chunk_size``: at
-most ``MAX_CHUNK`` microbatches and ``CHUNK_TOKENS`` tokens (a 16 MB int64 buffer), so a chunk's documents stay
+most ``MAX_CHUNK`` microbatches and ``CHUNK_TOKENS`` tokens (an 8 MB int64 buffer), so a chunk's documents stay
 within the document cache's read-ahead (``zephon.executor.exact``). Each chunk has its own buffers, never reused:
 a batch the trainer keeps is never overwritten (its arrays are views of its chunk's). With a remote shard cache
 each microbatch is its own chunk, announced to the cache before it is read (``RemoteAccess.advance``).
@@ -19,9 +19,9 @@ Invariant: the batches, their order and the progress at each are those of buildi
 (tests/executor/test_exact_chunks.py). A chunk whose building raises is built again one microbatch at a time, as
 without chunks: the microbatches before the failing one are handed out, then the same error is raised.
 
-Example: B = 8, W = 2049, one rank, no workers: chunk_size = min(64, 2²¹ // (8 · 2049)) = 64 — microbatch 0
-alone, then microbatches 1-64 from one call (512 sequences: two binary searches, one fetch, and, their rows
-following each other in the cache, one copy), handed out as 64 batches.
+Example: B = 8, W = 2049, one rank, no workers: chunk_size = min(64, 2²⁰ // (8 · 2049)) = 63 — microbatch 0
+alone, then microbatches 1-63 from one call (504 sequences: two binary searches, one fetch, and, their rows
+following each other in the cache, one copy), handed out as 63 batches; then 64-126, and so on.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.worker_share import WorkerShare
 
 #: The most microbatches, and tokens, built together.
-MAX_CHUNK, CHUNK_TOKENS = 64, 1 << 21
+MAX_CHUNK, CHUNK_TOKENS = 64, 1 << 20
 
 Built = tuple[MicrobatchAt, np.ndarray, PackedRows | None, np.ndarray | None]
 

@@ -154,6 +154,6 @@ def test_cut_rows_copies_a_run_of_consecutive_rows_at_once_and_split_rows_renumb
 
 
 def test_chunk_size_bounds_the_chunk_by_microbatches_and_tokens() -> None:
-    assert exact_chunks.chunk_size(8, 2049) == 64
-    assert exact_chunks.chunk_size(32, 2049) == 31  # 2^21 tokens
+    assert exact_chunks.chunk_size(8, 2049) == 63  # the module docstring's example
+    assert exact_chunks.chunk_size(32, 2049) == 15  # 2^20 tokens
     assert exact_chunks.chunk_size(64, 131073) == 1
