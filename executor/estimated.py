@@ -70,8 +70,8 @@ from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
-from zephon.executor.pack.lanes import Lane
-from zephon.executor.pack.rows import PackedRows, concat_rows
+from zephon.executor.pack.lanes import Lane, pop_rows
+from zephon.executor.pack.rows import PackedRows, take_rows
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import ProvenanceLog
@@ -298,12 +298,14 @@ class DealLanes:
         """No lane holds a token."""
         return all(lane.buffered == 0 for lane in self.lanes.values())
 
-    def row(self, lane: int) -> PackedRows:
-        """The next row of ``lane``: full, or (the plan read to the end) what is left, padded."""
-        target = self.lanes[lane]
-        while not target.ready() and not self.exhausted:
+    def rows(self, lanes: list[int]) -> PackedRows:
+        """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``): full, or (the
+        plan read to the end) what is left, padded."""
+        return pop_rows([self.lanes[lane] for lane in lanes], self._ready)
+
+    def _ready(self, lane: Lane) -> None:
+        while not lane.ready() and not self.exhausted:
             self.fill()
-        return target.pop_row()
 
     def fill(self) -> None:
         """Deal the next chunk to the lanes; at the end of the plan, mark every lane as read to the end."""
@@ -434,8 +436,9 @@ class LaneBatches:
             at = progress.advance()
             ids = self.geometry.microbatch_sequences(at.step, at.index)
             lanes = lane_of(ids, num_lanes)
-            rows = {i: deal.row(int(lanes[i])) for i in np.flatnonzero(self._held[lanes]).tolist()}
-            short = sum(int(r.lengths[0]) < self.max_length for r in rows.values())
+            held = np.flatnonzero(self._held[lanes])  # the rows of the lanes this worker packs, popped together
+            rows = deal.rows(lanes[held].tolist()) if len(held) else None
+            short = 0 if rows is None else int(np.count_nonzero(rows.lengths < self.max_length))
             if self.num_steps is None and self.drop_last and short:
                 deal.count_all_skipped()  # the plan is read to the end
                 return
@@ -444,7 +447,9 @@ class LaneBatches:
             piece = (0, len(ids)) if self.share is None else self.share.rows(running)
             if piece is not None:
                 lo, hi = piece
-                packed = concat_rows([rows[i] for i in range(lo, hi)])
+                first = int(np.searchsorted(held, lo))  # the piece's rows are held (the worker packs their lanes)
+                assert rows is not None and held[first : first + hi - lo].tolist() == list(range(lo, hi))
+                packed = take_rows(rows, first, first + hi - lo)
                 assert packed.pieces is not None
                 positions = packed.pieces["position"]
                 deal.count_skipped(lanes[lo:hi][packed.pieces["row"]], positions)

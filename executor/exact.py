@@ -16,9 +16,10 @@ spans consecutive sequences (a long one, many microbatches).
 Example, L = 4, documents of 3, 2 and 4 tokens (offsets 0, 3, 5): sequence 1 = stream tokens 4..7 =
 doc 1 tokens 1..1 (offset 0), doc 2 tokens 0..2 (offset 1).
 
-Everything is computed for a whole microbatch at once, in numpy: binary searches for the sequences' first and
-last documents, the pieces from ``np.repeat`` over those ranges, and the tokens copied one span a row where
-contiguous, else by one gather (``zephon.executor.pack.spans``); Python work does not grow with the documents.
+Everything is computed for a whole chunk of microbatches at once (``rows_many``), in numpy: binary searches for
+the sequences' first and last documents, the pieces from ``np.repeat`` over those ranges, and the tokens copied
+one span per run of rows where contiguous, else by one gather (``zephon.executor.pack.exact_rows``); Python work
+grows with neither the documents nor the microbatches of a chunk.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import names as operator_names
+from zephon.executor.pack.exact_rows import cut_rows, split_rows
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
-from zephon.executor.pack.spans import fill_rows, merge_tail, spread
+from zephon.executor.pack.spans import merge_tail, spread
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec
@@ -47,8 +49,9 @@ from zephon.plan.manifest_parts import STORES_ONLY
 if TYPE_CHECKING:
     from zephon.executor.encode.encoders import ChatEncoder, TextEncoder
 
-#: Documents read and tokenized together when calls step steadily through the sequences, and how many calls
-#: ahead that may reach (64 microbatches bound a window's tokens whatever the document lengths).
+#: Documents read and tokenized together when calls step steadily through the sequences, and how many
+#: microbatches ahead that may reach (64 bound a window's tokens whatever the document lengths; a call of a
+#: chunk of microbatches counts as that many).
 READ_AHEAD, MAX_AHEAD_CALLS = 4096, 64
 #: Read-ahead windows in flight at once: read one after another on one thread, each then tokenized whole on
 #: one of the encoder's threads (several at once), taken back in order.
@@ -127,6 +130,7 @@ class ExactSequences:
         self._datasets = np.empty(0, dtype=np.int16)
         self._prev: np.ndarray | None = None  # the sequences of the previous call
         self._stride: tuple[int, int] | None = None  # steady stride of the calls, and the calls read ahead
+        self._microbatches = 1  # microbatches in the current call (rows_many)
         #: Read ahead on a thread (``zephon.executor.read.ahead``); the sequences of the last call covered.
         self.background = background
         self._reach: np.ndarray | None = None
@@ -185,7 +189,8 @@ class ExactSequences:
         step = ks - prev
         if step[0] <= 0 or np.any(step != step[0]):
             return np.empty(0, dtype=np.int64)
-        calls = int(min(MAX_AHEAD_CALLS, max(1, -(-READ_AHEAD // max(needed, 1)))))
+        most = max(1, MAX_AHEAD_CALLS // self._microbatches)
+        calls = int(min(most, max(1, -(-READ_AHEAD // max(needed, 1)))))
         self._stride = (int(step[0]), calls)
         self._reach = ks + step[0] * calls
         return self._positions_of(ks, int(step[0]), 1, calls)
@@ -330,37 +335,28 @@ class ExactSequences:
 
     def rows(self, ks: list[int]) -> PackedRows:
         """Packed rows of the sequences ``ks`` (in that order)."""
-        return self.rows_and_datasets(ks)[0]
+        return self.rows_many([np.asarray(ks, dtype=np.int64)])[0][0]
 
-    def rows_and_datasets(self, ks: list[int]) -> tuple[PackedRows, np.ndarray]:
-        """Packed rows of the sequences ``ks`` (in that order), and the dataset of each of their pieces."""
-        ks_array = np.asarray(ks, dtype=np.int64)
+    def rows_many(self, chunk: list[np.ndarray]) -> list[tuple[PackedRows, np.ndarray]]:
+        """For each microbatch's sequences in ``chunk`` (each non-empty, in order): its packed rows and the dataset
+        of each of their pieces — found, fetched and cut for the whole chunk at once (``pack.exact_rows``)."""
+        ks_array = np.concatenate(chunk) if len(chunk) > 1 else chunk[0]
+        self._microbatches = len(chunk)
         pieces = self._pieces(ks_array)
-        width, n = self.max_length, len(ks_array)
         cached, base, sizes, source = self._fetch(ks_array, np.unique(pieces["position"]))
         doc = np.searchsorted(cached, pieces["position"])
-        length = pieces["length"].astype(np.int64)
         doc_start = pieces["doc_start"].astype(np.int64)
-        outside = np.flatnonzero(doc_start + length > sizes[doc])
+        outside = np.flatnonzero(doc_start + pieces["length"] > sizes[doc])
         if len(outside):
             i = int(outside[0])
             raise PlanFormatError(
                 f"plan piece {pieces[i]} must lie inside its document of {int(sizes[doc[i]])} tokens — re-plan"
             )
-        dest = pieces["row"].astype(np.int64) * width + pieces["offset"]
-        tokens = np.full(n * width, self.pad_id, dtype=np.int64)
-        src = base[doc] + doc_start
-        rows, offsets = pieces["row"].astype(np.int64), pieces["offset"].astype(np.int64)
-        if not fill_rows(tokens.reshape(n, width), source, rows, offsets, src, length):  # one slice a row, or:
-            tokens[spread(dest, length)] = source[spread(src, length)]
-        starts = np.zeros(n * width, dtype=bool)
-        starts[dest] = (doc_start == 0) | (self.algorithm == "best_fit")
-        lengths = np.zeros(n, dtype=np.int64)
-        np.maximum.at(lengths, pieces["row"], pieces["offset"].astype(np.int64) + length)
-        packed = PackedRows(
-            tokens=tokens.reshape(n, width), doc_start=starts.reshape(n, width), lengths=lengths, pieces=pieces
-        )
-        return packed, self._datasets[doc]
+        packed = cut_rows(
+            pieces, base[doc] + doc_start, source, rows=len(ks_array), width=self.max_length, pad_id=self.pad_id,
+            starts_all=self.algorithm == "best_fit",
+        )  # fmt: skip
+        return split_rows(packed, self._datasets[doc], [len(ks) for ks in chunk])
 
 
 def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | TextEncoder | ChatEncoder) -> None:

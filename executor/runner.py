@@ -40,6 +40,7 @@ from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, Tokenize
 from zephon.executor.exact import ExactSequences, check_exact_plan
+from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.pack.lanes import Lane
@@ -280,36 +281,28 @@ class RankRunner:
             sequences.close()
 
     def _exact_loop(self, sequences: ExactSequences, remote: RemoteAccess) -> Iterator[Batch]:
+        """The share's microbatches, built a chunk at a time (``zephon.executor.exact_chunks``)."""
         steps = self.num_steps()
         assert steps is not None
         check_resumed_step(self.progress.step, steps)
-        n = sequences.num_sequences
-        while self.progress.step < steps:
-            running = self.progress.running
-            at = self.progress.advance()
-            piece = self.share.rows(running)
-            if piece is None:
-                continue
-            ids = self.geometry.microbatch_sequences(at.step, at.index)[piece[0] : piece[1]]
-            real = [int(j) for j in ids if j < n]
-            if real and remote.cache is not None:
-                pieces = sequences.pieces(real[0])
-                remote.advance(pieces[0].position if pieces else 0)
-            rows, datasets = sequences.rows_and_datasets(real) if real else (None, None)
+        chunks = exact_microbatches(sequences, self.progress, self.share, self.geometry, steps=steps, remote=remote)
+        for at, ids, rows, datasets in chunks:
             yield self._batch(at, ids, rows, datasets)
 
     def _batch(self, at: MicrobatchAt, ids: np.ndarray, rows: PackedRows | None, datasets: np.ndarray | None) -> Batch:
         """A batch of len(ids) rows: the given rows first, then empty rows for sequences past the plan; counted
         in ``stats`` as it is handed out (``datasets``: the dataset of each of the rows' pieces)."""
         width = self.spec.pack.max_length
-        tokens = np.full((len(ids), width), self.pad, dtype=np.int64)
-        starts = np.zeros((len(ids), width), dtype=bool)
-        lengths = np.zeros(len(ids), dtype=np.int64)
-        pieces = None
-        if rows is not None:
-            k = len(rows.lengths)
-            tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
-            pieces = rows.pieces
+        pieces = None if rows is None else rows.pieces
+        if rows is not None and len(rows.lengths) == len(ids):  # every row real: the rows are the batch's arrays
+            tokens, starts, lengths = rows.tokens, rows.doc_start, rows.lengths
+        else:  # rows past the end of the plan: empty (padding, length 0)
+            tokens = np.full((len(ids), width), self.pad, dtype=np.int64)
+            starts = np.zeros((len(ids), width), dtype=bool)
+            lengths = np.zeros(len(ids), dtype=np.int64)
+            if rows is not None:
+                k = len(rows.lengths)
+                tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
         loss_mask = None
         if self.flags:
             tokens, starts, loss_mask = untag(tokens, starts)

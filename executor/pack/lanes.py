@@ -12,13 +12,16 @@ second, (12, 2).
 
 The lane's tokens live in one growing array, in stream coordinates (token ``t`` of the lane's stream since
 the start of this run); documents are recorded by their first stream token. A row is one slice of the array,
-and its pieces come from one binary search over the document starts, so cutting a row costs the same few
-numpy calls whether it holds one document or hundreds of short ones.
+and its pieces come from one binary search over the document starts. ``pop_rows`` cuts the next row of
+several lanes (a microbatch's) into one buffer: per row a binary search, two list slices and one slice copy;
+the pieces, document starts and lengths of all rows in a fixed number of numpy calls — whether the rows hold
+one document or hundreds of short ones.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 
 import numpy as np
 
@@ -121,26 +124,56 @@ class Lane:
 
     def pop_row(self) -> PackedRows:
         """The next row: full when enough is buffered, else what is left, padded (length 0 when empty)."""
-        width = self.max_length
-        take = min(width, self._end - self._next)
-        tokens = np.full((1, width), self.pad_id, dtype=np.int64)
-        doc_start = np.zeros((1, width), dtype=bool)
-        lo, hi = self._next, self._next + take
-        last = bisect.bisect_left(self._starts, hi, lo=self._head)  # documents [head, last) meet [lo, hi)
-        starts = np.array(self._starts[self._head : last + 1], dtype=np.int64)
-        if len(starts) == last - self._head:  # the last document ends at the end of the buffer
-            starts = np.append(starts, self._end)
-        begin, end = np.maximum(starts[:-1], lo), np.minimum(starts[1:], hi)
-        pieces = np.empty(last - self._head, dtype=PIECE_DTYPE)
-        pieces["row"] = 0
-        pieces["offset"] = begin - lo
-        pieces["position"] = self._positions[self._head : last]
-        pieces["doc_start"] = begin - starts[:-1]
-        pieces["length"] = end - begin
-        if take:
-            tokens[0, :take] = self._buf[lo - self._base : hi - self._base]
-            doc_start[0, pieces["offset"]] = pieces["doc_start"] == 0
+        return pop_rows([self])
+
+    def _cut(self) -> tuple[int, int, list[int], list[int]]:
+        """Move past the next row: its stream span ``[lo, hi)``, the first stream token of each document meeting
+        it followed by the end of the last one, and their plan positions."""
+        take = min(self.max_length, self._end - self._next)
+        lo, hi, head = self._next, self._next + take, self._head
+        last = bisect.bisect_left(self._starts, hi, lo=head)  # documents [head, last) meet [lo, hi)
+        starts = self._starts[head : last + 1]
+        if len(starts) == last - head:  # the last document ends at the end of the buffer
+            starts.append(self._end)
+        positions = self._positions[head:last]
         self._next = hi
-        self._head = last - 1 if last > self._head else self._head
+        self._head = last - 1 if last > head else head
         self._skip_done()
-        return PackedRows(tokens=tokens, doc_start=doc_start, lengths=np.array([take], dtype=np.int64), pieces=pieces)
+        return lo, hi, starts, positions
+
+
+def pop_rows(lanes: list[Lane], prepare: Callable[[Lane], None] | None = None) -> PackedRows:
+    """The next row of each lane in ``lanes`` (in order; a lane may come more than once: its next rows), as one
+    ``PackedRows``: one slice copy a row into one buffer, and the pieces of all rows in a fixed number of numpy
+    calls (the per-row Python is a binary search and two list slices). ``prepare(lane)`` runs just before each
+    row is cut (``DealLanes`` buffers enough of the lane there). Lanes of one run: same ``max_length``, pad."""
+    n, width, pad_id = len(lanes), lanes[0].max_length, lanes[0].pad_id
+    tokens = np.full((n, width), pad_id, dtype=np.int64)
+    lo, hi = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
+    starts: list[int] = []  # per row: its documents' first stream tokens, then the end of the last
+    positions: list[int] = []
+    counts: list[int] = []
+    for i, lane in enumerate(lanes):
+        if prepare is not None:
+            prepare(lane)
+        a, b, row_starts, row_positions = lane._cut()
+        lo[i], hi[i] = a, b
+        if b > a:
+            tokens[i, : b - a] = lane._buf[a - lane._base : b - lane._base]
+        starts += row_starts
+        positions += row_positions
+        counts.append(len(row_positions))
+    row = np.repeat(np.arange(n, dtype=np.int64), counts)
+    at = np.arange(len(row), dtype=np.int64) + row  # piece k of row r: its document's start is starts[k + r]
+    first = np.array(starts, dtype=np.int64)
+    begin, end = np.maximum(first[at], lo[row]), np.minimum(first[at + 1], hi[row])
+    pieces = np.empty(len(row), dtype=PIECE_DTYPE)
+    pieces["row"] = row
+    pieces["offset"] = begin - lo[row]
+    pieces["position"] = positions
+    pieces["doc_start"] = begin - first[at]
+    pieces["length"] = end - begin
+    doc_start = np.zeros((n, width), dtype=bool)
+    marked = (hi > lo)[row]  # an empty row (the end of the plan) marks nothing
+    doc_start.reshape(-1)[(row * width + pieces["offset"])[marked]] = (pieces["doc_start"] == 0)[marked]
+    return PackedRows(tokens=tokens, doc_start=doc_start, lengths=hi - lo, pieces=pieces)

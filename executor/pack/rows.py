@@ -58,3 +58,18 @@ def concat_rows(parts: list[PackedRows]) -> PackedRows:
         lengths=np.concatenate([p.lengths for p in parts]),
         pieces=np.concatenate(pieces) if pieces else make_pieces([]),
     )
+
+
+def take_rows(packed: PackedRows, first: int, stop: int) -> PackedRows:
+    """Rows ``[first, stop)`` of ``packed`` (views), their pieces renumbered from 0."""
+    if first == 0 and stop == len(packed.lengths):
+        return packed
+    pieces = None
+    if packed.pieces is not None:
+        lo, hi = np.searchsorted(packed.pieces["row"], [first, stop]).tolist()
+        pieces = packed.pieces[lo:hi].copy()
+        pieces["row"] -= first
+    return PackedRows(
+        tokens=packed.tokens[first:stop], doc_start=packed.doc_start[first:stop], lengths=packed.lengths[first:stop],
+        pieces=pieces,
+    )  # fmt: skip

@@ -10,7 +10,8 @@ with ``np.repeat`` — ~20 ns a token in all), which any layout allows; in the s
   appended after the tail, in the array's spare room (else the tail moves to a new array of twice the room:
   each id is copied O(1) times) (``merge_tail``);
 * a wrap row: its pieces are consecutive documents of the cache, each from where the previous one ended → the
-  row is one slice of the cache (``fill_rows``: one copy a row).
+  row is one slice of the cache (``fill_rows``: one copy a row); full rows that follow each other in the cache
+  too (one rank of dp 1 walking the stream) are one slice together (one copy for a whole chunk of rows).
 
 Invariant: both give exactly the arrays the gathers give (tests/executor/test_exact_spans.py); the fast path is
 taken only when its condition is checked, else the gather runs.
@@ -80,9 +81,23 @@ def fill_rows(
     if not np.array_equal(delta, delta[owner]):
         return False
     ends = np.r_[first[1:], len(rows)] - 1
-    for r, a, start, stop in zip(
-        rows[first].tolist(), delta[first].tolist(), offsets[first].tolist(), (offsets[ends] + lengths[ends]).tolist(),
-        strict=True,
+    width = out.shape[1]
+    row, delta = rows[first].astype(np.int64), delta[first].astype(np.int64)
+    lo, hi = offsets[first].astype(np.int64), (offsets[ends] + lengths[ends]).astype(np.int64)
+    # Runs of rows that continue each other in ``out`` (a row ends at its end, the next starts at 0) and in
+    # ``source`` are one slice each: a chunk of consecutive full rows is one copy.
+    joined = (row[1:] == row[:-1] + 1) & (hi[:-1] == width) & (lo[1:] == 0) & (delta[1:] == delta[:-1] + width)
+    joined &= out.flags.c_contiguous  # rows one after another in memory (else one copy a row)
+    run_first = np.flatnonzero(np.r_[True, ~joined])
+    run_last = np.r_[run_first[1:], len(row)] - 1
+    flat = out.reshape(-1) if out.flags.c_contiguous else out
+    for r, a, start, r_end, stop in zip(
+        row[run_first].tolist(), delta[run_first].tolist(), lo[run_first].tolist(), row[run_last].tolist(),
+        hi[run_last].tolist(), strict=True,
     ):  # fmt: skip
-        out[r, start:stop] = source[a + start : a + stop]  # one copy a row (a microbatch holds a few rows)
+        # one copy a run (a chunk's rows: one run when they follow each other, else one a row)
+        if flat is out:
+            out[r, start:stop] = source[a + start : a + stop]
+        else:
+            flat[r * width + start : r_end * width + stop] = source[a + start : a + (r_end - r) * width + stop]
     return True
