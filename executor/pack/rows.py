@@ -43,23 +43,6 @@ def make_pieces(records: list[tuple[int, int, int, int, int]]) -> np.ndarray:
     return np.array(records, dtype=PIECE_DTYPE)
 
 
-def concat_rows(parts: list[PackedRows]) -> PackedRows:
-    """Stack rows; piece row numbers are renumbered to the stacked order."""
-    pieces, first = [], 0
-    for part in parts:
-        if part.pieces is not None:
-            shifted = part.pieces.copy()
-            shifted["row"] += first
-            pieces.append(shifted)
-        first += len(part.lengths)
-    return PackedRows(
-        tokens=np.concatenate([p.tokens for p in parts]),
-        doc_start=np.concatenate([p.doc_start for p in parts]),
-        lengths=np.concatenate([p.lengths for p in parts]),
-        pieces=np.concatenate(pieces) if pieces else make_pieces([]),
-    )
-
-
 def take_rows(packed: PackedRows, first: int, stop: int) -> PackedRows:
     """Rows ``[first, stop)`` of ``packed`` (views), their pieces renumbered from 0."""
     if first == 0 and stop == len(packed.lengths):
