@@ -44,7 +44,14 @@ import pyarrow.parquet as pq
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.executor.cores import usable_cores
 from zephon.plan.footer import read_footer
-from zephon.plan.format import COPIES_DIR, COPIES_FILE, COPIES_SCHEMA, COPY_ROW_COLUMN, copy_name
+from zephon.plan.format import (
+    COPIES_DIR,
+    COPIES_FILE,
+    COPIES_SCHEMA,
+    COPY_ROW_COLUMN,
+    STORE_SHARD_PREFIX,
+    copy_name,
+)
 from zephon.plan.manifest import PlanCopies
 from zephon.plan.records import ShardRef
 from zephon.planner.distinct import sorted_distinct
@@ -63,6 +70,13 @@ def copied_datasets(prepared: PreparedPlan) -> list[int]:
             "got a plan without any — leave the option out"
         )
     for i in chosen:
+        store = prepared.source.datasets[i].token_store
+        if store is not None:
+            fmt = prepared.shards[i][0].format.removeprefix(STORE_SHARD_PREFIX)
+            raise ConfigError(
+                f"materialize_selections copies raw text shards, got dataset {names[i]!r}, a {fmt} token store — "
+                "leave the option out (the plan reads the selected documents by index, no copy needed)"
+            )
         jsonl = [r.uri for r in prepared.shards[i] if r.format != "parquet"]
         if jsonl:
             raise ConfigError(

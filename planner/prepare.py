@@ -32,6 +32,8 @@ from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.segment import SegmentStart
 from zephon.planner.selection.evaluate import SelectedRows, select_rows
+from zephon.planner.selection.stores import selection_refs
+from zephon.recipe.dataset import Dataset
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.progress import progress_bar
@@ -218,9 +220,17 @@ def select_datasets(
     if all(ds.selection is None for ds in source.datasets):
         return None
     return tuple(
-        select_rows(ds.selection, refs, seed=source.seed, dataset_index=index) if ds.selection is not None else None
+        select_rows(ds.selection, _selection_refs(ds, refs), seed=source.seed, dataset_index=index)
+        if ds.selection is not None
+        else None
         for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True))
     )
+
+
+def _selection_refs(ds: Dataset, refs: tuple[ShardRef, ...]) -> tuple[ShardRef, ...]:
+    """The files a selection reads: the shards, or a token store's parts as their files
+    (``zephon.planner.selection.stores``)."""
+    return refs if ds.token_store is None else selection_refs(ds.name, open_dataset_store(ds), refs)
 
 
 def assemble(

@@ -78,7 +78,9 @@ class ColumnPart(CountedPart):
     """One Parquet or JSONL file with a token column (see the module docstring)."""
 
     def __init__(self, blob: Blob, fmt: str, tokens_field: str | None) -> None:
-        self.name, self._blob, self.format = blob.name, blob, fmt
+        #: The file (its ``format``: parquet, jsonl, jsonl.gz, jsonl.zst); its other columns are metadata that a
+        #: selection reads (``zephon.planner.selection.stores``).
+        self.name, self.blob, self.format = blob.name, blob, fmt
         self._table: pa.Table | None = None
         if fmt == "parquet":
             self._file = pq.ParquetFile(blob.path if isinstance(blob, LocalBlob) else _BlobFile(blob))

@@ -125,11 +125,8 @@ class Dataset:
     ) -> Dataset:
         if not isinstance(name, str) or not _NAME.match(name):
             return cls._from_path(name, path, selection, io_options)  # the one message for a bad name
-        if selection is not None:
-            raise ConfigError(
-                f"dataset {name!r}: a token store must be read whole, got a selection by metadata — select the "
-                "documents before tokenizing, or plan the raw text"
-            )
+        # A selection (where, metadata/key, order_by, dedup_on) is evaluated at plan time on the store's columns:
+        # Parquet/JSONL token stores have them, the others are refused there (zephon.planner.selection.stores).
         text = str(path)
         scheme = _SCHEME.match(text)
         if scheme and scheme.group(1).lower() in OBJECT_SCHEMES and io_options is not None:
@@ -137,7 +134,7 @@ class Dataset:
 
             register_credentials(io_options.credentials)
         pinned = text if scheme else os.path.abspath(text)  # a run from another directory opens the same store
-        return cls(name=name, path=text, files=(), pinned=pinned, token_store=store)
+        return cls(name=name, path=text, files=(), pinned=pinned, token_store=store, selection=selection)
 
     @classmethod
     def _from_path(
