@@ -24,11 +24,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from zephon.errors import ConfigError
 from zephon.executor.token_stores.columns import ColumnPart
 from zephon.executor.token_stores.files import HubBlob, LocalBlob, ObjectBlob
 from zephon.executor.token_stores.store import TokenStore
 from zephon.plan.records import ShardRef
+from zephon.recipe.token_store import selection_refused
 
 __all__ = ["COLUMN_STORES", "selection_refs"]
 
@@ -40,12 +40,7 @@ def selection_refs(dataset: str, store: TokenStore, refs: tuple[ShardRef, ...]) 
     """Dataset ``dataset``'s store parts (``refs``, opened as ``store`` by ``zephon.planner.counts.stores``) as
     the raw shards the selection code reads (see the module); refused for stores without columns."""
     if store.format not in COLUMN_STORES:
-        raise ConfigError(
-            f"dataset {dataset!r}: a selection by metadata (where, metadata/key, order_by, dedup_on) must name "
-            f"columns, got a {store.format} token store, which holds only token ids — select the documents before "
-            "writing the store, or write them as Parquet/JSONL with a token column beside their metadata "
-            '(fmt="parquet", tokens_field=...)'
-        )
+        raise selection_refused(dataset, store.format)
     out = []
     for ref, part in zip(refs, store.parts, strict=True):
         assert isinstance(part, ColumnPart)

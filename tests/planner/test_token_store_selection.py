@@ -152,7 +152,10 @@ def test_a_store_of_ids_only_refuses_a_selection_in_one_line(tmp_path, tokenizer
     assert ds.selection is not None
     with pytest.raises(ConfigError, match=r"^dataset 'web': a selection by metadata .* got a megatron token store, "
                        r"which holds only token ids — select the documents before writing the store"):  # fmt: skip
-        _exact(ds, tmp_path / "p", tokenizer_dir)
+        _exact(ds, tmp_path / "p", tokenizer_dir)  # detected as megatron when planned
+    for fmt in ("megatron", "olmo", "datatrove", "litdata", "mds"):  # named: refused at once
+        with pytest.raises(ConfigError, match=rf"^dataset 'web': a selection by metadata .* got a {fmt} token store"):
+            Dataset.from_path("web", prefix, fmt=fmt, order_by="x")
 
 
 def test_materialize_selections_refuses_a_token_store_in_one_line(store, tmp_path, tokenizer_dir):

@@ -18,7 +18,7 @@ from pathlib import Path
 from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
 from zephon.recipe.selection import Selection
-from zephon.recipe.token_store import STORE_FORMATS, TokenStoreSpec, looks_like_token_store
+from zephon.recipe.token_store import STORE_FORMATS, TokenStoreSpec, looks_like_token_store, selection_refused
 from zephon.specs import StoreOptions
 from zephon.storage.local import SourceFile, discover_local_files
 from zephon.storage.objects.paths import SCHEMES as OBJECT_SCHEMES
@@ -126,7 +126,10 @@ class Dataset:
         if not isinstance(name, str) or not _NAME.match(name):
             return cls._from_path(name, path, selection, io_options)  # the one message for a bad name
         # A selection (where, metadata/key, order_by, dedup_on) is evaluated at plan time on the store's columns:
-        # Parquet/JSONL token stores have them, the others are refused there (zephon.planner.selection.stores).
+        # Parquet/JSONL token stores have them; a format of ids only is refused here when named, else when the
+        # plan detects it (zephon.planner.selection.stores, the same message).
+        if selection is not None and store.fmt in STORE_FORMATS:
+            raise selection_refused(name, store.fmt)
         text = str(path)
         scheme = _SCHEME.match(text)
         if scheme and scheme.group(1).lower() in OBJECT_SCHEMES and io_options is not None:

@@ -29,7 +29,7 @@ from typing import Any
 from zephon.checks import is_int
 from zephon.errors import ConfigError
 
-__all__ = ["STORE_FORMATS", "TokenStoreSpec", "looks_like_token_store"]
+__all__ = ["STORE_FORMATS", "TokenStoreSpec", "looks_like_token_store", "selection_refused"]
 
 #: The formats only token stores have (``parquet``/``jsonl`` are token stores only with ``tokens_field``).
 STORE_FORMATS = ("megatron", "olmo", "datatrove", "litdata", "mds")
@@ -108,3 +108,13 @@ def looks_like_token_store(path: str) -> bool:
         raw = any(n.endswith((".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst")) for n in names)
         return not raw and ("index.json" in names or any(n.endswith((".idx", ".ds", ".npy")) for n in names))
     return False
+
+
+def selection_refused(dataset: str, fmt: str) -> ConfigError:
+    """The one-line refusal of a selection by metadata on a store of ids only (``fmt`` in ``STORE_FORMATS``):
+    raised by ``Dataset.from_path`` when ``fmt=`` names it, else by the planner once it detects the format."""
+    return ConfigError(
+        f"dataset {dataset!r}: a selection by metadata (where, metadata/key, order_by, dedup_on) must name columns, "
+        f"got a {fmt} token store, which holds only token ids — select the documents before writing the store, or "
+        'write them as Parquet/JSONL with a token column beside their metadata (fmt="parquet", tokens_field=...)'
+    )
