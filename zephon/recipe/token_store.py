@@ -36,6 +36,7 @@ STORE_FORMATS = ("megatron", "olmo", "datatrove", "litdata", "mds")
 _ALIASES = {"numpy": "olmo", "dolma": "olmo", "npy": "olmo", "mmap": "megatron", "indexed": "megatron"}
 _STORE_SUFFIXES = (".idx", ".bin", ".ds", ".npy")
 
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenStoreSpec:
     """How to open a dataset's token store (``zephon.executor.token_stores.open_token_store``'s options).

@@ -259,9 +259,7 @@ class WorkSource:
             ("num_tokens", self.num_tokens),
         ):
             require_positive(value, label, optional=True)
-        if self.lanes is not None and (
-            not is_int(self.lanes) or not 1 <= self.lanes <= 4096
-        ):
+        if self.lanes is not None and (not is_int(self.lanes) or not 1 <= self.lanes <= 4096):
             raise ConfigError(
                 f"lanes must be None or an integer in [1, 4096], got {self.lanes!r} — leave it unset (one lane per "
                 "row of the global batch) or use e.g. 64"
