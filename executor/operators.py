@@ -227,28 +227,36 @@ class OperatorChain:
             out[i] = v
         return out
 
+    def _runs(self, op: Operator, k: int, sample: list[Any], positions: list[int]) -> list[Any]:
+        """Operator ``k``'s outputs for copies of ``sample``, twice (``map_batch``: also on its two halves): the
+        start-up check compares them. A failure propagates (the run itself reports it with the record's location)."""
+        if op.kind == "map_transform":
+            return [
+                [self._call(op, k, copy.deepcopy(r), p) for r, p in zip(sample, positions, strict=True)]
+                for _ in range(2)
+            ]
+        half = len(sample) // 2
+        runs = [op.fn(copy.deepcopy(sample)), op.fn(copy.deepcopy(sample))]
+        if half:
+            runs.append(op.fn(copy.deepcopy(sample[:half])) + op.fn(copy.deepcopy(sample[half:])))
+        return runs
+
     def _check(self, records: list[Any], where: list[Where], positions: list[int] | None = None) -> None:
         """Run each operator twice on a sample (map_batch: also on its halves); refuse one whose outputs differ."""
         idx = [i for i, r in enumerate(records) if r is not None][:SAMPLE]
         sample = [records[i] for i in idx]
         at = [where[i] for i in idx]  # where each sample record came from, through the chain
-        for op in self.operators:
+        for k, op in enumerate(self.operators):
             try:
-                if op.kind == "map_transform":
-                    runs = [[op.fn(copy.deepcopy(r)) for r in sample] for _ in range(2)]
-                else:
-                    half = len(sample) // 2
-                    runs = [op.fn(copy.deepcopy(sample)), op.fn(copy.deepcopy(sample))]
-                    if half:
-                        runs.append(op.fn(copy.deepcopy(sample[:half])) + op.fn(copy.deepcopy(sample[half:])))
+                runs = self._runs(op, k, sample, [0] * len(sample))
             except Exception:
                 return  # the run itself reports the failure with the record's location
             if any(run != runs[0] for run in runs[1:]):
                 bad = next(
                     (
-                        k
-                        for k in range(len(sample))
-                        if any(len(run) > k and len(runs[0]) > k and run[k] != runs[0][k] for run in runs[1:])
+                        j
+                        for j in range(len(sample))
+                        if any(len(run) > j and len(runs[0]) > j and run[j] != runs[0][j] for run in runs[1:])
                     ),
                     0,
                 )
@@ -258,5 +266,5 @@ class OperatorChain:
                     "from the record (e.g. a hash of its text), not from global state"
                     + (", and make each output depend on its own record only" if op.kind == "map_batch" else "")
                 )
-            kept = [k for k, r in enumerate(runs[0]) if r is not None]  # the next operator's input
-            sample, at = [runs[0][k] for k in kept], [at[k] for k in kept]
+            kept = [j for j, r in enumerate(runs[0]) if r is not None]  # the next operator's input
+            sample, at = [runs[0][j] for j in kept], [at[j] for j in kept]

@@ -27,7 +27,6 @@ the dataset, shard and row (``on_bad_document="skip"``: counted as ``operator_er
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -103,16 +102,7 @@ class RecordOperators(OperatorChain):
         sample, at, pos = [records[i] for i in idx], [where[i] for i in idx], [positions[i] for i in idx]
         for k, op in enumerate(self.operators):
             try:
-                if op.kind == "map_transform":
-                    runs = [
-                        [self._call(op, k, copy.deepcopy(r), p) for r, p in zip(sample, pos, strict=True)]
-                        for _ in range(2)
-                    ]
-                else:
-                    half = len(sample) // 2
-                    runs = [op.fn(copy.deepcopy(sample)), op.fn(copy.deepcopy(sample))]
-                    if half:
-                        runs.append(op.fn(copy.deepcopy(sample[:half])) + op.fn(copy.deepcopy(sample[half:])))
+                runs = self._runs(op, k, sample, pos)
             except Exception:
                 return  # the run itself reports the failure with the record's location
             if not all(isinstance(run, list) and len(run) == len(runs[0]) for run in runs):
