@@ -1,0 +1,19 @@
+"""``zephon.records``: the collates of record pipelines (a ``Pipeline`` without ``.tokenize()``, docs/records.md).
+
+* ``default_collate`` — what ``.batch(collate=None)`` does: numbers and equal-shape arrays stacked into tensors,
+  bytes, strings and ragged values kept as lists (``zephon.executor.records.collate``);
+* ``TokenRows`` — records that carry token lists (a caption behind image placeholder tokens) as padded or packed
+  rows: ``input_ids``, ``labels`` (-100 on placeholders, padding and record boundaries), ``attention_mask``,
+  ``position_ids``, ``cu_seqlens``, and the other keys by ``default_collate``
+  (``zephon.executor.records.token_rows``).
+
+Example::
+
+    collate = TokenRows(max_length=49, ignore_ids=(image_id,), pack=True)
+    pipe = Pipeline(source).map_transform(to_tokens, seeded=True).batch(microbatch_size=8, collate=collate)
+"""
+
+from zephon.executor.records.collate import default_collate
+from zephon.executor.records.token_rows import TokenRows
+
+__all__ = ["TokenRows", "default_collate"]
