@@ -33,6 +33,7 @@ from typing import BinaryIO
 import numpy as np
 
 from zephon.errors import DatasetError
+from zephon.storage.tar_headers import walk_headers
 
 #: shards.parquet ``format`` of WebDataset shards.
 TAR_FORMATS = ("tar", "tar.gz")
@@ -91,7 +92,8 @@ def split_name(name: str) -> tuple[str, str]:
 
 def tar_index(uri: str, fmt: str, size: int, where: str) -> TarIndex:
     """The index of the tar shard at local path ``uri`` (``fmt``: ``tar`` or ``tar.gz``); ``where`` names it in
-    errors (``dataset 'x': shard /path``)."""
+    errors (``dataset 'x': shard /path``). A plain tar's headers are walked by ``walk_headers`` (one positioned
+    read and three fields a member), or by ``tarfile`` where that walk leaves it (long names, PAX, damage)."""
     with open(uri, "rb") as f:
         if fmt == "tar.gz":
             try:
@@ -99,6 +101,9 @@ def tar_index(uri: str, fmt: str, size: int, where: str) -> TarIndex:
             except (OSError, EOFError) as exc:
                 raise DatasetError(f"{where} must be a complete gzip stream, got {exc} — restore the shard") from exc
             return index_of(io.BytesIO(data), len(data), where, read=size, whole=True)
+        fast = walk_headers(f.fileno(), size)
+        if fast is not None:
+            return _index(fast.members, fast.end, size, where, fast.bytes_read)
         counting = _Counting(f)
         return index_of(counting, size, where, counter=counting)
 
@@ -106,40 +111,59 @@ def tar_index(uri: str, fmt: str, size: int, where: str) -> TarIndex:
 def index_of(
     raw: BinaryIO, size: int, where: str, *, counter: _Counting | None = None, read: int = 0, whole: bool = False
 ) -> TarIndex:
-    """The index of an uncompressed tar in ``raw`` of ``size`` bytes (see ``tar_index``)."""
-    keys: list[str] = []
-    rows: list[dict[str, tuple[int, int]]] = []
-    listing = hashlib.blake2b(f"{size}".encode(), digest_size=16)
+    """The index of an uncompressed tar in ``raw`` of ``size`` bytes (see ``tar_index``), walked by ``tarfile``."""
+    members: list[tuple[str, int, int, bool]] = []
     try:
         with tarfile.open(fileobj=raw, mode="r:") as tar:  # type: ignore[call-overload]
             for member in tar:
-                if not member.isfile():
-                    continue
-                if member.offset_data + member.size > size:
-                    raise DatasetError(
-                        f"{where} must hold member {member.name!r} whole, got a tar truncated at {size} bytes (the "
-                        f"member ends at {member.offset_data + member.size}) — restore the shard"
-                    )
-                key, ext = split_name(member.name)
-                listing.update(f"{member.name}\0{member.offset_data}\0{member.size}\n".encode())
-                if not keys or keys[-1] != key:
-                    keys.append(key)
-                    rows.append({})
-                if ext in rows[-1]:
-                    raise DatasetError(
-                        f"{where} key {key!r} must have one member per extension, got {ext!r} twice — rewrite the shard"
-                    )
-                rows[-1][ext] = (member.offset_data, member.size)
-            # A complete tar ends with two zero blocks after its last member; a file cut inside a header ends
-            # the iteration early, so too few bytes after the last member read are a truncated tar.
-            last = member.name if keys else None
-            if size - tar.offset < 1024:
-                raise DatasetError(
-                    f"{where} must end with the tar end-of-archive blocks, got a tar truncated at {size} bytes "
-                    f"after member {last!r} — restore the shard"
-                )
+                members.append((member.name, member.offset_data, member.size, member.isfile()))
+                if member.isfile() and member.offset_data + member.size > size:
+                    break  # _index words it; tarfile would stop at the end of the data
+            end = tar.offset
     except tarfile.TarError as exc:
         raise DatasetError(f"{where} must be a readable tar, got {exc} — restore the shard") from exc
+    raw.seek(end)
+    stop = raw.read(512)
+    if len(stop) == 512 and any(stop):  # tarfile stops quietly at a header it cannot read (a bad checksum)
+        after = f"after member {members[-1][0]!r}" if members else "at its first member"
+        raise DatasetError(
+            f"{where} must have a readable tar header at byte {end}, got a damaged one {after} — restore the shard"
+        )
+    return _index(members, end, size, where, read if whole else (counter.read_bytes if counter is not None else 0))
+
+
+def _index(members: list[tuple[str, int, int, bool]], end: int, size: int, where: str, read: int) -> TarIndex:
+    """The index of a tar's ``members`` (``(name, payload offset, size, is a file)`` in order) whose walk stopped
+    at ``end``: samples grouped by key, every check of the module docstring, the fingerprint."""
+    keys: list[str] = []
+    rows: list[dict[str, tuple[int, int]]] = []
+    listing = hashlib.blake2b(f"{size}".encode(), digest_size=16)
+    for name, offset, length, is_file in members:
+        if not is_file:
+            continue
+        if offset + length > size:
+            raise DatasetError(
+                f"{where} must hold member {name!r} whole, got a tar truncated at {size} bytes (the "
+                f"member ends at {offset + length}) — restore the shard"
+            )
+        key, ext = split_name(name)
+        listing.update(f"{name}\0{offset}\0{length}\n".encode())
+        if not keys or keys[-1] != key:
+            keys.append(key)
+            rows.append({})
+        if ext in rows[-1]:
+            raise DatasetError(
+                f"{where} key {key!r} must have one member per extension, got {ext!r} twice — rewrite the shard"
+            )
+        rows[-1][ext] = (offset, length)
+    # A complete tar ends with two zero blocks after its last member; a file cut inside a header ends the walk
+    # early, so too few bytes after the last member read are a truncated tar.
+    last = members[-1][0] if keys else None
+    if size - end < 1024:
+        raise DatasetError(
+            f"{where} must end with the tar end-of-archive blocks, got a tar truncated at {size} bytes "
+            f"after member {last!r} — restore the shard"
+        )
     if len(set(keys)) != len(keys):
         seen: set[str] = set()
         again = next(k for k in keys if k in seen or seen.add(k))  # type: ignore[func-returns-value]
@@ -164,6 +188,6 @@ def index_of(
         extensions=extensions,
         offsets=offsets,
         sizes=sizes,
-        bytes_read=read if whole else (counter.read_bytes if counter is not None else 0),
+        bytes_read=read,
         fingerprint=TAR_FINGERPRINT + listing.hexdigest(),
     )
