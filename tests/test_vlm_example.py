@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import torch
+import yaml
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
@@ -131,3 +132,17 @@ def test_the_vlm_example_trains_and_its_loss_goes_down(tmp_path: Path, capsys) -
     assert losses[-1] < losses[0] - 2.0  # about 8.7 → 4.2 for this seed
     out = capsys.readouterr().out
     assert re.search(r"step 5: loss \d+\.\d+ \(8 images in \d rows\)", out)
+
+
+def test_the_documented_vlm_example_is_the_examples_pipeline(config: Path, tok) -> None:
+    page = (REPO / "docs" / "records.md").read_text(encoding="utf-8").split("## A VLM example", 1)[1]
+    yaml_block = page.split("```yaml\n", 1)[1].split("```", 1)[0]
+    code = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert yaml.safe_load(yaml_block) == yaml.safe_load(vlm.CONFIG.read_text(encoding="utf-8"))
+    namespace: dict = {}
+    exec(compile(code, "docs/records.md", "exec"), namespace)  # the documented code, as written
+    documented = next(iter(namespace["make_pipeline"](config, tok))).data
+    example = next(iter(vlm.make_pipeline(config, tok))).data
+    assert documented.keys() == example.keys()
+    for key, value in example.items():
+        assert torch.equal(value, documented[key]) if isinstance(value, torch.Tensor) else value == documented[key]
