@@ -17,6 +17,8 @@ import torch
 import yaml
 from PIL import Image
 
+from zephon.errors import DatasetError
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -146,3 +148,28 @@ def test_the_documented_vlm_example_is_the_examples_pipeline(config: Path, tok) 
     assert documented.keys() == example.keys()
     for key, value in example.items():
         assert torch.equal(value, documented[key]) if isinstance(value, torch.Tensor) else value == documented[key]
+
+
+def test_a_record_too_long_for_a_row_is_one_line_naming_its_dataset_shard_row_and_key(
+    config: Path, tok, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vlm, "MAX_LENGTH", 20)  # 16 placeholders + a caption of 5 or more tokens do not fit
+    pipe = vlm.make_pipeline(config, tok)
+    dataset, shard, row, _ = planned(pipe.plan_dir)[0]
+    uri = config.parent / "pairs" / dataset / f"{shard:03d}.tar"
+    want = (
+        rf"^dataset '{dataset}': shard {re.escape(str(uri))} row {row}: record '{dataset}-{shard:03d}-{row:04d}' "
+        r"must have at most max_length=20 tokens in 'input_ids', got \d+ — cut the caption in map_transform"
+    )
+    with pytest.raises(DatasetError, match=want):
+        next(iter(pipe))
+
+
+def test_dataloader_workers_hand_out_the_same_vlm_batches(config: Path, tok) -> None:
+    want = [b.data for b, _ in zip(vlm.make_pipeline(config, tok), range(4), strict=False)]
+    got = [t for t, _ in zip(vlm.make_pipeline(config, tok).dataloader(num_workers=2), range(4), strict=False)]
+    assert len(got) == 4
+    for a, b in zip(want, got, strict=True):
+        assert a.keys() == b.keys()
+        for key, value in a.items():
+            assert torch.equal(value, b[key]) if isinstance(value, torch.Tensor) else value == b[key], key

@@ -34,6 +34,16 @@ from zephon.errors import ConfigError, DatasetError
 #: A user's collate: the microbatch's records (after the operators) → anything the training loop takes.
 Collate = Callable[[list[dict[str, Any]]], Any]
 
+
+class RecordError(DatasetError):
+    """A collate's refusal of one record; ``index`` is its place in the list the collate was given, so the run
+    names the record's dataset, shard and row before the message (``RecordRunner``)."""
+
+    def __init__(self, message: str, index: int) -> None:
+        super().__init__(message)
+        self.index = index
+
+
 _FLOAT = (float, np.floating)
 _INT = (int, np.integer)
 

@@ -41,7 +41,7 @@ from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument
 from zephon.executor.records.batch import RecordBatch
-from zephon.executor.records.collate import Structure, default_collate
+from zephon.executor.records.collate import RecordError, Structure, default_collate
 from zephon.executor.records.source import PlanPositions, RecordReader, WholeRecords
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
@@ -200,7 +200,11 @@ class RecordRunner:
             gone = sorted(set(range(len(values))) - set(kept))
             self._skipped(real, where, gone, skipped)
             batch_records = [values[i] for i in kept]
-            data = collate(batch_records) if batch_records else {}
+            try:
+                data = collate(batch_records) if batch_records else {}
+            except RecordError as exc:  # name the record's place: the collate knows only its index
+                known = 0 <= exc.index < len(kept)
+                raise DatasetError(f"{where[kept[exc.index]]}: {exc}" if known else str(exc)) from None
             if batch_records:
                 shape.check(data, f"step {at.step} microbatch {at.index} (positions {real[kept[0]]}…)")
             batch = RecordBatch(

@@ -20,7 +20,8 @@ that turns the records' ragged token lists into the tensors of a training step, 
 ``pack=False``: record ``i`` is row ``i`` (R = records). ``pack=True``: records fill rows in their order, a new row
 when the next one does not fit in what is left (R ≤ records; no record is split or reordered). A record longer
 than ``max_length`` tokens is refused in one line naming its ``__key__`` (or its index in the batch): cut the
-caption in ``map_transform``. The records' order, and so each image's run of placeholders, never changes.
+caption in ``map_transform``; in a run, the message starts with the record's dataset, shard and row
+(``RecordError``). The records' order, and so each image's run of placeholders, never changes.
 
 Invariant: every token of every record is in exactly one row, once, in order; a label counts only where both the
 token and the one it predicts belong to the same record and the predicted one trains.
@@ -41,9 +42,9 @@ import numpy as np
 import torch
 
 from zephon.checks import is_int
-from zephon.errors import ConfigError, DatasetError
+from zephon.errors import ConfigError
 from zephon.executor.batch import IGNORE_INDEX
-from zephon.executor.records.collate import default_collate
+from zephon.executor.records.collate import RecordError, default_collate
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -117,9 +118,10 @@ class TokenRows:
         if rest[0]:
             clash = sorted(set(out) & set(rest[0]))
             if clash:
-                raise DatasetError(
+                raise RecordError(
                     f"records collated by TokenRows must not have the keys it makes, got {clash[0]!r} in record "
-                    f"{self._name(records[0], 0)} — rename it in map_transform"
+                    f"{self._name(records[0], 0)} — rename it in map_transform",
+                    0,
                 )
             out.update(default_collate(rest))
         return out
@@ -128,15 +130,17 @@ class TokenRows:
         value = record.get(self.field) if isinstance(record, dict) else None
         array = np.asarray(value) if isinstance(value, list | tuple | np.ndarray | torch.Tensor) else None
         if array is None or array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
-            raise DatasetError(
+            raise RecordError(
                 f"record {self._name(record, i)} must have {self.field!r} as a list of token ids, got "
                 f"{type(value).__name__ if array is None else f'{array.ndim}-D {array.dtype}'} — return it from "
-                "map_transform"
+                "map_transform",
+                i,
             )
         if len(array) > self.max_length:
-            raise DatasetError(
+            raise RecordError(
                 f"record {self._name(record, i)} must have at most max_length={self.max_length} tokens in "
-                f"{self.field!r}, got {len(array)} — cut the caption in map_transform or raise max_length"
+                f"{self.field!r}, got {len(array)} — cut the caption in map_transform or raise max_length",
+                i,
             )
         return array.astype(np.int64, copy=False)
 
@@ -147,9 +151,10 @@ class TokenRows:
             return keep
         mask = np.asarray(record.get(self.loss_mask, ()))
         if mask.shape != (size,):
-            raise DatasetError(
+            raise RecordError(
                 f"record {self._name(record, i)} must have {self.loss_mask!r} with one 0/1 per token ({size}), got "
-                f"shape {mask.shape} — return both from map_transform"
+                f"shape {mask.shape} — return both from map_transform",
+                i,
             )
         return keep & (mask != 0)
 

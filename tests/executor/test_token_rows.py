@@ -74,8 +74,9 @@ def test_bad_records_are_one_line_naming_the_key():
         TokenRows(max_length=4)([{"__key__": "k7", "input_ids": [1, 2, 3, 4, 5]}])
     with pytest.raises(
         DatasetError, match=r"record 1 of the microbatch must have 'input_ids' as a list of token ids, got str"
-    ):
+    ) as caught:
         TokenRows(max_length=4)([{"input_ids": [1]}, {"input_ids": "12"}])
+    assert caught.value.index == 1  # a run names the record's dataset, shard and row from it
     with pytest.raises(DatasetError, match=r"record 'x' must have 'm' with one 0/1 per token \(2\), got shape \(1,\)"):
         TokenRows(max_length=4, loss_mask="m")([{"__key__": "x", "input_ids": [1, 2], "m": [1]}])
     with pytest.raises(DatasetError, match=r"must not have the keys it makes, got 'labels'"):
