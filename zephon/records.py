@@ -5,7 +5,9 @@
 * ``TokenRows`` — records that carry token lists (a caption behind image placeholder tokens) as padded or packed
   rows: ``input_ids``, ``labels`` (-100 on placeholders, padding and record boundaries), ``attention_mask``,
   ``position_ids``, ``cu_seqlens``, and the other keys by ``default_collate``
-  (``zephon.executor.records.token_rows``).
+  (``zephon.executor.records.token_rows``);
+* ``RecordError(message, index)`` — what a collate raises to refuse the ``index``-th record it was given: the run
+  puts the record's dataset, shard and row before the message.
 
 Example::
 
@@ -13,7 +15,7 @@ Example::
     pipe = Pipeline(source).map_transform(to_tokens, seeded=True).batch(microbatch_size=8, collate=collate)
 """
 
-from zephon.executor.records.collate import default_collate
+from zephon.executor.records.collate import RecordError, default_collate
 from zephon.executor.records.token_rows import TokenRows
 
-__all__ = ["TokenRows", "default_collate"]
+__all__ = ["RecordError", "TokenRows", "default_collate"]
