@@ -2,7 +2,7 @@
 DataLoader workers.
 
 Run: python benchmarks/bench_records.py [--shards 8] [--samples 100] [--jpegs 768] [--microbatch 32] [--repeats 5]
-[--rounds 4]
+[--rounds 4] [--plan-shards 10000]
 
 Data, written deterministically (seed 0) under ``$ZEPHON_BENCH_DIR`` (reused by later runs) or a temporary
 directory, then planned once each (a samples plan, every sample once, shuffled as by default):
@@ -28,6 +28,10 @@ workers) and the cores it kept busy (CPU seconds ÷ seconds), and the ratios 1 �
 round. Workers scale a run only when the machine gives the run's processes more cores: Linux's autogroup
 scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) shares the CPU between sessions, so on a busy machine
 a session's workers share its one slice ("cores busy" stays flat as workers are added).
+
+(c) **Planning many shards.** ``--plan-shards`` small tar shards (4 samples each) planned in this process; prints
+the time and the positioned reads (``os.pread``, the header walk: one a member and one for the end) and bytes
+read a shard — headers only, never a payload.
 
 Prints the machine's cores and load average before and after: on a shared machine the worker ratios mean
 little when the load exceeds the cores.
@@ -117,6 +121,37 @@ def run_bytes(plan_dir: Path, microbatch: int) -> int:
     return total
 
 
+def plan_many(root: Path, shards: int) -> None:
+    """(c) Planning ``shards`` small tar shards (4 samples of ``.jpg`` 2-6 KB + ``.txt`` each): seconds, and the
+    positioned reads and bytes the planner read from them (``os.pread``: the header walk) against their sizes."""
+    folder = root / f"many-{shards}"
+    if not folder.exists():
+        write_shards(folder, shards, 4, lambda rng: rng.bytes(int(rng.integers(2_000, 6_001))))
+    total = sum(p.stat().st_size for p in folder.glob("*.tar"))
+    calls, read = [0], [0]
+    real = os.pread
+
+    def counting(fd: int, n: int, offset: int) -> bytes:
+        data = real(fd, n, offset)
+        calls[0] += 1
+        read[0] += len(data)
+        return data
+
+    out = root / f"plan-many-{shards}-{time.time_ns()}"
+    os.pread = counting  # type: ignore[assignment]
+    try:
+        start = time.perf_counter()
+        plan(folder, out)
+        seconds = time.perf_counter() - start
+    finally:
+        os.pread = real  # type: ignore[assignment]
+    print(f"(c) planning {shards} tar shards of 4 samples (8 members each, {total / 1e6:.1f} MB):")
+    print(
+        f"    {seconds:.1f} s; {calls[0] / shards:.1f} positioned reads and {read[0] / shards:.0f} bytes read a shard "
+        f"(headers only: {read[0] / total:.1%} of the bytes)"
+    )
+
+
 def decode(record: dict) -> dict:
     image = Image.open(io.BytesIO(record["jpg"])).convert("RGB").resize((SIDE, SIDE), Image.Resampling.BILINEAR)
     return {"pixels": np.asarray(image), "txt": record["txt"]}
@@ -179,6 +214,7 @@ def main() -> None:
     parser.add_argument("--microbatch", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--plan-shards", type=int, default=10_000, help="(c): 0 to skip")
     args = parser.parse_args()
     root = Path(os.environ.get("ZEPHON_BENCH_DIR") or tempfile.mkdtemp(prefix="zephon-bench-records-"))
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
@@ -246,6 +282,8 @@ def main() -> None:
         f"    ratios in a round: 1 ÷ 0 workers {spread([a / b for a, b in zip(one, zero, strict=True)], '.2f')}, "
         f"2 ÷ 1 workers {spread([a / b for a, b in zip(two, one, strict=True)], '.2f')}"
     )
+    if args.plan_shards:
+        plan_many(root, args.plan_shards)
     print(f"machine after: {machine()}")
 
 
