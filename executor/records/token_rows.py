@@ -164,7 +164,7 @@ class TokenRows:
             return np.arange(len(lengths)), np.zeros(len(lengths), np.int64)
         rows, starts, r, at = [], [], 0, 0
         for size in lengths:
-            if at and at + size > self.max_length:
+            if at and at + max(size, 1) > self.max_length:  # an empty record after a full row: the next row
                 r, at = r + 1, 0
             rows.append(r)
             starts.append(at)

@@ -54,6 +54,8 @@ def test_packing_opens_a_new_row_when_the_next_record_does_not_fit_and_keeps_the
     assert out["position_ids"].tolist() == [[0, 1, 2, 0], [0, 1, 2, 3], [0, 1, 0, 1]]
     # record 8 sits after 7 in row 1: 7 does not predict it, and it is the row's last token (a label only)
     assert out["cu_seqlens"].tolist() == [0, 3, 4, 8, 10, 12]
+    full = TokenRows(max_length=3, pack=True)([{"input_ids": [1, 2, 3]}, {"input_ids": []}, {"input_ids": [4]}])
+    assert full["input_ids"].tolist() == [[1, 2], [4, 0]]  # an empty record takes no room, in the next row
 
 
 def test_a_loss_mask_and_other_keys_collate_beside_the_rows():
