@@ -96,6 +96,7 @@ def plan(
         options = PlanOptions(
             tokenize=loaded.tokenize,
             pack=loaded.pack,
+            sample_pack=loaded.sample_pack,
             overwrite=overwrite,
             workers=workers,
             progress=None,  # bars on a terminal only: zephon.storage.progress

@@ -301,7 +301,7 @@ class WorkSource:
             return
         if self.mixture_unit != "cost":
             raise ConfigError(
-                f'num_cost={self.num_cost} needs a cost mixture, got mixture_unit={self.mixture_unit!r} — set '
+                f"num_cost={self.num_cost} needs a cost mixture, got mixture_unit={self.mixture_unit!r} — set "
                 'mixture_unit="cost", or give the budget as num_documents'
             )
         given = {k: v for k, v in (("num_documents", self.num_documents), ("epochs", self.epochs)) if v is not None}
