@@ -86,6 +86,12 @@ class RecordRunner:
                 "a record pipeline must run a samples plan, got an exact plan (token offsets of a tokenizer) — "
                 "plan without exact_tokens, or add .tokenize() and .pack_flat()"
             )
+        if manifest.sample_packing is not None and spec.provenance_dir is not None:
+            raise ConfigError(
+                "a run of samples packed by cost must run without provenance_dir, got "
+                f"{spec.provenance_dir!r} — the provenance log of packed rows is not written yet (docs/records.md); "
+                "drop .options(provenance_dir=...)"
+            )
         if geometry.lanes is not None:
             raise ConfigError(f"a record run's geometry must have no packing lanes, got {geometry.lanes}")
         self.geometry = geometry
