@@ -256,10 +256,8 @@ class Pipeline:
         return self._with(pack=spec)
 
     def pack_samples(self, *, max_cost: int, algorithm: str = "best_fit", oversize: str = "refuse") -> Pipeline:
-        """Record pipelines: samples grouped into rows at plan time, no row costing more than ``max_cost``; batches
-        then count rows (``SamplePackSpec``; docs/records.md#costs-and-packing-samples)."""
-        spec = SamplePackSpec(max_cost=max_cost, algorithm=algorithm, oversize=oversize)
-        return self._with(sample_pack=spec)
+        """Records grouped into rows at plan time, none costing over ``max_cost`` (docs/records.md)."""
+        return self._with(sample_pack=SamplePackSpec(max_cost=max_cost, algorithm=algorithm, oversize=oversize))
 
     def batch(
         self,

@@ -314,3 +314,15 @@ def _pack(max_cost: int, oversize: str = "refuse"):
     from zephon.specs import SamplePackSpec
 
     return SamplePackSpec(max_cost=max_cost, oversize=oversize)
+
+
+def test_the_records_page_s_costs_example_prints_what_it_shows(tmp_path: Path, monkeypatch, capsys):
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text(encoding="utf-8")
+    section = page.split("## Costs and packing samples", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    exec(compile(block, "docs/records.md", "exec"), {})
+    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
+    assert capsys.readouterr().out.splitlines() == shown
