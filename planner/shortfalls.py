@@ -6,9 +6,9 @@ Two kinds, decided from the plan's totals once it is laid out (``E`` is the epoc
 
 * ``budget_not_met`` — ``on_exhaustion="stop"`` ended the plan before its budget: fewer documents than
   ``num_documents``, fewer (estimated or exact) tokens than ``num_tokens``, fewer costs than ``num_cost``, or,
-  with an epochs budget, some dataset short of its ``E`` passes. ``dataset`` is the one that ran out (the first, in work-source order,
-  that read all of its ``E`` passes); ``requested`` and ``planned`` are in the budget's unit (documents,
-  tokens, or passes of the dataset furthest short).
+  with an epochs budget, some dataset short of its ``E`` passes. ``dataset`` is the one that ran out (the
+  first, in work-source order, that read all of its ``E`` passes); ``requested`` and ``planned`` are in the
+  budget's unit (documents, tokens, costs, or passes of the dataset furthest short).
 * ``repetition`` — a dataset planned for more than ``REPETITION_LIMIT × E`` passes (planned documents /
   rows). Repeating data up to about four times costs little against fresh data; beyond that its value falls
   quickly (Muennighoff et al., "Scaling Data-Constrained Language Models", 2023), so a mixture that reads a
