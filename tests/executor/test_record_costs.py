@@ -326,3 +326,9 @@ def test_the_records_page_s_costs_example_prints_what_it_shows(tmp_path: Path, m
     exec(compile(block, "docs/records.md", "exec"), {})
     shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
     assert capsys.readouterr().out.splitlines() == shown
+
+
+def test_continuing_a_cost_plan_is_refused_in_one_line(data: Path, tmp_path: Path):
+    parent = mixed(data).plan(tmp_path / "parent", sample_pack=_pack(16))
+    with pytest.raises(ConfigError, match=r"a continuation must continue a plan without sample costs, got costs"):
+        mixed(data).plan(tmp_path / "child", sample_pack=_pack(16), continue_from=parent, at_step=1, global_batch=2)
