@@ -16,7 +16,8 @@ samples.parquet's ``tokens`` column holds them (plan.json ``totals.tokens_are = 
 Rules (docs/records.md#costs-and-packing-samples): a cost is an integer ≥ 0; a non-integer is rounded **up**
 (``ceil``); NULL, NaN, infinite, negative or ≥ 2^31 is refused in one line naming the dataset, the shard, the
 row (and the key, with a sidecar) and how many samples share the fault. Rows a ``where`` leaves out cost 0 and
-are never read. WebDataset tar shards have no columns for DuckDB to read: a cost on them is refused.
+are never read. A WebDataset tar sample offers one column, its ``__key__`` (from the shard's headers; payloads
+are never read at plan time), so its cost comes from a sidecar keyed by ``__key__``.
 
 Invariant: the costs are a function of the shards' and sidecar's content and the expression only — the result
 is sorted by (shard, row) and scattered into per-shard arrays, whatever DuckDB's threads or scan order.
@@ -42,7 +43,6 @@ from zephon.planner.selection.join import Relation, quote, sidecar_relation
 from zephon.planner.selection.tables import Wanted, arrow_read, read_documents, referenced_names
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.selection import Selection
-from zephon.storage.tar_index import TAR_FORMATS
 
 __all__ = ["MAX_COST", "dataset_costs"]
 
@@ -53,12 +53,6 @@ MAX_COST = 2**31 - 1
 def dataset_costs(ds: Dataset, refs: tuple[ShardRef, ...]) -> list[np.ndarray]:
     """Per shard of ``ds`` (``refs``, in order): each row's cost (int64; 0 for rows its ``where`` leaves out)."""
     assert ds.cost is not None
-    tar = [r for r in refs if r.format in TAR_FORMATS]
-    if tar:
-        raise ConfigError(
-            f"dataset {ds.name!r}: cost= must be evaluated on Parquet or JSONL shards, got WebDataset tar shard "
-            f"{tar[0].uri} — a tar sample's cost is not planned yet: keep its sizes in a Parquet dataset, or drop cost="
-        )
     selection = ds.selection or Selection(dataset=ds.name)
     spill = tempfile.mkdtemp(prefix="zephon-cost-")
     con = duckdb.connect()

@@ -291,20 +291,34 @@ def test_a_config_file_plans_costs_and_packing_like_the_python_api(data: Path, t
         assert (tmp_path / "cfg" / name).read_bytes() == (python / name).read_bytes()
 
 
-def test_a_webdataset_cost_and_a_packed_provenance_log_are_refused_in_one_line(data: Path, tmp_path: Path):
+def test_a_webdataset_sample_costs_what_its_sidecar_row_says_keyed_by_its_key(tmp_path: Path):
     import io
     import tarfile
 
     (tmp_path / "wds").mkdir()
     with tarfile.open(tmp_path / "wds" / "shard-0.tar", "w") as tar:
-        for name, payload in (("000.jpg", b"x"), ("000.txt", b"y")):
-            info = tarfile.TarInfo(name)
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-    with pytest.raises(ConfigError, match=r"dataset 'wds': cost= must be evaluated on Parquet or JSONL shards, got "):
-        StaticMixtureWorkSource(
-            datasets=[Dataset.from_path("wds", tmp_path / "wds", cost="1")], mixture=MixtureSpec({"wds": 1}), seed=1
-        ).plan(tmp_path / "p")
+        for key in ("k0", "k1", "k2", "k3"):
+            for ext, payload in (("jpg", key.encode() * 3), ("txt", f"caption {key}".encode())):
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    write(tmp_path / "sizes", {"__key__": ["k3", "k1", "k0", "k2"], "patches": [6, 5, 4, 3]})
+    ds = Dataset.from_path("wds", tmp_path / "wds", metadata=tmp_path / "sizes", key="__key__", cost="patches + 1")
+    work = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"wds": 1}), seed=1, shuffle=IN_ORDER)
+    plan = work.plan(tmp_path / "p", sample_pack=_pack(10))
+    assert column(plan, "tokens") == [5, 6, 4, 7]  # k0 4+1, k1 5+1, k2 3+1, k3 6+1
+    assert bins_rows(plan) == [[0], [1, 2], [3]]  # 5 opens row 0 (5 left); 6 opens row 1 (4 left); 4 fills row 1
+    batches = list(packed(plan, b=1, g=1))
+    assert [b.data["txt"] for b in batches] == [[b"caption k0"], [b"caption k1", b"caption k2"], [b"caption k3"]]
+    assert [b.data["__key__"] for b in batches] == [["k0"], ["k1", "k2"], ["k3"]]
+    missing = Dataset.from_path(
+        "wds", tmp_path / "wds", metadata=tmp_path / "sizes", key="__key__", cost="patches + absent"
+    )
+    with pytest.raises(ConfigError, match=r"dataset 'wds': cost='patches \+ absent' must be a number-valued"):
+        StaticMixtureWorkSource(datasets=[missing], mixture=MixtureSpec({"wds": 1}), seed=1).plan(tmp_path / "q")
+
+
+def test_a_packed_provenance_log_is_refused_in_one_line(data: Path, tmp_path: Path):
     plan = source(data).plan(tmp_path / "q", sample_pack=_pack(16))
     with pytest.raises(ConfigError, match=r"must run without provenance_dir"):
         list(packed(plan).options(provenance_dir=str(tmp_path / "log")))
