@@ -86,6 +86,17 @@ class RecordRunner:
                 "a record pipeline must run a samples plan, got an exact plan (token offsets of a tokenizer) — "
                 "plan without exact_tokens, or add .tokenize() and .pack_flat()"
             )
+        planned = manifest.sample_packing
+        wanted = spec.sample_pack
+        if wanted is not None and (
+            planned is None or (planned.max_cost, planned.oversize) != (wanted.max_cost, wanted.oversize)
+        ):
+            got = "no packing" if planned is None else f"max_cost={planned.max_cost}, oversize={planned.oversize!r}"
+            raise ConfigError(
+                f"pack_samples(max_cost={wanted.max_cost}, oversize={wanted.oversize!r}) must match the plan's "
+                f"packing, got {got} in plan {manifest.config_hash[:12]} — drop .pack_samples() to run the plan as "
+                "planned, or re-plan with it"
+            )
         if manifest.sample_packing is not None and spec.provenance_dir is not None:
             raise ConfigError(
                 "a run of samples packed by cost must run without provenance_dir, got "

@@ -32,10 +32,9 @@ def write(folder: Path, columns: dict[str, list]) -> Path:
     return folder
 
 
-@pytest.fixture
-def data(tmp_path: Path) -> Path:
+def write_data(root: Path) -> Path:
     write(
-        tmp_path / "img",
+        root / "img",
         {
             "id": [f"img-{i}" for i in range(6)],
             "text_tokens": [10, 3, 5, 7, 2, 9],
@@ -44,10 +43,22 @@ def data(tmp_path: Path) -> Path:
         },
     )
     write(
-        tmp_path / "txt",
+        root / "txt",
         {"id": [f"txt-{i}" for i in range(4)], "text_tokens": [1, 2, 3, 4], "width": [14] * 4, "height": [14] * 4},
     )
-    return tmp_path
+    return root
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_data(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def mixed_packed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The two datasets mixed by cost and packed into rows of at most 16, planned once for the module."""
+    root = write_data(tmp_path_factory.mktemp("mixed"))
+    return mixed(root).plan(root / "plan", sample_pack=_pack(16))
 
 
 def source(data: Path, cost: str = PATCHES, **options) -> StaticMixtureWorkSource:
@@ -224,8 +235,8 @@ def steps_of(pipes: list[Pipeline]) -> dict[int, dict[int, list[str]]]:
     return out
 
 
-def test_a_packed_run_yields_each_microbatchs_rows_with_their_members(data: Path, tmp_path: Path):
-    plan = mixed(data).plan(tmp_path / "p", sample_pack=_pack(16))
+def test_a_packed_run_yields_each_microbatchs_rows_with_their_members(mixed_packed: Path):
+    plan = mixed_packed
     rows = bins_rows(plan)
     # costs 2 3 4 12 5 2 7 3 4 6 5 2 3 9 4 5 5 2 3 10: 2, 3, 4 open row 0 (room 7); 12 opens row 1 (4); 5 and 2
     # fill row 0; 7 opens row 2 (9); 3 → row 1 (1); 4 → row 2 (5); 6 opens row 3; 5 closes row 2; …
@@ -241,8 +252,8 @@ def test_a_packed_run_yields_each_microbatchs_rows_with_their_members(data: Path
     assert grouped[3].data == [["img-5"]]  # a user collate receives the rows that exist
 
 
-def test_packed_global_batches_are_the_same_at_dp_1_2_and_after_resume(data: Path, tmp_path: Path):
-    plan = mixed(data).plan(tmp_path / "p", sample_pack=_pack(16))
+def test_packed_global_batches_are_the_same_at_dp_1_2_and_after_resume(mixed_packed: Path):
+    plan = mixed_packed
     one = steps_of([packed(plan, b=2, g=2)])
     two = steps_of([packed(plan, rank=r, size=2, b=1, g=2) for r in range(2)])
     assert one == two and sorted(one) == [0, 1, 2, 3]
@@ -258,8 +269,8 @@ def test_packed_global_batches_are_the_same_at_dp_1_2_and_after_resume(data: Pat
     assert steps_of([other, resumed]) == {s: one[s] for s in (1, 2, 3)}
 
 
-def test_zephon_show_lists_a_steps_rows_and_audit_reports_cost_shares(data: Path, tmp_path: Path):
-    plan = mixed(data).plan(tmp_path / "p", sample_pack=_pack(16))
+def test_zephon_show_lists_a_steps_rows_and_audit_reports_cost_shares(mixed_packed: Path):
+    plan = mixed_packed
     shown = CliRunner().invoke(cli, ["show", str(plan), "--step", "1", "--batch-size", "2", "--format", "json"])
     assert shown.exit_code == 0, shown.output
     view = json.loads(shown.output)
@@ -342,7 +353,16 @@ def test_the_records_page_s_costs_example_prints_what_it_shows(tmp_path: Path, m
     assert capsys.readouterr().out.splitlines() == shown
 
 
-def test_continuing_a_cost_plan_is_refused_in_one_line(data: Path, tmp_path: Path):
-    parent = mixed(data).plan(tmp_path / "parent", sample_pack=_pack(16))
+def test_continuing_a_cost_plan_is_refused_in_one_line(data: Path, tmp_path: Path, mixed_packed: Path):
+    parent = mixed_packed
     with pytest.raises(ConfigError, match=r"a continuation must continue a plan without sample costs, got costs"):
         mixed(data).plan(tmp_path / "child", sample_pack=_pack(16), continue_from=parent, at_step=1, global_batch=2)
+
+
+def test_pack_samples_on_a_plan_packed_otherwise_is_refused_not_ignored(data: Path, tmp_path: Path):
+    plan = source(data).plan(tmp_path / "p", sample_pack=_pack(16))
+    with pytest.raises(
+        ConfigError, match=r"pack_samples\(max_cost=20, oversize='refuse'\) must match .*got max_cost=16"
+    ):
+        list(Pipeline.from_plan(plan).pack_samples(max_cost=20).batch(microbatch_size=1))
+    assert len(list(Pipeline.from_plan(plan).pack_samples(max_cost=16).batch(microbatch_size=1))) == 4
