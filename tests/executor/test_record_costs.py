@@ -297,6 +297,11 @@ def test_a_config_file_plans_costs_and_packing_like_the_python_api(data: Path, t
     )
     result = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / "cfg")])
     assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:] == [
+        "  img  weight 0.500  documents  6  passes 1.00  cost 49 (share 0.510)",
+        "  txt  weight 0.500  documents 14  passes 3.50  cost 47 (share 0.490)",
+        "  rows 7 of max_cost 16 (best_fit), filled 0.857",
+    ]
     python = mixed(data).plan(tmp_path / "py", sample_pack=_pack(16))
     for name in ("samples.parquet", "bins.parquet"):
         assert (tmp_path / "cfg" / name).read_bytes() == (python / name).read_bytes()
