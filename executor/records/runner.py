@@ -62,6 +62,8 @@ from zephon.executor.step_arithmetic import steps_in
 
 #: The state's and the identity's ``algorithm`` of a record run: a text state is refused here, and back.
 RECORDS = "records"
+#: The provenance log's unit of a packed record run: pieces are rows' records (``zephon.inspection.log_check``).
+PACKED_ROWS = "rows"
 
 
 class RecordRunner:
@@ -96,12 +98,6 @@ class RecordRunner:
                 f"pack_samples(max_cost={wanted.max_cost}, oversize={wanted.oversize!r}) must match the plan's "
                 f"packing, got {got} in plan {manifest.config_hash[:12]} — drop .pack_samples() to run the plan as "
                 "planned, or re-plan with it"
-            )
-        if manifest.sample_packing is not None and spec.provenance_dir is not None:
-            raise ConfigError(
-                "a run of samples packed by cost must run without provenance_dir, got "
-                f"{spec.provenance_dir!r} — the provenance log of packed rows is not written yet (docs/records.md); "
-                "drop .options(provenance_dir=...)"
             )
         if geometry.lanes is not None:
             raise ConfigError(f"a record run's geometry must have no packing lanes, got {geometry.lanes}")
@@ -158,13 +154,14 @@ class RecordRunner:
         if self.stats is not None:
             self.stats.include(self.names)
         if self.spec.provenance_dir is not None:
+            packed = self.plan.manifest.sample_packing is not None
             header = LogHeader(
                 plan=self.plan.manifest.config_hash,
-                max_length=1,
+                max_length=max(1, self.plan.num_documents) if packed else 1,  # packed: records a row may hold
                 geometry=self.geometry,
                 first_step=self.progress.step,
                 worker=self.worker[0],
-                unit=RECORDS,
+                unit=PACKED_ROWS if packed else RECORDS,
             )
             self.log = ProvenanceLog(self.spec.provenance_dir, header)
         skipped: dict[tuple[int, int], str] = {}
@@ -250,7 +247,8 @@ class RecordRunner:
                 row=row_of[kept] if row_of is not None else None,
             )
             if self.log is not None:
-                self.log.write_records(at.step, at.index, batch.positions)
+                rows = batch.sequences[batch.row] if batch.row is not None else None
+                self.log.write_records(at.step, at.index, batch.positions, rows)
             if self.stats is not None:
                 self.stats.records_handed_out(self.names, batch.datasets)
             yield batch

@@ -334,10 +334,16 @@ def test_a_webdataset_sample_costs_what_its_sidecar_row_says_keyed_by_its_key(tm
         StaticMixtureWorkSource(datasets=[missing], mixture=MixtureSpec({"wds": 1}), seed=1).plan(tmp_path / "q")
 
 
-def test_a_packed_provenance_log_is_refused_in_one_line(data: Path, tmp_path: Path):
-    plan = source(data).plan(tmp_path / "q", sample_pack=_pack(16))
-    with pytest.raises(ConfigError, match=r"must run without provenance_dir"):
-        list(packed(plan).options(provenance_dir=str(tmp_path / "log")))
+def test_the_provenance_log_of_a_packed_run_passes_zephon_audit(mixed_packed: Path, tmp_path: Path):
+    log = tmp_path / "log"
+    for rank in range(2):
+        pipe = packed(mixed_packed, rank=rank, size=2, b=1, g=2).options(provenance_dir=str(log))
+        list(pipe.map_transform(lambda r: None if r["id"] == "img-0" else r))  # one record dropped, and logged so
+    result = CliRunner().invoke(cli, ["audit", str(mixed_packed), "--log", str(log), "--format", "json"])
+    report = json.loads(result.output)
+    assert result.exit_code == 0, result.output
+    assert report["mismatches"] == [] and report["skipped"] == {"dropped": 1}
+    assert report["tokens_by_dataset"] == {"img": 5, "txt": 14}  # records: 19 planned, img-0 dropped
 
 
 def _pack(max_cost: int, oversize: str = "refuse"):
