@@ -127,9 +127,7 @@ class ProvenanceLog:
         if self._rows >= FLUSH_ROWS:
             self.flush()
 
-    def write_records(
-        self, step: int, microbatch: int, positions: np.ndarray, rows: np.ndarray | None = None
-    ) -> None:
+    def write_records(self, step: int, microbatch: int, positions: np.ndarray, rows: np.ndarray | None = None) -> None:
         """A record pipeline's microbatch: one piece per record (sequence = position, offset 0, length 1); a packed
         one (``rows``: each record's plan row, records of a row consecutive) logs sequence = row and offset = the
         record's place in its row."""
