@@ -165,6 +165,13 @@ def test_costs_are_all_or_none_and_a_cost_mixture_needs_them_everywhere(data: Pa
         plain.plan(tmp_path / "p")
     with pytest.raises(ConfigError, match=r"num_cost=10 needs a cost mixture"):
         source(data, num_cost=10)
+    bare = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("img", data / "img")], mixture=MixtureSpec({"img": 1}), seed=1
+    )
+    with pytest.raises(ConfigError, match=r"pack_samples must plan datasets with a cost=, got none"):
+        bare.plan(tmp_path / "q", sample_pack=_pack(8))
+    with pytest.raises(ConfigError, match=r"pack_samples must go with a record pipeline"):
+        Pipeline(bare).tokenize(tokenizer_id="gpt2").pack_samples(max_cost=8).batch(microbatch_size=1).executor_spec()
 
 
 def test_a_cost_mixture_interleaves_by_cost_shares_in_every_prefix(data: Path, tmp_path: Path):
