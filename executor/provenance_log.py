@@ -60,7 +60,9 @@ class LogHeader:
         first_step: the first step this log records (the run's step when it starts or resumes).
         worker: the DataLoader worker's index (0 without a DataLoader).
         unit: ``"tokens"`` (text pipelines) or ``"records"`` (record pipelines: one piece per record, ``sequence``
-            and ``position`` equal, ``length`` 1; the metadata then says ``zephon.unit: records``).
+            and ``position`` equal, ``length`` 1; the metadata then says ``zephon.unit: records``) or ``"rows"``
+            (records packed by cost: ``sequence`` the plan row, ``offset`` the record's place among the row's
+            logged records, ``length`` 1).
     """
 
     plan: str
@@ -125,20 +127,29 @@ class ProvenanceLog:
         if self._rows >= FLUSH_ROWS:
             self.flush()
 
-    def write_records(self, step: int, microbatch: int, positions: np.ndarray) -> None:
-        """A record pipeline's microbatch: one piece per record (sequence = position, offset 0, length 1)."""
+    def write_records(self, step: int, microbatch: int, positions: np.ndarray, rows: np.ndarray | None = None) -> None:
+        """A record pipeline's microbatch: one piece per record (sequence = position, offset 0, length 1); a packed
+        one (``rows``: each record's plan row, records of a row consecutive) logs sequence = row and offset = the
+        record's place in its row."""
         n = len(positions)
         if not n:
             return
         positions = np.asarray(positions, np.int64)
+        sequence, offset = positions, np.zeros(n, np.int32)
+        if rows is not None:
+            sequence = np.asarray(rows, np.int64)
+            first = np.ones(n, bool)
+            first[1:] = sequence[1:] != sequence[:-1]
+            starts = np.flatnonzero(first)
+            offset = (np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))).astype(np.int32)
         self._parts.append(
             pa.table(
                 {
                     "step": np.full(n, step, np.int64),
                     "rank": np.full(n, self.rank, np.int32),
                     "microbatch": np.full(n, microbatch, np.int32),
-                    "sequence": positions,
-                    "offset": np.zeros(n, np.int32),
+                    "sequence": sequence,
+                    "offset": offset,
                     "position": positions,
                     "doc_start": np.zeros(n, np.int32),
                     "length": np.ones(n, np.int32),

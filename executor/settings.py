@@ -23,7 +23,7 @@ from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
 from zephon.executor.read.shard_reader import ON_BAD_DOCUMENT
 from zephon.plan.records import ShardRef
-from zephon.specs import BatchSpec, PackSpec, StoreOptions, TokenizeSpec
+from zephon.specs import BatchSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +62,8 @@ class ExecutorSpec:
     dp_size: int | None = None
     provenance_dir: str | None = None
     collate: Callable[[list[dict[str, Any]]], Any] | None = None
+    #: Record pipelines only: samples grouped into rows by cost at plan time (``Pipeline.pack_samples``).
+    sample_pack: SamplePackSpec | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.io, StoreOptions):
@@ -91,6 +93,11 @@ class ExecutorSpec:
     def ready(self) -> ExecutorSpec:
         """This spec, once ``tokenize``, ``pack`` and ``batch`` are all set — or, for a record pipeline, ``batch``
         alone (else one ``ConfigError`` naming the first missing step): what a run needs before its first batch."""
+        if self.sample_pack is not None and not self.records:
+            raise ConfigError(
+                "pack_samples must go with a record pipeline, got it with .tokenize()/.pack_flat() — drop "
+                "pack_samples (text is packed by pack_flat), or drop tokenize and pack_flat to yield records"
+            )
         if self.records and self.batch is not None:
             return self
         if self.collate is not None:

@@ -17,6 +17,10 @@ Worked example, max_length 10, documents (position: tokens) 0:6, 1:5, 2:4, 3:3, 
 is row 0 (free 0, closed); 3 → row 1 (free 2); 4 is split: tokens 0–9 fill row 2 alone, the remaining 2
 go to row 1 (free 0). Rows: [0:6 2:4] [1:5 3:3 4:2] [4:10] — no padding at all.
 
+With ``keep_empty`` (samples packed by cost, ``Pipeline.pack_samples``) a document of 0 tokens is placed like any
+other — into the open row with the least free space, or a new row when none is open — so no sample is lost;
+without it (token rows) it is skipped, as it holds no token.
+
 ``first_fit`` (the earliest-opened row that fits) is kept for comparison in reports and benchmarks.
 """
 
@@ -46,7 +50,13 @@ class Bins:
 
 
 def pack(
-    tokens: np.ndarray, max_length: int, *, oversize: str = "split", max_open: int = 64, first_fit: bool = False
+    tokens: np.ndarray,
+    max_length: int,
+    *,
+    oversize: str = "split",
+    max_open: int = 64,
+    first_fit: bool = False,
+    keep_empty: bool = False,
 ) -> Bins:
     """Plan rows for documents of ``tokens[p]`` tokens at plan positions ``p``."""
     out_seq: list[int] = []
@@ -84,7 +94,7 @@ def pack(
                 place(len(fill) - 1, position, start, max_length)
                 start += max_length
         length = n - start
-        if length == 0:
+        if length == 0 and not keep_empty:
             continue
         if first_fit:
             row = next((r for r in open_order if max_length - fill[r] >= length), -1)

@@ -41,7 +41,7 @@ from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.planner.room import check_room
 from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.recipe.work_source import WorkSource
-from zephon.specs import PackSpec, TokenizeSpec
+from zephon.specs import PackSpec, SamplePackSpec, TokenizeSpec
 from zephon.storage.files import CACHE_DIR_FIX, atomic_directory, cache_dir, write_atomic
 from zephon.storage.files import WRITER_SUFFIX as WRITER_SUFFIX  # re-exported: docs and tests name them here
 from zephon.storage.files import sweep_stale_temporaries as sweep_stale_temporaries
@@ -139,7 +139,9 @@ def write_bundle(
     copied = copied_datasets(prepared) if materialize_selections else None  # refused before anything is laid out
     ours = _ours if overwrite else _nothing
     with atomic_directory(out_dir, "the plan bundle", _storage_fix(out_dir), ours=ours, wait=wait) as tmp:
-        packs = prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
+        packs = prepared.sample_pack is not None or (
+            prepared.exact and prepared.pack is not None and prepared.pack.algorithm != "wrap"
+        )
         totals = Totals(datasets=len(prepared.shards), keep_tokens=packs)
         # Exact plans with user operators: a record an operator dropped was counted 0 tokens (count_worker), so
         # its plan rows are those with 0 tokens; counted per dataset for plan.json. Only then: other plans keep
@@ -210,6 +212,8 @@ class PlanOptions:
     workers: int | None = None
     progress: bool | None = None
     materialize_selections: bool = False
+    #: ``Pipeline.pack_samples``: samples grouped into rows by cost (part of the plan, like ``pack``).
+    sample_pack: SamplePackSpec | None = None
 
     def prepare(self, source: WorkSource) -> PreparedPlan:
         """``source`` scanned, counted and normalized with these options (``prepare``)."""
@@ -220,6 +224,7 @@ class PlanOptions:
             workers=self.workers,
             progress=self.progress,
             operators=self.operators,
+            sample_pack=self.sample_pack,
         )
 
 

@@ -268,7 +268,7 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
         passes=source.epochs or 1,
         stop=source.on_exhaustion == "stop",
         num_documents=_less(source.num_documents, placed, "documents"),
-        num_tokens=_less(source.num_tokens, tokens, "tokens"),
+        num_tokens=_less(source.num_cost if prepared.unit == "cost" else source.num_tokens, tokens, prepared.unit),
         consumed=list(segment.dataset_tokens) if segment is not None else None,
     )
 
@@ -285,7 +285,8 @@ def _epoch_tokens(prepared: PreparedPlan, index: int) -> int:
 def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
     """The plan described by ``prepared``, in chunks of consecutive positions."""
     stages = prepared.stages
-    placements = _token_mixture(prepared, stages) if prepared.unit == "tokens" else _sample_mixture(prepared, stages)
+    by_amount = prepared.unit in ("tokens", "cost")  # token shares, or cost shares by the same machinery
+    placements = _token_mixture(prepared, stages) if by_amount else _sample_mixture(prepared, stages)
     dealer = None if prepared.exact else Dealer(prepared.segment.units if prepared.segment is not None else 0)
     sizes = None if prepared.tokens is not None else row_bytes(prepared.shards)
     start, offset, _ = _done(prepared)
@@ -315,7 +316,11 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
 
 def best_fit(prepared: PreparedPlan, tokens: np.ndarray, dataset_id: np.ndarray | None = None) -> Bins | None:
     """The planned rows of an exact best-fit or homogeneous plan over its documents' ``tokens`` (and, for
-    homogeneous packing, ``dataset_id``) in plan order, else None."""
+    homogeneous packing, ``dataset_id``) in plan order, else None. A plan that packs samples
+    (``Pipeline.pack_samples``): rows of at most ``max_cost`` over its samples' costs (``tokens``), every sample
+    placed, zero-cost ones too, but those ``oversize="drop"`` leaves out (``prepare`` refused them otherwise)."""
+    if prepared.sample_pack is not None:
+        return pack(tokens.astype(np.int64), prepared.sample_pack.max_cost, oversize="drop", keep_empty=True)
     if not prepared.exact or prepared.pack is None or prepared.pack.algorithm == "wrap":
         return None
     if prepared.pack.algorithm == "homogeneous":

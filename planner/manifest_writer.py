@@ -29,6 +29,7 @@ from zephon.plan.manifest import (
     PlanMixture,
     PlanPacking,
     PlanPhase,
+    PlanSamplePacking,
     PlanShuffle,
     PlanSource,
     PlanTokenizer,
@@ -101,9 +102,13 @@ def plan_manifest(
         token_estimation=prepared.token_provenance,
         tokenizer=_tokenizer(prepared),
         packing=_packing(prepared, totals, bins, total_tokens),
+        sample_packing=_sample_packing(prepared, bins, total_tokens),
         shuffle=PlanShuffle(enabled=shuffle["enabled"], window_shards=shuffle["window_shards"]),
         budget=PlanBudget(
-            num_documents=budget["num_documents"], epochs=budget["epochs"], num_tokens=budget["num_tokens"]
+            num_documents=budget["num_documents"],
+            epochs=budget["epochs"],
+            num_tokens=budget["num_tokens"],
+            num_cost=budget.get("num_cost"),
         ),
         on_exhaustion=source.on_exhaustion,
         files=PlanFiles(
@@ -116,7 +121,7 @@ def plan_manifest(
             documents=n_docs,
             shards=sum(len(r) for r in prepared.shards),
             tokens=tokens,
-            tokens_are=("exact" if prepared.exact else "estimated") if known else None,
+            tokens_are=("cost" if prepared.costs else "exact" if prepared.exact else "estimated") if known else None,
         ),
         warnings=plan_warnings(prepared, documents=n_docs, docs=totals.docs, tokens=tokens),
         phases=phases,
@@ -174,6 +179,24 @@ def _tokenizer(prepared: PreparedPlan) -> PlanTokenizer | None:
         field=prepared.tokenize.field,
         add_bos=prepared.tokenize.add_bos,
         eos_token=prepared.tokenize.eos_token,
+    )
+
+
+def _sample_packing(prepared: PreparedPlan, bins: Bins | None, total_cost: float) -> PlanSamplePacking | None:
+    """plan.json ``sample_packing`` of a plan that packs samples by cost: its rows and what they hold."""
+    spec = prepared.sample_pack
+    if spec is None:
+        return None
+    assert bins is not None
+    capacity = bins.sequences * spec.max_cost
+    return PlanSamplePacking(
+        algorithm="best_fit",
+        max_cost=spec.max_cost,
+        oversize=spec.oversize,
+        rows=bins.sequences,
+        fill_fraction=float(total_cost - bins.dropped_tokens) / capacity if capacity else 0.0,
+        dropped_samples=bins.dropped_documents,
+        dropped_cost=bins.dropped_tokens,
     )
 
 

@@ -24,6 +24,7 @@ from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest_parts import STORES_ONLY
 from zephon.plan.records import ShardRef
+from zephon.planner.costs import check_oversize, dataset_costs
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
 from zephon.planner.counts.shard_tokens import ShardTokens
@@ -35,7 +36,7 @@ from zephon.planner.selection.evaluate import SelectedRows, select_rows
 from zephon.planner.selection.stores import selection_refs
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.work_source import WorkSource
-from zephon.specs import PackSpec, TokenizeSpec
+from zephon.specs import PackSpec, SamplePackSpec, TokenizeSpec
 from zephon.storage.progress import progress_bar
 from zephon.storage.scan import scan_shard
 
@@ -62,6 +63,8 @@ class PreparedPlan:
     #: A continued plan's new segment: what the parent's kept prefix placed (``zephon.planner.segment``); None
     #: for a plan laid out from its start.
     segment: SegmentStart | None = None
+    #: ``Pipeline.pack_samples``: samples grouped into rows by cost at plan time (``zephon.planner.costs``).
+    sample_pack: SamplePackSpec | None = None
 
     def selection(self, index: int) -> SelectedRows | None:
         """Dataset ``index``'s selection, or None when it reads every row."""
@@ -74,7 +77,14 @@ class PreparedPlan:
 
     @property
     def unit(self) -> str:
+        if self.source.mixture_unit == "cost":
+            return "cost"
         return "tokens" if self.source.token_estimation is not None else "samples"
+
+    @property
+    def costs(self) -> bool:
+        """Whether ``tokens`` holds the samples' costs (its datasets have ``cost=``), not token counts."""
+        return any(ds.cost is not None for ds in self.source.datasets)
 
     @property
     def exact(self) -> bool:
@@ -117,8 +127,12 @@ def prepare(
     workers: int | None = None,
     progress: bool | None = None,
     operators: tuple[Operator, ...] = (),
+    sample_pack: SamplePackSpec | None = None,
 ) -> PreparedPlan:
     """Scan the datasets, compute token counts if the plan needs them, and normalize the config.
+
+    ``sample_pack`` (``Pipeline.pack_samples``) groups samples into rows by their ``cost=`` (``zephon.planner.costs``);
+    the costs take the place of token counts.
 
     ``operators`` (``Pipeline.map_transform`` / ``map_batch``) run before the count pass counts, and are named
     in the config (so in ``config_hash``) when there are any.
@@ -152,6 +166,7 @@ def prepare(
             "a token mixture of chat data must count tokens exactly, got token_estimation without exact_tokens "
             "— set exact_tokens=True (calibration measures tokens per byte of text, which a conversation is not)"
         )
+    check_costs(source, tokenize, sample_pack)
     forget_stores()
     shards = shard_refs(source, progress=progress)
     selections = select_datasets(source, shards)
@@ -195,9 +210,21 @@ def prepare(
                 )
                 tokens.append(estimate.tokens)
                 provenance[ds.name] = estimate.provenance
+    if any(ds.cost is not None for ds in source.datasets):
+        tokens = [dataset_costs(ds, refs) for ds, refs in zip(source.datasets, shards, strict=True)]
+        if sample_pack is not None and sample_pack.oversize == "refuse":
+            for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True)):
+                chosen = selections[index] if selections else None
+                rows: list[np.ndarray | None] = [None] * len(refs)
+                if chosen is not None:
+                    rows = [np.zeros(0, np.int64) for _ in refs]
+                    for j, picked in chosen.by_shard():
+                        rows[j] = picked
+                check_oversize(ds, refs, tokens[index], rows, sample_pack.max_cost)
     return assemble(
         source,
         shards,
+        sample_pack=sample_pack,
         tokens=tuple(tokens) if tokens is not None else None,
         token_provenance=provenance,
         tokenize=tokenize,
@@ -211,6 +238,29 @@ def prepare(
         operators=operators,
         selections=selections,
     )
+
+
+def check_costs(source: WorkSource, tokenize: TokenizeSpec | None, sample_pack: SamplePackSpec | None) -> None:
+    """Costs are all-or-none, for record plans only; packing samples needs them."""
+    priced = [ds.name for ds in source.datasets if ds.cost is not None]
+    if not priced:
+        if sample_pack is not None:
+            raise ConfigError(
+                "pack_samples must plan datasets with a cost=, got none — add e.g. Dataset.from_path(..., "
+                'cost="text_tokens + ceil(width / 14.0) * ceil(height / 14.0)")'
+            )
+        return
+    missing = [ds.name for ds in source.datasets if ds.cost is None]
+    if missing:
+        raise ConfigError(
+            f"cost= must be on every dataset of a plan once one has it, got it on {priced} but not on {missing} — "
+            'add cost= to those (cost="1": one unit per sample)'
+        )
+    if tokenize is not None or source.token_estimation is not None or source.exact_tokens:
+        raise ConfigError(
+            "datasets with cost= must be planned as records (no tokenizer, token_estimation or exact_tokens), got "
+            "them in a text plan — drop cost= or the tokenizer settings"
+        )
 
 
 def select_datasets(
@@ -245,6 +295,7 @@ def assemble(
     count_report: CountReport | None = None,
     operators: tuple[Operator, ...] = (),
     selections: tuple[SelectedRows | None, ...] | None = None,
+    sample_pack: SamplePackSpec | None = None,
 ) -> PreparedPlan:
     """Normalize the config of ``source`` over already scanned ``shards`` (and per-row ``tokens``) and hash it.
 
@@ -275,6 +326,8 @@ def assemble(
             # The query as written, the sidecar's content digest and the counts: a changed sidecar or predicate
             # changes config_hash. Absent without a selection, so such plans stay byte-identical.
             entry["selection"] = ds.selection.normalized() | chosen.report.as_json()
+        if ds.cost is not None:  # only then: plans without costs keep their config and hash
+            entry["cost"] = ds.cost
         datasets.append(entry)
     budget = source.budget()
     if all(v is None for v in budget.values()):
@@ -285,7 +338,7 @@ def assemble(
         "seed": source.seed,
         "datasets": datasets,
         "mixture": {
-            "unit": "tokens" if te is not None else "samples",
+            "unit": "cost" if source.mixture_unit == "cost" else ("tokens" if te is not None else "samples"),
             "weights": {ds.name: str(f) for ds, f in zip(source.datasets, fracs, strict=True)},
         },
         "budget": budget,
@@ -308,6 +361,8 @@ def assemble(
         config["phases"] = normalized(source)
     if operators:  # only then: plans without user operators keep their config and hash
         config["operators"] = describe_operators(operators)
+    if sample_pack is not None:
+        config["sample_packing"] = sample_pack.normalized()
     if source.exact_tokens and pack is not None:
         config["packing"] = {"algorithm": pack.algorithm, "max_length": pack.max_length, "oversize": pack.oversize}
     return PreparedPlan(
@@ -323,4 +378,5 @@ def assemble(
         count_report=count_report,
         stages=stages(source, pack if source.exact_tokens else None),
         selections=selections or (),
+        sample_pack=sample_pack,
     )

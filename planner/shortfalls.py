@@ -5,10 +5,10 @@ Two kinds, decided from the plan's totals once it is laid out (``E`` is the epoc
 — also with a ``num_documents`` or ``num_tokens`` budget, as the stop rule counts it):
 
 * ``budget_not_met`` — ``on_exhaustion="stop"`` ended the plan before its budget: fewer documents than
-  ``num_documents``, fewer (estimated or exact) tokens than ``num_tokens``, or, with an epochs budget, some
-  dataset short of its ``E`` passes. ``dataset`` is the one that ran out (the first, in work-source order,
-  that read all of its ``E`` passes); ``requested`` and ``planned`` are in the budget's unit (documents,
-  tokens, or passes of the dataset furthest short).
+  ``num_documents``, fewer (estimated or exact) tokens than ``num_tokens``, fewer costs than ``num_cost``, or,
+  with an epochs budget, some dataset short of its ``E`` passes. ``dataset`` is the one that ran out (the
+  first, in work-source order, that read all of its ``E`` passes); ``requested`` and ``planned`` are in the
+  budget's unit (documents, tokens, costs, or passes of the dataset furthest short).
 * ``repetition`` — a dataset planned for more than ``REPETITION_LIMIT × E`` passes (planned documents /
   rows). Repeating data up to about four times costs little against fresh data; beyond that its value falls
   quickly (Muennighoff et al., "Scaling Data-Constrained Language Models", 2023), so a mixture that reads a
@@ -73,7 +73,13 @@ def plan_warnings(
                 f"data, lower num_tokens, {_REPEAT_ANYWAY}"
             )
             out.append(shortfall(budget="num_tokens", requested=source.num_tokens, planned=tokens, message=text))
-        elif source.num_documents is None and source.num_tokens is None:
+        elif source.num_cost is not None and tokens is not None and tokens < source.num_cost:
+            text = (
+                f"budget not met: num_cost {source.num_cost} asked, {tokens} planned — {why}; add data, lower "
+                f"num_cost, {_REPEAT_ANYWAY}"
+            )
+            out.append(shortfall(budget="num_cost", requested=source.num_cost, planned=tokens, message=text))
+        elif source.num_documents is None and source.num_tokens is None and source.num_cost is None:
             short = [
                 i for i, (d, r) in enumerate(zip(planned, rows, strict=True)) if d < passes * r and i not in left_out
             ]

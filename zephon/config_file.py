@@ -17,6 +17,8 @@ A CONFIG file holds the arguments of ``StaticMixtureWorkSource`` as plain data::
     # exact_tokens: true
     # tokenizer: {id: gpt2, field: text}                # needed by token mixtures and exact plans
     # packing: {max_length: 2049, algorithm: wrap}      # needed by exact plans (wrap | best_fit)
+    # records with costs (docs/records.md#costs-and-packing-samples): `cost: "..."` on every dataset, then
+    # mixture_unit: cost, num_cost: 1000000, pack_samples: {max_cost: 4096, oversize: refuse}
 
 becomes ``StaticMixtureWorkSource(datasets=[Dataset.from_path("prose", "<dir>/data/prose/*.parquet"), ...],
 mixture=MixtureSpec({"prose": 0.7, "code": 0.3}), seed=42, num_documents=10000, ...)``.
@@ -61,6 +63,7 @@ from zephon.recipe.config_sections import (
     parse_mixture,
     parse_packing,
     parse_phases,
+    parse_sample_packing,
     parse_shuffle,
     parse_token_estimation,
     parse_tokenizer,
@@ -69,7 +72,7 @@ from zephon.recipe.config_sections import (
 )
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.work_source import MixtureSpec
-from zephon.specs import PackSpec, TokenizeSpec
+from zephon.specs import PackSpec, SamplePackSpec, TokenizeSpec
 from zephon.storage.local import display_missing
 from zephon.work import StaticMixtureWorkSource
 
@@ -99,6 +102,9 @@ _TOP_KEYS = (
     "packing",
     "lanes",
     "phases",
+    "mixture_unit",
+    "num_cost",
+    "pack_samples",
 )
 _REQUIRED_KEYS = ("seed", "datasets", "mixture")
 _ON_EXHAUSTION = ("new_epoch", "stop")
@@ -111,6 +117,8 @@ class PlanConfig:
     source: StaticMixtureWorkSource
     tokenize: TokenizeSpec | None
     pack: PackSpec | None
+    #: ``pack_samples:``: records grouped into rows by cost (``Pipeline.pack_samples``); None without it.
+    sample_pack: SamplePackSpec | None = None
 
 
 def load_work_source(path: str | os.PathLike[str]) -> StaticMixtureWorkSource:
@@ -129,6 +137,7 @@ def load_plan_config(path: str | os.PathLike[str]) -> PlanConfig:
             source=source,
             tokenize=parse_tokenizer(data.get("tokenizer"), base_dir, origin),
             pack=parse_packing(data.get("packing"), origin),
+            sample_pack=parse_sample_packing(data.get("pack_samples"), origin),
         )
     except ZephonError as exc:
         raise in_file(origin, exc) from exc
@@ -201,6 +210,10 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
     lanes = data.get("lanes")
     lanes = None if lanes is None else require_integer(lanes, "lanes", 1, origin, "write e.g. `lanes: 64`")
     phases = parse_phases(data.get("phases"), origin)
+    num_cost = optional_integer(data, "num_cost", origin)
+    mixture_unit = data.get("mixture_unit")
+    if mixture_unit is not None and mixture_unit != "cost":
+        raise type_error(origin, "mixture_unit", '"cost"', mixture_unit, "write `mixture_unit: cost` or leave it out")
     exact_tokens = data.get("exact_tokens")
     if exact_tokens is not None and not isinstance(exact_tokens, bool):
         raise type_error(origin, "exact_tokens", "true or false", exact_tokens, "write true or false")
@@ -220,6 +233,8 @@ def work_source_from_dict(data: Mapping[str, Any], *, base_dir: Path, origin: st
             exact_tokens=bool(exact_tokens),
             lanes=lanes,
             phases=phases,
+            mixture_unit=mixture_unit,
+            num_cost=num_cost,
         )
     except ZephonError as exc:
         raise in_file(origin, exc) from exc

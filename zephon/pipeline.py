@@ -36,7 +36,7 @@ from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import gather_states
 from zephon.plan.manifest import warn_plan
 from zephon.run import OpenedRun
-from zephon.specs import BatchSpec, ChatSpec, PackSpec, StoreOptions, TokenizeSpec
+from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -255,6 +255,10 @@ class Pipeline:
         spec = PackSpec(max_length=max_length, algorithm=algorithm, pad_token_id=pad_token_id, oversize=oversize)
         return self._with(pack=spec)
 
+    def pack_samples(self, *, max_cost: int, algorithm: str = "best_fit", oversize: str = "refuse") -> Pipeline:
+        """Records grouped into rows at plan time, none costing over ``max_cost`` (docs/records.md)."""
+        return self._with(sample_pack=SamplePackSpec(max_cost=max_cost, algorithm=algorithm, oversize=oversize))
+
     def batch(
         self,
         *,
@@ -284,6 +288,7 @@ class Pipeline:
             options = PlanOptions(
                 tokenize=spec.tokenize,
                 pack=spec.pack,
+                sample_pack=spec.sample_pack,
                 operators=spec.operators,
                 workers=planning.workers,
                 progress=planning.progress,

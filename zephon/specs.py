@@ -158,6 +158,42 @@ class PackSpec:
             raise ConfigError(f'pack_flat oversize must be "split" or "drop", got {self.oversize!r}')
 
 
+#: ``SamplePackSpec.oversize``: a sample costlier than ``max_cost`` stops the plan, or is left out and counted.
+SAMPLE_OVERSIZE = ("refuse", "drop")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SamplePackSpec:
+    """Settings of ``Pipeline.pack_samples``: samples grouped into rows at plan time by their costs.
+
+    Attributes:
+        max_cost: the most a row's samples may cost together (each sample's ``cost=``, docs/records.md).
+        algorithm: ``"best_fit"``, the only one: each sample goes into the open row with the least room that
+            still holds it (``zephon.planner.best_fit``).
+        oversize: a sample costing more than ``max_cost`` is ``"refuse"``d at plan time (one line naming its
+            dataset, shard and row) or ``"drop"``ped: in no row, counted in plan.json ``sample_packing``.
+    """
+
+    max_cost: int
+    algorithm: str = "best_fit"
+    oversize: str = "refuse"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_cost, bool) or not isinstance(self.max_cost, int) or self.max_cost < 1:
+            raise ConfigError(
+                f"pack_samples max_cost must be an integer ≥ 1, got {self.max_cost!r} — use the most one row may "
+                "cost, e.g. max_cost=4096"
+            )
+        if self.algorithm != "best_fit":
+            raise ConfigError(f'pack_samples algorithm must be "best_fit", got {self.algorithm!r}')
+        if self.oversize not in SAMPLE_OVERSIZE:
+            raise ConfigError(f'pack_samples oversize must be "refuse" or "drop", got {self.oversize!r}')
+
+    def normalized(self) -> dict[str, object]:
+        """The settings a plan depends on (plan.json ``config.sample_packing``)."""
+        return {"algorithm": self.algorithm, "max_cost": self.max_cost, "oversize": self.oversize}
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BatchSpec:
     """Settings of ``Pipeline.batch``.

@@ -18,7 +18,7 @@ from zephon.recipe.work_source import (
     TokenEstimation,
     WorkSource,
 )
-from zephon.specs import PackSpec, TokenizeSpec
+from zephon.specs import PackSpec, SamplePackSpec, TokenizeSpec
 
 if TYPE_CHECKING:
     from zephon.executor.operators import Operator
@@ -53,6 +53,7 @@ class StaticMixtureWorkSource(WorkSource):
         global_batch: int | None = None,
         state: dict[str, Any] | None = None,
         materialize_selections: bool = False,
+        sample_pack: SamplePackSpec | None = None,
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
@@ -71,6 +72,8 @@ class StaticMixtureWorkSource(WorkSource):
         each shard of a dataset with a selection (``where``, ``metadata``, ``dedup_on``); runs read those instead
         of the source, so a selective plan decodes no more per token than a plan without selection. The plan —
         and every batch — is the same either way (docs/curricula.md, ``zephon.planner.copies``).
+
+        ``sample_pack``: records grouped into rows by cost (``Pipeline.pack_samples``, docs/records.md).
         """
         from zephon.planner.build import PlanOptions
         from zephon.planner.entry import plan_source
@@ -83,6 +86,7 @@ class StaticMixtureWorkSource(WorkSource):
             workers=workers,
             progress=progress,
             materialize_selections=materialize_selections,
+            sample_pack=sample_pack,
         )
         return plan_source(
             self,

@@ -30,6 +30,8 @@ class RecordBatch:
         datasets: the dataset index (into the plan's datasets) of each record.
         sequences: the plan positions the microbatch stands for (its rows of the global batch).
         step, microbatch: its place in training (global step, microbatch within the step on this rank).
+        row: packed plans (``Pipeline.pack_samples``) only: each record's row, an index into ``sequences`` (the
+            plan rows the microbatch stands for); records of one row are consecutive, in the row's order.
     """
 
     data: Any
@@ -38,9 +40,17 @@ class RecordBatch:
     sequences: np.ndarray
     step: int = 0
     microbatch: int = 0
+    row: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.positions)
+
+    def rows(self) -> list[np.ndarray]:
+        """Packed plans: the plan positions of each row's records, one array per row of ``sequences`` (empty for a
+        row past the plan's end, or whose records were all dropped)."""
+        if self.row is None:
+            raise ConfigError("batch.rows() must be called on a packed record run, got an unpacked one — use positions")
+        return [self.positions[self.row == k] for k in range(len(self.sequences))]
 
     def to_training(self, **options: Any) -> Any:
         """The collated data, as ``Pipeline.to_torch_dataset()`` hands it out (no options: a record batch is

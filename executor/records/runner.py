@@ -19,6 +19,11 @@ State (``zephon.executor.state``): ``step`` and ``microbatch`` and what the stat
 ``algorithm: "records"``, global batch, operators); no lane cursors — a position is all a record run needs.
 A state at a step boundary resumes at any dp size; mid-step only at the same one.
 
+Packed plans (``Pipeline.pack_samples``, ``zephon.executor.records.packed``): the plan's *rows* take the place of
+positions — step ``s`` is rows ``[s·G, (s+1)·G)``, split over ranks the same way — and each microbatch holds its
+rows' members, row by row (``RecordBatch.row``: each record's row in the microbatch). The default collate
+collates the members as one list; a user collate receives the rows (a list of lists of records).
+
 Example: a plan of 10 records, G = 4, dp 2, B = 1 (accumulation 2). Rank 0 yields positions [0], [2] (step 0),
 [4], [6] (step 1), [8], [] (step 2, 10 is past the end); rank 1 yields [1], [3], [5], [7], [9], [].
 """
@@ -42,6 +47,7 @@ from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument
 from zephon.executor.records.batch import RecordBatch
 from zephon.executor.records.collate import RecordError, Structure, default_collate
+from zephon.executor.records.packed import PlannedRows
 from zephon.executor.records.source import PlanPositions, RecordReader, WholeRecords
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
@@ -56,6 +62,8 @@ from zephon.executor.step_arithmetic import steps_in
 
 #: The state's and the identity's ``algorithm`` of a record run: a text state is refused here, and back.
 RECORDS = "records"
+#: The provenance log's unit of a packed record run: pieces are rows' records (``zephon.inspection.log_check``).
+PACKED_ROWS = "rows"
 
 
 class RecordRunner:
@@ -79,6 +87,17 @@ class RecordRunner:
             raise ConfigError(
                 "a record pipeline must run a samples plan, got an exact plan (token offsets of a tokenizer) — "
                 "plan without exact_tokens, or add .tokenize() and .pack_flat()"
+            )
+        planned = manifest.sample_packing
+        wanted = spec.sample_pack
+        if wanted is not None and (
+            planned is None or (planned.max_cost, planned.oversize) != (wanted.max_cost, wanted.oversize)
+        ):
+            got = "no packing" if planned is None else f"max_cost={planned.max_cost}, oversize={planned.oversize!r}"
+            raise ConfigError(
+                f"pack_samples(max_cost={wanted.max_cost}, oversize={wanted.oversize!r}) must match the plan's "
+                f"packing, got {got} in plan {manifest.config_hash[:12]} — drop .pack_samples() to run the plan as "
+                "planned, or re-plan with it"
             )
         if geometry.lanes is not None:
             raise ConfigError(f"a record run's geometry must have no packing lanes, got {geometry.lanes}")
@@ -124,7 +143,9 @@ class RecordRunner:
     def num_steps(self) -> int:
         """Global steps: the plan's positions over the global batch (``drop_last``: whole steps only)."""
         assert self.spec.batch is not None
-        return steps_in(self.plan.num_documents, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
+        packing = self.plan.manifest.sample_packing
+        units = packing.rows if packing is not None else self.plan.num_documents
+        return steps_in(units, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
 
     def close(self) -> None:
         """Nothing held between iterations (each iteration opens and closes its own reader)."""
@@ -133,13 +154,14 @@ class RecordRunner:
         if self.stats is not None:
             self.stats.include(self.names)
         if self.spec.provenance_dir is not None:
+            packed = self.plan.manifest.sample_packing is not None
             header = LogHeader(
                 plan=self.plan.manifest.config_hash,
-                max_length=1,
+                max_length=max(1, self.plan.num_documents) if packed else 1,  # packed: records a row may hold
                 geometry=self.geometry,
                 first_step=self.progress.step,
                 worker=self.worker[0],
-                unit=RECORDS,
+                unit=PACKED_ROWS if packed else RECORDS,
             )
             self.log = ProvenanceLog(self.spec.provenance_dir, header)
         skipped: dict[tuple[int, int], str] = {}
@@ -170,8 +192,10 @@ class RecordRunner:
         steps = self.num_steps()
         check_resumed_step(self.progress.step, steps)
         g = self.geometry
-        n = self.plan.num_documents
-        positions = PlanPositions(self.plan, self.progress.step * g.global_batch, g.global_batch)
+        packed = PlannedRows(self.plan) if self.plan.manifest.sample_packing is not None else None
+        n = packed.rows if packed is not None else self.plan.num_documents
+        first = self.progress.step * g.global_batch
+        positions = PlanPositions(self.plan, packed.first_position(first) if packed else first, g.global_batch)
         operators = RecordOperators(self.spec.operators, self.plan.manifest.seed)
         collate = self.spec.collate or default_collate
         shape = Structure(user=self.spec.collate is not None)
@@ -184,9 +208,13 @@ class RecordRunner:
                 continue
             wanted = g.microbatch_sequences(at.step, at.index)
             real = wanted[wanted < n]
+            row_of = None
+            if packed is not None:  # the rows' members, row by row
+                row_of, real_rows = packed.members(real)
+                real, wanted_units = real_rows, real
             datasets, shard_ids, rows = positions.take(real)
             if len(real):
-                remote.advance(int(real[0]))
+                remote.advance(int(real.min()))
             records = reader.records(shard_ids, rows)
             where = [Where(reader.ref(s), r) for s, r in zip(shard_ids.tolist(), rows.tolist(), strict=True)]
             values = operators.run(
@@ -200,10 +228,18 @@ class RecordRunner:
             gone = sorted(set(range(len(values))) - set(kept))
             self._skipped(real, where, gone, skipped)
             batch_records = [values[i] for i in kept]
+            grouped: list[list[Any]] | None = None
+            if row_of is not None and self.spec.collate is not None:  # a user collate receives the rows
+                grouped = [[] for _ in wanted_units]
+                for i in kept:
+                    grouped[int(row_of[i])].append(values[i])
             try:
-                data = collate(batch_records) if batch_records else {}
+                if not batch_records:
+                    data = {}
+                else:
+                    data = collate(grouped) if grouped is not None else collate(batch_records)
             except RecordError as exc:  # name the record's place: the collate knows only its index
-                known = 0 <= exc.index < len(kept)
+                known = grouped is None and 0 <= exc.index < len(kept)
                 raise DatasetError(f"{where[kept[exc.index]]}: {exc}" if known else str(exc)) from None
             if batch_records:
                 shape.check(data, f"step {at.step} microbatch {at.index} (positions {real[kept[0]]}…)")
@@ -214,9 +250,11 @@ class RecordRunner:
                 sequences=wanted,
                 step=at.step,
                 microbatch=at.index,
+                row=row_of[kept] if row_of is not None else None,
             )
             if self.log is not None:
-                self.log.write_records(at.step, at.index, batch.positions)
+                rows = batch.sequences[batch.row] if batch.row is not None else None
+                self.log.write_records(at.step, at.index, batch.positions, rows)
             if self.stats is not None:
                 self.stats.records_handed_out(self.names, batch.datasets)
             yield batch

@@ -264,6 +264,12 @@ def continue_plan(
             f"a continuation must be written to a new directory, got the parent's own {bundle.path} — the parent "
             "stays the record of the steps already trained; choose another -o"
         )
+    priced = options.sample_pack is not None or any(ds.cost is not None for ds in source.datasets)
+    if bundle.manifest.totals.tokens_are == "cost" or priced:
+        raise ConfigError(
+            "a continuation must continue a plan without sample costs, got costs (cost=, pack_samples) — plan the "
+            "new configuration from its start (continuing cost plans is not supported yet, docs/records.md)"
+        )
     columns = _read_columns(bundle)
     branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
     aligned = align(source, bundle.manifest)

@@ -49,6 +49,10 @@ from zephon.recipe.selection import Selection
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.remote import is_hub_uri, is_remote_uri
 from zephon.storage.seekable import SeekableSpans
+from zephon.storage.tar_index import TAR_FORMATS, tar_index
+
+#: The one column a WebDataset sample offers a selection or a cost: its key (as the record's ``__key__``).
+TAR_KEY = "__key__"
 
 __all__ = [
     "Wanted",
@@ -183,8 +187,11 @@ class Wanted:
 
 
 def read_shard(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
-    """The wanted columns of one shard (local or remote, Parquet or JSONL), with ``file_row_number`` and
-    ``zephon_shard`` (= ``index``); the shard's column names."""
+    """The wanted columns of one shard (local or remote, Parquet or JSONL; a local WebDataset tar's one column is
+    ``__key__``, from its headers), with ``file_row_number`` and ``zephon_shard`` (= ``index``); the shard's
+    column names."""
+    if ref.format in TAR_FORMATS:
+        return _read_tar_keys(dataset, index, ref, wanted)
     if ref.format != "parquet":
         return _read_jsonl(dataset, index, ref, wanted)
     if not is_remote_uri(ref.uri):
@@ -250,6 +257,18 @@ def _numbered(table: pa.Table, rows: int, index: int) -> pa.Table:
     for name, values in numbers.items():
         table = table.append_column(name, values)
     return table
+
+
+def _read_tar_keys(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
+    """A WebDataset tar shard as a table of its samples' keys (``__key__``): the member index, headers only."""
+    if is_remote_uri(ref.uri):
+        raise DatasetError(
+            f"dataset {dataset!r}: WebDataset shard {ref.uri} must be a local file to select or cost its samples, "
+            "got a remote one — copy the shards to local disk"
+        )
+    keys = tar_index(ref.uri, ref.format, ref.bytes, f"dataset {dataset!r}: shard {ref.uri}").keys
+    table = pa.table({TAR_KEY: pa.array(keys, pa.string())}) if wanted(TAR_KEY) else pa.table({})
+    return _numbered(table, len(keys), index), [TAR_KEY]
 
 
 def _jsonl_bytes(ref: ShardRef) -> bytes:

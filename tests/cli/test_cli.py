@@ -183,7 +183,8 @@ def test_plan_with_an_unknown_config_key_prints_one_line_and_exits_1(project: Pa
     assert result.stdout == ""
     assert result.stderr == (
         f"zephon: error: {config}: top-level keys must be among seed, datasets, mixture, num_documents, epochs, "
-        "on_exhaustion, shuffle, token_estimation, num_tokens, exact_tokens, tokenizer, packing, lanes, phases, got unknown "
+        "on_exhaustion, shuffle, token_estimation, num_tokens, exact_tokens, tokenizer, packing, lanes, phases, mixture_unit, num_cost, "
+        "pack_samples, got unknown "
         "`shufle` "
         "(did you mean `shuffle`?) — "
         "fix the spelling or remove it\n"

@@ -45,7 +45,7 @@ path = "demo/code-*.parquet"
 
 ALLOWED = (
     "seed, datasets, mixture, num_documents, epochs, on_exhaustion, shuffle, token_estimation, num_tokens, "
-    "exact_tokens, tokenizer, packing, lanes, phases"
+    "exact_tokens, tokenizer, packing, lanes, phases, mixture_unit, num_cost, pack_samples"
 )
 
 
@@ -187,7 +187,7 @@ def test_unknown_top_level_key_names_key_file_and_allowed_keys(root: Path) -> No
         ),
         (
             {"datasets": [{"name": "prose", "path": "p", "weight": 1}]},
-            "test.yaml: `datasets[0]` keys must be among name, path, where, metadata, key, order_by, order_window, dedup_on, fmt, tokenizer, tokens_field, dtype, eos_token_id, bos_token_id, got unknown `weight` — fix the spelling",
+            "test.yaml: `datasets[0]` keys must be among name, path, where, metadata, key, order_by, order_window, dedup_on, fmt, tokenizer, tokens_field, dtype, eos_token_id, bos_token_id, cost, got unknown `weight` — fix the spelling",
         ),
         (
             {"mixture": [0.7, 0.3]},

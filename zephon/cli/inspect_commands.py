@@ -95,20 +95,23 @@ def show_lines(view: StepView) -> list[str]:
     tokens = view.tokens
     with_tokens = bool(view.rows) and view.rows[0].tokens is not None
     if tokens is not None and with_tokens:
-        head += f", {count_of(tokens, 'token')}"
+        head += f", cost {tokens}" if view.costs else f", {count_of(tokens, 'token')}"
+    with_sequence = bool(view.rows) and view.rows[0].sequence is not None and view.costs
     with_text = bool(view.rows) and view.rows[0].text is not None
     with_phase = bool(view.rows) and view.rows[0].phase is not None
-    columns = ["position", "dataset", "shard", "row"]
+    columns = ["sequence"] if with_sequence else []
+    columns += ["position", "dataset", "shard", "row"]
     columns += ["phase"] if with_phase else []
-    columns += ["tokens", "in_step"] if with_tokens else []
+    columns += (["cost"] if view.costs else ["tokens", "in_step"]) if with_tokens else []
     meta = list(view.rows[0].metadata) if view.rows else []
     columns += meta
     columns += ["text"] if with_text else []
     rows = []
     for r in view.rows:
-        values: list[Any] = [r.position, r.dataset, r.shard, r.row]
+        values: list[Any] = [r.sequence] if with_sequence else []
+        values += [r.position, r.dataset, r.shard, r.row]
         values += [r.phase] if with_phase else []
-        values += [r.tokens, r.tokens_in_step] if with_tokens else []
+        values += ([r.tokens] if view.costs else [r.tokens, r.tokens_in_step]) if with_tokens else []
         values += [r.metadata[n] for n in meta]
         values += [r.text] if with_text else []
         rows.append(values)
@@ -135,6 +138,7 @@ def show_json(view: StepView) -> dict[str, Any]:
                 "tokens_in_step": r.tokens_in_step,
                 "text": r.text,
                 **({"phase": r.phase} if r.phase is not None else {}),
+                **({"sequence": r.sequence} if r.sequence is not None else {}),
                 **({"metadata": dict(r.metadata)} if r.metadata else {}),
             }
             for r in view.rows
@@ -161,7 +165,7 @@ def show_json(view: StepView) -> dict[str, Any]:
 )
 @click.option(
     "--by",
-    type=click.Choice(["samples", "tokens"]),
+    type=click.Choice(["samples", "tokens", "cost"]),
     default=None,
     help="Unit of the shares (default: the plan's mixture unit).",
 )

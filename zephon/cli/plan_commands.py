@@ -96,6 +96,7 @@ def plan(
         options = PlanOptions(
             tokenize=loaded.tokenize,
             pack=loaded.pack,
+            sample_pack=loaded.sample_pack,
             overwrite=overwrite,
             workers=workers,
             progress=None,  # bars on a terminal only: zephon.storage.progress
@@ -146,11 +147,20 @@ def plan_summary(manifest: Manifest, plan_dir: str) -> list[str]:
     name_w, docs_w, pass_w = (max(map(len, col)) for col in (names, docs, passes))
     for d, name, n, p in zip(datasets, names, docs, passes, strict=True):
         line = f"  {name:<{name_w}}  weight {d.weight:.3f}  documents {n:>{docs_w}}  passes {p:>{pass_w}}"
-        if d.planned_tokens is not None:
+        if d.planned_tokens is not None and totals.tokens_are == "cost":  # records: the samples' costs
+            line += f"  cost {d.planned_tokens} (share {d.planned_token_share:.3f})"
+        elif d.planned_tokens is not None:
             line += f"  tokens {d.planned_tokens} ({totals.tokens_are}, share {d.planned_token_share:.3f})"
         if d.dropped_by_operators is not None:  # exact plans with user operators: records they dropped
             line += f"  dropped by operators {d.dropped_by_operators}"
         lines.append(line)
+    packed = manifest.sample_packing
+    if packed is not None:
+        over = packed.dropped_samples
+        dropped = f", {count_of(over, 'sample')} over max_cost dropped" if over else ""
+        lines.append(
+            f"  rows {packed.rows} of max_cost {packed.max_cost} (best_fit), filled {packed.fill_fraction:.3f}{dropped}"
+        )
     for phase in manifest.phases:
         weights = ", ".join(f"{name} {w:.3f}" for name, w in phase.weights.items())
         span = f"positions {phase.first_position}..{phase.end_position - 1}"

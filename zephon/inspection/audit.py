@@ -78,6 +78,11 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
         raise ConfigError(f"plan {plan_dir} must have at least one step to audit, got none — audit a non-empty plan")
     unit: Unit = manifest.mixture.unit
     by: Unit = spec.by or unit
+    if (by == "cost") != (layout.tokens == "cost") and by != "samples":
+        raise ConfigError(
+            f"by must be 'samples' or the plan's amount ({'cost' if layout.tokens == 'cost' else 'tokens'}), got "
+            f"{by!r} — omit --by, or pass --by samples"
+        )
     if by == "tokens" and layout.tokens is None:
         raise ConfigError(
             "by must be 'samples' for a plan without token counts, got 'tokens' — omit --by tokens, or plan a "
@@ -88,7 +93,7 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
     ranges = [r for r in _ranges(manifest, manifest.dataset_names) if r.end_position > r.first_position]
     # Phase of a position: the number of phase ends at or below it (integers from plan.json, not user text).
     phase = " + ".join(f"(position >= {r.end_position})::INTEGER" for r in ranges[:-1]) or "0"
-    if by == "tokens":
+    if by in ("tokens", "cost"):  # a cost plan's steps view carries each sample's cost as its tokens
         query = f"SELECT step, dataset_id, {phase} AS phase, sum(tokens_in_step) AS units FROM steps GROUP BY ALL"
     else:
         query = (
@@ -137,7 +142,7 @@ def audit_plan(plan_dir: str | os.PathLike[str], spec: AuditSpec | None = None) 
     return AuditResult(
         plan=str(plan_dir),
         by=by,
-        tokens_are=layout.tokens if by == "tokens" else None,
+        tokens_are=layout.tokens if by == "tokens" else None,  # "cost" says its unit itself
         target_source="weights" if by == unit else "overall",
         batch_size=int(layout.batch_size or 0),
         max_length=layout.max_length,

@@ -15,7 +15,7 @@ from zephon.errors import ConfigError
 
 __all__ = ["AuditResult", "AuditSpec", "DatasetAudit", "PhaseAudit", "Unit"]
 
-Unit = Literal["samples", "tokens"]
+Unit = Literal["samples", "tokens", "cost"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -30,7 +30,7 @@ class AuditSpec:
     window: int = 100
     #: Allowed deviation of a window's share from the target, in percentage points.
     tolerance_pp: float = 1.0
-    #: ``samples`` or ``tokens``; ``None``: the plan's mixture unit.
+    #: ``samples``, ``tokens`` or ``cost`` (record plans with costs); ``None``: the plan's mixture unit.
     by: Unit | None = None
     #: Datasets with a smaller weight are reported but never violate.
     min_weight: float = 0.05
@@ -46,8 +46,10 @@ class AuditSpec:
                 f"tolerance_pp must be a finite number ≥ 0 (percentage points), got {self.tolerance_pp!r} — "
                 "pass e.g. --tolerance 1"
             )
-        if self.by not in (None, "samples", "tokens"):
-            raise ConfigError(f"by must be 'samples' or 'tokens', got {self.by!r} — pass --by samples or --by tokens")
+        if self.by not in (None, "samples", "tokens", "cost"):
+            raise ConfigError(
+                f"by must be 'samples', 'tokens' or 'cost', got {self.by!r} — pass --by samples, tokens or cost"
+            )
         if not 0 <= self.min_weight <= 1:
             raise ConfigError(f"min_weight must be in [0, 1], got {self.min_weight!r} — pass e.g. 0.05")
 

@@ -21,6 +21,10 @@ what they should have yielded and reports every difference:
    record — ``sequence`` equal to ``position`` (row ``j`` of the run is plan position ``j``), offset 0, length 1 —
    and records the skip policy or an operator left out are listed beside the log, never in it;
    ``tokens_by_dataset`` then counts records.
+7. Packed record runs (``zephon.unit: rows``, ``Pipeline.pack_samples``): a piece is one whole record of plan row
+   ``sequence`` (its ``offset`` its place among the row's logged records); every logged (row, position) pair
+   must be one of bins.parquet's, in the row's planned order, and no planned member may be missing unless the
+   skip policy or an operator left it out (listed beside the log).
 
 Example: an exact wrap plan with L = 4 and documents of 3 and 5 tokens (offsets 0 and 3) plans sequence 1
 as [(offset 0, position 1, doc_start 1, length 3)]; a log row (0, 1, 0, 3) is reported as a mismatch.
@@ -164,6 +168,8 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
     unit = metas[0].get("zephon.unit", "tokens")
     if unit == "records":
         _check_records(len(samples["dataset_id"]), seq, pos, start, length, found)
+    elif unit == "rows":
+        _check_rows(bundle, seq, pos, start, length, found, skipped=set(skipped))
     elif manifest.exact:
         if skipped:
             found.add(f"an exact plan must not skip documents (it refuses the skip policy), got {len(skipped)} skipped")
@@ -198,6 +204,27 @@ def _check_records(documents: int, seq, pos, start, length, found: _Findings) ->
             f"(doc_start {start[i]}, length {length[i]})"
         )
     found.count += max(0, len(bad) - 5)
+
+
+def _check_rows(bundle: CheckedBundle, seq, pos, start, length, found: _Findings, *, skipped: set[int]) -> None:
+    """A packed record run's pieces: each logged row holds its planned members, in order, but those left out."""
+    if bundle.bins is None:
+        found.add("a log of packed rows must be checked against a plan with bins.parquet, got a plan without")
+        return
+    bins = bundle.bins.read(["sequence", "position"]).to_pydict()
+    wanted = set(np.unique(seq).tolist())
+    planned: dict[int, list[int]] = {}
+    for s, p in zip(bins["sequence"], bins["position"], strict=True):
+        if s in wanted and p not in skipped:
+            planned.setdefault(s, []).append(p)
+    logged: dict[int, list[int]] = {}
+    for i, (s, p) in enumerate(zip(seq.tolist(), pos.tolist(), strict=True)):
+        if start[i] != 0 or length[i] != 1:
+            found.add(f"row {s} must hold whole records (doc_start 0, length 1), got {start[i]}, {length[i]} at {p}")
+        logged.setdefault(s, []).append(p)
+    for s, got in logged.items():
+        if got != planned.get(s, []):
+            found.add(f"row {s} must hold the planned records {planned.get(s, [])}, got {got}")
 
 
 def _check_exact(bundle: CheckedBundle, samples, seq, off, pos, start, length, width, found: _Findings) -> None:

@@ -60,6 +60,8 @@ class ShowRow:
     phase: int | None = None
     #: Metadata columns asked for (``columns=``), by name (``zephon.inspection.metadata``); empty otherwise.
     metadata: Mapping[str, object] = dataclass_field(default_factory=dict)
+    #: Plans packed into planned rows (best fit, ``pack_samples``): the row (sequence) holding the document.
+    sequence: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -76,6 +78,8 @@ class StepView:
     #: How sequences are defined for this plan, e.g. ``exact wrap, 257 tokens per sequence``.
     sequences_are: str
     rows: tuple[ShowRow, ...]
+    #: True for a record plan with costs: ``tokens`` are the samples' costs, rows ordered by sequence.
+    costs: bool = False
 
     @property
     def tokens(self) -> int | None:
@@ -124,7 +128,7 @@ def show_step(
     names = {d.id: d.name for d in manifest.datasets}
     starts = [p.first_position for p in manifest.phases]
     texts: list[str | None] = [None] * len(docs)
-    if text and len(docs):
+    if text and len(docs) and (field is not None or layout.tokens != "cost"):  # records: a text only when named
         texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest)))
     meta: dict[str, list[object]] = {}
     if columns and len(docs):
@@ -144,9 +148,12 @@ def show_step(
             text=texts[i],
             phase=bisect.bisect_right(starts, int(docs.position[i])) - 1 if starts else None,
             metadata={n: meta[n][i] for n in meta},
+            sequence=None if docs.sequence is None else int(docs.sequence[i]),
         )
         for i in range(len(docs))
     )
+    if layout.tokens == "cost" and docs.sequence is not None:  # a packed step: its rows, each with its members
+        rows = tuple(sorted(rows, key=lambda r: (r.sequence, r.position)))
     return StepView(
         step=step,
         steps=steps,
@@ -156,6 +163,7 @@ def show_step(
         sequences=layout.sequences,
         sequences_are=layout.describe(),
         rows=rows,
+        costs=layout.tokens == "cost",
     )
 
 

@@ -13,6 +13,12 @@ one batch per optimizer *step*. Which documents a sequence holds depends on the 
   tokens (offsets are the running sum of ``tokens`` in plan order, ``L`` given by the caller because an
   estimated plan packs at train time). Labelled estimated: the real rows differ by the estimation error.
 * **no tokens** (sample mixtures): a "sequence" is one document; sequence ``k`` is position ``k``.
+* **costs** (records with ``cost=``, plan.json ``totals.tokens_are == "cost"``): the ``tokens`` column holds each
+  sample's cost. Packed by ``pack_samples`` (plan.json ``sample_packing``): best_fit, bins.parquet lists each
+  row's samples, ``L = max_cost``; unpacked: a sequence is one sample, and its cost counts in its step.
+
+Over 400 lines: every layout above and the one seeker that serves them all are a single contract with
+the SQL views (``zephon.inspection.views``); split, the rules here would drift from the code that reads them.
 
 Step ``s`` is sequences ``[s·B, (s+1)·B)``: a document belongs to every step one of its sequences is in.
 Wrap plans use the formula with ``B·L`` in place of ``L``. The formulas are ``zephon.executor.step_arithmetic``'s
@@ -37,7 +43,7 @@ document, no other column). This module uses pyarrow only (no DuckDB or Polars),
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -63,8 +69,8 @@ class StepLayout:
     packing: Packing
     #: Where wrap offsets come from: the ``token_offset`` column (exact) or the running sum of ``tokens``.
     offsets: Literal["column", "cumulative", "none"]
-    #: ``exact`` or ``estimated`` token counts; ``None`` for plans without tokens.
-    tokens: Literal["exact", "estimated"] | None
+    #: ``exact`` or ``estimated`` token counts, or ``cost`` (the samples' costs); ``None`` for plans without tokens.
+    tokens: Literal["exact", "estimated", "cost"] | None
     #: Tokens per sequence (``L``); ``None`` for ``document`` plans and estimated plans not given one.
     max_length: int | None
     #: Sequences per step (the global batch); ``None`` when not known.
@@ -116,6 +122,10 @@ class StepLayout:
 
     def describe(self) -> str:
         """One phrase naming the sequence definition, e.g. ``exact wrap, 257 tokens per sequence``."""
+        if self.tokens == "cost":
+            if self.packing == "document":
+                return "a sequence is one sample (costs known)"
+            return f"samples packed by cost, at most {self.max_length} per row"
         if self.packing == "document":
             return "no tokens: a sequence is one document"
         tokens = self.tokens or "exact"
@@ -141,6 +151,8 @@ def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_len
     total_tokens = manifest.totals.tokens
     packing = manifest.packing
     exact = manifest.exact
+    if manifest.totals.tokens_are == "cost":
+        return _cost_layout(manifest, batch_size, max_length)
     if exact and packing is not None:
         fixed = packing.max_length
         if max_length is not None and max_length != fixed:
@@ -186,6 +198,25 @@ def resolve_layout(manifest: Manifest, *, batch_size: int | None = None, max_len
     )
 
 
+def _cost_layout(manifest: Manifest, batch_size: int | None, max_length: int | None) -> StepLayout:
+    """A record plan with costs: rows of bins.parquet when it packs samples, else one sample per sequence."""
+    if max_length is not None:
+        raise ConfigError(
+            f"max_length applies to plans of tokens, got {max_length} for a plan of sample costs — omit --max-length"
+        )
+    packed = manifest.sample_packing
+    return StepLayout(
+        packing="best_fit" if packed is not None else "document",
+        offsets="none",
+        tokens="cost",
+        max_length=packed.max_cost if packed is not None else None,
+        batch_size=batch_size,
+        documents=manifest.totals.documents,
+        total_tokens=manifest.totals.tokens,
+        sequences=packed.rows if packed is not None else manifest.totals.documents,
+    )
+
+
 def _check_positive(name: str, value: object, fix: str) -> None:
     if value is not None:
         require_positive(value, name, fix=f"pass {fix}")
@@ -208,6 +239,8 @@ class StepDocuments:
     epoch: np.ndarray
     tokens: np.ndarray | None
     tokens_in_range: np.ndarray | None
+    #: Best-fit layouts: the (first) sequence holding each document; None otherwise.
+    sequence: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.position)
@@ -274,6 +307,9 @@ class StepSeeker:
         """The documents with tokens in sequences ``[first_sequence, end_sequence)``, in plan order."""
         if self.layout.packing == "document":
             table = self.read_rows(first_sequence, end_sequence)
+            if self.layout.tokens == "cost":  # each sample's whole cost is in its one sequence
+                costs = table.column("tokens").to_numpy(zero_copy_only=False).astype(np.int64)
+                return _result(first_sequence, end_sequence, table, costs, with_tokens=True)
             return _result(first_sequence, end_sequence, table, None, with_tokens=False)
         if self.layout.packing == "best_fit":
             return self._best_fit(first_sequence, end_sequence)
@@ -369,7 +405,10 @@ class StepSeeker:
         length = pieces.column("length").to_numpy().astype(np.int64)
         unique, inverse = np.unique(position, return_inverse=True)
         inside = np.bincount(inverse, weights=length).astype(np.int64)
-        return _result(first_sequence, end_sequence, self.read_positions(unique), inside, with_tokens=True)
+        sequence = np.full(len(unique), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(sequence, inverse, pieces.column("sequence").to_numpy().astype(np.int64))
+        found = _result(first_sequence, end_sequence, self.read_positions(unique), inside, with_tokens=True)
+        return replace(found, sequence=sequence)
 
 
 def _result(first: int, end: int, table: pa.Table, inside: np.ndarray | None, *, with_tokens: bool) -> StepDocuments:

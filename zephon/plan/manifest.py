@@ -45,6 +45,7 @@ from zephon.plan.manifest_parts import (
     PlanFiles,
     PlanMixture,
     PlanPacking,
+    PlanSamplePacking,
     PlanShuffle,
     PlanSource,
     PlanTokenizer,
@@ -79,6 +80,7 @@ __all__ = [
     "PlanMixture",
     "PlanPacking",
     "PlanPhase",
+    "PlanSamplePacking",
     "PlanShuffle",
     "PlanSource",
     "PlanTokenizer",
@@ -119,6 +121,8 @@ class Manifest:
     token_estimation: Mapping[str, Any] | None = key(json_mapping().optional(), always=True)
     tokenizer: PlanTokenizer | None = key(record(PlanTokenizer).optional(), always=True)
     packing: PlanPacking | None = key(record(PlanPacking).optional(), always=True)
+    #: Record plans packed by cost (``Pipeline.pack_samples``); absent otherwise.
+    sample_packing: PlanSamplePacking | None = key(record(PlanSamplePacking).optional())
     shuffle: PlanShuffle = key(record(PlanShuffle).optional(PlanShuffle()), always=True)
     budget: PlanBudget | None = key(record(PlanBudget).optional(), always=True)
     on_exhaustion: Literal["new_epoch", "stop"] | None = key(one_of("new_epoch", "stop").optional(), always=True)

@@ -108,7 +108,9 @@ def read_dataset(o: JsonObject) -> PlanDataset:
 class PlanMixture:
     """``mixture``: the unit of the weights and the normalized weights per dataset name."""
 
-    unit: Literal["samples", "tokens"] = key(one_of("samples", "tokens").optional("samples"), always=True)
+    unit: Literal["samples", "tokens", "cost"] = key(
+        one_of("samples", "tokens", "cost").optional("samples"), always=True
+    )
     weights: Mapping[str, float] = key(WEIGHTS.optional(empty()), always=True)
 
 
@@ -147,6 +149,21 @@ class PlanPacking:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class PlanSamplePacking:
+    """``sample_packing``: samples grouped into rows by cost at plan time (``Pipeline.pack_samples``); the rows
+    are bins.parquet's ``sequence`` values, each sample one piece of ``length`` = its cost."""
+
+    algorithm: Literal["best_fit"] = key(one_of("best_fit"))
+    max_cost: int = key(POSITIVE)
+    oversize: str = key(TEXT)
+    rows: int = key(COUNT)
+    #: Total cost over the rows' capacity (``rows × max_cost``).
+    fill_fraction: float = key(NUMBER)
+    dropped_samples: int = key(COUNT)
+    dropped_cost: int = key(COUNT)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PlanShuffle:
     """``shuffle``; a plan without it reads a window of one shard (``enabled`` ``None``: not recorded)."""
 
@@ -161,6 +178,8 @@ class PlanBudget:
     num_documents: int | None = key(COUNT.optional(), always=True)
     epochs: int | None = key(COUNT.optional(), always=True)
     num_tokens: int | None = key(COUNT.optional(), always=True)
+    #: A cost mixture's budget (``WorkSource.num_cost``); absent otherwise.
+    num_cost: int | None = key(COUNT.optional())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -181,7 +200,8 @@ class PlanTotals:
     documents: int = key(COUNT)
     shards: int = key(COUNT)
     tokens: int | None = key(COUNT.optional())
-    tokens_are: Literal["exact", "estimated"] | None = key(one_of("exact", "estimated").optional())
+    #: ``"cost"``: samples.parquet's ``tokens`` are the samples' costs (``cost=``, docs/records.md).
+    tokens_are: Literal["exact", "estimated", "cost"] | None = key(one_of("exact", "estimated", "cost").optional())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -26,7 +26,7 @@ from typing import Any
 from zephon.checks import is_int, is_number
 from zephon.errors import ConfigError, ZephonError
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
-from zephon.specs import ChatSpec, PackSpec, TokenizeSpec
+from zephon.specs import ChatSpec, PackSpec, SamplePackSpec, TokenizeSpec
 from zephon.storage.local import display_missing, looks_like_local_path
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "parse_mixture",
     "parse_packing",
     "parse_phases",
+    "parse_sample_packing",
     "parse_shuffle",
     "parse_token_estimation",
     "parse_tokenizer",
@@ -51,12 +52,15 @@ _DATASET_KEYS = ("name", "path")
 _SELECTION_KEYS = ("where", "metadata", "key", "order_by", "order_window", "dedup_on")
 #: Optional keys of a dataset entry that is a token store (``zephon.recipe.token_store``): strings, then integers.
 _STORE_KEYS = ("fmt", "tokenizer", "tokens_field", "dtype")
+#: Optional key of a dataset entry of records: each sample's cost, a DuckDB expression (docs/records.md).
+_RECORD_KEYS = ("cost",)
 _STORE_IDS = ("eos_token_id", "bos_token_id")
 _SHUFFLE_KEYS = ("enabled", "window_shards")
 _TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
 _TOKENIZER_KEYS = ("id", "field", "add_bos", "eos_token", "special_tokens", "max_tokens", "long_documents", "chat")
 _CHAT_KEYS = ("layout", "chat_template", "loss_on")
 _PACKING_KEYS = ("max_length", "algorithm", "oversize")
+_SAMPLE_PACKING_KEYS = ("max_cost", "algorithm", "oversize")
 _PHASE_KEYS = ("start", "unit", "mixture", "global_batch_size")
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _ALGORITHMS = ("wrap", "best_fit", "homogeneous")
@@ -77,7 +81,7 @@ def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, 
     """``(name, resolved path, keywords)`` per entry of ``datasets``: the keywords are ``Dataset.from_path``'s
     ``where``, ``metadata`` (resolved like ``path``), ``key``, ``order_by``, ``order_window`` and ``dedup_on``,
     and a token store's ``fmt``, ``tokenizer``, ``tokens_field``, ``dtype``, ``eos_token_id``, ``bos_token_id``
-    (docs/token-stores.md), those given only."""
+    (docs/token-stores.md), and a record's ``cost``, those given only."""
     if not isinstance(value, list) or not value:
         raise type_error(
             origin, "datasets", "a non-empty list of {name, path} entries", value, "add `- {name: web, path: data/web}`"
@@ -87,7 +91,7 @@ def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, 
         key = f"datasets[{index}]"
         if not isinstance(entry, Mapping):
             raise type_error(origin, key, "a mapping with `name` and `path`", entry, "write `{name: web, path: ...}`")
-        check_keys(entry, _DATASET_KEYS + _SELECTION_KEYS + _STORE_KEYS + _STORE_IDS, origin, f"`{key}`")
+        check_keys(entry, _DATASET_KEYS + _SELECTION_KEYS + _STORE_KEYS + _STORE_IDS + _RECORD_KEYS, origin, f"`{key}`")
         for field in _DATASET_KEYS:
             if not isinstance(entry.get(field), str) or not entry[field]:
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", entry.get(field), "quote it")
@@ -101,7 +105,7 @@ def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, 
             elif not isinstance(item, str) or not item.strip():
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", item, 'write e.g. "int_score >= 3"')
             selection[field] = _resolve_path(item, base_dir) if field == "metadata" else item
-        for field in _STORE_KEYS:
+        for field in _STORE_KEYS + _RECORD_KEYS:
             item = entry.get(field)
             if item is not None and (not isinstance(item, str) or not item.strip()):
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", item, "write e.g. `fmt: megatron`")
@@ -290,6 +294,22 @@ def parse_packing(value: Any, origin: str) -> PackSpec | None:
     if oversize not in _OVERSIZE:
         raise type_error(origin, "packing.oversize", '"split" or "drop"', oversize, "use one of them")
     return PackSpec(max_length=max_length, algorithm=algorithm, oversize=oversize)
+
+
+def parse_sample_packing(value: Any, origin: str) -> SamplePackSpec | None:
+    """``pack_samples`` (None when absent): ``Pipeline.pack_samples``'s settings (docs/records.md)."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        raise type_error(origin, "pack_samples", "a mapping", value, "write `{max_cost: 4096}`")
+    check_keys(value, _SAMPLE_PACKING_KEYS, origin, "`pack_samples`")
+    max_cost = require_integer(value.get("max_cost"), "pack_samples.max_cost", 1, origin, "write e.g. `max_cost: 4096`")
+    algorithm, oversize = value.get("algorithm") or "best_fit", value.get("oversize") or "refuse"
+    if algorithm != "best_fit":
+        raise type_error(origin, "pack_samples.algorithm", '"best_fit"', algorithm, "write best_fit")
+    if oversize not in ("refuse", "drop"):
+        raise type_error(origin, "pack_samples.oversize", '"refuse" or "drop"', oversize, "use one of them")
+    return SamplePackSpec(max_cost=max_cost, algorithm=algorithm, oversize=oversize)
 
 
 # ----------------------------------------------------------------------------------------------------

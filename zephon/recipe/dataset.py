@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zephon.errors import ConfigError, DatasetError
@@ -50,6 +50,16 @@ class Dataset:
     #: A token store's options (``zephon.recipe.token_store``): its parts are the shards, found when the plan
     #: opens it (``files`` is empty); None for raw text.
     token_store: TokenStoreSpec | None = None
+    #: A sample's cost: a DuckDB expression over its columns (and its sidecar's), evaluated at plan time
+    #: (``zephon.planner.costs``; docs/records.md); None: no cost.
+    cost: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cost is not None and (not isinstance(self.cost, str) or not self.cost.strip()):
+            raise ConfigError(
+                f"dataset {self.name!r}: cost must be a non-empty DuckDB expression, got {self.cost!r} — write e.g. "
+                'cost="text_tokens + ceil(width / 14.0) * ceil(height / 14.0)" or leave it out'
+            )
 
     @classmethod
     def from_path(
@@ -70,6 +80,7 @@ class Dataset:
         dtype: str | None = None,
         eos_token_id: int | None = None,
         bos_token_id: int | None = None,
+        cost: str | None = None,
     ) -> Dataset:
         """Create a dataset from a local directory, glob or file, an ``hf://`` dataset path, or an object-store
         path (``s3://``, ``gs://``/``gcs://``, ``az://``/``abfs://``: an object, a prefix or a glob).
@@ -82,7 +93,39 @@ class Dataset:
         ``fmt``, ``tokenizer``, ``tokens_field``, ``dtype``, ``eos_token_id``, ``bos_token_id``: a token store,
         a corpus already tokenized (``zephon.recipe.token_store``; docs/token-stores.md): ``fmt`` is one of
         ``megatron``, ``olmo``, ``datatrove``, ``litdata``, ``mds``, or ``parquet``/``jsonl`` with
-        ``tokens_field``; a local path only a store can be is one without ``fmt``."""
+        ``tokens_field``; a local path only a store can be is one without ``fmt``.
+
+        ``cost``: each sample's cost, a DuckDB expression over its columns or its sidecar's (``metadata``/``key``),
+        evaluated at plan time for cost mixtures, ``num_cost`` budgets and ``Pipeline.pack_samples``
+        (docs/records.md#costs-and-packing-samples)."""
+        dataset = cls._made(
+            name, path, where, metadata, key, order_by, order_window, dedup_on, io_options,
+            (fmt, tokenizer, tokens_field, dtype, eos_token_id, bos_token_id),
+        )  # fmt: skip
+        if cost is None:
+            return dataset
+        if dataset.token_store is not None:
+            raise ConfigError(
+                f"dataset {name!r}: cost= must describe records (samples read whole), got a token store — a store's "
+                "documents cost their tokens; drop cost="
+            )
+        return replace(dataset, cost=cost)
+
+    @classmethod
+    def _made(
+        cls,
+        name: str,
+        path: str | Path,
+        where: str | None,
+        metadata: str | Path | None,
+        key: str | None,
+        order_by: str | None,
+        order_window: int,
+        dedup_on: str | None,
+        io_options: StoreOptions | None,
+        store_options: tuple[str | None, str | None, str | None, str | None, int | None, int | None],
+    ) -> Dataset:
+        fmt, tokenizer, tokens_field, dtype, eos_token_id, bos_token_id = store_options
         store = None
         if fmt is not None and fmt in ("parquet", "jsonl") and tokens_field is None:
             fmt = None  # raw text of that format: the shards' own names say it

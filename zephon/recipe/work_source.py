@@ -192,6 +192,9 @@ class WorkSource:
         exact_tokens: run the count pass (tokenize every document once, cached) and write an exact plan:
             token counts and stream offsets per document, packing decided in the plan. With
             ``token_estimation`` set, token shares are scheduled by the exact counts.
+        mixture_unit: ``None`` (samples, or tokens with ``token_estimation``) or ``"cost"``: weights are shares of
+            the samples' costs (every dataset needs ``cost=``; docs/records.md#costs-and-packing-samples).
+        num_cost: plan samples until their costs reach this many; needs ``mixture_unit="cost"``.
         phases: later mixtures of a curriculum (``Phase``), in order of their start; they need a
             ``num_documents`` or ``num_tokens`` budget.
         lanes: estimated plans only. ``None`` (the default): a run packs one lane per row of its global batch,
@@ -213,6 +216,8 @@ class WorkSource:
     exact_tokens: bool = False
     lanes: int | None = None
     phases: Sequence[Phase] = ()
+    mixture_unit: str | None = None
+    num_cost: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.mixture, MixtureSpec):
@@ -253,7 +258,9 @@ class WorkSource:
                     f"num_tokens={self.num_tokens} needs a token mixture, got token_estimation=None — set "
                     "token_estimation (TokenEstimation()), or give the budget as num_documents"
                 )
+        self._check_cost()
         for label, value in (
+            ("num_cost", self.num_cost),
             ("num_documents", self.num_documents),
             ("epochs", self.epochs),
             ("num_tokens", self.num_tokens),
@@ -268,6 +275,38 @@ class WorkSource:
         self._check_phases(names)
         if self.on_exhaustion not in ("new_epoch", "stop"):
             raise ConfigError(f'on_exhaustion must be "new_epoch" or "stop", got {self.on_exhaustion!r}')
+
+    def _check_cost(self) -> None:
+        """A cost mixture: every dataset has a cost, no token estimation; ``num_cost`` alone and only with it."""
+        if self.mixture_unit not in (None, "cost"):
+            raise ConfigError(
+                f'mixture_unit must be None or "cost", got {self.mixture_unit!r} — leave it unset (samples, or tokens '
+                'with token_estimation) or write mixture_unit="cost"'
+            )
+        if self.mixture_unit == "cost":
+            if self.token_estimation is not None or self.exact_tokens:
+                raise ConfigError(
+                    'mixture_unit="cost" must mix records by their costs, got token_estimation/exact_tokens too — '
+                    "drop them (a cost mixture has no tokenizer)"
+                )
+            missing = [ds.name for ds in self.datasets if ds.cost is None]
+            if missing:
+                raise ConfigError(
+                    f'mixture_unit="cost" needs a cost= on every dataset, got none on {missing} — add e.g. '
+                    'Dataset.from_path(..., cost="1") for one unit per sample'
+                )
+            if self.phases:
+                raise ConfigError('mixture_unit="cost" must plan a static mixture, got phases — drop the phases')
+        if self.num_cost is None:
+            return
+        if self.mixture_unit != "cost":
+            raise ConfigError(
+                f"num_cost={self.num_cost} needs a cost mixture, got mixture_unit={self.mixture_unit!r} — set "
+                'mixture_unit="cost", or give the budget as num_documents'
+            )
+        given = {k: v for k, v in (("num_documents", self.num_documents), ("epochs", self.epochs)) if v is not None}
+        if given:
+            raise ConfigError(f"budget must be num_cost alone, got it with {given} — drop one")
 
     def _check_phases(self, names: list[str]) -> None:
         for phase in self.phases:
@@ -307,4 +346,7 @@ class WorkSource:
             raise ConfigError(f"phases in steps must share one global_batch_size, got {sorted(sizes)} — pick one")
 
     def budget(self) -> dict[str, int | None]:
-        return {"num_documents": self.num_documents, "epochs": self.epochs, "num_tokens": self.num_tokens}
+        budget = {"num_documents": self.num_documents, "epochs": self.epochs, "num_tokens": self.num_tokens}
+        if self.num_cost is not None:  # only then: other plans keep their config and hash
+            budget["num_cost"] = self.num_cost
+        return budget
