@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import inspect
+import tokenize
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -40,10 +41,11 @@ KINDS = ("map_transform", "map_batch")
 
 
 def source_hash(fn: Callable[..., Any]) -> str:
-    """SHA-256 of the function's source, or of its code object (bytecode, constants, names) without it."""
+    """SHA-256 of the function's source, or of its code object (bytecode, constants, names) without it — also when
+    the file its code names no longer parses at those lines (code run with ``exec`` under a file's name)."""
     try:
         text = inspect.getsource(fn)
-    except (OSError, TypeError):
+    except (OSError, TypeError, SyntaxError, tokenize.TokenError):
         code = getattr(fn, "__code__", None)
         if code is None:
             raise ConfigError(

@@ -142,7 +142,7 @@ def test_the_documented_vlm_example_is_the_examples_pipeline(config: Path, tok) 
     code = page.split("```python\n", 1)[1].split("```", 1)[0]
     assert yaml.safe_load(yaml_block) == yaml.safe_load(vlm.CONFIG.read_text(encoding="utf-8"))
     namespace: dict = {}
-    exec(compile(code, "docs/records.md", "exec"), namespace)  # the documented code, as written
+    exec(compile(code, "<docs/records.md: A VLM example>", "exec"), namespace)  # the documented code, as written
     documented = next(iter(namespace["make_pipeline"](config, tok))).data
     example = next(iter(vlm.make_pipeline(config, tok))).data
     assert documented.keys() == example.keys()

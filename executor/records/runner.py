@@ -234,10 +234,8 @@ class RecordRunner:
                 for i in kept:
                     grouped[int(row_of[i])].append(values[i])
             try:
-                if not batch_records:
-                    data = {}
-                else:
-                    data = collate(grouped) if grouped is not None else collate(batch_records)
+                collated = grouped if grouped is not None else batch_records
+                data = collate(collated) if batch_records else {}
             except RecordError as exc:  # name the record's place: the collate knows only its index
                 known = grouped is None and 0 <= exc.index < len(kept)
                 raise DatasetError(f"{where[kept[exc.index]]}: {exc}" if known else str(exc)) from None

@@ -366,7 +366,7 @@ def test_the_records_page_s_costs_example_prints_what_it_shows(tmp_path: Path, m
     section = page.split("## Costs and packing samples", 1)[1]
     block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
-    exec(compile(block, "docs/records.md", "exec"), {})
+    exec(compile(block, "<docs/records.md: Costs and packing samples>", "exec"), {})
     shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
     assert capsys.readouterr().out.splitlines() == shown
 
