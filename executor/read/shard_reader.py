@@ -171,6 +171,29 @@ class ShardReader:
         self._credentials = credentials
 
     @property
+    def bad_documents(self) -> BadDocuments:
+        """This reader's ``on_bad_document`` policy (record readers of other formats report through it)."""
+        return self._documents
+
+    @property
+    def credentials(self) -> tuple[StoreCredentials, ...]:
+        return self._credentials
+
+    @property
+    def ranged(self) -> bool:
+        """Object-store shards are read by range requests (``attach_ranges``), not through the shard cache."""
+        return self._range_bytes is not None
+
+    def acquire(self, ref: ShardRef) -> CachedShard:
+        """A remote shard's local copy in the shard cache, pinned until the handle is closed."""
+        if self._cache is None:
+            raise ConfigError(
+                f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
+                "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
+            )
+        return self._cache.acquire(remote_spec(ref, self._credentials), next_use=self._next_use_keys())
+
+    @property
     def capacity(self) -> int:
         """Shards held open at most (remote ones pinned in the shard cache)."""
         return self._capacity
