@@ -65,7 +65,9 @@ def object_tar_index(
     pinned = with_version(file, first[0]) if first else file
     save_index(path, index)
     if pinned.version and not file.version:  # the version a GET stated (GCS), for the next plan's pin
-        write_atomic(path.with_suffix(".version"), lambda tmp: tmp.write_text(pinned.version or ""), "the tar index cache")
+        write_atomic(
+            path.with_suffix(".version"), lambda tmp: tmp.write_text(pinned.version or ""), "the tar index cache"
+        )
     return index, pinned, requests
 
 
