@@ -132,3 +132,12 @@ def test_a_tar_object_rewritten_after_planning_is_refused_in_one_line(s3, shards
     s3.put("wds/00.tar", tar_bytes(5, 30))  # same size, other bytes: another ETag
     with pytest.raises(DatasetError, match=r"^[^\n]*wds/00\.tar[^\n]*changed[^\n]*$"):
         keys_and_captions(remote)
+
+
+def test_webdataset_shards_on_each_cloud_plan_and_run_by_ranges(bucket, shards, tmp_path, monkeypatch):
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "zcache"))
+    bucket.upload_dir(shards, "wds/")
+    local, remote = plan(str(shards), tmp_path / "local-plan"), plan(bucket.url("wds/"), tmp_path / "remote-plan")
+    assert (local / "samples.parquet").read_bytes() == (remote / "samples.parquet").read_bytes()
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "a-training-node"))
+    assert keys_and_captions(remote) == keys_and_captions(local)

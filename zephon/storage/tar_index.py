@@ -93,7 +93,7 @@ def split_name(name: str) -> tuple[str, str]:
 def tar_index(uri: str, fmt: str, size: int, where: str) -> TarIndex:
     """The index of the tar shard at local path ``uri`` (``fmt``: ``tar`` or ``tar.gz``); ``where`` names it in
     errors (``dataset 'x': shard /path``)."""
-    with open(uri, "rb") as f:
+    with open(uri, "rb", buffering=0) as f:  # unbuffered: each header read is one 512-byte read, no read-ahead
         if fmt == "tar.gz":
             try:
                 data = gzip.decompress(f.read())
