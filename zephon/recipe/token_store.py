@@ -107,7 +107,13 @@ def looks_like_token_store(path: str) -> bool:
     if os.path.isdir(path):
         names = os.listdir(path)
         raw = any(n.endswith((".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst")) for n in names)
-        return not raw and ("index.json" in names or any(n.endswith((".idx", ".ds", ".npy")) for n in names))
+        if raw:
+            return False
+        if "index.json" in names:  # MDS of images, bytes, numbers: records (zephon.storage.mds_records), not a store
+            from zephon.storage.mds_records import is_record_mds
+
+            return not is_record_mds(path)
+        return any(n.endswith((".idx", ".ds", ".npy")) for n in names)
     return False
 
 

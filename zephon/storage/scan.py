@@ -46,7 +46,7 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     if isinstance(file.remote, ObjectFile) and file.format in TAR_FORMATS:  # WebDataset: headers by range GETs
         from zephon.storage.objects.tars import object_tar_index
 
-        index, pinned, _ = object_tar_index(file.remote, f"dataset {dataset!r}: shard {file.uri}")
+        index, pinned, _ = object_tar_index(file.remote, f"dataset {dataset!r}: shard {file.uri}", dataset=dataset)
         return ShardInfo(
             uri=file.uri, format=file.format, rows=len(index), bytes=file.size, row_groups=1, fingerprint=pinned.pin
         )
@@ -80,6 +80,10 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         )
     if file.format == "parquet":
         return _scan_parquet(dataset, file)
+    if file.format == "mds":  # an MDS dataset of records: index.json and the shard's header
+        from zephon.storage.mds_records import scan_mds
+
+        return scan_mds(dataset, file.uri, file.size)
     if file.format in TAR_FORMATS:  # WebDataset: samples by key, from the tar headers only
         index = tar_index(file.uri, file.format, file.size, f"dataset {dataset!r}: shard {file.uri}")
         return ShardInfo(
