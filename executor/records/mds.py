@@ -16,6 +16,8 @@ A sample is one uint32 size per column of no fixed size, in column order, then e
 | ``int`` (8 bytes), ``int8`` … ``uint64``, ``float16`` … ``float64`` | a Python ``int`` / ``float`` |
 | ``str_int``, ``str_float`` | ``int`` / ``float`` parsed from the ASCII text |
 
+A sample whose bytes do not decode (invalid UTF-8 or JSON, sizes that do not add up) is one ``DatasetError``
+naming the shard, row and column, or under ``on_bad_document="skip"`` left out and counted (``bad_sample``).
 Other encodings (``pkl``: unpickling runs code; ``pil``, ``ndarray``) are refused when the shard is opened,
 naming the column. Example: columns ``caption: str``, ``image: jpeg``, ``label: int`` (sizes ``None, None, 8``):
 a sample ``uint32 5 | uint32 631 | b"a cat" | 631 JPEG bytes | int64 3`` → ``{"caption": "a cat", "image":
@@ -33,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import DatasetError
+from zephon.executor.records.tar import Reporter
 from zephon.plan.records import ShardRef
 from zephon.storage.mds_records import mds_entry, mds_fingerprint, read_offsets
 
@@ -123,32 +126,42 @@ class MdsRecords:
     def _pread(self, start: int, end: int) -> bytes:
         return os.pread(self._fd, end - start, start)
 
-    def read(self, rows: np.ndarray) -> list[dict[str, Any]]:
-        """The records at ``rows``, in the order given (a Python loop per sample and column: records are few
-        and large; the decode, not this loop, is a record run's cost)."""
-        out = []
-        words = 4 * len(self._var)
+    def read(self, rows: np.ndarray, bad: Reporter | None = None) -> list[dict[str, Any] | None]:
+        """The records at ``rows``, in the order given; a sample that does not decode is one line, or with
+        ``bad`` (the run's ``on_bad_document`` policy) reported and None (``bad_sample``). A Python loop per
+        sample and column: records are few and large; the decode, not this loop, is a record run's cost."""
+        out: list[dict[str, Any] | None] = []
         for row in rows.tolist():
-            lo, hi = int(self.offsets[row]), int(self.offsets[row + 1])
-            data = self._pread(lo, hi)
-            where = f"dataset {self.ref.dataset!r}: MDS shard {self.ref.uri} row {row}"
-            if len(data) != hi - lo or hi - lo < words:
-                raise DatasetError(f"{where} must have {hi - lo} bytes, got {len(data)} — restore the shard")
-            var = np.frombuffer(data[:words], "<u4").tolist()
-            at, record = words, {}
-            for j, (name, decode) in enumerate(zip(self.names, self._decoders, strict=True)):
-                width = self.sizes[j] if self.sizes[j] is not None else var[self._var.index(j)]
-                assert width is not None
-                value = data[at : at + width]
-                at += width
-                try:
-                    record[name] = decode(value)
-                except (ValueError, UnicodeDecodeError, IndexError) as exc:
-                    raise DatasetError(f"{where} column {name!r} must decode, got {exc} — restore the shard") from None
-            if at != len(data):
-                raise DatasetError(f"{where} must hold its columns' {at} bytes, got {len(data)} — restore the shard")
-            out.append(record)
+            try:
+                out.append(self._sample(row))
+            except DatasetError as exc:
+                if bad is None:
+                    raise
+                bad.report(self.ref, row, "bad_sample", str(exc))
+                out.append(None)
         return out
+
+    def _sample(self, row: int) -> dict[str, Any]:
+        words = 4 * len(self._var)
+        lo, hi = int(self.offsets[row]), int(self.offsets[row + 1])
+        data = self._pread(lo, hi)
+        where = f"dataset {self.ref.dataset!r}: MDS shard {self.ref.uri} row {row}"
+        if len(data) != hi - lo or hi - lo < words:
+            raise DatasetError(f"{where} must have {hi - lo} bytes, got {len(data)} — restore the shard")
+        var = np.frombuffer(data[:words], "<u4").tolist()
+        at, record = words, {}
+        for j, (name, decode) in enumerate(zip(self.names, self._decoders, strict=True)):
+            width = self.sizes[j] if self.sizes[j] is not None else var[self._var.index(j)]
+            assert width is not None
+            value = data[at : at + width]
+            at += width
+            try:
+                record[name] = decode(value)
+            except (ValueError, UnicodeDecodeError, IndexError) as exc:
+                raise DatasetError(f"{where} column {name!r} must decode, got {exc} — restore the shard") from None
+        if at != len(data):
+            raise DatasetError(f"{where} must hold its columns' {at} bytes, got {len(data)} — restore the shard")
+        return record
 
     def close(self) -> None:
         if self._fd is not None:

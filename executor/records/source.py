@@ -67,11 +67,7 @@ class RecordReader:
         for sid in dict.fromkeys(shard_ids[tar].tolist()):
             idx = np.flatnonzero(shard_ids == sid)
             shard = self._tar_shard(sid)
-            got = (
-                shard.read(rows[idx])
-                if isinstance(shard, MdsRecords)
-                else shard.read(rows[idx], self.reader.bad_documents)
-            )
+            got = shard.read(rows[idx], self.reader.bad_documents)
             for i, v in zip(idx.tolist(), got, strict=True):
                 out[i] = v
         return out

@@ -76,3 +76,24 @@ def test_a_pickled_mds_column_is_refused_in_one_line(tmp_path: Path):
     plan = plan_of(FIXTURES / "records_mds" / "pickled", tmp_path / "plan")
     with pytest.raises(DatasetError, match=r"column 'obj' must have one of the encodings .* got 'pkl' — .*never does"):
         list(Pipeline.from_plan(plan).batch(microbatch_size=1))
+
+
+def test_an_mds_sample_that_does_not_decode_is_one_line_or_skipped_and_counted(tmp_path: Path):
+    folder = tmp_path / "pairs"
+    shutil.copytree(PAIRS, folder)
+    plan = plan_of(folder, tmp_path / "plan")
+    shard = folder / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    at = data.index("caption 2 é".encode())
+    data[at] = 0xFF  # not UTF-8: the payload changed, the header and the index did not
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*shard\.00000\.mds row 2 column 'caption' must decode, got .*utf-8.* — "
+        r"restore the shard, or skip and count",
+    ):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=2, collate=list))
+    pipe = Pipeline.from_plan(plan).options(on_bad_document="skip").batch(microbatch_size=2, collate=list)
+    captions = sorted(r["caption"] for b in pipe for r in b.data)
+    assert captions == sorted(e["caption"] for i, e in enumerate(EXPECTED) if i != 2)
+    assert pipe.stats().skipped == {"bad_sample": 1}
