@@ -194,7 +194,11 @@ def parse_integrity(value: object, file: Path) -> Integrity | None:
     records = {}
     for name, entry in files.items():
         size, fingerprint, groups = (entry.get(k) if isinstance(entry, dict) else None for k in _FILE_KEYS)
-        if not is_int(size) or not isinstance(fingerprint, str) or not isinstance(groups, str | None):
+        if (
+            not is_int(size)
+            or not isinstance(fingerprint, str)
+            or not isinstance(groups, str | None)
+        ):
             raise bad(f"'{INTEGRITY_KEY}.files.{name}'", entry)
         records[name] = FileRecord(bytes=size, fingerprint=fingerprint, row_groups=groups)
     return Integrity(plan_json=dict(digests), files=records)
