@@ -41,6 +41,12 @@ from zephon.storage.tar_index import TarIndex, index_of, tar_index
 KEY = "__key__"
 
 
+def sample_key(record: object) -> str | None:
+    """A WebDataset sample's key (``__key__``), for messages; None for other records."""
+    key = record.get(KEY) if isinstance(record, dict) else None
+    return key if isinstance(key, str) else None
+
+
 class Reporter(Protocol):
     """The reader's bad-document policy (``zephon.executor.read.bad_documents.BadDocuments``)."""
 

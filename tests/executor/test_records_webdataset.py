@@ -144,7 +144,10 @@ def test_under_the_skip_policy_a_corrupt_image_is_skipped_counted_and_logged(tmp
     folder.mkdir()
     write_shard(folder / "000.tar", 0, samples=6, corrupt="0000002")
     plan = plan_of(folder, tmp_path / "plan")
-    with pytest.raises(DatasetError, match=r"^dataset 'pairs': shard .*000.tar row 2: map_transform .*UnidentifiedImageError.*on_bad_document=\"skip\"\)$"):
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': shard .*000.tar row 2 key '0000002': map_transform .*UnidentifiedImageError.*on_bad_document=\"skip\"\)$",
+    ):
         list(Pipeline.from_plan(plan).map_transform(decode).batch(microbatch_size=2))
     log = tmp_path / "log"
     pipe = Pipeline.from_plan(plan).options(on_bad_document="skip", provenance_dir=str(log))
