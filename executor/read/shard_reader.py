@@ -58,6 +58,10 @@ from zephon.storage.shard_cache import CachedShard, CacheEntrySpec, ShardCache
 __all__ = ["ON_BAD_DOCUMENT", "SKIP_REASONS", "ShardReader", "planning_cache", "remote_spec"]
 
 
+#: Shard formats only a record pipeline reads (WebDataset tars, MDS shards of records).
+RECORD_FORMATS = ("tar", "tar.gz", "mds")
+
+
 def remote_spec(ref: ShardRef, credentials: tuple[StoreCredentials, ...] = ()) -> CacheEntrySpec:
     """The shard cache entry of a remote shard: downloaded whole, verified against size and etag (an object
     store's GET carries the pin itself, ``zephon.storage.objects.reads``)."""
@@ -281,6 +285,13 @@ class ShardReader:
             self._open.move_to_end(shard_id)
             return shard
         ref = self._shards[shard_id]
+        if ref.format in RECORD_FORMATS:  # a record pipeline reads these through zephon.executor.records
+            kind = "an MDS" if ref.format == "mds" else "a WebDataset"
+            raise ConfigError(
+                f"dataset {ref.dataset!r}: shard {ref.uri} is {kind} shard of records, got a reader of text (a "
+                "pipeline with .tokenize(), or zephon show without --no-text) — read its samples with a record "
+                "pipeline (no .tokenize(); docs/records.md)"
+            )
         if cache:  # first, so that a remote shard's pin is released before another is acquired
             self._make_room(ref)
         if is_store_shard(ref):  # a token store's part: its documents' ids, read by range

@@ -97,3 +97,15 @@ def test_an_mds_sample_that_does_not_decode_is_one_line_or_skipped_and_counted(t
     captions = sorted(r["caption"] for b in pipe for r in b.data)
     assert captions == sorted(e["caption"] for i, e in enumerate(EXPECTED) if i != 2)
     assert pipe.stats().skipped == {"bad_sample": 1}
+
+
+def test_a_text_pipeline_over_records_shards_is_refused_in_one_line(tmp_path: Path):
+    from zephon.demo import demo_tokenizer_path
+    from zephon.errors import ConfigError
+
+    plan = plan_of(PAIRS, tmp_path / "plan")
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=demo_tokenizer_path(), field="caption")
+    with pytest.raises(
+        ConfigError, match=r"shard .*shard\.0000\d\.mds is an MDS shard of records, got a reader of text"
+    ):
+        list(pipe.pack_flat(max_length=17).batch(microbatch_size=2))
