@@ -316,12 +316,7 @@ class ShardReader:
         if is_object_uri(ref.uri) and self._range_bytes is not None:
             source = self._open_by_ranges(ref)
         elif is_remote_uri(ref.uri):
-            if self._cache is None:
-                raise ConfigError(
-                    f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
-                    "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
-                )
-            handle = self._cache.acquire(remote_spec(ref, self._credentials), next_use=self._next_use_keys())
+            handle = self.acquire(ref)
             path = str(handle.path)
         else:
             try:
