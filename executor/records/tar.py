@@ -7,7 +7,8 @@
   ``tarindex:`` fingerprint (a shard rewritten since planning is refused); samples by ``os.pread``;
 * a tar on an object store (``open_object``, range mode): the index kept by the object's pin at planning
   (``zephon.storage.objects.tars``; rebuilt from header GETs on a machine without it), samples by range GETs
-  carrying the pin (``If-Match``: a shard rewritten since planning is refused by the store, one line);
+  carrying the pin (``If-Match``: a shard rewritten since planning is refused by the store, one line), the
+  samples of one call fetched concurrently (``fetch_ranges``: 8 GETs at a time);
 * a local copy from the shard cache (``open_copy``): the cache verified the bytes; the index is rebuilt from
   the copy's headers;
 * a ``.tar.gz`` anywhere: decompressed whole when opened, samples sliced from memory.
@@ -66,9 +67,10 @@ class TarShard:
         self,
         ref: ShardRef,
         index: TarIndex,
-        read: Callable[[int, int], bytes],
+        read: Callable[[list[tuple[int, int]]], list[bytes]],
         close: Callable[[], None] = lambda: None,
     ) -> None:
+        """``read(spans)``: the bytes of each ``[start, end)`` (an object store fetches them concurrently)."""
         self.ref, self.index, self._read, self._close = ref, index, read, close
         #: Reads of sample bytes made (one per sample).
         self.requests = 0
@@ -83,12 +85,16 @@ class TarShard:
         """The samples at ``rows``, in the order given (None: a bad sample the skip policy left out)."""
         ix = self.index
         out: list[dict[str, object] | None] = []
-        for row in rows.tolist():
+        picked = rows.tolist()
+        width = ix.offsets.shape[1]
+        los = ix.offsets[rows].min(axis=1) if width else np.zeros(len(picked), np.int64)
+        his = (ix.offsets[rows] + ix.sizes[rows]).max(axis=1) if width else np.zeros(len(picked), np.int64)
+        spans = [(int(lo), int(hi)) for lo, hi in zip(los, his, strict=True) if hi > lo]
+        fetched = iter(self._read(spans) if spans else [])
+        self.requests += len(spans)
+        for row, lo, hi in zip(picked, los.tolist(), his.tolist(), strict=True):
             starts, sizes = ix.offsets[row], ix.sizes[row]
-            lo = int(starts.min()) if len(starts) else 0
-            hi = int((starts + sizes).max()) if len(starts) else 0
-            data = self._read(lo, hi) if hi > lo else b""
-            self.requests += 1
+            data = next(fetched) if hi > lo else b""
             sample: dict[str, object] | None = {KEY: ix.keys[row]}
             for k, ext in enumerate(ix.extensions):
                 start, size = int(starts[k]) - lo, int(sizes[k])
@@ -117,7 +123,7 @@ def _in_memory(ref: ShardRef, raw: bytes) -> TarShard:
     except (OSError, EOFError) as exc:
         raise DatasetError(f"{_where(ref)} must be a complete gzip stream, got {exc} — restore the shard") from exc
     index = index_of(io.BytesIO(data), len(data), _where(ref), read=len(raw), whole=True)
-    return TarShard(ref, index, lambda start, end: data[start:end])
+    return TarShard(ref, index, lambda spans: [data[s:e] for s, e in spans])
 
 
 def _local(ref: ShardRef, path: str, size: int) -> TarShard:
@@ -127,7 +133,7 @@ def _local(ref: ShardRef, path: str, size: int) -> TarShard:
     index = tar_index(path, ref.format, size, _where(ref))
     fd = os.open(path, os.O_RDONLY)
     try:
-        return TarShard(ref, index, lambda start, end: os.pread(fd, end - start, start), lambda: os.close(fd))
+        return TarShard(ref, index, lambda spans: [os.pread(fd, e - s, s) for s, e in spans], lambda: os.close(fd))
     except BaseException:
         os.close(fd)
         raise
@@ -172,11 +178,12 @@ def open_copy(ref: ShardRef, path: str, release: Callable[[], None]) -> TarShard
 
 def open_object(ref: ShardRef, credentials: tuple[StoreCredentials, ...]) -> TarShard:
     """A tar shard on an object store, read by range GETs carrying its pin (a ``.tar.gz``: one whole GET)."""
-    from zephon.storage.objects.reads import object_file, read_range, read_whole
+    from zephon.storage.objects.range_file import fetch_ranges
+    from zephon.storage.objects.reads import object_file, read_whole
     from zephon.storage.objects.tars import object_tar_index
 
     obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
     if ref.format == "tar.gz":
         return _in_memory(ref, read_whole(obj, credentials))
     index, _, _ = object_tar_index(obj, _where(ref), credentials)
-    return TarShard(ref, index, lambda start, end: read_range(obj, start, end, credentials, kind="tar_members"))
+    return TarShard(ref, index, lambda spans: fetch_ranges(obj, spans, credentials, kind="tar_members"))
