@@ -69,6 +69,8 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
 
         try:
             rows, groups = scan_remote(file.remote)
+        except DatasetError as exc:  # a tar's member without its partner, a truncated tar: name the dataset
+            raise DatasetError(f"dataset {dataset!r}: {exc}") from None
         except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
             raise DatasetError(
                 f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix the "

@@ -12,8 +12,9 @@ and the token from the argument, ``HF_TOKEN`` or ``hf auth login`` — both at c
 1. ``~original`` or no source: ``dataset_info(revision)`` (default ``main``) gives the commit and the card
    (``cardData``: the README's YAML front matter); :mod:`zephon.storage.hub.discovery` picks the files (card
    ``configs:`` globs, listing only the directory that holds them, else the default layout rules). Without a
-   source, uploaded files in a supported format (``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``)
-   win; any other format switches to the conversion, which the Hub builds for the main branch only.
+   source, uploaded files in a supported format (``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``;
+   WebDataset ``.tar``, ``.tar.gz``) win; any other format switches to the conversion, which the Hub builds for
+   the main branch only.
 2. ``~parquet``: the commit of branch ``refs/convert/parquet`` (no call when the path names a commit), then
    the tree at that commit, laid out ``{config}/{split}/NNNN.parquet``. Partial conversions are refused.
 3. Several configs need one in the path; unknown revisions/configs/splits are errors listing what exists.
