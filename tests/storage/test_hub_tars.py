@@ -29,11 +29,10 @@ def test_a_hub_webdataset_plans_from_header_ranges_and_runs_as_its_local_copy(hu
     assert pq.read_table(remote / "shards.parquet").column("format").to_pylist() == ["tar", "tar", "tar.gz"]
     ranged = [r for r in hub_server.requests if "/resolve/" in r.path and r.range is not None]
     whole = [r for r in hub_server.requests if "/resolve/" in r.path and r.method == "GET" and r.range is None]
-    assert (
-        len(whole) == 1 and len(ranged) == 1 + 1 + 12
-    )  # one window for 00.tar; 01.tar: a window, then a probe per jpg
-    # the .tar.gz downloaded once (gzip cannot be sought); bytes: one 64 KiB window of 00.tar (70 KiB: its headers end within it), then 64 KiB + 12 probes of 4 KiB of
-    # 01.tar's 1.2 MB — 176 KiB of 1.3 MB
+    # a window for 00.tar; for 01.tar a window, then a probe per jpg; the .tar.gz downloaded once (gzip cannot be
+    # sought). Bytes: one 64 KiB window of 00.tar (70 KiB: its headers end within it), then 64 KiB + 12 probes of
+    # 4 KiB of 01.tar's 1.2 MB — 176 KiB of 1.3 MB
+    assert len(whole) == 1 and len(ranged) == 1 + 1 + 12
     assert sum(r.body_bytes for r in ranged) == 2 * (64 << 10) + 12 * (4 << 10)
     cache = StoreOptions(cache=CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=1 << 30))
     assert keys_and_captions(remote, cache) == keys_and_captions(local)
