@@ -36,3 +36,15 @@ def test_a_hub_webdataset_plans_from_header_ranges_and_runs_as_its_local_copy(hu
     assert sum(r.body_bytes for r in ranged) == 2 * (64 << 10) + 12 * (4 << 10)
     cache = StoreOptions(cache=CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=1 << 30))
     assert keys_and_captions(remote, cache) == keys_and_captions(local)
+
+
+def test_tar_archives_beside_parquet_files_are_left_out_as_before(hub_server):
+    from servers.hub_fixtures import fineweb_shard
+
+    from zephon.storage.hub.client import resolve_hf_dataset
+
+    hub_server.add_dataset(
+        "org/mixed", {"train/00.parquet": fineweb_shard(1), "train/images.tar.gz": tar_bytes(0, 3, gz=True)}
+    )
+    resolved = resolve_hf_dataset("hf://org/mixed/train")
+    assert [(f.path_in_repo, f.format) for f in resolved.files] == [("train/00.parquet", "parquet")]

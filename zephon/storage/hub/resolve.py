@@ -119,6 +119,9 @@ class _Resolver:
         card = info.card_data.to_dict() if info.card_data is not None else {}
         commit = str(info.sha)
         config, split, paths, entries = select_original(hf, commit, card, lambda prefix: self._list(commit, prefix))
+        tars = [p for p in paths if file_format(p) in ("tar", "tar.gz")]
+        if tars and len(tars) < len(paths):  # archives beside other data files are not WebDataset shards: left
+            paths = [p for p in paths if p not in tars]  # out as before tars were read (a split of tars only is)
         unsupported = [p for p in paths if file_format(p) is None]
         if not unsupported:
             return self._result(commit, "original", config, split, paths, entries)
