@@ -125,13 +125,15 @@ def names(described: object) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Where:
-    """A record's location: its shard and row."""
+    """A record's location: its shard and row (and a WebDataset sample's key, which messages name too)."""
 
     ref: ShardRef
     row: int
+    key: str | None = None
 
     def __str__(self) -> str:
-        return f"dataset {self.ref.dataset!r}: shard {self.ref.uri} row {self.row}"
+        key = f" key {self.key!r}" if self.key is not None else ""
+        return f"dataset {self.ref.dataset!r}: shard {self.ref.uri} row {self.row}{key}"
 
 
 class OperatorChain:

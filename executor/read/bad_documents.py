@@ -39,6 +39,8 @@ SKIP_REASONS = (
     "not_text",
     *CHAT_SKIP_REASONS,
     "operator_error",
+    "truncated_member",
+    "bad_sample",
     "dropped",
 )
 #: How to choose the text field, in every caller's words (the shard readers' missing-column messages).

@@ -58,6 +58,10 @@ from zephon.storage.shard_cache import CachedShard, CacheEntrySpec, ShardCache
 __all__ = ["ON_BAD_DOCUMENT", "SKIP_REASONS", "ShardReader", "planning_cache", "remote_spec"]
 
 
+#: Shard formats only a record pipeline reads (WebDataset tars, MDS shards of records).
+RECORD_FORMATS = ("tar", "tar.gz", "mds")
+
+
 def remote_spec(ref: ShardRef, credentials: tuple[StoreCredentials, ...] = ()) -> CacheEntrySpec:
     """The shard cache entry of a remote shard: downloaded whole, verified against size and etag (an object
     store's GET carries the pin itself, ``zephon.storage.objects.reads``)."""
@@ -171,6 +175,29 @@ class ShardReader:
         self._credentials = credentials
 
     @property
+    def bad_documents(self) -> BadDocuments:
+        """This reader's ``on_bad_document`` policy (record readers of other formats report through it)."""
+        return self._documents
+
+    @property
+    def credentials(self) -> tuple[StoreCredentials, ...]:
+        return self._credentials
+
+    @property
+    def ranged(self) -> bool:
+        """Object-store shards are read by range requests (``attach_ranges``), not through the shard cache."""
+        return self._range_bytes is not None
+
+    def acquire(self, ref: ShardRef) -> CachedShard:
+        """A remote shard's local copy in the shard cache, pinned until the handle is closed."""
+        if self._cache is None:
+            raise ConfigError(
+                f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
+                "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
+            )
+        return self._cache.acquire(remote_spec(ref, self._credentials), next_use=self._next_use_keys())
+
+    @property
     def capacity(self) -> int:
         """Shards held open at most (remote ones pinned in the shard cache)."""
         return self._capacity
@@ -258,6 +285,13 @@ class ShardReader:
             self._open.move_to_end(shard_id)
             return shard
         ref = self._shards[shard_id]
+        if ref.format in RECORD_FORMATS:  # a record pipeline reads these through zephon.executor.records
+            kind = "an MDS" if ref.format == "mds" else "a WebDataset"
+            raise ConfigError(
+                f"dataset {ref.dataset!r}: shard {ref.uri} is {kind} shard of records, got a reader of text (a "
+                "pipeline with .tokenize(), or zephon show without --no-text) — read its samples with a record "
+                "pipeline (no .tokenize(); docs/records.md)"
+            )
         if cache:  # first, so that a remote shard's pin is released before another is acquired
             self._make_room(ref)
         if is_store_shard(ref):  # a token store's part: its documents' ids, read by range
@@ -282,12 +316,7 @@ class ShardReader:
         if is_object_uri(ref.uri) and self._range_bytes is not None:
             source = self._open_by_ranges(ref)
         elif is_remote_uri(ref.uri):
-            if self._cache is None:
-                raise ConfigError(
-                    f"dataset {ref.dataset!r}: remote shard {ref.uri} must be read through the shard cache, got "
-                    "no cache — pass .options(io_options=StoreOptions(cache=CacheOptions(enabled=True, root=...)))"
-                )
-            handle = self._cache.acquire(remote_spec(ref, self._credentials), next_use=self._next_use_keys())
+            handle = self.acquire(ref)
             path = str(handle.path)
         else:
             try:

@@ -49,6 +49,7 @@ from zephon.executor.records.batch import RecordBatch
 from zephon.executor.records.collate import RecordError, Structure, default_collate
 from zephon.executor.records.packed import PlannedRows
 from zephon.executor.records.source import PlanPositions, RecordReader, WholeRecords
+from zephon.executor.records.tar import sample_key
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import (
@@ -216,7 +217,10 @@ class RecordRunner:
             if len(real):
                 remote.advance(int(real.min()))
             records = reader.records(shard_ids, rows)
-            where = [Where(reader.ref(s), r) for s, r in zip(shard_ids.tolist(), rows.tolist(), strict=True)]
+            where = [
+                Where(reader.ref(s), r, sample_key(rec))
+                for s, r, rec in zip(shard_ids.tolist(), rows.tolist(), records, strict=True)
+            ]
             values = operators.run(
                 records,
                 where,

@@ -1,6 +1,8 @@
 """Where a record pipeline's records come from: whole rows of Parquet and JSONL shards (every column), read by
-the executor's ``ShardReader`` in record mode (local, through the shard cache, or by ranges), and the plan
-positions they stand at (``PlanPositions``).
+the executor's ``ShardReader`` in record mode (local, through the shard cache, or by ranges), WebDataset
+samples of tar shards (``zephon.executor.records.tar``: local, object stores by range GETs or any remote shard
+through the shard cache), MDS samples (``zephon.executor.records.mds``, local), and the plan positions they
+stand at (``PlanPositions``).
 
 A Parquet row becomes a dict of its columns: a Hugging Face ``datasets`` image column (struct ``{bytes, path}``)
 arrives as ``{"bytes": b"...", "path": "..."}``, a binary column as ``bytes``, a list column as a list. A JSONL
@@ -15,12 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from zephon.errors import ConfigError
 from zephon.executor.operators import Where
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.read.shard_reader import ShardReader
-from zephon.executor.records.tar import TarShard
+from zephon.executor.records.mds import MdsRecords
+from zephon.executor.records.tar import TarShard, open_copy, open_local, open_object
 from zephon.plan.records import ShardRef
+from zephon.storage.objects.paths import is_object_uri
+from zephon.storage.remote import is_remote_uri
 from zephon.storage.tar_index import TAR_FORMATS
 
 
@@ -37,13 +41,14 @@ class WholeRecords:
 
 class RecordReader:
     """Records of (shard, row) pairs: Parquet and JSONL rows through the run's ``ShardReader`` (record mode),
-    WebDataset samples through ``TarShard`` (``zephon.executor.records.tar``), up to ``capacity`` tar shards
-    open (least recently used closed first)."""
+    WebDataset samples through ``TarShard`` (``zephon.executor.records.tar``) and MDS samples through
+    ``MdsRecords`` (``zephon.executor.records.mds``), up to ``capacity`` of those shards open (least recently
+    used closed first)."""
 
     def __init__(self, reader: ShardReader, shards: list[ShardRef], capacity: int) -> None:
         self.reader = reader
-        self._tar = {s.shard_id for s in shards if s.format in TAR_FORMATS}
-        self._open: OrderedDict[int, TarShard] = OrderedDict()
+        self._tar = {s.shard_id for s in shards if s.format in TAR_FORMATS or s.format == "mds"}
+        self._open: OrderedDict[int, TarShard | MdsRecords] = OrderedDict()
         self._capacity = max(1, capacity)
 
     def ref(self, shard_id: int) -> ShardRef:
@@ -61,24 +66,31 @@ class RecordReader:
                 out[i] = v
         for sid in dict.fromkeys(shard_ids[tar].tolist()):
             idx = np.flatnonzero(shard_ids == sid)
-            for i, v in zip(idx.tolist(), self._tar_shard(sid).read(rows[idx]), strict=True):
+            shard = self._tar_shard(sid)
+            got = shard.read(rows[idx], self.reader.bad_documents)
+            for i, v in zip(idx.tolist(), got, strict=True):
                 out[i] = v
         return out
 
-    def _tar_shard(self, shard_id: int) -> TarShard:
+    def _tar_shard(self, shard_id: int) -> TarShard | MdsRecords:
         shard = self._open.get(shard_id)
         if shard is not None:
             self._open.move_to_end(shard_id)
             return shard
         ref = self.reader.ref(shard_id)
-        if "://" in ref.uri:
-            raise ConfigError(
-                f"dataset {ref.dataset!r}: WebDataset shard {ref.uri} must be a local file, got a remote one — copy "
-                "the shards to local disk (remote tar shards are not read yet, docs/records.md)"
-            )
         while len(self._open) >= self._capacity:
             self._open.popitem(last=False)[1].close()
-        shard = self._open[shard_id] = TarShard(ref)
+        shard: TarShard | MdsRecords
+        if ref.format == "mds":
+            shard = MdsRecords(ref)
+        elif is_object_uri(ref.uri) and self.reader.ranged:
+            shard = open_object(ref, self.reader.credentials)
+        elif is_remote_uri(ref.uri):
+            handle = self.reader.acquire(ref)
+            shard = open_copy(ref, str(handle.path), handle.close)
+        else:
+            shard = open_local(ref)
+        self._open[shard_id] = shard
         return shard
 
     def close(self) -> None:

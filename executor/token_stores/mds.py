@@ -13,7 +13,8 @@ The token column (``tokens_field``, else ``tokens`` or ``input_ids``): ``ndarray
 ``ndarray:DTYPE:LEN`` (the ids only), ``ndarray`` (a dtype byte first) or the legacy ``bytes`` (raw ids in the
 ``dtype=`` you pass: llm-foundry wrote int64). A ``str`` column (``text_field``, else ``text``) makes a text store.
 
-What is read when: opening reads ``index.json`` and each shard's header (``4 × (N + 2)`` bytes; one range GET);
+What is read when: opening reads ``index.json`` and each shard's header (``4 × (N + 2)`` bytes; one range GET;
+``zephon.storage.mds_records.read_offsets``, which the record reader of MDS shards shares);
 when the token column is the only column of no fixed size the counts follow from the sample sizes alone, else
 each sample's size words are read (the shard's samples, once). ``read(a, b)`` reads the samples' byte range
 and gathers the ids (vectorized). A compressed shard (``zip_data``: zstd or gz) is fetched whole and
@@ -34,6 +35,7 @@ import numpy as np
 from zephon.errors import DatasetError
 from zephon.executor.token_stores.files import Blob, BytesBlob, StoreFiles
 from zephon.executor.token_stores.store import CountedPart
+from zephon.storage.mds_records import read_offsets
 
 __all__ = ["MdsShard", "mds_parts"]
 
@@ -49,17 +51,7 @@ class MdsShard(CountedPart):
         self.names, self.encodings = list(entry["column_names"]), list(entry["column_encodings"])
         self.sizes = list(entry["column_sizes"])
         self.column, n = column, int(entry["samples"])
-        if blob.size < 4 * (n + 2):
-            raise DatasetError(
-                f"{blob.name} must hold the header of its {n} samples, got {blob.size} bytes — copy it again"
-            )
-        head = np.frombuffer(blob.read(0, 4 * (n + 2)), dtype="<u4").astype(np.int64)
-        self.offsets = head[1:]
-        if head[0] != n or self.offsets[-1] != blob.size or (np.diff(self.offsets) < 0).any():
-            raise DatasetError(
-                f"{blob.name} must hold {n} samples ending at its {blob.size} bytes as index.json says, got "
-                f"{int(head[0])} samples ending at {int(self.offsets[-1])} — the shard is damaged; copy it again"
-            )
+        self.offsets = read_offsets(lambda a, b: bytes(blob.read(a, b)), blob.size, n, blob.name)
         encoding = self.encodings[column]
         self.holds = "text" if encoding == "str" else "tokens"
         self.dtype = self._dtype(encoding, dtype)

@@ -27,13 +27,16 @@ def jpeg(seed: int, size: int = 24) -> bytes:
     return out.getvalue()
 
 
-def write_shard(path: Path, shard: int, samples: int = 5, *, skip: tuple[str, str] | None = None) -> None:
-    """``{key}.jpg``, ``{key}.txt``, ``{key}.json`` per sample; ``skip=(key, ext)`` leaves one member out."""
+def write_shard(
+    path: Path, shard: int, samples: int = 5, *, skip: tuple[str, str] | None = None, corrupt: str | None = None
+) -> None:
+    """``{key}.jpg``, ``{key}.txt``, ``{key}.json`` per sample; ``skip=(key, ext)`` leaves one member out;
+    ``corrupt=key``: that key's jpg is not an image."""
     with tarfile.open(path, "w:gz" if path.name.endswith(".gz") else "w") as tar:
         for i in range(samples):
             key = f"{shard:03d}{i:04d}"
             members = {
-                "jpg": jpeg(100 * shard + i),
+                "jpg": b"not a jpeg" if key == corrupt else jpeg(100 * shard + i),
                 "txt": f"caption {shard}-{i}".encode(),
                 "json": json.dumps({"i": i}).encode(),
             }
@@ -127,3 +130,61 @@ def test_a_tar_shard_rewritten_after_planning_is_refused(tmp_path: Path):
     write_shard(folder / "000.tar", 7)  # same size, other members
     with pytest.raises(DatasetError, match="changed since planning"):
         list(Pipeline.from_plan(plan).batch(microbatch_size=2))
+
+
+def decode(sample: dict) -> dict:
+    image = np.asarray(Image.open(io.BytesIO(sample["jpg"])).convert("RGB"))
+    return {"key": sample["__key__"], "mean": float(image.mean())}
+
+
+def test_under_the_skip_policy_a_corrupt_image_is_skipped_counted_and_logged(tmp_path: Path):
+    from zephon.inspection.log_check import check_log
+
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    write_shard(folder / "000.tar", 0, samples=6, corrupt="0000002")
+    plan = plan_of(folder, tmp_path / "plan")
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': shard .*000.tar row 2 key '0000002': map_transform .*UnidentifiedImageError.*on_bad_document=\"skip\"\)$",
+    ):
+        list(Pipeline.from_plan(plan).map_transform(decode).batch(microbatch_size=2))
+    log = tmp_path / "log"
+    pipe = Pipeline.from_plan(plan).options(on_bad_document="skip", provenance_dir=str(log))
+    pipe = pipe.map_transform(decode).batch(microbatch_size=2)
+    keys = [k for b in pipe for k in b.data.get("key", [])]
+    assert sorted(keys) == [f"000000{i}" for i in (0, 1, 3, 4, 5)]
+    assert pipe.stats().skipped == {"operator_error": 1}
+    check = check_log(plan, log)
+    assert check.ok and check.skipped == {"operator_error": 1}
+
+
+def test_a_member_truncated_under_the_run_is_one_line_or_skipped_and_counted(tmp_path: Path):
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    shard = folder / "000.tar"
+    write_shard(shard, 0, samples=8)
+    plan = plan_of(folder, tmp_path / "plan")
+    index = tar_index(str(shard), "tar", shard.stat().st_size, "shard")
+    order = pq.read_table(plan / "samples.parquet").column("row").to_pylist()
+    cut = int(index.offsets[order[4]].max())  # the file now ends inside the fifth sample's last member
+    whole = shard.read_bytes()
+
+    def run(policy: str) -> tuple[list[str], Pipeline]:
+        shard.write_bytes(whole)
+        pipe = Pipeline.from_plan(plan).options(on_bad_document=policy).batch(microbatch_size=2)
+        it = iter(pipe)
+        got = list(next(it).data["__key__"])  # the shard is open now (checked against the plan)
+        shard.write_bytes(whole[:cut])  # truncated under the run
+        return got + [k for b in it for k in b.data.get("__key__", [])], pipe
+
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': shard .*000.tar key '\d+' member '\w+' must have \d+ bytes, got \d+ \(a truncated tar\) — restore the shard, or skip",
+    ):
+        run("raise")
+    keys, pipe = run("skip")
+    ends = (index.offsets + index.sizes).max(axis=1)
+    whole_rows = [r for r in order[2:] if ends[r] <= cut]
+    assert keys == [index.keys[r] for r in order[:2] + whole_rows]
+    assert pipe.stats().skipped == {"truncated_member": 6 - len(whole_rows)}

@@ -99,7 +99,7 @@ def test_default_source_falls_back_to_conversion_for_unsupported_files(hub: HubS
         resolve_hf_dataset("hf://yahma/alpaca-cleaned@~original/train")
     assert str(info.value) == (
         "files of dataset yahma/alpaca-cleaned config 'default' split 'train' must be parquet, jsonl, jsonl.gz, "
-        "jsonl.zst, got 'alpaca_data_cleaned.json' (1 unsupported of 1) — read the Hub's Parquet conversion "
+        "jsonl.zst, tar, tar.gz, got 'alpaca_data_cleaned.json' (1 unsupported of 1) — read the Hub's Parquet conversion "
         "with hf://yahma/alpaca-cleaned@~parquet/train"
     )
 

@@ -122,7 +122,7 @@ BINS_SCHEMA = pa.schema(
 )
 BINS_ROW_GROUP = 65_536
 
-SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst", "tar", "tar.gz")
+SHARD_FORMATS = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst", "tar", "tar.gz", "mds")
 
 # Plans written with ``materialize_selections`` only: a compact copy of the rows the plan reads from shard
 # ``shard_id`` (of a dataset with a selection) is ``selected/<file>``: the source's columns and, last, the source row

@@ -12,7 +12,8 @@ Which paths are token stores (``fmt`` is ``from_path``'s keyword):
 * ``fmt="parquet" | "jsonl"`` with ``tokens_field=``: a ``list<int>`` column of ids (without it: raw text);
 * ``fmt=None``: a *local* path that only a token store can be — ``PATH.idx`` beside ``PATH.bin`` (Megatron), a
   path ending in ``.idx``, ``.bin``, ``.ds``, ``.npy``, or a folder of no Parquet/JSONL holding ``index.json``
-  or such files — is one, its format detected when the plan opens it; any other path is raw text as before.
+  or such files — is one, its format detected when the plan opens it (but an MDS folder of records — no token
+  column, a column that is not ``str``: ``zephon.storage.mds_records`` — is not); any other path is raw text.
   Remote token stores name ``fmt=`` (detecting would cost a listing per dataset, and a raw dataset's path must
   not change meaning).
 
@@ -107,7 +108,13 @@ def looks_like_token_store(path: str) -> bool:
     if os.path.isdir(path):
         names = os.listdir(path)
         raw = any(n.endswith((".parquet", ".jsonl", ".jsonl.gz", ".jsonl.zst")) for n in names)
-        return not raw and ("index.json" in names or any(n.endswith((".idx", ".ds", ".npy")) for n in names))
+        if raw:
+            return False
+        if "index.json" in names:  # MDS of images, bytes, numbers: records (zephon.storage.mds_records), not a store
+            from zephon.storage.mds_records import is_record_mds
+
+            return not is_record_mds(path)
+        return any(n.endswith((".idx", ".ds", ".npy")) for n in names)
     return False
 
 

@@ -93,7 +93,7 @@ def detect_format(name: str) -> str | None:
 
 def family(fmt: str) -> str:
     """``parquet``, ``jsonl`` (plain or compressed) or ``tar`` (WebDataset shards, plain or gzipped)."""
-    return "parquet" if fmt == "parquet" else "tar" if fmt.startswith("tar") else "jsonl"
+    return "parquet" if fmt == "parquet" else "tar" if fmt.startswith("tar") else "mds" if fmt == "mds" else "jsonl"
 
 
 def discover_local_files(dataset: str, path: str) -> tuple[SourceFile, ...]:
@@ -128,6 +128,11 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
             raise DatasetError(
                 f"dataset {dataset!r}: glob {shown!r} must match at least one file, got none — check the pattern"
             )
+    elif os.path.isdir(expanded) and os.path.isfile(os.path.join(expanded, "index.json")) and _record_mds(expanded):
+        from zephon.storage.mds_records import mds_files
+
+        # an MDS dataset of records (zephon.storage.mds_records)
+        return tuple(SourceFile(uri=uri, format="mds", size=size) for uri, size in mds_files(dataset, expanded))
     elif os.path.isdir(expanded):
         if is_plan_bundle(expanded):
             raise DatasetError(
@@ -155,6 +160,12 @@ def _discover(dataset: str, path: str) -> tuple[SourceFile, ...]:
 
     listed = [SourceFile(uri=os.path.abspath(c), format="", size=os.path.getsize(c)) for c in candidates]
     return shards_of(dataset, listed, directory=os.path.isdir(expanded))
+
+
+def _record_mds(folder: str) -> bool:
+    from zephon.storage.mds_records import is_record_mds
+
+    return is_record_mds(folder)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,7 +8,9 @@ sha256, or the git blob id) and its size in ``bytes``. This is not a dataset pat
 Scanning a remote Parquet shard reads only its footer (two HTTP range requests); the result is cached
 under ``$ZEPHON_CACHE_DIR/hub-meta`` keyed by the shard's etag, so re-planning makes no requests. A remote
 JSONL shard must be read whole to count its lines: it is downloaded to a temporary file, indexed, and
-deleted; its row count is cached the same way.
+deleted; its row count is cached the same way. A WebDataset ``.tar`` shard is indexed from its headers by
+windows of range requests (``zephon.storage.tar_windows``; a ``.tar.gz`` is downloaded whole); at run time it is
+read through the shard cache like every ``hf://`` shard.
 """
 
 from __future__ import annotations
@@ -81,11 +83,25 @@ def scan_remote(file: object) -> tuple[int, int]:
     if file.format == "parquet":  # type: ignore[attr-defined]
         meta = read_remote_parquet_metadata(file)  # type: ignore[arg-type]
         rows, groups = meta.num_rows, meta.num_row_groups
+    elif file.format == "tar":  # type: ignore[attr-defined]  # WebDataset: the headers by windows of range requests
+        from zephon.storage.hub.fetch import read_remote_range
+        from zephon.storage.tar_windows import ranged_tar_index
+
+        def read(start: int, end: int) -> bytes:
+            return read_remote_range(file, start, end)  # type: ignore[arg-type]
+
+        index, _ = ranged_tar_index(read, file.size, "tar", f"shard {uri}")  # type: ignore[attr-defined]
+        rows, groups = len(index), 1
     else:
         with tempfile.TemporaryDirectory(prefix="zephon-scan-") as tmp:
             dest = os.path.join(tmp, "shard")
             download_remote_file(file, dest)  # type: ignore[arg-type]
-            rows = len(line_spans(decompress(Path(dest).read_bytes(), file.format))[0])  # type: ignore[attr-defined]
+            if file.format == "tar.gz":  # type: ignore[attr-defined]
+                from zephon.storage.tar_index import tar_index
+
+                rows = len(tar_index(dest, "tar.gz", file.size, f"shard {uri}"))  # type: ignore[attr-defined]
+            else:
+                rows = len(line_spans(decompress(Path(dest).read_bytes(), file.format))[0])  # type: ignore[attr-defined]
             groups = 1
     record = json.dumps({"uri": uri, "rows": rows, "row_groups": groups})
     write_atomic(cached, lambda tmp: tmp.write_text(record), "the Hub metadata cache")

@@ -7,7 +7,9 @@
 * Object-store shards (``s3://``, ``gs://``, ``az://``): ``zephon.storage.objects.scan`` (footers by one range
   request); the fingerprint is the object's pin, ``etag:<ETag>[@<version>]``.
 * WebDataset tar shards: samples (keys) from the tar headers only (``zephon.storage.tar_index``); the
-  fingerprint is a digest of the member listing. A ``.tar.gz`` is decompressed whole.
+  fingerprint is a digest of the member listing. A ``.tar.gz`` is decompressed whole. On an object store the
+  headers are read by range GETs and the index kept by the object's pin (``zephon.storage.objects.tars``);
+  the fingerprint is the pin, as for every object shard.
 * JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
@@ -41,6 +43,13 @@ from zephon.storage.tar_index import TAR_FORMATS, tar_index
 
 def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
     """Metadata of one shard; errors name the dataset and file."""
+    if isinstance(file.remote, ObjectFile) and file.format in TAR_FORMATS:  # WebDataset: headers by range GETs
+        from zephon.storage.objects.tars import object_tar_index
+
+        index, pinned, _ = object_tar_index(file.remote, f"dataset {dataset!r}: shard {file.uri}", dataset=dataset)
+        return ShardInfo(
+            uri=file.uri, format=file.format, rows=len(index), bytes=file.size, row_groups=1, fingerprint=pinned.pin
+        )
     if isinstance(file.remote, ObjectFile):  # an object-store shard (zephon.storage.objects)
         from zephon.storage.objects.scan import scan_object
 
@@ -60,6 +69,8 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
 
         try:
             rows, groups = scan_remote(file.remote)
+        except DatasetError as exc:  # a tar's member without its partner, a truncated tar: name the dataset
+            raise DatasetError(f"dataset {dataset!r}: {exc}") from None
         except ValueError as exc:  # a truncated or corrupt stream, an unreadable footer
             raise DatasetError(
                 f"dataset {dataset!r}: shard {file.uri} must be readable {file.format}, got {one_line(exc)} — fix the "
@@ -71,6 +82,10 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         )
     if file.format == "parquet":
         return _scan_parquet(dataset, file)
+    if file.format == "mds":  # an MDS dataset of records: index.json and the shard's header
+        from zephon.storage.mds_records import scan_mds
+
+        return scan_mds(dataset, file.uri, file.size)
     if file.format in TAR_FORMATS:  # WebDataset: samples by key, from the tar headers only
         index = tar_index(file.uri, file.format, file.size, f"dataset {dataset!r}: shard {file.uri}")
         return ShardInfo(

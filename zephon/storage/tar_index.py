@@ -28,6 +28,7 @@ import hashlib
 import io
 import tarfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 import numpy as np
@@ -94,7 +95,7 @@ def tar_index(uri: str, fmt: str, size: int, where: str) -> TarIndex:
     """The index of the tar shard at local path ``uri`` (``fmt``: ``tar`` or ``tar.gz``); ``where`` names it in
     errors (``dataset 'x': shard /path``). A plain tar's headers are walked by ``walk_headers`` (one positioned
     read and three fields a member), or by ``tarfile`` where that walk leaves it (long names, PAX, damage)."""
-    with open(uri, "rb") as f:
+    with open(uri, "rb", buffering=0) as f:  # unbuffered: tarfile's header reads are 512 bytes each, no read-ahead
         if fmt == "tar.gz":
             try:
                 data = gzip.decompress(f.read())
@@ -191,3 +192,39 @@ def _index(members: list[tuple[str, int, int, bool]], end: int, size: int, where
         bytes_read=read,
         fingerprint=TAR_FINGERPRINT + listing.hexdigest(),
     )
+
+
+def save_index(path: Path, index: TarIndex) -> None:
+    """Write ``index`` to ``path`` (an ``.npz``, atomically; no pickled objects)."""
+    from zephon.storage.files import write_atomic
+
+    write_atomic(
+        path,
+        lambda tmp: np.savez(
+            tmp,
+            keys=np.array(index.keys, dtype=str),
+            extensions=np.array(index.extensions, dtype=str),
+            offsets=index.offsets,
+            sizes=index.sizes,
+            bytes_read=index.bytes_read,
+            fingerprint=index.fingerprint,
+        ),
+        "the tar index cache",
+    )
+
+
+def load_index(path: Path) -> TarIndex | None:
+    """The index saved at ``path``, or None when absent or unreadable (it is derived data: rebuild it)."""
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            keys = tuple(str(k) for k in saved["keys"].tolist())
+            return TarIndex(
+                keys=keys,
+                extensions=tuple(str(e) for e in saved["extensions"].tolist()),
+                offsets=saved["offsets"].astype(np.int64).reshape(len(keys), -1),
+                sizes=saved["sizes"].astype(np.int64).reshape(len(keys), -1),
+                bytes_read=int(saved["bytes_read"]),
+                fingerprint=str(saved["fingerprint"]),
+            )
+    except Exception:  # absent or damaged: a miss, never a failure
+        return None

@@ -63,11 +63,11 @@ __all__ = [
     "select_original",
 ]
 
-SUPPORTED_FORMATS: tuple[str, ...] = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst")
+SUPPORTED_FORMATS: tuple[str, ...] = ("parquet", "jsonl", "jsonl.gz", "jsonl.zst", "tar", "tar.gz")
 Layout = dict[str, dict[str, list[str]]]  # config -> split -> sorted repo paths
 Entries = Mapping[str, object]  # repo path -> listing entry (huggingface_hub RepoFile)
 
-_DATA_EXT = re.compile(r"\.(?:parquet|arrow|jsonl|json|ndjson|csv|tsv|txt)(?:\.(?:gz|zst|bz2|xz))?$", re.I)
+_DATA_EXT = re.compile(r"\.(?:parquet|arrow|jsonl|json|ndjson|csv|tsv|txt|tar)(?:\.(?:gz|zst|bz2|xz))?$|\.tgz$", re.I)
 _SPLIT_KEYWORDS: dict[str, str] = {
     "train": "train",
     "training": "train",
@@ -86,10 +86,10 @@ _TOKEN_SEP = re.compile(r"[-._ 0-9]+")
 def file_format(path: str) -> str | None:
     """The Zephon shard format of a repo path (one of :data:`SUPPORTED_FORMATS`), or None if unsupported."""
     lower = path.lower()
-    for fmt in ("jsonl.gz", "jsonl.zst", "parquet", "jsonl"):
+    for fmt in ("jsonl.gz", "jsonl.zst", "parquet", "jsonl", "tar.gz", "tar"):  # tar: WebDataset (records)
         if lower.endswith("." + fmt):
             return fmt
-    return None
+    return "tar.gz" if lower.endswith(".tgz") else None
 
 
 def is_data_file(path: str) -> bool:

@@ -12,8 +12,9 @@ and the token from the argument, ``HF_TOKEN`` or ``hf auth login`` — both at c
 1. ``~original`` or no source: ``dataset_info(revision)`` (default ``main``) gives the commit and the card
    (``cardData``: the README's YAML front matter); :mod:`zephon.storage.hub.discovery` picks the files (card
    ``configs:`` globs, listing only the directory that holds them, else the default layout rules). Without a
-   source, uploaded files in a supported format (``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``)
-   win; any other format switches to the conversion, which the Hub builds for the main branch only.
+   source, uploaded files in a supported format (``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``;
+   WebDataset ``.tar``, ``.tar.gz``) win; any other format switches to the conversion, which the Hub builds for
+   the main branch only.
 2. ``~parquet``: the commit of branch ``refs/convert/parquet`` (no call when the path names a commit), then
    the tree at that commit, laid out ``{config}/{split}/NNNN.parquet``. Partial conversions are refused.
 3. Several configs need one in the path; unknown revisions/configs/splits are errors listing what exists.
@@ -118,6 +119,9 @@ class _Resolver:
         card = info.card_data.to_dict() if info.card_data is not None else {}
         commit = str(info.sha)
         config, split, paths, entries = select_original(hf, commit, card, lambda prefix: self._list(commit, prefix))
+        tars = [p for p in paths if file_format(p) in ("tar", "tar.gz")]
+        if tars and len(tars) < len(paths):  # archives beside other data files are not WebDataset shards: left
+            paths = [p for p in paths if p not in tars]  # out as before tars were read (a split of tars only is)
         unsupported = [p for p in paths if file_format(p) is None]
         if not unsupported:
             return self._result(commit, "original", config, split, paths, entries)

@@ -62,11 +62,15 @@ os.register_at_fork(after_in_child=_forget_pool)
 
 
 def fetch_ranges(
-    file: ObjectFile, ranges: Sequence[tuple[int, int]], credentials: Iterable[StoreCredentials] = ()
+    file: ObjectFile,
+    ranges: Sequence[tuple[int, int]],
+    credentials: Iterable[StoreCredentials] = (),
+    *,
+    kind: str = "range",
 ) -> list[bytes]:
-    """The bytes of each ``[start, end)`` of ``ranges``, fetched concurrently (one GET each)."""
+    """The bytes of each ``[start, end)`` of ``ranges``, fetched concurrently (one GET each, counted as ``kind``)."""
     creds = tuple(credentials)
-    futures = [_fetch_pool().submit(read_range, file, s, e, creds) for s, e in ranges]
+    futures = [_fetch_pool().submit(read_range, file, s, e, creds, kind=kind) for s, e in ranges]
     return [f.result() for f in futures]
 
 

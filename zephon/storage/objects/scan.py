@@ -27,7 +27,7 @@ from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.objects.reads import ObjectFile, get_tail, get_whole, with_version
 
-__all__ = ["AHEAD", "line_index", "remember_listing", "save_line_index", "scan_object"]
+__all__ = ["AHEAD", "following", "line_index", "remember_listing", "save_line_index", "scan_object"]
 
 #: Footers read ahead of the one asked for, concurrently.
 AHEAD = 16
@@ -48,6 +48,13 @@ def remember_listing(files: Sequence[ObjectFile]) -> None:
     with _lock:
         for index, file in enumerate(listing):
             _listings[(file.uri, file.pin)] = (listing, index)
+
+
+def following(file: ObjectFile, n: int) -> tuple[ObjectFile, ...]:
+    """The ``n`` objects after ``file`` in its remembered listing (none when it was not listed)."""
+    with _lock:
+        listing, index = _listings.get((file.uri, file.pin), ((file,), 0))
+    return listing[index + 1 : index + 1 + n]
 
 
 def scan_object(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) -> tuple[int, int, ObjectFile]:

@@ -1,0 +1,111 @@
+"""MDS datasets as records: a folder written by streaming's own MDSWriter (tests/fixtures/records_mds) planned
+shard by shard from index.json and the headers, each sample read back as its columns (images left encoded)."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from zephon import Pipeline
+from zephon.errors import DatasetError
+from zephon.io import Dataset
+from zephon.recipe.token_store import looks_like_token_store
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+PAIRS = FIXTURES / "records_mds" / "pairs"
+EXPECTED = json.loads((FIXTURES / "records_mds" / "expected.json").read_text())
+
+
+def plan_of(folder: Path, out: Path) -> Path:
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("pairs", str(folder))], mixture=MixtureSpec({"pairs": 1.0}), seed=11
+    )
+    return source.plan(out)
+
+
+def test_an_mds_folder_of_images_and_numbers_is_records_and_a_token_folder_stays_a_store():
+    assert not looks_like_token_store(str(PAIRS))
+    for store in ("int32", "text", "uint16"):  # a token column, or str columns only: token stores as before
+        assert looks_like_token_store(str(FIXTURES / "token_stores" / "mds" / store))
+
+
+def test_mds_samples_come_back_as_their_columns_in_plan_order(tmp_path: Path):
+    plan = plan_of(PAIRS, tmp_path / "plan")
+    shards = pq.read_table(plan / "shards.parquet").to_pylist()
+    assert [s["format"] for s in shards] == ["mds"] * len(shards) and len(shards) == 2
+    assert sum(s["rows"] for s in shards) == 7 and all(s["fingerprint"].startswith("mdsindex:") for s in shards)
+    records = [r for b in Pipeline.from_plan(plan).batch(microbatch_size=3, collate=list) for r in b.data]
+    samples = pq.read_table(plan / "samples.parquet").to_pydict()
+    first = [0, shards[0]["rows"]]
+    order = [first[s] + r for s, r in zip(samples["shard_id"], samples["row"], strict=True)]
+    assert sorted(order) == list(range(7))
+    for i, record in zip(order, records, strict=True):
+        want = EXPECTED[i]
+        assert record["caption"] == want["caption"] and record["label"] == want["label"]
+        assert record["raw"] == bytes.fromhex(want["raw"]) and record["score"] == want["score"]
+        assert record["meta"] == want["meta"]
+        assert hashlib.sha256(record["image"]).hexdigest() == want["image_sha256"]  # the JPEG bytes as stored
+        assert hashlib.sha256(record["thumb"]).hexdigest() == want["thumb_sha256"]
+        thumb = np.asarray(Image.open(io.BytesIO(record["thumb"])).convert("RGB"))
+        assert (thumb == np.random.default_rng(100 + i).integers(0, 256, (4, 4, 3), dtype=np.uint8)).all()
+        assert Image.open(io.BytesIO(record["image"])).size == (8, 8)
+
+
+def test_an_mds_shard_rewritten_after_planning_is_refused(tmp_path: Path):
+    folder = tmp_path / "pairs"
+    shutil.copytree(PAIRS, folder)
+    plan = plan_of(folder, tmp_path / "plan")
+    shard = folder / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    data[8:12] = (int.from_bytes(data[8:12], "little") + 1).to_bytes(4, "little")  # a sample boundary moved
+    shard.write_bytes(bytes(data))
+    with pytest.raises(DatasetError, match=r"^dataset 'pairs': MDS shard .*shard\.00000\.mds changed since planning"):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=2))
+
+
+def test_a_pickled_mds_column_is_refused_in_one_line(tmp_path: Path):
+    plan = plan_of(FIXTURES / "records_mds" / "pickled", tmp_path / "plan")
+    with pytest.raises(DatasetError, match=r"column 'obj' must have one of the encodings .* got 'pkl' — .*never does"):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=1))
+
+
+def test_an_mds_sample_that_does_not_decode_is_one_line_or_skipped_and_counted(tmp_path: Path):
+    folder = tmp_path / "pairs"
+    shutil.copytree(PAIRS, folder)
+    plan = plan_of(folder, tmp_path / "plan")
+    shard = folder / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    at = data.index("caption 2 é".encode())
+    data[at] = 0xFF  # not UTF-8: the payload changed, the header and the index did not
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*shard\.00000\.mds row 2 column 'caption' must decode, got .*utf-8.* — "
+        r"restore the shard, or skip and count",
+    ):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=2, collate=list))
+    pipe = Pipeline.from_plan(plan).options(on_bad_document="skip").batch(microbatch_size=2, collate=list)
+    captions = sorted(r["caption"] for b in pipe for r in b.data)
+    assert captions == sorted(e["caption"] for i, e in enumerate(EXPECTED) if i != 2)
+    assert pipe.stats().skipped == {"bad_sample": 1}
+
+
+def test_a_text_pipeline_over_records_shards_is_refused_in_one_line(tmp_path: Path):
+    from zephon.demo import demo_tokenizer_path
+    from zephon.errors import ConfigError
+
+    plan = plan_of(PAIRS, tmp_path / "plan")
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=demo_tokenizer_path(), field="caption")
+    with pytest.raises(
+        ConfigError, match=r"shard .*shard\.0000\d\.mds is an MDS shard of records, got a reader of text"
+    ):
+        list(pipe.pack_flat(max_length=17).batch(microbatch_size=2))
