@@ -158,7 +158,8 @@ def test_a_record_too_long_for_a_row_is_one_line_naming_its_dataset_shard_row_an
     dataset, shard, row, _ = planned(pipe.plan_dir)[0]
     uri = config.parent / "pairs" / dataset / f"{shard:03d}.tar"
     want = (
-        rf"^dataset '{dataset}': shard {re.escape(str(uri))} row {row}: record '{dataset}-{shard:03d}-{row:04d}' "
+        rf"^dataset '{dataset}': shard {re.escape(str(uri))} row {row} key '{dataset}-{shard:03d}-{row:04d}': "
+        rf"record '{dataset}-{shard:03d}-{row:04d}' "
         r"must have at most max_length=20 tokens in 'input_ids', got \d+ — cut the caption in map_transform"
     )
     with pytest.raises(DatasetError, match=want):
