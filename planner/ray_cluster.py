@@ -56,6 +56,8 @@ __all__ = [
 ENGINES = ("local", "ray")
 #: Times a task whose worker died is run again (Ray's ``max_retries``).
 MAX_RETRIES = 3
+#: Seconds a cancelled step waits for its running tasks to end (a Ray task is interrupted between statements).
+CANCEL_WAIT_S = 30
 #: Environment variable of the fault-injection file (see the module docstring).
 FAILPOINT_ENV = "ZEPHON_RAY_FAILPOINT"
 
@@ -133,9 +135,19 @@ def run_tasks(
             if on_result is not None:
                 on_result(i, results[i])
     finally:
-        for ref in pending:  # an error or Ctrl-C: the tasks still queued are not run for nothing
-            ray.cancel(ref, force=False)
+        if pending:  # an error or Ctrl-C: cancel the rest, and let them end before the caller cleans up
+            _cancel(ray, list(pending))
     return results
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Cancel ``refs`` (a running task gets ``KeyboardInterrupt``, so its ``finally`` blocks run) and wait up to
+    ``CANCEL_WAIT_S`` for them to end: no task of the step still writes when the step's files are removed."""
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=False)
+    with contextlib.suppress(Exception):
+        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
 
 
 def driver_credentials(uris: Iterable[str]) -> tuple[StoreCredentials, ...]:
