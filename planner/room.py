@@ -5,7 +5,8 @@ tokens, offset, deal), zstd-compressed; ``BYTES_PER_DOCUMENT`` is a lower bound 
 plan that fits is never refused and a budget of 10^12 documents (at least 3.6 TiB) is refused in one line
 before any layout, instead of filling the disk from a hidden temporary for days. Every plan kind goes through
 ``check_room`` (samples and token mixtures, estimated and exact, phased, continued: ``write_bundle``); exact and
-packed plans hold more columns, so the same lower bound refuses only what cannot fit.
+packed plans hold more columns, so the same lower bound refuses only what cannot fit. The documents are a lower
+bound too (``planned_documents``): the budget, or the epochs times the smallest dataset's (selected) rows.
 
 A partitioned sidecar join (``zephon.planner.selection.join``) first writes both sides' referenced columns to
 its spill directory: ``check_spill_room`` refuses, before that copy, a join whose rows cannot fit there at
@@ -41,18 +42,29 @@ def _existing(path: Path) -> Path:
     return path
 
 
+def planned_documents(prepared: PreparedPlan) -> int:
+    """A lower bound of the documents ``prepared`` will plan, for every budget: ``num_documents`` itself;
+    ``epochs`` E (1 when no budget is given) at least E passes of the smallest dataset — its selected rows when it
+    has a selection — since the plan ends no earlier than one dataset's E-th pass; ``num_tokens`` 0 (not known
+    before the layout: such a plan is never refused here)."""
+    source = prepared.source
+    if source.num_documents is not None:
+        return int(source.num_documents)
+    if source.num_tokens is not None:
+        return 0
+    return (source.epochs or 1) * min(prepared.dataset_rows(i) for i in range(len(prepared.shards)))
+
+
 def check_room(prepared: PreparedPlan, out_dir: Path) -> None:
     """Refuse, in one line with the estimate, a plan whose bundle cannot fit on ``out_dir``'s file system."""
-    documents = prepared.source.num_documents
-    if documents is None:
-        documents = sum(ref.rows for group in prepared.shards for ref in group)  # no budget: about one pass
+    documents = planned_documents(prepared)
     need = documents * BYTES_PER_DOCUMENT
     free = shutil.disk_usage(_existing(out_dir)).free
     if need > free:
         raise ConfigError(
             f"the plan bundle must fit on the disk of {out_dir}, got about {need / 2**30:.1f} GiB needed for "
             f"{documents} documents (≥ {BYTES_PER_DOCUMENT} bytes each) and {free / 2**30:.1f} GiB free — lower "
-            "num_documents, free space, or write the plan to another disk"
+            "num_documents or epochs, free space, or write the plan to another disk"
         )
 
 
