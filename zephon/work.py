@@ -53,6 +53,7 @@ class StaticMixtureWorkSource(WorkSource):
         global_batch: int | None = None,
         state: dict[str, Any] | None = None,
         materialize_selections: bool = False,
+        engine: str = "local",
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
@@ -71,6 +72,9 @@ class StaticMixtureWorkSource(WorkSource):
         each shard of a dataset with a selection (``where``, ``metadata``, ``dedup_on``); runs read those instead
         of the source, so a selective plan decodes no more per token than a plan without selection. The plan —
         and every batch — is the same either way (docs/curricula.md, ``zephon.planner.copies``).
+
+        ``engine="ray"``: the footer scan, a partitioned sidecar join and the count pass run as Ray tasks on the
+        cluster of ``RAY_ADDRESS`` (else a local Ray instance of ``workers`` CPUs); the same bundle (docs/ray.md).
         """
         from zephon.planner.build import PlanOptions
         from zephon.planner.entry import plan_source
@@ -83,6 +87,7 @@ class StaticMixtureWorkSource(WorkSource):
             workers=workers,
             progress=progress,
             materialize_selections=materialize_selections,
+            engine=engine,
         )
         return plan_source(
             self,

@@ -372,15 +372,16 @@ def sidecar_report(
     assert key is not None
     if counts["document_rows"] > documents or counts["side_keys"] > counts["distinct_side_keys"]:
         qkey = quote(key)
-        duplicate = con.execute(
-            f"SELECT {qkey}, count(*) AS n FROM {meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
-            f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
+        # One aggregate over the duplicated keys: how many, their rows, the smallest and its rows (an example).
+        keys, rows, example, n = con.execute(
+            f"SELECT count(*), sum(n), min(k), arg_min(n, k) FROM (SELECT {qkey} AS k, count(*) AS n FROM "
+            f"{meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} HAVING n > 1)",
             meta.params,
-        ).fetchone()
-        assert duplicate is not None
+        ).fetchone() or (0, 0, None, 0)
         raise DatasetError(
-            f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
-            f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
+            f"dataset {name!r}: sidecar key {key!r} must be unique, got {n} rows for {example!r} ({keys} "
+            f"{'key' if keys == 1 else 'keys'} on more than one row, {rows} rows in all) in {selection.metadata} "
+            "— keep one row per key (e.g. deduplicate the sidecar) and re-plan"
         )
     return {
         "documents_without_metadata": counts["without_metadata"],

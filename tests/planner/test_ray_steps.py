@@ -89,6 +89,25 @@ def test_a_plan_on_ray_is_the_local_plan_byte_for_byte_even_when_a_worker_dies(
     assert len(counted) == 9 and ray_cluster.nodes == 2
 
 
+def test_the_count_pass_on_ray_saves_the_local_arrays_even_when_a_worker_dies(
+    ray_cluster, corpus, tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    from zephon.executor.encode.encoders import make_encoder
+
+    refs = [r for group in shard_refs(_source(corpus)) for r in group]
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    arrays = {}
+    for engine in ("local", "ray"):
+        monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / engine))
+        if engine == "ray":
+            ray_cluster.failpoint.touch()
+        _, report = token_counts(refs, spec, make_encoder(spec), workers=1, engine=engine)
+        assert report.counted == 9
+        arrays[engine] = {p.name: p.read_bytes() for p in sorted((tmp_path / engine / "token-counts").iterdir())}
+    assert not ray_cluster.failpoint.exists()
+    assert arrays["ray"] == arrays["local"] and len(arrays["local"]) == 9
+
+
 def test_every_join_partition_on_ray_selects_what_the_local_join_selects(ray_cluster, corpus) -> None:
     ds = _source(corpus, where="quality > 0.5", order_by="quality DESC", order_window=4).datasets[0]
     assert ds.selection is not None
@@ -108,7 +127,10 @@ def test_a_duplicate_sidecar_key_is_one_line_with_its_count_on_ray_too(ray_clust
     ds = Dataset.from_path("web", corpus / "web", metadata=tmp_path / "dup.parquet", key="id", where="quality > 0")
     assert ds.selection is not None
     refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=9))[0]
-    with pytest.raises(DatasetError, match=rf"^dataset 'web': sidecar key 'id' must be unique, got 3 rows for {key} "):
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset .web.: sidecar key .id. must be unique, got 3 rows for {key} \(1 key on more than one row, 3 rows in all\) in ",
+    ):
         select_rows(ds.selection, refs, seed=9, dataset_index=0, partitions=4, engine="ray")
 
 
