@@ -20,13 +20,26 @@ with 5 GiB free the plan stops in one line naming the directory, the estimate an
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from zephon.errors import ConfigError
+from zephon.recipe.work_source import WorkSource
 
-if TYPE_CHECKING:
-    from zephon.planner.prepare import PreparedPlan
+
+class PreparedPlan(Protocol):
+    """What the estimate reads of ``zephon.planner.prepare.PreparedPlan`` (named here, not imported: the sidecar
+    join checks its spill room through this module, and ``prepare`` runs the join)."""
+
+    @property
+    def source(self) -> WorkSource: ...
+
+    @property
+    def shards(self) -> Sequence[Sequence[object]]: ...
+
+    def dataset_rows(self, index: int) -> int: ...
+
 
 #: A lower bound of samples.parquet's bytes a planned document (its columns compress to more).
 BYTES_PER_DOCUMENT = 4

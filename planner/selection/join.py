@@ -246,7 +246,15 @@ def join_sidecar(
         if run.engine == "ray":
             from zephon.planner.selection.ray_join import join_on_ray
 
-            kept, totals = join_on_ray(selection, pairs, plan, spill=run.spill, memory_limit=run.memory_limit)
+            kept, totals = join_on_ray(
+                selection.dataset,
+                [joined_table(selection.key, docs_part, meta_part, plan) for docs_part, meta_part in pairs],
+                counts=COUNTS_SQL,
+                kept=kept_rows(plan),
+                spill=run.spill,
+                memory_limit=run.memory_limit,
+                memory=memory_bytes(run.memory_limit),
+            )
             con.execute("INSERT INTO zephon_selected SELECT * FROM read_parquet($kept)", {"kept": kept})
         else:
             for docs_part, meta_part in pairs:

@@ -30,8 +30,6 @@ from typing import Any
 import duckdb
 
 from zephon.planner.ray_cluster import failpoint, ray_session, require_visible, run_tasks
-from zephon.planner.selection.join import COUNTS_SQL, JoinPlan, Relation, joined_table, kept_rows, memory_bytes
-from zephon.recipe.selection import Selection
 
 __all__ = ["join_on_ray"]
 
@@ -40,47 +38,50 @@ SPILL_FIX = "set TMPDIR on the driver to a directory every node mounts at the sa
 
 
 def join_on_ray(
-    selection: Selection,
-    pairs: Sequence[tuple[Relation, Relation]],
-    plan: JoinPlan,
+    dataset: str,
+    statements: Sequence[tuple[str, dict[str, Any]]],
     *,
+    counts: str,
+    kept: str,
     spill: str,
     memory_limit: str,
+    memory: int,
 ) -> tuple[list[str], list[int]]:
-    """Join each partition pair as a Ray task; the kept rows' files in partition order, and the summed counts."""
-    assert selection.key is not None
+    """Run each partition's ``statements[p]`` (the ``zephon_joined`` table and its parameters), then ``counts``
+    and ``kept`` on it, as a Ray task reserving ``memory`` bytes; the kept rows' files in partition order, and
+    the summed counts. (``join.py`` builds the SQL, so this module needs nothing of it.)"""
     kept_dir = os.path.join(spill, "kept")
     os.makedirs(kept_dir, exist_ok=True)
-    outs = [os.path.join(kept_dir, f"part-{p}.parquet") for p in range(len(pairs))]
+    outs = [os.path.join(kept_dir, f"part-{p}.parquet") for p in range(len(statements))]
     arguments = [
-        (selection.dataset, selection.key, docs, meta, plan, out, memory_limit, spill)
-        for (docs, meta), out in zip(pairs, outs, strict=True)
+        (dataset, statement, params, counts, kept, out, memory_limit, spill)
+        for (statement, params), out in zip(statements, outs, strict=True)
     ]
     with ray_session() as ray:
         try:
-            counts = run_tasks(ray, _join_remote, arguments, memory=memory_bytes(memory_limit))
+            results = run_tasks(ray, _join_remote, arguments, memory=memory)
         except Exception as exc:  # DuckDB's own errors (memory, disk) are told as the local join tells them
             cause = getattr(exc, "cause", None)
             if isinstance(cause, duckdb.Error):
                 raise cause from None
             raise
-    totals = [sum(c[i] for c in counts) for i in range(5)]
+    totals = [sum(r[i] for r in results) for i in range(len(results[0]))] if results else []
     return outs, totals
 
 
 def _join_remote(
     dataset: str,
-    key: str,
-    documents: Relation,
-    meta: Relation,
-    plan: JoinPlan,
+    statement: str,
+    params: dict[str, Any],
+    counts: str,
+    kept: str,
     out: str,
     memory_limit: str,
     spill: str,
 ) -> list[int]:
     """Runs in a Ray worker: one partition joined as the local loop joins it; its kept rows written to ``out``."""
     failpoint()
-    files = [f for relation in (documents, meta) for value in relation.params.values() for f in value]
+    files = [f for value in params.values() for f in value]
     require_visible(files, f"dataset {dataset!r}: the sidecar join's partition file", SPILL_FIX)
     temp = os.path.join(spill, f"task-{os.path.basename(out)}-{os.getpid()}")
     con = duckdb.connect()
@@ -89,12 +90,12 @@ def _join_remote(
         con.execute("SET preserve_insertion_order = false")
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET temp_directory = ?", [temp])
-        con.execute(*joined_table(key, documents, meta, plan))
-        counts: Any = con.execute(COUNTS_SQL).fetchone()
+        con.execute(statement, params)
+        found: Any = con.execute(counts).fetchone()
         partial = f"{out}.tmp-{os.getpid()}"
-        con.execute(f"COPY ({kept_rows(plan)}) TO '{partial.replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
+        con.execute(f"COPY ({kept}) TO '{partial.replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
         os.replace(partial, out)
     finally:
         con.close()
         shutil.rmtree(temp, ignore_errors=True)
-    return [int(n) for n in counts]
+    return [int(n) for n in found]
