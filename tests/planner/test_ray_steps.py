@@ -170,3 +170,24 @@ def test_a_path_a_node_cannot_see_is_refused_naming_the_node(ray_cluster, tmp_pa
 def test_one_engine_option_for_every_step() -> None:
     with pytest.raises(ConfigError, match=r'^engine must be "local" or "ray", got \'spark\' — pick one$'):
         PlanOptions(engine="spark")
+
+
+def test_zephon_plan_engine_ray_prints_and_writes_what_the_local_engine_does(
+    ray_cluster, corpus, tmp_path, monkeypatch
+) -> None:
+    from click.testing import CliRunner
+
+    from zephon.cli import cli
+
+    monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "2")
+    config = tmp_path / "plan.yaml"
+    config.write_text(
+        f"seed: 4\ndatasets:\n  - {{name: web, path: {corpus / 'web'}, metadata: {corpus / 'side'}, key: id, "
+        f'where: "quality > 0.4"}}\n  - {{name: code, path: {corpus / "code"}}}\nmixture: {{web: 2, code: 1}}\n'
+    )
+    runs = {}
+    for engine in ("local", "ray"):
+        result = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / engine), "--engine", engine])
+        assert result.exit_code == 0, result.output
+        runs[engine] = result.output.replace(str(tmp_path / engine), "PLAN")
+    assert runs["ray"] == runs["local"] and _tree(tmp_path / "ray") == _tree(tmp_path / "local")
