@@ -3,7 +3,7 @@
 ``ray_cluster`` starts a head node and one worker node (``ray.cluster_utils.Cluster``: real raylets, one CPU
 each, the smallest object stores Ray allows) and joins this process to it, so every ``engine="ray"`` step of
 the planner runs its tasks on both nodes (``zephon.planner.ray_cluster.ray_session`` joins a running Ray). It
-is started on first use (about 20–30 s on a loaded 2-core machine, measured) and shut down at the end of the
+is started on first use (21–34 s measured on the shared 2-core machine, load 8–18) and shut down at the end of the
 session; tests that never ask for it never pay for it.
 
 The nodes' processes get their own variables (``env_vars``; this process's environment is left alone): a session
