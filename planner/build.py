@@ -38,6 +38,7 @@ from zephon.planner.copies import copied_datasets, write_copies
 from zephon.planner.layout import best_fit, chunks
 from zephon.planner.manifest_writer import Continued, plan_manifest
 from zephon.planner.prepare import PreparedPlan, prepare
+from zephon.planner.ray_cluster import check_engine
 from zephon.planner.room import check_room
 from zephon.planner.samples_writer import SamplesWriter, Totals
 from zephon.recipe.work_source import WorkSource
@@ -201,8 +202,10 @@ class PlanOptions:
     """What a work source is planned with besides itself, for every way of planning (``planner.entry``).
 
     ``tokenize``, ``pack`` and ``operators`` are part of the plan (its counts and config hash depend on them);
-    ``overwrite``, ``workers`` (count-pass processes), ``progress`` (bars; None: on a terminal) and
-    ``materialize_selections`` (copies of the selected rows, ``write_bundle``) change how it is written, never what.
+    ``overwrite``, ``workers`` (count-pass processes, or a local Ray instance's CPUs), ``engine`` ("local", or
+    "ray": the scan, a partitioned sidecar join and the count pass as Ray tasks, docs/ray.md), ``progress`` (bars;
+    None: on a terminal) and ``materialize_selections`` (copies of the selected rows, ``write_bundle``) change how
+    it is written, never what.
     """
 
     tokenize: TokenizeSpec | None = None
@@ -214,6 +217,10 @@ class PlanOptions:
     materialize_selections: bool = False
     #: ``Pipeline.pack_samples``: samples grouped into rows by cost (part of the plan, like ``pack``).
     sample_pack: SamplePackSpec | None = None
+    engine: str = "local"
+
+    def __post_init__(self) -> None:
+        check_engine(self.engine)
 
     def prepare(self, source: WorkSource) -> PreparedPlan:
         """``source`` scanned, counted and normalized with these options (``prepare``)."""
@@ -225,6 +232,7 @@ class PlanOptions:
             progress=self.progress,
             operators=self.operators,
             sample_pack=self.sample_pack,
+            engine=self.engine,
         )
 
 

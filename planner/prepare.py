@@ -10,7 +10,7 @@ under it. Per-row token counts (estimated or exact) are computed here too.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from zephon.executor.operators import describe as describe_operators
 from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest_parts import STORES_ONLY
-from zephon.plan.records import ShardRef
+from zephon.plan.records import ShardInfo, ShardRef
 from zephon.planner.costs import check_oversize, dataset_costs
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
@@ -31,6 +31,7 @@ from zephon.planner.counts.shard_tokens import ShardTokens
 from zephon.planner.counts.stores import forget_stores, open_dataset_store, store_identity, store_shards, store_tokens
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
+from zephon.planner.ray_cluster import check_engine
 from zephon.planner.segment import SegmentStart
 from zephon.planner.selection.evaluate import SelectedRows, select_rows
 from zephon.planner.selection.stores import selection_refs
@@ -91,21 +92,37 @@ class PreparedPlan:
         return self.source.exact_tokens
 
 
-def shard_refs(source: WorkSource, *, progress: bool | None = None) -> tuple[tuple[ShardRef, ...], ...]:
+def shard_refs(
+    source: WorkSource, *, progress: bool | None = None, engine: str = "local", workers: int | None = None
+) -> tuple[tuple[ShardRef, ...], ...]:
     """Scan every dataset's shards and number them (global shard ids in dataset order).
 
     The scan is ``Dataset.shards()`` taken a shard at a time, so that a bar can follow it on a terminal
     (``zephon.storage.progress``): Hub shards cost two range requests each, JSONL shards a full read.
+    ``engine="ray"`` scans the raw datasets' shards as Ray tasks in batches (``zephon.planner.ray_scan``; the same
+    shard records); ``workers``: CPUs of a local Ray instance when no cluster is running.
     """
     out = []
     next_id = 0
     total = sum(len(ds.files) for ds in source.datasets)
     with progress_bar(total=total, desc="scanning shards", unit="shard", progress=progress) as bar:
+        scanned: list[list[ShardInfo]] | None = None
+        if check_engine(engine) == "ray":
+            from zephon.planner.ray_scan import scan_on_ray
+
+            raw = [(ds.name, ds.files if ds.token_store is None else ()) for ds in source.datasets]
+            scanned = scan_on_ray(raw, workers=workers, on_done=bar.update)
         for index, ds in enumerate(source.datasets):
             refs = []
-            infos = (scan_shard(ds.name, f) for f in ds.files) if ds.token_store is None else iter(store_shards(ds))
+            if ds.token_store is not None:
+                infos: Iterator[ShardInfo] = iter(store_shards(ds))
+            elif scanned is not None:
+                infos = iter(scanned[index])
+            else:
+                infos = (scan_shard(ds.name, f) for f in ds.files)
             for info in infos:
-                bar.update(1)
+                if scanned is None or ds.token_store is not None:
+                    bar.update(1)
                 if info.rows > np.iinfo(np.int32).max:
                     raise DatasetError(f"dataset {ds.name!r}: shard {info.uri} must have < 2^31 rows, got {info.rows}")
                 refs.append(info.placed(shard_id=next_id, dataset_id=index, dataset=ds.name))
@@ -128,11 +145,16 @@ def prepare(
     progress: bool | None = None,
     operators: tuple[Operator, ...] = (),
     sample_pack: SamplePackSpec | None = None,
+    engine: str = "local",
 ) -> PreparedPlan:
     """Scan the datasets, compute token counts if the plan needs them, and normalize the config.
 
     ``sample_pack`` (``Pipeline.pack_samples``) groups samples into rows by their ``cost=`` (``zephon.planner.costs``);
     the costs take the place of token counts.
+
+    ``engine="ray"`` runs the heavy steps as Ray tasks — the footer scan, a partitioned sidecar join's
+    partitions, the count pass (docs/ray.md) — with the local path's results, byte for byte; ``workers`` is then
+    the CPUs of a local Ray instance when no cluster is running.
 
     ``operators`` (``Pipeline.map_transform`` / ``map_batch``) run before the count pass counts, and are named
     in the config (so in ``config_hash``) when there are any.
@@ -167,9 +189,10 @@ def prepare(
             "— set exact_tokens=True (calibration measures tokens per byte of text, which a conversation is not)"
         )
     check_costs(source, tokenize, sample_pack)
+    check_engine(engine)
     forget_stores()
-    shards = shard_refs(source, progress=progress)
-    selections = select_datasets(source, shards)
+    shards = shard_refs(source, progress=progress, engine=engine, workers=workers)
+    selections = select_datasets(source, shards, engine=engine)
     raw = [ds.token_store is None for ds in source.datasets]
     # A plan made only of token stores never loads its tokenizer: its counts come from the stores' indexes.
     encoder = make_encoder(tokenize, operators) if needs_tokens and tokenize is not None and any(raw) else None
@@ -183,7 +206,9 @@ def prepare(
             tokens = [stored.get(i, ShardTokens([], rows=[], names=[])) for i in range(len(shards))]
             if encoder is not None:
                 flat = [r for i, refs in enumerate(shards) if raw[i] for r in refs]
-                arrays, report = token_counts(flat, tokenize, encoder, workers=workers, progress=progress)
+                arrays, report = token_counts(
+                    flat, tokenize, encoder, workers=workers, progress=progress, engine=engine
+                )
                 at = 0
                 for i, refs in enumerate(shards):
                     if raw[i]:
@@ -264,13 +289,14 @@ def check_costs(source: WorkSource, tokenize: TokenizeSpec | None, sample_pack: 
 
 
 def select_datasets(
-    source: WorkSource, shards: tuple[tuple[ShardRef, ...], ...]
+    source: WorkSource, shards: tuple[tuple[ShardRef, ...], ...], *, engine: str = "local"
 ) -> tuple[SelectedRows | None, ...] | None:
-    """Each dataset's selection evaluated (``zephon.planner.selection.evaluate``); None when no dataset has one."""
+    """Each dataset's selection evaluated (``zephon.planner.selection.evaluate``; a partitioned join's partitions
+    as Ray tasks with ``engine="ray"``); None when no dataset has one."""
     if all(ds.selection is None for ds in source.datasets):
         return None
     return tuple(
-        select_rows(ds.selection, _selection_refs(ds, refs), seed=source.seed, dataset_index=index)
+        select_rows(ds.selection, _selection_refs(ds, refs), seed=source.seed, dataset_index=index, engine=engine)
         if ds.selection is not None
         else None
         for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True))

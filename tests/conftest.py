@@ -14,8 +14,9 @@ import pytest
 from zephon.demo import demo_tokenizer_path
 
 # The Hub test server and its fixtures (hub_server, reference_hub) live in tests/servers/hub_fixtures.py; the
-# object-store servers (s3_server, s3, s3_proxy) in tests/servers/object_fixtures.py.
-pytest_plugins = ["servers.hub_fixtures", "servers.object_fixtures"]
+# object-store servers (s3_server, s3, s3_proxy) in tests/servers/object_fixtures.py; the two-node Ray cluster
+# (ray_cluster) in tests/servers/ray_fixtures.py.
+pytest_plugins = ["servers.hub_fixtures", "servers.object_fixtures", "servers.ray_fixtures"]
 
 
 @pytest.fixture(autouse=True)

@@ -54,6 +54,7 @@ class StaticMixtureWorkSource(WorkSource):
         state: dict[str, Any] | None = None,
         materialize_selections: bool = False,
         sample_pack: SamplePackSpec | None = None,
+        engine: str = "local",
     ) -> Path:
         """Write this curriculum as a plan bundle in ``out_dir`` and return its path.
 
@@ -74,6 +75,8 @@ class StaticMixtureWorkSource(WorkSource):
         and every batch — is the same either way (docs/curricula.md, ``zephon.planner.copies``).
 
         ``sample_pack``: records grouped into rows by cost (``Pipeline.pack_samples``, docs/records.md).
+        ``engine="ray"``: the footer scan, a partitioned sidecar join and the count pass run as Ray tasks on the
+        cluster of ``RAY_ADDRESS`` (else a local Ray instance of ``workers`` CPUs); the same bundle (docs/ray.md).
         """
         from zephon.planner.build import PlanOptions
         from zephon.planner.entry import plan_source
@@ -87,6 +90,7 @@ class StaticMixtureWorkSource(WorkSource):
             progress=progress,
             materialize_selections=materialize_selections,
             sample_pack=sample_pack,
+            engine=engine,
         )
         return plan_source(
             self,

@@ -6,56 +6,35 @@ shard to count becomes a Ray task that runs exactly what a local count worker ru
 in the same cache (``$ZEPHON_CACHE_DIR/token-counts``) with the same atomic write. The cached arrays are
 therefore byte-identical to the local process pool's, and plans cannot tell which engine counted.
 
-``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` when set, else starts a local instance with
-``workers`` CPUs. Each task encodes on one thread with the fastest engine verified for the tokenizer
-(``zephon.executor.engines``; verdicts are cached per worker machine). Workers must see the shards at the
-same paths (shared storage) or reach the Hub; the driver's tokenizer spec travels with each task and each
-worker loads the tokenizer once.
+Ray is joined as every Ray step of the planner joins it (``zephon.planner.ray_cluster``: the running Ray,
+``RAY_ADDRESS``, else a local instance of ``workers`` CPUs); a task whose worker dies is run again. Each task
+encodes on one thread with the fastest engine verified for the tokenizer (``zephon.executor.engines``;
+verdicts are cached per worker machine). Workers must see the shards at the same paths (shared storage) or
+reach the Hub (a task refuses a path its node cannot see, naming the node); the driver's tokenizer spec
+travels with each task and each worker loads the tokenizer once.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from zephon.errors import ConfigError
 from zephon.plan.records import ShardRef
-from zephon.specs import TokenizeSpec
+from zephon.planner.ray_cluster import (
+    adopt_credentials,
+    driver_credentials,
+    failpoint,
+    ray_session,
+    require_visible,
+    run_tasks,
+)
+from zephon.specs import StoreCredentials, TokenizeSpec
 
-
-def _import_ray():  # -> module
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError(
-            "engine 'ray' must have Ray installed, got no `ray` module — pip install 'zephon[ray]', or use the "
-            "local engine"
-        ) from exc
-    return ray
-
-
-@contextlib.contextmanager
-def ray_session(workers: int | None) -> Iterator[Any]:
-    """The ``ray`` module, joined to the cluster of ``RAY_ADDRESS`` or a local instance of ``workers`` CPUs when Ray
-    is not running yet (and shut down after); the Ray passes of the planner (counting, ``zephon tokenize``) share it."""
-    ray = _import_ray()
-    started = False
-    if not ray.is_initialized():
-        address = os.environ.get("RAY_ADDRESS")
-        kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
-        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
-        started = True
-    try:
-        yield ray
-    finally:
-        if started:
-            ray.shutdown()
+__all__ = ["SHARED_FIX", "count_with_ray", "worker_encoder"]
 
 
 #: Encoders of this Ray worker process, by their spec: each worker loads a tokenizer once.
@@ -82,25 +61,37 @@ def count_with_ray(
     workers: int | None = None,
     on_done: Callable[[int], None] | None = None,
 ) -> int:
-    """Count ``shards`` as Ray tasks and save each result to its path; returns the tokens counted."""
+    """Count ``shards`` as Ray tasks (``zephon.planner.ray_cluster.run_tasks``: retried on a lost worker) and save
+    each result to its path on the driver as it arrives; returns the tokens counted."""
+    spec_dict = asdict(spec)
+    tokens = 0
+
+    def saved(i: int, counts: np.ndarray) -> None:
+        nonlocal tokens
+        save(paths[i], counts)
+        tokens += int(counts.sum())
+        if on_done is not None:
+            on_done(tokens)
+
     with ray_session(workers) as ray:
-        task = ray.remote(_count_remote)
-        spec_dict = asdict(spec)
-        pending = {task.remote(asdict(ref), spec_dict): i for i, ref in enumerate(shards)}
-        tokens = 0
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=1)
-            i = pending.pop(done[0])
-            counts = ray.get(done[0])
-            save(paths[i], counts)
-            tokens += int(counts.sum())
-            if on_done is not None:
-                on_done(tokens)
-        return tokens
+        credentials = driver_credentials(ref.uri for ref in shards)
+        arguments = [(asdict(ref), spec_dict, credentials) for ref in shards]
+        run_tasks(ray, _count_remote, arguments, on_result=saved)
+    return tokens
 
 
-def _count_remote(ref: dict, spec: dict) -> np.ndarray:
+def _count_remote(ref: dict, spec: dict, credentials: tuple[StoreCredentials, ...]) -> np.ndarray:
     """Runs in a Ray worker: the local worker's counting function, with the tokenizer loaded once."""
     from zephon.planner.counts.worker import count_shard
 
-    return count_shard(ShardRef(**ref), spec["field"], worker_encoder(spec))  # type: ignore[arg-type]
+    failpoint()
+    shard = ShardRef(**ref)
+    require_visible([shard.uri], f"dataset {shard.dataset!r}: shard", SHARED_FIX)
+    adopt_credentials(credentials)
+    return count_shard(shard, spec["field"], worker_encoder(spec))  # type: ignore[arg-type]
+
+
+#: How to make a local path visible to every node (one-line refusals).
+SHARED_FIX = (
+    "put the datasets on storage every node mounts at the same path (NFS, a shared volume) or in an object store"
+)

@@ -41,7 +41,7 @@ import re
 import shutil
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import duckdb
@@ -52,6 +52,7 @@ from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.planner.selection.join import (
     JoinPlan,
+    JoinRun,
     Relation,
     join_sidecar,
     joined_source,
@@ -214,11 +215,13 @@ def select_rows(
     threads: int | None = None,
     memory_limit: str | None = None,
     partitions: int | None = None,
+    engine: str = "local",
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring).
 
     ``partitions``: how many key-hash partitions a sidecar join runs in (default: as many as DuckDB's memory
-    limit needs, ``selection_join.partitions_for``); every count gives the same selection."""
+    limit needs, ``selection_join.partitions_for``); ``engine="ray"`` joins them as Ray tasks
+    (``selection/ray_join.py``). Every count, on either engine, gives the same selection."""
     name = selection.dataset
     # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
     remote = any(arrow_read(r) for r in refs)
@@ -245,9 +248,8 @@ def select_rows(
                 "file_row_number = true)) d",
                 params={"paths": [r.uri for r in refs]},
             )
-        result, sidecar = _evaluate(
-            con, selection, documents, columns, total, limit=limit, partitions=partitions, spill=spill
-        )
+        run = JoinRun(partitions=partitions, spill=spill, engine=engine, memory_limit=limit)
+        result, sidecar = _evaluate(con, selection, documents, columns, total, run=run)
     except duckdb.OutOfMemoryException as exc:
         raise out_of_memory(selection, "where", str(selection.where), exc, limit) from exc
     except duckdb.IOException as exc:
@@ -299,9 +301,7 @@ def _evaluate(
     columns: list[str],
     total: int,
     *,
-    limit: str,
-    partitions: int | None,
-    spill: str,
+    run: JoinRun,
 ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
     params: dict[str, Any] = dict(docs.params)
@@ -330,7 +330,7 @@ def _evaluate(
             return con.execute(query, params).fetchnumpy(), {}
         except duckdb.Error as exc:
             field, text = _blame(selection, con, documents, params)
-            raise _fail(selection, exc, field, text, columns, limit) from exc
+            raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
     assert selection.key is not None
     meta, fingerprint, sidecar_rows = sidecar_relation(con, selection)
     params.update(meta.params)
@@ -346,7 +346,7 @@ def _evaluate(
     # One full join (or one per partition of the key's hash, past the memory budget: selection_join), from which
     # the selection and the counts of keys on one side only are both read. Expressions are checked on the whole
     # join first (EXPLAIN runs nothing), so a bad one is blamed the same way however the join runs.
-    count = partitions if partitions is not None else partitions_for(total + sidecar_rows, limit)
+    count = run.partitions if run.partitions is not None else partitions_for(total + sidecar_rows, run.memory_limit)
     try:
         checks = [selection.where or "true", order_key or "1", dedup_key or "1"]
         con.execute(f"EXPLAIN SELECT ({checks[0]}), ({checks[1]}), ({checks[2]}) FROM {source}", params)
@@ -357,14 +357,13 @@ def _evaluate(
             meta=meta,
             plan=plan,
             referenced=referenced_names(con, selection).names,
-            partitions=count,
-            spill=spill,
+            run=replace(run, partitions=count),
         )
     except duckdb.Error as exc:
-        if isinstance(exc, duckdb.OutOfMemoryException) or _spilled(exc, spill):
+        if isinstance(exc, duckdb.OutOfMemoryException) or _spilled(exc, run.spill):
             raise  # select_rows says which setting or disk to change
         field, text = _blame(selection, con, source, params)
-        raise _fail(selection, exc, field, text, columns, limit) from exc
+        raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
     sidecar: dict[str, Any] = sidecar_report(con, selection, meta, counts, documents=total)
     sidecar.update(sidecar_fingerprint=fingerprint, sidecar_rows=sidecar_rows)
     return result, sidecar

@@ -14,6 +14,11 @@ bytes of the limit the join is **partitioned** (a grace hash join), into partiti
 3. the window functions (``order_by``'s rank, ``dedup_on``'s groups) and the sort by (shard, row) run once,
    over all kept rows — as in the single join.
 
+With ``engine="ray"`` step 2 runs as one Ray task per partition (``zephon.planner.selection.ray_join``): the
+same statements (``joined_table``, ``COUNTS_SQL``, ``kept_rows``), each partition's kept rows read back in
+partition order. Every partition relation reads only files under the spill directory (an empty side reads that
+side's empty file), so a task on another node needs nothing but that directory.
+
 Invariant: the result is the one of the single join, byte for byte. Equal keys hash alike (both sides are cast
 to the type the join compares them in), so every match of the full join is inside one partition and every
 unmatched row is unmatched in its partition; counts of distinct keys add up over partitions; and nothing
@@ -28,7 +33,8 @@ document — the single join's figures.
 Disk: the partitioned files hold the referenced columns once (measured at 10^9: 8.0 GB of documents with an
 int64 key, their positions and a one-byte score; 9.4 GB of sidecar with an int64 key and a float32), under
 a directory ``select_rows`` creates with ``tempfile.mkdtemp`` (``$TMPDIR``) and removes however the
-selection ends.
+selection ends; before the copy, ``zephon.planner.room.check_spill_room`` refuses a join whose rows cannot fit
+there (one line with the estimate).
 """
 
 from __future__ import annotations
@@ -45,10 +51,20 @@ from typing import Any
 import duckdb
 
 from zephon.errors import ConfigError, DatasetError
+from zephon.planner.room import check_spill_room
 from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
-__all__ = ["JoinPlan", "Relation", "join_sidecar", "partitions_for", "quote", "sidecar_files", "sidecar_relation"]
+__all__ = [
+    "JoinPlan",
+    "JoinRun",
+    "Relation",
+    "join_sidecar",
+    "partitions_for",
+    "quote",
+    "sidecar_files",
+    "sidecar_relation",
+]
 
 #: Rows (documents + sidecar rows) one join may hold per byte of DuckDB's memory limit: 10^8 + 10^8 in 2 GB
 #: (measured: benchmarks/bench_selection.py, 2.48 GB peak RSS). Past it, partitions of half that many rows.
@@ -66,6 +82,20 @@ class Relation:
 
     text: str
     params: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class JoinRun:
+    """How a sidecar join runs — never what it selects."""
+
+    #: Key-hash partitions (None: as many as ``memory_limit`` needs, ``partitions_for``).
+    partitions: int | None = None
+    #: The selection's own spill directory (the partitioned files, DuckDB's spill).
+    spill: str
+    #: "local", or "ray": each partition joined in a Ray task (``zephon.planner.selection.ray_join``).
+    engine: str = "local"
+    #: DuckDB's memory limit (``ZEPHON_SELECT_MEMORY``), in this process and in each Ray task.
+    memory_limit: str = "2GB"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -197,21 +227,38 @@ def join_sidecar(
     meta: Relation,
     plan: JoinPlan,
     referenced: frozenset[str],
-    partitions: int,
-    spill: str,
+    run: JoinRun,
 ) -> tuple[dict[str, Any], dict[str, int]]:
     """Join, keep what the selection keeps, and count: the final query's columns, and the counts
     (joined document rows, documents without metadata, sidecar rows without a document, non-NULL sidecar-only
-    keys, distinct ones). ``partitions`` > 1 joins partition by partition (module docstring)."""
+    keys, distinct ones). ``run.partitions`` > 1 joins partition by partition (module docstring); with
+    ``run.engine == "ray"`` each partition is joined in a Ray task (``zephon.planner.selection.ray_join``) and
+    the kept rows are read back in partition order."""
     assert selection.key is not None
     typed = "".join(f", {c} {_type(con, e, documents, meta, selection.key)}" for c, e in plan.carried())
     con.execute(f"CREATE TEMP TABLE zephon_selected (shard INTEGER, row INTEGER{typed})")
     totals = [0, 0, 0, 0, 0]
-    if partitions == 1:
+    assert run.partitions is not None
+    if run.partitions == 1:
         _join_part(con, selection.key, documents, meta, plan, totals)
     else:
-        for docs_part, meta_part in _partition(con, selection, documents, meta, referenced, partitions, spill):
-            _join_part(con, selection.key, docs_part, meta_part, plan, totals)
+        pairs = _partition(con, selection, documents, meta, referenced, run.partitions, run.spill)
+        if run.engine == "ray":
+            from zephon.planner.selection.ray_join import join_on_ray
+
+            kept, totals = join_on_ray(
+                selection.dataset,
+                [joined_table(selection.key, docs_part, meta_part, plan) for docs_part, meta_part in pairs],
+                counts=COUNTS_SQL,
+                kept=kept_rows(plan),
+                spill=run.spill,
+                memory_limit=run.memory_limit,
+                memory=memory_bytes(run.memory_limit),
+            )
+            con.execute("INSERT INTO zephon_selected SELECT * FROM read_parquet($kept)", {"kept": kept})
+        else:
+            for docs_part, meta_part in pairs:
+                _join_part(con, selection.key, docs_part, meta_part, plan, totals)
     query = f"SELECT shard, row{plan.windows} FROM zephon_selected ORDER BY shard, row"
     result = con.execute(query).fetchnumpy()
     con.execute("DROP TABLE zephon_selected")
@@ -226,29 +273,41 @@ def _type(con: duckdb.DuckDBPyConnection, expr: str, documents: Relation, meta: 
     return str(con.execute(f"DESCRIBE SELECT ({expr}) AS t FROM {source}", params).fetchall()[0][1])
 
 
+#: The counts of one join (``zephon_joined``), in ``join_sidecar``'s order.
+COUNTS_SQL = (
+    "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
+    "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
+)
+
+
+def joined_table(key: str, documents: Relation, meta: Relation, plan: JoinPlan) -> tuple[str, dict[str, Any]]:
+    """The statement creating ``zephon_joined`` (one join's rows, keep flag and window keys) and its parameters."""
+    qkey = quote(key)
+    keys = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
+    text = (
+        "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
+        f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
+        f"{plan.keep} AS keep{keys} FROM {joined_source(documents, meta, key)}"
+    )
+    return text, {**documents.params, **meta.params}
+
+
+def kept_rows(plan: JoinPlan) -> str:
+    """The query of a join's kept rows: (shard, row) and the window keys, as ``zephon_selected`` holds them."""
+    rest = "".join(f", {c}" for c, _ in plan.carried())
+    return f"SELECT shard, row{rest} FROM zephon_joined WHERE keep AND shard IS NOT NULL"
+
+
 def _join_part(
     con: duckdb.DuckDBPyConnection, key: str, documents: Relation, meta: Relation, plan: JoinPlan, totals: list[int]
 ) -> None:
     """One join (the whole tables, or one partition of each): append its kept rows, add up its counts."""
-    qkey = quote(key)
-    keys = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
-    con.execute(
-        "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
-        f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
-        f"{plan.keep} AS keep{keys} FROM {joined_source(documents, meta, key)}",
-        {**documents.params, **meta.params},
-    )
-    counts = con.execute(
-        "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
-        "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
-    ).fetchone()
+    con.execute(*joined_table(key, documents, meta, plan))
+    counts = con.execute(COUNTS_SQL).fetchone()
     assert counts is not None
     for i, n in enumerate(counts):
         totals[i] += int(n)
-    rest = "".join(f", {c}" for c, _ in plan.carried())
-    con.execute(
-        f"INSERT INTO zephon_selected SELECT shard, row{rest} FROM zephon_joined WHERE keep AND shard IS NOT NULL"
-    )
+    con.execute(f"INSERT INTO zephon_selected {kept_rows(plan)}")
     con.execute("DROP TABLE zephon_joined")
 
 
@@ -262,10 +321,16 @@ def _partition(
     spill: str,
 ) -> list[tuple[Relation, Relation]]:
     """Write both sides' referenced columns to ``spill``, Hive-partitioned by ``hash(key) % partitions``; the
-    pairs of partition relations (an empty side reads as no rows of the same columns)."""
+    pairs of partition relations, each reading only files under ``spill`` (an empty side reads the side's empty
+    file: no rows, the same columns), so a Ray task on another node can read them where ``spill`` is shared."""
     assert selection.key is not None
     qkey = quote(selection.key)
     params = {**documents.params, **meta.params}
+    rows = con.execute(
+        f"SELECT (SELECT count(*) FROM {documents.text}) + (SELECT count(*) FROM {meta.text})", params
+    ).fetchone()
+    assert rows is not None
+    check_spill_room(spill, int(rows[0]), f"dataset {selection.dataset!r}: the sidecar join's partitions")
     # Hash both keys in the type the join compares them in (a UNION's common type), so equal keys hash alike.
     common = con.execute(f"DESCRIBE SELECT {qkey} FROM {documents.text} UNION ALL SELECT {qkey} FROM {meta.text}",
                          params).fetchall()[0][1]  # fmt: skip
@@ -280,24 +345,28 @@ def _partition(
         chosen = ", ".join(quote(c) for c in keep)
         target = os.path.join(spill, side)
         con.execute(
-            f"COPY (SELECT {chosen}, {bucket} FROM {relation.text}) TO '{target.replace(chr(39), chr(39) * 2)}' "
+            f"COPY (SELECT {chosen}, {bucket} FROM {relation.text}) TO '{_sql_text(target)}' "
             "(FORMAT parquet, PARTITION_BY (zephon_part))",
             relation.params,
         )
-        sides[side] = (target, chosen, relation)
+        empty = os.path.join(spill, f"{side}-empty.parquet")
+        con.execute(f"COPY (SELECT {chosen} FROM {relation.text} LIMIT 0) TO '{_sql_text(empty)}' (FORMAT parquet)",
+                    relation.params)  # fmt: skip
+        sides[side] = (target, chosen, empty)
     pairs = []
     for p in range(partitions):
         pair = []
         for side in ("documents", "metadata"):
-            target, chosen, relation = sides[side]
-            files = sorted(glob.glob(os.path.join(target, f"zephon_part={p}", "*.parquet")))
-            if files:
-                text = f"(SELECT {chosen} FROM read_parquet($part_{side}_{p}, hive_partitioning = false))"
-                pair.append(Relation(text=text, params={f"part_{side}_{p}": files}))
-            else:
-                pair.append(Relation(text=f"(SELECT {chosen} FROM {relation.text} LIMIT 0)", params=relation.params))
+            target, chosen, empty = sides[side]
+            files = sorted(glob.glob(os.path.join(target, f"zephon_part={p}", "*.parquet"))) or [empty]
+            text = f"(SELECT {chosen} FROM read_parquet($part_{side}_{p}, hive_partitioning = false))"
+            pair.append(Relation(text=text, params={f"part_{side}_{p}": files}))
         pairs.append((pair[0], pair[1]))
     return pairs
+
+
+def _sql_text(text: str) -> str:
+    return text.replace("'", "''")
 
 
 def sidecar_report(
@@ -311,15 +380,16 @@ def sidecar_report(
     assert key is not None
     if counts["document_rows"] > documents or counts["side_keys"] > counts["distinct_side_keys"]:
         qkey = quote(key)
-        duplicate = con.execute(
-            f"SELECT {qkey}, count(*) AS n FROM {meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} "
-            f"HAVING n > 1 ORDER BY {qkey} LIMIT 1",
+        # One aggregate over the duplicated keys: how many, their rows, the smallest and its rows (an example).
+        keys, rows, example, n = con.execute(
+            f"SELECT count(*), sum(n), min(k), arg_min(n, k) FROM (SELECT {qkey} AS k, count(*) AS n FROM "
+            f"{meta.text} WHERE {qkey} IS NOT NULL GROUP BY {qkey} HAVING n > 1)",
             meta.params,
-        ).fetchone()
-        assert duplicate is not None
+        ).fetchone() or (0, 0, None, 0)
         raise DatasetError(
-            f"dataset {name!r}: sidecar key {key!r} must be unique, got {duplicate[1]} rows for {duplicate[0]!r} "
-            f"in {selection.metadata} — keep one row per key (e.g. deduplicate the sidecar) and re-plan"
+            f"dataset {name!r}: sidecar key {key!r} must be unique, got {n} rows for {example!r} ({keys} "
+            f"{'key' if keys == 1 else 'keys'} on more than one row, {rows} rows in all) in {selection.metadata} "
+            "— keep one row per key (e.g. deduplicate the sidecar) and re-plan"
         )
     return {
         "documents_without_metadata": counts["without_metadata"],

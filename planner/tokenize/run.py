@@ -78,18 +78,29 @@ class TokenizeReport:
         return sum(d.tokens for d in self.datasets)
 
 
-def _scan(datasets: Sequence[Dataset], progress: bool | None) -> list[list[ShardRef]]:
+def _scan(datasets: Sequence[Dataset], progress: bool | None, engine: str, workers: int | None) -> list[list[ShardRef]]:
+    """Every dataset's shards scanned and numbered; as Ray tasks with ``engine="ray"`` (the same records)."""
     groups: list[list[ShardRef]] = []
     next_id = 0
     with progress_bar(
         total=sum(len(d.files) for d in datasets), desc="scanning shards", unit="shard", progress=progress
     ) as bar:
-        for index, ds in enumerate(datasets):
+        if engine == "ray":
+            from zephon.planner.ray_scan import scan_on_ray
+
+            scanned = scan_on_ray([(ds.name, ds.files) for ds in datasets], workers=workers, on_done=bar.update)
+        else:
+            scanned = []
+            for ds in datasets:
+                scanned.append([])
+                for file in ds.files:
+                    scanned[-1].append(scan_shard(ds.name, file))
+                    bar.update(1)
+        for index, (ds, infos) in enumerate(zip(datasets, scanned, strict=True)):
             refs = []
-            for file in ds.files:
-                refs.append(scan_shard(ds.name, file).placed(shard_id=next_id, dataset_id=index, dataset=ds.name))
+            for info in infos:
+                refs.append(info.placed(shard_id=next_id, dataset_id=index, dataset=ds.name))
                 next_id += 1
-                bar.update(1)
             groups.append(refs)
     return groups
 
@@ -139,7 +150,7 @@ def tokenize_datasets(
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise StorageError(f"-o {out} must be a directory for the token stores, got a file — choose another path")
-    groups = _scan(datasets, progress)
+    groups = _scan(datasets, progress, engine, workers)
     absolute = Path(os.path.abspath(out))  # "-o ." has no name to put a lock beside
     absolute.parent.mkdir(parents=True, exist_ok=True)
     with claimed(absolute, "the token stores"):

@@ -91,8 +91,7 @@ def test_config_packing_and_tokenizer_sections_are_validated(config, tmp_path) -
         load_plan_config(bad)
 
 
-def test_count_on_ray_caches_arrays_identical_to_the_local_pool(config, tmp_path, monkeypatch) -> None:
-    pytest.importorskip("ray")
+def test_count_on_ray_caches_arrays_identical_to_the_local_pool(ray_cluster, config, tmp_path, monkeypatch) -> None:
     import numpy as np
 
     runner = CliRunner()

@@ -170,3 +170,31 @@ def test_a_full_spill_disk_fails_in_one_line_and_leaves_nothing(corpus, tmp_path
     assert line.startswith("DatasetError dataset 'web': the selection's spill directory "), line
     assert "must have room" in line and "point TMPDIR at a larger disk" in line and "\n" not in line
     assert list(scratch.iterdir()) == []
+
+
+def test_a_join_whose_partitions_cannot_fit_the_spill_disk_is_refused_before_copying(
+    corpus, tmp_path, monkeypatch
+) -> None:
+    from zephon.planner import room
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # as TMPDIR=scratch
+    monkeypatch.setattr(room, "SPILL_BYTES_PER_ROW", 2**40)  # as if each row took 1 TiB: no disk has room
+    ds = _dataset(corpus, where="quality > 0.5")
+    assert ds.selection is not None
+    refs = shard_refs(_source(ds), progress=False)[0]
+    side_rows = (
+        pq.read_metadata(corpus / "side" / "a.parquet").num_rows
+        + pq.read_metadata(corpus / "side" / "b.parquet").num_rows
+    )
+    rows = SHARDS * ROWS + side_rows
+    with pytest.raises(
+        ConfigError,
+        match=rf"^dataset 'web': the sidecar join's partitions must fit in the spill directory {scratch}/zephon-select-\w+, "
+        rf"got about {rows * 1024:.1f} GiB needed for {rows} rows \(≥ {2**40} bytes each\) and [\d.]+ GiB free — point "
+        "TMPDIR at a larger disk",
+    ):
+        select_rows(ds.selection, refs, seed=3, dataset_index=0, partitions=3)
+    assert list(scratch.iterdir()) == []
+    select_rows(ds.selection, refs, seed=3, dataset_index=0, partitions=1)  # one join writes no partitions

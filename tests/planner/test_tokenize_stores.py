@@ -77,10 +77,12 @@ def test_one_worker_and_two_workers_write_the_same_bytes(demo, tmp_path) -> None
     assert (one.tokens, one.documents) == (two.tokens, two.documents) == (954773, 3800)  # zephon count's numbers
 
 
-def test_on_ray_the_stores_are_byte_identical_to_the_local_engine_s(demo, tmp_path) -> None:
-    pytest.importorskip("ray")
+def test_on_ray_the_stores_are_byte_identical_to_the_local_engine_s(ray_cluster, demo, tmp_path) -> None:
+    """On the two-node cluster, with the first task's worker killed mid-step (its task is run again)."""
     local = tokenize_datasets(datasets(demo, "code"), spec(), tmp_path / "local", workers=1)
+    ray_cluster.failpoint.touch()
     ray = tokenize_datasets(datasets(demo, "code"), spec(), tmp_path / "ray", workers=2, engine="ray")
+    assert not ray_cluster.failpoint.exists()
     assert tree(tmp_path / "local") == tree(tmp_path / "ray") and ray.written == 2 and ray.tokens == local.tokens
 
 

@@ -26,7 +26,7 @@ def test_a_plan_of_10_to_the_12_documents_is_refused_before_any_layout(make_parq
     assert result.exit_code == 1
     assert re.fullmatch(
         rf"zephon: error: the plan bundle must fit on the disk of {out}, got about 3725\.3 GiB needed for "
-        r"1000000000000 documents \(≥ 4 bytes each\) and [\d.]+ GiB free — lower num_documents, free space, or "
+        r"1000000000000 documents \(≥ 4 bytes each\) and [\d.]+ GiB free — lower num_documents or epochs, free space, or "
         r"write the plan to another disk\n",
         result.output,
     ), result.output
@@ -49,3 +49,30 @@ def test_a_microbatch_whose_buffers_cannot_fit_in_memory_is_refused(tokenizer_di
         r"memory, got 1000000 × 16777216 tokens needing .* GiB of batch buffers — lower",
     ):
         ExecutorSpec(tokenize=tokenize, pack=PackSpec(max_length=2**24), batch=BatchSpec(microbatch_size=10**6))
+
+
+def test_the_room_estimate_is_a_lower_bound_for_every_budget(make_parquet, tmp_path) -> None:
+    """Epochs count passes of the smallest dataset's selected rows; a selection is not one pass of all rows."""
+    from zephon.io import Dataset
+    from zephon.planner.prepare import prepare
+    from zephon.planner.room import planned_documents
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    data = make_parquet("web", [5, 7])  # 12 rows
+    web = Dataset.from_path("web", data)
+    picked = Dataset.from_path("picked", data, where="id LIKE '%-1'")  # rows 1 of each shard: 2 rows
+
+    def documents(*datasets, **budget) -> int:
+        weights = MixtureSpec({d.name: 1.0 for d in datasets})
+        source = StaticMixtureWorkSource(datasets=list(datasets), mixture=weights, seed=1, **budget)
+        return planned_documents(prepare(source))
+
+    assert documents(web) == 12 and documents(web, epochs=3) == 36 and documents(web, num_documents=5) == 5
+    assert documents(picked, epochs=2) == 4 and documents(web, picked, epochs=10**12) == 2 * 10**12
+    config = tmp_path / "plan.yaml"
+    config.write_text(f"seed: 3\nepochs: {10**12}\ndatasets:\n  - name: web\n    path: {data}\nmixture: {{web: 1.0}}\n")
+    result = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / "plan")])
+    assert (
+        result.exit_code == 1
+        and f"got about {48 * 10**12 / 2**30:.1f} GiB needed for 12000000000000 documents" in result.output
+    )

@@ -54,8 +54,8 @@ def test_an_exact_plan_from_config_over_s3_equals_the_local_one(s3, demo, tmp_pa
     assert manifest["datasets"][0]["path"] == s3.url("demo/code-*.parquet")
 
 
-def test_the_count_pass_on_ray_reads_the_bucket(s3, demo, tmp_path, tokenizer_dir, monkeypatch) -> None:
-    pytest.importorskip("ray")
+def test_the_count_pass_on_ray_reads_the_bucket(ray_cluster, s3, demo, tmp_path, tokenizer_dir, monkeypatch) -> None:
+    """The cluster's nodes have no AWS variables: the driver's settings travel with the tasks."""
     remote = exact_config(
         tmp_path / "s3.yaml",
         {"code": s3.url("demo/code-*.parquet"), "short": s3.url("demo/short-*.parquet")},

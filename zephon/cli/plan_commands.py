@@ -27,7 +27,20 @@ if TYPE_CHECKING:
     help="Directory to write the plan bundle to (created; must be new or empty unless --overwrite).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing non-empty PLAN_DIR.")
-@click.option("--workers", type=click.IntRange(min=1), default=None, help="Count-pass processes (exact plans).")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Count-pass processes (exact plans); with --engine ray, the CPUs of a local Ray instance.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Run the scan, partitioned sidecar joins and the count pass here, or as Ray tasks (RAY_ADDRESS, else a "
+    "local Ray instance; docs/ray.md). The plan is the same.",
+)
 @click.option(
     "--materialize-selections",
     "materialize_selections",
@@ -60,6 +73,7 @@ def plan(
     output: Path,
     overwrite: bool,
     workers: int | None,
+    engine: str,
     materialize_selections: bool,
     continue_from: Path | None,
     at_step: int | None,
@@ -99,6 +113,7 @@ def plan(
             sample_pack=loaded.sample_pack,
             overwrite=overwrite,
             workers=workers,
+            engine=engine,
             progress=None,  # bars on a terminal only: zephon.storage.progress
             materialize_selections=materialize_selections,
         )
@@ -228,7 +243,7 @@ def selection_lines(manifest: Manifest) -> list[str]:
     type=click.Choice(["local", "ray"]),
     default="local",
     show_default=True,
-    help="Count in local worker processes, or as Ray tasks (RAY_ADDRESS, else a local Ray instance).",
+    help="Scan and count here, or as Ray tasks (RAY_ADDRESS, else a local Ray instance; docs/ray.md).",
 )
 def count(config: Path, workers: int | None, progress: bool | None, engine: str) -> None:
     """Tokenize every document of CONFIG's datasets once and cache exact token counts.
@@ -249,7 +264,7 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
         from zephon.planner.counts.lengths import token_counts
         from zephon.planner.prepare import shard_refs
 
-        groups = shard_refs(loaded.source, progress=progress)
+        groups = shard_refs(loaded.source, progress=progress, engine=engine, workers=workers)
         flat = [r for g in groups for r in g]
         arrays, report = token_counts(
             flat,

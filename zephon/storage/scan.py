@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -97,6 +98,18 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
             fingerprint=index.fingerprint,
         )
     return _scan_jsonl(dataset, file)
+
+
+def scan_shards(dataset: str, files: Sequence[SourceFile]) -> list[ShardInfo]:
+    """Metadata of a batch of one dataset's shards, in order: what :func:`scan_shard` gives for each, with the
+    batch's object-store footers read ahead of the one scanned (``zephon.storage.objects.scan.remember_listing``).
+    The planner's scan fan-out (``zephon.planner.ray_scan``) runs one batch per Ray task."""
+    objects = [f.remote for f in files if isinstance(f.remote, ObjectFile)]
+    if objects:
+        from zephon.storage.objects.scan import remember_listing
+
+        remember_listing(objects)
+    return [scan_shard(dataset, f) for f in files]
 
 
 def jsonl_fingerprint(raw: bytes) -> str:

@@ -1,0 +1,213 @@
+"""The planner's Ray plumbing, shared by every step that runs as Ray tasks (``engine="ray"``).
+
+Steps on Ray: footer scans (``zephon.planner.ray_scan``), the partitions of a sidecar join
+(``zephon.planner.selection.ray_join``), the count pass (``zephon.planner.counts.ray_pass``) and
+``zephon tokenize`` (``zephon.planner.tokenize.ray_tasks``). Each submits its tasks through :func:`run_tasks`
+and takes the results back **by task index**, never in completion order, so what the driver writes is the
+local path's bytes whatever the cluster's shape, speed or failures.
+
+* Session: :func:`ray_session` joins a running Ray (``ray.init`` already called), else the cluster named by
+  ``RAY_ADDRESS``, else starts a local instance of ``workers`` CPUs, shut down after the step.
+* Lost workers: every task is submitted with ``max_retries=MAX_RETRIES``: a worker process or a node that dies
+  mid-task has its task run again elsewhere. Tasks are idempotent (they return values or write files through a
+  temporary and a rename), so a retried task gives the bytes the first attempt would have.
+* Errors: a task's :class:`~zephon.errors.ZephonError` is raised on the driver as the same one-line error (Ray
+  wraps it in a ``RayTaskError``); it is not retried (``retry_exceptions=False``): bad input stays bad.
+* Object stores: the settings the driver reads each bucket with (a run's ``StoreCredentials``, else its
+  environment's variables) travel with the tasks (:func:`driver_credentials`, :func:`adopt_credentials`), so
+  every node reads the bucket as the driver does; they stay inside the cluster (never in a plan, log or error).
+* Paths: a task refuses, naming its node, a path the driver handed it that its node cannot see
+  (:func:`require_visible`) — shards, output and spill directories must be on storage every node mounts at
+  the same path (docs/ray.md).
+
+Worked example: 5 tasks on 2 nodes; task 3's worker is killed after task 4 finished. Results arrive as 0 4 1 2
+(3 is resubmitted), 3; ``run_tasks`` hands them to the caller's ``on_result`` as they come (progress) and
+returns ``[r0, r1, r2, r3, r4]``.
+
+``ZEPHON_RAY_FAILPOINT`` (tests): a file path; the first task to start while that file exists removes it and
+kills its own worker process (``SIGKILL``), as a crashed or pre-empted node would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from zephon.errors import ConfigError, DatasetError, ZephonError
+from zephon.specs import StoreCredentials
+
+__all__ = [
+    "ENGINES",
+    "MAX_RETRIES",
+    "adopt_credentials",
+    "check_engine",
+    "driver_credentials",
+    "failpoint",
+    "ray_session",
+    "require_visible",
+    "run_tasks",
+]
+
+#: The engines a heavy planning step runs on: this machine, or Ray tasks.
+ENGINES = ("local", "ray")
+#: Times a task whose worker died is run again (Ray's ``max_retries``).
+MAX_RETRIES = 3
+#: Seconds between collections of finished tasks.
+WAIT_S = 0.2
+#: Seconds a cancelled step waits for its running tasks to end (a Ray task is interrupted between statements).
+CANCEL_WAIT_S = 30
+#: Environment variable of the fault-injection file (see the module docstring).
+FAILPOINT_ENV = "ZEPHON_RAY_FAILPOINT"
+
+
+def check_engine(engine: object) -> str:
+    """``engine`` checked: "local" or "ray"."""
+    if engine not in ENGINES:
+        raise ConfigError(f'engine must be "local" or "ray", got {engine!r} — pick one')
+    return str(engine)
+
+
+def _import_ray():  # -> module
+    try:
+        import ray
+    except ImportError as exc:
+        raise ConfigError(
+            "engine 'ray' must have Ray installed, got no `ray` module — pip install 'zephon[ray]', or use the "
+            "local engine"
+        ) from exc
+    return ray
+
+
+@contextlib.contextmanager
+def ray_session(workers: int | None = None) -> Iterator[Any]:
+    """The ``ray`` module, joined to the running Ray, the cluster of ``RAY_ADDRESS`` or a local instance of
+    ``workers`` CPUs (started here and shut down after)."""
+    ray = _import_ray()
+    started = False
+    if not ray.is_initialized():
+        address = os.environ.get("RAY_ADDRESS")
+        kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
+        ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
+        started = True
+    try:
+        yield ray
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_tasks(
+    ray: Any,
+    function: Callable[..., Any],
+    arguments: Sequence[tuple[Any, ...]],
+    *,
+    on_result: Callable[[int, Any], None] | None = None,
+    memory: int | None = None,
+) -> list[Any]:
+    """Run ``function(*arguments[i])`` as one Ray task per ``i`` (retried on a lost worker); the results by ``i``.
+
+    ``on_result(i, result)`` is called as each result arrives (any order); ``memory``: bytes each task reserves
+    in Ray's scheduler (a DuckDB join's limit), so a node runs no more of them at once than it has memory for."""
+    options: dict[str, Any] = {
+        "max_retries": MAX_RETRIES,
+        "retry_exceptions": False,
+        "num_cpus": 1,
+        "scheduling_strategy": "SPREAD",  # over every node, not packed onto the driver's first
+    }
+    if memory is not None:
+        options["memory"] = memory
+    remote = ray.remote(**options)(function)
+    pending = {remote.remote(*args): i for i, args in enumerate(arguments)}
+    results: list[Any] = [None] * len(arguments)
+    remaining = list(pending)
+    try:
+        while remaining:
+            # Whatever finished within WAIT_S, at once: one wait per WAIT_S over the refs left, not one per task
+            # (10^5 count tasks would otherwise cost 10^10 ref checks).
+            done, remaining = ray.wait(remaining, num_returns=len(remaining), timeout=WAIT_S)
+            for ref in done:
+                i = pending.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except Exception as exc:  # a task's ZephonError arrives wrapped (RayTaskError): its one line
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, ZephonError):
+                        raise cause from None
+                    raise
+                if on_result is not None:
+                    on_result(i, results[i])
+    finally:
+        if pending:  # an error or Ctrl-C: cancel the rest, and let them end before the caller cleans up
+            _cancel(ray, list(pending))
+    return results
+
+
+def _cancel(ray: Any, refs: list[Any]) -> None:
+    """Cancel ``refs`` (a running task gets ``KeyboardInterrupt``, so its ``finally`` blocks run) and wait up to
+    ``CANCEL_WAIT_S`` for them to end: no task of the step still writes when the step's files are removed."""
+    for ref in refs:
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=False)
+    with contextlib.suppress(Exception):
+        ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
+
+
+def driver_credentials(uris: Iterable[str]) -> tuple[StoreCredentials, ...]:
+    """The settings this driver reads each object-store bucket among ``uris`` with, one ``StoreCredentials`` a
+    bucket (none for local or Hub paths)."""
+    from zephon.storage.objects.paths import is_object_uri, parse_object_path
+    from zephon.storage.objects.stores import settings_for
+
+    found: dict[str, StoreCredentials] = {}
+    for uri in uris:
+        if is_object_uri(uri):
+            path = parse_object_path(uri)
+            prefix = f"{path.cloud}://{path.bucket}"
+            if prefix not in found:
+                found[prefix] = StoreCredentials(prefix=prefix, env=settings_for(path))
+    return tuple(found.values())
+
+
+def adopt_credentials(credentials: tuple[StoreCredentials, ...]) -> None:
+    """In a task: read the driver's buckets with the driver's settings (``driver_credentials``)."""
+    if credentials:
+        from zephon.storage.objects.stores import register_credentials
+
+        register_credentials(credentials)
+
+
+def failpoint() -> None:
+    """Kill this worker process when the fault-injection file exists (tests; module docstring)."""
+    path = os.environ.get(FAILPOINT_ENV)
+    if not path:
+        return
+    try:
+        os.unlink(path)  # one task only: the first to remove it
+    except OSError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def require_visible(paths: Sequence[str], what: str, fix: str) -> None:
+    """Refuse, in one line naming this node, the first of ``paths`` this Ray worker cannot see (local paths only).
+
+    ``what`` names the paths ("dataset 'web': shard"), ``fix`` says how to share them."""
+    for path in paths:
+        if "://" not in path and not os.path.exists(path):
+            raise DatasetError(
+                f"{what} {path} must be visible to every Ray node at the same path, got missing on node "
+                f"{socket.gethostname()} ({_node_ip()}) — {fix}"
+            )
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return str(ray.util.get_node_ip_address())
+    except Exception:  # outside a Ray worker: the host name says enough
+        return "no Ray node"

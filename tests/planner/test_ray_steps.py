@@ -1,0 +1,193 @@
+"""The heavy planning steps on a two-node Ray cluster (``ray_cluster``) give the local path's bytes.
+
+Footer scans (local disk and S3 by range GETs), a partitioned sidecar join's partitions, the count pass and a
+whole plan with ``engine="ray"`` are compared with the same steps run locally, byte for byte; a worker killed
+mid-step (``ZEPHON_RAY_FAILPOINT``) has its task retried and changes nothing; a path a node cannot see is
+refused in one line naming the node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import write_jsonl_dataset, write_parquet_dataset
+
+from zephon.errors import ConfigError, DatasetError
+from zephon.io import Dataset
+from zephon.plan.records import ShardRef
+from zephon.planner.build import PlanOptions, write_plan
+from zephon.planner.counts.lengths import token_counts
+from zephon.planner.prepare import shard_refs
+from zephon.planner.ray_scan import scan_on_ray
+from zephon.planner.selection.evaluate import select_rows
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.storage.local import SourceFile
+from zephon.storage.scan import scan_shard
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+pytest.importorskip("ray")
+
+ROWS = 60
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """web/: 6 Parquet shards of ``ROWS`` rows (int64 id, text, score 0-5); side/: a sidecar of quality and a
+    cluster for most ids plus ids no document has; code/: 3 JSONL shards."""
+    root = tmp_path_factory.mktemp("ray-corpus")
+    (root / "web").mkdir()
+    rng = np.random.default_rng(5)
+    for s in range(6):
+        ids = pa.array([s * ROWS + r for r in range(ROWS)], type=pa.int64())
+        text = [f"web {s}-{r} " + "word " * (1 + (r * 7) % 11) for r in range(ROWS)]
+        table = pa.table({"id": ids, "text": text, "score": rng.integers(0, 6, ROWS).astype(np.int8)})
+        pq.write_table(table, root / "web" / f"{s:02d}.parquet", row_group_size=16)
+    keys = [k for k in rng.permutation(6 * ROWS).tolist() if k % 7 != 3] + [90_000, 90_001]
+    side = pa.table(
+        {
+            "id": pa.array(keys, pa.int64()),
+            "quality": rng.random(len(keys)),
+            "cluster": [f"c{k // 4}" for k in keys],
+        }
+    )
+    (root / "side").mkdir()
+    pq.write_table(side, root / "side" / "scores.parquet")
+    write_jsonl_dataset(root, "code", [25, 31, 19])
+    return root
+
+
+def _source(corpus: Path, **selection) -> StaticMixtureWorkSource:
+    web = Dataset.from_path("web", corpus / "web", metadata=corpus / "side", key="id", **selection)
+    code = Dataset.from_path("code", corpus / "code")
+    return StaticMixtureWorkSource(
+        datasets=[web, code], mixture=MixtureSpec({"web": 0.6, "code": 0.4}), seed=9, epochs=2, exact_tokens=True
+    )
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_plan_on_ray_is_the_local_plan_byte_for_byte_even_when_a_worker_dies(
+    ray_cluster, corpus, tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    """Scan, a join in 3 partitions and the count pass as Ray tasks; the first task's worker is killed."""
+    monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "3")
+    source = _source(corpus, where="quality > 0.2 AND score >= 1", dedup_on="cluster")
+    tokenize, pack = TokenizeSpec(tokenizer_id=tokenizer_dir), PackSpec(max_length=65)
+    local = write_plan(source, tmp_path / "local", PlanOptions(tokenize=tokenize, pack=pack, workers=1))
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "ray-cache"))  # counted again, on the cluster
+    ray_cluster.failpoint.touch()
+    on_ray = write_plan(source, tmp_path / "ray", PlanOptions(tokenize=tokenize, pack=pack, engine="ray"))
+    assert not ray_cluster.failpoint.exists()  # a task's worker was killed, and its task run again
+    assert _tree(on_ray) == _tree(local) and len(_tree(local)) == 3
+    counted = sorted(p.name for p in (tmp_path / "ray-cache" / "token-counts").iterdir())
+    assert len(counted) == 9 and ray_cluster.nodes == 2
+
+
+def test_the_count_pass_on_ray_saves_the_local_arrays_even_when_a_worker_dies(
+    ray_cluster, corpus, tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    from zephon.executor.encode.encoders import make_encoder
+
+    refs = [r for group in shard_refs(_source(corpus)) for r in group]
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    arrays = {}
+    for engine in ("local", "ray"):
+        monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / engine))
+        if engine == "ray":
+            ray_cluster.failpoint.touch()
+        _, report = token_counts(refs, spec, make_encoder(spec), workers=1, engine=engine)
+        assert report.counted == 9
+        arrays[engine] = {p.name: p.read_bytes() for p in sorted((tmp_path / engine / "token-counts").iterdir())}
+    assert not ray_cluster.failpoint.exists()
+    assert arrays["ray"] == arrays["local"] and len(arrays["local"]) == 9
+
+
+def test_every_join_partition_on_ray_selects_what_the_local_join_selects(ray_cluster, corpus) -> None:
+    ds = _source(corpus, where="quality > 0.5", order_by="quality DESC", order_window=4).datasets[0]
+    assert ds.selection is not None
+    refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=9))[0]
+    local = select_rows(ds.selection, refs, seed=9, dataset_index=0, partitions=1)
+    ray_cluster.failpoint.touch()
+    on_ray = select_rows(ds.selection, refs, seed=9, dataset_index=0, partitions=5, engine="ray")
+    assert not ray_cluster.failpoint.exists()
+    assert on_ray.shard.tobytes() == local.shard.tobytes() and on_ray.row.tobytes() == local.row.tobytes()
+    assert on_ray.report == local.report and local.report.metadata_without_document == 2
+
+
+def test_a_duplicate_sidecar_key_is_one_line_with_its_count_on_ray_too(ray_cluster, corpus, tmp_path) -> None:
+    side = pq.read_table(corpus / "side" / "scores.parquet")
+    pq.write_table(pa.concat_tables([side, side.slice(10, 1), side.slice(10, 1)]), tmp_path / "dup.parquet")
+    key = side.column("id")[10].as_py()
+    ds = Dataset.from_path("web", corpus / "web", metadata=tmp_path / "dup.parquet", key="id", where="quality > 0")
+    assert ds.selection is not None
+    refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=9))[0]
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset .web.: sidecar key .id. must be unique, got 3 rows for {key} \(1 key on more than one row, 3 rows in all\) in ",
+    ):
+        select_rows(ds.selection, refs, seed=9, dataset_index=0, partitions=4, engine="ray")
+
+
+def test_footer_scans_on_ray_are_the_local_scans_in_batches(ray_cluster, tmp_path) -> None:
+    web = write_parquet_dataset(tmp_path, "web", [5, 9, 3, 7, 11, 2, 4], row_group_size=3)
+    code = write_jsonl_dataset(tmp_path, "code", [6, 8, 1], compression="zst")
+    datasets = [Dataset.from_path("web", web), Dataset.from_path("code", code)]
+    expected = [[scan_shard(ds.name, f) for f in ds.files] for ds in datasets]
+    got = scan_on_ray([(ds.name, ds.files) for ds in datasets], batch=2)  # 4 + 2 tasks
+    assert got == expected and [len(g) for g in got] == [7, 3]
+
+
+def test_object_store_footers_are_scanned_by_the_tasks_with_the_drivers_settings(ray_cluster, s3, tmp_path) -> None:
+    web = write_parquet_dataset(tmp_path, "web", [5, 9, 3, 7, 11], row_group_size=4)
+    s3.upload_dir(web, "web/")
+    ds = Dataset.from_path("web", s3.url("web/"))
+    on_ray = scan_on_ray([(ds.name, ds.files)], batch=2)[0]  # the nodes have no AWS variables of their own
+    local = [scan_shard(ds.name, f) for f in ds.files]
+    assert on_ray == local and [i.rows for i in local] == [5, 9, 3, 7, 11]
+    assert all(i.fingerprint.startswith("etag:") for i in on_ray)
+
+
+def test_a_path_a_node_cannot_see_is_refused_naming_the_node(ray_cluster, tmp_path, tokenizer_dir) -> None:
+    gone = str(tmp_path / "only-on-the-driver.parquet")
+    with pytest.raises(DatasetError, match=r"^dataset 'web': shard .*only-on-the-driver\.parquet must be visible "
+                       r"to every Ray node at the same path, got missing on node .* — put the datasets on storage"):  # fmt: skip
+        scan_on_ray([("web", [SourceFile(uri=gone, format="parquet", size=10)])])
+    ref = ShardRef(uri=gone, format="parquet", rows=3, bytes=10, row_groups=1, fingerprint="x", shard_id=0,
+                   dataset_id=0, dataset="web")  # fmt: skip
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    from zephon.executor.encode.encoders import make_encoder
+
+    with pytest.raises(DatasetError, match=r"must be visible to every Ray node at the same path"):
+        token_counts([ref], spec, make_encoder(spec), engine="ray")
+
+
+def test_one_engine_option_for_every_step() -> None:
+    with pytest.raises(ConfigError, match=r'^engine must be "local" or "ray", got \'spark\' — pick one$'):
+        PlanOptions(engine="spark")
+
+
+def test_zephon_plan_engine_ray_prints_and_writes_what_the_local_engine_does(
+    ray_cluster, corpus, tmp_path, monkeypatch
+) -> None:
+    from click.testing import CliRunner
+
+    from zephon.cli import cli
+
+    monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "2")
+    config = tmp_path / "plan.yaml"
+    config.write_text(
+        f"seed: 4\ndatasets:\n  - {{name: web, path: {corpus / 'web'}, metadata: {corpus / 'side'}, key: id, "
+        f'where: "quality > 0.4"}}\n  - {{name: code, path: {corpus / "code"}}}\nmixture: {{web: 2, code: 1}}\n'
+    )
+    runs = {}
+    for engine in ("local", "ray"):
+        result = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / engine), "--engine", engine])
+        assert result.exit_code == 0, result.output
+        runs[engine] = result.output.replace(str(tmp_path / engine), "PLAN")
+    assert runs["ray"] == runs["local"] and _tree(tmp_path / "ray") == _tree(tmp_path / "local")
