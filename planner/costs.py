@@ -43,6 +43,8 @@ from zephon.planner.selection.join import Relation, quote, sidecar_relation
 from zephon.planner.selection.tables import Wanted, arrow_read, read_documents, referenced_names
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.selection import Selection
+from zephon.recipe.work_source import WorkSource
+from zephon.specs import SamplePackSpec, TokenizeSpec
 
 __all__ = ["MAX_COST", "dataset_costs"]
 
@@ -163,4 +165,27 @@ def check_oversize(ds: Dataset, refs: tuple[ShardRef, ...], costs: list[np.ndarr
             f"dataset {ds.name!r}: every sample must cost at most max_cost={max_cost} to fit a row, got {value} at "
             f"shard {refs[j].uri} row {row} and {over - 1} more — raise max_cost, or leave such samples out and count "
             'them with pack_samples(oversize="drop")'
+        )
+
+
+def check_costs(source: WorkSource, tokenize: TokenizeSpec | None, sample_pack: SamplePackSpec | None) -> None:
+    """Costs are all-or-none, for record plans only; packing samples needs them."""
+    priced = [ds.name for ds in source.datasets if ds.cost is not None]
+    if not priced:
+        if sample_pack is not None:
+            raise ConfigError(
+                "pack_samples must plan datasets with a cost=, got none — add e.g. Dataset.from_path(..., "
+                'cost="text_tokens + ceil(width / 14.0) * ceil(height / 14.0)")'
+            )
+        return
+    missing = [ds.name for ds in source.datasets if ds.cost is None]
+    if missing:
+        raise ConfigError(
+            f"cost= must be on every dataset of a plan once one has it, got it on {priced} but not on {missing} — "
+            'add cost= to those (cost="1": one unit per sample)'
+        )
+    if tokenize is not None or source.token_estimation is not None or source.exact_tokens:
+        raise ConfigError(
+            "datasets with cost= must be planned as records (no tokenizer, token_estimation or exact_tokens), got "
+            "them in a text plan — drop cost= or the tokenizer settings"
         )

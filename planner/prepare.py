@@ -24,7 +24,7 @@ from zephon.plan.format import FORMAT_VERSION
 from zephon.plan.integrity import config_digest
 from zephon.plan.manifest_parts import STORES_ONLY
 from zephon.plan.records import ShardInfo, ShardRef
-from zephon.planner.costs import check_oversize, dataset_costs
+from zephon.planner.costs import check_costs, check_oversize, dataset_costs
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
 from zephon.planner.counts.shard_tokens import ShardTokens
@@ -263,29 +263,6 @@ def prepare(
         operators=operators,
         selections=selections,
     )
-
-
-def check_costs(source: WorkSource, tokenize: TokenizeSpec | None, sample_pack: SamplePackSpec | None) -> None:
-    """Costs are all-or-none, for record plans only; packing samples needs them."""
-    priced = [ds.name for ds in source.datasets if ds.cost is not None]
-    if not priced:
-        if sample_pack is not None:
-            raise ConfigError(
-                "pack_samples must plan datasets with a cost=, got none — add e.g. Dataset.from_path(..., "
-                'cost="text_tokens + ceil(width / 14.0) * ceil(height / 14.0)")'
-            )
-        return
-    missing = [ds.name for ds in source.datasets if ds.cost is None]
-    if missing:
-        raise ConfigError(
-            f"cost= must be on every dataset of a plan once one has it, got it on {priced} but not on {missing} — "
-            'add cost= to those (cost="1": one unit per sample)'
-        )
-    if tokenize is not None or source.token_estimation is not None or source.exact_tokens:
-        raise ConfigError(
-            "datasets with cost= must be planned as records (no tokenizer, token_estimation or exact_tokens), got "
-            "them in a text plan — drop cost= or the tokenizer settings"
-        )
 
 
 def select_datasets(
