@@ -92,8 +92,10 @@ class Batch:
         return_num_valid_tokens: bool = False,
         ignore_document_boundaries: bool | None = None,
         pin_memory: bool = False,
+        ids_dtype: torch.dtype = torch.int64,
     ) -> dict[str, torch.Tensor | int]:
-        """Torch tensors for a training step (see the module docstring)."""
+        """Torch tensors for a training step (see the module docstring). ``ids_dtype=torch.int32`` gives
+        ``input_ids`` and ``labels`` as int32 (``input_ids`` then a view of the batch's ids: no copy)."""
         tokens = torch.from_numpy(self.tokens)  # int32 ids: widened once, below, as they are written out
         width = self.tokens.shape[1]
         out: dict[str, torch.Tensor | int] = {}
@@ -108,15 +110,15 @@ class Batch:
             if return_labels:
                 counts = counts[:, 1:] & ~self.segment_starts()[:, 1:] if boundaries else counts[:, 1:]
         if return_labels:
-            out["input_ids"] = _wide(tokens[:, :-1], pin_memory)
-            labels = _wide(tokens[:, 1:], pin_memory)
+            out["input_ids"] = _wide(tokens[:, :-1], pin_memory, ids_dtype)
+            labels = _wide(tokens[:, 1:], pin_memory, ids_dtype, copy=True)
             if counts is not None:
                 labels[torch.from_numpy(~counts)] = IGNORE_INDEX
             elif np.any(self.lengths < width):  # only rows with padding need masking
                 labels[torch.arange(1, width)[None, :] >= torch.from_numpy(self.lengths)[:, None]] = IGNORE_INDEX
             out["labels"] = labels
         else:
-            out["input_ids"] = _wide(tokens, pin_memory)
+            out["input_ids"] = _wide(tokens, pin_memory, ids_dtype)
         if return_loss_mask:
             assert counts is not None
             out["loss_mask"] = torch.from_numpy(np.ascontiguousarray(counts))
@@ -144,10 +146,13 @@ class Batch:
         return out
 
 
-def _wide(ids: torch.Tensor, pin_memory: bool) -> torch.Tensor:
-    """``ids`` (int32) as a new contiguous int64 tensor, written straight into page-locked memory with
-    ``pin_memory``: the one copy of the ids in ``to_training``."""
-    out = torch.empty(ids.shape, dtype=torch.int64, pin_memory=pin_memory)
+def _wide(ids: torch.Tensor, pin_memory: bool, dtype: torch.dtype = torch.int64, *, copy: bool = False) -> torch.Tensor:
+    """``ids`` as a ``dtype`` tensor: a new contiguous one (int32 ids widened to int64 as they are copied),
+    written straight into page-locked memory with ``pin_memory`` — the one copy of the ids in ``to_training`` —
+    or ``ids`` itself when it already has that dtype and neither a copy nor pinning is asked."""
+    if ids.dtype == dtype and not copy and not pin_memory:
+        return ids
+    out = torch.empty(ids.shape, dtype=dtype, pin_memory=pin_memory)
     return out.copy_(ids)
 
 
