@@ -37,6 +37,10 @@ def test_plain_text_travels_as_int32_and_to_training_gives_int64_of_the_same_ids
     real = np.arange(1, 17)[None, :] < batch.lengths[:, None]
     assert t["labels"].tolist() == np.where(real, batch.tokens[:, 1:], -100).tolist()
     assert t["input_ids"].data_ptr() != torch.from_numpy(batch.tokens).data_ptr()  # a copy: the batch stays int32
+    narrow = batch.to_training(return_labels=True, ids_dtype=torch.int32)
+    assert narrow["input_ids"].dtype == narrow["labels"].dtype == torch.int32
+    assert narrow["input_ids"].data_ptr() == torch.from_numpy(batch.tokens).data_ptr()  # a view: no copy
+    assert narrow["input_ids"].tolist() == t["input_ids"].tolist() and narrow["labels"].tolist() == t["labels"].tolist()
 
 
 def test_flagged_tokens_keep_their_flags_through_a_lane_and_untag_splits_them() -> None:
