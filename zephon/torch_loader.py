@@ -94,43 +94,23 @@ class WorkerPiece:
     step: int
     microbatch: int
     state: dict[str, Any]
-    #: ``input_ids`` and ``labels`` crossed as int32, to be widened back (``NARROW_IDS``).
-    narrowed: bool = False
 
     @classmethod
-    def of(
-        cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any], narrowed: bool = False
-    ) -> WorkerPiece:
+    def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
         arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
-        return cls(arrays=arrays, step=step, microbatch=microbatch, state=state, narrowed=narrowed)
+        return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
 
     def tensors(self) -> Tensors:
-        return {k: _widened(k, v, self.narrowed, pin_memory=False) for k, v in self.arrays.items()}
+        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
 
     def pin_memory(self) -> WorkerPiece:
         """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
         copied into page-locked memory (``tensors()`` then shares it)."""
-        pinned = {k: _widened(k, v, self.narrowed, pin_memory=True) for k, v in self.arrays.items()}
-        arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in pinned.items()}
-        return replace(self, arrays=arrays)
-
-
-#: ``to_training``'s ids cross from a worker as int32 (``Batch.to_training(ids_dtype=torch.int32)``: ``input_ids``
-#: a view of the batch's ids, ``labels`` one int32 copy): half the bytes pickled through the queue's pipe. The
-#: loader's process widens them back to int64, once, as it makes the tensors (into page-locked memory with
-#: ``pin_memory``), so the dicts are those of iterating the pipeline, dtype included.
-NARROW_IDS = ("input_ids", "labels")
-
-
-def _widened(key: str, value: Any, narrowed: bool, *, pin_memory: bool) -> Any:
-    """A worker piece's array as the tensor the pipeline gives: ids widened to int64 (``narrowed``), pinned if
-    asked."""
-    if not isinstance(value, np.ndarray):
-        return value
-    tensor = torch.from_numpy(value)
-    if narrowed and key in NARROW_IDS:
-        return torch.empty(tensor.shape, dtype=torch.int64, pin_memory=pin_memory).copy_(tensor)
-    return tensor.pin_memory() if pin_memory else tensor
+        pinned = {
+            k: torch.from_numpy(v).pin_memory().numpy() if isinstance(v, np.ndarray) else v
+            for k, v in self.arrays.items()
+        }
+        return replace(self, arrays=pinned)
 
 
 class PieceDataset(IterableDataset):
@@ -156,11 +136,8 @@ class PieceDataset(IterableDataset):
 
     def _pieces(self, runner: Any) -> Iterator[WorkerPiece]:
         for batch in runner:
-            narrow = self.training.get("ids_dtype", torch.int64) == torch.int64  # else: as the caller asked
-            tensors = batch.to_training(**{**self.training, "ids_dtype": torch.int32 if narrow else torch.int64})
-            yield WorkerPiece.of(
-                tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state(), narrowed=narrow
-            )
+            tensors = batch.to_training(**self.training)
+            yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
 
 
 class Handed:

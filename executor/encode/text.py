@@ -72,18 +72,24 @@ class Encoded(TokenIds):
 
 def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:
     """Each text's ids with ``prefix`` before and ``eos`` after, in one int32 array: a few numpy calls per
-    batch instead of per document."""
+    batch instead of per document. The engine's ids go to the slots a boolean mask leaves free (one byte a token;
+    a gather by an int64 index per token cost ten times as much: 6.6 against 0.64 ns a token, 1,024 documents of
+    20-4,000 tokens), then the prefix and EOS columns are written.
+
+    Example: sizes [2, 1], prefix [B], eos E: mask [0 1 1 0 | 0 1 0] → [B a a E | B b E]."""
     n = len(got.sizes)
     if not n:
         return Encoded(np.empty(0, dtype=ID), np.empty(0, dtype=np.int64))
     k = len(prefix)
     sizes = got.sizes.astype(np.int64) + (k + 1)
     ends = np.cumsum(sizes)
-    out = np.empty(int(ends[-1]), dtype=ID)
-    shift = np.repeat(np.arange(k, k + n * (k + 1), k + 1, dtype=np.int64), got.sizes)
-    shift += np.arange(len(got.ids), dtype=np.int64)
-    out[shift] = got.ids
     starts = ends - sizes
+    out = np.empty(int(ends[-1]), dtype=ID)
+    free = np.ones(len(out), dtype=bool)
+    for j in range(k):
+        free[starts + j] = False
+    free[ends - 1] = False
+    out[free] = got.ids
     for j, token in enumerate(prefix):
         out[starts + j] = token
     out[ends - 1] = eos
