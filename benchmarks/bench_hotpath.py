@@ -9,7 +9,8 @@ pinned to ``--cores`` cores — the raw engine the executor chooses (its ``stats
 plan's documents read into memory first, 1,024 a call), Zephon end to end with this checkout's Python, and
 with ``--before`` (the Python of a venv whose ``zephon`` is another checkout: the A/B of a change). Each
 process is timed after its first batch (the raw engine: all of it). Prints every round's Mtok/s and, per plan,
-the best of the rounds and the ratios Zephon ÷ raw engine and after ÷ before, with the load average before and
+the best of the rounds and the ratios Zephon ÷ raw engine and after ÷ before (and each run's CPU ns per token,
+threads included, which a shared machine's load stretches less), with the load average before and
 after (the machine may be shared: the ratios within a round are what to read).
 """
 
@@ -72,7 +73,8 @@ def main() -> None:
             for label, res in got.items():
                 rate = res["tokens"] / res["seconds"] / 1e6
                 rates.setdefault((mode, label), []).append(rate)
-                line.append(f"{label} {rate:.2f}")
+                cpu = f" ({res['cpu'] / res['tokens'] * 1e9:.0f} CPU ns/tok)" if res.get("cpu") else ""
+                line.append(f"{label} {rate:.2f}{cpu}")
             print(f"round {r} {mode:8} engine {engine}: " + ", ".join(line) + " Mtok/s", flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\nbest of the rounds (Mtok/s after the first batch) and ratios:")
