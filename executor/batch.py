@@ -2,7 +2,9 @@
 
 ``Batch.to_training(return_labels=True)`` shifts by one: ``input_ids = tokens[:, :-1]`` and
 ``labels = tokens[:, 1:]``, both (B, max_length − 1); labels of padding are ``-100`` (ignored by
-``torch.nn.functional.cross_entropy``). The label after a document's EOS is the next document's first
+``torch.nn.functional.cross_entropy``). Both are int64 tensors (what embeddings and ``cross_entropy`` take),
+each written once from the batch's int32 ids — the only place ids are widened (``zephon.executor.encode.flags``);
+with ``pin_memory`` straight into page-locked memory. The label after a document's EOS is the next document's first
 token, as in GPT-style pretraining; use ``position_ids`` or ``cu_seqlens`` to keep attention inside
 documents.
 
@@ -50,7 +52,7 @@ IGNORE_INDEX = -100
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Batch:
-    """``tokens`` (B, max_length) int64, ``doc_start`` (B, max_length) bool, ``lengths`` (B,) valid tokens.
+    """``tokens`` (B, max_length) int32 ids, ``doc_start`` (B, max_length) bool, ``lengths`` (B,) valid tokens.
 
     ``step`` and ``microbatch`` place the batch in training (global step, microbatch within the step on this
     rank); ``sequences`` are the global ids of its rows (see ``zephon.executor.geometry``); ``pieces`` say
@@ -90,9 +92,11 @@ class Batch:
         return_num_valid_tokens: bool = False,
         ignore_document_boundaries: bool | None = None,
         pin_memory: bool = False,
+        ids_dtype: torch.dtype = torch.int64,
     ) -> dict[str, torch.Tensor | int]:
-        """Torch tensors for a training step (see the module docstring)."""
-        tokens = torch.from_numpy(self.tokens)
+        """Torch tensors for a training step (see the module docstring). ``ids_dtype=torch.int32`` gives
+        ``input_ids`` and ``labels`` as int32 (``input_ids`` then a view of the batch's ids: no copy)."""
+        tokens = torch.from_numpy(self.tokens)  # int32 ids: widened once, below, as they are written out
         width = self.tokens.shape[1]
         out: dict[str, torch.Tensor | int] = {}
         boundaries = self.loss_mask is not None if ignore_document_boundaries is None else ignore_document_boundaries
@@ -106,15 +110,15 @@ class Batch:
             if return_labels:
                 counts = counts[:, 1:] & ~self.segment_starts()[:, 1:] if boundaries else counts[:, 1:]
         if return_labels:
-            out["input_ids"] = tokens[:, :-1]
-            labels = tokens[:, 1:].clone()
+            out["input_ids"] = _wide(tokens[:, :-1], pin_memory, ids_dtype)
+            labels = _wide(tokens[:, 1:], pin_memory, ids_dtype, copy=True)
             if counts is not None:
                 labels[torch.from_numpy(~counts)] = IGNORE_INDEX
             elif np.any(self.lengths < width):  # only rows with padding need masking
                 labels[torch.arange(1, width)[None, :] >= torch.from_numpy(self.lengths)[:, None]] = IGNORE_INDEX
             out["labels"] = labels
         else:
-            out["input_ids"] = tokens
+            out["input_ids"] = _wide(tokens, pin_memory, ids_dtype)
         if return_loss_mask:
             assert counts is not None
             out["loss_mask"] = torch.from_numpy(np.ascontiguousarray(counts))
@@ -136,8 +140,20 @@ class Batch:
             out["cu_seqlens"] = torch.from_numpy(bounds)
             out["max_seqlen"] = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
         if pin_memory:
-            out = {k: v.pin_memory() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+            out = {
+                k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v for k, v in out.items()
+            }
         return out
+
+
+def _wide(ids: torch.Tensor, pin_memory: bool, dtype: torch.dtype = torch.int64, *, copy: bool = False) -> torch.Tensor:
+    """``ids`` as a ``dtype`` tensor: a new contiguous one (int32 ids widened to int64 as they are copied),
+    written straight into page-locked memory with ``pin_memory`` — the one copy of the ids in ``to_training`` —
+    or ``ids`` itself when it already has that dtype and neither a copy nor pinning is asked."""
+    if ids.dtype == dtype and not copy and not pin_memory:
+        return ids
+    out = torch.empty(ids.shape, dtype=dtype, pin_memory=pin_memory)
+    return out.copy_(ids)
 
 
 def join_training(

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.executor.encode.flags import token_dtype
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
@@ -124,8 +125,11 @@ class ExactSequences:
             else None
         )
         empty = np.empty(0, dtype=np.int64)
-        #: Tokenized documents: sorted positions, start and size of each in the token array, the array.
-        self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (empty, empty, empty, empty)
+        #: Tokenized documents: sorted positions, start and size of each in the token array, the array (of the
+        #: encoder's token dtype: int32 ids, or ids with flags beside them, ``zephon.executor.encode.flags``).
+        self._cache: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = (
+            empty, empty, empty, np.empty(0, dtype=token_dtype(encoder))
+        )  # fmt: skip
         #: The dataset of each cached document (parallel to ``_cache[0]``): the provenance the stats count by.
         self._datasets = np.empty(0, dtype=np.int16)
         self._prev: np.ndarray | None = None  # the sequences of the previous call
@@ -325,7 +329,7 @@ class ExactSequences:
             order = np.argsort(merged, kind="stable")
             starts = np.empty(len(merged), dtype=np.int64)
             starts[order] = np.cumsum(sizes[order]) - sizes[order]
-            out = np.empty(int(sizes.sum()), dtype=np.int64)
+            out = np.empty(int(sizes.sum()), dtype=tokens.dtype)
             old = slice(0, len(keep))
             out[spread(starts[old], sizes[old])] = tokens[spread(base[keep], sizes[old])]
             new = slice(len(keep), None)

@@ -10,7 +10,7 @@ microbatch was built alone. The fixed cost of finding, fetching and cutting (~0.
 chunk instead of once a microbatch.
 
 The first chunk is one microbatch (the first batch comes as soon as it alone is ready), then ``chunk_size``: at
-most ``MAX_CHUNK`` microbatches and ``CHUNK_TOKENS`` tokens (an 8 MB int64 buffer), so a chunk's documents stay
+most ``MAX_CHUNK`` microbatches and ``CHUNK_TOKENS`` tokens (a 4 MB buffer of int32 ids), so a chunk's documents stay
 within the document cache's read-ahead (``zephon.executor.exact``). Each chunk has its own buffers, never reused:
 a batch the trainer keeps is never overwritten (its arrays are views of its chunk's). With a remote shard cache
 each microbatch is its own chunk, announced to the cache before it is read (``RemoteAccess.advance``).

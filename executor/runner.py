@@ -35,7 +35,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.batch import Batch
 from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder
-from zephon.executor.encode.flags import untag
+from zephon.executor.encode.flags import filled, token_dtype, untag
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, Tokenize
@@ -150,7 +150,12 @@ class RankRunner:
                         "under torch.distributed, which gathers them"
                     )
                 start = tuple(cursors.get(str(lane), (0, 0)))
-                self.lanes[lane] = Lane(spec.pack.max_length, self.pad, start=(int(start[0]), int(start[1])))
+                self.lanes[lane] = Lane(
+                    spec.pack.max_length,
+                    self.pad,
+                    start=(int(start[0]), int(start[1])),
+                    dtype=token_dtype(self.encoder),
+                )
 
     def identity(self) -> dict[str, Any]:
         """What a state of this run is valid for."""
@@ -297,7 +302,7 @@ class RankRunner:
         if rows is not None and len(rows.lengths) == len(ids):  # every row real: the rows are the batch's arrays
             tokens, starts, lengths = rows.tokens, rows.doc_start, rows.lengths
         else:  # rows past the end of the plan: empty (padding, length 0)
-            tokens = np.full((len(ids), width), self.pad, dtype=np.int64)
+            tokens = filled((len(ids), width), self.pad, token_dtype(self.encoder))
             starts = np.zeros((len(ids), width), dtype=bool)
             lengths = np.zeros(len(ids), dtype=np.int64)
             if rows is not None:

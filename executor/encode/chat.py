@@ -14,7 +14,7 @@ import numpy as np
 
 from zephon.errors import TokenizerError
 from zephon.executor.encode.chat_render import BadRecord, ChatRenderer, RenderedChat, to_messages
-from zephon.executor.encode.flags import LOSS
+from zephon.executor.encode.flags import FLAGGED, ID, tag
 from zephon.executor.encode.parts import PLAIN_SETTINGS, OnBaseEncoder, RecordConverter, reshape, settings_digest
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.offsets import ByteOffsets
@@ -64,13 +64,16 @@ def load_chat_template(tokenizer_id: str) -> str | None:
 CHAT_SAMPLE = 64
 
 
-def _mask(ids: np.ndarray, offsets: np.ndarray, spans: tuple[tuple[int, int], ...]) -> None:
-    """Set ``LOSS`` on the ids whose (start, end) character offsets overlap a span (an empty token: lies in it)."""
+def _mask(ids: np.ndarray, offsets: np.ndarray, spans: tuple[tuple[int, int], ...]) -> np.ndarray:
+    """``ids`` as ``FLAGGED`` records, ``LOSS`` set on those whose (start, end) character offsets overlap a span (an
+    empty token: lies in it)."""
+    if not spans or not len(ids):
+        return tag(ids)
     s, e = offsets[:, :1], offsets[:, 1:]
     a = np.array([x for x, _ in spans])[None, :]
     b = np.array([y for _, y in spans])[None, :]
     inside = ((s < b) & (e > a)) | ((s == e) & (s >= a) & (s < b))
-    ids[inside.any(axis=1)] |= LOSS
+    return tag(ids, loss=inside.any(axis=1))
 
 
 class ChatEncoder(OnBaseEncoder):
@@ -152,7 +155,7 @@ class ChatEncoder(OnBaseEncoder):
         if order is not None:
             chats = [chats[i] for i in order.tolist()]
         if not chats:
-            return Encoded(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+            return Encoded(np.empty(0, dtype=FLAGGED), np.empty(0, dtype=np.int64))
         if not self._chat_settled:
             self._settle(chats)
         refused = self._offsets_refused is not None
@@ -193,12 +196,13 @@ class ChatEncoder(OnBaseEncoder):
         assert self._table is not None
         texts = [c.text for c in chats]
         got = self.base.ids(texts, split=split)
-        parts = [ids.astype(np.int64) for ids in got.split()]
+        plain = [ids.astype(ID) for ids in got.split()]
         offsets = self._table.char_offsets(texts, got.ids, got.sizes)
         redo = [i for i, (chat, o) in enumerate(zip(chats, offsets, strict=True)) if o is None and chat.spans]
-        for chat, ids, o in zip(chats, parts, offsets, strict=True):
-            if o is not None and chat.spans and len(ids):
-                _mask(ids, o, chat.spans)
+        parts = [
+            _mask(ids, o, chat.spans) if o is not None else tag(ids)
+            for chat, ids, o in zip(chats, plain, offsets, strict=True)
+        ]
         if redo:  # the ids do not spell these texts byte for byte (a normalizer changed them): tokenizers
             self.tokenizer_offsets += len(redo)
             for i, ids in zip(redo, self._with_tokenizers([chats[i] for i in redo]), strict=True):
@@ -211,10 +215,8 @@ class ChatEncoder(OnBaseEncoder):
         encodings = self.tokenizer.encode_batch([c.text for c in chats], add_special_tokens=False)
         parts = []
         for chat, enc in zip(chats, encodings, strict=True):
-            ids = np.asarray(enc.ids, dtype=np.int64)
-            if chat.spans and len(ids):
-                _mask(ids, np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), chat.spans)
-            parts.append(ids)
+            ids = np.asarray(enc.ids, dtype=ID)
+            parts.append(_mask(ids, np.asarray(enc.offsets, dtype=np.int64).reshape(-1, 2), chat.spans))
         return parts
 
     def encode(self, chats: list[RenderedChat]) -> list[np.ndarray]:

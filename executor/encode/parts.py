@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from zephon.executor.encode.chat_render import BadRecord
-from zephon.executor.encode.flags import SEGMENT
+from zephon.executor.encode.flags import FLAGGED, ID, SEGMENT
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import SpotCheck
 from zephon.executor.operators import Operator, OperatorChain, Where
@@ -28,7 +28,8 @@ def reshape(
     ids: np.ndarray, sizes: np.ndarray, prefix: list[int], suffix: list[int], cap: int | None, split: bool
 ) -> Encoded:
     """Documents' bodies (``ids``, ``sizes``) cut to ``cap`` tokens or split into pieces of ``cap`` (``split``),
-    each piece wrapped in ``prefix`` and ``suffix``; pieces after a document's first carry ``SEGMENT``."""
+    each piece wrapped in ``prefix`` and ``suffix``; pieces after a document's first carry ``SEGMENT``. The ids
+    come out ``FLAGGED`` when they came in so (chat) or pieces may carry ``SEGMENT``, else plain int32."""
     sizes = sizes.astype(np.int64)
     docs = len(sizes)
     body_starts = np.cumsum(sizes) - sizes
@@ -48,14 +49,18 @@ def reshape(
     p, q = len(prefix), len(suffix)
     out_len = length + p + q
     out_starts = np.cumsum(out_len) - out_len
-    out = np.empty(int(out_len.sum()), dtype=np.int64)
-    out[_spread(out_starts + p, length)] = ids[_spread(src, length)]
+    flagged = ids.dtype == FLAGGED or (cap is not None and split)
+    out = np.zeros(int(out_len.sum()), dtype=FLAGGED) if flagged else np.empty(int(out_len.sum()), dtype=ID)
+    body = out["id"] if flagged and ids.dtype != FLAGGED else out  # plain ids into the records' id field
+    body[_spread(out_starts + p, length)] = ids[_spread(src, length)]
+    plain_ids = out["id"] if flagged else out
     for k, token in enumerate(prefix):
-        out[out_starts + k] = token
+        plain_ids[out_starts + k] = token
     for k, token in enumerate(suffix):
-        out[out_starts + p + length + k] = token
-    later = out_starts[(index > 0) & (out_len > 0)]
-    out[later] |= SEGMENT
+        plain_ids[out_starts + p + length + k] = token
+    if flagged:
+        later = out_starts[(index > 0) & (out_len > 0)]
+        out["flags"][later] |= SEGMENT
     return Encoded(out, np.bincount(owner, weights=out_len, minlength=docs).astype(np.int64))
 
 

@@ -14,7 +14,7 @@ settings).
 texts holding at most ``MAX_CHARS`` characters (a longer text is a slice on its own), and joins the slices'
 ids and sizes. Each document is encoded on its own by every engine, so the ids are the same as one call's
 (``test_encoding_in_slices_gives_the_ids_of_one_call``); only the engine's transient memory is bounded
-(~25 MB a call with ``tokenizers``), and the int64 ids of the chunk, 8 B a token, are what stays.
+(~25 MB a call with ``tokenizers``), and the int32 ids of the chunk, 4 B a token, are what stays.
 
 Documents of a token store come as their ids (NumPy arrays, ``zephon.executor.token_stores.shards``): they are
 not encoded. A chunk of one store's documents comes end to end (``TokenDocuments``): its ids are the chunk's,
@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from zephon.executor.encode.flags import FLAGGED, as_ids, join, tag, token_dtype
 from zephon.executor.encode.text import Encoded
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.token_stores.store import TokenDocuments
@@ -63,7 +64,8 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
     """``encoder.encode_flat(texts, split=split)``, made in slices of at most ``max_chars`` (default
     ``MAX_CHARS``) characters (see the module docstring): the same ids and sizes."""
     if isinstance(texts, TokenDocuments):  # one token store's documents, end to end: their ids as stored
-        return Encoded(texts.tokens.astype(np.int64), texts.lengths)
+        ids = as_ids(texts.tokens)
+        return Encoded(tag(ids) if token_dtype(encoder) == FLAGGED else ids, texts.lengths)
     if any(isinstance(t, np.ndarray) for t in texts):  # a token store's documents: their ids, as stored
         return with_stored_ids(encoder, texts, split=split, max_chars=max_chars)
     if not getattr(encoder, "settled", False) or not all(isinstance(t, str) for t in texts):
@@ -77,7 +79,7 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
             parts.append(encoder.encode_flat(texts[a:b], split=split))
         except EngineMismatch as exc:  # the spot check's index, in the caller's texts
             raise exc.at(a + exc.index) from None
-    return Encoded(np.concatenate([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]))
+    return Encoded(join([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]))
 
 
 def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_chars: int | None = None) -> Encoded:
@@ -107,5 +109,7 @@ def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_ch
             assert encoded is not None and ends is not None
             pieces.append(encoded.ids[int(ends[k] - encoded.sizes[k]) : int(ends[k])])
             k += 1
-    ids = np.concatenate(pieces).astype(np.int64, copy=False) if pieces else np.empty(0, dtype=np.int64)
+    ids = join(pieces)
+    if token_dtype(encoder) == FLAGGED and ids.dtype != FLAGGED:  # every document stored: ids beside no flags
+        ids = tag(ids)
     return Encoded(ids, sizes)

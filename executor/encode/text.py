@@ -24,7 +24,7 @@ is an execution setting: ids, and so the fingerprint, are the same with any. Thr
 (``ExecutorSpec.tokenizer_threads``), else ``RAYON_NUM_THREADS``, else the usable cores; one call is split in
 contiguous slices over them (``zephon.executor.engines.base.encode_on``), the same ids on any number.
 
-``Encoder.encode_flat`` is the executor's entry point: the ids of a batch of documents in one int64 array plus
+``Encoder.encode_flat`` is the executor's entry point: the ids of a batch of documents in one int32 array plus
 each document's size (``Encoded``), optionally in a given order (the executor groups documents by lane), built
 with a few numpy calls per batch; ``Encoder.encode`` splits that into one array per document.
 """
@@ -44,6 +44,7 @@ import numpy as np
 
 from zephon.errors import TokenizerError
 from zephon.executor.cores import usable_cores
+from zephon.executor.encode.flags import ID
 from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer
 from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
 from zephon.executor.engines.base import slice_count
@@ -64,24 +65,31 @@ def tokenizer_threads(setting: int | None = None) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Encoded(TokenIds):
-    """Token ids of a batch of documents, framed: ``ids`` (int64) holds every document's ids (prefix, text,
-    EOS) one after the other, ``sizes`` how many each has (``split`` gives one view per document)."""
+    """Token ids of a batch of documents, framed: ``ids`` (int32, or ``flags.FLAGGED`` records) holds every
+    document's ids (prefix, text, EOS) one after the other, ``sizes`` how many each has (``split`` gives one view
+    per document)."""
 
 
 def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:
-    """Each text's ids with ``prefix`` before and ``eos`` after, in one int64 array: a few numpy calls per
-    batch instead of per document."""
+    """Each text's ids with ``prefix`` before and ``eos`` after, in one int32 array: a few numpy calls per
+    batch instead of per document. The engine's ids go to the slots a boolean mask leaves free (one byte a token;
+    a gather by an int64 index per token cost ten times as much: 6.6 against 0.64 ns a token, 1,024 documents of
+    20-4,000 tokens), then the prefix and EOS columns are written.
+
+    Example: sizes [2, 1], prefix [B], eos E: mask [0 1 1 0 | 0 1 0] → [B a a E | B b E]."""
     n = len(got.sizes)
     if not n:
-        return Encoded(np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        return Encoded(np.empty(0, dtype=ID), np.empty(0, dtype=np.int64))
     k = len(prefix)
     sizes = got.sizes.astype(np.int64) + (k + 1)
     ends = np.cumsum(sizes)
-    out = np.empty(int(ends[-1]), dtype=np.int64)
-    shift = np.repeat(np.arange(k, k + n * (k + 1), k + 1, dtype=np.int64), got.sizes)
-    shift += np.arange(len(got.ids), dtype=np.int64)
-    out[shift] = got.ids
     starts = ends - sizes
+    out = np.empty(int(ends[-1]), dtype=ID)
+    free = np.ones(len(out), dtype=bool)
+    for j in range(k):
+        free[starts + j] = False
+    free[ends - 1] = False
+    out[free] = got.ids
     for j, token in enumerate(prefix):
         out[starts + j] = token
     out[ends - 1] = eos
@@ -182,7 +190,7 @@ class Encoder:
             pool[1].shutdown(wait=True)
 
     def encode(self, texts: list[str]) -> list[np.ndarray]:
-        """Token ids (int64) of each text, with the BOS prefix and one EOS."""
+        """Token ids (int32) of each text, with the BOS prefix and one EOS."""
         return self.encode_flat(texts).split()
 
     def encode_flat(self, texts: list[str], order: np.ndarray | None = None, *, split: bool = True) -> Encoded:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from zephon.executor.encode.flags import filled
 from zephon.executor.pack.rows import PackedRows
 from zephon.executor.pack.spans import fill_rows, spread
 
@@ -37,7 +38,7 @@ def cut_rows(
     row, offset = pieces["row"].astype(np.int64), pieces["offset"].astype(np.int64)
     length = pieces["length"].astype(np.int64)
     full = int(length.sum()) == rows * width  # pieces never overlap: every token is covered, no padding to write
-    tokens = np.empty((rows, width), np.int64) if full else np.full((rows, width), pad_id, np.int64)
+    tokens = np.empty((rows, width), source.dtype) if full else filled((rows, width), pad_id, source.dtype)
     if not fill_rows(tokens, source, row, offset, src, length):  # a run of rows or one row a slice, or:
         tokens.reshape(-1)[spread(row * width + offset, length)] = source[spread(src, length)]
     doc_start = np.zeros((rows, width), dtype=bool)

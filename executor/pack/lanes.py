@@ -25,18 +25,20 @@ from collections.abc import Callable
 
 import numpy as np
 
+from zephon.executor.encode.flags import ID, filled
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
 
 class Lane:
     """One lane's buffered documents and its cursor."""
 
-    def __init__(self, max_length: int, pad_id: int, start: tuple[int, int] = (0, 0)) -> None:
+    def __init__(self, max_length: int, pad_id: int, start: tuple[int, int] = (0, 0), *, dtype: np.dtype = ID) -> None:
         self.max_length = max_length
         self.pad_id = pad_id
+        self.dtype = np.dtype(dtype)  # the encoder's tokens (``zephon.executor.encode.flags``): ids, or ids + flags
         self.start_position, self.start_skip = start
         self.read_to = self.start_position  # every plan position before this has been routed
-        self._buf = np.empty(4 * max_length, dtype=np.int64)
+        self._buf = np.empty(4 * max_length, dtype=self.dtype)
         self._base = 0  # stream index of _buf[0]
         self._end = 0  # stream index after the last buffered token
         self._next = 0  # stream index of the next token to emit
@@ -94,7 +96,7 @@ class Lane:
         size = len(self._buf)
         while len(keep) + n > size:
             size *= 2
-        buf = self._buf if size == len(self._buf) else np.empty(size, dtype=np.int64)
+        buf = self._buf if size == len(self._buf) else np.empty(size, dtype=self.dtype)
         buf[: len(keep)] = keep.copy() if buf is self._buf else keep
         self._buf, self._base = buf, self._next
         if self._head > 4096:  # forget finished documents now and then (amortized O(1) per document)
@@ -148,7 +150,7 @@ def pop_rows(lanes: list[Lane], prepare: Callable[[Lane], None] | None = None) -
     calls (the per-row Python is a binary search and two list slices). ``prepare(lane)`` runs just before each
     row is cut (``DealLanes`` buffers enough of the lane there). Lanes of one run: same ``max_length``, pad."""
     n, width, pad_id = len(lanes), lanes[0].max_length, lanes[0].pad_id
-    tokens = np.full((n, width), pad_id, dtype=np.int64)
+    tokens = filled((n, width), pad_id, lanes[0].dtype)
     lo, hi = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     starts: list[int] = []  # per row: its documents' first stream tokens, then the end of the last
     positions: list[int] = []

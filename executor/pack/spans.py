@@ -56,7 +56,7 @@ def merge_tail(
         lo, hi = int(base[keep[0]]), int(base[keep[-1]] + size[keep[-1]])
     need = len(new_ids)
     if hi + need > len(tokens):  # no room: the kept span to the front of a larger array
-        grown = np.empty(max(2 * (hi - lo + need), 1 << 16), dtype=np.int64)
+        grown = np.empty(max(2 * (hi - lo + need), 1 << 16), dtype=tokens.dtype)
         grown[: hi - lo] = tokens[lo:hi]
         tokens, shift, hi = grown, lo, hi - lo
     tokens[hi : hi + need] = new_ids

@@ -302,7 +302,7 @@ def test_common_template_shapes_mask_exactly_the_replies(chat_tokenizers, templa
     chats = [encoder.final({"messages": m}) for m in data]
     for messages, ids in zip(data, encoder.encode(chats), strict=True):
         tokens, _, mask = untag(ids[None, :], np.zeros((1, len(ids)), dtype=bool))
-        assert ((ids & LOSS) != 0).any()
+        assert ((ids["flags"] & LOSS) != 0).any()
         runs = [
             encoder.tokenizer.decode(r.tolist(), skip_special_tokens=False) for r in masked_runs(tokens[0], mask[0])
         ]

@@ -15,7 +15,7 @@ from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers,
 
 from zephon.errors import TokenizerError
 from zephon.executor.encode.encoders import make_encoder
-from zephon.executor.encode.flags import LOSS
+from zephon.executor.encode.flags import FLAGGED, LOSS
 from zephon.executor.engines import CANDIDATES, ENGINE_ENV
 from zephon.specs import ChatSpec, TokenizeSpec
 
@@ -40,10 +40,11 @@ def _reference(path: Path, chats) -> list[np.ndarray]:
     tok = Tokenizer.from_file(str(path / "tokenizer.json"))
     out = []
     for chat, enc in zip(chats, tok.encode_batch([c.text for c in chats], add_special_tokens=False), strict=True):
-        ids = np.asarray(enc.ids, dtype=np.int64)
+        ids = np.zeros(len(enc.ids), dtype=FLAGGED)
+        ids["id"] = enc.ids
         for k, (s, e) in enumerate(enc.offsets):
             if any((s < b and e > a) or (s == e and a <= s < b) for a, b in chat.spans):
-                ids[k] |= LOSS
+                ids["flags"][k] |= LOSS
         out.append(ids)
     return out
 
@@ -105,7 +106,7 @@ def test_chat_on_each_engine_gives_tokenizers_ids_and_masks(chat_tokenizer_dirs,
     assert encoder.tokenizer_offsets == 0
     want = _reference(path, chats)
     assert [g.tolist() for g in got.split()] == [w.tolist() for w in want]
-    assert any((w & LOSS).any() for w in want) and any((~w & LOSS).any() for w in want)
+    assert any((w["flags"] & LOSS).any() for w in want) and any((~w["flags"] & LOSS).any() for w in want)
     again = encoder.encode_flat(chats[::-1], split=False)  # after the check: the derived path, one thread
     assert [g.tolist() for g in again.split()] == [w.tolist() for w in want[::-1]]
 

@@ -62,7 +62,7 @@ def need(engine: str) -> None:
 
 
 def assert_identical(a: Encoded, b: Encoded) -> None:
-    assert a.ids.dtype == b.ids.dtype == np.int64
+    assert a.ids.dtype == b.ids.dtype == np.int32
     assert a.ids.tobytes() == b.ids.tobytes() and a.sizes.tobytes() == b.sizes.tobytes()
 
 

@@ -11,7 +11,7 @@ from support.chat_data import build_tokenizer
 from zephon import Pipeline
 from zephon.errors import ConfigError
 from zephon.executor.encode.encoders import TextEncoder, make_encoder
-from zephon.executor.encode.flags import SEGMENT
+from zephon.executor.encode.flags import FLAGGED, SEGMENT
 from zephon.executor.encode.text import Encoder
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
@@ -73,8 +73,8 @@ def test_max_tokens_split_makes_segments_of_one_document(tok) -> None:
     body = encoder.tokenizer.encode(long, add_special_tokens=False).ids
     pieces = [body[i : i + 3] for i in range(0, len(body), 3)]
     expected = [t for p in pieces for t in [*p, eos]]
-    assert (ids & ~SEGMENT).tolist() == expected
-    assert np.flatnonzero(ids & SEGMENT).tolist() == list(range(4, len(expected), 4))
+    assert ids.dtype == FLAGGED and ids["id"].tolist() == expected  # int32 ids, the flags beside them
+    assert np.flatnonzero(ids["flags"] & SEGMENT).tolist() == list(range(4, len(expected), 4))
 
 
 def test_max_tokens_must_leave_room_for_text(tok) -> None:

@@ -1,0 +1,93 @@
+"""The executor's hot path against the raw engine it uses, and against another checkout, interleaved in one run.
+
+Run: python benchmarks/bench_hotpath.py --tokenizer deepseek-v4|cl100k-converter [--before PYTHON]
+         [--cores 2] [--rounds 3] [--plans samples,tokens,exact] [--root DIR] [--tokens-per-copy N]
+
+Same corpus, plans and workers as ``bench_executor.py`` (``--text local``: real text from this machine's files,
+``local_corpus.py``; vendor tokenizers from ``vendor_tokenizers.py``): per round and plan, three fresh processes
+pinned to ``--cores`` cores — the raw engine the executor chooses (its ``stats().tokenizer_engine``, on the
+plan's documents read into memory first, 1,024 a call), Zephon end to end with this checkout's Python, and
+with ``--before`` (the Python of a venv whose ``zephon`` is another checkout: the A/B of a change). Each
+process is timed after its first batch (the raw engine: all of it). Prints every round's Mtok/s and, per plan,
+the best of the rounds and the ratios Zephon ÷ raw engine and after ÷ before (and each run's CPU ns per token,
+threads included, which a shared machine's load stretches less), with the load average before and
+after (the machine may be shared: the ratios within a round are what to read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def run(python: str, kind: str, cores: int, **kw: object) -> dict:
+    argv = [python, str(HERE / "bench_executor.py"), "--worker", kind, "--cores", str(cores)]
+    for key, value in kw.items():
+        argv += [f"--{key}", str(value)]
+    env = {**os.environ, "RAYON_NUM_THREADS": str(cores), "ZEPHON_TOKENIZER_ENGINE": "auto"}
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise RuntimeError(f"{kind} ({python}) failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokenizer", default="deepseek-v4", choices=("deepseek-v4", "cl100k-converter"))
+    parser.add_argument("--before", default=None, help="python of a venv running another checkout")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--plans", default="samples,tokens,exact")
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--tokens-per-copy", type=int, default=1_000_000)
+    args = parser.parse_args()
+    import bench_executor
+
+    root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-hotpath-"))
+    os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
+    setup = argparse.Namespace(
+        tokenizer=args.tokenizer, text="local", copies=1, big=1, tokens_per_copy=args.tokens_per_copy
+    )
+    tokenizer, _, plans = bench_executor._setup(setup, root)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"{args.tokenizer}, {args.cores} cores, load average before: {load}")
+    pythons = {"after": sys.executable, **({"before": args.before} if args.before else {})}
+    rates: dict[tuple[str, str], list[float]] = {}
+    for r in range(args.rounds):
+        for mode in args.plans.split(","):
+            plan = plans[(mode, 1)]
+            got: dict[str, dict] = {}
+            for label, python in pythons.items():  # the Zephon runs first: they say which engine is in use
+                got[label] = run(python, "zephon", args.cores, tokenizer=tokenizer, plan=plan)
+            engine = got["after"]["engine"]
+            got["raw"] = run(sys.executable, "raw", args.cores, tokenizer=tokenizer, plan=plan, engine=engine)
+            line = []
+            for label, res in got.items():
+                rate = res["tokens"] / res["seconds"] / 1e6
+                rates.setdefault((mode, label), []).append(rate)
+                cpu = f" ({res['cpu'] / res['tokens'] * 1e9:.0f} CPU ns/tok)" if res.get("cpu") else ""
+                line.append(f"{label} {rate:.2f}{cpu}")
+            print(f"round {r} {mode:8} engine {engine}: " + ", ".join(line) + " Mtok/s", flush=True)
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("\nbest of the rounds (Mtok/s after the first batch) and ratios:")
+    for mode in args.plans.split(","):
+        best = {label: max(rates[(mode, label)]) for label in ("raw", *pythons)}
+        text = ", ".join(f"{k} {v:.2f}" for k, v in best.items())
+        ratio = f"after ÷ raw {best['after'] / best['raw']:.2f}"
+        if "before" in best:
+            ratio += f", before ÷ raw {best['before'] / best['raw']:.2f}"
+            ratio += f", after ÷ before {best['after'] / best['before']:.2f}"
+        per_round = [a / w for a, w in zip(rates[(mode, "after")], rates[(mode, "raw")], strict=True)]
+        print(f"{mode:8} {text}; {ratio}; after ÷ raw per round {' '.join(f'{x:.2f}' for x in per_round)}")
+
+
+if __name__ == "__main__":
+    main()
