@@ -19,6 +19,7 @@ TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "pytorch-lightning": ((2, 6), (3, 0)),
     "transformers": ((5, 0), (6, 0)),
     "accelerate": ((1, 10), (2, 0)),
+    "torchtitan": ((0, 3), (0, 4)),
 }
 
 
