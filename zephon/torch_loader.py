@@ -176,7 +176,8 @@ class PipelineLoader:
         if self._loader is None or self._dataset is None:
             o = self.options
             self._pipeline._pending_state = self._state
-            self._pipeline.num_steps()  # once, here: the workers start from it instead of each calibrating
+            if o.num_workers:  # once, here: the workers start from it instead of each calibrating
+                self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
             self._dataset = PieceDataset(self._pipeline, self.training, self.pieces, self._state)
             self._loader = DataLoader(
                 self._dataset,
