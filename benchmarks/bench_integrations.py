@@ -203,5 +203,6 @@ def main() -> None:
             f"{rest:>12.3f}{wall:>12.3f}{extra:>12.0f}"
         )
 
+
 if __name__ == "__main__":
     sys.exit(main())
