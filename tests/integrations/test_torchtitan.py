@@ -204,3 +204,12 @@ def test_a_torchtitan_version_outside_the_tested_range_is_refused_in_one_line() 
 
     with pytest.raises(ConfigError, match=r"^torchtitan must be in the range zephon.integrations was tested with \(>=0.3,<0.4\), got 0.2.1 — pip install 'torchtitan>=0.3,<0.4'$"):
         require_tested("torchtitan", "0.2.1")
+
+
+def test_the_config_takes_torchtitans_command_line_overrides_and_refuses_a_bad_global_batch() -> None:
+    import tyro
+
+    config = tyro.cli(ZephonDataLoader.Config, args=["--plan", "plans/run", "--global-batch-size", "64", "--num-workers", "2"], default=ZephonDataLoader.Config())
+    assert (config.plan, config.global_batch_size, config.num_workers, config.positions) == ("plans/run", 64, 2, True)
+    with pytest.raises(ConfigError, match=r"^ZephonDataLoader.Config.global_batch_size must be -1 or an integer ≥ 1, got 0 — pass torchtitan's training.global_batch_size$"):
+        ZephonDataLoader.Config(plan="plans/run", global_batch_size=0)

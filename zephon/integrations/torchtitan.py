@@ -40,6 +40,7 @@ from typing import Any
 import torch
 from torchtitan.components.dataloader import BaseDataLoader
 
+from zephon.checks import is_int
 from zephon.errors import ConfigError
 from zephon.integrations.state_text import pack, unpack
 from zephon.integrations.versions import require_tested
@@ -75,6 +76,13 @@ class ZephonDataLoader(BaseDataLoader):
 
         special_tokens: str | None = None
         """``"bos_eos"`` (torchtitan's text loaders), ``"bos"``, ``"eos"``, ``"none"``; None: Zephon's default."""
+
+        def __post_init__(self) -> None:
+            if not is_int(self.global_batch_size) or not (self.global_batch_size == -1 or self.global_batch_size >= 1):
+                raise ConfigError(
+                    "ZephonDataLoader.Config.global_batch_size must be -1 or an integer ≥ 1, got "
+                    f"{self.global_batch_size!r} — pass torchtitan's training.global_batch_size"
+                )
 
     def __init__(
         self,
