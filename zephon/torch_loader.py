@@ -26,6 +26,9 @@ Epochs: the first iteration starts where the pipeline (or ``load_state_dict``) s
 of the plan, as iterating a ``Pipeline`` again does. ``load_state_dict`` starts new workers (persistent ones
 too).
 
+Without workers and without ``pin_memory`` the loader takes the pieces from its dataset itself: a ``DataLoader``
+would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``).
+
 ``pin_memory``: with ``c = 1`` the DataLoader's pinning thread pins the pieces; with ``c > 1`` the loader
 concatenates straight into page-locked buffers. Without an accelerator it does nothing (torch's warning).
 """
@@ -176,7 +179,8 @@ class PipelineLoader:
         if self._loader is None or self._dataset is None:
             o = self.options
             self._pipeline._pending_state = self._state
-            self._pipeline.num_steps()  # once, here: the workers start from it instead of each calibrating
+            if o.num_workers:  # once, here: the workers start from it instead of each calibrating
+                self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
             self._dataset = PieceDataset(self._pipeline, self.training, self.pieces, self._state)
             self._loader = DataLoader(
                 self._dataset,
@@ -199,7 +203,10 @@ class PipelineLoader:
         loader, dataset = self._torch_loader()
         handed = Handed(self._start())
         self._handed = handed
-        items = iter(loader)  # the workers start (and copy the dataset) here
+        # The workers start (and copy the dataset) here. Without workers or pinning the DataLoader would only
+        # hand over the dataset's items, at some 100 µs each (its profiler span and fetcher): taken directly.
+        o = self.options
+        items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         pin = self._pin_joined()
         for first in items:

@@ -79,3 +79,30 @@ def dcp_rank(rank: int, world: int, mode: str, plan: str, tokenizer_dir: str, ro
             (out / f"rank-{rank}.pkl").write_bytes(pickle.dumps(rows))
     finally:
         dist.destroy_process_group()
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a process group's MASTER_PORT)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_as_torchrun(fn, world: int, *args) -> None:
+    """``fn(rank, world, *args)`` in ``world`` forked processes whose environment is what ``torchrun`` sets (RANK,
+    LOCAL_RANK, WORLD_SIZE, MASTER_ADDR/PORT), so a framework sees processes launched for it and spawns none;
+    an exception in any rank fails the caller (torch.multiprocessing re-raises it)."""
+    import torch.multiprocessing as mp
+
+    mp.start_processes(_torchrun_rank, args=(fn, world, free_port(), args), nprocs=world, start_method="fork")
+
+
+def _torchrun_rank(rank: int, fn, world: int, port: int, args: tuple) -> None:
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+        GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RAYON_NUM_THREADS="1",
+        ZEPHON_READ_AHEAD="off",
+    )  # fmt: skip
+    fn(rank, world, *args)

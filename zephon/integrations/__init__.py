@@ -8,6 +8,7 @@ Each module imports its framework only when imported itself:
 * ``torchdata`` — ``stateful_loader``: ``Pipeline.dataloader`` behind the ``StatefulDataLoader`` protocol;
 * ``lightning`` — ``ZephonDataModule``: a ``LightningDataModule`` whose state rides in Lightning's checkpoint;
 * ``hf`` — ``ZephonTrainer``: a Hugging Face ``Trainer`` that trains on the pipeline and checkpoints its state;
+* ``torchtitan`` — ``ZephonDataLoader``: torchtitan's ``BaseDataLoader`` over a plan, one state for any dp size;
 * ``consumed`` — the state after the batches training took, not the ones a framework fetched ahead;
 * ``versions`` — the framework versions each module was tested with (others refused in one line).
 """

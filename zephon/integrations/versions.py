@@ -2,8 +2,8 @@
 
 An integration leans on a framework's checkpoint and loop contracts (which hooks run, on which ranks, how far a
 loop fetches ahead), which change between releases. Tested here: torch 2.13, torchdata 0.11.0, pytorch-lightning
-2.6.6, transformers 5.24.0, accelerate 1.15.0. The ranges accept later patch releases and, where the project
-keeps its contracts within a major version, later minor ones.
+2.6.6, transformers 5.24.0, accelerate 1.15.0, torchtitan 0.3.0. The ranges accept later patch releases and,
+where the project keeps its contracts within a major version, later minor ones (torchtitan, before 1.0: 0.3 only).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "pytorch-lightning": ((2, 6), (3, 0)),
     "transformers": ((5, 0), (6, 0)),
     "accelerate": ((1, 10), (2, 0)),
+    "torchtitan": ((0, 3), (0, 4)),
 }
 
 
