@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from accelerate import Accelerator
-from support.integration_runs import GLOBAL, make_pipeline, make_plan, run_as_torchrun
+from support.integration_runs import GLOBAL, make_pipeline, make_plan, run_as_torchrun, uninterrupted_rows
 
 from zephon.integrations.dcp import DataCheckpoint
 from zephon.integrations.hf import check_accelerator  # imported here: the forked ranks share it (transformers)
@@ -53,10 +53,7 @@ def plan(tmp_path_factory, tokenizer_dir) -> Path:
 def test_accelerate_save_state_at_2_processes_resumes_on_2_and_on_1_with_the_uninterrupted_global_batches(
     plan, tokenizer_dir, tmp_path
 ) -> None:
-    whole: list[list[bytes]] = []
-    for tensors in make_pipeline(plan, tokenizer_dir).dataloader():
-        ids, labels = tensors["input_ids"], tensors["labels"]
-        whole.append([ids[i].numpy().tobytes() + labels[i].numpy().tobytes() for i in range(GLOBAL)])
+    whole = uninterrupted_rows(plan, tokenizer_dir)
 
     run_as_torchrun(accelerate_rank, 2, str(plan), tokenizer_dir, str(tmp_path), "save")
     first = [pickle.loads((tmp_path / f"save-2-{rank}.pkl").read_bytes()) for rank in range(2)]

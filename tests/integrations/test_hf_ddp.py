@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from support.integration_runs import GLOBAL, make_pipeline, make_plan, run_as_torchrun
+from support.integration_runs import GLOBAL, make_pipeline, make_plan, run_as_torchrun, uninterrupted_rows
 from transformers import TrainingArguments
 
 from zephon.integrations.hf import STATE_FILE, ZephonTrainer
@@ -65,10 +65,7 @@ def plan(tmp_path_factory, tokenizer_dir) -> Path:
 def test_two_ranks_share_each_global_batch_and_resume_from_checkpoint_3_on_2_and_on_1_process(
     plan, tokenizer_dir, tmp_path
 ) -> None:
-    whole: list[list[bytes]] = []
-    for tensors in make_pipeline(plan, tokenizer_dir).dataloader():
-        ids, labels = tensors["input_ids"], tensors["labels"]
-        whole.append([ids[i].numpy().tobytes() + labels[i].numpy().tobytes() for i in range(GLOBAL)])
+    whole = uninterrupted_rows(plan, tokenizer_dir)
     end = STOP + 3
     assert len(whole) > end
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import pytorch_lightning as pl
 import torch
-from support.integration_runs import GLOBAL, make_pipeline, make_plan, run_as_torchrun
+from support.integration_runs import GLOBAL, make_pipeline, make_plan, run_as_torchrun, uninterrupted_rows
 
 from zephon.integrations.lightning import ZephonDataModule
 from zephon.integrations.state_text import KEY
@@ -79,10 +79,7 @@ def plan(tmp_path_factory, tokenizer_dir) -> Path:
 def test_two_ddp_ranks_share_each_global_batch_and_resume_mid_epoch_on_2_and_on_1_process(
     plan, tokenizer_dir, tmp_path
 ) -> None:
-    whole: dict[int, list[bytes]] = {}
-    for step, tensors in enumerate(make_pipeline(plan, tokenizer_dir).dataloader()):
-        ids, labels = tensors["input_ids"], tensors["labels"]
-        whole[step] = [ids[i].numpy().tobytes() + labels[i].numpy().tobytes() for i in range(GLOBAL)]
+    whole = uninterrupted_rows(plan, tokenizer_dir)
     end = STOP + 3
     assert len(whole) > end
 

@@ -51,6 +51,16 @@ def global_rows(batches) -> dict[int, dict[int, bytes]]:
     return steps
 
 
+def uninterrupted_rows(plan: Path, tokenizer_dir: str) -> list[list[bytes]]:
+    """Each global step's rows (``input_ids`` bytes + ``labels`` bytes) of an uninterrupted one-process run: what
+    the ranks of a multi-process run must share out, step by step."""
+    steps: list[list[bytes]] = []
+    for tensors in make_pipeline(plan, tokenizer_dir).dataloader():
+        ids, labels = tensors["input_ids"], tensors["labels"]
+        steps.append([ids[i].numpy().tobytes() + labels[i].numpy().tobytes() for i in range(GLOBAL)])
+    return steps
+
+
 def dcp_rank(rank: int, world: int, mode: str, plan: str, tokenizer_dir: str, root: str, save_step: int) -> None:
     """One data-parallel rank under gloo: ``save`` runs ``save_step`` steps and saves the data state with DCP;
     ``load`` loads it at this world size and writes every row it yields after that to ``root/out-W/rank-R``."""

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -32,9 +33,44 @@ __all__ = ["AHEAD", "following", "line_index", "remember_listing", "save_line_in
 #: Footers read ahead of the one asked for, concurrently.
 AHEAD = 16
 _lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
 _listings: dict[tuple[str, str], tuple[tuple[ObjectFile, ...], int]] = {}
-_inflight: dict[tuple[str, str], Future[tuple[int, int, ObjectFile]]] = {}
+T = TypeVar("T")
+
+
+class ReadAhead(Generic[T]):
+    """Work on objects started ahead of being asked for: at most one future per pinned object (``(uri, pin)``),
+    on a pool of ``AHEAD`` threads made on first use. ``take`` waits for an object's result and forgets it, so a
+    later scan of the same object starts again (its result is cached on disk by then)."""
+
+    def __init__(self, thread_name: str) -> None:
+        self._thread_name = thread_name
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._inflight: dict[tuple[str, str], Future[T]] = {}
+
+    def start(self, file: ObjectFile, fn: Any, *args: Any) -> Future[T]:
+        """The future of ``fn(*args)`` for ``file``: the one in flight, else a new one."""
+        with self._lock:
+            future = self._inflight.get((file.uri, file.pin))
+            if future is None:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(AHEAD, thread_name_prefix=self._thread_name)
+                future = self._inflight[(file.uri, file.pin)] = self._pool.submit(fn, *args)
+        return future
+
+    def take(self, file: ObjectFile, future: Future[T]) -> T:
+        """``future``'s result (its error raised here), ``file`` forgotten either way."""
+        try:
+            return future.result()
+        finally:
+            self.forget(file)
+
+    def forget(self, file: ObjectFile) -> None:
+        with self._lock:
+            self._inflight.pop((file.uri, file.pin), None)
+
+
+_footers: ReadAhead[tuple[int, int, ObjectFile]] = ReadAhead("zephon-footers")
 
 
 def _meta_path(file: ObjectFile) -> Path:
@@ -70,29 +106,11 @@ def scan_object(file: ObjectFile, credentials: Iterable[StoreCredentials] = ()) 
     creds = tuple(credentials)
     if file.format != "parquet":
         return _scan(file, creds)
-    own = _start(file, creds)
-    with _lock:
-        listing, index = _listings.get((file.uri, file.pin), ((file,), 0))
-    for sibling in listing[index + 1 : index + 1 + AHEAD]:
+    own = _footers.start(file, _scan, file, creds)
+    for sibling in following(file, AHEAD):
         if sibling.format == "parquet" and not _meta_path(sibling).exists():
-            _start(sibling, creds)
-    try:
-        return own.result()
-    finally:
-        with _lock:
-            _inflight.pop((file.uri, file.pin), None)
-
-
-def _start(file: ObjectFile, credentials: tuple[StoreCredentials, ...]) -> Future[tuple[int, int, ObjectFile]]:
-    global _pool
-    key = (file.uri, file.pin)
-    with _lock:
-        future = _inflight.get(key)
-        if future is None:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(AHEAD, thread_name_prefix="zephon-footers")
-            future = _inflight[key] = _pool.submit(_scan, file, credentials)
-    return future
+            _footers.start(sibling, _scan, sibling, creds)
+    return _footers.take(file, own)
 
 
 def _cached(file: ObjectFile) -> tuple[int, int, ObjectFile] | None:

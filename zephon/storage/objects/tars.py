@@ -24,9 +24,7 @@ opening it on the planning machine, makes no GET.
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Iterable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -34,15 +32,13 @@ from typing import Any
 from zephon.specs import StoreCredentials
 from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.objects.reads import ObjectFile, get_range, with_version
-from zephon.storage.objects.scan import AHEAD, following
+from zephon.storage.objects.scan import AHEAD, ReadAhead, following
 from zephon.storage.tar_index import TAR_FORMATS, TarIndex, load_index, save_index
 from zephon.storage.tar_windows import ranged_tar_index
 
 __all__ = ["index_path", "object_tar_index"]
 
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_inflight: dict[tuple[str, str], Future[tuple[TarIndex, ObjectFile, int]]] = {}
+_headers: ReadAhead[tuple[TarIndex, ObjectFile, int]] = ReadAhead("zephon-tar-headers")
 
 
 def index_path(file: ObjectFile) -> Path:
@@ -63,21 +59,16 @@ def object_tar_index(
     what one-by-one scans give; an error of a shard read ahead is raised when that shard is scanned."""
     found = _cached(file)
     if found is not None:
-        with _lock:
-            _inflight.pop((file.uri, file.pin), None)  # read ahead, done
+        _headers.forget(file)  # read ahead, done
         return found
     creds = tuple(credentials)
     if dataset is None:
         return _build(file, where, creds)
-    own = _start(file, where, creds)
+    own = _headers.start(file, _build, file, where, creds)
     for sibling in following(file, AHEAD):
         if sibling.format in TAR_FORMATS and not index_path(sibling).exists():
-            _start(sibling, f"dataset {dataset!r}: shard {sibling.uri}", creds)
-    try:
-        return own.result()
-    finally:
-        with _lock:
-            _inflight.pop((file.uri, file.pin), None)
+            _headers.start(sibling, _build, sibling, f"dataset {dataset!r}: shard {sibling.uri}", creds)
+    return _headers.take(file, own)
 
 
 def _cached(file: ObjectFile) -> tuple[TarIndex, ObjectFile, int] | None:
@@ -87,20 +78,6 @@ def _cached(file: ObjectFile) -> tuple[TarIndex, ObjectFile, int] | None:
         return None
     version = _version_of(path)
     return found, file if file.version or not version else replace(file, version=version), 0
-
-
-def _start(
-    file: ObjectFile, where: str, credentials: tuple[StoreCredentials, ...]
-) -> Future[tuple[TarIndex, ObjectFile, int]]:
-    global _pool
-    key = (file.uri, file.pin)
-    with _lock:
-        future = _inflight.get(key)
-        if future is None:
-            if _pool is None:
-                _pool = ThreadPoolExecutor(AHEAD, thread_name_prefix="zephon-tar-headers")
-            future = _inflight[key] = _pool.submit(_build, file, where, credentials)
-    return future
 
 
 def _build(file: ObjectFile, where: str, credentials: tuple[StoreCredentials, ...]) -> tuple[TarIndex, ObjectFile, int]:
