@@ -110,7 +110,7 @@ class ExactSequences:
         self.reader = reader
         self.pad_id = pad_id
         self.samples = RowGroupIndex(
-            plan.sample_files[0], ["dataset_id", "shard_id", "row", "tokens", "token_offset"], key="token_offset"
+            plan.checked.samples, ["dataset_id", "shard_id", "row", "tokens", "token_offset"], key="token_offset"
         )
         assert plan.manifest.totals.tokens is not None  # read_manifest requires it of exact plans
         self.total_tokens = plan.manifest.totals.tokens

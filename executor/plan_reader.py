@@ -3,7 +3,7 @@ door that checks it (``zephon.plan.bundle.open_bundle``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,28 +124,40 @@ class PlanBundle:
 
 
 class RowGroupIndex:
-    """Random access to a sorted Parquet file by row number or by a sorted key column, a row group at a time.
+    """Random access to a sorted Parquet file (or the consecutive parts of one: a big plan's samples) by row number
+    or by a sorted key column, a row group at a time.
 
     The first value of ``key`` in every row group comes from the footer statistics, so a lookup reads one
-    row group (the last few are cached): seeking to any plan position or token offset costs one decode.
+    row group (the last few are cached): seeking to any plan position or token offset costs one decode. Row
+    groups are numbered across the parts, in order.
     """
 
-    def __init__(self, file: Path, columns: list[str], key: str | None = None, cache_groups: int = 4) -> None:
-        self._pf = pq.ParquetFile(file)
-        self._file = file
+    def __init__(
+        self,
+        files: Path | Sequence[Path | CheckedFile],
+        columns: list[str],
+        key: str | None = None,
+        cache_groups: int = 4,
+    ) -> None:
+        items = [files] if isinstance(files, Path) else list(files)
+        # A checked bundle file opens with its checked footer (not parsed again).
+        readers = [(f, pq.ParquetFile(f)) if isinstance(f, Path) else (f.path, f.open()) for f in items]
         self._columns = columns
-        meta = self._pf.metadata
-        counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+        #: Global row group → (file, its reader, the group's number in that file).
+        self._groups: list[tuple[Path, pq.ParquetFile, int]] = [
+            (path, reader, i) for path, reader in readers for i in range(reader.metadata.num_row_groups)
+        ]
+        counts = [reader.metadata.row_group(i).num_rows for _, reader, i in self._groups]
         self.first_row = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
         self.num_rows = int(self.first_row[-1])
         self.first_key: np.ndarray | None = None
         if key is not None:
-            col = self._pf.schema_arrow.get_field_index(key)
             firsts = []
-            for i in range(meta.num_row_groups):
-                stats = meta.row_group(i).column(col).statistics
+            for path, reader, i in self._groups:
+                col = reader.schema_arrow.get_field_index(key)
+                stats = reader.metadata.row_group(i).column(col).statistics
                 if stats is None or not stats.has_min_max:
-                    raise PlanFormatError(f"{file} must have min/max statistics on {key!r}, got none — re-plan")
+                    raise PlanFormatError(f"{path} must have min/max statistics on {key!r}, got none — re-plan")
                 firsts.append(stats.min)
             self.first_key = np.array(firsts, dtype=np.int64)
         self._cache: dict[int, dict[str, np.ndarray]] = {}
@@ -156,7 +168,8 @@ class RowGroupIndex:
         hit = self._cache.get(g)
         if hit is not None:
             return hit
-        table = read_row_group(self._pf, self._file, g, self._columns)
+        path, reader, local = self._groups[g]
+        table = read_row_group(reader, path, local, self._columns)
         data = {name: table.column(name).to_numpy() for name in self._columns}
         self._cache[g] = data
         self._order.append(g)

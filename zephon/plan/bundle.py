@@ -102,10 +102,10 @@ def open_bundle(plan_dir: str | os.PathLike[str]) -> CheckedBundle:
     check_config_hash(manifest.config, manifest.config_hash, json_path)
     files = manifest.files
     schema = samples_schema(manifest.format_version)
-    samples = tuple(_checked(path / name, schema, integrity) for name in files.samples)
-    shards = _checked(path / files.shards, SHARDS_SCHEMA, integrity)
-    bins = _checked(path / files.bins, BINS_SCHEMA, integrity) if files.bins is not None else None
-    copies = _checked(path / files.copies, COPIES_SCHEMA, integrity) if files.copies is not None else None
+    samples = tuple(_checked(path, name, schema, integrity) for name in files.samples)
+    shards = _checked(path, files.shards, SHARDS_SCHEMA, integrity)
+    bins = _checked(path, files.bins, BINS_SCHEMA, integrity) if files.bins is not None else None
+    copies = _checked(path, files.copies, COPIES_SCHEMA, integrity) if files.copies is not None else None
     _check_rows(samples, manifest.totals.documents, "documents")
     _check_rows((shards,), manifest.totals.shards, "shards")
     return CheckedBundle(
@@ -130,7 +130,9 @@ def read_row_group(reader: pq.ParquetFile, file: Path, group: int, columns: list
         ) from exc
 
 
-def _checked(path: Path, schema: pa.Schema, integrity: Integrity | None) -> CheckedFile:
+def _checked(plan_dir: Path, name: str, schema: pa.Schema, integrity: Integrity | None) -> CheckedFile:
+    """The bundle file ``name`` (relative to ``plan_dir``: ``samples/part-00001.parquet`` for a part), checked."""
+    path = plan_dir / name
     if not path.is_file():
         got = "a directory" if path.is_dir() else "nothing there"
         raise PlanFormatError(
@@ -152,7 +154,7 @@ def _checked(path: Path, schema: pa.Schema, integrity: Integrity | None) -> Chec
     check_schema(arrow_schema, schema, path)
     if integrity is not None:
         try:
-            check_file(path, footer, metadata, integrity.files.get(path.name))
+            check_file(path, footer, metadata, integrity.files.get(name))
         except (OSError, ValueError) as exc:
             raise PlanFormatError(f"{path} must be a complete Parquet file, got {one_line(exc)} — {DAMAGED}") from exc
     return CheckedFile(path=path, size=footer.size, fingerprint=footer.fingerprint, metadata=metadata)
