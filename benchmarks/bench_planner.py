@@ -277,10 +277,16 @@ def rank_seek(plan: Path, kind: str, seed: int) -> None:
     show a random step (``kind`` ``show``); print a JSON line of the wall time and peak RSS."""
     import resource
 
-    from zephon.executor.plan_reader import PlanBundle
-    from zephon.inspection.show import show_step
+    if kind == "chunk":
+        from zephon.executor.plan_reader import PlanBundle
+    else:
+        from zephon.inspection.show import show_step
 
-    start = time.perf_counter()  # after the imports (~0.5 s, the same at any plan size)
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    start, cpu_start = time.perf_counter(), cpu()  # after the imports (the same at any plan size)
     rng = np.random.default_rng(seed)
     if kind == "chunk":
         bundle = PlanBundle(plan)
@@ -293,9 +299,9 @@ def rank_seek(plan: Path, kind: str, seed: int) -> None:
         where = int(rng.integers(0, documents // 1024))
         view = show_step(plan, where, batch_size=1024, text=False)
         assert len(view.rows) > 0
-    seconds = time.perf_counter() - start
+    seconds, cpu_s = time.perf_counter() - start, cpu() - cpu_start
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"kind": kind, "at": where, "s": seconds, "peak_rss_mib": rss}))
+    print(json.dumps({"kind": kind, "at": where, "s": seconds, "cpu_s": cpu_s, "peak_rss_mib": rss}))
 
 
 def rank_seeks(plan: Path, times: int = 5) -> list[dict]:
@@ -402,7 +408,10 @@ def main() -> None:
         if args.columns:
             print(" " * 14 + "  ".join(f"{k} {v:.3f}" for k, v in r["column_bytes_per_document"].items()))
         for seek in r.get("rank_seeks", ()):
-            print(f"{'':14}{seek['kind']:>6} at {seek['at']:>13,}: {seek['s']:.2f} s, {seek['peak_rss_mib']:,.0f} MiB")
+            print(
+                f"{'':14}{seek['kind']:>6} at {seek['at']:>13,}: {seek['s']:.2f} s ({seek['cpu_s']:.2f} s CPU), "
+                f"{seek['peak_rss_mib']:,.0f} MiB"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.root is None:

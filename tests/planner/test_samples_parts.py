@@ -18,6 +18,7 @@ import pytest
 from conftest import write_parquet_dataset
 
 from zephon import Pipeline
+from zephon.errors import PlanFormatError
 from zephon.executor.encode.text import Encoder
 from zephon.executor.exact import ExactSequences
 from zephon.executor.plan_reader import PlanBundle
@@ -27,7 +28,9 @@ from zephon.inspection.sql import connect
 from zephon.io import Dataset
 from zephon.plan.bundle import open_bundle
 from zephon.plan.format import looks_like_bundle, samples_part
+from zephon.plan.row_groups import RowGroups
 from zephon.planner import samples_writer
+from zephon.planner.build import seal_bundle
 from zephon.planner.samples_writer import SamplesWriter
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -139,6 +142,53 @@ def test_a_plan_of_exactly_the_part_size_stays_one_file_and_overwrite_replaces_p
     assert (out / "samples").is_dir() and not (out / "samples.parquet").exists()
     _source(root, PART).plan(out, tokenize=tok, pack=pack, overwrite=True)  # and back
     assert sorted(p.name for p in out.iterdir()) == ["plan.json", "samples.parquet", "shards.parquet"]
+
+
+def test_a_rank_seeking_into_a_parts_plan_reads_the_first_part_and_its_own_footers_only(plans) -> None:
+    _, parts = plans
+    bundle = PlanBundle(parts)
+    assert [f.checked for f in bundle.checked.samples] == [True] + [False] * 6  # opened: the first part only
+    chunk = next(bundle.chunks(4, start=170))
+    assert chunk.start == 170 and chunk.row.tolist() == _samples(parts)["row"].to_pylist()[170:174]
+    assert [f.checked for f in bundle.checked.samples] == [True, False, False, False, False, True, False]
+    groups = RowGroups(open_bundle(parts).samples)
+    assert groups.first_row.tolist() == [*range(0, DOCUMENTS, GROUP), DOCUMENTS]
+    assert groups.locate(13) == (3, 1) and groups.locate(24) == (6, 0)
+    offsets = _samples(parts)["token_offset"].to_numpy()
+    for token in (0, int(offsets[100]), int(offsets[100]) + 1, int(offsets[-1]) + 5):
+        want = (np.searchsorted(offsets, token, side="right") - 1) // GROUP
+        assert groups.last_at_most("token_offset", token) == want
+
+
+def _damage(plan: Path, name: str, tmp_path: Path) -> Path:
+    """A copy of ``plan`` whose file ``name`` has another row group's bytes at the same size (its footer kept)."""
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(plan, copy)
+    data = bytearray((copy / name).read_bytes())
+    data[4:40] = bytes(36)  # inside the first data page: the footer and size unchanged
+    (copy / name).write_bytes(bytes(data))
+    return copy
+
+
+def test_a_damaged_or_missing_part_is_refused_in_one_line_when_it_is_read_or_opened(plans, tmp_path) -> None:
+    _, parts = plans
+    damaged = _damage(parts, samples_part(4), tmp_path)
+    bundle = PlanBundle(damaged)  # opening reads the first part only
+    assert len(next(bundle.chunks(8, start=0))) == 8
+    with pytest.raises(PlanFormatError, match=r"part-00004.parquet must be the file the plan was written with"):
+        next(bundle.chunks(8, start=4 * PART))
+    manifest = json.loads((parts / "plan.json").read_text())
+    manifest["files"]["samples"] = manifest["files"]["samples"][:-1]
+    (damaged / "plan.json").write_text(json.dumps(manifest))
+    seal_bundle(damaged)  # a plan.json rewritten on purpose, sealed again: the parts must still match the totals
+    with pytest.raises(PlanFormatError, match=r"key 'files.samples' must list the 7 parts .* got 6 names"):
+        open_bundle(damaged)
+    (damaged / "plan.json").write_bytes((parts / "plan.json").read_bytes())
+    (damaged / samples_part(5)).unlink()
+    with pytest.raises(PlanFormatError, match=r"part-00005.parquet must exist, got nothing there"):
+        PlanBundle(damaged)
 
 
 def test_parts_must_be_whole_row_groups(tmp_path) -> None:
