@@ -96,6 +96,10 @@ def test_parts_hold_the_one_file_plans_rows_and_read_back_as_one_table(plans) ->
     assert got.fetchall() == list(
         zip(*single.select(["position", "row", "tokens", "token_offset"]).to_pydict().values(), strict=True)
     )
+    import polars as pl
+
+    frame = pl.scan_parquet(f"{parts}/samples/part-*.parquet").select("row", "shard_id", "tokens").collect()
+    assert frame.to_dict(as_series=False) == single.select(["row", "shard_id", "tokens"]).to_pydict()
 
 
 def test_the_executor_runs_seeks_and_chunks_a_parts_plan_as_the_one_file_plan(plans, tokenizer_dir) -> None:
