@@ -124,7 +124,7 @@ def _changed(file: Path, was: dict[str, Any]) -> str:
 
 def _foreign_samples(plan: Path, plans: dict[str, Path]) -> str:
     # Another file under the same footer: the first data bytes of another seed's samples in place of this plan's,
-    # size and footer kept (since row, shard_id and tokens are BYTE_STREAM_SPLIT, two seeds' small plans no longer
+    # size and footer kept (since row and tokens are BYTE_STREAM_SPLIT, two seeds' small plans no longer
     # share a whole footer by chance): the edge row groups tell them apart.
     file = plan / "samples.parquet"
     was = _record(file)
