@@ -58,8 +58,8 @@ DAMAGED = "the file is truncated or damaged; restore it or re-plan"
 class CheckedFile:
     """A Parquet file of the bundle, checked: its path, size, footer fingerprint and parsed footer.
 
-    A samples part (``lazy``) is checked the first time its footer is asked for; its ``rows`` are known before
-    (the part rule), and checked then."""
+    A samples part (made with ``rows``: what the part rule gives it) is checked the first time its footer is asked
+    for, and its rows with it; every other file is checked when the bundle is opened (``check``)."""
 
     __slots__ = ("_footer", "_integrity", "_metadata", "_rows", "_schema", "name", "path")
 

@@ -34,9 +34,9 @@ class RowGroups:
     def __init__(self, files: Sequence[CheckedFile]) -> None:
         self._files = list(files)
         self._readers: dict[int, pq.ParquetFile] = {}
-        if len(self._files) == 1:
-            meta = self._files[0].metadata
-            counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+        if len(self._files) <= 1:
+            meta = self._files[0].metadata if self._files else None
+            counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)] if meta is not None else []
             self._per_file = len(counts)
             self.first_row = np.concatenate(([0], np.cumsum(counts, dtype=np.int64))).astype(np.int64)
         else:  # parts: the first part's groups, repeated, the last part a prefix of them
