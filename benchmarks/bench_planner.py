@@ -1,6 +1,8 @@
 """Planner at scale: plan time, peak memory, bytes per document and seek time on synthetic shard tables.
 
 Run: python benchmarks/bench_planner.py [--documents 1e6 1e7 1e8] [--unit samples|tokens|exact] [--json FILE]
+     python benchmarks/bench_planner.py --documents 1e10 --shards 100000 --columns --rank-seeks  (10^5 × 10^5)
+     python benchmarks/bench_planner.py --documents 1e10 --shards 100000 --unit exact --drop-parts
 
 Each size is planned in a child process (so its peak RSS is its own, read from ``os.wait4``): a synthetic
 shard table of ``--shards`` shards over five datasets (web / code / books / papers / chat, weights
@@ -19,7 +21,16 @@ Reported per size: plan time (``write_bundle``: layout + files; wall clock) and 
 system, whole process: it includes building the synthetic table), the child's peak RSS, bytes per document
 of ``samples.parquet`` (``--columns``: per column), and the time of a seek as the executor does it —
 footer statistics, then one row group (all columns) holding a random position, read with pyarrow (median
-and max of 200 seeks, warm page cache).
+and max of 200 seeks, warm page cache). A plan of more than 2^27 documents is parts (``samples/part-*.parquet``):
+bytes and seeks are over all of them.
+
+``--rank-seeks``: 5 fresh processes each open the bundle as a training rank does (``PlanBundle``: every file's
+footer checked) and read one chunk of 4,096 documents at a random position, and 5 more run ``show_step`` of a
+random step (global batch 1,024, no text); each reports its wall time and peak RSS (``ru_maxrss``).
+
+``--drop-parts`` (a plan bigger than the disk allows: an exact 10^10 plan is ~60 GB): the child lays out and
+writes the samples only (``chunks`` + ``SamplesWriter``, no shards.parquet or plan.json, which take seconds), and
+a thread measures each closed part's bytes per column, then deletes it; only the last part is left.
 """
 
 from __future__ import annotations
@@ -148,7 +159,9 @@ def _vmhwm_kib() -> int:
     return 0
 
 
-def child(documents: int, unit: str, out: Path, shards: int, weights: dict[str, float] | None) -> None:
+def child(
+    documents: int, unit: str, out: Path, shards: int, weights: dict[str, float] | None, drop_parts: bool = False
+) -> None:
     """Plan one size and print a JSON line: setup and plan seconds, VmHWM after setup and at the end."""
     from zephon.planner.build import write_bundle
 
@@ -157,19 +170,85 @@ def child(documents: int, unit: str, out: Path, shards: int, weights: dict[str, 
     setup = time.perf_counter() - start
     hwm_setup = _vmhwm_kib()
     start = time.perf_counter()
-    write_bundle(prepared, out, overwrite=True)
+    extra = {}
+    if drop_parts:
+        extra = _write_dropping_parts(prepared, out)
+    else:
+        write_bundle(prepared, out, overwrite=True)
     plan = time.perf_counter() - start
-    print(json.dumps({"setup_s": setup, "plan_s": plan, "hwm_setup_kib": hwm_setup, "hwm_kib": _vmhwm_kib()}))
+    result = {"setup_s": setup, "plan_s": plan, "hwm_setup_kib": hwm_setup, "hwm_kib": _vmhwm_kib()}
+    print(json.dumps(result | extra))
 
 
-def seek_times(samples: Path, seeks: int = 200, seed: int = 0) -> dict[str, float]:
-    """Open the file (footer), then read the row group holding each of ``seeks`` random positions."""
+def _write_dropping_parts(prepared, out: Path) -> dict:
+    """Lay out and write ``prepared``'s samples into ``out``, measuring and deleting each part once it is closed."""
+    import threading
+
+    from zephon.planner.layout import chunks
+    from zephon.planner.samples_writer import SamplesWriter
+
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    writer = SamplesWriter(out)
+    seen: dict[str, tuple[int, dict[str, int]]] = {}
+    done = threading.Event()
+
+    def measure(names: list[str]) -> None:
+        for name in names:
+            if name in seen:
+                continue
+            path = out / name
+            seen[name] = (path.stat().st_size, _column_sizes(path))
+            path.unlink()
+
+    def watch() -> None:
+        while not done.wait(5.0):
+            measure(list(writer.files)[:-1])
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    documents = 0
+    for chunk in chunks(prepared):
+        documents += len(chunk)
+        writer.write(chunk)
+    writer.close()
+    done.set()
+    thread.join()
+    last = writer.files[-1]
+    measure(writer.files[:-1])
+    seen[last] = ((out / last).stat().st_size, _column_sizes(out / last))
+    columns: dict[str, int] = {}
+    for _, sizes in seen.values():
+        for k, v in sizes.items():
+            columns[k] = columns.get(k, 0) + v
+    return {
+        "documents": documents,
+        "samples_bytes": sum(size for size, _ in seen.values()),
+        "parts": len(seen),
+        "column_bytes": columns,
+    }
+
+
+def _column_sizes(path: Path) -> dict[str, int]:
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    return {
+        meta.row_group(0).column(c).path_in_schema: sum(
+            meta.row_group(g).column(c).total_compressed_size for g in range(meta.num_row_groups)
+        )
+        for c in range(meta.num_columns)
+    }
+
+
+def seek_times(samples: list[Path], seeks: int = 200, seed: int = 0) -> dict[str, float]:
+    """Open the files (footers), then read the row group holding each of ``seeks`` random positions."""
     import pyarrow.parquet as pq
 
     start = time.perf_counter()
-    pf = pq.ParquetFile(samples)
-    meta = pf.metadata
-    counts = [meta.row_group(g).num_rows for g in range(meta.num_row_groups)]
+    files = [pq.ParquetFile(path) for path in samples]
+    groups = [(f, g) for f in files for g in range(f.metadata.num_row_groups)]
+    counts = [f.metadata.row_group(g).num_rows for f, g in groups]
     first_row = np.concatenate(([0], np.cumsum(counts)))
     open_ms = (time.perf_counter() - start) * 1000
     rng = np.random.default_rng(seed)
@@ -177,29 +256,77 @@ def seek_times(samples: Path, seeks: int = 200, seed: int = 0) -> dict[str, floa
     for position in rng.integers(0, int(first_row[-1]), seeks).tolist():
         start = time.perf_counter()
         g = int(np.searchsorted(first_row, position, side="right")) - 1
-        table = pf.read_row_group(g)
+        table = groups[g][0].read_row_group(groups[g][1])
         row = {name: table.column(name)[position - int(first_row[g])].as_py() for name in table.column_names}
         times.append((time.perf_counter() - start) * 1000)
         assert row["position"] == position, (row, position)
     return {"open_ms": open_ms, "seek_ms_median": float(np.median(times)), "seek_ms_max": float(np.max(times))}
 
 
-def column_bytes(samples: Path, rows: int) -> dict[str, float]:
-    """Compressed bytes per document of each column (data and dictionary pages)."""
-    import pyarrow.parquet as pq
-
-    meta = pq.ParquetFile(samples).metadata
-    out = {}
-    for c in range(meta.num_columns):
-        total = sum(meta.row_group(g).column(c).total_compressed_size for g in range(meta.num_row_groups))
-        out[meta.row_group(0).column(c).path_in_schema] = total / rows
+def column_bytes(samples: list[Path], rows: int) -> dict[str, float]:
+    """Compressed bytes per document of each column (data and dictionary pages), over all files."""
+    out: dict[str, float] = {}
+    for path in samples:
+        for name, size in _column_sizes(path).items():
+            out[name] = out.get(name, 0.0) + size / rows
     return out
 
 
-def run_size(documents: int, unit: str, root: Path, shards: int, weights: str | None) -> dict[str, float]:
+def rank_seek(plan: Path, kind: str, seed: int) -> None:
+    """In a fresh process: open ``plan`` as a rank does and read at a random position (``kind`` ``chunk``), or
+    show a random step (``kind`` ``show``); print a JSON line of the wall time and peak RSS."""
+    import resource
+
+    if kind == "chunk":
+        from zephon.executor.plan_reader import PlanBundle
+    else:
+        from zephon.inspection.show import show_step
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    start, cpu_start = time.perf_counter(), cpu()  # after the imports (the same at any plan size)
+    rng = np.random.default_rng(seed)
+    if kind == "chunk":
+        bundle = PlanBundle(plan)
+        position = int(rng.integers(0, bundle.num_documents))
+        chunk = next(bundle.chunks(4096, start=position, ramp=4096))
+        assert chunk.start == position
+        where = position
+    else:
+        documents = json.loads((plan / "plan.json").read_text())["totals"]["documents"]
+        where = int(rng.integers(0, documents // 1024))
+        view = show_step(plan, where, batch_size=1024, text=False)
+        assert len(view.rows) > 0
+    seconds, cpu_s = time.perf_counter() - start, cpu() - cpu_start
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"kind": kind, "at": where, "s": seconds, "cpu_s": cpu_s, "peak_rss_mib": rss}))
+
+
+def rank_seeks(plan: Path, times: int = 5) -> list[dict]:
+    out = []
+    for kind in ("chunk", "show"):
+        for seed in range(times):
+            cmd = [sys.executable, __file__, "--rank-seek", kind, "--seed", str(seed), "--out", str(plan)]
+            text = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+            out.append(json.loads(text.strip().splitlines()[-1]))
+    return out
+
+
+def run_size(
+    documents: int,
+    unit: str,
+    root: Path,
+    shards: int,
+    weights: str | None,
+    drop_parts: bool = False,
+    seeks: bool = False,
+) -> dict:
     out = root / f"plan-{unit}-{documents}"
     cmd = [sys.executable, __file__, "--child", str(documents), "--unit", unit, "--out", str(out)]
     cmd += ["--shards", str(shards)] + (["--weights", weights] if weights else [])
+    cmd += ["--drop-parts"] if drop_parts else []
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     text = proc.stdout.read()
@@ -208,17 +335,30 @@ def run_size(documents: int, unit: str, root: Path, shards: int, weights: str | 
     if proc.returncode != 0:
         raise SystemExit(f"child for {documents} documents failed with exit code {proc.returncode}")
     result = json.loads(text.strip().splitlines()[-1])
-    samples = out / "samples.parquet"
+    result.update(cpu_s=usage.ru_utime + usage.ru_stime, peak_rss_mib=usage.ru_maxrss / 1024)
+    if drop_parts:
+        rows = result["documents"]
+        result.update(
+            bytes_per_document=result["samples_bytes"] / rows,
+            column_bytes_per_document={k: v / rows for k, v in result.pop("column_bytes").items()},
+            open_ms=float("nan"),
+            seek_ms_median=float("nan"),
+            seek_ms_max=float("nan"),
+        )
+        shutil.rmtree(out, ignore_errors=True)
+        return result
     manifest = json.loads((out / "plan.json").read_text())
+    samples = [out / name for name in manifest["files"]["samples"]]
     rows = int(manifest["totals"]["documents"])
     result.update(
         documents=rows,
-        cpu_s=usage.ru_utime + usage.ru_stime,
-        peak_rss_mib=usage.ru_maxrss / 1024,
-        bytes_per_document=samples.stat().st_size / rows,
+        parts=len(samples),
+        bytes_per_document=sum(p.stat().st_size for p in samples) / rows,
         column_bytes_per_document=column_bytes(samples, rows),
         **seek_times(samples),
     )
+    if seeks:
+        result["rank_seeks"] = rank_seeks(out)
     shutil.rmtree(out, ignore_errors=True)
     return result
 
@@ -236,12 +376,19 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument("--columns", action="store_true", help="print bytes per document of each column")
     parser.add_argument("--root", type=Path, help="directory for the plans (default: a temporary one)")
+    parser.add_argument("--drop-parts", action="store_true", help="measure and delete each samples part when closed")
+    parser.add_argument("--rank-seeks", action="store_true", help="time a rank's open + seek and show_step, fresh")
+    parser.add_argument("--rank-seek", choices=("chunk", "show"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     weights = dict(zip(WEIGHTS, map(float, args.weights.split(",")), strict=True)) if args.weights else None
+    if args.rank_seek is not None:
+        rank_seek(args.out, args.rank_seek, args.seed)
+        return
     if args.child is not None:
-        child(args.child, args.unit, args.out, args.shards, weights)
+        child(args.child, args.unit, args.out, args.shards, weights, args.drop_parts)
         return
     root = args.root or Path(tempfile.mkdtemp(prefix="zephon-bench-planner-"))
     results = []
@@ -250,7 +397,7 @@ def main() -> None:
     head = f"{'documents':>13} {'plan s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'bytes/doc':>10} {'open ms':>8}"
     print(f"{head} {'seek ms p50/max':>16}")
     for n in args.documents:
-        r = run_size(int(n), args.unit, root, args.shards, args.weights)
+        r = run_size(int(n), args.unit, root, args.shards, args.weights, args.drop_parts, args.rank_seeks)
         results.append(r)
         print(
             f"{r['documents']:>13,} {r['plan_s']:>8.2f} {r['cpu_s']:>7.1f} {r['peak_rss_mib']:>13,.0f} "
@@ -260,6 +407,11 @@ def main() -> None:
         )
         if args.columns:
             print(" " * 14 + "  ".join(f"{k} {v:.3f}" for k, v in r["column_bytes_per_document"].items()))
+        for seek in r.get("rank_seeks", ()):
+            print(
+                f"{'':14}{seek['kind']:>6} at {seek['at']:>13,}: {seek['s']:.2f} s ({seek['cpu_s']:.2f} s CPU), "
+                f"{seek['peak_rss_mib']:,.0f} MiB"
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.root is None:

@@ -110,16 +110,13 @@ class ExactSequences:
         self.encoder = encoder
         self.reader = reader
         self.pad_id = pad_id
-        self.samples = RowGroupIndex(
-            plan.sample_files[0], ["dataset_id", "shard_id", "row", "tokens", "token_offset"], key="token_offset"
-        )
+        self.samples = RowGroupIndex(plan.checked.samples, ["dataset_id", "shard_id", "row", "tokens", "token_offset"])
         assert plan.manifest.totals.tokens is not None  # read_manifest requires it of exact plans
         self.total_tokens = plan.manifest.totals.tokens
         self.bins = (
             RowGroupIndex(
-                plan.path / (plan.manifest.files.bins or ""),  # read_manifest requires it of best-fit plans
+                [plan.checked.bins],  # type: ignore[list-item]  # read_manifest requires it of best-fit plans
                 ["sequence", "offset", "position", "doc_start", "length"],
-                key="sequence",
             )
             if self.algorithm != "wrap"  # best_fit and homogeneous plans list their rows' pieces
             else None

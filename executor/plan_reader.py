@@ -3,18 +3,18 @@ door that checks it (``zephon.plan.bundle.open_bundle``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 
 from zephon.errors import PlanFormatError
 from zephon.plan.bundle import CheckedBundle, CheckedFile, open_bundle, read_row_group
 from zephon.plan.format import COPIES_DIR, deal_column
 from zephon.plan.manifest import Manifest
 from zephon.plan.records import ShardRef, shard_refs
+from zephon.plan.row_groups import RowGroups
 
 #: Documents in the first chunk ``PlanBundle.chunks`` yields (then doubling up to the chunk size).
 FIRST_CHUNK = 64
@@ -97,6 +97,9 @@ class PlanBundle:
         first_row = 0
         size = max(1, min(ramp, chunk_size))
         for file in self.checked.samples:
+            if first_row + file.rows <= start:  # a part before the start: its footer is not read
+                first_row += file.rows
+                continue
             reader = file.open()
             meta = reader.metadata
             for g in range(meta.num_row_groups):
@@ -124,30 +127,19 @@ class PlanBundle:
 
 
 class RowGroupIndex:
-    """Random access to a sorted Parquet file by row number or by a sorted key column, a row group at a time.
+    """Random access to a sorted Parquet file (or the consecutive parts of a big plan's samples) by row number or
+    by a sorted key column, a row group at a time (``zephon.plan.row_groups``).
 
-    The first value of ``key`` in every row group comes from the footer statistics, so a lookup reads one
-    row group (the last few are cached): seeking to any plan position or token offset costs one decode.
+    The first value of ``key`` in a row group comes from the footer statistics, found by a binary search over the
+    groups that reads only the footers it probes, so a lookup reads one row group (the last few are cached):
+    seeking to any plan position or token offset costs one decode, and one part's footer in a plan of parts.
     """
 
-    def __init__(self, file: Path, columns: list[str], key: str | None = None, cache_groups: int = 4) -> None:
-        self._pf = pq.ParquetFile(file)
-        self._file = file
+    def __init__(self, files: Sequence[CheckedFile], columns: list[str], cache_groups: int = 4) -> None:
+        self._groups = RowGroups(files)
         self._columns = columns
-        meta = self._pf.metadata
-        counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-        self.first_row = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
-        self.num_rows = int(self.first_row[-1])
-        self.first_key: np.ndarray | None = None
-        if key is not None:
-            col = self._pf.schema_arrow.get_field_index(key)
-            firsts = []
-            for i in range(meta.num_row_groups):
-                stats = meta.row_group(i).column(col).statistics
-                if stats is None or not stats.has_min_max:
-                    raise PlanFormatError(f"{file} must have min/max statistics on {key!r}, got none — re-plan")
-                firsts.append(stats.min)
-            self.first_key = np.array(firsts, dtype=np.int64)
+        self.first_row = self._groups.first_row
+        self.num_rows = self._groups.num_rows
         self._cache: dict[int, dict[str, np.ndarray]] = {}
         self._order: list[int] = []
         self._cache_groups = cache_groups
@@ -156,7 +148,7 @@ class RowGroupIndex:
         hit = self._cache.get(g)
         if hit is not None:
             return hit
-        table = read_row_group(self._pf, self._file, g, self._columns)
+        table = self._groups.read(g, self._columns)
         data = {name: table.column(name).to_numpy() for name in self._columns}
         self._cache[g] = data
         self._order.append(g)
@@ -181,10 +173,13 @@ class RowGroupIndex:
         return int(self.find_many(key_column, np.array([value], dtype=np.int64), side)[0])
 
     def find_many(self, key_column: str, values: np.ndarray, side: str = "right") -> np.ndarray:
-        """``find`` for many values at once: one binary search per row group touched, not per value."""
-        assert self.first_key is not None
+        """``find`` for many values at once: one binary search per distinct value's row group, not per value."""
         values = np.asarray(values, dtype=np.int64)
-        groups = np.maximum(np.searchsorted(self.first_key, values, side="right") - 1, 0)
+        groups = np.empty(len(values), dtype=np.int64)
+        g, count, minimum = -1, self._groups.count, self._groups.minimum
+        for k, v in enumerate(values.tolist()):  # consecutive values mostly share a group: one check, no search
+            inside = g >= 0 and minimum(g, key_column) <= v and (g + 1 == count or v < minimum(g + 1, key_column))
+            g = groups[k] = g if inside else self._groups.last_at_most(key_column, v)
         out = np.empty(len(values), dtype=np.int64)
         for g in np.unique(groups).tolist():
             sel = np.flatnonzero(groups == g)

@@ -26,9 +26,10 @@ from zephon.plan.format import (
     BUNDLE_FILES,
     COPIES_DIR,
     PLAN_JSON,
-    SAMPLES_FILE,
+    SAMPLES_DIR,
     SHARDS_FILE,
     is_copy_name,
+    is_samples_part,
 )
 from zephon.plan.integrity import INTEGRITY_KEY, integrity_record
 from zephon.plan.json_record import to_json_value
@@ -101,11 +102,14 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
 
 
 def _ours(path: Path) -> bool:
-    """Whether a plan writer may have written ``path``: a bundle file, or the copies directory holding copies only."""
+    """Whether a plan writer may have written ``path``: a bundle file, or the copies (samples parts) directory holding
+    copies (parts) only."""
     if path.is_symlink():
         return False
     if path.name == COPIES_DIR and path.is_dir():
         return all(is_copy_name(p.name) and p.is_file() and not p.is_symlink() for p in path.iterdir())
+    if path.name == SAMPLES_DIR and path.is_dir():
+        return all(is_samples_part(p.name) and p.is_file() and not p.is_symlink() for p in path.iterdir())
     return path.name in BUNDLE_FILES and path.is_file()
 
 
@@ -148,7 +152,7 @@ def write_bundle(
         # its plan rows are those with 0 tokens; counted per dataset for plan.json. Only then: other plans keep
         # their bytes.
         dropped = np.zeros(len(prepared.shards), np.int64) if prepared.exact and _has_operators(prepared) else None
-        writer = SamplesWriter(tmp / SAMPLES_FILE)
+        writer = SamplesWriter(tmp)
         try:
             kept = continued.prefix.chunks() if continued is not None else iter(())
             laid = continued.checked(chunks(prepared)) if continued is not None else chunks(prepared)
@@ -174,11 +178,12 @@ def write_bundle(
                     "length": b.length,
                 }
             ).write_parquet(tmp / BINS_FILE, compression="zstd", statistics=True, row_group_size=BINS_ROW_GROUP)
-        copies = write_copies(prepared, copied, tmp, tmp / SAMPLES_FILE) if copied is not None else None
+        samples = [tmp / name for name in writer.files]
+        copies = write_copies(prepared, copied, tmp, samples) if copied is not None else None
         # Written in place: the whole directory is renamed into place, so no reader sees a part of it.
         # Sealed last: the integrity record digests every other key and the Parquet files written above, and is
         # checked whenever the bundle is opened (zephon.plan.integrity).
-        manifest = plan_manifest(prepared, totals, bins, dropped, continued, copies).sealed(tmp)
+        manifest = plan_manifest(prepared, totals, bins, dropped, continued, copies, tuple(writer.files)).sealed(tmp)
         (tmp / PLAN_JSON).write_text(manifest.to_json(), encoding="utf-8")
     return out_dir
 

@@ -74,8 +74,10 @@ def plan_manifest(
     dropped: np.ndarray | None = None,
     continued: Continued | None = None,
     copies: dict[str, PlanCopies] | None = None,
+    samples: tuple[str, ...] = (SAMPLES_FILE,),
 ) -> Manifest:
-    """plan.json of the laid-out plan, typed (``zephon.plan.manifest``), before its integrity record."""
+    """plan.json of the laid-out plan, typed (``zephon.plan.manifest``), before its integrity record; ``samples``:
+    the samples files written (``SamplesWriter.files``)."""
     source = prepared.source
     n_docs = totals.documents
     known = prepared.tokens is not None
@@ -112,7 +114,7 @@ def plan_manifest(
         ),
         on_exhaustion=source.on_exhaustion,
         files=PlanFiles(
-            samples=(SAMPLES_FILE,),
+            samples=samples,
             shards=SHARDS_FILE,
             bins=BINS_FILE if bins is not None else None,
             copies=COPIES_FILE if copies is not None else None,

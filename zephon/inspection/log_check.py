@@ -163,7 +163,7 @@ def check_log(plan_dir: str | Path, log_dir: str | Path) -> LogCheck:
         for i in yielded[:5]:
             found.add(f"position {pos[i]} was skipped ({skipped[int(pos[i])]}), got its tokens in sequence {seq[i]}")
         found.count += max(0, len(yielded) - 5)
-    samples = bundle.samples[0].read().to_pydict()
+    samples = pa.concat_tables([f.read() for f in bundle.samples]).to_pydict()
     samples["deal"] = samples.get(deal_column(manifest.format_version))  # format 1: the lane, its deal mod lanes
     unit = metas[0].get("zephon.unit", "tokens")
     if unit == "records":

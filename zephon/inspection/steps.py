@@ -50,10 +50,11 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.checks import require_positive
-from zephon.errors import ConfigError, PlanFormatError
+from zephon.errors import ConfigError
 from zephon.executor.step_arithmetic import sequence_tokens, sequences_in, steps_in, tokens_inside, tokens_per_step
 from zephon.plan.bundle import CheckedBundle, open_bundle
 from zephon.plan.manifest import Manifest
+from zephon.plan.row_groups import RowGroups
 
 __all__ = ["StepDocuments", "StepLayout", "StepSeeker", "resolve_layout"]
 
@@ -256,15 +257,11 @@ class StepSeeker:
         bundle = plan if isinstance(plan, CheckedBundle) else open_bundle(plan)
         self.plan_dir = bundle.path
         self.layout = layout
-        self._checked = bundle.samples
-        self._files = [f.open() for f in bundle.samples]
-        # (file, row group) pairs in plan order and the first row (= position) of each.
-        self._groups = [(f, g) for f, pf in enumerate(self._files) for g in range(pf.metadata.num_row_groups)]
-        counts = [self._files[f].metadata.row_group(g).num_rows for f, g in self._groups]
-        self._first_row = np.concatenate(([0], np.cumsum(counts, dtype=np.int64)))
+        # The row groups of the samples file(s) in plan order; a part's footer is read when a group of it is.
+        self._row_groups = RowGroups(bundle.samples)
+        self._first_row = self._row_groups.first_row
         self._bins_file = bundle.bins if layout.packing == "best_fit" else None
         self._bins = self._bins_file.open() if self._bins_file is not None else None
-        self._offset_minima: np.ndarray | None = None
 
     @property
     def num_rows(self) -> int:
@@ -273,8 +270,7 @@ class StepSeeker:
     # -- reading rows ---------------------------------------------------------------------------------
 
     def _read_group(self, i: int, columns: list[str]) -> pa.Table:
-        f, g = self._groups[i]
-        return self._checked[f].read_row_group(self._files[f], g, columns)
+        return self._row_groups.read(i, columns)
 
     def read_rows(self, start: int, stop: int, columns: list[str] | None = None) -> pa.Table:
         """Rows ``[start, stop)`` (plan positions) with ``columns`` (default: all samples columns)."""
@@ -331,28 +327,10 @@ class StepSeeker:
 
     def _row_at_token(self, token: int) -> int:
         """Row of the last document whose ``token_offset`` ≤ ``token`` (0 if none)."""
-        firsts = self._group_minima("token_offset")
-        i = max(0, int(np.searchsorted(firsts, token, side="right")) - 1)
+        i = self._row_groups.last_at_most("token_offset", token)
         offsets = self._read_group(i, ["token_offset"]).column(0).to_numpy()
         local = max(0, int(np.searchsorted(offsets, token, side="right")) - 1)
         return int(self._first_row[i]) + local
-
-    def _group_minima(self, column: str) -> np.ndarray:
-        """Each row group's minimum of the sorted ``column``, from the footer statistics (no data read)."""
-        if self._offset_minima is not None:
-            return self._offset_minima
-        minima = []
-        for f, g in self._groups:
-            pf = self._files[f]
-            stats = pf.metadata.row_group(g).column(pf.schema_arrow.get_field_index(column)).statistics
-            if stats is None or not stats.has_min_max:
-                raise PlanFormatError(
-                    f"{self.plan_dir} samples row group {g} must have min/max statistics on {column!r}, got none "
-                    "— re-plan with this Zephon version"
-                )
-            minima.append(stats.min)
-        self._offset_minima = np.array(minima, dtype=np.int64)
-        return self._offset_minima
 
     def _cumulative(self, start: int, end: int) -> tuple[int, int, np.ndarray]:
         """Rows ``[r0, r1)`` overlapping stream tokens ``[start, end)`` and their running-sum offsets.
@@ -362,7 +340,7 @@ class StepSeeker:
         base = 0
         r0: int | None = None
         pieces: list[np.ndarray] = []
-        for i in range(len(self._groups)):
+        for i in range(self._row_groups.count):
             tokens = self._read_group(i, ["tokens"]).column(0).to_numpy(zero_copy_only=False).astype(np.int64)
             if len(tokens) == 0:
                 continue

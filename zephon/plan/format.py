@@ -6,7 +6,8 @@ A plan bundle is a directory that the planner writes and the executor reads; not
 PLAN_DIR/
   plan.json        manifest: format version, normalized config and its hash, datasets, mixture, totals
   shards.parquet   one row per shard (SHARDS_SCHEMA)
-  samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA)
+  samples.parquet  one row per scheduled document in global order (SAMPLES_SCHEMA); a plan of more than
+  samples/         SAMPLES_PART_ROWS documents has parts instead: samples/part-00000.parquet, ... (samples_part)
   bins.parquet     best-fit exact plans only: the planned rows (BINS_SCHEMA)
   selected.parquet plans written with materialize_selections only: one row per copied shard (COPIES_SCHEMA)
   selected/        those copies, COPY_NAME each (zephon.planner.copies)
@@ -35,10 +36,13 @@ READABLE_VERSIONS = (1, FORMAT_VERSION)
 PLAN_JSON = "plan.json"
 SHARDS_FILE = "shards.parquet"
 SAMPLES_FILE = "samples.parquet"
+#: The directory of a big plan's samples parts (``samples_part``).
+SAMPLES_DIR = "samples"
 BINS_FILE = "bins.parquet"
 COPIES_FILE = "selected.parquet"
 COPIES_DIR = "selected"
-#: Every file a bundle may hold: a directory with anything else in it is not (only) a plan bundle.
+#: Every file a bundle may hold (besides SAMPLES_DIR's parts and COPIES_DIR's copies): a directory with anything else
+#: in it is not (only) a plan bundle.
 BUNDLE_FILES = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE, BINS_FILE, COPIES_FILE})
 
 #: What marks a directory (or an object-store prefix) as a plan bundle when a dataset folder is listed: its
@@ -48,12 +52,36 @@ BUNDLE_MARKER = frozenset({PLAN_JSON, SHARDS_FILE, SAMPLES_FILE})
 
 
 def looks_like_bundle(names: set[str] | frozenset[str]) -> bool:
-    """Whether a directory whose entries are ``names`` has a plan bundle's files (``BUNDLE_MARKER``)."""
-    return names >= BUNDLE_MARKER
+    """Whether a directory whose entries are ``names`` has a plan bundle's files (``BUNDLE_MARKER``; a big plan's
+    SAMPLES_DIR of parts in place of SAMPLES_FILE)."""
+    return names >= BUNDLE_MARKER or names >= (BUNDLE_MARKER - {SAMPLES_FILE}) | {SAMPLES_DIR}
 
 
 #: Documents per Parquet row group of samples.parquet: seeking to any position decodes one row group.
 SAMPLES_ROW_GROUP = 65_536
+
+#: Documents per part of a big plan's samples (2,048 row groups): a plan of at most this many documents is one
+#: samples.parquet; a bigger one is ``samples_part(k)`` for k = 0, 1, ..., each of exactly this many documents
+#: but the last (positions ``[k * SAMPLES_PART_ROWS, (k + 1) * SAMPLES_PART_ROWS)``), so a reader finds the part of
+#: a position by a division and opens one footer of ~2,048 row groups, not one of 152,588 (10^10 documents).
+SAMPLES_PART_ROWS = 1 << 27
+
+
+def samples_part(k: int) -> str:
+    """The bundle-relative name of part ``k`` of a big plan's samples: ``samples/part-00003.parquet``."""
+    return f"{SAMPLES_DIR}/part-{k:05d}.parquet"
+
+
+def is_samples_part(name: str) -> bool:
+    """Whether ``name`` (an entry of SAMPLES_DIR) is a name ``samples_part`` gives."""
+    return (
+        len(name) == 18
+        and name.startswith("part-")
+        and name.endswith(".parquet")
+        and name[5:10].isdigit()
+        and name.isascii()
+    )
+
 
 #: shards.parquet ``format`` of a token store's part is this prefix and the store's format (``tokens:megatron``,
 #: ``tokens:parquet``: ``zephon.planner.counts.stores``); raw text shards are ``parquet``, ``jsonl``, ``jsonl.gz``,
