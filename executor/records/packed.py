@@ -39,7 +39,7 @@ class PlannedRows:
             )
         #: Rows in the plan.
         self.rows = packing.rows
-        self._index = RowGroupIndex(bins.path, ["sequence", "position"], key="sequence")
+        self._index = RowGroupIndex([bins], ["sequence", "position"])
 
     def _starts(self, rows: np.ndarray) -> np.ndarray:
         """Index in bins.parquet of each row's first piece (of the next row's, for ``rows`` past the last)."""

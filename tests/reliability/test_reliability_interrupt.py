@@ -31,6 +31,9 @@ from zephon.cli import cli
 CHILD = r"""
 import os, signal, sys
 moment = sys.argv[1]
+# As at a terminal: a process started in the background by a shell (CI's job runner, `cmd &`) inherits SIGINT
+# ignored, and Python then installs no KeyboardInterrupt handler; the test is of Ctrl-C, so put it back.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def interrupt_after(owner, name, nth=1):
     real, calls = getattr(owner, name), []
