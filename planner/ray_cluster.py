@@ -84,13 +84,17 @@ def _import_ray():  # -> module
 
 @contextlib.contextmanager
 def ray_session(workers: int | None = None) -> Iterator[Any]:
-    """The ``ray`` module, joined to the running Ray, the cluster of ``RAY_ADDRESS`` or a local instance of
-    ``workers`` CPUs (started here and shut down after)."""
+    """The ``ray`` module, joined to the running Ray (initialized in this process), the cluster of ``RAY_ADDRESS``,
+    or a local instance of ``workers`` CPUs started here and shut down after — never a cluster that merely runs
+    on this machine: join one by setting ``RAY_ADDRESS``."""
     ray = _import_ray()
     started = False
     if not ray.is_initialized():
         address = os.environ.get("RAY_ADDRESS")
-        kwargs = {"address": address} if address else {"num_cpus": workers or os.cpu_count() or 1}
+        # Without RAY_ADDRESS a local instance of its own ("local"): a bare ray.init() would join a cluster that
+        # `ray start` left running on this machine and then refuse num_cpus ("When connecting to an existing
+        # cluster, num_cpus and num_gpus must not be provided").
+        kwargs = {"address": address} if address else {"address": "local", "num_cpus": workers or os.cpu_count() or 1}
         ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kwargs)
         started = True
     try:
