@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import DatasetError
-from zephon.executor.records.tar import Reporter
+from zephon.executor.records.tar import Reporter, planned_size
 from zephon.plan.records import ShardRef
 from zephon.storage.mds_records import mds_entry, mds_fingerprint, read_offsets
 
@@ -81,17 +81,7 @@ class MdsRecords:
     def __init__(self, ref: ShardRef) -> None:
         self.ref = ref
         where = f"dataset {ref.dataset!r}: MDS shard {ref.uri}"
-        try:
-            size = os.path.getsize(ref.uri)
-        except OSError as exc:
-            raise DatasetError(
-                f"{where} must exist as planned, got {exc.strerror} — restore the file or re-plan"
-            ) from exc
-        if size != ref.bytes:
-            raise DatasetError(
-                f"{where} changed since planning: size must be {ref.bytes} bytes, got {size} — restore the planned "
-                "data or re-plan"
-            )
+        size = planned_size(ref, where)
         entry = mds_entry(ref.uri, where)
         self._fd = os.open(ref.uri, os.O_RDONLY)
         try:

@@ -139,19 +139,24 @@ def _local(ref: ShardRef, path: str, size: int) -> TarShard:
         raise
 
 
-def open_local(ref: ShardRef) -> TarShard:
-    """A local tar shard, checked against the plan (size, then the member listing's fingerprint)."""
+def planned_size(ref: ShardRef, where: str) -> int:
+    """The size of the local file ``ref`` names, refused in one line (``where`` names it) when it is gone or its
+    size is not the planned ``ref.bytes``."""
     try:
         size = os.path.getsize(ref.uri)
     except OSError as exc:
-        raise DatasetError(
-            f"{_where(ref)} must exist as planned, got {exc.strerror} — restore the file or re-plan"
-        ) from exc
+        raise DatasetError(f"{where} must exist as planned, got {exc.strerror} — restore the file or re-plan") from exc
     if size != ref.bytes:
         raise DatasetError(
-            f"{_where(ref)} changed since planning: size must be {ref.bytes} bytes, got {size} — restore the planned "
+            f"{where} changed since planning: size must be {ref.bytes} bytes, got {size} — restore the planned "
             "data or re-plan"
         )
+    return size
+
+
+def open_local(ref: ShardRef) -> TarShard:
+    """A local tar shard, checked against the plan (size, then the member listing's fingerprint)."""
+    size = planned_size(ref, _where(ref))
     shard = _local(ref, ref.uri, size)
     if shard.index.fingerprint != ref.fingerprint:
         shard.close()
