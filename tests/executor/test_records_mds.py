@@ -72,6 +72,24 @@ def test_an_mds_shard_rewritten_after_planning_is_refused(tmp_path: Path):
         list(Pipeline.from_plan(plan).batch(microbatch_size=2))
 
 
+def test_an_mds_shard_cut_short_or_removed_after_planning_is_one_line(tmp_path: Path):
+    folder = tmp_path / "pairs"
+    shutil.copytree(PAIRS, folder)
+    plan = plan_of(folder, tmp_path / "plan")
+    shard = folder / "shard.00000.mds"
+    size = shard.stat().st_size
+    shard.write_bytes(shard.read_bytes()[:-1])
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'pairs': MDS shard .*shard\.00000\.mds changed since planning: size must be {size} bytes, "
+        rf"got {size - 1} — restore the planned data or re-plan$",
+    ):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=2))
+    shard.unlink()
+    with pytest.raises(DatasetError, match=r"shard\.00000\.mds must exist as planned, got No such file .* — restore"):
+        list(Pipeline.from_plan(plan).batch(microbatch_size=2))
+
+
 def test_a_pickled_mds_column_is_refused_in_one_line(tmp_path: Path):
     plan = plan_of(FIXTURES / "records_mds" / "pickled", tmp_path / "plan")
     with pytest.raises(DatasetError, match=r"column 'obj' must have one of the encodings .* got 'pkl' — .*never does"):
