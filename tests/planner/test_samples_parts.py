@@ -9,6 +9,7 @@ the same rows gives.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -193,6 +194,21 @@ def test_a_damaged_or_missing_part_is_refused_in_one_line_when_it_is_read_or_ope
     (damaged / samples_part(5)).unlink()
     with pytest.raises(PlanFormatError, match=r"part-00005.parquet must exist, got nothing there"):
         PlanBundle(damaged)
+
+
+def test_a_part_missing_from_the_integrity_record_names_the_bundles_plan_json_and_the_part(plans, tmp_path) -> None:
+    import shutil
+
+    _, parts = plans
+    copy = tmp_path / "unlisted"
+    shutil.copytree(parts, copy)
+    manifest = json.loads((copy / "plan.json").read_text())
+    for k in (3, 0):  # a later part is refused as the bundle opens; the first as it is checked
+        del manifest["integrity"]["files"][samples_part(k)]
+        (copy / "plan.json").write_text(json.dumps(manifest))
+        want = f"{copy / 'plan.json'} key 'integrity.files' must list samples/part-0000{k}.parquet, got no entry"
+        with pytest.raises(PlanFormatError, match=re.escape(want)):
+            PlanBundle(copy)
 
 
 def test_parts_must_be_whole_row_groups(tmp_path) -> None:

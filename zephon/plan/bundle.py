@@ -216,7 +216,7 @@ def _check(
     check_schema(arrow_schema, schema, path)
     if integrity is not None:
         try:
-            check_file(path, footer, metadata, integrity.files.get(name))
+            check_file(path, footer, metadata, integrity.files.get(name), name=name)
         except (OSError, ValueError) as exc:
             raise PlanFormatError(f"{path} must be a complete Parquet file, got {one_line(exc)} — {DAMAGED}") from exc
     return footer, metadata

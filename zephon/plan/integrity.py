@@ -237,13 +237,16 @@ def check_config_hash(config: Mapping[str, Any], config_hash: str, file: Path) -
         )
 
 
-def check_file(path: Path, footer: ParquetFooter, metadata: pq.FileMetaData, record: FileRecord | None) -> None:
+def check_file(
+    path: Path, footer: ParquetFooter, metadata: pq.FileMetaData, record: FileRecord | None, *, name: str
+) -> None:
     """Refuse a bundle Parquet file whose size, footer or edge row groups differ from its record (``None``: not
-    recorded). Raises ``ValueError`` or ``OSError`` when the row groups cannot be read (a damaged file)."""
+    recorded). ``name`` is the file's bundle-relative name, as plan.json's files list it
+    (``samples/part-00001.parquet`` for a part). Raises ``ValueError`` or ``OSError`` when the row groups cannot
+    be read (a damaged file)."""
     if record is None:
-        raise PlanFormatError(
-            f"{path.parent / PLAN_JSON} key '{INTEGRITY_KEY}.files' must list {path.name}, got no entry — {_FIX}"
-        )
+        root = path.parents[len(Path(name).parts) - 1]
+        raise PlanFormatError(f"{root / PLAN_JSON} key '{INTEGRITY_KEY}.files' must list {name}, got no entry — {_FIX}")
     if footer.size != record.bytes:
         want, got = f"{record.bytes} bytes", f"{footer.size} bytes"
     elif footer.fingerprint != record.fingerprint:
