@@ -13,9 +13,10 @@ local path's bytes whatever the cluster's shape, speed or failures.
   temporary and a rename), so a retried task gives the bytes the first attempt would have.
 * Errors: a task's :class:`~zephon.errors.ZephonError` is raised on the driver as the same one-line error (Ray
   wraps it in a ``RayTaskError``); it is not retried (``retry_exceptions=False``): bad input stays bad.
-* Object stores: the settings the driver reads each bucket with (a run's ``StoreCredentials``, else its
-  environment's variables) travel with the tasks (:func:`driver_credentials`, :func:`adopt_credentials`), so
-  every node reads the bucket as the driver does; they stay inside the cluster (never in a plan, log or error).
+* Object stores and the Hub: the settings the driver reads each bucket with (a run's ``StoreCredentials``, else
+  its environment's variables), and for ``hf://`` paths its ``HF_ENDPOINT``, token and ``HF_HUB_OFFLINE``, travel
+  with the tasks (:func:`driver_credentials`, :func:`adopt_credentials`), so every node reads them as the driver
+  does; they stay inside the cluster (never in a plan, log or error).
 * Paths: a task refuses, naming its node, a path the driver handed it that its node cannot see
   (:func:`require_visible`) — shards, output and spill directories must be on storage every node mounts at
   the same path (docs/ray.md).
@@ -35,6 +36,7 @@ import os
 import signal
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from zephon.errors import ConfigError, DatasetError, ZephonError
@@ -42,7 +44,9 @@ from zephon.specs import StoreCredentials
 
 __all__ = [
     "ENGINES",
+    "HUB_VARIABLES",
     "MAX_RETRIES",
+    "TaskAccess",
     "adopt_credentials",
     "check_engine",
     "driver_credentials",
@@ -160,28 +164,74 @@ def _cancel(ray: Any, refs: list[Any]) -> None:
         ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_S)
 
 
-def driver_credentials(uris: Iterable[str]) -> tuple[StoreCredentials, ...]:
-    """The settings this driver reads each object-store bucket among ``uris`` with, one ``StoreCredentials`` a
-    bucket (none for local or Hub paths)."""
+#: The variables the driver reads the Hub with (``zephon.storage.hub``: read at call time); they travel with a
+#: task that reads ``hf://`` paths, as a bucket's settings do (``HF_TOKEN``: the token the driver resolved, from
+#: the variable or ``hf auth login``).
+HUB_VARIABLES = ("HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TaskAccess:
+    """What a task needs to read the driver's remote paths as the driver reads them.
+
+    Attributes:
+        stores: one ``StoreCredentials`` a bucket among the task's object-store paths.
+        hub: for a task with ``hf://`` paths, each of ``HUB_VARIABLES`` → the driver's value (``None``: unset
+            there, so unset in the task too); empty otherwise.
+    """
+
+    stores: tuple[StoreCredentials, ...] = ()
+    hub: tuple[tuple[str, str | None], ...] = ()
+
+    def __repr__(self) -> str:  # values are secrets: never in a log or an error
+        names = [c.prefix for c in self.stores] + (["hf://"] if self.hub else [])
+        return f"TaskAccess({', '.join(names)})"
+
+
+def driver_credentials(uris: Iterable[str]) -> TaskAccess:
+    """The settings this driver reads ``uris`` with: one ``StoreCredentials`` a bucket, and its Hub variables
+    when one of them is an ``hf://`` path (nothing for local paths)."""
     from zephon.storage.objects.paths import is_object_uri, parse_object_path
     from zephon.storage.objects.stores import settings_for
 
     found: dict[str, StoreCredentials] = {}
+    hub = False
     for uri in uris:
         if is_object_uri(uri):
             path = parse_object_path(uri)
             prefix = f"{path.cloud}://{path.bucket}"
             if prefix not in found:
                 found[prefix] = StoreCredentials(prefix=prefix, env=settings_for(path))
-    return tuple(found.values())
+        hub = hub or uri.startswith("hf://")
+    return TaskAccess(stores=tuple(found.values()), hub=_driver_hub() if hub else ())
 
 
-def adopt_credentials(credentials: tuple[StoreCredentials, ...]) -> None:
-    """In a task: read the driver's buckets with the driver's settings (``driver_credentials``)."""
-    if credentials:
+def _driver_hub() -> tuple[tuple[str, str | None], ...]:
+    from huggingface_hub import get_token
+
+    values = {name: os.environ.get(name) for name in HUB_VARIABLES}
+    values["HF_TOKEN"] = get_token()
+    return tuple(values.items())
+
+
+def adopt_credentials(access: TaskAccess) -> None:
+    """In a task: read the driver's buckets and the Hub with the driver's settings (``driver_credentials``). The
+    Hub's variables are set in this worker process, which serves this job's tasks only."""
+    if access.stores:
         from zephon.storage.objects.stores import register_credentials
 
-        register_credentials(credentials)
+        register_credentials(access.stores)
+    for name, value in access.hub:
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    if access.hub:  # huggingface_hub read HF_HUB_OFFLINE once, when this worker imported it; its requests obey that
+        from huggingface_hub import constants
+
+        from zephon.storage.hub.errors import hub_offline
+
+        constants.HF_HUB_OFFLINE = hub_offline()
 
 
 def failpoint() -> None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from zephon.plan.records import ShardInfo
 from zephon.planner.counts.ray_pass import SHARED_FIX
 from zephon.planner.ray_cluster import (
+    TaskAccess,
     adopt_credentials,
     driver_credentials,
     failpoint,
@@ -34,7 +35,6 @@ from zephon.planner.ray_cluster import (
     require_visible,
     run_tasks,
 )
-from zephon.specs import StoreCredentials
 from zephon.storage.local import SourceFile
 
 __all__ = ["SCAN_BATCH", "scan_on_ray"]
@@ -52,7 +52,7 @@ def scan_on_ray(
 ) -> list[list[ShardInfo]]:
     """Scan each ``(dataset name, files)`` as Ray tasks of ``batch`` files; the infos per dataset, in file order.
     ``on_done(n)`` after each task with its number of shards (a progress bar)."""
-    arguments: list[tuple[str, list[SourceFile], tuple[StoreCredentials, ...]]] = []
+    arguments: list[tuple[str, list[SourceFile], TaskAccess]] = []
     where: list[int] = []  # the dataset of each task
     for index, (name, files) in enumerate(datasets):
         for lo in range(0, len(files), batch):
@@ -74,7 +74,7 @@ def scan_on_ray(
     return out
 
 
-def _scan_remote(dataset: str, files: list[SourceFile], credentials: tuple[StoreCredentials, ...]) -> list[ShardInfo]:
+def _scan_remote(dataset: str, files: list[SourceFile], credentials: TaskAccess) -> list[ShardInfo]:
     """Runs in a Ray worker: one batch scanned as the local scan scans it."""
     from zephon.storage.scan import scan_shards
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from zephon.plan.records import ShardRef
 from zephon.planner.ray_cluster import (
+    TaskAccess,
     adopt_credentials,
     driver_credentials,
     failpoint,
@@ -32,7 +33,7 @@ from zephon.planner.ray_cluster import (
     require_visible,
     run_tasks,
 )
-from zephon.specs import StoreCredentials, TokenizeSpec
+from zephon.specs import TokenizeSpec
 
 __all__ = ["SHARED_FIX", "count_with_ray", "worker_encoder"]
 
@@ -80,7 +81,7 @@ def count_with_ray(
     return tokens
 
 
-def _count_remote(ref: dict, spec: dict, credentials: tuple[StoreCredentials, ...]) -> np.ndarray:
+def _count_remote(ref: dict, spec: dict, credentials: TaskAccess) -> np.ndarray:
     """Runs in a Ray worker: the local worker's counting function, with the tokenizer loaded once."""
     from zephon.planner.counts.worker import count_shard
 

@@ -17,6 +17,7 @@ from dataclasses import asdict
 
 from zephon.planner.counts.ray_pass import SHARED_FIX, worker_encoder
 from zephon.planner.ray_cluster import (
+    TaskAccess,
     adopt_credentials,
     driver_credentials,
     failpoint,
@@ -26,7 +27,7 @@ from zephon.planner.ray_cluster import (
 )
 from zephon.planner.tokenize.records import StoreRecord
 from zephon.planner.tokenize.shard import ShardTask
-from zephon.specs import StoreCredentials, TokenizeSpec
+from zephon.specs import TokenizeSpec
 
 __all__ = ["tokenize_with_ray"]
 
@@ -55,7 +56,7 @@ def tokenize_with_ray(
     return [StoreRecord(**r) for r in results]
 
 
-def _tokenize_remote(ref: dict, prefix: str, spec: dict, dtype: str, credentials: tuple[StoreCredentials, ...]) -> dict:
+def _tokenize_remote(ref: dict, prefix: str, spec: dict, dtype: str, credentials: TaskAccess) -> dict:
     """Runs in a Ray worker: the local worker's function, with the tokenizer loaded once per worker."""
     import numpy as np
 

@@ -191,3 +191,22 @@ def test_zephon_plan_engine_ray_prints_and_writes_what_the_local_engine_does(
         assert result.exit_code == 0, result.output
         runs[engine] = result.output.replace(str(tmp_path / engine), "PLAN")
     assert runs["ray"] == runs["local"] and _tree(tmp_path / "ray") == _tree(tmp_path / "local")
+
+
+def test_a_hub_dataset_plans_on_ray_as_here_with_the_drivers_endpoint(
+    ray_cluster, corpus, hub_server, tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    """The nodes were started before ``HF_ENDPOINT`` pointed at the test's Hub: the tasks read the Hub the driver
+    reads (its endpoint and token travel with them, as a bucket's settings do)."""
+    shards = {f"data/train-{p.stem}.parquet": p.read_bytes() for p in sorted((corpus / "web").iterdir())}
+    hub_server.add_dataset("org/web", shards, lfs=list(shards))
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", "hf://org/web/train")], mixture=MixtureSpec({"web": 1.0}), seed=3,
+        exact_tokens=True,
+    )  # fmt: skip
+    tokenize, pack = TokenizeSpec(tokenizer_id=tokenizer_dir), PackSpec(max_length=65)
+    local = write_plan(source, tmp_path / "local", PlanOptions(tokenize=tokenize, pack=pack, workers=1))
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "ray-cache"))  # scanned and counted again, on the cluster
+    on_ray = write_plan(source, tmp_path / "ray", PlanOptions(tokenize=tokenize, pack=pack, engine="ray"))
+    assert _tree(on_ray) == _tree(local)
+    assert len(list((tmp_path / "ray-cache" / "token-counts").iterdir())) == 6

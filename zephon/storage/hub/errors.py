@@ -27,16 +27,29 @@ try:  # huggingface_hub >= 2 ships on httpx2; 1.x on httpx.
 except ImportError:  # pragma: no cover
     import httpx as _httpx  # type: ignore[no-redef]
 
-__all__ = ["HTTP_ERRORS", "RETRY_STATUSES", "TransportError", "check_online", "http_error", "http_status"]
+__all__ = [
+    "HTTP_ERRORS",
+    "RETRY_STATUSES",
+    "TransportError",
+    "check_online",
+    "http_error",
+    "http_status",
+    "hub_offline",
+]
 
 RETRY_STATUSES: tuple[int, ...] = (429, 500, 502, 503, 504)
 TransportError = _httpx.TransportError  # a network failure (connect, read, a broken body): transient
 HTTP_ERRORS = (HfHubHTTPError, TransportError, OfflineModeIsEnabled)  # what a Hub request raises when it fails
 
 
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` is set (to 1, ON, YES or TRUE), read now."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
 def check_online(repo_id: str, what: str) -> None:
     """Refuse ``what`` (e.g. ``"resolve hf://..."``) when ``HF_HUB_OFFLINE`` is set, read now."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+    if hub_offline():
         raise HubError(f"Hub access for dataset {repo_id} must be allowed to {what}, got HF_HUB_OFFLINE set — unset it")
 
 
