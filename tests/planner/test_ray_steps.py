@@ -1,8 +1,8 @@
 """The heavy planning steps on a two-node Ray cluster (``ray_cluster``) give the local path's bytes.
 
-Footer scans (local disk and S3 by range GETs), a partitioned sidecar join's partitions, the count pass and a
-whole plan with ``engine="ray"`` (and the computed cost pass) are compared with the same steps run locally, byte for byte; a worker killed
-mid-step (``ZEPHON_RAY_FAILPOINT``) has its task retried and changes nothing; a path a node cannot see is
+Footer scans (local disk and S3 by range GETs), a partitioned sidecar join's partitions, the count pass, the
+computed cost pass and a whole plan with ``engine="ray"`` are compared with the same steps run locally, byte for
+byte; a worker killed mid-step (``ZEPHON_RAY_FAILPOINT``) has its task retried and changes nothing; a path a node cannot see is
 refused in one line naming the node.
 """
 
