@@ -36,6 +36,9 @@ def patches(sample):
 def width_only(sample):
     return Image.open(io.BytesIO(sample["jpg"])).size[0] / 14
 
+def mds_cost(sample):
+    return sample["label"] + len(sample["caption"]) + Image.open(io.BytesIO(sample["image"])).size[0]
+
 def row_cost(row):
     return row["width"] / 3
 
@@ -201,6 +204,13 @@ def test_a_parquet_rows_columns_reach_the_function(functions, tmp_path):
     pq.write_table(pa.table({"width": [28, 20, 3], "caption": ["a", "b", "c"]}), tmp_path / "rows" / "0.parquet")
     plan = source(tmp_path / "rows", computed_cost(f"{functions}:row_cost")).plan(tmp_path / "plan", workers=1)
     assert costs_of(plan) == [10, 7, 1]
+
+
+def test_an_mds_samples_decoded_values_reach_the_function(functions, tmp_path):
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "records_mds"
+    expected = json.loads((fixtures / "expected.json").read_text())
+    plan = source(fixtures / "pairs", computed_cost(f"{functions}:mds_cost")).plan(tmp_path / "plan", workers=1)
+    assert costs_of(plan) == [e["label"] + len(e["caption"]) + 8 for e in expected]  # 8 × 8 JPEGs
 
 
 @pytest.mark.parametrize(
