@@ -35,9 +35,8 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, ZephonError
 from zephon.plan.records import ShardRef
-from zephon.planner.counts.cost_worker import CostFunction, compute_shard, resolve
+from zephon.planner.counts.cost_worker import CostFunction, compute_shard, resolve, save_atomic
 from zephon.planner.counts.lengths import worker_lines
-from zephon.planner.counts.worker import save_atomic
 from zephon.planner.ray_cluster import check_engine
 from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.dataset import Dataset

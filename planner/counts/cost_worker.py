@@ -37,12 +37,10 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, ZephonError, one_line
 from zephon.executor.operators import source_hash
-from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.executor.records.mds import MdsRecords
-from zephon.executor.records.source import WholeRecords
 from zephon.executor.records.tar import TarShard, open_bytes, open_local, sample_key
 from zephon.plan.records import ShardRef
-from zephon.planner.counts.worker import save_atomic
+from zephon.storage.files import write_atomic
 from zephon.storage.remote import is_hub_uri, is_remote_uri
 from zephon.storage.tar_index import TAR_FORMATS
 
@@ -116,6 +114,11 @@ def shard_samples(ref: ShardRef) -> Iterator[list[Any]]:
         finally:
             shard.close()
         return
+    # Imported here: a worker of tar or MDS shards starts without the text reader's modules (measured: half of
+    # its start-up on a loaded machine; benchmarks/bench_costs.py).
+    from zephon.executor.read.shard_reader import ShardReader, planning_cache
+    from zephon.executor.records.source import WholeRecords
+
     reader = ShardReader([ref], "", capacity=1, cache=planning_cache(), convert=WholeRecords())
     yield from reader.iter_shard(ref.shard_id)
 
@@ -162,6 +165,11 @@ def compute_shard(ref: ShardRef, function: CostFunction) -> np.ndarray:
             "it or re-plan"
         )
     return out
+
+
+def save_atomic(path: Path, array: np.ndarray) -> None:
+    """Write a shard's costs all or nothing (temporary + rename): a killed pass leaves no partial array."""
+    write_atomic(path, lambda tmp: np.save(tmp, array), "the computed cost cache")
 
 
 def checked_function(ref: ShardRef, path: str, source: str) -> CostFunction:

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from zephon.plan.records import ShardRef
-from zephon.planner.counts.cost_worker import CostFunction
-from zephon.planner.counts.worker import save_atomic
+from zephon.planner.counts.cost_worker import CostFunction, save_atomic
 from zephon.planner.ray_cluster import (
     adopt_credentials,
     driver_credentials,
