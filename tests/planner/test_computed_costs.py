@@ -290,3 +290,18 @@ def test_costs_on_hub_tar_shards_plan_as_the_local_copy(functions, wds, tmp_path
     # per shard: the scan's header window (64 KiB: the whole of these small shards), then the pass's one read of
     # the whole shard; `__key__` for the expression comes from the index the scan kept (no request)
     assert sorted(ranged) == ["00.tar", "00.tar", "01.tar", "01.tar", "02.tar", "02.tar"]
+
+
+def test_the_records_page_s_computed_cost_example_prints_what_it_shows(monkeypatch, capsys):
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text(encoding="utf-8")
+    section = page.split("### Computed costs: a function of each sample", 1)[1]
+    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the example adds its folder
+    try:
+        exec(compile(block, "<docs/records.md: Computed costs>", "exec"), {})
+    finally:
+        sys.modules.pop("vlm_costs", None)
+    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# [")]
+    assert capsys.readouterr().out.splitlines() == shown == ["[4, 11, 1]"]
