@@ -305,3 +305,33 @@ def test_the_records_page_s_computed_cost_example_prints_what_it_shows(monkeypat
         sys.modules.pop("vlm_costs", None)
     shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# [")]
     assert capsys.readouterr().out.splitlines() == shown == ["[4, 11, 1]"]
+
+
+def test_a_computed_cost_packs_samples_and_zephon_show_lists_them(functions, wds, tmp_path):
+    from zephon import Pipeline
+
+    pipe = Pipeline(source(wds, computed_cost(f"{functions}:patches"))).pack_samples(max_cost=12)
+    rows = [[int(p) for p in row] for batch in pipe.batch(microbatch_size=2) for row in batch.rows()]
+    # best fit (the open row with the least room that holds it) of 4 7 6 5 5 9 4 7 6 5 5 9 into rows of 12
+    assert rows == [[0, 1], [2, 3], [4, 6], [5], [7, 9], [8, 10], [11], []]  # the last microbatch's 2nd: past the end
+    assert [sum(COSTS[p] for p in row) for row in rows] == [11, 11, 9, 9, 12, 11, 9, 0]
+    plan = source(wds, computed_cost(f"{functions}:patches")).plan(tmp_path / "plan", workers=1, sample_pack=_pack(12))
+    shown = CliRunner().invoke(cli, ["show", str(plan), "--step", "0", "--batch-size", "2"])
+    assert shown.exit_code == 0 and "samples packed by cost, at most 12 per row" in shown.output, shown.output
+
+
+def _pack(max_cost: int):
+    from zephon.specs import SamplePackSpec
+
+    return SamplePackSpec(max_cost=max_cost)
+
+
+def test_a_config_cost_mapping_with_an_unknown_key_is_one_line(tmp_path, wds):
+    from zephon.config_file import load_plan_config
+
+    config = tmp_path / "bad.yaml"
+    config.write_text(f"datasets:\n  - {{name: p, path: {wds}, cost: {{function: 'm:f', expresion: 'computed'}}}}\n"
+                      "mixture: {p: 1.0}\nseed: 1\n")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"`datasets\[0\]\.cost` keys must be among function, expression, got "
+                                          r"unknown `expresion` \(did you mean `expression`\?\)"):  # fmt: skip
+        load_plan_config(config)
