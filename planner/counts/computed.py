@@ -27,7 +27,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -114,7 +114,7 @@ def computed_costs(
 
 
 def _run_workers(
-    jobs: Sequence[tuple[ShardRef, CostFunction]], paths: Sequence[Path], workers: int, done: object
+    jobs: Sequence[tuple[ShardRef, CostFunction]], paths: Sequence[Path], workers: int, done: Callable[[int], object]
 ) -> None:
     """Compute in ``workers`` subprocesses: shards longest first, each to the least loaded worker."""
     loads = [0] * workers
@@ -148,7 +148,7 @@ def _run_workers(
                 for proc in procs:  # the first error ends the pass
                     proc.kill()
             elif "error" not in message:
-                done(1)  # type: ignore[operator]
+                done(1)
     finally:
         for proc in procs:
             assert proc.stderr is not None
