@@ -124,18 +124,23 @@ def shard_samples(ref: ShardRef) -> Iterator[list[Any]]:
 
 
 def _checked(value: Any) -> tuple[int | None, str]:
-    """``(cost, "")`` for a valid value (rounded up), else ``(None, what it was)``."""
+    """``(cost, "")`` for a valid value (rounded up), else ``(None, what it was)``; a negative value is refused
+    before rounding (-0.5 is negative, as for an expression's cost)."""
+    shown = one_line(repr(value))[:40]
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return None, f"{type(value).__name__} {one_line(repr(value))[:60]}"
-    number = float(value)
-    if math.isnan(number) or math.isinf(number):
-        return None, f"not a finite number ({number})"
-    if number < 0:
-        return None, f"negative ({value})"
-    cost = math.ceil(value) if isinstance(value, numbers.Integral) else math.ceil(number)
+        return None, f"{type(value).__name__} {shown}"
+    if isinstance(value, numbers.Integral):  # exact, however large (float() of 10**400 overflows)
+        cost = int(value)
+    else:
+        number = float(value)
+        if math.isnan(number) or math.isinf(number):
+            return None, f"not a finite number ({number})"
+        cost = math.ceil(number) if number >= 0 else -1
+    if cost < 0:
+        return None, f"negative ({shown})"
     if cost > MAX_COST:
-        return None, f"above {MAX_COST} ({value})"
-    return int(cost), ""
+        return None, f"above {MAX_COST} ({shown})"
+    return cost, ""
 
 
 def compute_shard(ref: ShardRef, function: CostFunction) -> np.ndarray:

@@ -12,6 +12,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -335,3 +336,24 @@ def test_a_config_cost_mapping_with_an_unknown_key_is_one_line(tmp_path, wds):
     with pytest.raises(ConfigError, match=r"`datasets\[0\]\.cost` keys must be among function, expression, got "
                                           r"unknown `expresion` \(did you mean `expression`\?\)"):  # fmt: skip
         load_plan_config(config)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (3, (3, "")),
+        (2.1, (3, "")),
+        (np.float32(1.5), (2, "")),
+        (np.int64(7), (7, "")),
+        (-0.0, (0, "")),
+        (2**31 - 1, (2**31 - 1, "")),
+        (-0.5, (None, "negative (-0.5)")),
+        (10**400, (None, f"above 2147483647 ({'1' + '0' * 39})")),
+        (float("inf"), (None, "not a finite number (inf)")),
+        (None, (None, "NoneType None")),
+    ],
+)
+def test_a_functions_value_is_rounded_up_or_refused_by_the_expressions_rules(value, expected):
+    from zephon.planner.counts.cost_worker import _checked
+
+    assert _checked(value) == expected
