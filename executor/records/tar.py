@@ -11,7 +11,9 @@
   samples of one call fetched concurrently (``fetch_ranges``: 8 GETs at a time);
 * a local copy from the shard cache (``open_copy``): the cache verified the bytes; the index is rebuilt from
   the copy's headers;
-* a ``.tar.gz`` anywhere: decompressed whole when opened, samples sliced from memory.
+* a ``.tar.gz`` anywhere: decompressed whole when opened, samples sliced from memory;
+* a remote tar read whole (``open_bytes``: the planner's computed cost pass, which reads every sample): indexed
+  from memory, samples sliced from it.
 
 A sample is ``{"__key__": key, ext: bytes, ...}``, nothing decoded (decode in ``map_transform``). Its members
 are consecutive in the tar (the index requires it), so one read covers them all: from the first member's

@@ -9,8 +9,10 @@ Scanning a remote Parquet shard reads only its footer (two HTTP range requests);
 under ``$ZEPHON_CACHE_DIR/hub-meta`` keyed by the shard's etag, so re-planning makes no requests. A remote
 JSONL shard must be read whole to count its lines: it is downloaded to a temporary file, indexed, and
 deleted; its row count is cached the same way. A WebDataset ``.tar`` shard is indexed from its headers by
-windows of range requests (``zephon.storage.tar_windows``; a ``.tar.gz`` is downloaded whole); at run time it is
-read through the shard cache like every ``hf://`` shard.
+windows of range requests (``zephon.storage.tar_windows``; a ``.tar.gz`` is downloaded whole), and the index is
+kept under ``$ZEPHON_CACHE_DIR/hub-tar-index`` by etag, for a selection's or a cost's ``__key__`` column
+(``remote_tar_index``, which serves object-store tars from their index kept by pin too); at run time it is read
+through the shard cache like every ``hf://`` shard.
 """
 
 from __future__ import annotations
