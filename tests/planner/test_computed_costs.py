@@ -357,3 +357,11 @@ def test_a_functions_value_is_rounded_up_or_refused_by_the_expressions_rules(val
     from zephon.planner.counts.cost_worker import _checked
 
     assert _checked(value) == expected
+
+
+def test_a_computed_cost_on_each_clouds_tars_plans_as_the_local_copy(functions, wds, tmp_path, bucket):
+    bucket.upload_dir(wds, "wds/")
+    fn = computed_cost(f"{functions}:patches")
+    local = source(wds, fn).plan(tmp_path / "local", workers=1)
+    remote = source(bucket.url("wds/"), fn).plan(tmp_path / "remote", workers=2)  # read whole by worker processes
+    assert (remote / "samples.parquet").read_bytes() == (local / "samples.parquet").read_bytes()
