@@ -200,11 +200,15 @@ def test_an_expression_adds_the_computed_column_to_sidecar_columns(functions, wd
     assert costs_of(plan) == [w * 10 + t for w, t in zip(widths, range(12), strict=True)]
 
 
-def test_a_parquet_rows_columns_reach_the_function(functions, tmp_path):
+def test_a_parquet_rows_or_jsonl_objects_columns_reach_the_function(functions, tmp_path):
     (tmp_path / "rows").mkdir()
     pq.write_table(pa.table({"width": [28, 20, 3], "caption": ["a", "b", "c"]}), tmp_path / "rows" / "0.parquet")
     plan = source(tmp_path / "rows", computed_cost(f"{functions}:row_cost")).plan(tmp_path / "plan", workers=1)
     assert costs_of(plan) == [10, 7, 1]
+    (tmp_path / "lines").mkdir()
+    (tmp_path / "lines" / "0.jsonl").write_text('{"width": 9, "caption": "x"}\n{"width": 31}\n')
+    plan = source(tmp_path / "lines", computed_cost(f"{functions}:row_cost")).plan(tmp_path / "jsonl", workers=1)
+    assert costs_of(plan) == [3, 11]
 
 
 def test_an_mds_samples_decoded_values_reach_the_function(functions, tmp_path):
