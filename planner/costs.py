@@ -16,8 +16,11 @@ samples.parquet's ``tokens`` column holds them (plan.json ``totals.tokens_are = 
 Rules (docs/records.md#costs-and-packing-samples): a cost is an integer ≥ 0; a non-integer is rounded **up**
 (``ceil``); NULL, NaN, infinite, negative or ≥ 2^31 is refused in one line naming the dataset, the shard, the
 row (and the key, with a sidecar) and how many samples share the fault. Rows a ``where`` leaves out cost 0 and
-are never read. A WebDataset tar sample offers one column, its ``__key__`` (from the shard's headers; payloads
-are never read at plan time), so its cost comes from a sidecar keyed by ``__key__``.
+are never read. A WebDataset tar sample offers one column, its ``__key__`` (from the shard's headers, local or
+remote; payloads are never read by the expression), so its cost comes from a sidecar keyed by ``__key__`` — or
+from a function of its bytes: a ``ComputedCost`` (``zephon.recipe.computed_cost``) is computed by a planning pass
+(``zephon.planner.counts.computed``) and is either the cost itself or, with its ``expression``, one more column
+(``computed``) of the expression, joined on (shard, row).
 
 Invariant: the costs are a function of the shards' and sidecar's content and the expression only — the result
 is sorted by (shard, row) and scattered into per-shard arrays, whatever DuckDB's threads or scan order.
@@ -31,16 +34,19 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.planner.selection.evaluate import MEMORY_LIMIT
 from zephon.planner.selection.join import Relation, quote, sidecar_relation
 from zephon.planner.selection.tables import Wanted, arrow_read, read_documents, referenced_names
+from zephon.recipe.computed_cost import COMPUTED_COLUMN, ComputedCost
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.selection import Selection
 from zephon.recipe.work_source import WorkSource
@@ -52,17 +58,38 @@ __all__ = ["MAX_COST", "dataset_costs"]
 MAX_COST = 2**31 - 1
 
 
-def dataset_costs(ds: Dataset, refs: tuple[ShardRef, ...]) -> list[np.ndarray]:
-    """Per shard of ``ds`` (``refs``, in order): each row's cost (int64; 0 for rows its ``where`` leaves out)."""
+def dataset_costs(
+    ds: Dataset, refs: tuple[ShardRef, ...], computed: Sequence[np.ndarray] | None = None
+) -> list[np.ndarray]:
+    """Per shard of ``ds`` (``refs``, in order): each row's cost (int64; 0 for rows its ``where`` leaves out).
+
+    ``computed``: a ``ComputedCost``'s arrays from the computed pass (``zephon.planner.counts.computed``), per
+    shard: the costs themselves, or — with its ``expression`` — the ``computed`` column of that expression."""
     assert ds.cost is not None
+    if isinstance(ds.cost, ComputedCost):
+        assert computed is not None and len(computed) == len(refs)
+        if ds.cost.expression is None:  # checked and rounded up sample by sample by the pass
+            return [np.asarray(c, np.int64) for c in computed]
+        return _expression_costs(ds, refs, ds.cost.expression, computed)
+    return _expression_costs(ds, refs, ds.cost, None)
+
+
+def _expression_costs(
+    ds: Dataset, refs: tuple[ShardRef, ...], expression: str, computed: Sequence[np.ndarray] | None
+) -> list[np.ndarray]:
+    """``expression`` evaluated per row (with ``computed`` as the column ``computed`` when given)."""
     selection = ds.selection or Selection(dataset=ds.name)
     spill = tempfile.mkdtemp(prefix="zephon-cost-")
     con = duckdb.connect()
     try:
         con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
         con.execute("SET temp_directory = ?", [spill])
-        documents, columns = _documents(con, ds, selection, refs)
+        documents, columns = _documents(con, ds, selection, refs, expression)
         source, params = documents.text, dict(documents.params)
+        if computed is not None:  # the computed pass's values as one more column, joined on (shard, row)
+            con.register("zephon_computed", _computed_table(computed))
+            source = f"{source} JOIN zephon_computed USING (zephon_shard, file_row_number)"
+            columns = [*columns, COMPUTED_COLUMN]
         if selection.metadata is not None:
             assert selection.key is not None
             meta, _, _ = sidecar_relation(con, selection)
@@ -72,16 +99,17 @@ def dataset_costs(ds: Dataset, refs: tuple[ShardRef, ...]) -> list[np.ndarray]:
         key = f", CAST({quote(selection.key)} AS VARCHAR) AS zephon_key" if selection.key is not None else ""
         query = (
             f"CREATE TEMP TABLE zephon_costs AS SELECT zephon_shard AS shard, CAST(file_row_number AS BIGINT) AS row, "
-            f"CAST(({ds.cost}) AS DOUBLE) AS cost{key} FROM {source} {where}"
+            f"CAST(({expression}) AS DOUBLE) AS cost{key} FROM {source} {where}"
         )
         try:
             con.execute(query, params)
         except duckdb.Error as exc:
             raise ConfigError(
-                f"dataset {ds.name!r}: cost={ds.cost!r} must be a number-valued DuckDB expression over the dataset's "
-                f"columns ({', '.join(columns)}), got {type(exc).__name__}: {one_line(exc)} — fix the expression"
+                f"dataset {ds.name!r}: cost={expression!r} must be a number-valued DuckDB expression over the "
+                f"dataset's columns ({', '.join(columns)}), got {type(exc).__name__}: {one_line(exc)} — fix the "
+                "expression"
             ) from exc
-        _check(con, ds, refs, with_key=bool(key))
+        _check(con, ds.name, expression, refs, with_key=bool(key))
         result = con.execute(
             "SELECT shard, row, CAST(ceil(cost) AS BIGINT) AS cost FROM zephon_costs ORDER BY shard, row"
         ).fetchnumpy()
@@ -99,14 +127,22 @@ def dataset_costs(ds: Dataset, refs: tuple[ShardRef, ...]) -> list[np.ndarray]:
     return out
 
 
+def _computed_table(computed: Sequence[np.ndarray]) -> pa.Table:
+    """The computed pass's values as ``(zephon_shard, file_row_number, computed)`` rows."""
+    shard = np.concatenate([np.full(len(c), j, np.int32) for j, c in enumerate(computed)] or [np.zeros(0, np.int32)])
+    row = np.concatenate([np.arange(len(c), dtype=np.int64) for c in computed] or [np.zeros(0, np.int64)])
+    values = np.concatenate([np.asarray(c, np.int64) for c in computed] or [np.zeros(0, np.int64)])
+    return pa.table({"zephon_shard": shard, "file_row_number": row, COMPUTED_COLUMN: values})
+
+
 def _documents(
-    con: duckdb.DuckDBPyConnection, ds: Dataset, selection: Selection, refs: tuple[ShardRef, ...]
+    con: duckdb.DuckDBPyConnection, ds: Dataset, selection: Selection, refs: tuple[ShardRef, ...], expression: str
 ) -> tuple[Relation, list[str]]:
     """The documents relation (as the selection reads it) and the dataset's column names (for messages)."""
     if any(arrow_read(r) for r in refs):
         probe = Selection(
             dataset=ds.name,
-            where=f"({ds.cost}) IS NULL" + (f" AND ({selection.where})" if selection.where is not None else ""),
+            where=f"({expression}) IS NULL" + (f" AND ({selection.where})" if selection.where is not None else ""),
             metadata=selection.metadata,
             key=selection.key,
         )
@@ -124,7 +160,9 @@ def _documents(
     return documents, names
 
 
-def _check(con: duckdb.DuckDBPyConnection, ds: Dataset, refs: tuple[ShardRef, ...], *, with_key: bool) -> None:
+def _check(
+    con: duckdb.DuckDBPyConnection, name: str, expression: str, refs: tuple[ShardRef, ...], *, with_key: bool
+) -> None:
     """Refuse the first sample (by shard, row) whose cost is NULL, not finite, negative or too large."""
     faults = (
         ("cost IS NULL", "NULL", "give every sample a value (e.g. coalesce(width, 0))"),
@@ -142,7 +180,7 @@ def _check(con: duckdb.DuckDBPyConnection, ds: Dataset, refs: tuple[ShardRef, ..
         shard, row, value, *rest = found[0]
         key = f" (key {rest[0]!r})" if with_key else ""
         raise DatasetError(
-            f"dataset {ds.name!r}: cost={ds.cost!r} must be a number ≥ 0 for every sample, got {what} "
+            f"dataset {name!r}: cost={expression!r} must be a number ≥ 0 for every sample, got {what} "
             f"({value}) at shard {refs[int(shard)].uri} row {int(row)}{key} and {int(rest[-1]) - 1} more — {fix}"
         )
 

@@ -25,6 +25,9 @@ from zephon.plan.integrity import config_digest
 from zephon.plan.manifest_parts import STORES_ONLY
 from zephon.plan.records import ShardInfo, ShardRef
 from zephon.planner.costs import check_costs, check_oversize, dataset_costs
+from zephon.planner.counts.computed import describe as describe_cost
+from zephon.planner.counts.computed import source_costs
+from zephon.planner.counts.cost_worker import resolve
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
 from zephon.planner.counts.shard_tokens import ShardTokens
@@ -35,6 +38,7 @@ from zephon.planner.ray_cluster import check_engine
 from zephon.planner.segment import SegmentStart
 from zephon.planner.selection.evaluate import SelectedRows, select_rows
 from zephon.planner.selection.stores import selection_refs
+from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.dataset import Dataset
 from zephon.recipe.work_source import WorkSource
 from zephon.specs import PackSpec, SamplePackSpec, TokenizeSpec
@@ -236,7 +240,11 @@ def prepare(
                 tokens.append(estimate.tokens)
                 provenance[ds.name] = estimate.provenance
     if any(ds.cost is not None for ds in source.datasets):
-        tokens = [dataset_costs(ds, refs) for ds, refs in zip(source.datasets, shards, strict=True)]
+        computed, _ = source_costs(source.datasets, shards, workers=workers, progress=progress, engine=engine)
+        tokens = [
+            dataset_costs(ds, refs, computed.get(index))
+            for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True))
+        ]
         if sample_pack is not None and sample_pack.oversize == "refuse":
             for index, (ds, refs) in enumerate(zip(source.datasets, shards, strict=True)):
                 chosen = selections[index] if selections else None
@@ -329,7 +337,9 @@ def assemble(
             # The query as written, the sidecar's content digest and the counts: a changed sidecar or predicate
             # changes config_hash. Absent without a selection, so such plans stay byte-identical.
             entry["selection"] = ds.selection.normalized() | chosen.report.as_json()
-        if ds.cost is not None:  # only then: plans without costs keep their config and hash
+        if isinstance(ds.cost, ComputedCost):  # the function's path and source hash: an edit changes the hash
+            entry["cost"] = ds.cost.normalized() | describe_cost(resolve(ds.name, ds.cost.function))
+        elif ds.cost is not None:  # only then: plans without costs keep their config and hash
             entry["cost"] = ds.cost
         datasets.append(entry)
     budget = source.budget()

@@ -17,7 +17,8 @@ A CONFIG file holds the arguments of ``StaticMixtureWorkSource`` as plain data::
     # exact_tokens: true
     # tokenizer: {id: gpt2, field: text}                # needed by token mixtures and exact plans
     # packing: {max_length: 2049, algorithm: wrap}      # needed by exact plans (wrap | best_fit)
-    # records with costs (docs/records.md#costs-and-packing-samples): `cost: "..."` on every dataset, then
+    # records with costs (docs/records.md#costs-and-packing-samples): `cost: "..."` on every dataset (or a computed
+    # cost, `cost: {function: "mypkg.costs:image_cost"}`), then
     # mixture_unit: cost, num_cost: 1000000, pack_samples: {max_cost: 4096, oversize: refuse}
 
 becomes ``StaticMixtureWorkSource(datasets=[Dataset.from_path("prose", "<dir>/data/prose/*.parquet"), ...],

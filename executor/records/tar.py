@@ -11,7 +11,9 @@
   samples of one call fetched concurrently (``fetch_ranges``: 8 GETs at a time);
 * a local copy from the shard cache (``open_copy``): the cache verified the bytes; the index is rebuilt from
   the copy's headers;
-* a ``.tar.gz`` anywhere: decompressed whole when opened, samples sliced from memory.
+* a ``.tar.gz`` anywhere: decompressed whole when opened, samples sliced from memory;
+* a remote tar read whole (``open_bytes``: the planner's computed cost pass, which reads every sample): indexed
+  from memory, samples sliced from it.
 
 A sample is ``{"__key__": key, ext: bytes, ...}``, nothing decoded (decode in ``map_transform``). Its members
 are consecutive in the tar (the index requires it), so one read covers them all: from the first member's
@@ -119,7 +121,7 @@ class TarShard:
 
 def _in_memory(ref: ShardRef, raw: bytes) -> TarShard:
     try:
-        data = gzip.decompress(raw)
+        data = gzip.decompress(raw) if ref.format == "tar.gz" else raw
     except (OSError, EOFError) as exc:
         raise DatasetError(f"{_where(ref)} must be a complete gzip stream, got {exc} — restore the shard") from exc
     index = index_of(io.BytesIO(data), len(data), _where(ref), read=len(raw), whole=True)
@@ -179,6 +181,12 @@ def open_copy(ref: ShardRef, path: str, release: Callable[[], None]) -> TarShard
     inner = shard._close
     shard._close = lambda: (inner(), release())  # type: ignore[func-returns-value]
     return shard
+
+
+def open_bytes(ref: ShardRef, raw: bytes) -> TarShard:
+    """A remote tar shard's bytes, read whole (planning's computed cost pass: one GET per shard rather than one
+    per sample), indexed from memory; a ``.tar.gz`` decompressed."""
+    return _in_memory(ref, raw)
 
 
 def open_object(ref: ShardRef, credentials: tuple[StoreCredentials, ...]) -> TarShard:

@@ -187,7 +187,7 @@ class Wanted:
 
 
 def read_shard(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
-    """The wanted columns of one shard (local or remote, Parquet or JSONL; a local WebDataset tar's one column is
+    """The wanted columns of one shard (local or remote, Parquet or JSONL; a WebDataset tar's one column is
     ``__key__``, from its headers), with ``file_row_number`` and ``zephon_shard`` (= ``index``); the shard's
     column names."""
     if ref.format in TAR_FORMATS:
@@ -261,12 +261,14 @@ def _numbered(table: pa.Table, rows: int, index: int) -> pa.Table:
 
 def _read_tar_keys(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
     """A WebDataset tar shard as a table of its samples' keys (``__key__``): the member index, headers only."""
-    if is_remote_uri(ref.uri):
-        raise DatasetError(
-            f"dataset {dataset!r}: WebDataset shard {ref.uri} must be a local file to select or cost its samples, "
-            "got a remote one — copy the shards to local disk"
-        )
-    keys = tar_index(ref.uri, ref.format, ref.bytes, f"dataset {dataset!r}: shard {ref.uri}").keys
+    where = f"dataset {dataset!r}: shard {ref.uri}"
+    if is_remote_uri(ref.uri):  # the index kept by the scan (by pin or etag), else the headers by range reads
+        from zephon.storage.remote import remote_tar_index
+
+        found = remote_tar_index(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format, where=where)
+        keys = found.keys
+    else:
+        keys = tar_index(ref.uri, ref.format, ref.bytes, where).keys
     table = pa.table({TAR_KEY: pa.array(keys, pa.string())}) if wanted(TAR_KEY) else pa.table({})
     return _numbered(table, len(keys), index), [TAR_KEY]
 

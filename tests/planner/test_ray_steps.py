@@ -1,13 +1,14 @@
 """The heavy planning steps on a two-node Ray cluster (``ray_cluster``) give the local path's bytes.
 
-Footer scans (local disk and S3 by range GETs), a partitioned sidecar join's partitions, the count pass and a
-whole plan with ``engine="ray"`` are compared with the same steps run locally, byte for byte; a worker killed
-mid-step (``ZEPHON_RAY_FAILPOINT``) has its task retried and changes nothing; a path a node cannot see is
+Footer scans (local disk and S3 by range GETs), a partitioned sidecar join's partitions, the count pass, the
+computed cost pass and a whole plan with ``engine="ray"`` are compared with the same steps run locally, byte for
+byte; a worker killed mid-step (``ZEPHON_RAY_FAILPOINT``) has its task retried and changes nothing; a path a node cannot see is
 refused in one line naming the node.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from conftest import write_jsonl_dataset, write_parquet_dataset
+from test_computed_costs import COSTS, costs_of, functions, wds  # noqa: F401  (fixtures: cost functions, tars)
+from test_computed_costs import source as costs_source
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.io import Dataset
@@ -24,6 +27,7 @@ from zephon.planner.counts.lengths import token_counts
 from zephon.planner.prepare import shard_refs
 from zephon.planner.ray_scan import scan_on_ray
 from zephon.planner.selection.evaluate import select_rows
+from zephon.records import computed_cost
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.local import SourceFile
 from zephon.storage.scan import scan_shard
@@ -210,3 +214,22 @@ def test_a_hub_dataset_plans_on_ray_as_here_with_the_drivers_endpoint(
     on_ray = write_plan(source, tmp_path / "ray", PlanOptions(tokenize=tokenize, pack=pack, engine="ray"))
     assert _tree(on_ray) == _tree(local)
     assert len(list((tmp_path / "ray-cache" / "token-counts").iterdir())) == 6
+
+
+def test_computed_costs_on_ray_give_the_local_plan_and_cache(
+    ray_cluster,
+    functions,  # noqa: F811  (the fixture imported above)
+    wds,  # noqa: F811
+    tmp_path,
+    monkeypatch,
+):
+    """The computed cost pass as Ray tasks (one per tar shard, the function imported on the nodes by path)."""
+    fn = computed_cost(f"{functions}:patches")
+    local = costs_source(wds, fn).plan(tmp_path / "local", workers=1)
+    local_cache = sorted((Path(os.environ["ZEPHON_CACHE_DIR"]) / "computed-costs").iterdir())
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "ray-cache"))
+    on_ray = write_plan(costs_source(wds, fn), tmp_path / "ray", PlanOptions(engine="ray"))
+    assert _tree(on_ray) == _tree(local) and costs_of(on_ray) == COSTS
+    ray_cache = sorted((tmp_path / "ray-cache" / "computed-costs").iterdir())
+    assert [p.name for p in ray_cache] == [p.name for p in local_cache] and len(ray_cache) == 3
+    assert [p.read_bytes() for p in ray_cache] == [p.read_bytes() for p in local_cache]

@@ -13,6 +13,7 @@ from zephon.errors import PlanWarning, one_line
 
 if TYPE_CHECKING:
     from zephon.plan.manifest import Manifest
+    from zephon.recipe.work_source import WorkSource
 
 
 @click.command()
@@ -246,19 +247,26 @@ def selection_lines(manifest: Manifest) -> list[str]:
     help="Scan and count here, or as Ray tasks (RAY_ADDRESS, else a local Ray instance; docs/ray.md).",
 )
 def count(config: Path, workers: int | None, progress: bool | None, engine: str) -> None:
-    """Tokenize every document of CONFIG's datasets once and cache exact token counts.
+    """Tokenize every document of CONFIG's datasets once and cache exact token counts — or, for datasets of
+    records with a computed cost (`cost: {function: "mypkg.costs:fn"}`), compute each sample's cost.
 
     Counts are cached per (shard fingerprint, field, tokenizer fingerprint) under $ZEPHON_CACHE_DIR, so exact
-    plans (`exact_tokens: true`) and reruns reuse them. CONFIG needs a `tokenizer:` section. Prints the
-    shards counted now and found cached, and the tokens per dataset.
+    plans (`exact_tokens: true`) and reruns reuse them; computed costs per (shard fingerprint, function and its
+    source), so `zephon plan` reuses them. CONFIG needs a `tokenizer:` section or computed costs. Prints the
+    shards counted (computed) now and found cached, and the tokens (costs) per dataset.
     """
     from zephon.config_file import load_plan_config
+    from zephon.recipe.computed_cost import ComputedCost
 
     with one_line_errors(), warning_lines():
         loaded = load_plan_config(config)
+        if any(isinstance(ds.cost, ComputedCost) for ds in loaded.source.datasets):
+            _compute_costs(loaded.source, workers, progress, engine)
+            return
         if loaded.tokenize is None:
             raise CommandError(
-                f"{config}: `tokenizer` must be set to count tokens, got nothing — add `tokenizer: {{id: ...}}`"
+                f"{config}: `tokenizer` must be set to count tokens, got nothing — add `tokenizer: {{id: ...}}` (or "
+                'give datasets of records a computed cost: `cost: {function: "mypkg.costs:fn"}`)'
             )
         from zephon.executor.encode.encoders import make_encoder
         from zephon.planner.counts.lengths import token_counts
@@ -281,3 +289,19 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
     for name, group in zip(names, groups, strict=True):
         tokens = sum(int(next(it).sum()) for _ in group)
         click.echo(f"  {name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}")
+
+
+def _compute_costs(source: WorkSource, workers: int | None, progress: bool | None, engine: str) -> None:
+    """``zephon count`` over datasets with computed costs: the pass, then what it did and the costs per dataset
+    (a dataset with an expression cost is scanned, not computed)."""
+    from zephon.planner.counts.computed import source_costs
+    from zephon.planner.prepare import shard_refs
+
+    groups = shard_refs(source, progress=progress, engine=engine, workers=workers)
+    arrays, report = source_costs(source.datasets, groups, workers=workers, progress=progress, engine=engine)
+    click.echo(f"computed costs of {count_of(report.computed, 'shard')} ({report.cached} cached)")
+    width = max(len(ds.name) for ds in source.datasets)
+    for index, (ds, group) in enumerate(zip(source.datasets, groups, strict=True)):
+        if index in arrays:
+            total = sum(int(a.sum()) for a in arrays[index])
+            click.echo(f"  {ds.name:<{width}}  samples {sum(r.rows for r in group)}  cost {total}")

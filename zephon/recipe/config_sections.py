@@ -25,6 +25,7 @@ from typing import Any
 
 from zephon.checks import is_int, is_number
 from zephon.errors import ConfigError, ZephonError
+from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
 from zephon.specs import ChatSpec, PackSpec, SamplePackSpec, TokenizeSpec
 from zephon.storage.local import display_missing, looks_like_local_path
@@ -54,6 +55,8 @@ _SELECTION_KEYS = ("where", "metadata", "key", "order_by", "order_window", "dedu
 _STORE_KEYS = ("fmt", "tokenizer", "tokens_field", "dtype")
 #: Optional key of a dataset entry of records: each sample's cost, a DuckDB expression (docs/records.md).
 _RECORD_KEYS = ("cost",)
+#: Keys of a computed cost (``cost: {function: ..., expression: ...}``; ``zephon.recipe.computed_cost``).
+_COMPUTED_KEYS = ("function", "expression")
 _STORE_IDS = ("eos_token_id", "bos_token_id")
 _SHUFFLE_KEYS = ("enabled", "window_shards")
 _TOKEN_KEYS = ("primer", "calibration_samples", "calibration_shards_max", "token_count_columns")
@@ -105,7 +108,19 @@ def dataset_entries(value: Any, base_dir: Path, origin: str) -> list[tuple[str, 
             elif not isinstance(item, str) or not item.strip():
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", item, 'write e.g. "int_score >= 3"')
             selection[field] = _resolve_path(item, base_dir) if field == "metadata" else item
-        for field in _STORE_KEYS + _RECORD_KEYS:
+        cost = entry.get("cost")
+        if isinstance(cost, Mapping):  # a computed cost: `cost: {function: "mypkg.costs:fn", expression: ...}`
+            check_keys(cost, _COMPUTED_KEYS, origin, f"`{key}.cost`")
+            if not isinstance(cost.get("function"), str):
+                raise type_error(
+                    origin, f"{key}.cost.function", "an import path 'module:name'", cost.get("function"),
+                    'write e.g. `cost: {function: "mypkg.costs:image_cost"}`',
+                )  # fmt: skip
+            try:
+                selection["cost"] = ComputedCost(function=cost["function"], expression=cost.get("expression"))
+            except ConfigError as exc:
+                raise ConfigError(f"{origin}: `{key}.cost`: {exc}") from None
+        for field in _STORE_KEYS + (() if isinstance(cost, Mapping) else _RECORD_KEYS):
             item = entry.get(field)
             if item is not None and (not isinstance(item, str) or not item.strip()):
                 raise type_error(origin, f"{key}.{field}", "a non-empty string", item, "write e.g. `fmt: megatron`")

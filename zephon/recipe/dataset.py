@@ -17,6 +17,7 @@ from pathlib import Path
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.plan.records import ShardInfo
+from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.selection import Selection
 from zephon.recipe.token_store import STORE_FORMATS, TokenStoreSpec, looks_like_token_store, selection_refused
 from zephon.specs import StoreOptions
@@ -51,14 +52,18 @@ class Dataset:
     #: opens it (``files`` is empty); None for raw text.
     token_store: TokenStoreSpec | None = None
     #: A sample's cost: a DuckDB expression over its columns (and its sidecar's), evaluated at plan time
-    #: (``zephon.planner.costs``; docs/records.md); None: no cost.
-    cost: str | None = None
+    #: (``zephon.planner.costs``), or a ``ComputedCost``: a function the planner's computed pass calls on each
+    #: sample (``zephon.planner.counts.computed``; docs/records.md); None: no cost.
+    cost: str | ComputedCost | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.cost, ComputedCost):
+            return
         if self.cost is not None and (not isinstance(self.cost, str) or not self.cost.strip()):
             raise ConfigError(
                 f"dataset {self.name!r}: cost must be a non-empty DuckDB expression, got {self.cost!r} — write e.g. "
-                'cost="text_tokens + ceil(width / 14.0) * ceil(height / 14.0)" or leave it out'
+                'cost="text_tokens + ceil(width / 14.0) * ceil(height / 14.0)", cost=zephon.records.computed_cost('
+                '"mypkg.costs:image_cost"), or leave it out'
             )
 
     @classmethod
@@ -80,7 +85,7 @@ class Dataset:
         dtype: str | None = None,
         eos_token_id: int | None = None,
         bos_token_id: int | None = None,
-        cost: str | None = None,
+        cost: str | ComputedCost | None = None,
     ) -> Dataset:
         """Create a dataset from a local directory, glob or file, an ``hf://`` dataset path, or an object-store
         path (``s3://``, ``gs://``/``gcs://``, ``az://``/``abfs://``: an object, a prefix or a glob).
@@ -97,7 +102,8 @@ class Dataset:
 
         ``cost``: each sample's cost, a DuckDB expression over its columns or its sidecar's (``metadata``/``key``),
         evaluated at plan time for cost mixtures, ``num_cost`` budgets and ``Pipeline.pack_samples``
-        (docs/records.md#costs-and-packing-samples)."""
+        (docs/records.md#costs-and-packing-samples); or ``zephon.records.computed_cost("mod:fn")``, a function
+        of each sample called by a planning pass (``zephon.recipe.computed_cost``)."""
         dataset = cls._made(
             name, path, where, metadata, key, order_by, order_window, dedup_on, io_options,
             (fmt, tokenizer, tokens_field, dtype, eos_token_id, bos_token_id),

@@ -9,8 +9,10 @@ Scanning a remote Parquet shard reads only its footer (two HTTP range requests);
 under ``$ZEPHON_CACHE_DIR/hub-meta`` keyed by the shard's etag, so re-planning makes no requests. A remote
 JSONL shard must be read whole to count its lines: it is downloaded to a temporary file, indexed, and
 deleted; its row count is cached the same way. A WebDataset ``.tar`` shard is indexed from its headers by
-windows of range requests (``zephon.storage.tar_windows``; a ``.tar.gz`` is downloaded whole); at run time it is
-read through the shard cache like every ``hf://`` shard.
+windows of range requests (``zephon.storage.tar_windows``; a ``.tar.gz`` is downloaded whole), and the index is
+kept under ``$ZEPHON_CACHE_DIR/hub-tar-index`` by etag, for a selection's or a cost's ``__key__`` column
+(``remote_tar_index``, which serves object-store tars from their index kept by pin too); at run time it is read
+through the shard cache like every ``hf://`` shard.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 from zephon.errors import PlanFormatError
 from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.jsonl import decompress, line_spans
+from zephon.storage.tar_index import TarIndex, load_index, save_index
 
 _URI = re.compile(r"^hf://datasets/(?P<repo>[^/@]+/[^/@]+)@(?P<rev>[0-9a-f]{40})/(?P<path>.+)$")
 
@@ -69,6 +72,34 @@ def _meta_path(etag: str, uri: str) -> Path:
     return cache_dir() / "hub-meta" / f"{key}.json"
 
 
+def _tar_index_path(etag: str, uri: str) -> Path:
+    key = hashlib.blake2b(f"{uri}\0{etag}".encode(), digest_size=16).hexdigest()
+    return cache_dir() / "hub-tar-index" / f"{key}.npz"
+
+
+def remote_tar_index(uri: str, *, size: int, fingerprint: str, fmt: str, where: str) -> TarIndex:
+    """A remote WebDataset shard's member index (its ``__key__`` column for a selection or a cost): an object's as
+    ``zephon.storage.objects.tars`` keeps it by pin (no request on the planning machine), a Hub file's as its scan
+    kept it by etag, else rebuilt from its headers by windows of range requests (a ``.tar.gz``: read whole)."""
+    if not is_hub_uri(uri):
+        from zephon.storage.objects.reads import object_file
+        from zephon.storage.objects.tars import object_tar_index
+
+        return object_tar_index(object_file(uri, size=size, fingerprint=fingerprint, fmt=fmt), where)[0]
+    from zephon.storage.hub.fetch import read_remote_range
+    from zephon.storage.tar_windows import ranged_tar_index
+
+    file = remote_file(uri, size=size, fingerprint=fingerprint, fmt=fmt)
+    path = _tar_index_path(file.etag, uri)
+    found = load_index(path) if fmt == "tar" else None
+    if found is not None:
+        return found
+    index, _ = ranged_tar_index(lambda start, end: read_remote_range(file, start, end), size, fmt, where)
+    if fmt == "tar":
+        save_index(path, index)
+    return index
+
+
 def scan_remote(file: object) -> tuple[int, int]:
     """``(rows, row_groups)`` of a remote shard (a ``zephon.storage.hub.client.RemoteFile``), cached by etag."""
     from zephon.storage.hub.client import download_remote_file, read_remote_parquet_metadata
@@ -91,6 +122,7 @@ def scan_remote(file: object) -> tuple[int, int]:
             return read_remote_range(file, start, end)  # type: ignore[arg-type]
 
         index, _ = ranged_tar_index(read, file.size, "tar", f"shard {uri}")  # type: ignore[attr-defined]
+        save_index(_tar_index_path(file.etag, uri), index)  # type: ignore[attr-defined]  # for a selection or a cost
         rows, groups = len(index), 1
     else:
         with tempfile.TemporaryDirectory(prefix="zephon-scan-") as tmp:
