@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from test_record_costs import IN_ORDER, PATCHES, _pack, bins_rows, column, packed, steps_of, write_data
 
 from zephon.cli import cli
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, PlanWarning
 from zephon.io import Dataset
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource
 
@@ -300,3 +300,34 @@ def test_the_records_page_s_phases_and_continuation_example_prints_what_it_shows
     exec(compile(block, "<docs/records.md: Phases and continuations of cost plans>", "exec"), {})
     shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
     assert capsys.readouterr().out.splitlines() == shown
+
+
+def test_zephon_plan_continues_a_packed_cost_config_and_runs_at_another_batch_with_a_warning(
+    data: Path, parent: Path, tmp_path: Path
+):
+    config = tmp_path / "more.yaml"
+    config.write_text(
+        "seed: 5\n"
+        "datasets:\n"
+        f'  - {{name: img, path: {data / "img"}, cost: "{PATCHES}"}}\n'
+        f'  - {{name: txt, path: {data / "txt"}, cost: "{PATCHES}"}}\n'
+        "mixture: {img: 3, txt: 1}\n"
+        "mixture_unit: cost\n"
+        "num_cost: 100\n"
+        "shuffle: {enabled: false}\n"
+        "pack_samples: {max_cost: 16}\n"
+    )
+    args = ["plan", str(config), "-o", str(tmp_path / "cli"), "--continue-from", str(parent), "--at-step", "1",
+            "--global-batch", "2"]  # fmt: skip
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "from step 1 (global batch 2), position 8" in result.output.splitlines()[1]
+    python = cost_mix(data, {"img": 3, "txt": 1}, num_cost=100).plan(
+        tmp_path / "py", sample_pack=_pack(16), continue_from=parent, at_step=1, global_batch=2
+    )
+    for name in ("samples.parquet", "bins.parquet"):
+        assert (tmp_path / "cli" / name).read_bytes() == (python / name).read_bytes(), name
+    # A record run's steps are runs of rows: another global batch regroups the same rows (warned, not refused).
+    with pytest.warns(PlanWarning, match=r"global batch 1 is not the 2 the continued plan"):
+        rows = [b.sequences.tolist() for b in packed(python, b=1, g=1)]
+    assert rows == [[r] for r in range(8)]
