@@ -64,7 +64,13 @@ from zephon.planner.continuation.checks import (
     check_state_plan,
 )
 from zephon.planner.continuation.datasets import align, finish
-from zephon.planner.continuation.records import check_costs_kept, is_record_plan, kept_closes, record_branch
+from zephon.planner.continuation.records import (
+    check_cost_sides,
+    check_costs_kept,
+    is_record_plan,
+    kept_closes,
+    record_branch,
+)
 from zephon.planner.lane_dealing import row_bytes
 from zephon.planner.layout import Chunk
 from zephon.planner.phases import Stage
@@ -271,6 +277,7 @@ def continue_plan(
             f"a continuation must be written to a new directory, got the parent's own {bundle.path} — the parent "
             "stays the record of the steps already trained; choose another -o"
         )
+    check_cost_sides(bundle, options.sample_pack is not None or any(ds.cost is not None for ds in source.datasets))
     columns = _read_columns(bundle)
     closes: tuple[tuple[int, int | None], ...] = ()
     if is_record_plan(bundle, state):  # samples with costs, packed or not (``continuation.records``)

@@ -40,7 +40,15 @@ from zephon.planner.prepare import PreparedPlan
 #: The ``algorithm`` of a record run's checkpoint state (``zephon.executor.records.runner.RECORDS``).
 RECORDS = "records"
 
-__all__ = ["RECORDS", "RecordBranch", "check_costs_kept", "is_record_plan", "kept_closes", "record_branch"]
+__all__ = [
+    "RECORDS",
+    "RecordBranch",
+    "check_cost_sides",
+    "check_costs_kept",
+    "is_record_plan",
+    "kept_closes",
+    "record_branch",
+]
 
 
 def is_record_plan(bundle: CheckedBundle, state: dict[str, Any] | None) -> bool:
@@ -128,17 +136,23 @@ def kept_closes(bundle: CheckedBundle, branch: RecordBranch) -> tuple[tuple[int,
     return (*replayed, (branch.position, branch.row))
 
 
+def check_cost_sides(bundle: CheckedBundle, priced: bool) -> None:
+    """Costs on both sides of a continuation or on neither (``priced``: the new config has ``cost=`` or
+    ``pack_samples``); checked before the branch is looked for, whose rules depend on it."""
+    had = bundle.manifest.totals.tokens_are == "cost"
+    if had != priced:
+        got, want = ("costs", "a plan without costs") if priced else ("no costs", "a plan with costs")
+        raise ConfigError(
+            f"a continuation of {want} must keep it so, got {got} in the new config (parent plan {bundle.path}) — "
+            f"{'drop cost= and pack_samples' if priced else 'give every dataset its cost= as in the parent'}"
+            ", or plan the new configuration from its start"
+        )
+
+
 def check_costs_kept(prepared: PreparedPlan, bundle: CheckedBundle) -> None:
     """A continuation keeps costs on both sides or neither, each kept dataset's ``cost=``, and the packing."""
     parent = bundle.manifest
-    had = parent.totals.tokens_are == "cost"
-    if had != prepared.costs:
-        got, want = ("costs", "a plan without costs") if prepared.costs else ("no costs", "a plan with costs")
-        raise ConfigError(
-            f"a continuation of {want} must keep it so, got {got} in the new config (parent plan {bundle.path}) — "
-            f"{'drop cost= and pack_samples' if prepared.costs else 'give every dataset its cost= as in the parent'}"
-            ", or plan the new configuration from its start"
-        )
+    check_cost_sides(bundle, prepared.costs)
     old = {d["name"]: d.get("cost") for d in parent.config["datasets"]}
     for entry in prepared.config["datasets"]:
         name = entry["name"]

@@ -76,6 +76,10 @@ def test_a_phase_in_cost_starts_with_the_sample_after_the_costs_reach_its_start(
     half = Phase(start=0.5, mixture=MixtureSpec({"img": 1, "txt": 3}))
     again = cost_mix(data, {"img": 1, "txt": 1}, num_cost=60, phases=[half]).plan(tmp_path / "f")
     assert (again / "samples.parquet").read_bytes() == (plan / "samples.parquet").read_bytes()
+    # A start in documents (a plan position) works in a cost mixture too: position 7 is where cost 30 put it.
+    at_7 = Phase(start=7, unit="documents", mixture=MixtureSpec({"img": 1, "txt": 3}))
+    by_position = cost_mix(data, {"img": 1, "txt": 1}, num_cost=60, phases=[at_7]).plan(tmp_path / "d")
+    assert (by_position / "samples.parquet").read_bytes() == (plan / "samples.parquet").read_bytes()
 
 
 def test_packed_rows_never_straddle_a_phase_boundary(phased_packed: Path):
@@ -277,6 +281,20 @@ def test_a_continuation_that_changes_costs_or_packing_is_refused_in_one_line(
     with pytest.raises(ConfigError, match=message) as info:
         work.plan(tmp_path / "c", sample_pack=pack, continue_from=parent, at_step=1, global_batch=2)
     assert "\n" not in str(info.value)
+
+
+def test_a_parent_without_costs_continued_with_costs_is_refused_before_anything_is_planned(
+    data: Path, tmp_path: Path
+):
+    plain = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("img", data / "img"), Dataset.from_path("txt", data / "txt")],
+        mixture=MixtureSpec({"img": 1, "txt": 1}), seed=5, shuffle=IN_ORDER,
+    ).plan(tmp_path / "plain")  # fmt: skip
+    with pytest.raises(ConfigError, match=r"a continuation of a plan without costs must keep it so, got costs"):
+        cost_mix(data, {"img": 1, "txt": 1}).plan(
+            tmp_path / "c", sample_pack=_pack(16), continue_from=plain, at_step=1, global_batch=2
+        )
+    assert not (tmp_path / "c").exists()
 
 
 def test_a_record_state_must_be_at_a_step_boundary_and_the_step_within_the_parent(parent: Path, data: Path,
