@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from test_record_costs import IN_ORDER, PATCHES, _pack, bins_rows, column, packed, steps_of, write_data
 
+from zephon import Pipeline
 from zephon.cli import cli
 from zephon.errors import ConfigError, PlanWarning
 from zephon.io import Dataset
@@ -199,6 +200,15 @@ def test_a_continued_cost_plan_keeps_the_prefix_and_counts_the_new_shares_from_t
         (0, 0, {"img": 12, "txt": 16}),
         (1, 6, {"img": 27, "txt": 7}),
     ]
+    # A record run's state after step 2 of 3 samples branches at the same place: the same child, byte for byte.
+    run = Pipeline.from_plan(plain).batch(microbatch_size=3)
+    it = iter(run)
+    next(it), next(it)
+    again = cost_mix(data, {"img": 3, "txt": 1}, num_cost=60).plan(
+        tmp_path / "again", continue_from=plain, state=run.state_dict()
+    )
+    for name in ("samples.parquet", "plan.json"):
+        assert (again / name).read_bytes() == (child / name).read_bytes(), name
 
 
 def test_a_continued_packed_plan_keeps_the_parents_rows_and_packs_its_leftovers_first(
