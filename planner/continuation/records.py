@@ -29,6 +29,7 @@ the packing (``max_cost``, ``oversize``, packed or not: the replay and the meani
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from zephon.errors import ConfigError
@@ -60,13 +61,18 @@ def is_record_plan(bundle: CheckedBundle, state: dict[str, Any] | None) -> bool:
     return isinstance(state, dict) and state.get("algorithm") == RECORDS
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RecordBranch:
-    """The branch of a record plan: step, first new position, global batch and (packed) the first new row."""
+    """The branch of a record plan (see the module docstring)."""
 
-    __slots__ = ("global_batch", "position", "row", "step")
-
-    def __init__(self, *, step: int, position: int, global_batch: int, row: int | None) -> None:
-        self.step, self.position, self.global_batch, self.row = step, position, global_batch, row
+    #: The first global step of the new configuration (``N``).
+    step: int
+    #: The first plan position the child lays out anew (``P``).
+    position: int
+    #: Rows (samples, or planned rows when packed) per global step (``G``).
+    global_batch: int
+    #: Packed plans: the first row the child packs anew (``R = N·G``); None unpacked.
+    row: int | None
 
 
 def record_branch(
