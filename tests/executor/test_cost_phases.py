@@ -11,6 +11,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 from test_record_costs import IN_ORDER, PATCHES, _pack, bins_rows, column, packed, steps_of, write_data
@@ -19,6 +20,7 @@ from zephon import Pipeline
 from zephon.cli import cli
 from zephon.errors import ConfigError, PlanWarning
 from zephon.io import Dataset
+from zephon.planner.best_fit import pack
 from zephon.work import MixtureSpec, Phase, StaticMixtureWorkSource
 
 #: Phase 0 (img 1 : txt 1) until the costs reach 30, then phase 1 (img 1 : txt 3), 60 in all.
@@ -359,3 +361,15 @@ def test_zephon_plan_continues_a_packed_cost_config_and_runs_at_another_batch_wi
     with pytest.warns(PlanWarning, match=r"global batch 1 is not the 2 the continued plan"):
         rows = [b.sequences.tolist() for b in packed(python, b=1, g=1)]
     assert rows == [[r] for r in range(8)]
+
+
+def test_best_fit_closes_rows_where_told_and_only_those_below_the_limit():
+    def rows(bins):
+        return [bins.position[bins.sequence == s].tolist() for s in range(bins.sequences)]
+
+    costs = np.array([6, 3, 1, 4])
+    assert rows(pack(costs, 10, keep_empty=True)) == [[0, 1, 2], [3]]
+    assert rows(pack(costs, 10, keep_empty=True, closes=[(1, None)])) == [[0], [1, 2, 3]]  # the docstring's example
+    assert rows(pack(costs, 10, keep_empty=True, closes=[(1, 0)])) == [[0, 1, 2], [3]]  # no row below 0
+    # 6 and 3 fill row 0 to 9; closing rows below 1 at position 2 sends 1 and 4 to a new row 1
+    assert rows(pack(costs, 10, keep_empty=True, closes=[(2, 1)])) == [[0, 1], [2, 3]]
