@@ -121,15 +121,25 @@ def record_branch(
 
 
 def _after_rows(bundle: CheckedBundle, rows: int) -> int:
-    """One past the last plan position that rows ``[0, rows)`` of the parent's bins.parquet hold (0 for none)."""
+    """One past the last plan position that rows ``[0, rows)`` of the parent's bins.parquet hold (0 for none).
+    bins.parquet is sorted by ``sequence``: only the row groups whose smallest ``sequence`` is below ``rows`` (by
+    their footer statistics) are read."""
     if rows == 0:
         return 0
-    assert bundle.bins is not None, "a packed plan has bins.parquet (checked when the bundle was opened)"
-    table = bundle.bins.read(["sequence", "position"])
-    sequence = table.column(0).to_numpy()
-    position = table.column(1).to_numpy()
-    kept = position[sequence < rows]
-    return int(kept.max()) + 1 if len(kept) else 0
+    bins = bundle.bins
+    assert bins is not None, "a packed plan has bins.parquet (checked when the bundle was opened)"
+    reader, metadata = bins.open(), bins.metadata
+    column = metadata.schema.to_arrow_schema().get_field_index("sequence")
+    last = -1
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(column).statistics
+        if stats is not None and stats.has_min_max and stats.min >= rows:
+            break
+        table = bins.read_row_group(reader, group, ["sequence", "position"])
+        kept = table.column(1).to_numpy()[table.column(0).to_numpy() < rows]
+        if len(kept):
+            last = max(last, int(kept.max()))
+    return last + 1
 
 
 def kept_closes(bundle: CheckedBundle, branch: RecordBranch) -> tuple[tuple[int, int | None], ...]:
