@@ -228,6 +228,12 @@ def test_a_continued_packed_plan_keeps_the_parents_rows_and_packs_its_leftovers_
     assert column(child, "tokens")[8:] == [6, 4, 9, 5, 5, 10, 2, 12, 3, 7]
     packing = manifest(child)["sample_packing"]
     assert packing["rows"] == 8 and packing["closes"] == [{"position": 8, "rows_below": 2}]
+    # The audit checks each segment against its own target: the prefix's img 12 7 / txt 2 3 4 5 2 3 (19 : 19), the
+    # new segment's img 6 9 5 10 12 7 / txt 4 5 2 3 (49 : 14); the leftover's row 2 puts phase 0 into step 1.
+    audit = CliRunner().invoke(cli, ["audit", str(child), "--batch-size", "2", "--window", "1", "--format", "json"])
+    spans = [(p["segment"], p["first_position"], p["end_position"], p["first_step"], p["last_step"],
+              [d["overall_share"] for d in p["datasets"]]) for p in json.loads(audit.output)["phases"]]  # fmt: skip
+    assert spans == [(0, 0, 8, 0, 1, [0.5, 0.5]), (1, 8, 18, 1, 3, pytest.approx([49 / 63, 14 / 63]))]
     again = cost_mix(data, {"img": 3, "txt": 1}, num_cost=100).plan(
         tmp_path / "again", sample_pack=_pack(16), continue_from=parent, at_step=1, global_batch=2
     )
