@@ -168,18 +168,19 @@ def state_plan(state: dict[str, Any], manifest: Manifest) -> str:
     return str(got)
 
 
-def check_run_batch(manifest: Manifest, global_batch: int) -> None:
+def check_run_batch(manifest: Manifest, global_batch: int, *, records: bool = False) -> None:
     """A continued plan (plan.json ``lineage``) run with a global batch other than its branch's.
 
     An estimated plan with one lane per row of the global batch (``lanes`` unset) packs other lanes at another
     global batch, so its kept steps would no longer be its parent's (the branch position is where the branch's
     lanes stood): refused. Exact plans and plans with fixed lanes yield the same rows at any global batch, only
-    grouped into other steps: a ``PlanWarning`` says where the branch falls."""
+    grouped into other steps: a ``PlanWarning`` says where the branch falls. So do record runs (``records``): their
+    steps are runs of plan positions or planned rows, whatever the global batch."""
     lineage = manifest.lineage
     if lineage is None or global_batch == lineage.branch.global_batch:
         return
     g, step = lineage.branch.global_batch, lineage.branch.step
-    if not manifest.exact and manifest.lanes is None:
+    if not manifest.exact and manifest.lanes is None and not records:
         raise ConfigError(
             f"the global batch must be {g} for the continued plan {manifest.config_hash[:12]}, got {global_batch} — "
             f"its kept steps hold what {g} packing lanes (one per row) had read by step {step}; run it with "

@@ -21,12 +21,20 @@ With ``keep_empty`` (samples packed by cost, ``Pipeline.pack_samples``) a docume
 other — into the open row with the least free space, or a new row when none is open — so no sample is lost;
 without it (token rows) it is skipped, as it holds no token.
 
+``closes`` (samples packed by cost with phases or a continuation) closes rows at given positions: before the
+document at ``position`` is placed, every open row numbered below ``rows_below`` (every open row, when None) is
+closed, so no later document joins it. A phase boundary closes every row (a row never holds two phases'
+samples); a continuation's seam closes the rows it keeps from its parent (``zephon.planner.continuation``).
+Example, max_length 10, documents 0:6, 1:3, 2:1 with a close at position 1: 0 opens row 0; the close shuts it;
+1 opens row 1 (free 7); 2 → row 1. Rows: [0:6] [1:3 2:1] (without the close: [0:6 1:3 2:1]).
+
 ``first_fit`` (the earliest-opened row that fits) is kept for comparison in reports and benchmarks.
 """
 
 from __future__ import annotations
 
 import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +55,8 @@ class Bins:
     split_documents: int
     dropped_documents: int
     dropped_tokens: int
+    #: The ``closes`` the rows were planned with: ``(position, rows_below)``, ``rows_below`` None for every row.
+    closes: tuple[tuple[int, int | None], ...] = ()
 
 
 def pack(
@@ -57,8 +67,10 @@ def pack(
     max_open: int = 64,
     first_fit: bool = False,
     keep_empty: bool = False,
+    closes: Sequence[tuple[int, int | None]] = (),
 ) -> Bins:
-    """Plan rows for documents of ``tokens[p]`` tokens at plan positions ``p``."""
+    """Plan rows for documents of ``tokens[p]`` tokens at plan positions ``p``; ``closes``: ``(position,
+    rows_below)`` pairs in increasing position (module docstring)."""
     out_seq: list[int] = []
     out_off: list[int] = []
     out_pos: list[int] = []
@@ -81,7 +93,14 @@ def pack(
         open_order.remove(row)
         open_free.remove((max_length - fill[row], row))
 
+    pending = sorted(closes, key=lambda c: c[0])
+    next_close = 0
     for position, n in enumerate(tokens.tolist()):
+        while next_close < len(pending) and pending[next_close][0] <= position:
+            below = pending[next_close][1]
+            for row in [r for r in open_order if below is None or r < below]:
+                close(row)
+            next_close += 1
         start = 0
         if n > max_length:
             if oversize == "drop":
@@ -128,6 +147,7 @@ def pack(
         split_documents=split,
         dropped_documents=dropped,
         dropped_tokens=dropped_tokens,
+        closes=tuple((int(p), None if b is None else int(b)) for p, b in pending),
     )
     return bins
 

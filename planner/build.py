@@ -165,7 +165,8 @@ def write_bundle(
             writer.abort()
             raise
         writer.close()
-        bins = best_fit(prepared, totals.all_tokens(), totals.all_datasets()) if packs else None
+        closes = _sample_closes(prepared, totals, continued)
+        bins = best_fit(prepared, totals.all_tokens(), totals.all_datasets(), closes) if packs else None
         _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)
         if bins is not None:
             b = bins
@@ -186,6 +187,22 @@ def write_bundle(
         manifest = plan_manifest(prepared, totals, bins, dropped, continued, copies, tuple(writer.files)).sealed(tmp)
         (tmp / PLAN_JSON).write_text(manifest.to_json(), encoding="utf-8")
     return out_dir
+
+
+def _sample_closes(
+    prepared: PreparedPlan, totals: Totals, continued: Continued | None
+) -> tuple[tuple[int, int | None], ...]:
+    """Where a plan that packs samples by cost closes its rows (``zephon.planner.best_fit``): every open row at
+    the first position of each phase, so no row holds two phases' samples and each phase's rows hold its shares
+    alone; a continuation first replays its parent's closes before the seam, then closes the rows it keeps at the
+    seam (``Continued.sample_closes``). Other plans: none."""
+    if prepared.sample_pack is None:
+        return ()
+    out = list(continued.sample_closes) if continued is not None else []
+    seam = continued.prefix.position if continued is not None else 0
+    firsts = sorted(s.first_position for index, s in totals.stages.items() if index >= 0)
+    out.extend((p, None) for p in firsts if p > seam)
+    return tuple(out)
 
 
 def seal_bundle(plan_dir: str | Path) -> None:

@@ -314,13 +314,21 @@ def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:
         start += len(placement.dataset_id)
 
 
-def best_fit(prepared: PreparedPlan, tokens: np.ndarray, dataset_id: np.ndarray | None = None) -> Bins | None:
+def best_fit(
+    prepared: PreparedPlan,
+    tokens: np.ndarray,
+    dataset_id: np.ndarray | None = None,
+    closes: tuple[tuple[int, int | None], ...] = (),
+) -> Bins | None:
     """The planned rows of an exact best-fit or homogeneous plan over its documents' ``tokens`` (and, for
     homogeneous packing, ``dataset_id``) in plan order, else None. A plan that packs samples
     (``Pipeline.pack_samples``): rows of at most ``max_cost`` over its samples' costs (``tokens``), every sample
-    placed, zero-cost ones too, but those ``oversize="drop"`` leaves out (``prepare`` refused them otherwise)."""
+    placed, zero-cost ones too, but those ``oversize="drop"`` leaves out (``prepare`` refused them otherwise); rows
+    closed at ``closes`` (``(position, rows_below)``: phase boundaries and a continuation's seam,
+    ``zephon.planner.best_fit``)."""
     if prepared.sample_pack is not None:
-        return pack(tokens.astype(np.int64), prepared.sample_pack.max_cost, oversize="drop", keep_empty=True)
+        max_cost = prepared.sample_pack.max_cost
+        return pack(tokens.astype(np.int64), max_cost, oversize="drop", keep_empty=True, closes=closes)
     if not prepared.exact or prepared.pack is None or prepared.pack.algorithm == "wrap":
         return None
     if prepared.pack.algorithm == "homogeneous":

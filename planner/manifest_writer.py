@@ -34,6 +34,7 @@ from zephon.plan.manifest import (
     PlanSource,
     PlanTokenizer,
     PlanTotals,
+    RowClose,
 )
 from zephon.planner.best_fit import Bins, pack, padding_fraction
 from zephon.planner.homogeneous import window_bound_rows
@@ -51,6 +52,8 @@ class Continued(Protocol):
 
     prefix: Any
     lineage: PlanLineage
+    #: A plan packing samples by cost: the parent's row closes before the seam, then the seam's.
+    sample_closes: tuple[tuple[int, int | None], ...]
 
     def checked(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]: ...
 
@@ -199,6 +202,7 @@ def _sample_packing(prepared: PreparedPlan, bins: Bins | None, total_cost: float
         fill_fraction=float(total_cost - bins.dropped_tokens) / capacity if capacity else 0.0,
         dropped_samples=bins.dropped_documents,
         dropped_cost=bins.dropped_tokens,
+        closes=tuple(RowClose(position=p, rows_below=b) for p, b in bins.closes),
     )
 
 

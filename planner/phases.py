@@ -5,14 +5,16 @@ every phase into a ``Stage``: its weights per dataset (0 for datasets it does no
 plan position or as a token count — whichever the unit fixes before the plan is laid out:
 
 * ``fraction`` of a ``num_documents`` budget N → position ``floor(f × N)``; of a ``num_tokens`` budget T →
-  token ``floor(f × T)`` (``f`` read as an exact fraction, so 0.9 × 1000 is exactly 900);
-* ``documents`` → that position; ``tokens`` → that token;
+  token ``floor(f × T)``; of a ``num_cost`` budget C (a cost mixture) → cost ``floor(f × C)`` (``f`` read as an
+  exact fraction, so 0.9 × 1000 is exactly 900);
+* ``documents`` → that position; ``tokens`` → that token; ``cost`` (cost mixtures) → that cost;
 * ``steps`` (exact wrap plans) → token ``start × global_batch_size × max_length``: step ``s`` of a wrap plan
   begins exactly at that token of the stream.
 
-A stage that starts at a token begins with the first document placed after the stream has reached that
-many tokens (the document that crosses the boundary belongs to the earlier stage), so in a wrap plan a
-phase in steps begins within its step.
+A cost mixture's samples' costs stand where a token mixture's token counts stand (``zephon.planner.costs``), so a
+start in cost is kept as ``start_tokens`` and laid out by the same rule. A stage that starts at a token begins
+with the first document placed after the stream has reached that many tokens (the document that crosses the
+boundary belongs to the earlier stage), so in a wrap plan a phase in steps begins within its step.
 
 Invariant: every stage has exactly one start (a position or a token count), stage 0 starts at position 0,
 and starts are validated to increase; two starts that round to the same position leave the earlier stage
@@ -78,11 +80,12 @@ def stages(source: WorkSource, pack: PackSpec | None) -> tuple[Stage, ...]:
             if source.num_documents is not None:
                 position = math.floor(exact_fraction(phase.start) * source.num_documents)
             else:
-                assert source.num_tokens is not None, "phases are validated to come with a budget"
-                tokens = math.floor(exact_fraction(phase.start) * source.num_tokens)
+                amount = source.num_cost if source.num_cost is not None else source.num_tokens
+                assert amount is not None, "phases are validated to come with a budget"
+                tokens = math.floor(exact_fraction(phase.start) * amount)
         elif phase.unit == "documents":
             position = int(phase.start)
-        elif phase.unit == "tokens":
+        elif phase.unit in ("tokens", "cost"):  # a cost mixture's costs stand where tokens stand
             tokens = int(phase.start)
         else:
             if pack is None or pack.algorithm != "wrap":

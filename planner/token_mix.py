@@ -50,17 +50,34 @@ class _Budget:
 
 
 def _budget(
-    epoch_tokens: list[int], weights: list[float], consumed: list[int], *, passes: int, stop: bool, open_ended: bool
+    epoch_tokens: list[int],
+    weights: list[float],
+    consumed: list[int],
+    *,
+    passes: int,
+    stop: bool,
+    open_ended: bool,
+    amount: int | None = None,
 ) -> _Budget:
     """The budget of the first stage's merge over datasets of ``epoch_tokens`` tokens per pass, of which
-    ``consumed`` tokens were read before it (a continued plan's prefix; zeros otherwise)."""
+    ``consumed`` tokens were read before it (a continued plan's prefix; zeros otherwise).
+
+    ``amount`` (a ``num_tokens``/``num_cost`` budget, less a prefix's): the plan ends with the document that brings
+    its tokens to ``amount``, so dataset ``i`` places fewer than ``amount`` tokens before it plus at most one
+    document (≤ ``epoch_tokens[i]``): its reader never needs more than ``ceil((consumed + amount) / epoch) + 1``
+    passes. Capping it there (one more for margin) changes nothing placed, and keeps a tiny dataset from
+    buffering ``FILL`` documents of thousands of passes."""
     pass_finish = [
         max(0, passes * max(1, e) - c) / w if w else math.inf  # w = 0: a continued plan's phase not reading it
         for e, w, c in zip(epoch_tokens, weights, consumed, strict=True)
     ]
     limit = min(pass_finish) if stop else math.inf
     if open_ended:
-        return _Budget(horizon=limit, max_epochs=(passes if stop else None,) * len(weights))
+        caps: tuple[int | None, ...] = (passes if stop else None,) * len(weights)
+        if amount is not None:
+            need = [math.ceil((c + amount) / max(1, e)) + 2 for e, c in zip(epoch_tokens, consumed, strict=True)]
+            caps = tuple(n if cap is None else min(cap, n) for cap, n in zip(caps, need, strict=True))
+        return _Budget(horizon=limit, max_epochs=caps)
     horizon = min(limit, max(f for f, w in zip(pass_finish, weights, strict=True) if w))  # datasets read only
     caps = tuple(
         max(1, int(np.ceil((c + horizon * w) / max(1, e)))) + (0 if stop else 1)
@@ -106,7 +123,9 @@ def schedule(
         raise ConfigError("phases must come with a num_documents or num_tokens budget, got none — set one")
     first = [float(f) for f in stages[0].fractions()]
     before = consumed if consumed is not None else [0] * len(epoch_tokens)
-    budget = _budget(epoch_tokens, first, before, passes=passes, stop=stop, open_ended=open_ended)
+    budget = _budget(
+        epoch_tokens, first, before, passes=passes, stop=stop, open_ended=open_ended, amount=num_tokens
+    )
     horizon = budget.horizon
     merge = _Merge([reader(i, cap) for i, cap in enumerate(budget.max_epochs)])
     merge.consumed = list(before)

@@ -77,7 +77,7 @@ class OpenedRun:
         assert spec.batch is not None  # spec.ready()
         b = spec.batch.microbatch_size
         g = spec.batch.global_batch_size or b * size
-        check_run_batch(manifest, g)  # a continued plan: the global batch its branch was made for
+        check_run_batch(manifest, g, records=spec.records)  # a continued plan: the batch its branch was made for
         exact = manifest.exact or spec.records  # a record run has no packing lanes (docs/records.md)
         return Geometry.for_plan(
             microbatch=b, global_batch=g, dp_size=size, dp_rank=rank, exact=exact, plan_lanes=manifest.lanes

@@ -62,6 +62,9 @@ class Continued:
     lineage: PlanLineage
     #: Called on each chunk of the new segment before it is written (raises to refuse the continuation).
     check: Callable[[Chunk], None] | None = None
+    #: A plan packing samples by cost: the parent's row closes before the seam, then the seam's
+    #: (``zephon.planner.continuation.records.kept_closes``).
+    sample_closes: tuple[tuple[int, int | None], ...] = ()
 
     def checked(self, chunks: Iterator[Chunk]) -> Iterator[Chunk]:
         """The new segment's chunks, each passed to ``check`` first."""

@@ -35,7 +35,9 @@ def check_lineage_batch(bundle: CheckedBundle, global_batch: int) -> None:
         )
 
 
-def check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int | None) -> None:
+def check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int | None, *, lanes: bool = True) -> None:
+    """A run's checkpoint state belongs to the parent, is taken at a step boundary and at ``at_step``; ``lanes``:
+    it must carry packing lanes (an estimated text run's; a record run has none)."""
     manifest = bundle.manifest
     if not isinstance(state, dict) or "plan" not in state or "step" not in state:
         raise ConfigError(
@@ -48,7 +50,7 @@ def check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int 
             f"{str(state['plan'])[:12]} — pass the state of a run of {bundle.path}"
         )
     check_state_fields(state, documents=manifest.totals.documents)  # each field in range, one line each
-    if state.get("lanes") is None:
+    if lanes and state.get("lanes") is None:
         raise ConfigError(
             f"pipeline state 'lanes' must be an integer ≥ 1 for an estimated plan's continuation, got "
             f"{state.get('lanes')!r} — pass the state of a run of {bundle.path}"

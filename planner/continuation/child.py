@@ -18,6 +18,9 @@
   ``P = max_k (p_k + [skip_k > 0])``. Documents of the prefix after a lane's cursor are still read after the
   branch — by that lane, as in the parent — so the new mixture starts at most one lane's lead late.
 * ``best_fit`` / ``homogeneous`` plans place every document over the whole plan: refused.
+* record plans (samples with costs, packed by ``pack_samples`` or not): a step is ``G`` positions or ``G`` planned
+  rows, so ``P`` follows from the step alone (``zephon.planner.continuation.records``, which also replays a packed
+  parent's rows up to the branch).
 
 Invariant: a run of the child with the parent's global batch (and lanes) yields the parent's batches for every
 step ``< N`` — byte for byte — and any checkpoint state of the parent at step ``≤ N`` (microbatch 0 at ``N``)
@@ -61,6 +64,13 @@ from zephon.planner.continuation.checks import (
     check_state_plan,
 )
 from zephon.planner.continuation.datasets import align, finish
+from zephon.planner.continuation.records import (
+    check_cost_sides,
+    check_costs_kept,
+    is_record_plan,
+    kept_closes,
+    record_branch,
+)
 from zephon.planner.lane_dealing import row_bytes
 from zephon.planner.layout import Chunk
 from zephon.planner.phases import Stage
@@ -200,6 +210,9 @@ def branch_of(
 ) -> Branch:
     """Where a continuation of ``parent_dir`` would branch (its step and first new position), without planning."""
     bundle = open_bundle(parent_dir)
+    if is_record_plan(bundle, state):
+        found = record_branch(bundle, at_step=at_step, global_batch=global_batch, state=state)
+        return Branch(step=found.step, position=found.position, global_batch=found.global_batch)
     return find_branch(bundle, _read_columns(bundle), at_step=at_step, global_batch=global_batch, state=state)
 
 
@@ -264,17 +277,19 @@ def continue_plan(
             f"a continuation must be written to a new directory, got the parent's own {bundle.path} — the parent "
             "stays the record of the steps already trained; choose another -o"
         )
-    priced = options.sample_pack is not None or any(ds.cost is not None for ds in source.datasets)
-    if bundle.manifest.totals.tokens_are == "cost" or priced:
-        raise ConfigError(
-            "a continuation must continue a plan without sample costs, got costs (cost=, pack_samples) — plan the "
-            "new configuration from its start (continuing cost plans is not supported yet, docs/records.md)"
-        )
+    check_cost_sides(bundle, options.sample_pack is not None or any(ds.cost is not None for ds in source.datasets))
     columns = _read_columns(bundle)
-    branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
+    closes: tuple[tuple[int, int | None], ...] = ()
+    if is_record_plan(bundle, state):  # samples with costs, packed or not (``continuation.records``)
+        found = record_branch(bundle, at_step=at_step, global_batch=global_batch, state=state)
+        branch = Branch(step=found.step, position=found.position, global_batch=found.global_batch)
+        closes = kept_closes(bundle, found)
+    else:
+        branch = find_branch(bundle, columns, at_step=at_step, global_batch=global_batch, state=state)
     aligned = align(source, bundle.manifest)
     prepared = options.prepare(aligned.source)
     prepared = finish(prepared, aligned, bundle.manifest, str(bundle.path))
+    check_costs_kept(prepared, bundle)  # first: a cost plan's changes are named as such
     check_compatible(prepared, bundle)
     start = segment_start(prepared, columns, branch.position)
     check_prefix_orders(prepared, columns, start)
@@ -310,7 +325,8 @@ def continue_plan(
     )
     prefix = Prefix(columns={k: (v[: branch.position] if v is not None else None) for k, v in columns.items()},
                     position=branch.position)  # fmt: skip
-    continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle))
+    continued = Continued(prefix=prefix, parent=parent, lineage=lineage, check=_dry_lane_check(branch, bundle),
+                          sample_closes=closes)  # fmt: skip
     written = write_bundle(
         child,
         Path(out_dir),

@@ -371,12 +371,6 @@ def test_the_records_page_s_costs_example_prints_what_it_shows(tmp_path: Path, m
     assert capsys.readouterr().out.splitlines() == shown
 
 
-def test_continuing_a_cost_plan_is_refused_in_one_line(data: Path, tmp_path: Path, mixed_packed: Path):
-    parent = mixed_packed
-    with pytest.raises(ConfigError, match=r"a continuation must continue a plan without sample costs, got costs"):
-        mixed(data).plan(tmp_path / "child", sample_pack=_pack(16), continue_from=parent, at_step=1, global_batch=2)
-
-
 def test_pack_samples_on_a_plan_packed_otherwise_is_refused_not_ignored(data: Path, tmp_path: Path):
     plan = source(data).plan(tmp_path / "p", sample_pack=_pack(16))
     with pytest.raises(

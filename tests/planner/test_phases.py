@@ -265,7 +265,10 @@ phases:
 @pytest.mark.parametrize(
     ("kw", "message"),
     [
-        (dict(phases=[Phase(start=0.5, mixture=ANNEAL)]), r"^phases must come with a num_documents or num_tokens"),
+        (
+            dict(phases=[Phase(start=0.5, mixture=ANNEAL)]),
+            r"^phases must come with a num_documents, num_tokens or num_cost budget",
+        ),
         (
             dict(
                 num_documents=10,
@@ -307,7 +310,7 @@ def test_phase_settings_are_checked_with_a_fix(demo, kw, message) -> None:
         (dict(start=1.0), r"^Phase start as a fraction of the budget must be in \(0, 1\), got 1.0"),
         (dict(start=0), r"^Phase start must be a number > 0, got 0"),
         (dict(start=2.5, unit="documents"), r"^Phase start in documents must be an integer, got 2.5"),
-        (dict(start=3, unit="epochs"), r'^Phase unit must be "fraction", "documents", "tokens" or "steps", got'),
+        (dict(start=3, unit="epochs"), r'^Phase unit must be "fraction", "documents", "tokens", "cost" or "steps", got'),
         (dict(start=3, unit="steps"), r"^a Phase in steps must give global_batch_size"),
         (dict(start=0.5, global_batch_size=8), r'^Phase global_batch_size is only for unit="steps"'),
     ],

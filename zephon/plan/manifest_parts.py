@@ -28,7 +28,7 @@ from zephon.plan.json_fields import (
     one_of,
     texts,
 )
-from zephon.plan.json_record import key, read_record, record
+from zephon.plan.json_record import key, read_record, record, records
 
 __all__ = [
     "COUNTS",
@@ -149,6 +149,15 @@ class PlanPacking:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class RowClose:
+    """One entry of ``sample_packing.closes``: before the sample at ``position`` was placed, every open row
+    numbered below ``rows_below`` was closed (every open row, when absent: a phase boundary)."""
+
+    position: int = key(COUNT)
+    rows_below: int | None = key(COUNT.optional())
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class PlanSamplePacking:
     """``sample_packing``: samples grouped into rows by cost at plan time (``Pipeline.pack_samples``); the rows
     are bins.parquet's ``sequence`` values, each sample one piece of ``length`` = its cost."""
@@ -161,6 +170,9 @@ class PlanSamplePacking:
     fill_fraction: float = key(NUMBER)
     dropped_samples: int = key(COUNT)
     dropped_cost: int = key(COUNT)
+    #: Where rows were closed (phase boundaries, a continuation's seam); absent when nowhere, so plans without
+    #: phases keep their bytes. A continuation replays its parent's packing with them.
+    closes: tuple[RowClose, ...] = key(records(RowClose).optional(()))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -100,8 +100,8 @@ class ShuffleSpec:
         require_positive(self.window_shards, "ShuffleSpec.window_shards")
 
 
-PhaseUnit = Literal["fraction", "documents", "tokens", "steps"]
-PHASE_UNITS: tuple[str, ...] = ("fraction", "documents", "tokens", "steps")
+PhaseUnit = Literal["fraction", "documents", "tokens", "steps", "cost"]
+PHASE_UNITS: tuple[str, ...] = ("fraction", "documents", "tokens", "steps", "cost")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -116,10 +116,11 @@ class Phase:
     Attributes:
         start: where the phase begins, in ``unit``.
         mixture: the phase's weights; datasets it does not name get weight 0 (are not read) in the phase.
-        unit: ``"fraction"`` of the budget (``num_documents`` or ``num_tokens``); ``"documents"`` (plan
-            positions); ``"tokens"`` (token mixtures: the phase starts with the first document after the
-            first ``start`` tokens); ``"steps"`` (exact wrap plans: ``start × global_batch_size ×
-            max_length`` tokens, so the phase starts in step ``start``).
+        unit: ``"fraction"`` of the budget (``num_documents``, ``num_tokens`` or ``num_cost``); ``"documents"``
+            (plan positions); ``"tokens"`` (token mixtures: the phase starts with the first document after the
+            first ``start`` tokens); ``"cost"`` (cost mixtures, ``mixture_unit="cost"``: the phase starts with the
+            first sample after the samples' costs reach ``start``); ``"steps"`` (exact wrap plans: ``start ×
+            global_batch_size × max_length`` tokens, so the phase starts in step ``start``).
         global_batch_size: sequences per step, for ``unit="steps"``.
 
     Example — anneal on a high-quality mix for the last 10 % of a token budget::
@@ -135,7 +136,7 @@ class Phase:
     def __post_init__(self) -> None:
         if self.unit not in PHASE_UNITS:
             raise ConfigError(
-                f'Phase unit must be "fraction", "documents", "tokens" or "steps", got {self.unit!r} — pick one'
+                f'Phase unit must be "fraction", "documents", "tokens", "cost" or "steps", got {self.unit!r} — pick one'
             )
         if not isinstance(self.mixture, MixtureSpec):
             raise ConfigError(
@@ -196,7 +197,7 @@ class WorkSource:
             the samples' costs (every dataset needs ``cost=``; docs/records.md#costs-and-packing-samples).
         num_cost: plan samples until their costs reach this many; needs ``mixture_unit="cost"``.
         phases: later mixtures of a curriculum (``Phase``), in order of their start; they need a
-            ``num_documents`` or ``num_tokens`` budget.
+            ``num_documents``, ``num_tokens`` or ``num_cost`` budget.
         lanes: estimated plans only. ``None`` (the default): a run packs one lane per row of its global batch,
             so every data-parallel size that divides the global batch gives the same global batches. An
             integer fixes the packing lanes for every run (a data-parallel size must divide it; the global
@@ -295,8 +296,6 @@ class WorkSource:
                     f'mixture_unit="cost" needs a cost= on every dataset, got none on {missing} — add e.g. '
                     'Dataset.from_path(..., cost="1") for one unit per sample'
                 )
-            if self.phases:
-                raise ConfigError('mixture_unit="cost" must plan a static mixture, got phases — drop the phases')
         if self.num_cost is None:
             return
         if self.mixture_unit != "cost":
@@ -319,9 +318,9 @@ class WorkSource:
                 )
         if not self.phases:
             return
-        if self.num_documents is None and self.num_tokens is None:
+        if self.num_documents is None and self.num_tokens is None and self.num_cost is None:
             raise ConfigError(
-                "phases must come with a num_documents or num_tokens budget, got "
+                "phases must come with a num_documents, num_tokens or num_cost budget, got "
                 f"{'epochs=' + str(self.epochs) if self.epochs else 'no budget (1 epoch)'} — set one"
             )
         units = sorted({p.unit for p in self.phases})
@@ -331,6 +330,16 @@ class WorkSource:
         if any(b <= a for a, b in pairwise(starts)):
             raise ConfigError(f"phase starts must strictly increase, got {starts} — order the phases")
         unit = units[0]
+        if unit == "cost" and self.mixture_unit != "cost":
+            raise ConfigError(
+                f"phases in cost need a cost mixture, got mixture_unit={self.mixture_unit!r} — set "
+                'mixture_unit="cost", or give starts in unit="fraction" or "documents"'
+            )
+        if self.mixture_unit == "cost" and unit in ("tokens", "steps"):
+            raise ConfigError(
+                f'phases of a cost mixture must start in unit="cost", "fraction" or "documents", got unit={unit!r} — '
+                'a cost mixture has no tokens (its samples\' costs stand where tokens stand): write unit="cost"'
+            )
         if unit in ("tokens", "steps") and self.token_estimation is None:
             raise ConfigError(
                 f"phases in {unit} need a token mixture, got token_estimation=None — set token_estimation, or give "
