@@ -51,6 +51,10 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         return ShardInfo(
             uri=file.uri, format=file.format, rows=len(index), bytes=file.size, row_groups=1, fingerprint=pinned.pin
         )
+    if isinstance(file.remote, ObjectFile) and file.format == "mds":  # index.json's entry, the header by a range GET
+        from zephon.storage.objects.mds import scan_mds_object
+
+        return scan_mds_object(dataset, file)
     if isinstance(file.remote, ObjectFile):  # an object-store shard (zephon.storage.objects)
         from zephon.storage.objects.scan import scan_object
 

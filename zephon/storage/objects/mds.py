@@ -1,0 +1,140 @@
+"""MDS datasets of records on object stores (``s3://``, ``gs://``, ``az://``): ``index.json`` and each shard's
+header by range GETs, never a sample's bytes.
+
+A prefix whose listing holds ``index.json`` beside ``*.mds`` objects (or compressed ``*.mds.zstd`` …) is an MDS
+dataset (``zephon.storage.mds_records``): ``mds_objects`` GETs ``index.json`` once (carrying its pin; counted in
+``REQUESTS["mds_index"]``), checks it describes records (a token column makes a token store: ``fmt="mds"``), and
+gives one shard per entry, in the index's order, each the listed object it names (the raw shard, else its
+compressed file) with its entry. ``scan_mds_object`` then reads the shard's header — one range GET of
+``4 × (samples + 2)`` bytes at 0, carrying the object's pin (``REQUESTS["mds_header"]``) — and checks it against the
+entry as a local scan does; a compressed shard is one GET of the whole object (``REQUESTS["whole"]``),
+decompressed in memory. The shard's fingerprint is its pin (``etag:<ETag>[@<version>]``), as for every object
+shard: at run time each GET carries it, so a shard rewritten since planning is refused by the store (HTTP 412).
+
+Example: ``s3://b/pairs/`` holding ``index.json``, ``shard.00000.mds`` (5 samples) and ``shard.00001.mds`` (2)
+plans with 1 LIST, 1 GET of ``index.json`` and 2 header GETs of 28 and 16 bytes; ``shards.parquet`` rows are the
+local plan's but for ``uri`` and ``fingerprint``, and ``samples.parquet`` is the local plan's byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from zephon.errors import DatasetError
+from zephon.plan.records import ShardInfo
+from zephon.specs import StoreCredentials
+from zephon.storage.local import SourceFile
+from zephon.storage.mds_compression import check_algorithm, compression_of, shard_file
+from zephon.storage.mds_records import check_shard, is_record_index, parse_index
+from zephon.storage.objects.paths import ObjectPath
+from zephon.storage.objects.reads import ObjectFile, get_range, quoted_etag, with_version
+
+__all__ = ["is_mds_listing", "mds_objects", "scan_mds_object"]
+
+INDEX = "index.json"
+
+
+def is_mds_name(name: str) -> bool:
+    """An MDS shard's file name: ``*.mds`` or a compressed ``*.mds.<algorithm>``."""
+    return name.endswith(".mds") or compression_of(name) is not None
+
+
+def is_mds_listing(prefix: str, metas: list[dict[str, Any]]) -> bool:
+    """Whether a prefix's listing is an MDS folder: MDS shard objects directly under ``prefix`` (``index.json``
+    beside them or not: a missing index is refused by ``mds_objects``)."""
+    return any(
+        str(m["path"]).startswith(prefix) and "/" not in str(m["path"])[len(prefix) :] and is_mds_name(str(m["path"]))
+        for m in metas
+    )
+
+
+def _object(path: ObjectPath, meta: dict[str, Any], fmt: str) -> ObjectFile:
+    return ObjectFile(
+        path=path.child(meta["path"]),
+        size=int(meta["size"]),
+        etag=quoted_etag(str(meta.get("e_tag") or "")),
+        version=meta.get("version") or None,
+        format=fmt,
+    )
+
+
+def mds_objects(
+    dataset: str, path: ObjectPath, prefix: str, metas: list[dict[str, Any]], credentials: Iterable[StoreCredentials]
+) -> tuple[SourceFile, ...]:
+    """The shards of the MDS folder ``prefix`` (module docstring), from its listing ``metas``."""
+    by_key = {str(m["path"]): m for m in metas}
+    folder = path.child(prefix).uri
+    index = by_key.get(prefix + INDEX)
+    if index is None:
+        raise DatasetError(
+            f"dataset {dataset!r}: MDS folder {folder} must hold index.json beside its shards, got no such object — "
+            "upload the index.json MDSWriter wrote"
+        )
+    index_file = _object(path, index, "json")
+    name = f"dataset {dataset!r}: {index_file.uri}"
+    raw_index = get_range(index_file, 0, index_file.size, credentials, kind="mds_index")[0] if index_file.size else b""
+    entries = parse_index(raw_index, name)
+    if not is_record_index(entries):
+        raise DatasetError(
+            f"{name} must describe MDS records (a column that is not str, no tokens/input_ids column), got a token "
+            'store\'s columns — read it as a token store: Dataset.from_path(..., fmt="mds")'
+        )
+    out = []
+    for entry in entries:
+        raw = by_key.get(prefix + str((entry.get("raw_data") or {}).get("basename")))
+        basename, _, compressed = shard_file(entry)
+        meta = raw if raw is not None or compressed is None else by_key.get(prefix + basename)
+        if meta is None:
+            raise DatasetError(
+                f"dataset {dataset!r}: MDS shard {path.child(prefix + basename).uri} must exist as index.json lists, "
+                "got no such object — upload every shard index.json lists"
+            )
+        obj = _object(path, meta, "mds")
+        if raw is None:
+            check_algorithm(entry, f"dataset {dataset!r}: MDS shard {obj.uri}")
+        if not obj.etag:
+            raise DatasetError(
+                f"dataset {dataset!r}: object {obj.uri} must have an ETag to be pinned, got none from the store — use "
+                "a store that returns ETags"
+            )
+        if raw is not None:  # the raw shard wins over its compressed file (range reads)
+            entry = {**entry, "zip_data": None}
+        out.append(SourceFile(uri=obj.uri, format="mds", size=obj.size, remote=obj, entry=json.dumps(entry)))
+    return tuple(out)
+
+
+def scan_mds_object(dataset: str, file: SourceFile, credentials: Iterable[StoreCredentials] = ()) -> ShardInfo:
+    """Rows and pin of an MDS shard object: its header by one range GET (a compressed shard: one whole GET)."""
+    obj = file.remote
+    assert isinstance(obj, ObjectFile) and file.entry is not None
+    entry = json.loads(file.entry)
+    where = f"dataset {dataset!r}: MDS shard {obj.uri}"
+    creds = tuple(credentials)
+    first: list[dict[str, Any]] = []
+    kind = "whole" if shard_file(entry)[2] is not None else "mds_header"
+
+    def read(start: int, end: int) -> bytes:
+        data, meta = get_range(obj, start, end, creds, kind=kind)
+        first.append(meta)
+        return data
+
+    check_shard(entry, _once(read), obj.size, where)
+    pinned = with_version(obj, first[0]) if first else obj
+    return ShardInfo(
+        uri=obj.uri, format="mds", rows=int(entry["samples"]), bytes=obj.size, row_groups=1, fingerprint=pinned.pin
+    )
+
+
+def _once(read: Any) -> Any:
+    """``read`` whose last answer is reused when the same range is asked again (the header: checked, then kept)."""
+    last: dict[tuple[int, int], bytes] = {}
+
+    def cached(start: int, end: int) -> bytes:
+        if (start, end) not in last:
+            last.clear()
+            last[(start, end)] = read(start, end)
+        return last[(start, end)]
+
+    return cached
