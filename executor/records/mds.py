@@ -198,7 +198,9 @@ def open_local(ref: ShardRef) -> MdsRecords:
     except BaseException:
         os.close(fd)
         raise
-    return MdsRecords(ref, offsets, entry, lambda spans: [os.pread(fd, e - s, s) for s, e in spans], lambda: os.close(fd))
+    return MdsRecords(
+        ref, offsets, entry, lambda spans: [os.pread(fd, e - s, s) for s, e in spans], lambda: os.close(fd)
+    )
 
 
 def _pinned(ref: ShardRef, read: Callable[[int, int], bytes], size: int) -> MdsRecords:

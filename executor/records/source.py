@@ -1,9 +1,8 @@
 """Where a record pipeline's records come from: whole rows of Parquet and JSONL shards (every column), read by
 the executor's ``ShardReader`` in record mode (local, through the shard cache, or by ranges), WebDataset
 samples of tar shards (``zephon.executor.records.tar``: local, object stores by range GETs or any remote shard
-through the shard cache), MDS samples (``zephon.executor.records.mds``: local, object stores by range GETs, any remote shard
-through the shard cache), and the plan positions they
-stand at (``PlanPositions``).
+through the shard cache), MDS samples (``zephon.executor.records.mds``: local, object stores by range GETs,
+any remote shard through the shard cache), and the plan positions they stand at (``PlanPositions``).
 
 A Parquet row becomes a dict of its columns: a Hugging Face ``datasets`` image column (struct ``{bytes, path}``)
 arrives as ``{"bytes": b"...", "path": "..."}``, a binary column as ``bytes``, a list column as a list. A JSONL

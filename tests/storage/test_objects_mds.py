@@ -112,7 +112,9 @@ def test_an_mds_shard_rewritten_on_s3_after_planning_is_refused_by_its_pin(s3, t
     data = bytearray((PAIRS / "shard.00000.mds").read_bytes())
     data[-1] ^= 0xFF  # same size, same header: only the store's ETag tells
     s3.put("pairs/shard.00000.mds", bytes(data))
-    with pytest.raises(DatasetError, match=r"^[^\n]*pairs/shard\.00000\.mds changed since planning[^\n]*HTTP 412[^\n]*$"):
+    with pytest.raises(
+        DatasetError, match=r"^[^\n]*pairs/shard\.00000\.mds changed since planning[^\n]*HTTP 412[^\n]*$"
+    ):
         records(remote)
 
 
@@ -138,17 +140,22 @@ def test_bad_mds_folders_on_s3_are_one_line_naming_the_dataset_and_object(s3, tm
         plan(s3.url("nameless/"), tmp_path / "p1")
     s3.upload_dir(PAIRS, "broken/")
     s3.put("broken/index.json", b'{"shards": [{"format": "mds"')
-    with pytest.raises(DatasetError, match=r"^dataset 'pairs': s3://[^/]+/broken/index\.json must be an MDS index .*JSON"):
+    with pytest.raises(
+        DatasetError, match=r"^dataset 'pairs': s3://[^/]+/broken/index\.json must be an MDS index .*JSON"
+    ):
         plan(s3.url("broken/"), tmp_path / "p2")
     s3.upload_dir(PAIRS, "short/")
     size = (PAIRS / "shard.00001.mds").stat().st_size
     s3.put("short/shard.00001.mds", (PAIRS / "shard.00001.mds").read_bytes()[: size - 10])
-    with pytest.raises(DatasetError, match=r"^dataset 'pairs': MDS shard s3://[^ ]+/short/shard\.00001\.mds must be 2060 "):
+    with pytest.raises(
+        DatasetError, match=r"^dataset 'pairs': MDS shard s3://[^ ]+/short/shard\.00001\.mds must be 2060 "
+    ):
         plan(s3.url("short/"), tmp_path / "p3")
     s3.upload_dir(MDS / "compressed" / "br", "brotli/")
     with pytest.raises(
-        DatasetError, match=r"^dataset 'pairs': MDS shard s3://[^ ]+/brotli/shard\.00000\.mds\.br must be compressed "
-        r"with one of zstd, gz, bz2 \(or not at all\), got 'br'"
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard s3://[^ ]+/brotli/shard\.00000\.mds\.br must be compressed "
+        r"with one of zstd, gz, bz2 \(or not at all\), got 'br'",
     ):
         plan(s3.url("brotli/"), tmp_path / "p4")
 
@@ -160,7 +167,9 @@ def test_a_header_that_disagrees_with_index_json_is_one_line(s3, tmp_path):
     data[0:4] = (4).to_bytes(4, "little")  # 4 samples where index.json says 5
     (folder / "shard.00000.mds").write_bytes(bytes(data))
     s3.upload_dir(folder, "pairs/")
-    with pytest.raises(DatasetError, match=r"^dataset 'pairs': MDS shard s3://[^ ]+/shard\.00000\.mds must hold 5 samples"):
+    with pytest.raises(
+        DatasetError, match=r"^dataset 'pairs': MDS shard s3://[^ ]+/shard\.00000\.mds must hold 5 samples"
+    ):
         plan(s3.url("pairs/"), tmp_path / "plan")
 
 

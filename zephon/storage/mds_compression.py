@@ -96,7 +96,9 @@ def decompress(data: bytes, name: str, size: int | None, where: str) -> bytes:
     except Exception as exc:  # OSError, EOFError, ValueError, zlib.error, zstandard.ZstdError
         if not isinstance(exc, OSError | EOFError | ValueError | zlib.error) and type(exc).__name__ != "ZstdError":
             raise
-        raise DatasetError(f"{where} must decompress with {name}, got {exc} — the shard is damaged; copy it again") from None
+        raise DatasetError(
+            f"{where} must decompress with {name}, got {exc} — the shard is damaged; copy it again"
+        ) from None
     if size is not None and len(out) != size:
         raise DatasetError(
             f"{where} must decompress to {size} bytes as index.json says, got {len(out)} — the shard is from "

@@ -190,4 +190,6 @@ def scan_mds(dataset: str, uri: str, size: int) -> ShardInfo:
     finally:
         os.close(fd)
     fingerprint = mds_fingerprint(size, entry, header)
-    return ShardInfo(uri=uri, format="mds", rows=int(entry["samples"]), bytes=size, row_groups=1, fingerprint=fingerprint)
+    return ShardInfo(
+        uri=uri, format="mds", rows=int(entry["samples"]), bytes=size, row_groups=1, fingerprint=fingerprint
+    )
