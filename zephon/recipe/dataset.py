@@ -212,7 +212,10 @@ class Dataset:
             from zephon.storage.remote import remote_uri
 
             resolved = resolve_hf_dataset(text)
-            files = tuple(SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f) for f in resolved.files)
+            files = tuple(
+                SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f, entry=f.entry)
+                for f in resolved.files
+            )
             return cls(name=name, path=text, files=files, pinned=str(resolved.pinned), selection=selection)
         return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text, selection=selection)
 

@@ -158,8 +158,14 @@ def check_shard(
     if compressed is not None:
         data = decompress_shard(read(0, size) if size else b"", entry, where)
         read, size = (lambda s, e: data[s:e]), len(data)
-    offsets = read_offsets(read, size, samples, where)
-    return offsets, read(0, 4 * (samples + 2)), read
+    kept: list[bytes] = []
+
+    def header(start: int, end: int) -> bytes:  # read_offsets' one read, kept for the fingerprint
+        kept.append(read(start, end))
+        return kept[-1]
+
+    offsets = read_offsets(header, size, samples, where)
+    return offsets, kept[-1], read
 
 
 def embedded_entry(read: Callable[[int, int], bytes], offsets: np.ndarray, where: str) -> dict:

@@ -38,6 +38,7 @@ from huggingface_hub.errors import RemoteEntryNotFoundError, RevisionNotFoundErr
 from zephon.errors import HubError
 from zephon.storage.hub.discovery import SUPPORTED_FORMATS, file_format, select_conversion, select_original
 from zephon.storage.hub.errors import HTTP_ERRORS, check_online, http_error
+from zephon.storage.hub.mds import is_mds_split, mds_split
 from zephon.storage.hub.paths import HfPath, is_commit_sha, parse_hf_path
 from zephon.storage.hub.retry import RetryPolicy, retry_policy, with_retries
 from zephon.storage.progress import track
@@ -70,7 +71,9 @@ class RemoteFile:
     path_in_repo: str
     size: int
     etag: str  # the LFS sha256 for LFS files, the git blob sha1 otherwise
-    format: str  # one of zephon.storage.hub.discovery.SUPPORTED_FORMATS
+    format: str  # one of zephon.storage.hub.discovery.SUPPORTED_FORMATS, or mds (zephon.storage.hub.mds)
+    #: MDS shards only: the shard's ``index.json`` entry (JSON).
+    entry: str | None = None
 
     def url(self, endpoint: str | None = None) -> str:
         """The resolve URL of this file at its commit on ``endpoint`` (default: :func:`hub_endpoint`)."""
@@ -119,6 +122,12 @@ class _Resolver:
         card = info.card_data.to_dict() if info.card_data is not None else {}
         commit = str(info.sha)
         config, split, paths, entries = select_original(hf, commit, card, lambda prefix: self._list(commit, prefix))
+        if is_mds_split(paths, entries):  # index.json beside MDS shards: the shards it lists
+            from zephon.storage.hub.fetch import read_remote_range
+
+            index = self._result(commit, "original", config, split, paths, entries)
+            files = mds_split(index.files[0], entries, lambda f: read_remote_range(f, 0, f.size) if f.size else b"")
+            return replace(index, files=tuple(files))
         tars = [p for p in paths if file_format(p) in ("tar", "tar.gz")]
         if tars and len(tars) < len(paths):  # archives beside other data files are not WebDataset shards: left
             paths = [p for p in paths if p not in tars]  # out as before tars were read (a split of tars only is)
@@ -164,7 +173,7 @@ class _Resolver:
         for path in sorted(paths):
             entry = entries[path]
             etag = entry.lfs.sha256 if entry.lfs is not None else entry.blob_id
-            fmt = file_format(path) or "parquet"
+            fmt = file_format(path) or ("json" if path.endswith("/index.json") else "parquet")
             files.append(
                 RemoteFile(
                     repo_id=self.hf.repo_id,

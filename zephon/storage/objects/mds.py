@@ -120,21 +120,9 @@ def scan_mds_object(dataset: str, file: SourceFile, credentials: Iterable[StoreC
         first.append(meta)
         return data
 
-    check_shard(entry, _once(read), obj.size, where)
+    check_shard(entry, read, obj.size, where)
     pinned = with_version(obj, first[0]) if first else obj
     return ShardInfo(
         uri=obj.uri, format="mds", rows=int(entry["samples"]), bytes=obj.size, row_groups=1, fingerprint=pinned.pin
     )
 
-
-def _once(read: Any) -> Any:
-    """``read`` whose last answer is reused when the same range is asked again (the header: checked, then kept)."""
-    last: dict[tuple[int, int], bytes] = {}
-
-    def cached(start: int, end: int) -> bytes:
-        if (start, end) not in last:
-            last.clear()
-            last[(start, end)] = read(start, end)
-        return last[(start, end)]
-
-    return cached
