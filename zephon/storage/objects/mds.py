@@ -30,10 +30,14 @@ from zephon.storage.mds_compression import check_algorithm, compression_of, shar
 from zephon.storage.mds_records import check_shard, is_record_index, parse_index
 from zephon.storage.objects.paths import ObjectPath
 from zephon.storage.objects.reads import ObjectFile, get_range, quoted_etag, with_version
+from zephon.storage.objects.scan import AHEAD, ReadAhead, following, remember_listing
 
 __all__ = ["is_mds_listing", "mds_objects", "scan_mds_object"]
 
 INDEX = "index.json"
+#: The MDS shards listed in this process by (URI, pin): what a header read ahead needs (its entry).
+_listed: dict[tuple[str, str], SourceFile] = {}
+_headers: ReadAhead[ShardInfo] = ReadAhead("zephon-mds-headers")
 
 
 def is_mds_name(name: str) -> bool:
@@ -102,16 +106,35 @@ def mds_objects(
         if raw is not None:  # the raw shard wins over its compressed file (range reads)
             entry = {**entry, "zip_data": None}
         out.append(SourceFile(uri=obj.uri, format="mds", size=obj.size, remote=obj, entry=json.dumps(entry)))
+    objects = [f.remote for f in out if isinstance(f.remote, ObjectFile)]
+    _listed.update(((obj.uri, obj.pin), f) for f, obj in zip(out, objects, strict=True))
+    remember_listing(objects)  # the shards' order, for the headers read ahead
     return tuple(out)
 
 
 def scan_mds_object(dataset: str, file: SourceFile, credentials: Iterable[StoreCredentials] = ()) -> ShardInfo:
-    """Rows and pin of an MDS shard object: its header by one range GET (a compressed shard: one whole GET)."""
+    """Rows and pin of an MDS shard object: its header by one range GET (a compressed shard: one whole GET).
+
+    The headers of the next ``AHEAD`` shards of the listing are read too, concurrently (as tar headers and
+    Parquet footers are: ``zephon.storage.objects.scan``), so a planner that scans shard after shard waits for
+    about one round trip per ``AHEAD`` shards. The results are what one-by-one scans give; an error of a shard
+    read ahead is raised when that shard is scanned."""
+    obj = file.remote
+    assert isinstance(obj, ObjectFile)
+    creds = tuple(credentials)
+    own = _headers.start(obj, _scan, dataset, file, creds)
+    for sibling in following(obj, AHEAD):
+        listed = _listed.get((sibling.uri, sibling.pin))
+        if listed is not None:
+            _headers.start(sibling, _scan, dataset, listed, creds)
+    return _headers.take(obj, own)
+
+
+def _scan(dataset: str, file: SourceFile, creds: tuple[StoreCredentials, ...]) -> ShardInfo:
     obj = file.remote
     assert isinstance(obj, ObjectFile) and file.entry is not None
     entry = json.loads(file.entry)
     where = f"dataset {dataset!r}: MDS shard {obj.uri}"
-    creds = tuple(credentials)
     first: list[dict[str, Any]] = []
     kind = "whole" if shard_file(entry)[2] is not None else "mds_header"
 
@@ -125,4 +148,3 @@ def scan_mds_object(dataset: str, file: SourceFile, credentials: Iterable[StoreC
     return ShardInfo(
         uri=obj.uri, format="mds", rows=int(entry["samples"]), bytes=obj.size, row_groups=1, fingerprint=pinned.pin
     )
-
