@@ -1,9 +1,17 @@
 """Reading the samples of an MDS shard as records: ``{column: value}`` per sample, images left encoded.
 
-``MdsRecords`` opens a local MDS shard the plan holds (``zephon.storage.mds_records``: format ``mds``), checks it
-against the plan before any sample is used — the planned size (one ``stat``), then the fingerprint of its
-``index.json`` entry and header (``read_offsets``, the header reader the token-store reader shares) — and reads
-each asked-for sample with one positioned read of its bytes.
+``MdsRecords`` holds an open shard's sample offsets, its columns and a way to read its bytes:
+
+* a local shard (``open_local``): checked against the plan before any sample is used — the planned size (one
+  ``stat``), then the fingerprint of its ``index.json`` entry and header (``read_offsets``, the header reader the
+  token-store reader shares) — and each sample read by one positioned read;
+* a shard on an object store (``open_object``, range mode): its header and the column JSON the writer put after
+  it by one range GET carrying the pin (no ``index.json``: a pinned object's bytes are the planned ones), then
+  one range GET per sample, a call's samples fetched concurrently; a shard rewritten since planning is refused
+  by the store (HTTP 412, one line);
+* a shard-cache copy of a remote shard (``open_copy``): the cache verified the bytes; opened from its own header;
+* a compressed shard (``.mds.zstd``, ``.mds.gz``, ``.mds.bz2``; ``zephon.storage.mds_compression``) anywhere:
+  read whole and decompressed when opened, samples sliced from memory.
 
 A sample is one uint32 size per column of no fixed size, in column order, then every column's bytes. Values:
 

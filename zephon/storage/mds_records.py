@@ -15,8 +15,9 @@ shard: ``mdsindex:`` + BLAKE2b of its size, its ``index.json`` entry (canonical 
 rewritten with other samples, or other sample sizes, has another one; the executor recomputes it when it opens
 the shard. A compressed shard (``zip_data``: ``shard.NNNNN.mds.zstd`` …, ``zephon.storage.mds_compression``) is
 read whole and decompressed, at planning and when a run opens it; its fingerprint digests the compressed file's
-size with the entry and the decompressed header. The raw shard wins when both files are there (range reads).
-On object stores and the Hub: ``zephon.storage.mds_objects`` (the fingerprint there is the object's pin).
+size, the entry, the decompressed header and the compressed bytes (all read anyway). The raw shard wins when
+both files are there (range reads). On object stores and the Hub: ``zephon.storage.objects.mds`` and
+``zephon.storage.hub.mds`` (the fingerprint there is the file's pin, ``etag:``).
 
 Example: ``data/pairs/`` with ``index.json`` listing ``shard.00000.mds`` (3 samples, columns ``caption: str``,
 ``image: jpeg``, ``label: int``) → one shard ``ShardInfo(uri=".../shard.00000.mds", format="mds", rows=3, ...)``.
@@ -147,16 +148,21 @@ def mds_files(dataset: str, folder: str) -> list[tuple[str, int]]:
 def check_shard(
     entry: dict, read: Callable[[int, int], bytes], size: int, where: str
 ) -> tuple[np.ndarray, bytes, Callable[[int, int], bytes]]:
-    """``(offsets, header, read_shard)`` of the shard of ``entry`` whose file (``size`` bytes) ``read`` reads: its
-    size as ``index.json`` says, then its header (``read_offsets``). A raw shard is read by range
-    (``read_shard`` is ``read``); a compressed one is read whole and decompressed, and ``read_shard`` slices the
-    decompressed bytes, which the offsets index."""
+    """``(offsets, digested, read_shard)`` of the shard of ``entry`` whose file (``size`` bytes) ``read`` reads:
+    its size as ``index.json`` says, then its header (``read_offsets``). A raw shard is read by range
+    (``read_shard`` is ``read``; ``digested`` is its header); a compressed one is read whole and decompressed
+    (``read_shard`` slices the decompressed bytes, which the offsets index), and since every byte of it is read
+    anyway, ``digested`` is the header followed by a digest of the compressed bytes: any change to the file
+    changes its fingerprint."""
     _, want, compressed = shard_file(entry)
     if size != want:
         raise DatasetError(f"{where} must be {want} bytes as index.json says, got {size} — copy it again")
     samples = int(entry["samples"])
+    whole = b""
     if compressed is not None:
-        data = decompress_shard(read(0, size) if size else b"", entry, where)
+        packed = read(0, size) if size else b""
+        whole = hashlib.blake2b(packed, digest_size=16).digest()
+        data = decompress_shard(packed, entry, where)
         read, size = (lambda s, e: data[s:e]), len(data)
     kept: list[bytes] = []
 
@@ -165,7 +171,7 @@ def check_shard(
         return kept[-1]
 
     offsets = read_offsets(header, size, samples, where)
-    return offsets, kept[-1], read
+    return offsets, kept[-1] + whole, read
 
 
 def embedded_entry(read: Callable[[int, int], bytes], offsets: np.ndarray, where: str) -> dict:

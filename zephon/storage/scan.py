@@ -70,11 +70,9 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
             uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=pin
         )
     if file.remote is not None and file.format == "mds":  # MDS records on the Hub: the header by a range request
-        from zephon.storage.hub.fetch import read_remote_range
         from zephon.storage.hub.mds import scan_hub_mds
 
-        hub = file.remote
-        return scan_hub_mds(dataset, hub, lambda s, e: read_remote_range(hub, s, e))  # type: ignore[arg-type]
+        return scan_hub_mds(dataset, file.remote)  # type: ignore[arg-type]
     if file.remote is not None:
         from zephon.storage.remote import scan_remote
 
