@@ -63,6 +63,10 @@ def test_an_mds_folder_on_s3_plans_from_its_index_and_headers_and_runs_as_its_lo
     assert [{k: v for k, v in r.items() if k not in drop} for r in there] == [
         {k: v for k, v in r.items() if k not in drop} for r in here
     ]
+    REQUESTS.clear()
+    again = plan(s3.url("pairs/"), tmp_path / "s3-plan-again")  # each shard checked is remembered by its pin
+    assert requests() == {"list": 1, "mds_index": 1}
+    assert (again / "shards.parquet").read_bytes() == (remote / "shards.parquet").read_bytes()
     want = records(local)
     REQUESTS.clear()
     assert records(remote) == want  # range mode: the header once per shard, then one GET per sample
@@ -151,6 +155,13 @@ def test_bad_mds_folders_on_s3_are_one_line_naming_the_dataset_and_object(s3, tm
         DatasetError, match=r"^dataset 'pairs': MDS shard s3://[^ ]+/short/shard\.00001\.mds must be 2060 "
     ):
         plan(s3.url("short/"), tmp_path / "p3")
+    s3.upload_dir(MDS.parent / "token_stores" / "mds" / "int32", "tokens/")
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': s3://[^ ]+/tokens/index\.json must describe MDS records .* got a token store's columns "
+        r"— read it as a token store: Dataset\.from_path\(\.\.\., fmt=\"mds\"\)$",
+    ):
+        plan(s3.url("tokens/"), tmp_path / "p5")
     s3.upload_dir(MDS / "compressed" / "br", "brotli/")
     with pytest.raises(
         DatasetError,

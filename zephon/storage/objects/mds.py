@@ -10,6 +10,8 @@ compressed file) with its entry. ``scan_mds_object`` then reads the shard's head
 entry as a local scan does; a compressed shard is one GET of the whole object (``REQUESTS["whole"]``),
 decompressed in memory. The shard's fingerprint is its pin (``etag:<ETag>[@<version>]``), as for every object
 shard: at run time each GET carries it, so a shard rewritten since planning is refused by the store (HTTP 412).
+A shard checked is remembered under ``$ZEPHON_CACHE_DIR/mds-checked``, keyed by its URI, pin, size and entry (a
+rewritten object has another ETag, another entry another key), so re-planning it makes no GET.
 
 Example: ``s3://b/pairs/`` holding ``index.json``, ``shard.00000.mds`` (5 samples) and ``shard.00001.mds`` (2)
 plans with 1 LIST, 1 GET of ``index.json`` and 2 header GETs of 28 and 16 bytes; ``shards.parquet`` rows are the
@@ -18,13 +20,17 @@ local plan's but for ``uri`` and ``fingerprint``, and ``samples.parquet`` is the
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from zephon.errors import DatasetError
 from zephon.plan.records import ShardInfo
 from zephon.specs import StoreCredentials
+from zephon.storage.files import cache_dir, write_atomic
 from zephon.storage.local import SourceFile
 from zephon.storage.mds_compression import check_algorithm, compression_of, shard_file
 from zephon.storage.mds_records import check_shard, is_record_index, parse_index
@@ -130,10 +136,24 @@ def scan_mds_object(dataset: str, file: SourceFile, credentials: Iterable[StoreC
     return _headers.take(obj, own)
 
 
+def _checked_path(obj: ObjectFile, entry: str) -> Path:
+    """Where a shard checked at planning is remembered: keyed by its URI, pin, size and ``index.json`` entry."""
+    key = hashlib.blake2b(f"{obj.uri}\0{obj.pin}\0{obj.size}\0{entry}".encode(), digest_size=16).hexdigest()
+    return cache_dir() / "mds-checked" / f"{key}.json"
+
+
 def _scan(dataset: str, file: SourceFile, creds: tuple[StoreCredentials, ...]) -> ShardInfo:
     obj = file.remote
     assert isinstance(obj, ObjectFile) and file.entry is not None
     entry = json.loads(file.entry)
+    rows = int(entry["samples"])
+    checked = _checked_path(obj, file.entry)
+    try:  # checked before, these bytes (pin) against this entry: no GET
+        version = json.loads(checked.read_text())["version"]
+        pinned = obj if obj.version or not version else replace(obj, version=str(version))
+        return ShardInfo(uri=obj.uri, format="mds", rows=rows, bytes=obj.size, row_groups=1, fingerprint=pinned.pin)
+    except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: check the shard
+        pass
     where = f"dataset {dataset!r}: MDS shard {obj.uri}"
     first: list[dict[str, Any]] = []
     kind = "whole" if shard_file(entry)[2] is not None else "mds_header"
@@ -145,6 +165,6 @@ def _scan(dataset: str, file: SourceFile, creds: tuple[StoreCredentials, ...]) -
 
     check_shard(entry, read, obj.size, where)
     pinned = with_version(obj, first[0]) if first else obj
-    return ShardInfo(
-        uri=obj.uri, format="mds", rows=int(entry["samples"]), bytes=obj.size, row_groups=1, fingerprint=pinned.pin
-    )
+    record = json.dumps({"uri": obj.uri, "pin": obj.pin, "version": pinned.version})
+    write_atomic(checked, lambda tmp: tmp.write_text(record), "the MDS header cache")
+    return ShardInfo(uri=obj.uri, format="mds", rows=rows, bytes=obj.size, row_groups=1, fingerprint=pinned.pin)
