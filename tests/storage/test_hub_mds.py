@@ -49,3 +49,25 @@ def test_a_hub_mds_split_missing_a_shard_is_one_line(hub_server, tmp_path):
         DatasetError, match=r"^MDS shard hf://datasets/org/partial@[0-9a-f]{40}/train/shard\.00001\.mds must exist"
     ):
         plan("hf://org/partial/train", tmp_path / "plan")
+
+
+def test_a_hub_mds_run_resumes_mid_run_with_the_batches_it_had_left(hub_server, tmp_path):
+    from zephon import Pipeline
+
+    upload(hub_server, "org/resumed", PAIRS)
+    remote = plan("hf://org/resumed/train", tmp_path / "hub-plan")
+    cache = StoreOptions(cache=CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=1 << 30))
+
+    def pipe():
+        return Pipeline.from_plan(remote).options(io_options=cache).batch(microbatch_size=2, collate=list)
+
+    full = [r["caption"] for b in pipe() for r in b.data]
+    first = pipe()
+    it = iter(first)
+    head = [r["caption"] for _ in range(2) for r in next(it).data]
+    state = first.state_dict()
+    assert (state["step"], state["microbatch"]) == (2, 0)
+    again = pipe()
+    again.load_state_dict(state)
+    assert head + [r["caption"] for b in again for r in b.data] == full
+    assert sorted(full) == sorted(f"caption {i} é" for i in range(7))
