@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.errors import DatasetError
+from zephon.errors import DatasetError, ZephonError
 from zephon.executor.records.tar import Reporter, planned_size
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
@@ -260,7 +260,22 @@ def open_object(ref: ShardRef, credentials: tuple[StoreCredentials, ...]) -> Mds
     obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
     whole = compression_of(ref.uri.rpartition("/")[2]) is not None
     kind = "whole" if whole else "mds_header"
-    shard = _pinned(ref, lambda s, e: read_range(obj, s, e, credentials, kind=kind), ref.bytes)
+    shard = _pinned(ref, _named(ref, lambda s, e: read_range(obj, s, e, credentials, kind=kind)), ref.bytes)
     if not whole:
-        shard._read = lambda spans: fetch_ranges(obj, spans, credentials, kind="mds_samples")
+        shard._read = _named(ref, lambda spans: fetch_ranges(obj, spans, credentials, kind="mds_samples"))
     return shard
+
+
+def _named(ref: ShardRef, read: Callable[..., Any]) -> Callable[..., Any]:
+    """``read`` whose one-line errors (a 412 for a rewritten object, a 404 for a removed one) name the dataset."""
+    prefix = f"dataset {ref.dataset!r}: "
+
+    def named(*args: Any) -> Any:
+        try:
+            return read(*args)
+        except ZephonError as exc:
+            if str(exc).startswith(prefix):
+                raise
+            raise type(exc)(prefix + str(exc)) from None
+
+    return named
