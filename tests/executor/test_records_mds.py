@@ -192,3 +192,17 @@ def test_a_folder_missing_a_shard_index_json_lists_is_one_line(tmp_path: Path):
         r"file — copy every shard index\.json lists$",
     ):
         plan_of(folder, tmp_path / "plan")
+
+
+def test_a_compressed_shard_that_decompresses_to_another_size_than_index_json_says_is_one_line(tmp_path: Path):
+    folder = tmp_path / "packed"
+    shutil.copytree(FIXTURES / "records_mds" / "compressed" / "gz", folder)
+    index = json.loads((folder / "index.json").read_text())
+    index["shards"][1]["raw_data"]["bytes"] = 9999
+    (folder / "index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*/shard\.00001\.mds\.gz must decompress to 9999 bytes as index\.json says, "
+        r"got 2060 — the shard is from another write; copy it again$",
+    ):
+        plan_of(folder, tmp_path / "plan")
