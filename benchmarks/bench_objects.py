@@ -19,7 +19,8 @@ counted by ``zephon.storage.objects.reads.REQUESTS`` at plan time and at read ti
 
 MDS records (``--mds-shards N``; ``--mds-only`` runs only this): an MDS folder of N shards (each a copy of the
 5-sample fixture shard, 4,700 bytes, tests/fixtures/records_mds) and an index.json listing them, planned with an
-empty cache: seconds, GETs by kind and bytes per shard (the index once, then each shard's 28-byte header).
+empty cache: seconds, GETs by kind and bytes per shard (the index once, then each shard's 28-byte header); then
+every record of that plan read in range mode and in cache mode (seconds, GETs).
 
 The baseline for the alternative client, measured once when obstore was chosen (same server, 200 objects):
 ``--compare`` lists the bucket and reads every footer with pyarrow.fs.S3FileSystem, for the commit's figures.
@@ -210,6 +211,19 @@ def _mds(server, work: Path, n: int) -> None:
     REQUESTS.clear()
     replan = plan("plan-mds-3", cache="plan-mds-2")  # the same cache: checked shards remembered by pin
     replan_gets = {k: v for k, v in REQUESTS.items() if v}
+    runs = {}
+    for mode in ("range", "cache"):  # every record of the plan, 32 a microbatch, nothing decoded
+        from zephon import Pipeline
+        from zephon.specs import CacheOptions, StoreOptions
+
+        io = StoreOptions(remote_read="range")
+        if mode == "cache":
+            io = StoreOptions(cache=CacheOptions(enabled=True, root=str(work / "mds-shards"), limit_bytes=1 << 30))
+        REQUESTS.clear()
+        start = time.perf_counter()
+        pipe = Pipeline.from_plan(work / "plan-mds-2").options(io_options=io).batch(microbatch_size=32, collate=list)
+        count = sum(len(b.data) for b in pipe)
+        runs[mode] = (count, time.perf_counter() - start, {k: v for k, v in REQUESTS.items() if v})
     index_bytes = len(objects["pairs/index.json"])
     print(
         f"planning {n} MDS shards ({len(shard)} bytes each, index.json {index_bytes} bytes): {seconds:.2f} s "
@@ -218,6 +232,8 @@ def _mds(server, work: Path, n: int) -> None:
         f"{got['bytes']} bytes read = index.json + {(got['bytes'] - index_bytes) / n:.0f} bytes per shard; "
         f"re-planned in {replan:.2f} s with requests {replan_gets}"
     )
+    for mode, (count, seconds, gets) in runs.items():
+        print(f"run, {mode} mode: {count} records in {seconds:.2f} s ({count / seconds:.0f} records/s); GETs {gets}")
 
 
 def _compare(server, n: int) -> None:
