@@ -10,6 +10,9 @@
   fingerprint is a digest of the member listing. A ``.tar.gz`` is decompressed whole. On an object store the
   headers are read by range GETs and the index kept by the object's pin (``zephon.storage.objects.tars``);
   the fingerprint is the pin, as for every object shard.
+* MDS folders of records: ``index.json`` and each shard's header (``zephon.storage.mds_records``; a compressed
+  shard decompressed whole); on object stores and the Hub by one range request a shard
+  (``zephon.storage.objects.mds``, ``zephon.storage.hub.mds``), the fingerprint being the file's pin there.
 * JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
