@@ -1,7 +1,7 @@
 """Object storage: executor throughput over s3:// against the same plan on local disk, planning 1,000 shards from
 footers, and requests per shard — against moto's S3 server on 127.0.0.1, started here.
 
-Run: python benchmarks/bench_objects.py [--copies 4] [--repeats 3] [--shards 1000]
+Run: python benchmarks/bench_objects.py [--copies 4] [--repeats 3] [--shards 1000] [--mds-shards 500] [--mds-only]
 
 Corpus: ``--copies`` seeds of the demo corpus (prose / code / short, 7 Parquet shards a seed, ~4 MB of text),
 mixed 0.5/0.3/0.2, uploaded to a bucket; the demo tokenizer; max_length 2049, microbatch 8. One plan over the
@@ -16,6 +16,11 @@ byte for byte). Throughput, tokens per second, best of ``--repeats`` interleaved
 Ratios are s3 ÷ local, same cores, same run. Planning: ``--shards`` small Parquet objects (100 rows each)
 listed and planned from footers with an empty metadata cache; seconds and GETs. Requests per shard: GETs
 counted by ``zephon.storage.objects.reads.REQUESTS`` at plan time and at read time.
+
+MDS records (``--mds-shards N``; ``--mds-only`` runs only this): an MDS folder of N shards (each a copy of the
+5-sample fixture shard, 4,700 bytes, tests/fixtures/records_mds) and an index.json listing them, planned with an
+empty cache: seconds, GETs by kind and bytes per shard (the index once, then each shard's 28-byte header); then
+every record of that plan read in range mode and in cache mode (seconds, GETs).
 
 The baseline for the alternative client, measured once when obstore was chosen (same server, 200 objects):
 ``--compare`` lists the bucket and reads every footer with pyarrow.fs.S3FileSystem, for the commit's figures.
@@ -70,6 +75,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--shards", type=int, default=1000)
     parser.add_argument("--compare", action="store_true", help="also list + read footers with pyarrow.fs")
+    parser.add_argument("--mds-shards", type=int, default=500)
+    parser.add_argument("--mds-only", action="store_true", help="only the MDS planning figure")
     args = parser.parse_args()
 
     from demo_grammar import write_demo_dataset
@@ -86,6 +93,10 @@ def main() -> None:
         os.environ.update(server.env())
         bucket = Bucket(server=server, cloud="s3", name="bench")
         server.create_bucket("bench")
+        if args.mds_shards:
+            _mds(server, work, args.mds_shards)
+        if args.mds_only:
+            return
         local_root = work / "local"
         for copy in range(args.copies):
             demo = Path(write_demo_dataset(local_root / f"seed{copy}", seed=copy))
@@ -146,6 +157,83 @@ def main() -> None:
             _compare(server, args.shards)
     finally:
         server.stop()
+
+
+def _mds(server, work: Path, n: int) -> None:
+    """Plan ``n`` MDS shards on S3 from index.json and headers; GETs and bytes per shard."""
+    import json
+
+    from servers.object_fixtures import Bucket
+
+    from zephon.io import Dataset
+    from zephon.storage.objects import mds as object_mds
+    from zephon.storage.objects.reads import REQUESTS
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    fixture = HERE.parent / "tests" / "fixtures" / "records_mds" / "pairs"
+    entry = json.loads((fixture / "index.json").read_text())["shards"][0]
+    shard = (fixture / entry["raw_data"]["basename"]).read_bytes()
+    names = [f"shard.{i:05d}.mds" for i in range(n)]
+    index = {"shards": [{**entry, "raw_data": {**entry["raw_data"], "basename": name}} for name in names], "version": 2}
+    server.create_bucket("mds")
+    objects = {f"pairs/{name}": shard for name in names} | {"pairs/index.json": json.dumps(index).encode()}
+    Bucket(server=server, cloud="s3", name="mds").put_many(objects)
+    got = {"bytes": 0}
+    get_range = object_mds.get_range
+
+    def counted(*args, **kwargs):  # bytes of every GET planning makes through the MDS module
+        data, meta = get_range(*args, **kwargs)
+        got["bytes"] += len(data)
+        return data, meta
+
+    def plan(out: str, cache: str | None = None) -> float:
+        os.environ["ZEPHON_CACHE_DIR"] = str(work / f"cache-{cache or out}")  # a new one: every header read
+        start = time.perf_counter()
+        source = StaticMixtureWorkSource(
+            datasets=[Dataset.from_path("pairs", "s3://mds/pairs/")], mixture=MixtureSpec({"pairs": 1.0}), seed=1
+        )
+        source.plan(work / out)
+        return time.perf_counter() - start
+
+    local = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("pairs", str(fixture))], mixture=MixtureSpec({"pairs": 1.0}), seed=1
+    )
+    local.plan(work / "plan-mds-warmup")  # the planner's imports, not counted
+    following = object_mds.following
+    object_mds.following = lambda file, n: ()  # no header read ahead: one GET after another
+    one_by_one = plan("plan-mds-1")
+    object_mds.following = following
+    object_mds.get_range = counted
+    REQUESTS.clear()
+    seconds = plan("plan-mds-2")
+    object_mds.get_range = get_range
+    gets = {k: v for k, v in REQUESTS.items() if v}
+    REQUESTS.clear()
+    replan = plan("plan-mds-3", cache="plan-mds-2")  # the same cache: checked shards remembered by pin
+    replan_gets = {k: v for k, v in REQUESTS.items() if v}
+    runs = {}
+    for mode in ("range", "cache"):  # every record of the plan, 32 a microbatch, nothing decoded
+        from zephon import Pipeline
+        from zephon.specs import CacheOptions, StoreOptions
+
+        io = StoreOptions(remote_read="range")
+        if mode == "cache":
+            io = StoreOptions(cache=CacheOptions(enabled=True, root=str(work / "mds-shards"), limit_bytes=1 << 30))
+        REQUESTS.clear()
+        start = time.perf_counter()
+        pipe = Pipeline.from_plan(work / "plan-mds-2").options(io_options=io).batch(microbatch_size=32, collate=list)
+        count = sum(len(b.data) for b in pipe)
+        runs[mode] = (count, time.perf_counter() - start, {k: v for k, v in REQUESTS.items() if v})
+    index_bytes = len(objects["pairs/index.json"])
+    print(
+        f"planning {n} MDS shards ({len(shard)} bytes each, index.json {index_bytes} bytes): {seconds:.2f} s "
+        f"({one_by_one:.2f} s without headers read ahead); requests {gets}; "
+        f"{(sum(gets.values()) - gets.get('list', 0)) / n:.3f} GETs per shard; "
+        f"{got['bytes']} bytes read = index.json + {(got['bytes'] - index_bytes) / n:.0f} bytes per shard; "
+        f"re-planned in {replan:.2f} s with requests {replan_gets}"
+    )
+    for mode, (count, seconds, gets) in runs.items():
+        print(f"run, {mode} mode: {count} records in {seconds:.2f} s ({count / seconds:.0f} records/s); GETs {gets}")
 
 
 def _compare(server, n: int) -> None:

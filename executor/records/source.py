@@ -1,8 +1,8 @@
 """Where a record pipeline's records come from: whole rows of Parquet and JSONL shards (every column), read by
 the executor's ``ShardReader`` in record mode (local, through the shard cache, or by ranges), WebDataset
 samples of tar shards (``zephon.executor.records.tar``: local, object stores by range GETs or any remote shard
-through the shard cache), MDS samples (``zephon.executor.records.mds``, local), and the plan positions they
-stand at (``PlanPositions``).
+through the shard cache), MDS samples (``zephon.executor.records.mds``: local, object stores by range GETs,
+any remote shard through the shard cache), and the plan positions they stand at (``PlanPositions``).
 
 A Parquet row becomes a dict of its columns: a Hugging Face ``datasets`` image column (struct ``{bytes, path}``)
 arrives as ``{"bytes": b"...", "path": "..."}``, a binary column as ``bytes``, a list column as a list. A JSONL
@@ -20,6 +20,7 @@ import numpy as np
 from zephon.executor.operators import Where
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.records import mds
 from zephon.executor.records.mds import MdsRecords
 from zephon.executor.records.tar import TarShard, open_copy, open_local, open_object
 from zephon.plan.records import ShardRef
@@ -82,7 +83,7 @@ class RecordReader:
             self._open.popitem(last=False)[1].close()
         shard: TarShard | MdsRecords
         if ref.format == "mds":
-            shard = MdsRecords(ref)
+            shard = self._mds(ref)
         elif is_object_uri(ref.uri) and self.reader.ranged:
             shard = open_object(ref, self.reader.credentials)
         elif is_remote_uri(ref.uri):
@@ -92,6 +93,14 @@ class RecordReader:
             shard = open_local(ref)
         self._open[shard_id] = shard
         return shard
+
+    def _mds(self, ref: ShardRef) -> MdsRecords:
+        if is_object_uri(ref.uri) and self.reader.ranged:
+            return mds.open_object(ref, self.reader.credentials)
+        if is_remote_uri(ref.uri):
+            handle = self.reader.acquire(ref)
+            return mds.open_copy(ref, str(handle.path), handle.close)
+        return mds.open_local(ref)
 
     def close(self) -> None:
         while self._open:

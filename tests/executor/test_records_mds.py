@@ -127,3 +127,82 @@ def test_a_text_pipeline_over_records_shards_is_refused_in_one_line(tmp_path: Pa
         ConfigError, match=r"shard .*shard\.0000\d\.mds is an MDS shard of records, got a reader of text"
     ):
         list(pipe.pack_flat(max_length=17).batch(microbatch_size=2))
+
+
+def records_of(plan: Path) -> list[dict]:
+    return [r for b in Pipeline.from_plan(plan).batch(microbatch_size=3, collate=list) for r in b.data]
+
+
+@pytest.mark.parametrize("algorithm", ["zstd", "gz", "bz2"])
+def test_compressed_mds_shards_read_whole_give_the_samples_of_the_raw_shards(tmp_path: Path, algorithm: str):
+    folder = FIXTURES / "records_mds" / "compressed" / algorithm
+    plan = plan_of(folder, tmp_path / "plan")
+    shards = pq.read_table(plan / "shards.parquet").to_pylist()
+    assert [(Path(s["uri"]).name, s["rows"]) for s in shards] == [
+        (f"shard.00000.mds.{algorithm}", 5),
+        (f"shard.00001.mds.{algorithm}", 2),
+    ]
+    assert [s["bytes"] for s in shards] == [(folder / Path(s["uri"]).name).stat().st_size for s in shards]
+    assert all(s["fingerprint"].startswith("mdsindex:") for s in shards)
+    raw = plan_of(PAIRS, tmp_path / "raw")
+    order = ["position", "shard_id", "row", "epoch"]  # deals differ: they follow the shards' bytes on disk
+    want = pq.read_table(raw / "samples.parquet", columns=order).to_pydict()
+    assert pq.read_table(plan / "samples.parquet", columns=order).to_pydict() == want
+    assert records_of(plan) == records_of(raw)
+
+
+def test_a_compression_zephon_does_not_decode_is_refused_at_planning_in_one_line(tmp_path: Path):
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*/compressed/br/shard\.00000\.mds\.br must be compressed with one of "
+        r"zstd, gz, bz2 \(or not at all\), got 'br' — rewrite the dataset with MDSWriter\(compression='zstd'\) or "
+        r"None$",
+    ):
+        plan_of(FIXTURES / "records_mds" / "compressed" / "br", tmp_path / "plan")
+
+
+def test_a_compressed_shard_changed_or_damaged_is_one_line_at_run_time_and_at_planning(tmp_path: Path):
+    folder = tmp_path / "packed"
+    shutil.copytree(FIXTURES / "records_mds" / "compressed" / "zstd", folder)
+    plan = plan_of(folder, tmp_path / "plan")
+    shard = folder / "shard.00001.mds.zstd"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, same header: the digest of the compressed bytes tells
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        DatasetError, match=r"^dataset 'pairs': MDS shard .*shard\.00001\.mds\.zstd changed since planning: it must "
+    ):
+        records_of(plan)
+    shard.write_bytes(bytes(len(data)))  # zeros: not a zstd frame
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*shard\.00001\.mds\.zstd must decompress with zstd, got .* — the shard is "
+        r"damaged; copy it again$",
+    ):
+        plan_of(folder, tmp_path / "again")
+
+
+def test_a_folder_missing_a_shard_index_json_lists_is_one_line(tmp_path: Path):
+    folder = tmp_path / "pairs"
+    shutil.copytree(PAIRS, folder)
+    (folder / "shard.00001.mds").unlink()
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*/pairs/shard\.00001\.mds must exist as index\.json lists, got no such "
+        r"file — copy every shard index\.json lists$",
+    ):
+        plan_of(folder, tmp_path / "plan")
+
+
+def test_a_compressed_shard_that_decompresses_to_another_size_than_index_json_says_is_one_line(tmp_path: Path):
+    folder = tmp_path / "packed"
+    shutil.copytree(FIXTURES / "records_mds" / "compressed" / "gz", folder)
+    index = json.loads((folder / "index.json").read_text())
+    index["shards"][1]["raw_data"]["bytes"] = 9999
+    (folder / "index.json").write_text(json.dumps(index))
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': MDS shard .*/shard\.00001\.mds\.gz must decompress to 9999 bytes as index\.json says, "
+        r"got 2060 — the shard is from another write; copy it again$",
+    ):
+        plan_of(folder, tmp_path / "plan")

@@ -215,10 +215,14 @@ class Dataset:
             )
         if text.startswith("hf://"):
             from zephon.storage.hub.client import resolve_hf_dataset
+            from zephon.storage.hub.mds import mds_split
             from zephon.storage.remote import remote_uri
 
             resolved = resolve_hf_dataset(text)
-            files = tuple(SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f) for f in resolved.files)
+            files = tuple(
+                SourceFile(uri=remote_uri(f), format=f.format, size=f.size, remote=f, entry=f.entry)
+                for f in mds_split(resolved.files)  # an MDS split: the shards its index.json lists
+            )
             return cls(name=name, path=text, files=files, pinned=str(resolved.pinned), selection=selection)
         return cls(name=name, path=text, files=discover_local_files(name, text), pinned=text, selection=selection)
 

@@ -56,6 +56,8 @@ class SourceFile:
     #: Remote shards only: the ``zephon.storage.hub.client.RemoteFile`` or the pinned
     #: ``zephon.storage.objects.reads.ObjectFile`` it stands for.
     remote: object | None = None
+    #: Remote MDS shards only: the shard's ``index.json`` entry (JSON), read once with the index at listing.
+    entry: str | None = None
 
 
 def display_path(path: str | os.PathLike[str]) -> str:

@@ -10,6 +10,9 @@
   fingerprint is a digest of the member listing. A ``.tar.gz`` is decompressed whole. On an object store the
   headers are read by range GETs and the index kept by the object's pin (``zephon.storage.objects.tars``);
   the fingerprint is the pin, as for every object shard.
+* MDS folders of records: ``index.json`` and each shard's header (``zephon.storage.mds_records``; a compressed
+  shard decompressed whole); on object stores and the Hub by one range request a shard
+  (``zephon.storage.objects.mds``, ``zephon.storage.hub.mds``), the fingerprint being the file's pin there.
 * JSONL (plain, gzip, zstd): one scan decompresses the file, counts rows (see ``zephon.storage.jsonl``) and
   hashes the compressed bytes. The result (row count, row byte offsets in the decompressed stream,
   fingerprint) is cached under ``$ZEPHON_CACHE_DIR/jsonl-index`` keyed by the file's absolute path, size and
@@ -51,6 +54,10 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         return ShardInfo(
             uri=file.uri, format=file.format, rows=len(index), bytes=file.size, row_groups=1, fingerprint=pinned.pin
         )
+    if isinstance(file.remote, ObjectFile) and file.format == "mds":  # index.json's entry, the header by a range GET
+        from zephon.storage.objects.mds import scan_mds_object
+
+        return scan_mds_object(dataset, file)
     if isinstance(file.remote, ObjectFile):  # an object-store shard (zephon.storage.objects)
         from zephon.storage.objects.scan import scan_object
 
@@ -65,6 +72,10 @@ def scan_shard(dataset: str, file: SourceFile) -> ShardInfo:
         return ShardInfo(
             uri=file.uri, format=file.format, rows=rows, bytes=file.size, row_groups=groups, fingerprint=pin
         )
+    if file.remote is not None and file.format == "mds":  # MDS records on the Hub: the header by a range request
+        from zephon.storage.hub.mds import scan_hub_mds
+
+        return scan_hub_mds(dataset, file.remote)  # type: ignore[arg-type]
     if file.remote is not None:
         from zephon.storage.remote import scan_remote
 

@@ -40,6 +40,7 @@ from zephon.storage.hub.discovery import SUPPORTED_FORMATS, file_format, select_
 from zephon.storage.hub.errors import HTTP_ERRORS, check_online, http_error
 from zephon.storage.hub.paths import HfPath, is_commit_sha, parse_hf_path
 from zephon.storage.hub.retry import RetryPolicy, retry_policy, with_retries
+from zephon.storage.mds_compression import compression_of
 from zephon.storage.progress import track
 
 __all__ = [
@@ -70,7 +71,9 @@ class RemoteFile:
     path_in_repo: str
     size: int
     etag: str  # the LFS sha256 for LFS files, the git blob sha1 otherwise
-    format: str  # one of zephon.storage.hub.discovery.SUPPORTED_FORMATS
+    format: str  # one of zephon.storage.hub.discovery.SUPPORTED_FORMATS; an MDS split's json and mds files
+    #: MDS shards only: the shard's ``index.json`` entry (JSON).
+    entry: str | None = None
 
     def url(self, endpoint: str | None = None) -> str:
         """The resolve URL of this file at its commit on ``endpoint`` (default: :func:`hub_endpoint`)."""
@@ -91,6 +94,19 @@ class ResolvedHfDataset:
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
+
+
+def _is_mds_name(path: str) -> bool:
+    name = path.rpartition("/")[2]
+    return name.endswith(".mds") or compression_of(name) is not None
+
+
+def _is_mds_split(paths: list[str], entries: Mapping[str, object]) -> bool:
+    """A split whose data files are one ``index.json`` with MDS shards beside it (zephon.storage.hub.mds)."""
+    if len(paths) != 1 or paths[0].rpartition("/")[2] != "index.json":
+        return False
+    folder = paths[0].rpartition("/")[0]
+    return any(p.rpartition("/")[0] == folder and _is_mds_name(p) for p in entries)
 
 
 def resolve_hf_dataset(
@@ -119,6 +135,10 @@ class _Resolver:
         card = info.card_data.to_dict() if info.card_data is not None else {}
         commit = str(info.sha)
         config, split, paths, entries = select_original(hf, commit, card, lambda prefix: self._list(commit, prefix))
+        if _is_mds_split(paths, entries):  # index.json beside MDS shards: the folder's index and shards, which
+            folder = paths[0].rpartition("/")[0]  # zephon.storage.hub.mds turns into the shards the index lists
+            paths = [p for p in entries if p.rpartition("/")[0] == folder and (p == paths[0] or _is_mds_name(p))]
+            return self._result(commit, "original", config, split, paths, entries)
         tars = [p for p in paths if file_format(p) in ("tar", "tar.gz")]
         if tars and len(tars) < len(paths):  # archives beside other data files are not WebDataset shards: left
             paths = [p for p in paths if p not in tars]  # out as before tars were read (a split of tars only is)
@@ -164,7 +184,8 @@ class _Resolver:
         for path in sorted(paths):
             entry = entries[path]
             etag = entry.lfs.sha256 if entry.lfs is not None else entry.blob_id
-            fmt = file_format(path) or "parquet"
+            fmt = file_format(path) or ("json" if path.endswith("index.json") else "parquet")
+            fmt = "mds" if _is_mds_name(path) else fmt
             files.append(
                 RemoteFile(
                     repo_id=self.hf.repo_id,

@@ -27,6 +27,7 @@ from zephon.specs import StoreCredentials
 from zephon.storage.local import SUPPORTED_SUFFIXES, SourceFile, detect_format, shards_of
 from zephon.storage.objects import stores
 from zephon.storage.objects.errors import object_error
+from zephon.storage.objects.mds import is_mds_listing, mds_objects
 from zephon.storage.objects.paths import ObjectPath, parse_object_path
 from zephon.storage.objects.reads import ObjectFile, count_request, quoted_etag, transient
 from zephon.storage.objects.scan import remember_listing
@@ -97,6 +98,8 @@ def discover_objects(dataset: str, text: str, credentials: Iterable[StoreCredent
         else:
             prefix = path.key if not path.key or path.key.endswith("/") else path.key + "/"
             metas = [m for m in list_objects(path, prefix, creds) if not _hidden(m["path"][len(prefix) :])]
+            if is_mds_listing(prefix, metas):  # an MDS folder: its shards are what index.json lists
+                return mds_objects(dataset, path, prefix, _outside_bundles(dataset, path, metas), creds)
             if not metas:
                 raise DatasetError(
                     f"dataset {dataset!r}: path {path.uri!r} must name an object or a prefix holding shards "
