@@ -37,6 +37,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, ZephonError, one_line
 from zephon.executor.operators import source_hash
+from zephon.executor.records import mds
 from zephon.executor.records.mds import MdsRecords
 from zephon.executor.records.tar import TarShard, open_bytes, open_local, sample_key
 from zephon.plan.records import ShardRef
@@ -89,25 +90,31 @@ def resolve(dataset: str, path: str) -> CostFunction:
     return CostFunction(path=path, fn=obj, source=source)
 
 
-def _tar(ref: ShardRef) -> TarShard:
-    if not is_remote_uri(ref.uri):
-        return open_local(ref)
+def _remote_bytes(ref: ShardRef) -> bytes:
+    """A remote shard's bytes, read whole with one request (a Hub file, or an object carrying its pin)."""
     if is_hub_uri(ref.uri):
         from zephon.storage.hub.client import read_remote_range
         from zephon.storage.remote import remote_file
 
         hub = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
-        return open_bytes(ref, read_remote_range(hub, 0, ref.bytes) if ref.bytes else b"")
+        return read_remote_range(hub, 0, ref.bytes) if ref.bytes else b""
     from zephon.storage.objects.reads import object_file, read_whole
 
-    obj = object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
-    return open_bytes(ref, read_whole(obj))
+    return read_whole(object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format))
+
+
+def _tar(ref: ShardRef) -> TarShard:
+    return open_local(ref) if not is_remote_uri(ref.uri) else open_bytes(ref, _remote_bytes(ref))
+
+
+def _mds(ref: ShardRef) -> MdsRecords:
+    return mds.open_local(ref) if not is_remote_uri(ref.uri) else mds.open_bytes(ref, _remote_bytes(ref))
 
 
 def shard_samples(ref: ShardRef) -> Iterator[list[Any]]:
     """Every sample of ``ref`` in row order, a chunk at a time, as a record pipeline reads it before operators."""
     if ref.format in TAR_FORMATS or ref.format == "mds":
-        shard: TarShard | MdsRecords = MdsRecords(ref) if ref.format == "mds" else _tar(ref)
+        shard: TarShard | MdsRecords = _mds(ref) if ref.format == "mds" else _tar(ref)
         try:
             for start in range(0, ref.rows, CHUNK):
                 yield shard.read(np.arange(start, min(start + CHUNK, ref.rows), dtype=np.int64))

@@ -218,6 +218,17 @@ def test_an_mds_samples_decoded_values_reach_the_function(functions, tmp_path):
     assert costs_of(plan) == [e["label"] + len(e["caption"]) + 8 for e in expected]  # 8 × 8 JPEGs
 
 
+def test_an_mds_dataset_on_s3_and_compressed_gets_the_local_costs(functions, tmp_path, s3):
+    """A remote MDS shard is read whole by the pass (one GET), a compressed one decompressed: the same costs."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures" / "records_mds"
+    fn = computed_cost(f"{functions}:mds_cost")
+    local = costs_of(source(fixtures / "pairs", fn).plan(tmp_path / "local", workers=1))
+    s3.upload_dir(fixtures / "pairs", "mds/")
+    assert costs_of(source(s3.url("mds/"), fn).plan(tmp_path / "s3", workers=1)) == local
+    zstd = costs_of(source(fixtures / "compressed" / "zstd", fn).plan(tmp_path / "zstd", workers=1))
+    assert zstd == local and len(local) > 0
+
+
 @pytest.mark.parametrize(
     ("name", "match"),
     [
