@@ -192,6 +192,8 @@ def read_shard(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple
     column names."""
     if ref.format in TAR_FORMATS:
         return _read_tar_keys(dataset, index, ref, wanted)
+    if ref.format == "mds":
+        return _read_mds_columns(dataset, index, ref, wanted)
     if ref.format != "parquet":
         return _read_jsonl(dataset, index, ref, wanted)
     if not is_remote_uri(ref.uri):
@@ -271,6 +273,33 @@ def _read_tar_keys(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> t
         keys = tar_index(ref.uri, ref.format, ref.bytes, where).keys
     table = pa.table({TAR_KEY: pa.array(keys, pa.string())}) if wanted(TAR_KEY) else pa.table({})
     return _numbered(table, len(keys), index), [TAR_KEY]
+
+
+def _read_mds_columns(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tuple[pa.Table, list[str]]:
+    """The referenced columns of an MDS shard's samples, decoded as a record pipeline decodes them (``str``,
+    numbers, ``json``; ``jpeg``/``png``/``bytes`` as BLOBs). Unlike a tar's keys, they live inside the samples:
+    the shard's samples are read (each byte of it), a chunk at a time, and only the referenced columns kept."""
+    from zephon.planner.counts.cost_worker import shard_samples
+
+    names: list[str] = []
+    values: dict[str, list[Any]] = {}
+    for chunk in shard_samples(ref):
+        for record in chunk:
+            if not names:
+                names = [n for n in record if not n.startswith("__")]
+                values = {n: [] for n in names if wanted(n)}
+            for name, column in values.items():
+                column.append(record[name])
+    arrays = {}
+    for name, column in values.items():
+        try:
+            arrays[name] = pa.array(column)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise DatasetError(
+                f"dataset {dataset!r}: MDS shard {ref.uri} column {name!r} must hold values of one type to be "
+                f"selected on, got {one_line(exc)} — select on another column, or use a sidecar (metadata=)"
+            ) from exc
+    return _numbered(pa.table(arrays) if arrays else pa.table({}), ref.rows, index), names
 
 
 def _jsonl_bytes(ref: ShardRef) -> bytes:

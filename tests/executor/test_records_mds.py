@@ -206,3 +206,25 @@ def test_a_compressed_shard_that_decompresses_to_another_size_than_index_json_sa
         r"got 2060 — the shard is from another write; copy it again$",
     ):
         plan_of(folder, tmp_path / "plan")
+
+
+def test_where_and_cost_over_an_mds_datasets_own_columns_read_its_samples_at_planning(tmp_path: Path, s3):
+    """label is -3, 7, 17, ... 57; score 0.0, 0.25, ... 1.5 (samples 0-4 in shard 0, 5-6 in shard 1)."""
+
+    def planned(folder: str, out: Path, **selection: str) -> tuple[list[tuple[int, int]], list[int]]:
+        ds = Dataset.from_path("pairs", folder, **selection)
+        source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"pairs": 1.0}), seed=11)
+        samples = pq.read_table(source.plan(out) / "samples.parquet").to_pydict()
+        return sorted(zip(samples["shard_id"], samples["row"], strict=True)), samples["tokens"]
+
+    rows, _ = planned(str(PAIRS), tmp_path / "where", where="label > 10 AND score < 1.2 AND caption LIKE 'caption%'")
+    assert rows == [(0, 2), (0, 3), (0, 4)]
+    rows, costs = planned(str(PAIRS), tmp_path / "cost", cost="label + 3 + octet_length(image) * 0")
+    assert rows == [(s, r) for s, n in ((0, 5), (1, 2)) for r in range(n)]
+    by_row = dict(zip(rows, sorted(costs), strict=True))
+    assert sorted(by_row.values()) == [e["label"] + 3 for e in EXPECTED]
+    s3.upload_dir(PAIRS, "pairs/")  # on an object store: the same selection
+    remote, _ = planned(s3.url("pairs/"), tmp_path / "s3", where="label > 10 AND score < 1.2")
+    assert remote == [(0, 2), (0, 3), (0, 4)]
+    with pytest.raises(DatasetError, match=r"^dataset 'pairs': [^\n]*must be a number ≥ 0 [^\n]*got negative"):
+        planned(str(PAIRS), tmp_path / "bad", cost="label")
