@@ -148,6 +148,7 @@ class ShardReader:
         (``zephon.executor.token_stores.shards``)."""
         self._documents = BadDocuments(field_name, on_bad_document, on_skip, skippable=skippable, convert=convert)
         self._shards = {s.shard_id: s for s in shards}
+        self._cache_keys: dict[int, str] = {}  # shard id → its shard cache key (``_next_use_keys``), made once
         self._copies = copies or {}
         self._stores = stores
         self._capacity = max(1, capacity)
@@ -210,7 +211,10 @@ class ShardReader:
     def _next_use_keys(self) -> dict[str, int] | None:
         if self.next_use is None:
             return None
-        return {remote_spec(self._shards[s]).key: p for s, p in self.next_use.items() if p is not None}
+        keys = self._cache_keys
+        for s in self.next_use.keys() - keys.keys():
+            keys[s] = remote_spec(self._shards[s]).key
+        return {keys[s]: p for s, p in self.next_use.items() if p is not None}
 
     @contextmanager
     def uncounted(self) -> Iterator[None]:

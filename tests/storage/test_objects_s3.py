@@ -271,3 +271,20 @@ def test_a_process_forked_after_reading_object_storage_refuses_in_one_line_and_s
         got["fork"],
     ), got["fork"]
     assert got["spawn"] == expected
+
+
+def test_a_cached_run_makes_each_shards_cache_key_once(s3, tmp_path, monkeypatch, tokenizer_dir) -> None:
+    """The reader tells the cache each shard's next use by its key at every acquire: made once a shard, not once a
+    shard and acquire (60 shards made 3,360 cache entries before, 120 now)."""
+    import zephon.executor.read.shard_reader as shard_reader
+
+    s3.upload_dir(write_jsonl_dataset(tmp_path, "web", [3] * 60), "web/")
+    ds = Dataset.from_path("web", s3.url("web/"))
+    plan = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1).plan(tmp_path / "p")
+    made = []
+    real = shard_reader.remote_spec
+    monkeypatch.setattr(shard_reader, "remote_spec", lambda *a, **k: made.append(1) or real(*a, **k))
+    cached = StoreOptions(cache=CacheOptions(enabled=True, root=str(tmp_path / "shards"), limit_bytes=1 << 30))
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=16)
+    batches = list(pipe.batch(microbatch_size=4).options(io_options=cached))
+    assert len(batches) > 60 and len(made) == 2 * 60  # one entry to acquire each shard, one key each
