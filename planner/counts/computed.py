@@ -23,9 +23,7 @@ Worked example: 3 shards, 1 cached, ``workers=2``: the two others go one to each
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -36,7 +34,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError, ZephonError
 from zephon.plan.records import ShardRef
 from zephon.planner.counts.cost_worker import CostFunction, compute_shard, resolve, save_atomic
-from zephon.planner.counts.lengths import worker_lines
+from zephon.planner.counts.lengths import start_workers, worker_lines
 from zephon.planner.ray_cluster import check_engine
 from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.dataset import Dataset
@@ -124,21 +122,8 @@ def _run_workers(
         loads[w] += jobs[i][0].bytes
         ref, fn = jobs[i]
         tasks[w].append({"ref": asdict(ref), "out": str(paths[i]), "function": fn.path, "source": fn.source})
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "zephon.planner.counts.cost_worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for t in tasks
-        if t
-    ]
-    for proc, t in zip(procs, [t for t in tasks if t], strict=True):
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps({"sys_path": [p for p in sys.path if p], "tasks": t}))
-        proc.stdin.close()
+    payloads = [{"sys_path": [p for p in sys.path if p], "tasks": t} for t in tasks if t]
+    procs = start_workers("zephon.planner.counts.cost_worker", payloads)
     failure: ZephonError | None = None
     try:
         for message in worker_lines(procs):

@@ -120,20 +120,7 @@ def _counts_path(ref: ShardRef, field: str, tokenizer_fingerprint: str) -> Path:
 def _run_workers(jobs: list[dict], bar: tqdm) -> int:
     """Run count workers as subprocesses, advancing ``bar`` (a ``progress_bar``) per shard; return the tokens
     they counted."""
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "zephon.planner.counts.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in jobs
-    ]
-    for proc, job in zip(procs, jobs, strict=True):
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps(job))
-        proc.stdin.close()
+    procs = start_workers("zephon.planner.counts.worker", jobs)
     tokens = 0
     for message in worker_lines(procs):
         tokens += message["tokens"]
@@ -146,6 +133,26 @@ def _run_workers(jobs: list[dict], bar: tqdm) -> int:
             last = err.strip().splitlines()[-1] if err.strip() else f"exit code {proc.returncode}"
             raise ZephonError(f"the count pass must finish every shard, got a worker failure: {last}")
     return tokens
+
+
+def start_workers(module: str, payloads: Sequence[object]) -> list[subprocess.Popen[str]]:
+    """One ``python -m module`` worker process per payload, each given its payload as JSON on stdin (read with
+    :func:`worker_lines`)."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", module],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in payloads
+    ]
+    for proc, payload in zip(procs, payloads, strict=True):
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(payload))
+        proc.stdin.close()
+    return procs
 
 
 def worker_lines(procs: Sequence[subprocess.Popen[str]]) -> Iterator[dict[str, Any]]:

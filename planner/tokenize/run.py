@@ -20,10 +20,7 @@ prefixes ``OUT/prose/prose-00000`` … ``OUT/short/short-00000``; run again, all
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -35,7 +32,7 @@ from zephon.errors import ConfigError, StorageError, ZephonError, ZephonWarning
 from zephon.executor.encode.encoders import AnyEncoder, make_encoder
 from zephon.executor.token_stores.megatron_writer import megatron_dtype, sweep_temporaries
 from zephon.plan.records import ShardRef
-from zephon.planner.counts.lengths import worker_lines
+from zephon.planner.counts.lengths import start_workers, worker_lines
 from zephon.planner.tokenize.prefixes import Expected, prefix_names, resume_state
 from zephon.planner.tokenize.records import RECORD_SUFFIX, StoreRecord
 from zephon.planner.tokenize.shard import ShardTask, check_encoder, write_shard_store
@@ -262,19 +259,8 @@ def _run_workers(
         w = loads.index(min(loads))
         loads[w] += task.ref.bytes
         jobs[w].append(task_json(task))
-    procs = []
-    for tasks in jobs:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "zephon.planner.tokenize.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert proc.stdin is not None
-        proc.stdin.write(json.dumps({"tokenize": asdict(spec), "dtype": str(dtype), "tasks": tasks}))
-        proc.stdin.close()
-        procs.append(proc)
+    payloads = [{"tokenize": asdict(spec), "dtype": str(dtype), "tasks": tasks} for tasks in jobs]
+    procs = start_workers("zephon.planner.tokenize.worker", payloads)
     records: list[StoreRecord] = []
     for message in worker_lines(procs):
         if "rows" in message:
