@@ -290,16 +290,12 @@ def _read_mds_columns(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -
                 values = {n: [] for n in names if wanted(n)}
             for name, column in values.items():
                 column.append(record[name])
-    arrays = {}
-    for name, column in values.items():
-        try:
-            arrays[name] = pa.array(column)
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise DatasetError(
-                f"dataset {dataset!r}: MDS shard {ref.uri} column {name!r} must hold values of one type to be "
-                f"selected on, got {one_line(exc)} — select on another column, or use a sidecar (metadata=)"
-            ) from exc
-    return _numbered(pa.table(arrays) if arrays else pa.table({}), ref.rows, index), names
+
+    def what(name: str) -> str:
+        return f"dataset {dataset!r}: MDS shard {ref.uri} column {name!r} must hold one type to be selected on"
+
+    fix = "select on another column, or use a sidecar (metadata=)"
+    return _numbered(_arrow_columns(values, what, fix), ref.rows, index), names
 
 
 def _jsonl_bytes(ref: ShardRef) -> bytes:
@@ -352,16 +348,22 @@ def _read_jsonl(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -> tupl
         for column in values.values():
             if len(column) == row:  # the row lacks it
                 column.append(None)
+    def what(name: str) -> str:
+        return f"dataset {dataset!r}: field {name!r} of shard {ref.uri} must hold one type in every row"
+
+    return _numbered(_arrow_columns(values, what, "write it with one type"), len(starts), index), list(fields)
+
+
+def _arrow_columns(values: dict[str, list[Any]], what: Callable[[str], str], fix: str) -> pa.Table:
+    """``values`` (column → Python values) as an Arrow table; a column Arrow cannot type is one line: ``what``
+    (of the column's name), what Arrow said, ``fix``."""
     arrays = {}
-    for key, column in values.items():
+    for name, column in values.items():
         try:
-            arrays[key] = pa.array(column)
+            arrays[name] = pa.array(column)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise DatasetError(
-                f"dataset {dataset!r}: field {key!r} of shard {ref.uri} must hold one type in every row, got "
-                f"{one_line(exc)} — write it with one type"
-            ) from exc
-    return _numbered(pa.table(arrays), len(starts), index), list(fields)
+            raise DatasetError(f"{what(name)}, got {one_line(exc)} — {fix}") from exc
+    return pa.table(arrays) if arrays else pa.table({})
 
 
 def read_documents(dataset: str, refs: Sequence[ShardRef], wanted: Wanted) -> tuple[pa.Table, list[str]]:
