@@ -8,12 +8,12 @@ The data is ``test_record_costs``'s: img costs 12 7 6 9 5 10, txt costs 2 3 4 5 
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from support.doc_blocks import run_block
 from test_record_costs import IN_ORDER, PATCHES, _pack, bins_rows, column, packed, steps_of, write_data
 
 from zephon import Pipeline
@@ -329,12 +329,8 @@ def test_a_record_state_must_be_at_a_step_boundary_and_the_step_within_the_paren
 
 def test_the_records_page_s_phases_and_continuation_example_prints_what_it_shows(tmp_path: Path, monkeypatch, capsys):
 
-    page = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text(encoding="utf-8")
-    section = page.split("### Phases and continuations of cost plans", 1)[1]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
-    exec(compile(block, "<docs/records.md: Phases and continuations of cost plans>", "exec"), {})
-    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
+    shown = run_block("records.md", "### Phases and continuations of cost plans")
     assert capsys.readouterr().out.splitlines() == shown
 
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from support.doc_blocks import run_block
 
 from zephon import Pipeline
 from zephon.cli import cli
@@ -360,14 +361,8 @@ def _pack(max_cost: int, oversize: str = "refuse"):
 
 
 def test_the_records_page_s_costs_example_prints_what_it_shows(tmp_path: Path, monkeypatch, capsys):
-    import re
-
-    page = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text(encoding="utf-8")
-    section = page.split("## Costs and packing samples", 1)[1]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
-    exec(compile(block, "<docs/records.md: Costs and packing samples>", "exec"), {})
-    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
+    shown = run_block("records.md", "## Costs and packing samples")
     assert capsys.readouterr().out.splitlines() == shown
 
 

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from PIL import Image
+from support.doc_blocks import run_block
 
 from zephon.cli import cli
 from zephon.errors import ConfigError, DatasetError
@@ -309,17 +310,11 @@ def test_costs_on_hub_tar_shards_plan_as_the_local_copy(functions, wds, tmp_path
 
 
 def test_the_records_page_s_computed_cost_example_prints_what_it_shows(monkeypatch, capsys):
-    import re
-
-    page = (Path(__file__).resolve().parents[2] / "docs" / "records.md").read_text(encoding="utf-8")
-    section = page.split("### Computed costs: a function of each sample", 1)[1]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.setattr(sys, "path", list(sys.path))  # the example adds its folder
     try:
-        exec(compile(block, "<docs/records.md: Computed costs>", "exec"), {})
+        shown = run_block("records.md", "### Computed costs: a function of each sample", shown_prefix="# [")
     finally:
         sys.modules.pop("vlm_costs", None)
-    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# [")]
     assert capsys.readouterr().out.splitlines() == shown == ["[4, 11, 1]"]
 
 

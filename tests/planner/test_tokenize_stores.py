@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.doc_blocks import run_block
 
 from zephon.demo import demo_dataset_path, demo_dataset_paths, demo_tokenizer_path
 from zephon.errors import ConfigError, DatasetError, StorageError, ZephonWarning
@@ -200,15 +201,9 @@ def test_megatron_core_s_indexed_dataset_reads_the_stores(demo, tmp_path) -> Non
 
 
 def test_the_token_stores_page_s_writing_example_prints_what_it_shows(tmp_path, monkeypatch, capsys) -> None:
-    import re
-
-    page = (Path(__file__).resolve().parents[2] / "docs" / "token-stores.md").read_text(encoding="utf-8")
-    section = page.split("## Writing a store: `zephon tokenize`", 1)[1]
-    block = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     monkeypatch.setenv("ZEPHON_DEMO_DIR", str(tmp_path / "demo"))
     monkeypatch.chdir(tmp_path)
-    exec(compile(block, "docs/token-stores.md", "exec"), {})
-    shown = [line.removeprefix("# ") for line in block.splitlines() if line.startswith("# ")]
+    shown = run_block("token-stores.md", "## Writing a store: `zephon tokenize`")
     assert capsys.readouterr().out.splitlines() == shown
 
 
