@@ -27,7 +27,10 @@ of the plan, as iterating a ``Pipeline`` again does. ``load_state_dict`` starts 
 too).
 
 Without workers and without ``pin_memory`` the loader takes the pieces from its dataset itself: a ``DataLoader``
-would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``).
+would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``) — and its
+iteration starts on the runner ``num_steps()`` calibrated, if any (``zephon.run.KeptRunner``: the pipeline's, handed
+to the loader when it is made), reading the shards that calibration decoded. With workers that runner is closed
+once the steps are known: each worker reads its own shards.
 
 ``pin_memory``: with ``c = 1`` the DataLoader's pinning thread pins the pieces; with ``c > 1`` the loader
 concatenates straight into page-locked buffers. Without an accelerator it does nothing (torch's warning).
@@ -135,6 +138,8 @@ class PieceDataset(IterableDataset):
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
+        if info is None:  # in the loader's process: the runner num_steps() calibrated, if it is this one
+            return self._pieces(self.pipeline._iteration_runner())
         return self._pieces(self.pipeline._make_runner(worker, self.pieces))
 
     def _pieces(self, runner: Any) -> Iterator[WorkerPiece]:
@@ -167,6 +172,7 @@ class PipelineLoader:
         self.training = dict(training)
         self._pipeline = pipeline._with()  # the loader's own copy: the same plan, settings and encoder
         self._pipeline._known_steps = pipeline._known_steps
+        self._pipeline._kept, pipeline._kept = pipeline._kept, None  # num_steps()'s runner: this loader's to use
         self._state: dict[str, Any] | None = pipeline._pending_state  # where the next iteration starts
         geometry = pipeline.geometry()
         #: Items per microbatch (``zephon.executor.worker_share``); refuses a count that would repeat work.
@@ -181,6 +187,7 @@ class PipelineLoader:
             self._pipeline._pending_state = self._state
             if o.num_workers:  # once, here: the workers start from it instead of each calibrating
                 self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
+                self._pipeline._drop_kept()  # the workers read their own shards: this process's are released
             self._dataset = PieceDataset(self._pipeline, self.training, self.pieces, self._state)
             self._loader = DataLoader(
                 self._dataset,
