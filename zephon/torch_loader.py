@@ -50,6 +50,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from zephon.checks import is_int
 from zephon.errors import ConfigError
 from zephon.executor.batch import join_training
+from zephon.executor.cores import share_cores
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
 
@@ -94,9 +95,10 @@ class WorkerPiece:
     NumPy, not tensors, because of how an item crosses from a worker: the DataLoader moves each tensor through a
     shared-memory file of its own (a file, a descriptor passed on a socket, a mapping: about a millisecond per
     tensor on a small machine), while an array is pickled into the queue's pipe with its bytes — a copy of some
-    100 KB, tens of microseconds."""
+    100 KB, tens of microseconds. A piece made in the loader's own process (no workers) keeps its tensors as
+    they are (``local``): nothing crosses a process."""
 
-    arrays: dict[str, np.ndarray | int]
+    arrays: dict[str, np.ndarray | torch.Tensor | int]
     step: int
     microbatch: int
     state: dict[str, Any]
@@ -106,6 +108,10 @@ class WorkerPiece:
         arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
         return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
 
+    @classmethod
+    def local(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
+        return cls(arrays=dict(tensors), step=step, microbatch=microbatch, state=state)
+
     def tensors(self) -> Tensors:
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
 
@@ -113,7 +119,11 @@ class WorkerPiece:
         """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
         copied into page-locked memory (``tensors()`` then shares it)."""
         pinned = {
-            k: torch.from_numpy(v).pin_memory().numpy() if isinstance(v, np.ndarray) else v
+            k: torch.from_numpy(v).pin_memory().numpy()
+            if isinstance(v, np.ndarray)
+            else v.pin_memory()
+            if isinstance(v, torch.Tensor)
+            else v
             for k, v in self.arrays.items()
         }
         return replace(self, arrays=pinned)
@@ -136,16 +146,18 @@ class PieceDataset(IterableDataset):
         # DataLoader makes it inside iter(loader), and the loader then clears ``state`` for later iterations.
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            share_cores(info.num_workers)  # the workers share the cores: one thread each on a core each
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
         if info is None:  # in the loader's process: the runner num_steps() calibrated, if it is this one
-            return self._pieces(self.pipeline._iteration_runner())
-        return self._pieces(self.pipeline._make_runner(worker, self.pieces))
+            return self._pieces(self.pipeline._iteration_runner(), WorkerPiece.local)
+        return self._pieces(self.pipeline._make_runner(worker, self.pieces), WorkerPiece.of)
 
-    def _pieces(self, runner: Any) -> Iterator[WorkerPiece]:
+    def _pieces(self, runner: Any, piece: Any) -> Iterator[WorkerPiece]:
         for batch in runner:
             tensors = batch.to_training(**self.training)
-            yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
+            yield piece(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
 
 
 class Handed:
@@ -158,10 +170,15 @@ class Handed:
 
     def took(self, parts: list[WorkerPiece]) -> None:
         """The pieces of the microbatch just handed out."""
+        if len(parts) == 1 and len(parts[0].state.get("lane_cursors", ())) == len(self.cursors):
+            self.state = parts[0].state  # one piece holding every lane's cursor (no workers): the state itself
+            self.cursors = self.state.get("lane_cursors", {})  # shared, so only ever replaced, never updated
+            return
+        cursors = dict(self.cursors)
         for part in parts:
-            self.cursors.update(part.state.get("lane_cursors", {}))
-        cursors = dict(sorted(self.cursors.items(), key=lambda kv: int(kv[0])))
-        self.state = {**parts[-1].state, "lane_cursors": cursors}
+            cursors.update(part.state.get("lane_cursors", {}))
+        self.cursors = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
+        self.state = {**parts[-1].state, "lane_cursors": self.cursors}
 
 
 class PipelineLoader:
