@@ -96,12 +96,13 @@ class WorkerPiece:
     shared-memory file of its own (a file, a descriptor passed on a socket, a mapping: about a millisecond per
     tensor on a small machine), while an array is pickled into the queue's pipe with its bytes — a copy of some
     100 KB, tens of microseconds. A piece made in the loader's own process (no workers) keeps its tensors as
-    they are (``local``): nothing crosses a process."""
+    they are (``local``, ``in_process``): nothing crosses a process."""
 
     arrays: dict[str, np.ndarray | torch.Tensor | int]
     step: int
     microbatch: int
     state: dict[str, Any]
+    in_process: bool = False
 
     @classmethod
     def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
@@ -110,9 +111,11 @@ class WorkerPiece:
 
     @classmethod
     def local(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
-        return cls(arrays=dict(tensors), step=step, microbatch=microbatch, state=state)
+        return cls(arrays=tensors, step=step, microbatch=microbatch, state=state, in_process=True)
 
     def tensors(self) -> Tensors:
+        if self.in_process:
+            return self.arrays  # type: ignore[return-value]
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
 
     def pin_memory(self) -> WorkerPiece:
@@ -233,6 +236,11 @@ class PipelineLoader:
         items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         pin = self._pin_joined()
+        if self.pieces == 1:  # whole microbatches: nothing to gather or join (the common case, no workers)
+            for item in items:
+                handed.took([item])
+                yield item.tensors()
+            return
         for first in items:
             parts = [first, *(next(items, None) for _ in range(self.pieces - 1))]
             if any(p is None or (p.step, p.microbatch) != (first.step, first.microbatch) for p in parts):
