@@ -159,8 +159,7 @@ class RankRunner:
                 )
 
     def identity(self) -> dict[str, Any]:
-        """What a state of this run is valid for (made once: ``state()`` runs after every microbatch; callers
-        copy it, never change it)."""
+        """What a state of this run is valid for (made once: every microbatch's state copies it)."""
         if self._identity is None:
             self._identity = self._make_identity()
         return self._identity
