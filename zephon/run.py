@@ -9,6 +9,13 @@ that opened it.
 
 Example: ``Pipeline.from_plan(p)``, then ``num_steps()``, ``load_state_dict(s)`` and iterating → one
 ``PlanBundle(p)`` and one ``make_encoder`` call (tests/executor/test_one_run.py counts them).
+
+The runner ``num_steps()`` calibrated is kept too (``KeptRunner``): the next iteration of the same pipeline — or
+of the loader made from it — takes it, with the shards its calibration decoded, instead of decoding them again.
+Invariant: a kept runner is taken only by an iteration it is exactly the fresh runner of — this process, the
+same bundle object, an equal spec and geometry, the same start state object — and at most once; any other use
+closes it (its open shards and pins released) and makes a new one. Example: ``p.num_steps()`` then ``for b in
+p`` → one ``ShardAccess``; ``p.num_steps()`` then ``for b in p.options(read_chunk=64)`` → two, the first closed.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import check_run_batch
 
-__all__ = ["OpenedRun"]
+__all__ = ["KeptRunner", "OpenedRun"]
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -114,3 +121,47 @@ class OpenedRun:
             pieces=pieces,
             known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
         )
+
+
+@dataclasses.dataclass(kw_only=True, slots=True)
+class KeptRunner:
+    """A runner ``Pipeline.num_steps()`` calibrated, kept for the next iteration (module docstring): ``start`` is
+    the state it was made to start from (compared by identity), ``pid`` the process that made it."""
+
+    runner: RankRunner
+    start: dict[str, Any] | None
+    pid: int
+
+    @classmethod
+    def of(cls, runner: RankRunner | RecordRunner, start: dict[str, Any] | None) -> KeptRunner | None:
+        """``runner`` kept, or None (closed) for a record runner, which calibrates nothing."""
+        if not isinstance(runner, RankRunner):
+            runner.close()
+            return None
+        return cls(runner=runner, start=start, pid=os.getpid())
+
+    def fits(self, spec: ExecutorSpec, opened: OpenedRun, start: dict[str, Any] | None) -> bool:
+        """Whether a fresh runner of ``spec`` over ``opened`` from ``start`` would be this one."""
+        r = self.runner
+        return (
+            self.pid == os.getpid()
+            and self.start is start
+            and r.plan is opened.plan
+            and r.spec == spec
+            and r.geometry == OpenedRun.geometry(spec, opened.plan)
+        )
+
+    def take(
+        self, spec: ExecutorSpec, opened: OpenedRun, start: dict[str, Any] | None, stats: RunStats
+    ) -> RankRunner | None:
+        """The runner, counting into ``stats``, if it fits; else None, the runner closed."""
+        if self.fits(spec, opened, start):
+            self.runner.stats = stats
+            return self.runner
+        self.close()
+        return None
+
+    def close(self) -> None:
+        """Release the runner's open shards and pins (not in another process: they are its parent's)."""
+        if self.pid == os.getpid():
+            self.runner.close()

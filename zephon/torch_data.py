@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.executor.batch import Batch
+from zephon.executor.cores import share_cores
 
 #: Makes the runner of one DataLoader worker, given ``(worker_id, num_workers)``: ``Pipeline._make_runner``.
 RunnerFactory = Callable[[tuple[int, int]], Iterable[Batch]]
@@ -37,6 +38,8 @@ class PipelineDataset(IterableDataset):
     def __iter__(self) -> Iterator[dict[str, torch.Tensor | int]]:
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            share_cores(info.num_workers)  # zephon.executor.cores: each worker's pools sized to its share
         runner = self.make_runner(worker)
         for batch in runner:
             yield batch.to_training(**self.training)

@@ -27,7 +27,10 @@ of the plan, as iterating a ``Pipeline`` again does. ``load_state_dict`` starts 
 too).
 
 Without workers and without ``pin_memory`` the loader takes the pieces from its dataset itself: a ``DataLoader``
-would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``).
+would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``) — and its
+iteration starts on the runner ``num_steps()`` calibrated, if any (``zephon.run.KeptRunner``: the pipeline's, handed
+to the loader when it is made), reading the shards that calibration decoded. With workers that runner is closed
+once the steps are known: each worker reads its own shards.
 
 ``pin_memory``: with ``c = 1`` the DataLoader's pinning thread pins the pieces; with ``c > 1`` the loader
 concatenates straight into page-locked buffers. Without an accelerator it does nothing (torch's warning).
@@ -47,6 +50,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from zephon.checks import is_int
 from zephon.errors import ConfigError
 from zephon.executor.batch import join_training
+from zephon.executor.cores import share_cores
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
 
@@ -91,26 +95,38 @@ class WorkerPiece:
     NumPy, not tensors, because of how an item crosses from a worker: the DataLoader moves each tensor through a
     shared-memory file of its own (a file, a descriptor passed on a socket, a mapping: about a millisecond per
     tensor on a small machine), while an array is pickled into the queue's pipe with its bytes — a copy of some
-    100 KB, tens of microseconds."""
+    100 KB, tens of microseconds. A piece made in the loader's own process (no workers) keeps its tensors as
+    they are (``local``, ``in_process``): nothing crosses a process."""
 
-    arrays: dict[str, np.ndarray | int]
+    arrays: dict[str, np.ndarray | torch.Tensor | int]
     step: int
     microbatch: int
     state: dict[str, Any]
+    in_process: bool = False
 
     @classmethod
     def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
         arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
         return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
 
+    @classmethod
+    def local(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
+        return cls(arrays=tensors, step=step, microbatch=microbatch, state=state, in_process=True)
+
     def tensors(self) -> Tensors:
+        if self.in_process:
+            return self.arrays  # type: ignore[return-value]
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
 
     def pin_memory(self) -> WorkerPiece:
         """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
         copied into page-locked memory (``tensors()`` then shares it)."""
         pinned = {
-            k: torch.from_numpy(v).pin_memory().numpy() if isinstance(v, np.ndarray) else v
+            k: torch.from_numpy(v).pin_memory().numpy()
+            if isinstance(v, np.ndarray)
+            else v.pin_memory()
+            if isinstance(v, torch.Tensor)
+            else v
             for k, v in self.arrays.items()
         }
         return replace(self, arrays=pinned)
@@ -133,14 +149,18 @@ class PieceDataset(IterableDataset):
         # DataLoader makes it inside iter(loader), and the loader then clears ``state`` for later iterations.
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
+        if info is not None:
+            share_cores(info.num_workers)  # the workers share the cores: one thread each on a core each
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
-        return self._pieces(self.pipeline._make_runner(worker, self.pieces))
+        if info is None:  # in the loader's process: the runner num_steps() calibrated, if it is this one
+            return self._pieces(self.pipeline._iteration_runner(), WorkerPiece.local)
+        return self._pieces(self.pipeline._make_runner(worker, self.pieces), WorkerPiece.of)
 
-    def _pieces(self, runner: Any) -> Iterator[WorkerPiece]:
+    def _pieces(self, runner: Any, piece: Any) -> Iterator[WorkerPiece]:
         for batch in runner:
             tensors = batch.to_training(**self.training)
-            yield WorkerPiece.of(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
+            yield piece(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
 
 
 class Handed:
@@ -153,10 +173,15 @@ class Handed:
 
     def took(self, parts: list[WorkerPiece]) -> None:
         """The pieces of the microbatch just handed out."""
+        if len(parts) == 1 and len(parts[0].state.get("lane_cursors", ())) == len(self.cursors):
+            self.state = parts[0].state  # one piece holding every lane's cursor (no workers): the state itself
+            self.cursors = self.state.get("lane_cursors", {})  # shared, so only ever replaced, never updated
+            return
+        cursors = dict(self.cursors)
         for part in parts:
-            self.cursors.update(part.state.get("lane_cursors", {}))
-        cursors = dict(sorted(self.cursors.items(), key=lambda kv: int(kv[0])))
-        self.state = {**parts[-1].state, "lane_cursors": cursors}
+            cursors.update(part.state.get("lane_cursors", {}))
+        self.cursors = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
+        self.state = {**parts[-1].state, "lane_cursors": self.cursors}
 
 
 class PipelineLoader:
@@ -167,6 +192,7 @@ class PipelineLoader:
         self.training = dict(training)
         self._pipeline = pipeline._with()  # the loader's own copy: the same plan, settings and encoder
         self._pipeline._known_steps = pipeline._known_steps
+        self._pipeline._kept, pipeline._kept = pipeline._kept, None  # num_steps()'s runner: this loader's to use
         self._state: dict[str, Any] | None = pipeline._pending_state  # where the next iteration starts
         geometry = pipeline.geometry()
         #: Items per microbatch (``zephon.executor.worker_share``); refuses a count that would repeat work.
@@ -181,6 +207,7 @@ class PipelineLoader:
             self._pipeline._pending_state = self._state
             if o.num_workers:  # once, here: the workers start from it instead of each calibrating
                 self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
+                self._pipeline._drop_kept()  # the workers read their own shards: this process's are released
             self._dataset = PieceDataset(self._pipeline, self.training, self.pieces, self._state)
             self._loader = DataLoader(
                 self._dataset,
@@ -209,6 +236,11 @@ class PipelineLoader:
         items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         pin = self._pin_joined()
+        if self.pieces == 1:  # whole microbatches: nothing to gather or join (the common case, no workers)
+            for item in items:
+                handed.took([item])
+                yield item.tensors()
+            return
         for first in items:
             parts = [first, *(next(items, None) for _ in range(self.pieces - 1))]
             if any(p is None or (p.step, p.microbatch) != (first.step, first.microbatch) for p in parts):

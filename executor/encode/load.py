@@ -52,6 +52,18 @@ def _special_tokens_from_config(directory: Path) -> dict[str, str]:
 #: tokenizer.json files loaded in this process, by (path, size, modification time): planning and the executor
 #: of one ``Pipeline(work_source)`` parse a large tokenizer.json once (about a second for 6-14 MB).
 _LOADED: dict[tuple[str, int, int], Tokenizer] = {}
+#: Each loaded tokenizer's ``to_str()``, by ``id`` (the tokenizer kept beside it, so the id stays its own): the
+#: encoder's fingerprint and engines are made from it, and a large tokenizer serializes in ~0.3 CPU s — once per
+#: encoder before, so once in every DataLoader worker (a forked worker inherits both caches).
+_CONFIGS: dict[int, tuple[Tokenizer, str]] = {}
+
+
+def tokenizer_config(tokenizer: Tokenizer) -> str:
+    """``tokenizer.to_str()``, serialized once per tokenizer object in this process (and its forked children)."""
+    kept = _CONFIGS.get(id(tokenizer))
+    if kept is None or kept[0] is not tokenizer:
+        kept = _CONFIGS[id(tokenizer)] = (tokenizer, tokenizer.to_str())
+    return kept[1]
 
 
 def _from_file(file: Path) -> Tokenizer:

@@ -45,7 +45,7 @@ import numpy as np
 from zephon.errors import TokenizerError
 from zephon.executor.cores import usable_cores
 from zephon.executor.encode.flags import ID
-from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer
+from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer, tokenizer_config
 from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
 from zephon.executor.engines.base import slice_count
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
@@ -121,7 +121,7 @@ class Encoder:
         #: The tokenizer's pad token, else EOS (a pad token at id 0 is a pad token, not a missing one).
         self.pad_id: int = self.eos_id if pad_id is None else pad_id
         self.prefix: list[int] = self._bos_prefix(spec.add_bos)
-        config = tokenizer.to_str()
+        config = tokenizer_config(tokenizer)  # serialized once per tokenizer (a worker inherits it)
         # The fingerprint is the tokenizer and the specials added — never the engine (an execution setting).
         self.fingerprint = hashlib.sha256((config + json.dumps([self.prefix, self.eos_id])).encode()).hexdigest()
         #: Threads one ``encode_flat`` call may use (``tokenizer_threads``); never changes the ids.

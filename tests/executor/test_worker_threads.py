@@ -1,0 +1,86 @@
+"""What a DataLoader worker runs on: its share of the cores (``zephon.executor.cores.share_cores``), so N workers
+on N cores run one tokenizer thread each, and the batches are those of no workers; a tokenizer is serialized once
+per process (``tokenizer_config``), not once per encoder."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import write_parquet_dataset
+
+from zephon import Pipeline
+from zephon.executor import cores
+from zephon.executor.encode import load
+from zephon.executor.encode.text import Encoder, tokenizer_threads
+from zephon.io import Dataset
+from zephon.specs import TokenizeSpec
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("threads")
+    web = write_parquet_dataset(root, "web", [40, 40])
+    ws = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(web))], mixture=MixtureSpec({"web": 1.0}), seed=5
+    )
+    return ws.plan(root / "plan")
+
+
+def test_a_worker_of_two_gets_half_the_cores_and_rayon_as_many_unless_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cores, "_workers", [1])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3, 4})
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    assert cores.usable_cores() == 5
+    cores.share_cores(2)
+    assert (cores.usable_cores(), os.environ["RAYON_NUM_THREADS"], tokenizer_threads()) == (2, "2", 2)
+    cores.share_cores(8)  # more workers than cores: one each
+    assert cores.usable_cores() == 1
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")  # the user's setting stays
+    cores.share_cores(2)
+    assert (os.environ["RAYON_NUM_THREADS"], tokenizer_threads(), tokenizer_threads(4)) == ("3", 3, 4)
+
+
+def test_two_workers_each_run_on_their_share_of_the_cores_with_the_batches_of_none(
+    plan: Path, tokenizer_dir: str, tmp_path: Path
+) -> None:
+    seen = tmp_path / "seen"
+    seen.mkdir()
+
+    def note(record: dict) -> dict:  # what the process that reads this record runs on (a side note, same output)
+        from zephon.executor.cores import usable_cores
+
+        (seen / str(os.getpid())).write_text(json.dumps([usable_cores(), os.environ.get("RAYON_NUM_THREADS")]))
+        return record
+
+    def pipe() -> Pipeline:
+        return (
+            Pipeline.from_plan(plan)
+            .map_transform(note)
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=33)
+            .batch(microbatch_size=4)
+        )
+
+    expected = [t["labels"].tolist() for t in pipe().dataloader()]
+    main = os.getpid()
+    got = [t["labels"].tolist() for t in pipe().dataloader(num_workers=2, multiprocessing_context="fork")]
+    assert got == expected
+    workers = {int(p.name): json.loads(p.read_text()) for p in seen.iterdir() if int(p.name) != main}
+    share = max(1, len(os.sched_getaffinity(0)) // 2)
+    rayon = os.environ.get("RAYON_NUM_THREADS", str(share))
+    assert len(workers) == 2 and all(v == [share, rayon] for v in workers.values()), workers
+    assert cores.usable_cores() == len(os.sched_getaffinity(0))  # the loader's own process keeps every core
+
+
+def test_a_tokenizer_is_serialized_once_for_every_encoder_of_it(tokenizer_dir: str) -> None:
+    first = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    kept = dict(load._CONFIGS)
+    second = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir, add_bos=True))
+    assert first.tokenizer is second.tokenizer and kept == load._CONFIGS
+    assert load.tokenizer_config(first.tokenizer) is kept[id(first.tokenizer)][1]
+    assert load.tokenizer_config(first.tokenizer) == first.tokenizer.to_str()
+    assert first.fingerprint != second.fingerprint  # the specials still count
