@@ -28,7 +28,7 @@ import json
 import math
 import numbers
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,18 +37,13 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, ZephonError, one_line
 from zephon.executor.operators import source_hash
-from zephon.executor.records import mds
-from zephon.executor.records.mds import MdsRecords
-from zephon.executor.records.tar import TarShard, open_bytes, open_local, sample_key
+from zephon.executor.records.tar import sample_key
 from zephon.plan.records import ShardRef
+from zephon.planner.record_samples import CHUNK, shard_samples
 from zephon.storage.files import write_atomic
-from zephon.storage.remote import is_hub_uri, is_remote_uri
-from zephon.storage.tar_index import TAR_FORMATS
 
 __all__ = ["CHUNK", "CostFunction", "compute_shard", "resolve"]
 
-#: Samples read at a time from a tar or MDS shard.
-CHUNK = 256
 #: Costs travel in samples.parquet's int32 ``tokens`` column (``zephon.planner.costs.MAX_COST``).
 MAX_COST = 2**31 - 1
 
@@ -88,46 +83,6 @@ def resolve(dataset: str, path: str) -> CostFunction:
             "name a def (its source is hashed, so an edited function is computed again)"
         ) from None
     return CostFunction(path=path, fn=obj, source=source)
-
-
-def _remote_bytes(ref: ShardRef) -> bytes:
-    """A remote shard's bytes, read whole with one request (a Hub file, or an object carrying its pin)."""
-    if is_hub_uri(ref.uri):
-        from zephon.storage.hub.client import read_remote_range
-        from zephon.storage.remote import remote_file
-
-        hub = remote_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format)
-        return read_remote_range(hub, 0, ref.bytes) if ref.bytes else b""
-    from zephon.storage.objects.reads import object_file, read_whole
-
-    return read_whole(object_file(ref.uri, size=ref.bytes, fingerprint=ref.fingerprint, fmt=ref.format))
-
-
-def _tar(ref: ShardRef) -> TarShard:
-    return open_local(ref) if not is_remote_uri(ref.uri) else open_bytes(ref, _remote_bytes(ref))
-
-
-def _mds(ref: ShardRef) -> MdsRecords:
-    return mds.open_local(ref) if not is_remote_uri(ref.uri) else mds.open_bytes(ref, _remote_bytes(ref))
-
-
-def shard_samples(ref: ShardRef) -> Iterator[list[Any]]:
-    """Every sample of ``ref`` in row order, a chunk at a time, as a record pipeline reads it before operators."""
-    if ref.format in TAR_FORMATS or ref.format == "mds":
-        shard: TarShard | MdsRecords = _mds(ref) if ref.format == "mds" else _tar(ref)
-        try:
-            for start in range(0, ref.rows, CHUNK):
-                yield shard.read(np.arange(start, min(start + CHUNK, ref.rows), dtype=np.int64))
-        finally:
-            shard.close()
-        return
-    # Imported here: a worker of tar or MDS shards starts without the text reader's modules (measured: half of
-    # its start-up on a loaded machine; benchmarks/bench_costs.py).
-    from zephon.executor.read.shard_reader import ShardReader, planning_cache
-    from zephon.executor.records.source import WholeRecords
-
-    reader = ShardReader([ref], "", capacity=1, cache=planning_cache(), convert=WholeRecords())
-    yield from reader.iter_shard(ref.shard_id)
 
 
 def _checked(value: Any) -> tuple[int | None, str]:

@@ -279,7 +279,7 @@ def _read_mds_columns(dataset: str, index: int, ref: ShardRef, wanted: Wanted) -
     """The referenced columns of an MDS shard's samples, decoded as a record pipeline decodes them (``str``,
     numbers, ``json``; ``jpeg``/``png``/``bytes`` as BLOBs). Unlike a tar's keys, they live inside the samples:
     the shard's samples are read (each byte of it), a chunk at a time, and only the referenced columns kept."""
-    from zephon.planner.counts.cost_worker import shard_samples
+    from zephon.planner.record_samples import shard_samples
 
     names: list[str] = []
     values: dict[str, list[Any]] = {}
