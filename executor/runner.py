@@ -43,7 +43,7 @@ from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
-from zephon.executor.pack.lanes import Lane
+from zephon.executor.pack.lanes import Lane, LaneStore
 from zephon.executor.pack.rows import PackedRows
 from zephon.executor.pack.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.plan_reader import PlanBundle
@@ -142,6 +142,7 @@ class RankRunner:
         self.lanes: dict[int, Lane] = {}
         if not self.exact:
             assert self.share.lanes is not None
+            store = LaneStore(token_dtype(self.encoder))  # one token array for this worker's lanes
             for lane in self.share.lanes:
                 if state is not None and str(lane) not in cursors:
                     raise ConfigError(
@@ -155,6 +156,7 @@ class RankRunner:
                     self.pad,
                     start=(int(start[0]), int(start[1])),
                     dtype=token_dtype(self.encoder),
+                    store=store,
                 )
 
     def identity(self) -> dict[str, Any]:
