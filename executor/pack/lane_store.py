@@ -25,12 +25,9 @@ A row [0, 3) of lane 0 meets documents 0 and 1, whose ids are tokens[0:2] and to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from zephon.executor.pack.lanes import Lane
 
 __all__ = ["MASK", "SHIFT", "LaneStore"]
 
@@ -38,6 +35,12 @@ __all__ = ["MASK", "SHIFT", "LaneStore"]
 SHIFT = 40
 MASK = (1 << SHIFT) - 1
 _EMPTY = np.empty(0, dtype=np.int64)
+
+
+class Lane(Protocol):
+    """What the store reads of a lane (``zephon.executor.pack.lanes.Lane``): the first stream index it keeps."""
+
+    _kept: int
 
 
 class LaneStore:
