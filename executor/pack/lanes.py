@@ -213,10 +213,13 @@ def _cut(
     pieces["length"] = length = end - begin
     # The ids: one slice per run of pieces whose source and destination advance together (``delta`` equal):
     # a row within one chunk's documents is one slice. A run may cross into the next row (a full row before
-    # it, or padding written after).
+    # it, or padding written after) or, in the one-store case, over an empty row (padded after as well).
     dst = offset + (local if rows is None else rows[local]) * width
     delta = at[doc] + skip - dst
-    breaks = (np.flatnonzero(delta[1:] != delta[:-1]) + 1).tolist()
+    apart = delta[1:] != delta[:-1]
+    if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
+        apart |= rows[local[1:]] - rows[local[:-1]] > 1
+    breaks = (np.flatnonzero(apart) + 1).tolist()
     dst_, end_, delta_ = dst.tolist(), (dst + length).tolist(), delta.tolist()
     flat, tokens = out.reshape(-1), store.tokens
     for f, e in zip([0, *breaks], [*breaks, total], strict=True) if total else ():

@@ -90,15 +90,26 @@ def _check(rows, refs: dict[int, RefLane], order: list[int], width: int, flagged
 
 
 @pytest.mark.parametrize(
-    ("seed", "width", "room", "dtype"),
-    [(0, 7, 16, ID), (1, 16, 64, ID), (2, 5, 8, FLAGGED), (3, 33, 1 << 16, ID)],
+    ("seed", "width", "room", "dtype", "shared"),
+    [
+        (0, 7, 16, ID, True),
+        (1, 16, 64, ID, True),
+        (2, 5, 8, FLAGGED, True),
+        (3, 33, 1 << 16, ID, True),
+        (4, 3, 8, ID, False),
+    ],
 )
-def test_shared_store_rows_match_the_reference_packer_through_compactions_and_resumes(seed, width, room, dtype) -> None:
+def test_shared_store_rows_match_the_reference_packer_through_compactions_and_resumes(
+    seed, width, room, dtype, shared
+) -> None:
     rng = np.random.default_rng(seed)
     num_lanes = 5
     plan = _plan(rng, num_lanes + 1, 400, longest=3 * room if room < 100 else 60)  # lane 5: never held (empty)
     store = LaneStore(dtype, room=room)
-    lanes = {k: Lane(width, PAD, dtype=dtype, store=store) for k in range(num_lanes)}
+    lanes = {
+        k: Lane(width, PAD, dtype=dtype, store=store if shared else LaneStore(dtype, room=room))
+        for k in range(num_lanes)
+    }
     refs = {k: RefLane() for k in range(num_lanes)}
     dealt = 0
     resumed_at = len(plan) // 2
@@ -113,7 +124,12 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
         if dealt >= resumed_at and resumed_at:  # resume every lane from its cursor, in a new store
             cursors = {k: lane.cursor() for k, lane in lanes.items()}
             store = LaneStore(dtype, room=room)
-            lanes = {k: Lane(width, PAD, start=cursors[k], dtype=dtype, store=store) for k in range(num_lanes)}
+            lanes = {
+                k: Lane(
+                    width, PAD, start=cursors[k], dtype=dtype, store=store if shared else LaneStore(dtype, room=room)
+                )
+                for k in range(num_lanes)
+            }
             back = min(c[0] for c in cursors.values())
             _deal(plan, back, dealt, lanes, None, dtype)  # the documents from the earliest cursor on, again
             assert {k: lane.cursor() for k, lane in lanes.items()} == cursors
@@ -123,7 +139,9 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
     while any(lane.buffered for lane in lanes.values()):
         order = list(range(num_lanes))
         _check(pop_rows([lanes[k] for k in order]), refs, order, width, dtype == FLAGGED)
-    assert store.compactions > (0 if room < 100 else -1)
+    assert sum(s.compactions for s in {id(lane.store): lane.store for lane in lanes.values()}.values()) > (
+        0 if room < 100 else -1
+    )
     assert all(lane.cursor() == (len(plan), 0) for lane in lanes.values())
 
 
@@ -183,3 +201,18 @@ def test_zero_size_documents_keep_the_list_based_lanes_cursors_and_pieces() -> N
 def test_a_store_refuses_a_lane_of_another_dtype() -> None:
     with pytest.raises(ValueError, match="a lane's store must hold"):
         Lane(4, PAD, dtype=FLAGGED, store=LaneStore(ID))
+
+
+def test_rows_of_two_stores_interleaved_keep_their_own_ids() -> None:
+    """Lanes of two stores in one microbatch (lanes made one by one): a run of one store's ids never spans a row
+    of the other, even where its source and destination advance together across that row."""
+    first, second = LaneStore(ID), LaneStore(ID)
+    x, z = Lane(4, PAD, store=first), Lane(4, PAD, store=first)
+    y, w = Lane(4, PAD, store=second), Lane(4, PAD, store=second)
+    x.push(0, np.arange(1, 9))  # first store's ids 0..7: x's two rows; z's next at 8..11, as far as rows 1 → 3
+    z.push(1, np.arange(11, 15))
+    y.push(2, np.arange(21, 25))
+    w.push(3, np.arange(31, 35))
+    rows = pop_rows([y, x, w, z])
+    assert rows.tokens.tolist() == [[21, 22, 23, 24], [1, 2, 3, 4], [31, 32, 33, 34], [11, 12, 13, 14]]
+    assert rows.pieces.tolist() == [(0, 0, 2, 0, 4), (1, 0, 0, 0, 4), (2, 0, 3, 0, 4), (3, 0, 1, 0, 4)]
