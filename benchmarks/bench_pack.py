@@ -37,7 +37,13 @@ def worker(args: argparse.Namespace) -> dict:
     rng = np.random.default_rng(0)
     sizes = rng.integers(20, 4000, size=args.tokens // 2000 + 1024)
     ids = rng.integers(0, 128_000, size=int(sizes.sum()), dtype=np.int64).astype(dtype)
-    lanes = [Lane(args.width, 0) for _ in range(args.lanes)]
+    try:  # one token array shared by the lanes, as ``RankRunner`` makes them (issue #29 item 3)
+        from zephon.executor.pack.lanes import LaneStore
+
+        store = LaneStore(dtype)
+        lanes = [Lane(args.width, 0, dtype=dtype, store=store) for _ in range(args.lanes)]
+    except ImportError:  # a checkout whose lanes each own their array
+        lanes = [Lane(args.width, 0) for _ in range(args.lanes)]
     deal = cut = train = 0.0
     done = at = position = 0
     while done < args.tokens:

@@ -4,12 +4,13 @@
 ``labels = tokens[:, 1:]``, both (B, max_length − 1); labels of padding are ``-100`` (ignored by
 ``torch.nn.functional.cross_entropy``). Both are int64 tensors (what embeddings and ``cross_entropy`` take),
 each written once from the batch's int32 ids — the only place ids are widened (``zephon.executor.encode.flags``);
-with ``pin_memory`` straight into page-locked memory. The label after a document's EOS is the next document's first
-token, as in GPT-style pretraining; use ``position_ids`` or ``cu_seqlens`` to keep attention inside
-documents.
+with ``pin_memory`` straight into page-locked memory. They are the two halves of one new allocation per call
+(never a buffer reused across batches, so a batch a trainer keeps is never overwritten). The label after a
+document's EOS is the next document's first token, as in GPT-style pretraining; use ``position_ids`` or
+``cu_seqlens`` to keep attention inside documents.
 
 * ``position_ids`` (B, max_length − 1) restart at 0 at the start of every row, every document and the
-  padding.
+  padding: each token's flat index minus its segment's first (one ``np.repeat`` over the segment starts).
 * ``cu_seqlens`` (int32, 1-D) are the cumulative segment boundaries of the flattened batch (B·(max_length − 1)
   tokens) for varlen attention kernels, with ``max_seqlen`` the longest segment; segments are cut at the
   same places where position ids restart.
@@ -120,8 +121,11 @@ class Batch:
             if return_labels:
                 counts = counts[:, 1:] & ~self.segment_starts()[:, 1:] if boundaries else counts[:, 1:]
         if return_labels:
-            out["input_ids"] = _wide(tokens[:, :-1], pin_memory, ids_dtype)
-            labels = _wide(tokens[:, 1:], pin_memory, ids_dtype, copy=True)
+            if ids_dtype == tokens.dtype and not pin_memory:  # int32 asked: input_ids a view, labels a copy
+                out["input_ids"], labels = tokens[:, :-1], _wide(tokens[:, 1:], False, ids_dtype, copy=True)
+            else:  # one allocation for both (fresh pages are faulted in once, not twice): new memory per batch
+                both = torch.empty((2, len(self.lengths), width - 1), dtype=ids_dtype, pin_memory=pin_memory)
+                out["input_ids"], labels = both[0].copy_(tokens[:, :-1]), both[1].copy_(tokens[:, 1:])
             if counts is not None:
                 labels[torch.from_numpy(~counts)] = IGNORE_INDEX
             elif np.any(self.lengths < width):  # only rows with padding need masking

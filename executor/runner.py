@@ -43,7 +43,7 @@ from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
-from zephon.executor.pack.lanes import Lane
+from zephon.executor.pack.lanes import Lane, LaneStore
 from zephon.executor.pack.rows import PackedRows
 from zephon.executor.pack.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.plan_reader import PlanBundle
@@ -143,6 +143,7 @@ class RankRunner:
         self.lanes: dict[int, Lane] = {}
         if not self.exact:
             assert self.share.lanes is not None
+            store = LaneStore(token_dtype(self.encoder))  # one token array for this worker's lanes
             for lane in self.share.lanes:
                 if state is not None and str(lane) not in cursors:
                     raise ConfigError(
@@ -151,12 +152,8 @@ class RankRunner:
                         "under torch.distributed, which gathers them"
                     )
                 start = tuple(cursors.get(str(lane), (0, 0)))
-                self.lanes[lane] = Lane(
-                    spec.pack.max_length,
-                    self.pad,
-                    start=(int(start[0]), int(start[1])),
-                    dtype=token_dtype(self.encoder),
-                )
+                at = (int(start[0]), int(start[1]))
+                self.lanes[lane] = Lane(spec.pack.max_length, self.pad, start=at, dtype=store.dtype, store=store)
 
     def identity(self) -> dict[str, Any]:
         """What a state of this run is valid for (made once: every microbatch's state copies it)."""

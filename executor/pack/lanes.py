@@ -10,41 +10,69 @@ Example, max_length 4, lane documents at positions 3: [a a a E], 9: [b E], 12: [
 [b E c c], then [E] (padded at the end of the plan). After the first row the cursor is (9, 0); after the
 second, (12, 2).
 
-The lane's tokens live in one growing array, in stream coordinates (token ``t`` of the lane's stream since
-the start of this run); documents are recorded by their first stream token. A row is one slice of the array,
-and its pieces come from one binary search over the document starts. ``pop_rows`` cuts the next row of
-several lanes (a microbatch's) into one buffer: per row a binary search, two list slices and one slice copy;
-the pieces, document starts and lengths of all rows in a fixed number of numpy calls — whether the rows hold
-one document or hundreds of short ones.
+A lane is a few numbers in stream coordinates (token ``t`` of the lane's stream since the start of this run):
+``_end`` (after the last token pushed), ``_next`` (the next token to emit) and ``_kept`` (tokens before it may
+be forgotten). Its tokens and documents live in a ``LaneStore`` (``zephon.executor.pack.lane_store``) shared by
+a worker's lanes: one array the lanes append to (one copy a lane and chunk) and one document table sorted by
+(lane, stream start). ``pop_rows`` cuts a microbatch's rows in three steps: per row, ``_next`` moves by up to
+``max_length`` (integer arithmetic only); then, for all rows at once, one ``searchsorted`` over the table finds
+every row's documents and the pieces follow in a fixed number of numpy calls; then the ids are copied into
+the microbatch's ``(n, W)`` array — one slice per run of a row's pieces that lie one after another in the
+store (a row within one chunk's documents: one slice), whatever the number of documents in the row.
+
+Zero-size documents (an empty text with no BOS/EOS) keep the cursors and pieces of the list-based lanes this
+replaced: a document pushed to a lane that has emitted everything is the lane's cursor (``_fresh``) and the
+first piece of its next row, even when it is empty.
 """
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable
 
 import numpy as np
 
-from zephon.executor.encode.flags import ID, filled
+from zephon.executor.encode.flags import ID
+from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
+
+__all__ = ["Lane", "LaneStore", "pop_rows"]
+
+_ARANGE = np.arange(4096, dtype=np.int64)  # 0, 1, 2, ... for the usual sizes without a call (read only)
+_ARANGE.flags.writeable = False
 
 
 class Lane:
-    """One lane's buffered documents and its cursor."""
+    """One lane's cursor and stream counters; its tokens and documents are in ``store`` (its own store unless
+    one is given: lanes of one worker share one)."""
 
-    def __init__(self, max_length: int, pad_id: int, start: tuple[int, int] = (0, 0), *, dtype: np.dtype = ID) -> None:
+    def __init__(
+        self,
+        max_length: int,
+        pad_id: int,
+        start: tuple[int, int] = (0, 0),
+        *,
+        dtype: np.dtype = ID,
+        store: LaneStore | None = None,
+    ) -> None:
         self.max_length = max_length
         self.pad_id = pad_id
         self.dtype = np.dtype(dtype)  # the encoder's tokens (``zephon.executor.encode.flags``): ids, or ids + flags
+        self.store = LaneStore(self.dtype) if store is None else store
+        if self.store.dtype != self.dtype:
+            raise ValueError(
+                f"a lane's store must hold {self.dtype} tokens, got {self.store.dtype} — share a store only between "
+                "lanes of one run"
+            )
+        self.slot = self.store.add(self)
+        self._key = self.slot << SHIFT  # the slot's part of the store's document keys
         self.start_position, self.start_skip = start
         self.read_to = self.start_position  # every plan position before this has been routed
-        self._buf = np.empty(4 * max_length, dtype=self.dtype)
-        self._base = 0  # stream index of _buf[0]
         self._end = 0  # stream index after the last buffered token
         self._next = 0  # stream index of the next token to emit
-        self._starts: list[int] = []  # stream index of each buffered document's first token, in order
-        self._positions: list[int] = []  # its plan position
-        self._head = 0  # index (in the two lists) of the document holding token _next
+        self._kept = 0  # stream index of the first token the store must keep (rows cut, not yet copied, hold it)
+        self._pushed = False  # a document was pushed this run
+        self._fresh: int | None = None  # position of the first document pushed while everything was emitted
+        self._cur: tuple[int, int] | None = None  # (position, stream start) of the document holding _next
 
     @property
     def buffered(self) -> int:
@@ -53,16 +81,8 @@ class Lane:
 
     def push(self, position: int, tokens: np.ndarray) -> None:
         """Add the lane's document at ``position`` (documents before the lane's start are ignored)."""
-        if position < self.start_position:
-            return
-        n = len(tokens)
-        self._copy_in(tokens)
-        self._starts.append(self._end)
-        self._positions.append(position)
-        self._end += n
-        if position == self.start_position and self.start_skip:  # resume inside the cursor's document
-            self._next += min(self.start_skip, n)
-            self._skip_done()
+        tokens = np.asarray(tokens)
+        self.push_many(np.array([position], dtype=np.int64), tokens, np.array([len(tokens)], dtype=np.int64))
 
     def push_many(self, positions: np.ndarray, tokens: np.ndarray, sizes: np.ndarray) -> None:
         """``push`` for several documents at once (positions increasing): ``tokens`` holds their ids one after
@@ -72,45 +92,16 @@ class Lane:
             tokens, positions, sizes = tokens[int(sizes[:k].sum()) :], positions[k:], sizes[k:]
         if not len(positions):
             return
-        n = len(tokens)
-        self._copy_in(tokens)
-        first = len(self._starts)
-        self._starts.extend((np.cumsum(sizes) - sizes + self._end).tolist())
-        self._positions.extend(positions.tolist())
-        self._end += n
-        if self.start_skip and self._positions[first] == self.start_position:  # resume inside that document
+        caught_up = self._next == self._end
+        self.store.append(self.slot, self._end, positions, tokens, sizes)
+        self._end += len(tokens)
+        first = int(positions[0])
+        if self.start_skip and first == self.start_position and not self._pushed:  # resume inside that document
             self._next += min(self.start_skip, int(sizes[0]))
-            self._skip_done()
-
-    def _copy_in(self, tokens: np.ndarray) -> None:
-        """Copy ``tokens`` to the buffer after the last pushed token (``_end``), making room first."""
-        n = len(tokens)
-        if self._end + n - self._base > len(self._buf):
-            self._make_room(n)
-        at = self._end - self._base
-        self._buf[at : at + n] = tokens
-
-    def _make_room(self, n: int) -> None:
-        """Drop emitted tokens from the front of the array, growing it if that is not enough."""
-        keep = self._buf[self._next - self._base : self._end - self._base]
-        size = len(self._buf)
-        while len(keep) + n > size:
-            size *= 2
-        buf = self._buf if size == len(self._buf) else np.empty(size, dtype=self.dtype)
-        buf[: len(keep)] = keep.copy() if buf is self._buf else keep
-        self._buf, self._base = buf, self._next
-        if self._head > 4096:  # forget finished documents now and then (amortized O(1) per document)
-            del self._starts[: self._head], self._positions[: self._head]
-            self._head = 0
-
-    def _skip_done(self) -> None:
-        """Move the head past documents whose tokens are all emitted."""
-        starts, head = self._starts, self._head
-        if head < len(starts) and (head + 1 == len(starts) or starts[head + 1] <= self._next):
-            head = bisect.bisect_right(starts, self._next, lo=head) - 1
-            if self._next >= self._end:
-                head = len(starts)
-        self._head = head
+            self._kept, self._cur = self._next, None
+        elif caught_up and self._fresh is None:
+            self._fresh = first
+        self._pushed = True
 
     def ready(self) -> bool:
         return self._end - self._next >= self.max_length
@@ -118,64 +109,129 @@ class Lane:
     def cursor(self) -> tuple[int, int]:
         """``(position, skip)`` from which this lane's remaining rows are rebuilt (before anything is routed to a
         resumed lane: the cursor it was started from, its skip included)."""
-        if not self._starts and self.read_to == self.start_position:
+        if not self._pushed and self.read_to == self.start_position:
             return self.start_position, self.start_skip
-        if self._head < len(self._starts):
-            return self._positions[self._head], self._next - self._starts[self._head]
-        return self.read_to, 0
+        if self._fresh is not None:
+            return self._fresh, 0
+        if self._next >= self._end:
+            return self.read_to, 0
+        if self._cur is None:
+            self._cur = self.store.doc_at(self.slot, self._next)
+        return self._cur[0], self._next - self._cur[1]
 
     def pop_row(self) -> PackedRows:
         """The next row: full when enough is buffered, else what is left, padded (length 0 when empty)."""
         return pop_rows([self])
 
-    def _cut(self) -> tuple[int, int, list[int], list[int]]:
-        """Move past the next row: its stream span ``[lo, hi)``, the first stream token of each document meeting
-        it followed by the end of the last one, and their plan positions."""
-        take = min(self.max_length, self._end - self._next)
-        lo, hi, head = self._next, self._next + take, self._head
-        last = bisect.bisect_left(self._starts, hi, lo=head)  # documents [head, last) meet [lo, hi)
-        starts = self._starts[head : last + 1]
-        if len(starts) == last - head:  # the last document ends at the end of the buffer
-            starts.append(self._end)
-        positions = self._positions[head:last]
-        self._next = hi
-        self._head = last - 1 if last > head else head
-        self._skip_done()
-        return lo, hi, starts, positions
-
 
 def pop_rows(lanes: list[Lane], prepare: Callable[[Lane], None] | None = None) -> PackedRows:
     """The next row of each lane in ``lanes`` (in order; a lane may come more than once: its next rows), as one
-    ``PackedRows``: one slice copy a row into one buffer, and the pieces of all rows in a fixed number of numpy
-    calls (the per-row Python is a binary search and two list slices). ``prepare(lane)`` runs just before each
-    row is cut (``DealLanes`` buffers enough of the lane there). Lanes of one run: same ``max_length``, pad."""
-    n, width, pad_id = len(lanes), lanes[0].max_length, lanes[0].pad_id
-    tokens = filled((n, width), pad_id, lanes[0].dtype)
-    lo, hi = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    starts: list[int] = []  # per row: its documents' first stream tokens, then the end of the last
-    positions: list[int] = []
-    counts: list[int] = []
-    for i, lane in enumerate(lanes):
+    ``PackedRows`` (module docstring). ``prepare(lane)`` runs just before each row is cut (``DealLanes``
+    buffers enough of the lane there). Lanes of one run: same ``max_length``, pad and dtype."""
+    n, width = len(lanes), lanes[0].max_length
+    lo, hi, fresh = [0] * n, [0] * n, [None] * n
+    short = []
+    for i, lane in enumerate(lanes):  # per row: a few integers (the copies and searches come after, vectorized)
         if prepare is not None:
             prepare(lane)
-        a, b, row_starts, row_positions = lane._cut()
-        lo[i], hi[i] = a, b
-        if b > a:
-            tokens[i, : b - a] = lane._buf[a - lane._base : b - lane._base]
-        starts += row_starts
-        positions += row_positions
-        counts.append(len(row_positions))
-    row = np.repeat(np.arange(n, dtype=np.int64), counts)
-    at = np.arange(len(row), dtype=np.int64) + row  # piece k of row r: its document's start is starts[k + r]
-    first = np.array(starts, dtype=np.int64)
-    begin, end = np.maximum(first[at], lo[row]), np.minimum(first[at + 1], hi[row])
-    pieces = np.empty(len(row), dtype=PIECE_DTYPE)
-    pieces["row"] = row
-    pieces["offset"] = begin - lo[row]
-    pieces["position"] = positions
-    pieces["doc_start"] = begin - first[at]
-    pieces["length"] = end - begin
+        a = lane._next
+        b = lane._next = min(a + width, lane._end)
+        lo[i], hi[i] = lane._key + a, lane._key + b
+        if b - a < width:
+            short.append((i, b - a))
+        fresh[i], lane._fresh = lane._fresh, None
+    tokens = np.empty((n, width), dtype=lanes[0].dtype)
     doc_start = np.zeros((n, width), dtype=bool)
-    marked = (hi > lo)[row]  # an empty row (the end of the plan) marks nothing
-    doc_start.reshape(-1)[(row * width + pieces["offset"])[marked]] = (pieces["doc_start"] == 0)[marked]
-    return PackedRows(tokens=tokens, doc_start=doc_start, lengths=hi - lo, pieces=pieces)
+    store = lanes[0].store
+    if all(lane.store is store for lane in lanes):
+        pieces = _cut(store, lanes, None, np.array((lo, hi), dtype=np.int64), fresh, short, tokens, doc_start)
+    else:  # lanes of several stores (lanes made one by one): each store's rows, then the pieces in row order
+        parts = []
+        for s in {id(lane.store): lane.store for lane in lanes}.values():
+            mine = [i for i, lane in enumerate(lanes) if lane.store is s]
+            bounds = np.array(([lo[i] for i in mine], [hi[i] for i in mine]), dtype=np.int64)
+            empty = [(k, m) for k, i in enumerate(mine) for j, m in short if j == i]
+            own = [lanes[i] for i in mine]
+            parts.append(_cut(s, own, np.array(mine), bounds, [fresh[i] for i in mine], empty, tokens, doc_start))
+        pieces = np.concatenate(parts)
+        pieces = pieces[np.argsort(pieces["row"], kind="stable")]
+    lengths = np.full(n, width, dtype=np.int64)
+    for i, m in short:  # padding: the end of the plan only
+        tokens[i, m:] = _pad(tokens.dtype, lanes[0].pad_id)
+        lengths[i] = m
+    return PackedRows(tokens=tokens, doc_start=doc_start, lengths=lengths, pieces=pieces)
+
+
+def _upto(n: int) -> np.ndarray:
+    """``np.arange(n)`` (int64), a read-only view for the usual sizes."""
+    return _ARANGE[:n] if n <= len(_ARANGE) else np.arange(n, dtype=np.int64)
+
+
+def _pad(dtype: np.dtype, pad_id: int) -> np.ndarray | int:
+    if dtype.names is None:
+        return pad_id
+    pad = np.zeros((), dtype=dtype)
+    pad["id"] = pad_id
+    return pad
+
+
+def _cut(
+    store: LaneStore, lanes: list[Lane], rows: np.ndarray | None, bounds: np.ndarray, fresh: list[int | None],
+    short: list[tuple[int, int]], out: np.ndarray, doc_start: np.ndarray,
+) -> np.ndarray:  # fmt: skip
+    """The pieces of ``lanes``' rows — rows ``rows`` of ``out`` (None: 0, 1, ...) — cut from the keys ``bounds``
+    (``slot << SHIFT | stream index``: row ``i`` is ``[bounds[0, i], bounds[1, i])``), all in ``store``; their ids
+    copied into ``out`` and their document starts marked in ``doc_start``. ``fresh[i]``: the position row ``i``
+    starts at when its lane had caught up, else None; ``short``: the rows shorter than a full row, with their
+    lengths. Each lane's cursor and kept index are updated."""
+    key, at, size, position = store.table()
+    width = out.shape[1]
+    right = key.searchsorted(bounds, side="right") - 1  # per row: the documents holding its first and its end token
+    first = right[0]
+    if any(f is not None for f in fresh):  # a lane's first row after it caught up: from that document, even empty
+        has = np.array([f is not None for f in fresh])
+        pkey = (key >> SHIFT << SHIFT) | position  # a lane's documents sorted by start are sorted by position
+        wanted = (bounds[0] >> SHIFT << SHIFT) + np.array([-1 if f is None else f for f in fresh], dtype=np.int64)
+        first = np.where(has, pkey.searchsorted(wanted, side="left"), first)
+    counts = key.searchsorted(bounds[1], side="left") - first  # documents [first, last) meet the row
+    for i, m in short:
+        if m == 0:
+            counts[i] = 0  # an empty row (the end of the plan) has no pieces
+    ends = counts.cumsum()
+    total = int(ends[-1])
+    local = np.repeat(_upto(len(lanes)), counts)  # the row of each piece
+    doc = (first - ends + counts)[local] + _upto(total)
+    start = key[doc]
+    lo, hi = bounds[0][local], bounds[1][local]
+    begin = np.maximum(start, lo)
+    end = np.minimum(start + size[doc], hi)
+    pieces = np.empty(total, dtype=PIECE_DTYPE)
+    pieces["row"] = local if rows is None else rows[local]
+    pieces["offset"] = offset = begin - lo
+    pieces["position"] = position[doc]
+    pieces["doc_start"] = skip = begin - start
+    pieces["length"] = length = end - begin
+    # The ids: one slice per run of pieces whose source and destination advance together (``delta`` equal):
+    # a row within one chunk's documents is one slice. A run may cross into the next row (a full row before
+    # it, or padding written after) or, in the one-store case, over an empty row (padded after as well).
+    dst = offset + (local if rows is None else rows[local]) * width
+    delta = at[doc] + skip - dst
+    apart = delta[1:] != delta[:-1]
+    if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
+        apart |= rows[local[1:]] - rows[local[:-1]] > 1
+    breaks = (np.flatnonzero(apart) + 1).tolist()
+    dst_, end_, delta_ = dst.tolist(), (dst + length).tolist(), delta.tolist()
+    flat, tokens = out.reshape(-1), store.tokens
+    for f, e in zip([0, *breaks], [*breaks, total], strict=True) if total else ():
+        a, b, d = dst_[f], end_[e - 1], delta_[f]
+        flat[a:b] = tokens[a + d : b + d]
+    doc_start.reshape(-1)[dst[skip == 0]] = True
+    # Cursors: the document holding each row's end (the last row of a lane wins).
+    if len(key):
+        held = np.maximum(right[1], 0)
+        cur = zip(position[held].tolist(), (key[held] & MASK).tolist(), strict=True)
+    else:
+        cur = ((0, 0) for _ in lanes)
+    for lane, c in zip(lanes, cur, strict=True):
+        lane._cur, lane._kept = c, lane._next
+    return pieces

@@ -1,0 +1,218 @@
+"""Lanes sharing one ``LaneStore``: ``pop_rows`` against a simple reference packer on seeded random document
+streams, through compactions (a tiny array, documents longer than it), resumes from cursors, flags, empty lanes
+and rows that end exactly at a document's end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zephon.executor.encode.flags import FLAGGED, ID, tag
+from zephon.executor.pack.lanes import Lane, LaneStore, pop_rows
+from zephon.executor.pack.rows import PIECE_DTYPE
+
+PAD = -1
+
+
+class RefLane:
+    """The reference: a lane's stream as a Python list, rows cut by slicing, pieces by walking the documents."""
+
+    def __init__(self) -> None:
+        self.docs: list[tuple[int, list]] = []  # (position, tokens)
+        self.stream: list = []
+        self.next = 0
+        self.read_to = 0
+
+    def push(self, position: int, tokens: list) -> None:
+        self.docs.append((position, tokens))
+        self.stream += tokens
+
+    def row(self, width: int) -> tuple[list, list[tuple[int, int, int, int]]]:
+        lo, hi = self.next, min(self.next + width, len(self.stream))
+        self.next = hi
+        pieces, start = [], 0
+        for position, tokens in self.docs:
+            end = start + len(tokens)
+            if hi > lo and start < hi and end > lo:
+                pieces.append((max(start, lo) - lo, position, max(start, lo) - start, min(end, hi) - max(start, lo)))
+            start = end
+        return self.stream[lo:hi], pieces
+
+    def cursor(self) -> tuple[int, int]:
+        start = 0
+        for position, tokens in self.docs:
+            if start <= self.next < start + len(tokens):
+                return position, self.next - start
+            start += len(tokens)
+        return self.read_to, 0
+
+
+def _plan(rng: np.random.Generator, lanes: int, documents: int, longest: int) -> list[tuple[int, int, list[int]]]:
+    """(position, lane, tokens) of a random plan; every document has at least one token."""
+    sizes = rng.integers(1, longest + 1, size=documents)
+    lane_of = rng.integers(0, lanes, size=documents)
+    return [(p, int(lane_of[p]), rng.integers(0, 1000, size=int(sizes[p])).tolist()) for p in range(documents)]
+
+
+def _deal(plan, first: int, stop: int, lanes: dict[int, Lane], refs: dict[int, RefLane] | None, dtype) -> None:
+    """Documents [first, stop) of the plan to their lanes, one ``push_many`` a lane (as ``DealLanes``)."""
+    chunk = [doc for doc in plan[first:stop] if doc[1] in lanes]
+    for k, lane in lanes.items():
+        mine = [(p, toks) for p, lk, toks in chunk if lk == k]
+        if mine:
+            ids = np.array([t for _, toks in mine for t in toks], dtype=np.int32)
+            tokens = ids if dtype == ID else tag(ids, loss=ids % 2 == 0)
+            lane.push_many(np.array([p for p, _ in mine]), tokens, np.array([len(toks) for _, toks in mine]))
+        lane.read_to = max(lane.read_to, stop)
+    if refs is not None:
+        for p, lk, toks in chunk:
+            refs[lk].push(p, toks)
+        for ref in refs.values():
+            ref.read_to = max(ref.read_to, stop)
+
+
+def _check(rows, refs: dict[int, RefLane], order: list[int], width: int, flagged: bool) -> None:
+    expected_pieces = []
+    for i, k in enumerate(order):
+        tokens, pieces = refs[k].row(width)
+        got = rows.tokens[i]["id"] if flagged else rows.tokens[i]
+        assert got.tolist() == tokens + [PAD] * (width - len(tokens))
+        if flagged:
+            assert rows.tokens[i]["flags"].tolist() == [int(t % 2 == 0) for t in tokens] + [0] * (width - len(tokens))
+        assert int(rows.lengths[i]) == len(tokens)
+        marks = [False] * width
+        for offset, _, doc_start, _ in pieces:
+            marks[offset] = doc_start == 0
+        assert rows.doc_start[i].tolist() == marks
+        expected_pieces += [(i, *piece) for piece in pieces]
+    assert rows.pieces.dtype == PIECE_DTYPE
+    assert rows.pieces.tolist() == expected_pieces
+
+
+@pytest.mark.parametrize(
+    ("seed", "width", "room", "dtype", "shared"),
+    [
+        (0, 7, 16, ID, True),
+        (1, 16, 64, ID, True),
+        (2, 5, 8, FLAGGED, True),
+        (3, 33, 1 << 16, ID, True),
+        (4, 3, 8, ID, False),
+    ],
+)
+def test_shared_store_rows_match_the_reference_packer_through_compactions_and_resumes(
+    seed, width, room, dtype, shared
+) -> None:
+    rng = np.random.default_rng(seed)
+    num_lanes = 5
+    plan = _plan(rng, num_lanes + 1, 400, longest=3 * room if room < 100 else 60)  # lane 5: never held (empty)
+    store = LaneStore(dtype, room=room)
+    lanes = {
+        k: Lane(width, PAD, dtype=dtype, store=store if shared else LaneStore(dtype, room=room))
+        for k in range(num_lanes)
+    }
+    refs = {k: RefLane() for k in range(num_lanes)}
+    dealt = 0
+    resumed_at = len(plan) // 2
+    while True:
+        stop = min(len(plan), dealt + int(rng.integers(1, 40)))
+        _deal(plan, dealt, stop, lanes, refs, dtype)
+        dealt = stop
+        for _ in range(int(rng.integers(0, 4))):
+            order = rng.integers(0, num_lanes, size=int(rng.integers(1, 7))).tolist()  # lanes repeat
+            _check(pop_rows([lanes[k] for k in order]), refs, order, width, dtype == FLAGGED)
+            assert {k: lane.cursor() for k, lane in lanes.items()} == {k: r.cursor() for k, r in refs.items()}
+        if dealt >= resumed_at and resumed_at:  # resume every lane from its cursor, in a new store
+            cursors = {k: lane.cursor() for k, lane in lanes.items()}
+            store = LaneStore(dtype, room=room)
+            lanes = {
+                k: Lane(
+                    width, PAD, start=cursors[k], dtype=dtype, store=store if shared else LaneStore(dtype, room=room)
+                )
+                for k in range(num_lanes)
+            }
+            back = min(c[0] for c in cursors.values())
+            _deal(plan, back, dealt, lanes, None, dtype)  # the documents from the earliest cursor on, again
+            assert {k: lane.cursor() for k, lane in lanes.items()} == cursors
+            resumed_at = 0
+        if dealt == len(plan):
+            break
+    while any(lane.buffered for lane in lanes.values()):
+        order = list(range(num_lanes))
+        _check(pop_rows([lanes[k] for k in order]), refs, order, width, dtype == FLAGGED)
+    assert sum(s.compactions for s in {id(lane.store): lane.store for lane in lanes.values()}.values()) > (
+        0 if room < 100 else -1
+    )
+    assert all(lane.cursor() == (len(plan), 0) for lane in lanes.values())
+
+
+def test_a_document_longer_than_the_array_grows_it_and_each_id_moves_a_bounded_number_of_times() -> None:
+    store = LaneStore(ID, room=8)
+    lane = Lane(4, PAD, store=store)
+    lane.push(0, np.arange(100))  # 12 times the array
+    rows = pop_rows([lane] * 25)
+    assert rows.tokens[:25].reshape(-1)[:100].tolist() == list(range(100)) and rows.lengths.tolist() == [4] * 25
+    for position in range(1, 200):  # short documents, emitted as they come: the array stops growing
+        lane.push(position, np.full(3, position))
+        if lane.ready():
+            pop_rows([lane])
+    assert len(store.tokens) == 256 and store.compactions == 3 and store.moved == 3  # only a partial row moves
+
+
+def test_rows_ending_exactly_at_a_document_end_start_the_next_row_at_the_next_document() -> None:
+    store = LaneStore(ID, room=4)
+    lane, other = Lane(4, PAD, store=store), Lane(4, PAD, store=store)
+    lane.push_many(np.array([0, 2, 4]), np.array([1, 1, 1, 1, 2, 2, 3, 3]), np.array([4, 2, 2]))
+    other.push(1, np.array([9, 9]))
+    rows = pop_rows([lane, other, lane])
+    assert rows.tokens.tolist() == [[1, 1, 1, 1], [9, 9, PAD, PAD], [2, 2, 3, 3]]
+    assert rows.pieces.tolist() == [(0, 0, 0, 0, 4), (1, 0, 1, 0, 2), (2, 0, 2, 0, 2), (2, 2, 4, 0, 2)]
+    assert rows.doc_start.tolist() == [[1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 1, 0]]
+    lane.read_to = other.read_to = 5
+    assert lane.cursor() == other.cursor() == (5, 0)  # all emitted: the next document to read
+
+
+def test_empty_lanes_give_empty_rows_beside_full_ones() -> None:
+    store = LaneStore(ID)
+    empty, full = Lane(3, PAD, store=store), Lane(3, PAD, store=store)
+    full.push(7, np.array([4, 5, 6]))
+    rows = pop_rows([empty, full, empty])
+    assert rows.tokens.tolist() == [[PAD] * 3, [4, 5, 6], [PAD] * 3] and rows.lengths.tolist() == [0, 3, 0]
+    assert rows.pieces.tolist() == [(1, 0, 7, 0, 3)] and rows.doc_start.tolist() == [[0, 0, 0], [1, 0, 0], [0, 0, 0]]
+
+
+def test_zero_size_documents_keep_the_list_based_lanes_cursors_and_pieces() -> None:
+    """Values from the lanes this store replaced (commit f44571e), same calls."""
+    lane = Lane(4, PAD, store=LaneStore(ID, room=4))
+    lane.push_many(np.array([1, 2, 3]), np.array([5, 5, 5, 5]), np.array([4, 0, 0]))
+    assert lane.pop_row().pieces.tolist() == [(0, 0, 1, 0, 4)] and lane.cursor() == (0, 0)
+    lane.read_to = 4
+    assert lane.cursor() == (4, 0)
+    lane.push_many(np.array([5, 6, 7]), np.array([7, 7, 8]), np.array([0, 2, 1]))  # caught up: empty one first
+    assert lane.cursor() == (5, 0)
+    row = lane.pop_row()
+    assert row.tokens.tolist() == [[7, 7, 8, PAD]] and lane.cursor() == (4, 0)
+    assert row.pieces.tolist() == [(0, 0, 5, 0, 0), (0, 0, 6, 0, 2), (0, 2, 7, 0, 1)]
+    lane.push(9, np.array([], dtype=np.int32))
+    assert lane.cursor() == (9, 0)
+    lane.read_to = 10
+    assert lane.pop_row().lengths.tolist() == [0] and lane.cursor() == (10, 0)
+
+
+def test_a_store_refuses_a_lane_of_another_dtype() -> None:
+    with pytest.raises(ValueError, match="a lane's store must hold"):
+        Lane(4, PAD, dtype=FLAGGED, store=LaneStore(ID))
+
+
+def test_rows_of_two_stores_interleaved_keep_their_own_ids() -> None:
+    """Lanes of two stores in one microbatch (lanes made one by one): a run of one store's ids never spans a row
+    of the other, even where its source and destination advance together across that row."""
+    first, second = LaneStore(ID), LaneStore(ID)
+    x, z = Lane(4, PAD, store=first), Lane(4, PAD, store=first)
+    y, w = Lane(4, PAD, store=second), Lane(4, PAD, store=second)
+    x.push(0, np.arange(1, 9))  # first store's ids 0..7: x's two rows; z's next at 8..11, as far as rows 1 → 3
+    z.push(1, np.arange(11, 15))
+    y.push(2, np.arange(21, 25))
+    w.push(3, np.arange(31, 35))
+    rows = pop_rows([y, x, w, z])
+    assert rows.tokens.tolist() == [[21, 22, 23, 24], [1, 2, 3, 4], [31, 32, 33, 34], [11, 12, 13, 14]]
+    assert rows.pieces.tolist() == [(0, 0, 2, 0, 4), (1, 0, 0, 0, 4), (2, 0, 3, 0, 4), (3, 0, 1, 0, 4)]

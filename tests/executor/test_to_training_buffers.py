@@ -1,0 +1,50 @@
+"""``Batch.to_training``: per-document positions from one repeat over the flat batch equal the running-maximum
+formula they replaced, and every call's tensors are new memory (a batch a trainer keeps is never overwritten)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from zephon.executor.batch import IGNORE_INDEX, Batch
+
+
+def _reference_positions(batch: Batch, labels: bool) -> np.ndarray:
+    """The formula of commit f44571e: column minus the last segment start at or before it."""
+    starts = batch.segment_starts()[:, :-1] if labels else batch.segment_starts()
+    cols = np.arange(starts.shape[1])
+    return cols[None, :] - np.maximum.accumulate(np.where(starts, cols[None, :], 0), axis=1)
+
+
+def test_position_ids_match_the_running_maximum_formula_on_seeded_random_batches() -> None:
+    rng = np.random.default_rng(29)
+    for _ in range(40):
+        rows, width = int(rng.integers(1, 6)), int(rng.integers(2, 40))
+        doc_start = rng.random((rows, width)) < float(rng.choice([0.0, 0.05, 0.5, 1.0]))
+        lengths = rng.integers(0, width + 1, size=rows)
+        batch = Batch(
+            tokens=rng.integers(0, 9, size=(rows, width)).astype(np.int32), doc_start=doc_start, lengths=lengths
+        )
+        for labels in (True, False):
+            got = batch.to_training(return_labels=labels, return_position_ids=True, return_cu_seqlens=True)
+            want = _reference_positions(batch, labels)
+            assert got["position_ids"].dtype == torch.int64 and got["position_ids"].tolist() == want.tolist()
+            starts = np.flatnonzero((want == 0).reshape(-1))
+            assert got["cu_seqlens"].tolist() == [*starts.tolist(), want.size]
+
+
+def test_each_call_returns_new_tensors_that_later_batches_never_overwrite() -> None:
+    tokens = np.array([[1, 2, 3, 4], [5, 6, 7, 0]], dtype=np.int32)
+    batch = Batch(tokens=tokens, doc_start=np.zeros((2, 4), dtype=bool), lengths=np.array([4, 3]))
+    kept = [batch.to_training(return_labels=True) for _ in range(3)]
+    other = Batch(tokens=tokens + 10, doc_start=np.zeros((2, 4), dtype=bool), lengths=np.array([4, 4]))
+    for _ in range(3):
+        other.to_training(return_labels=True)
+    for t in kept:
+        assert t["input_ids"].tolist() == [[1, 2, 3], [5, 6, 7]]
+        assert t["labels"].tolist() == [[2, 3, 4], [6, 7, IGNORE_INDEX]]
+        assert t["input_ids"].dtype == t["labels"].dtype == torch.int64
+    pointers = {t[k].data_ptr() for t in kept for k in ("input_ids", "labels")}
+    assert len(pointers) == 6  # no two tensors of the kept batches share memory
+    t = batch.to_training(return_labels=True, ids_dtype=torch.int32)  # int32: input_ids a view of the batch
+    assert t["input_ids"].data_ptr() == torch.from_numpy(tokens).data_ptr() and t["labels"].dtype == torch.int32
