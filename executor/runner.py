@@ -55,13 +55,7 @@ from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
-from zephon.executor.state import (
-    check_resumed_step,
-    check_state,
-    check_state_fields,
-    rank_state,
-    state_plan,
-)
+from zephon.executor.state import check_resumed_step, check_state, check_state_fields, rank_state, state_plan
 from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_stores.identity import check_store_tokenizers
 from zephon.executor.worker_share import WorkerShare, worker_share
@@ -238,6 +232,10 @@ class RankRunner:
             self._access = ShardAccess(self.plan, self.spec, self.encoder, stats=self.stats)
             self._release = weakref.finalize(self, self._access.close)  # a runner dropped without iterating
         return self._access
+
+    @property
+    def pins(self) -> int:  # shard cache entries held pinned (0 for local shards or none open)
+        return self._access.reader.pins if self._access is not None else 0
 
     def close(self) -> None:
         """Release the shard access (open shards, shard cache pins): at the end of an iteration, or after a

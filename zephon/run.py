@@ -134,8 +134,10 @@ class KeptRunner:
 
     @classmethod
     def of(cls, runner: RankRunner | RecordRunner, start: dict[str, Any] | None) -> KeptRunner | None:
-        """``runner`` kept, or None (closed) for a record runner, which calibrates nothing."""
-        if not isinstance(runner, RankRunner):
+        """``runner`` kept, or None (closed) for a record runner, which calibrates nothing, and for one holding
+        shard cache pins: a ``num_steps()`` alone must leave the shared cache free to evict (the next iteration
+        then downloads nothing again, it only reopens its copies)."""
+        if not isinstance(runner, RankRunner) or runner.pins:
             runner.close()
             return None
         return cls(runner=runner, start=start, pid=os.getpid())

@@ -25,7 +25,8 @@ A bad *document* (invalid UTF-8 or JSON, not an object, no such field, null or n
 then its text is None and it is counted (``zephon.executor.read.bad_documents``); the error suggests that policy
 only when the reader is ``skippable`` (a run of an estimated plan). A bad *shard* (truncated,
 corrupt, changed, missing column) always raises: a shard is not a document. Empty texts (``""``) are valid
-documents.
+documents. Over 400 lines: one LRU of open shards and their cache pins serves every kind of text shard (local,
+cached, by ranges, a token store's part, the plan's copy); split by kind, each would keep its own.
 """
 
 from __future__ import annotations
@@ -202,6 +203,10 @@ class ShardReader:
     def capacity(self) -> int:
         """Shards held open at most (remote ones pinned in the shard cache)."""
         return self._capacity
+
+    @property
+    def pins(self) -> int:  # open shards pinned in the shard cache (remote shards read through it)
+        return sum(shard.handle is not None for shard in self._open.values())
 
     def close(self) -> None:
         """Release every open shard (and its pin in the shard cache)."""
