@@ -34,7 +34,7 @@ import numpy as np
 from zephon.errors import ConfigError, DatasetError, ZephonError
 from zephon.plan.records import ShardRef
 from zephon.planner.counts.cost_worker import CostFunction, compute_shard, resolve, save_atomic
-from zephon.planner.counts.lengths import start_workers, worker_lines
+from zephon.planner.counts.lengths import load_cached, start_workers, worker_lines
 from zephon.planner.ray_cluster import check_engine
 from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.dataset import Dataset
@@ -42,6 +42,9 @@ from zephon.storage.files import cache_dir
 from zephon.storage.progress import progress_bar
 
 __all__ = ["ComputedReport", "computed_costs", "describe", "source_costs"]
+
+#: The dtype of a cached cost array (any other is computed again).
+COSTS_DTYPE = np.dtype(np.int64)
 
 #: Fingerprints that digest a shard's listing, not its bytes: the cache key adds the URI.
 _LISTING_PRINTS = ("tarindex:", "mdsindex:")
@@ -67,16 +70,6 @@ def cost_path(ref: ShardRef, function: CostFunction) -> Path:
     return cache_dir() / "computed-costs" / f"{hashlib.blake2b(text.encode(), digest_size=20).hexdigest()}.npy"
 
 
-def _load(path: Path, rows: int, *, header_only: bool = False) -> np.ndarray | None:
-    if not path.is_file():
-        return None
-    try:
-        array = np.load(path, mmap_mode="r" if header_only else None)
-    except (OSError, ValueError, EOFError):
-        return None
-    return array if array.ndim == 1 and len(array) == rows and array.dtype == np.int64 else None
-
-
 def computed_costs(
     jobs: Sequence[tuple[ShardRef, CostFunction]],
     *,
@@ -87,7 +80,8 @@ def computed_costs(
     """The costs (int64 per row) of each ``(shard, function)`` of ``jobs``, computing only what is not cached."""
     check_engine(engine)
     paths = [cost_path(ref, fn) for ref, fn in jobs]
-    todo = [i for i, (ref, _) in enumerate(jobs) if _load(paths[i], ref.rows, header_only=True) is None]
+    cached = [load_cached(paths[i], ref.rows, header_only=True, dtype=COSTS_DTYPE) for i, (ref, _) in enumerate(jobs)]
+    todo = [i for i, array in enumerate(cached) if array is None]
     processes = max(1, min(workers or os.cpu_count() or 1, len(todo)))
     if todo:
         with progress_bar(total=len(todo), desc="computing costs", unit="shard", progress=progress) as bar:
@@ -103,7 +97,7 @@ def computed_costs(
                 _run_workers([jobs[i] for i in todo], [paths[i] for i in todo], processes, bar.update)
     out = []
     for (ref, fn), path in zip(jobs, paths, strict=True):
-        array = _load(path, ref.rows)
+        array = load_cached(path, ref.rows, dtype=COSTS_DTYPE)
         if array is None:  # removed from the cache since: computed here
             array = compute_shard(ref, fn)
             save_atomic(path, array)

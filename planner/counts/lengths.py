@@ -68,14 +68,14 @@ def _byte_lengths_path(ref: ShardRef, field: str) -> Path:
 def byte_lengths(ref: ShardRef, field: str) -> np.ndarray:
     """Per-row byte length (int64) of one shard, cached."""
     path = _byte_lengths_path(ref, field)
-    cached = _load(path, ref.rows)
+    cached = load_cached(path, ref.rows)
     return cached if cached is not None else _compute_byte_lengths(ref, field, path)
 
 
 def cache_byte_lengths(ref: ShardRef, field: str) -> None:
     """Make sure one shard's byte lengths are cached, without loading them when they already are."""
     path = _byte_lengths_path(ref, field)
-    if _load(path, ref.rows, header_only=True) is None:
+    if load_cached(path, ref.rows, header_only=True) is None:
         _compute_byte_lengths(ref, field, path)
 
 
@@ -101,16 +101,21 @@ def _compute_byte_lengths(ref: ShardRef, field: str, path: Path) -> np.ndarray:
     return lengths
 
 
-def _load(path: Path, rows: int, *, header_only: bool = False) -> np.ndarray | None:
-    """A cached per-row array, or None when absent, unreadable or of the wrong length (computed again).
-    ``header_only``: map the file instead of reading it (to check what is cached without loading it)."""
+def load_cached(
+    path: Path, rows: int, *, header_only: bool = False, dtype: np.dtype | None = None
+) -> np.ndarray | None:
+    """A cached per-row array, or None when absent, unreadable, of the wrong length or (with ``dtype``) of
+    another dtype: computed again. ``header_only``: map the file instead of reading it (to check what is cached
+    without loading it)."""
     if not path.is_file():
         return None
     try:
         array = np.load(path, mmap_mode="r" if header_only else None)
     except (OSError, ValueError, EOFError):
         return None
-    return array if array.ndim == 1 and len(array) == rows else None
+    if array.ndim != 1 or len(array) != rows or (dtype is not None and array.dtype != dtype):
+        return None
+    return array
 
 
 def _counts_path(ref: ShardRef, field: str, tokenizer_fingerprint: str) -> Path:
@@ -228,7 +233,8 @@ def token_counts(
             "operators run in this process)"
         )
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
-    todo = [i for i, (p, r) in enumerate(zip(paths, shards, strict=True)) if _load(p, r.rows, header_only=True) is None]
+    cached = [load_cached(p, r.rows, header_only=True) for p, r in zip(paths, shards, strict=True)]
+    todo = [i for i, array in enumerate(cached) if array is None]
     if todo and engine == "ray":
         from zephon.planner.counts.ray_pass import count_with_ray
 
@@ -254,7 +260,7 @@ def token_counts(
 
     def loader(ref: ShardRef, path: Path) -> Callable[[], np.ndarray]:
         def load() -> np.ndarray:
-            cached = _load(path, ref.rows)
+            cached = load_cached(path, ref.rows)
             if cached is None:  # evicted from the cache since (or never written by a worker): count it here
                 cached = count_shard(ref, spec.field, encoder)
                 save_atomic(path, cached)
