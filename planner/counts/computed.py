@@ -80,8 +80,9 @@ def computed_costs(
     """The costs (int64 per row) of each ``(shard, function)`` of ``jobs``, computing only what is not cached."""
     check_engine(engine)
     paths = [cost_path(ref, fn) for ref, fn in jobs]
-    cached = [load_cached(paths[i], ref.rows, header_only=True, dtype=COSTS_DTYPE) for i, (ref, _) in enumerate(jobs)]
-    todo = [i for i, array in enumerate(cached) if array is None]
+    todo = [
+        i for i, (r, _) in enumerate(jobs) if load_cached(paths[i], r.rows, header_only=True, dtype=COSTS_DTYPE) is None
+    ]
     processes = max(1, min(workers or os.cpu_count() or 1, len(todo)))
     if todo:
         with progress_bar(total=len(todo), desc="computing costs", unit="shard", progress=progress) as bar:

@@ -233,8 +233,7 @@ def token_counts(
             "operators run in this process)"
         )
     paths = [_counts_path(r, spec.field, encoder.fingerprint) for r in shards]
-    cached = [load_cached(p, r.rows, header_only=True) for p, r in zip(paths, shards, strict=True)]
-    todo = [i for i, array in enumerate(cached) if array is None]
+    todo = [i for i, r in enumerate(shards) if load_cached(paths[i], r.rows, header_only=True) is None]
     if todo and engine == "ray":
         from zephon.planner.counts.ray_pass import count_with_ray
 
