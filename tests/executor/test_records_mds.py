@@ -228,3 +228,13 @@ def test_where_and_cost_over_an_mds_datasets_own_columns_read_its_samples_at_pla
     assert remote == [(0, 2), (0, 3), (0, 4)]
     with pytest.raises(DatasetError, match=r"^dataset 'pairs': [^\n]*must be a number ≥ 0 [^\n]*got negative"):
         planned(str(PAIRS), tmp_path / "bad", cost="label")
+
+
+def test_a_malformed_index_json_is_named_in_one_line_not_taken_for_a_token_store(tmp_path: Path):
+    folder = tmp_path / "pairs"
+    shutil.copytree(PAIRS, folder)
+    (folder / "index.json").write_text("{bad")
+    with pytest.raises(DatasetError, match=r"^dataset 'pairs': \S+index\.json must be an MDS index \(JSON with a "
+                       r"list of shards\), got JSONDecodeError: [^\n]* — write it again with MDSWriter$"):  # fmt: skip
+        plan_of(folder, tmp_path / "plan")
+    assert not (tmp_path / "plan").exists()

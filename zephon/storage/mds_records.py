@@ -71,12 +71,16 @@ def parse_index(raw: bytes, name: str) -> list[dict]:
     return shards
 
 
-def _index(folder: str) -> list[dict] | None:
+def _index(folder: str, who: str = "") -> list[dict]:
+    """The shard entries of ``folder``'s ``index.json``; a missing, unreadable or malformed one is one line
+    (``who``: what the error names first, e.g. ``"dataset 'pairs': "``)."""
+    path = os.path.join(folder, "index.json")
     try:
-        with open(os.path.join(folder, "index.json"), "rb") as f:
-            return parse_index(f.read(), "index.json")
-    except (OSError, DatasetError):
-        return None
+        with open(path, "rb") as f:
+            raw = f.read()
+    except OSError as exc:
+        raise DatasetError(f"{who}{path} must be readable, got {exc.strerror or exc} — restore it") from None
+    return parse_index(raw, f"{who}{path}")
 
 
 def is_record_index(shards: list[dict]) -> bool:
@@ -89,9 +93,15 @@ def is_record_index(shards: list[dict]) -> bool:
 
 
 def is_record_mds(folder: str) -> bool:
-    """Whether ``folder`` is an MDS dataset of records (see the module docstring)."""
-    shards = _index(folder)
-    return shards is not None and is_record_index(shards)
+    """Whether ``folder`` is an MDS dataset of records (see the module docstring). An ``index.json`` that does
+    not parse counts as one: the records reader then says what is wrong with it, in one line (as a token store
+    it would only be "a format its files do not tell")."""
+    if not os.path.isfile(os.path.join(folder, "index.json")):
+        return False
+    try:
+        return is_record_index(_index(folder))
+    except DatasetError:
+        return True
 
 
 def read_offsets(read: Callable[[int, int], bytes], size: int, samples: int, name: str) -> np.ndarray:
@@ -118,7 +128,7 @@ def mds_fingerprint(size: int, entry: dict, header: bytes) -> str:
 def mds_entry(uri: str, where: str) -> dict:
     """The ``index.json`` entry of the MDS shard at ``uri`` (the index beside it), raw or compressed."""
     folder, name = os.path.split(uri)
-    for entry in _index(folder) or ():
+    for entry in _index(folder, f"{where}: "):
         if name in (entry.get("raw_data", {}).get("basename"), (entry.get("zip_data") or {}).get("basename")):
             return entry
     raise DatasetError(f"{where} must be listed in {os.path.join(folder, 'index.json')}, got no entry — re-plan")
@@ -128,7 +138,7 @@ def mds_files(dataset: str, folder: str) -> list[tuple[str, int]]:
     """``(path, size)`` of every shard ``index.json`` lists, in its order: the raw shard, else its compressed file
     (an algorithm Zephon cannot decode is refused here, at planning)."""
     out = []
-    for entry in _index(folder) or ():
+    for entry in _index(folder, f"dataset {dataset!r}: "):
         raw = os.path.abspath(os.path.join(folder, str((entry.get("raw_data") or {}).get("basename"))))
         if os.path.isfile(raw):
             out.append((raw, os.path.getsize(raw)))
