@@ -96,9 +96,10 @@ class WorkerPiece:
     shared-memory file of its own (a file, a descriptor passed on a socket, a mapping: about a millisecond per
     tensor on a small machine), while an array is pickled into the queue's pipe with its bytes — a copy of some
     100 KB, tens of microseconds. A piece made in the loader's own process (no workers) keeps its tensors as
-    they are (``local``, ``in_process``): nothing crosses a process."""
+    they are (``local``, ``in_process``): nothing crosses a process. A record batch whose data is not a dict (a
+    collate of one's own returning a list) crosses as it is, pickled."""
 
-    arrays: dict[str, np.ndarray | torch.Tensor | int]
+    arrays: dict[str, np.ndarray | torch.Tensor | int] | Any
     step: int
     microbatch: int
     state: dict[str, Any]
@@ -106,6 +107,8 @@ class WorkerPiece:
 
     @classmethod
     def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
+        if not isinstance(tensors, dict):
+            return cls(arrays=tensors, step=step, microbatch=microbatch, state=state)
         arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
         return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
 
@@ -114,13 +117,15 @@ class WorkerPiece:
         return cls(arrays=tensors, step=step, microbatch=microbatch, state=state, in_process=True)
 
     def tensors(self) -> Tensors:
-        if self.in_process:
-            return self.arrays  # type: ignore[return-value]
+        if self.in_process or not isinstance(self.arrays, dict):
+            return self.arrays  # type: ignore[no-any-return]
         return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
 
     def pin_memory(self) -> WorkerPiece:
         """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
-        copied into page-locked memory (``tensors()`` then shares it)."""
+        copied into page-locked memory (``tensors()`` then shares it); data that is not a dict is left as it is."""
+        if not isinstance(self.arrays, dict):
+            return self
         pinned = {
             k: torch.from_numpy(v).pin_memory().numpy()
             if isinstance(v, np.ndarray)

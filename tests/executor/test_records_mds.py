@@ -238,3 +238,12 @@ def test_a_malformed_index_json_is_named_in_one_line_not_taken_for_a_token_store
                        r"list of shards\), got JSONDecodeError: [^\n]* — write it again with MDSWriter$"):  # fmt: skip
         plan_of(folder, tmp_path / "plan")
     assert not (tmp_path / "plan").exists()
+
+
+def test_a_record_dataloader_with_workers_hands_out_a_list_collates_batches_as_the_pipeline(tmp_path: Path):
+    plan = plan_of(PAIRS, tmp_path / "plan")
+    pipe = Pipeline.from_plan(plan).batch(microbatch_size=2, collate=list)
+    want = [[r["label"] for r in b.data] for b in pipe]
+    for workers in (0, 2):
+        got = [[r["label"] for r in data] for data in pipe.dataloader(num_workers=workers)]
+        assert got == want and len(want) == 4
