@@ -19,7 +19,8 @@ with workers, receiving and joining the pieces). ``--rounds`` rounds run every
 (interpreter, workers) variant once each, in an order rotated per round, so a busy minute of a shared machine
 hits every variant; with ``--python`` several interpreters (e.g. another checkout's venv, as "before") alternate in
 the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 workers ≥ 1.6 × 1 worker and ≥ 0
-workers, in tokens per wall second of the run.
+workers, in tokens per wall second of the run, and "steady": tokens per wall second after the first dict
+(what a long run sees once its workers are up).
 """
 
 from __future__ import annotations
@@ -108,13 +109,14 @@ def child(plan: str, tokenizer: str, max_length: int, microbatch: int, workers: 
     steps_wall, steps_cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     cpu, main_cpu, wall = cpu_seconds(), main_cpu_seconds(), time.perf_counter()
     loader = pipeline.dataloader(num_workers=workers, return_attention_mask=True)
-    tokens, first, items = 0, 0.0, 0
+    tokens, first, items, first_tokens = 0, 0.0, 0, 0
     for batch in loader:
-        if not items:
-            first = time.perf_counter() - wall
         tokens += int(batch["attention_mask"].sum())
+        if not items:
+            first, first_tokens = time.perf_counter() - wall, tokens
         items += 1
     run_wall = time.perf_counter() - wall
+    handover = getattr(loader, "handover", None)  # how the pieces crossed (zephon.worker_slots), if it says
     del loader  # its workers have been joined at the end of the iteration
     return {
         "steps": steps,
@@ -125,7 +127,9 @@ def child(plan: str, tokenizer: str, max_length: int, microbatch: int, workers: 
         "cpu": cpu_seconds() - cpu,
         "main_cpu": main_cpu_seconds() - main_cpu,
         "tokens": tokens,
+        "first_tokens": first_tokens,
         "items": items,
+        "handover": handover,
     }
 
 
@@ -174,13 +178,15 @@ def main() -> None:
     )
     print(
         f"{'interpreter':<34}{'workers':>8}{'steps CPU s':>12}{'first s':>9}{'run s':>8}{'CPU s':>8}{'main CPU s':>11}"
-        f"{'Mtok/s':>8}{'tok/CPU-µs':>11}"
+        f"{'Mtok/s':>8}{'steady':>8}{'tok/CPU-µs':>11}"
     )
     rate: dict[tuple[str, int], list[float]] = {}
+    steady: dict[tuple[str, int], list[float]] = {}
     for v in variants:
         got = runs[v]
         assert all(g["tokens"] == first["tokens"] and g["items"] == first["items"] for g in got), (v, got)
         rate[v] = [g["tokens"] / g["run"] for g in got]
+        steady[v] = [(g["tokens"] - g["first_tokens"]) / (g["run"] - g["first"]) for g in got]
 
         def med(key: str, got: list[dict[str, Any]] = got) -> float:
             return statistics.median(g[key] for g in got)
@@ -188,6 +194,7 @@ def main() -> None:
         print(
             f"{v[0][-34:]:<34}{v[1]:>8}{med('steps_cpu'):>12.2f}{med('first'):>9.2f}{med('run'):>8.2f}"
             f"{med('cpu'):>8.2f}{med('main_cpu'):>11.2f}{statistics.median(rate[v]) / 1e6:>8.2f}"
+            f"{statistics.median(steady[v]) / 1e6:>8.2f}"
             f"{first['tokens'] / med('cpu') / 1e6:>11.2f}"
         )
     for py in args.python:
@@ -198,6 +205,12 @@ def main() -> None:
             ]
             ratios = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in per_round)
             print(f"{py[-34:]}: 2 workers ÷ 1 worker / ÷ 0 workers, by round: {ratios}")
+            per_round = [
+                (a / b, a / c)
+                for a, b, c in zip(steady[(py, 2)], steady[(py, 1)], steady[(py, 0)], strict=True)
+            ]
+            ratios = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in per_round)
+            print(f"{py[-34:]}: the same after the first dict (steady), by round: {ratios}")
 
 
 if __name__ == "__main__":

@@ -144,6 +144,8 @@ def test_dataloader_gives_the_pipelines_batches_for_0_1_2_3_workers(plans, token
     for workers in (0, 1, 2, 3):
         loader = p.dataloader(num_workers=workers, **TRAINING)
         assert same(list(loader), want), f"{workers} workers"
+        # Every piece from a worker crossed through its worker's slot ring, none pickled (zephon.worker_slots).
+        assert loader.handover == {"slots": len(want) * loader.pieces if workers else 0, "pickled": 0}
     pieces = p.dataloader(num_workers=3).pieces
     assert pieces == (1 if kind == "exact" else 3)  # N / gcd(N, A): 3 for A = 1 and A = 2
 
@@ -151,7 +153,9 @@ def test_dataloader_gives_the_pipelines_batches_for_0_1_2_3_workers(plans, token
 def test_dataloader_with_spawned_workers_gives_the_same_batches(plans, tokenizer_dir) -> None:
     p = pipeline(plans["estimated"], tokenizer_dir, 8)
     loader = p.dataloader(num_workers=2, multiprocessing_context="spawn", return_position_ids=True)
-    assert same(list(loader), [b.to_training(return_position_ids=True) for b in p])
+    want = [b.to_training(return_position_ids=True) for b in p]
+    assert same(list(loader), want)
+    assert loader.handover == {"slots": 2 * len(want), "pickled": 0}  # the rings crossed to a spawned process
 
 
 def test_persistent_workers_give_the_same_batches_every_epoch(plans, tokenizer_dir) -> None:
@@ -160,6 +164,7 @@ def test_persistent_workers_give_the_same_batches_every_epoch(plans, tokenizer_d
     loader = p.dataloader(num_workers=2, persistent_workers=True, **TRAINING)
     assert same(list(loader), want)
     assert same(list(loader), want)  # the same worker processes, the plan from its start again
+    assert loader.handover == {"slots": 2 * len(want), "pickled": 0}  # a new ring for each worker's new iteration
 
 
 def test_pin_memory_gives_the_same_batches(plans, tokenizer_dir) -> None:
@@ -168,8 +173,10 @@ def test_pin_memory_gives_the_same_batches(plans, tokenizer_dir) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no accelerator here: torch warns that pinning is off
         for workers in (0, 2):  # whole microbatches (pinned by the DataLoader) and joined pieces
-            got = list(p.dataloader(num_workers=workers, pin_memory=True, **TRAINING))
+            loader = p.dataloader(num_workers=workers, pin_memory=True, **TRAINING)
+            got = list(loader)
             assert same(got, want)
+            assert loader.handover["pickled"] == 0
             if torch.accelerator.is_available():
                 assert all(t.is_pinned() for batch in got for t in batch.values() if isinstance(t, torch.Tensor))
 

@@ -1,0 +1,103 @@
+"""Shared-memory slot rings (zephon.worker_slots): pieces written and read back exactly, and every case where a
+piece must cross pickled instead is refused by the writer, never half-written."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+
+import pytest
+import torch
+
+from zephon.worker_slots import HEADER, SlotReader, SlotWriter
+
+
+def piece(seed: int, rows: int = 4) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, 1 << 17, (rows, 33), generator=g)
+    return {
+        "input_ids": ids[:, :-1],  # a view, not contiguous: written out contiguous
+        "labels": ids[:, 1:].clone(),
+        "attention_mask": torch.rand((rows, 32), generator=g) > 0.2,
+        "cu_seqlens": torch.arange(0, rows * 32 + 1, 16 + seed % 3, dtype=torch.int32),
+        "max_seqlen": 17 + seed,
+        "num_valid_tokens": torch.tensor(100 + seed),
+    }
+
+
+def equal(a: dict, b: dict) -> bool:
+    if list(a) != list(b):
+        return False
+    for k, v in b.items():
+        if isinstance(v, torch.Tensor):
+            if not (isinstance(a[k], torch.Tensor) and a[k].dtype == v.dtype and a[k].shape == v.shape):
+                return False
+            if not torch.equal(a[k], v):
+                return False
+        elif a[k] != v:
+            return False
+    return True
+
+
+def test_pieces_round_trip_and_the_ring_travels_with_the_first_only() -> None:
+    writer, reader = SlotWriter(depth=3), SlotReader()
+    for k in range(10):  # three times round the ring, each piece copied out before the next
+        slot = writer.put(piece(k))
+        assert slot is not None and slot.seq == k
+        assert (slot.ring is not None) == (k == 0)
+        got = reader.take(slot)
+        assert equal(got, piece(k))
+        assert all(
+            v.untyped_storage().data_ptr() != writer.ring.untyped_storage().data_ptr()  # type: ignore[union-attr]
+            for v in got.values()
+            if isinstance(v, torch.Tensor)
+        )  # its own memory, not the slot's
+
+
+def test_a_piece_whose_slot_is_still_held_is_refused_until_the_loader_releases_it() -> None:
+    writer, reader = SlotWriter(depth=2), SlotReader()
+    first, second = writer.put(piece(0)), writer.put(piece(1))
+    assert first is not None and second is not None
+    assert writer.put(piece(2)) is None  # slot 0 still holds piece 0: the caller pickles piece 2 instead
+    views = reader.views(first)
+    assert equal(views, piece(0))
+    reader.release(first)
+    third = writer.put(piece(2))  # slot 0 again
+    assert third is not None and third.seq == 2
+    assert equal(reader.take(second), piece(1)) and equal(reader.take(third), piece(2))
+
+
+def test_what_does_not_fit_or_is_not_a_dict_of_cpu_tensors_is_refused() -> None:
+    writer = SlotWriter(depth=4)
+    assert writer.put([torch.zeros(3)]) is None  # a collate's list
+    assert writer.put({"n": 3}) is None  # no tensor at all
+    assert writer.put(piece(0, rows=4)) is not None  # sizes the slots: its bytes and a quarter more
+    assert writer.put(piece(1, rows=5)) is not None  # a quarter more fits
+    assert writer.put(piece(2, rows=8)) is None  # twice the first: crosses pickled
+    assert writer.seq == 2  # nothing written for the refused pieces
+    assert writer.ring is not None and writer.ring.numel() == HEADER + 4 * writer.slot_bytes
+
+
+def _child(conn, depth: int, n: int) -> None:
+    writer = SlotWriter(depth=depth)
+    for k in range(n):
+        while (slot := writer.put(piece(k))) is None:  # the parent releases: then the slot is free
+            time.sleep(0.001)
+        conn.send(slot)
+    conn.close()
+
+
+@pytest.mark.parametrize("method", ["fork"])  # spawned DataLoader workers: test_workers.py
+def test_a_ring_written_in_another_process_is_read_here(method: str) -> None:
+    ctx = mp.get_context(method)
+    import torch.multiprocessing  # noqa: F401  (registers the reductions that pass a shared tensor's memory)
+
+    a, b = ctx.Pipe(duplex=False)
+    child = ctx.Process(target=_child, args=(b, 2, 7))
+    child.start()
+    b.close()
+    reader = SlotReader()
+    for k in range(7):
+        assert equal(reader.take(a.recv()), piece(k))
+    child.join(30)
+    assert child.exitcode == 0

@@ -1,0 +1,164 @@
+"""Shared-memory slots: how a DataLoader worker hands a microbatch's tensors to the loader's process.
+
+Why: an item a ``torch`` DataLoader worker yields is pickled into a pipe and read back by the loader's
+process. For a training dict of 8 × 2048 ids that is ~400 KB through the pipe, both ways, every microbatch:
+0.5–0.8 ms of the loader's CPU and as much of the worker's (``benchmarks/bench_workers.py``), about what the
+worker spends making the microbatch. Tensors cross no better (the DataLoader moves each through a
+shared-memory file of its own, a descriptor on a socket and a mapping: ~1 ms a tensor).
+
+Algorithm: each iteration of a worker allocates one *ring* of ``R`` slots in one shared-memory tensor, made
+when its first piece is ready and sized by it (every slot that piece's bytes plus a quarter, so later pieces of
+the same run — whose only variable array is ``cu_seqlens`` — fit). Piece ``k`` of the ring is written into slot
+``k mod R``; through the DataLoader's queue travels only a ``SlotPiece`` — the ring's id, ``k``, each tensor's
+dtype, shape and offset, the values that are not tensors — and, with piece 0 only, the ring itself (one
+descriptor, once). The loader's process copies each piece out of its slot into tensors of its own (or straight
+into the joined or page-locked tensors it hands out) and then writes ``k + 1`` into the ring's ``taken``
+counter, in the ring's first 64 bytes.
+
+Invariant: a slot is written only when the loader has copied out the piece it held — piece ``k`` goes into
+its slot only once ``taken ≥ k − R + 1``; a piece that finds its slot still held, that does not fit, or that
+is not a dict of tensors crosses the pipe pickled, as before (``WorkerPiece``). So the data never depends on
+the ring; the ring only removes copies. It never waits: with ``R = prefetch_factor + 2`` a slot is never held
+in a steady run — the DataLoader keeps ``prefetch_factor`` items in flight per worker and asks a worker for
+its next item only after handing out an earlier one, which the loader copies out before it asks for another
+(each ask is a system call, a full memory barrier between the copy and any reuse of its slot).
+
+Worked example: ``prefetch_factor = 2``, ``R = 4``, slots of 400 KB + 100 KB. Pieces 0, 1 go into slots 0, 1
+(piece 0 carries the ring); the loader copies piece 0 out and sets ``taken = 1``; pieces 2, 3 take slots 2, 3;
+piece 4 takes slot 0 once ``taken ≥ 1`` (it is, long before: the DataLoader only asked for piece 4 after
+handing out piece 2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+#: Bytes before the first slot: the ``taken`` counter (int64) and padding to a cache line.
+HEADER = 64
+#: Every array in a slot starts on a multiple of this (a view of another dtype needs its alignment).
+ALIGN = 64
+_ring_ids = itertools.count()
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+#: One tensor of a piece in its slot: key, dtype, shape, byte offset in the ring and bytes (a plain tuple: it is
+#: pickled with every piece).
+Placed = tuple[str, torch.dtype, tuple[int, ...], int, int]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class SlotPiece:
+    """What crosses the DataLoader's queue for a piece written into a ring (see the module docstring).
+
+    Attributes:
+        ring_id: the ring (unique per worker iteration: pid and a counter).
+        seq: the piece's number ``k`` in its ring.
+        placed: where each tensor of the piece lies (``Placed``).
+        values: the piece's entries that are not tensors (``max_seqlen``, …).
+        order: the dict's keys in order.
+        ring: the ring's tensor, with piece 0 only (then the loader keeps it).
+    """
+
+    ring_id: str
+    seq: int
+    placed: tuple[Placed, ...]
+    values: dict[str, Any]
+    order: tuple[str, ...]
+    ring: torch.Tensor | None = None
+
+
+def _bytes(value: torch.Tensor) -> np.ndarray:
+    """A tensor's bytes, in order, as a uint8 array (a view when it is contiguous)."""
+    return value.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+class SlotWriter:
+    """A worker's ring for one iteration: ``put`` writes a piece's tensors into its next slot."""
+
+    def __init__(self, depth: int) -> None:
+        self.depth = depth
+        self.ring: torch.Tensor | None = None
+        self._bytes = np.empty(0, np.uint8)  # the ring's memory, as NumPy (slicing it costs ~0.2 µs, torch's ~3)
+        self._taken = np.zeros(1, np.int64)
+        self.slot_bytes = 0
+        self.seq = 0
+        self.ring_id = f"{os.getpid()}-{next(_ring_ids)}"
+
+    def put(self, tensors: Any) -> SlotPiece | None:
+        """The piece as a ``SlotPiece`` once its tensors are in its slot; None when it must cross pickled
+        (not a dict, a tensor that is not a plain CPU one, larger than a slot, or its slot still held)."""
+        if not isinstance(tensors, dict):
+            return None
+        arrays = {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}
+        if not arrays or any(v.device.type != "cpu" or v.layout != torch.strided for v in arrays.values()):
+            return None
+        need = sum(_aligned(v.numel() * v.element_size()) for v in arrays.values())
+        if self.ring is None:
+            self.slot_bytes = _aligned(need + need // 4)
+            self.ring = torch.zeros(HEADER + self.depth * self.slot_bytes, dtype=torch.uint8).share_memory_()
+            self._bytes = self.ring.numpy()
+            self._taken = self._bytes[:8].view(np.int64)
+        if need > self.slot_bytes or self.seq - int(self._taken[0]) >= self.depth:
+            return None
+        offset = HEADER + (self.seq % self.depth) * self.slot_bytes
+        placed = []
+        for key, value in arrays.items():
+            src = _bytes(value)
+            self._bytes[offset : offset + src.size] = src
+            placed.append((key, value.dtype, tuple(value.shape), offset, src.size))
+            offset += _aligned(src.size)
+        piece = SlotPiece(
+            ring_id=self.ring_id,
+            seq=self.seq,
+            placed=tuple(placed),
+            values={k: v for k, v in tensors.items() if k not in arrays},
+            order=tuple(tensors),
+            ring=self.ring if self.seq == 0 else None,
+        )
+        self.seq += 1
+        return piece
+
+
+class SlotReader:
+    """The loader's side: the rings its workers sent, and the pieces read out of them."""
+
+    def __init__(self) -> None:
+        self.rings: dict[str, tuple[torch.Tensor, np.ndarray]] = {}
+
+    def _ring(self, piece: SlotPiece) -> np.ndarray:
+        if piece.ring is not None:  # kept: the tensor holds the shared memory, the array reads it
+            self.rings[piece.ring_id] = (piece.ring, piece.ring.numpy())
+        return self.rings[piece.ring_id][1]
+
+    def views(self, piece: SlotPiece) -> dict[str, Any]:
+        """The piece's dict, its tensors views into the slot (valid until ``release``)."""
+        ring = self._ring(piece)
+        out = {
+            key: torch.from_numpy(ring[offset : offset + nbytes]).view(dtype).view(shape)
+            for key, dtype, shape, offset, nbytes in piece.placed
+        }
+        return {k: out[k] if k in out else piece.values[k] for k in piece.order}
+
+    def release(self, piece: SlotPiece) -> None:
+        """The piece is copied out: its slot may be written again."""
+        self.rings[piece.ring_id][1][:8].view(np.int64)[0] = piece.seq + 1
+
+    def take(self, piece: SlotPiece, *, pin_memory: bool = False) -> dict[str, Any]:
+        """The piece's dict in tensors of its own (page-locked with ``pin_memory``); its slot released."""
+        ring = self._ring(piece)
+        out: dict[str, Any] = {}
+        for key, dtype, shape, offset, nbytes in piece.placed:
+            own = torch.empty(nbytes, dtype=torch.uint8, pin_memory=pin_memory)
+            own.numpy()[:] = ring[offset : offset + nbytes]
+            out[key] = own.view(dtype).view(shape)
+        self.release(piece)
+        return {k: out[k] if k in out else piece.values[k] for k in piece.order}
