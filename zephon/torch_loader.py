@@ -42,7 +42,9 @@ concatenates straight into page-locked buffers. Without an accelerator it does n
 
 from __future__ import annotations
 
+import itertools
 import warnings
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Any
@@ -57,7 +59,7 @@ from zephon.executor.batch import join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
-from zephon.worker_slots import SlotPiece, SlotReader, SlotWriter
+from zephon.worker_slots import SlotPiece, SlotReader, SlotWriter, group_size
 
 #: A ``zephon.Pipeline`` (not imported: the pipeline imports this module, and no import may cycle).
 Pipeline = Any
@@ -159,22 +161,58 @@ class WorkerPiece:
         return replace(self, arrays=pinned)
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PieceGroup:
+    """What a worker yields as one DataLoader item: its next ``pieces``, in order (``zephon.worker_slots``:
+    grouped to spread the DataLoader's cost per item), and its index ``worker``."""
+
+    worker: int
+    pieces: tuple[WorkerPiece, ...]
+
+    def pin_memory(self) -> PieceGroup:
+        """The DataLoader's pinning thread calls this: each piece pinned (``WorkerPiece.pin_memory``)."""
+        return replace(self, pieces=tuple(p.pin_memory() for p in self.pieces))
+
+
+def in_order(groups: Iterator[PieceGroup], workers: int) -> Iterator[WorkerPiece]:
+    """The pieces of an iteration in order, from the groups its ``workers`` yield: piece ``k`` is the next of
+    worker ``k mod workers`` (``zephon.executor.worker_share``), whatever order the groups come in. It ends
+    where the next piece's worker has none left: then every worker is done."""
+    queues: list[deque[WorkerPiece]] = [deque() for _ in range(workers)]
+    for k in itertools.count():
+        queue = queues[k % workers]
+        while not queue:
+            group = next(groups, None)
+            if group is None:
+                return
+            queues[group.worker].extend(group.pieces)
+        yield queue.popleft()
+
+
 class PieceDataset(IterableDataset):
     """Each worker's pieces (``pieces`` per microbatch); the first iteration in a process starts at ``state``,
     later ones at the start of the plan. ``pipeline`` is the loader's own copy."""
 
     def __init__(
-        self, pipeline: Pipeline, training: dict[str, Any], pieces: int, state: dict[str, Any] | None, depth: int
+        self,
+        pipeline: Pipeline,
+        training: dict[str, Any],
+        pieces: int,
+        state: dict[str, Any] | None,
+        *,
+        in_flight: int,
+        group: int,
     ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.training = training
         self.pieces = pieces
         self.state = state
-        self.depth = depth  # slots of a worker's ring (zephon.worker_slots)
+        self.in_flight = in_flight  # items a worker may have in flight (the DataLoader's prefetch_factor)
+        self.group = group  # pieces per item, the same for every worker (so in_order holds ≤ one item of each)
         self._iterations = 0  # in this process (a persistent worker keeps its copy)
 
-    def __iter__(self) -> Iterator[WorkerPiece]:
+    def __iter__(self) -> Iterator[WorkerPiece] | Iterator[PieceGroup]:
         # Not a generator function: the start state is read when the iteration is made. Without workers the
         # DataLoader makes it inside iter(loader), and the loader then clears ``state`` for later iterations.
         info = get_worker_info()
@@ -186,7 +224,18 @@ class PieceDataset(IterableDataset):
         if info is None:  # in the loader's process: the runner num_steps() calibrated, if it is this one
             return self._pieces(self.pipeline._iteration_runner(), WorkerPiece.local)
         runner = self.pipeline._make_runner(worker, self.pieces)
-        return self._pieces(runner, WorkerPiece.slotted(SlotWriter(self.depth)))
+        writer = SlotWriter(self.in_flight, group=self.group)
+        return self._groups(self._pieces(runner, WorkerPiece.slotted(writer)), info.id)
+
+    def _groups(self, pieces: Iterator[WorkerPiece], worker: int) -> Iterator[PieceGroup]:
+        group: list[WorkerPiece] = []
+        for piece in pieces:
+            group.append(piece)
+            if len(group) == self.group:
+                yield PieceGroup(worker=worker, pieces=tuple(group))
+                group = []
+        if group:
+            yield PieceGroup(worker=worker, pieces=tuple(group))
 
     def _pieces(self, runner: Any, piece: Any) -> Iterator[WorkerPiece]:
         for batch in runner:
@@ -241,10 +290,10 @@ class PipelineLoader:
             if o.num_workers:  # once, here: the workers start from it instead of each calibrating
                 self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
                 self._pipeline._drop_kept()  # the workers read their own shards: this process's are released
-            # A worker's ring holds what the DataLoader keeps in flight from it, the piece being copied out and one
-            # more (zephon.worker_slots: then no piece ever finds its slot held).
-            depth = (o.prefetch_factor if o.prefetch_factor is not None else 2) + 2
-            self._dataset = PieceDataset(self._pipeline, self.training, self.pieces, self._state, depth)
+            in_flight = o.prefetch_factor if o.prefetch_factor is not None else 2  # torch's default
+            self._dataset = PieceDataset(
+                self._pipeline, self.training, self.pieces, self._state, in_flight=in_flight, group=self._group()
+            )
             self._loader = DataLoader(
                 self._dataset,
                 batch_size=None,
@@ -256,6 +305,16 @@ class PipelineLoader:
                 timeout=o.timeout,
             )
         return self._loader, self._dataset
+
+    def _group(self) -> int:
+        """Pieces a worker sends per DataLoader item: ``group_size`` of a piece's bytes as the settings tell them
+        (rows × ``max_length`` × 8 bytes per tensor asked for), 1 for record pipelines (sizes unknown)."""
+        spec = self._pipeline._spec
+        if spec.pack is None or spec.batch is None:
+            return 1
+        rows = -(-self._pipeline.geometry().microbatch // self.pieces)
+        tensors = 1 + sum(bool(v) for k, v in self.training.items() if k.startswith("return_"))
+        return group_size(rows * spec.pack.max_length * 8 * tensors)
 
     def _start(self) -> dict[str, Any]:
         """The state the next iteration starts at."""
@@ -270,6 +329,8 @@ class PipelineLoader:
         # hand over the dataset's items, at some 100 µs each (its profiler span and fetcher): taken directly.
         o = self.options
         items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
+        if o.num_workers:
+            items = in_order(items, o.num_workers)  # type: ignore[arg-type]
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         pin = self._pin_out()
         slots = SlotReader()  # the rings of this iteration's workers

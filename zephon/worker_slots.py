@@ -6,27 +6,32 @@ process. For a training dict of 8 × 2048 ids that is ~400 KB through the pipe, 
 worker spends making the microbatch. Tensors cross no better (the DataLoader moves each through a
 shared-memory file of its own, a descriptor on a socket and a mapping: ~1 ms a tensor).
 
-Algorithm: each iteration of a worker allocates one *ring* of ``R`` slots in one shared-memory tensor, made
-when its first piece is ready and sized by it (every slot that piece's bytes plus a quarter, so later pieces of
-the same run — whose only variable array is ``cu_seqlens`` — fit). Piece ``k`` of the ring is written into slot
-``k mod R``; through the DataLoader's queue travels only a ``SlotPiece`` — the ring's id, ``k``, each tensor's
-dtype, shape and offset, the values that are not tensors — and, with piece 0 only, the ring itself (one
-descriptor, once). The loader's process copies each piece out of its slot into tensors of its own (or straight
-into the joined or page-locked tensors it hands out) and then writes ``k + 1`` into the ring's ``taken``
-counter, in the ring's first 64 bytes.
+Algorithm: each iteration of a worker allocates one *ring* of slots in one shared-memory tensor, made when its
+first piece is ready, every slot that piece's bytes plus a quarter (later pieces of the same run differ only in
+``cu_seqlens``). A worker sends ``g`` pieces per DataLoader item, the same ``g`` for all workers of a loader
+(``group_size`` of a piece's bytes as the settings tell them: about ``GROUP_BYTES``, at most ``MAX_GROUP``; each
+item costs the DataLoader 50-100 µs of each process's CPU). Piece ``k`` of the ring is
+written into slot ``k mod R``, ``R = (prefetch_factor + 2) · g``; through the DataLoader's queue travels only a
+``SlotPiece`` — the ring's id, ``k``, each tensor's dtype, shape and offset, the values that are not tensors —
+and, with piece 0 only, the ring itself (one descriptor, once). The loader's process puts the pieces back in
+order (``zephon.torch_loader.in_order``), copies each out of its slot into tensors of its own (or straight into
+the joined or page-locked tensors it hands out) and then writes ``k + 1`` into the ring's ``taken`` counter,
+in the ring's first 64 bytes.
 
 Invariant: a slot is written only when the loader has copied out the piece it held — piece ``k`` goes into
 its slot only once ``taken ≥ k − R + 1``; a piece that finds its slot still held, that does not fit, or that
-is not a dict of tensors crosses the pipe pickled, as before (``WorkerPiece``). So the data never depends on
-the ring; the ring only removes copies. It never waits: with ``R = prefetch_factor + 2`` a slot is never held
-in a steady run — the DataLoader keeps ``prefetch_factor`` items in flight per worker and asks a worker for
-its next item only after handing out an earlier one, which the loader copies out before it asks for another
-(each ask is a system call, a full memory barrier between the copy and any reuse of its slot).
+is not a dict of tensors crosses the pipe pickled, as before (``WorkerPiece``), and so does every piece of a
+worker whose ring would take more than half of the free shared memory (``/dev/shm``: 64 MB in many containers,
+and shared memory touched past it kills a process with SIGBUS). So the data never depends on the ring; the
+ring only removes copies. It never waits: a worker has at most ``prefetch_factor`` items in flight (the
+DataLoader asks for the next only after handing one out), the loader holds one more being read out, and one is
+being written — ``R`` slots in all — and each ask is a system call, a full memory barrier between a piece's copy
+and any reuse of its slot.
 
-Worked example: ``prefetch_factor = 2``, ``R = 4``, slots of 400 KB + 100 KB. Pieces 0, 1 go into slots 0, 1
-(piece 0 carries the ring); the loader copies piece 0 out and sets ``taken = 1``; pieces 2, 3 take slots 2, 3;
-piece 4 takes slot 0 once ``taken ≥ 1`` (it is, long before: the DataLoader only asked for piece 4 after
-handing out piece 2).
+Worked example: ``prefetch_factor = 2``, pieces of 400 KB: slots of 500 KB, ``g = 4`` (2 MB ÷ 400 KB, capped),
+``R = 16`` (8 MB). Pieces 0-3 go into slots 0-3 as one item (piece 0 carries the ring), 4-7 into 4-7; the
+loader copies piece 0 out and sets ``taken = 1``, …; piece 16 takes slot 0 once ``taken ≥ 1`` — long true by
+then: the DataLoader asked for the item holding piece 16 only after handing out the one holding pieces 8-11.
 """
 
 from __future__ import annotations
@@ -43,6 +48,10 @@ import torch
 HEADER = 64
 #: Every array in a slot starts on a multiple of this (a view of another dtype needs its alignment).
 ALIGN = 64
+#: A worker groups pieces into DataLoader items of about this many bytes (at most ``MAX_GROUP`` pieces): each
+#: item costs the DataLoader some 50-100 µs of each process's CPU (its queues, threads and profiler spans).
+GROUP_BYTES = 2 << 20
+MAX_GROUP = 4
 _ring_ids = itertools.count()
 
 
@@ -81,11 +90,34 @@ def _bytes(value: torch.Tensor) -> np.ndarray:
     return value.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
 
 
-class SlotWriter:
-    """A worker's ring for one iteration: ``put`` writes a piece's tensors into its next slot."""
+def group_size(piece_bytes: int) -> int:
+    """Pieces a worker sends in one DataLoader item (``GROUP_BYTES`` of tensors, 1 to ``MAX_GROUP``)."""
+    return max(1, min(MAX_GROUP, GROUP_BYTES // max(1, piece_bytes)))
 
-    def __init__(self, depth: int) -> None:
-        self.depth = depth
+
+def shm_free() -> int | None:
+    """Bytes free where shared memory lives (``/dev/shm``), None where that cannot be told."""
+    try:
+        st = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+class SlotWriter:
+    """A worker's ring for one iteration: ``put`` writes a piece's tensors into its next slot.
+
+    ``in_flight``: the DataLoader items a worker may have in flight (its ``prefetch_factor``); ``group``: the
+    pieces per item (the loader's choice, ``group_size``, the same for all its workers). The ring holds
+    ``(in_flight + 2) · group`` slots — the items in flight, the one the loader is reading out and the one
+    being written — each sized by the first piece (its bytes and a quarter). A ring that would take more than
+    half of the free shared memory is not made (a container's ``/dev/shm`` is often 64 MB, and memory past it
+    kills the process with SIGBUS when touched): every piece then crosses pickled."""
+
+    def __init__(self, in_flight: int, *, group: int) -> None:
+        self.in_flight = in_flight
+        self.group = group
+        self.depth = (in_flight + 2) * group
         self.ring: torch.Tensor | None = None
         self._bytes = np.empty(0, np.uint8)  # the ring's memory, as NumPy (slicing it costs ~0.2 µs, torch's ~3)
         self._taken = np.zeros(1, np.int64)
@@ -103,10 +135,17 @@ class SlotWriter:
             return None
         need = sum(_aligned(v.numel() * v.element_size()) for v in arrays.values())
         if self.ring is None:
+            if self.slot_bytes:
+                return None  # no ring could be made: everything crosses pickled
             self.slot_bytes = _aligned(need + need // 4)
-            self.ring = torch.zeros(HEADER + self.depth * self.slot_bytes, dtype=torch.uint8).share_memory_()
+            size = HEADER + self.depth * self.slot_bytes
+            free = shm_free()
+            if free is not None and size > free // 2:
+                return None
+            self.ring = torch.empty(size, dtype=torch.uint8).share_memory_()
             self._bytes = self.ring.numpy()
             self._taken = self._bytes[:8].view(np.int64)
+            self._taken[0] = 0
         if need > self.slot_bytes or self.seq - int(self._taken[0]) >= self.depth:
             return None
         offset = HEADER + (self.seq % self.depth) * self.slot_bytes

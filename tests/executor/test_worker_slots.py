@@ -9,7 +9,8 @@ import time
 import pytest
 import torch
 
-from zephon.worker_slots import HEADER, SlotReader, SlotWriter
+from zephon import worker_slots
+from zephon.worker_slots import GROUP_BYTES, HEADER, MAX_GROUP, SlotReader, SlotWriter, group_size
 
 
 def piece(seed: int, rows: int = 4) -> dict:
@@ -40,7 +41,7 @@ def equal(a: dict, b: dict) -> bool:
 
 
 def test_pieces_round_trip_and_the_ring_travels_with_the_first_only() -> None:
-    writer, reader = SlotWriter(depth=3), SlotReader()
+    writer, reader = SlotWriter(in_flight=1, group=1), SlotReader()
     for k in range(10):  # three times round the ring, each piece copied out before the next
         slot = writer.put(piece(k))
         assert slot is not None and slot.seq == k
@@ -55,7 +56,7 @@ def test_pieces_round_trip_and_the_ring_travels_with_the_first_only() -> None:
 
 
 def test_a_piece_whose_slot_is_still_held_is_refused_until_the_loader_releases_it() -> None:
-    writer, reader = SlotWriter(depth=2), SlotReader()
+    writer, reader = SlotWriter(in_flight=0, group=1), SlotReader()
     first, second = writer.put(piece(0)), writer.put(piece(1))
     assert first is not None and second is not None
     assert writer.put(piece(2)) is None  # slot 0 still holds piece 0: the caller pickles piece 2 instead
@@ -68,7 +69,7 @@ def test_a_piece_whose_slot_is_still_held_is_refused_until_the_loader_releases_i
 
 
 def test_what_does_not_fit_or_is_not_a_dict_of_cpu_tensors_is_refused() -> None:
-    writer = SlotWriter(depth=4)
+    writer = SlotWriter(in_flight=2, group=1)
     assert writer.put([torch.zeros(3)]) is None  # a collate's list
     assert writer.put({"n": 3}) is None  # no tensor at all
     assert writer.put(piece(0, rows=4)) is not None  # sizes the slots: its bytes and a quarter more
@@ -79,7 +80,7 @@ def test_what_does_not_fit_or_is_not_a_dict_of_cpu_tensors_is_refused() -> None:
 
 
 def _child(conn, depth: int, n: int) -> None:
-    writer = SlotWriter(depth=depth)
+    writer = SlotWriter(in_flight=depth - 2, group=1)
     for k in range(n):
         while (slot := writer.put(piece(k))) is None:  # the parent releases: then the slot is free
             time.sleep(0.001)
@@ -101,3 +102,36 @@ def test_a_ring_written_in_another_process_is_read_here(method: str) -> None:
         assert equal(reader.take(a.recv()), piece(k))
     child.join(30)
     assert child.exitcode == 0
+
+
+def test_the_ring_is_deep_enough_for_the_groups_in_flight() -> None:
+    writer = SlotWriter(in_flight=2, group=3)
+    assert writer.put(piece(0)) is not None
+    assert writer.depth == (2 + 2) * 3 and writer.ring is not None
+    assert writer.ring.numel() == HEADER + writer.depth * writer.slot_bytes
+    assert group_size(GROUP_BYTES // 2) == 2 and group_size(GROUP_BYTES * 3) == 1 and group_size(100) == MAX_GROUP
+
+
+def test_no_ring_is_made_where_shared_memory_has_no_room_for_it(monkeypatch) -> None:
+    monkeypatch.setattr(worker_slots, "shm_free", lambda: 2 * HEADER)  # a nearly full /dev/shm
+    writer = SlotWriter(in_flight=2, group=1)
+    assert writer.put(piece(0)) is None and writer.ring is None
+    assert writer.put(piece(1)) is None and writer.ring is None  # not tried again: every piece crosses pickled
+
+
+def test_pieces_come_back_in_order_whatever_order_the_groups_come_in() -> None:
+    from zephon.torch_loader import PieceGroup, WorkerPiece, in_order
+
+    def p(k: int) -> WorkerPiece:
+        return WorkerPiece(arrays={"k": k}, step=k, microbatch=0, state={})
+
+    # 3 workers; piece k is worker k mod 3's; 11 pieces: workers 0 and 1 have 4, worker 2 has 3.
+    own = {w: [p(k) for k in range(w, 11, 3)] for w in range(3)}
+    groups = [
+        PieceGroup(worker=1, pieces=tuple(own[1][:3])),
+        PieceGroup(worker=0, pieces=tuple(own[0][:2])),
+        PieceGroup(worker=2, pieces=tuple(own[2])),
+        PieceGroup(worker=0, pieces=tuple(own[0][2:])),
+        PieceGroup(worker=1, pieces=tuple(own[1][3:])),
+    ]
+    assert [x.step for x in in_order(iter(groups), 3)] == list(range(11))

@@ -144,8 +144,10 @@ def test_dataloader_gives_the_pipelines_batches_for_0_1_2_3_workers(plans, token
     for workers in (0, 1, 2, 3):
         loader = p.dataloader(num_workers=workers, **TRAINING)
         assert same(list(loader), want), f"{workers} workers"
-        # Every piece from a worker crossed through its worker's slot ring, none pickled (zephon.worker_slots).
+        # Every piece from a worker crossed through its worker's slot ring, none pickled (zephon.worker_slots),
+        # 4 pieces to a DataLoader item (small pieces): groups cut short at the end of the run are put in order too.
         assert loader.handover == {"slots": len(want) * loader.pieces if workers else 0, "pickled": 0}
+        assert workers == 0 or loader._dataset.group == 4  # type: ignore[union-attr]
     pieces = p.dataloader(num_workers=3).pieces
     assert pieces == (1 if kind == "exact" else 3)  # N / gcd(N, A): 3 for A = 1 and A = 2
 
@@ -179,6 +181,19 @@ def test_pin_memory_gives_the_same_batches(plans, tokenizer_dir) -> None:
             assert loader.handover["pickled"] == 0
             if torch.accelerator.is_available():
                 assert all(t.is_pinned() for batch in got for t in batch.values() if isinstance(t, torch.Tensor))
+
+
+def test_without_room_in_shared_memory_the_pieces_cross_pickled_and_the_batches_are_the_same(
+    plans, tokenizer_dir, monkeypatch
+) -> None:
+    from zephon import worker_slots
+
+    monkeypatch.setattr(worker_slots, "shm_free", lambda: 0)  # the forked workers see it too
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    want = reference(p)
+    loader = p.dataloader(num_workers=2, **TRAINING)
+    assert same(list(loader), want)
+    assert loader.handover == {"slots": 0, "pickled": 2 * len(want)}
 
 
 # -- resuming ---------------------------------------------------------------------------------------------------
