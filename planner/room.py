@@ -4,9 +4,23 @@ samples.parquet holds one row per planned document (position, dataset, shard, ro
 tokens, offset, deal), zstd-compressed; ``BYTES_PER_DOCUMENT`` is a lower bound of its size a document, so a
 plan that fits is never refused and a budget of 10^12 documents (at least 3.6 TiB) is refused in one line
 before any layout, instead of filling the disk from a hidden temporary for days. Every plan kind goes through
-``check_room`` (samples and token mixtures, estimated and exact, phased, continued: ``write_bundle``); exact and
-packed plans hold more columns, so the same lower bound refuses only what cannot fit. The documents are a lower
-bound too (``planned_documents``): the budget, or the epochs times the smallest dataset's (selected) rows.
+``check_room`` (samples, token and cost mixtures, estimated and exact, phased, continued: ``write_bundle``); exact
+and packed plans hold more columns, so the same lower bound refuses only what cannot fit.
+
+The documents are a lower bound too (``planned_documents``), for every budget: ``num_documents`` itself; ``epochs``
+E (1 when no budget is given) at least E passes of the smallest dataset's (selected) rows; a ``num_tokens`` or
+``num_cost`` budget B (tokens below; costs alike) from the passes' totals. The plan ends with the document that
+brings its tokens to B. Dataset ``i`` reads its documents in passes of ``R_i`` documents and ``E_i`` tokens, so
+``d_i`` consecutive documents touch at most ``d_i / R_i + 2`` passes (a continuation starts mid-pass) and hold at
+most ``(d_i / R_i + 2)·E_i`` tokens, whatever the mixture, phases or order. Summing, ``B ≤ D·max(E_i / R_i) +
+2·ΣE_i``, so ``D ≥ (B − 2·ΣE_i) / max(E_i / R_i)``: the budget over the longest mean document of a pass. A
+continuation adds its kept prefix's documents and counts B less the prefix's tokens; with
+``on_exhaustion="stop"`` the plan may end at the first dataset's last pass, so the bound is the smaller of that
+and the epochs bound. The bound needs each pass's total, computed once here and reused by the layout
+(``PreparedPlan.epoch_tokens``).
+
+Worked example: one dataset of 12 documents and 50 tokens a pass, ``num_tokens: 10^15`` → D ≥ (10^15 − 100) ×
+12 / 50 = 239,999,999,999,976 documents, ≥ 873.1 TiB: refused on any disk, before the layout.
 
 A partitioned sidecar join (``zephon.planner.selection.join``) first writes both sides' referenced columns to
 its spill directory: ``check_spill_room`` refuses, before that copy, a join whose rows cannot fit there at
@@ -19,12 +33,16 @@ with 5 GiB free the plan stops in one line naming the directory, the estimate an
 
 from __future__ import annotations
 
+import math
 import shutil
 from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Protocol
 
 from zephon.errors import ConfigError
+from zephon.planner.segment import SegmentStart
 from zephon.recipe.work_source import WorkSource
 
 
@@ -38,7 +56,27 @@ class PreparedPlan(Protocol):
     @property
     def shards(self) -> Sequence[Sequence[object]]: ...
 
+    @property
+    def segment(self) -> SegmentStart | None: ...
+
+    @property
+    def unit(self) -> str: ...
+
     def dataset_rows(self, index: int) -> int: ...
+
+    def epoch_tokens(self, index: int) -> int: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Documents:
+    """A lower bound of a plan's documents and where it comes from."""
+
+    #: The documents the plan holds at least.
+    count: int
+    #: What bounds it, for the message ("" for a document or epochs budget).
+    why: str = ""
+    #: The budget to lower.
+    budget: str = "num_documents or epochs"
 
 
 #: A lower bound of samples.parquet's bytes a planned document (its columns compress to more).
@@ -56,28 +94,50 @@ def _existing(path: Path) -> Path:
 
 
 def planned_documents(prepared: PreparedPlan) -> int:
-    """A lower bound of the documents ``prepared`` will plan, for every budget: ``num_documents`` itself;
-    ``epochs`` E (1 when no budget is given) at least E passes of the smallest dataset — its selected rows when it
-    has a selection — since the plan ends no earlier than one dataset's E-th pass; ``num_tokens`` 0 (not known
-    before the layout: such a plan is never refused here)."""
+    """A lower bound of the documents ``prepared`` will plan, for every budget (the module's docstring)."""
+    return _documents(prepared).count
+
+
+def _documents(prepared: PreparedPlan) -> Documents:
     source = prepared.source
     if source.num_documents is not None:
-        return int(source.num_documents)
-    if source.num_tokens is not None:
-        return 0
-    return (source.epochs or 1) * min(prepared.dataset_rows(i) for i in range(len(prepared.shards)))
+        return Documents(count=int(source.num_documents))
+    passes = (source.epochs or 1) * min(prepared.dataset_rows(i) for i in range(len(prepared.shards)))
+    name = "num_cost" if prepared.unit == "cost" else "num_tokens"
+    amount = getattr(source, name)
+    if amount is None:
+        return Documents(count=passes)
+    by_amount = _by_amount(prepared, int(amount), name)
+    if source.on_exhaustion == "stop" and passes < by_amount.count:
+        return Documents(count=passes, why="; on_exhaustion=stop ends it at a dataset's last pass", budget=name)
+    return by_amount
+
+
+def _by_amount(prepared: PreparedPlan, amount: int, name: str) -> Documents:
+    """``D ≥ placed + (B − done − 2·ΣE_i) / max(E_i / R_i)`` (the module's docstring), rounded up."""
+    segment = prepared.segment
+    placed, done = (segment.position, segment.tokens) if segment is not None else (0, 0)
+    passes = [(prepared.epoch_tokens(i), prepared.dataset_rows(i)) for i in range(len(prepared.shards))]
+    passes = [(e, r) for e, r in passes if r > 0]
+    longest = max((Fraction(e, r) for e, r in passes), default=Fraction(0))
+    left = amount - done - 2 * sum(e for e, _ in passes)
+    if longest == 0 or left <= 0:
+        return Documents(count=placed, budget=name)
+    count = placed + math.ceil(left / longest)
+    unit = "cost" if name == "num_cost" else "tokens"
+    return Documents(count=count, why=f"; {name} {amount} at ≤ {float(longest):.1f} {unit} a document", budget=name)
 
 
 def check_room(prepared: PreparedPlan, out_dir: Path) -> None:
     """Refuse, in one line with the estimate, a plan whose bundle cannot fit on ``out_dir``'s file system."""
-    documents = planned_documents(prepared)
-    need = documents * BYTES_PER_DOCUMENT
+    documents = _documents(prepared)
+    need = documents.count * BYTES_PER_DOCUMENT
     free = shutil.disk_usage(_existing(out_dir)).free
     if need > free:
         raise ConfigError(
             f"the plan bundle must fit on the disk of {out_dir}, got about {need / 2**30:.1f} GiB needed for "
-            f"{documents} documents (≥ {BYTES_PER_DOCUMENT} bytes each) and {free / 2**30:.1f} GiB free — lower "
-            "num_documents or epochs, free space, or write the plan to another disk"
+            f"{documents.count} documents (≥ {BYTES_PER_DOCUMENT} bytes each{documents.why}) and "
+            f"{free / 2**30:.1f} GiB free — lower {documents.budget}, free space, or write the plan to another disk"
         )
 
 
