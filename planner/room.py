@@ -9,18 +9,21 @@ and packed plans hold more columns, so the same lower bound refuses only what ca
 
 The documents are a lower bound too (``planned_documents``), for every budget: ``num_documents`` itself; ``epochs``
 E (1 when no budget is given) at least E passes of the smallest dataset's (selected) rows; a ``num_tokens`` or
-``num_cost`` budget B (tokens below; costs alike) from the passes' totals. The plan ends with the document that
-brings its tokens to B. Dataset ``i`` reads its documents in passes of ``R_i`` documents and ``E_i`` tokens, so
-``d_i`` consecutive documents touch at most ``d_i / R_i + 2`` passes (a continuation starts mid-pass) and hold at
-most ``(d_i / R_i + 2)·E_i`` tokens, whatever the mixture, phases or order. Summing, ``B ≤ D·max(E_i / R_i) +
-2·ΣE_i``, so ``D ≥ (B − 2·ΣE_i) / max(E_i / R_i)``: the budget over the longest mean document of a pass. A
-continuation adds its kept prefix's documents and counts B less the prefix's tokens; with
-``on_exhaustion="stop"`` the plan may end at the first dataset's last pass, so the bound is the smaller of that
-and the epochs bound. The bound needs each pass's total, computed once here and reused by the layout
-(``PreparedPlan.epoch_tokens``).
+``num_cost`` budget B (tokens below; costs alike) from the passes' counts. The plan ends with the document that
+brings its tokens to B. Dataset ``i`` reads its documents in passes of ``R_i`` documents and ``E_i`` tokens (mean
+``m_i = E_i / R_i``), each pass a permutation of the same documents; ``C_i = Σ max(0, t − m_i)`` over a pass is the
+most any k of its documents exceed ``k·m_i`` by. So ``d`` consecutive documents — full passes plus a partial one at
+the end (and, in a continuation, one at the start) — hold at most ``d·m_i + s·C_i`` tokens (s = 1, or 2 for a
+continuation), whatever the mixture, phases or order. Summing, ``B ≤ D·max m_i + s·ΣC_i``, so ``D ≥ (B − s·ΣC_i) /
+max m_i``. A continuation adds its kept prefix's documents and counts B less the prefix's tokens; with
+``on_exhaustion="stop"`` the plan may end at the first dataset's last pass, so the bound is the smaller of that and
+the epochs bound. ``E_i`` is computed once here and reused by the layout (``PreparedPlan.epoch_tokens``); ``C_i``
+takes one more pass over the counts, only when the bound could exceed the free space (else ``C_i ≤ E_i`` serves,
+and nothing is refused).
 
-Worked example: one dataset of 12 documents and 50 tokens a pass, ``num_tokens: 10^15`` → D ≥ (10^15 − 100) ×
-12 / 50 = 239,999,999,999,976 documents, ≥ 873.1 TiB: refused on any disk, before the layout.
+Worked example: one dataset of 5 documents of 4, 10, 5, 8 and 2 tokens (m = 29 / 5 = 5.8, C = 4.2 + 2.2 = 6.4) and
+``num_tokens: 10^15`` → D ≥ (10^15 − 6.4) / 5.8 → 172,413,793,103,448 documents, ≥ 627.2 TiB: refused on any disk,
+before the layout; ``num_tokens: 29`` (one pass) → D ≥ (29 − 6.4) / 5.8 → 4 (the plan holds 5 or more).
 
 A partitioned sidecar join (``zephon.planner.selection.join``) first writes both sides' referenced columns to
 its spill directory: ``check_spill_room`` refuses, before that copy, a join whose rows cannot fit there at
@@ -35,13 +38,16 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from zephon.errors import ConfigError
+from zephon.planner.counts.shard_tokens import pass_above
 from zephon.planner.segment import SegmentStart
 from zephon.recipe.work_source import WorkSource
 
@@ -62,9 +68,20 @@ class PreparedPlan(Protocol):
     @property
     def unit(self) -> str: ...
 
+    @property
+    def tokens(self) -> Sequence[Sequence[np.ndarray]] | None: ...
+
+    def selection(self, index: int) -> SelectedRowsView | None: ...
+
     def dataset_rows(self, index: int) -> int: ...
 
     def epoch_tokens(self, index: int) -> int: ...
+
+
+class SelectedRowsView(Protocol):
+    """What the estimate reads of a selection (``zephon.planner.selection.evaluate.SelectedRows``)."""
+
+    def by_shard(self) -> Iterator[tuple[int, np.ndarray]]: ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -95,10 +112,11 @@ def _existing(path: Path) -> Path:
 
 def planned_documents(prepared: PreparedPlan) -> int:
     """A lower bound of the documents ``prepared`` will plan, for every budget (the module's docstring)."""
-    return _documents(prepared).count
+    return _documents(prepared, free=None).count
 
 
-def _documents(prepared: PreparedPlan) -> Documents:
+def _documents(prepared: PreparedPlan, *, free: int | None) -> Documents:
+    """The bound; with ``free`` (bytes), a token budget's bound is refined only when it could exceed them."""
     source = prepared.source
     if source.num_documents is not None:
         return Documents(count=int(source.num_documents))
@@ -107,32 +125,44 @@ def _documents(prepared: PreparedPlan) -> Documents:
     amount = getattr(source, name)
     if amount is None:
         return Documents(count=passes)
-    by_amount = _by_amount(prepared, int(amount), name)
+    by_amount = _by_amount(prepared, int(amount), name, free)
     if source.on_exhaustion == "stop" and passes < by_amount.count:
         return Documents(count=passes, why="; on_exhaustion=stop ends it at a dataset's last pass", budget=name)
     return by_amount
 
 
-def _by_amount(prepared: PreparedPlan, amount: int, name: str) -> Documents:
-    """``D ≥ placed + (B − done − 2·ΣE_i) / max(E_i / R_i)`` (the module's docstring), rounded up."""
+def _by_amount(prepared: PreparedPlan, amount: int, name: str, free: int | None) -> Documents:
+    """``D ≥ placed + (B − done − s·ΣC_i) / max(E_i / R_i)`` (the module's docstring), rounded up; when even
+    ``C_i = 0`` could not exceed ``free``, ``C_i = E_i`` (no second pass over the counts: nothing is refused)."""
     segment = prepared.segment
     placed, done = (segment.position, segment.tokens) if segment is not None else (0, 0)
-    passes = [(prepared.epoch_tokens(i), prepared.dataset_rows(i)) for i in range(len(prepared.shards))]
-    passes = [(e, r) for e, r in passes if r > 0]
-    longest = max((Fraction(e, r) for e, r in passes), default=Fraction(0))
-    left = amount - done - 2 * sum(e for e, _ in passes)
-    if longest == 0 or left <= 0:
+    passes = [(i, prepared.epoch_tokens(i), prepared.dataset_rows(i)) for i in range(len(prepared.shards))]
+    passes = [(i, e, r) for i, e, r in passes if r > 0]
+    longest = max((Fraction(e, r) for _, e, r in passes), default=Fraction(0))
+    if longest == 0:
         return Documents(count=placed, budget=name)
-    count = placed + math.ceil(left / longest)
+    most = placed + math.ceil(max(0, amount - done) / longest)
+    refine = free is None or most * BYTES_PER_DOCUMENT > free
+    excess = sum((_excess(prepared, i, e, r) if refine else Fraction(e) for i, e, r in passes), Fraction(0))
+    left = amount - done - (2 if segment is not None else 1) * excess
+    count = placed + max(0, math.ceil(left / longest))
     unit = "cost" if name == "num_cost" else "tokens"
     return Documents(count=count, why=f"; {name} {amount} at ≤ {float(longest):.1f} {unit} a document", budget=name)
 
 
+def _excess(prepared: PreparedPlan, index: int, tokens: int, rows: int) -> Fraction:
+    """``C``: the tokens dataset ``index``'s documents longer than its mean ``m = tokens / rows`` hold above it,
+    ``Σ max(0, t − m)`` over one pass — the most any ``k`` of its documents exceed ``k·m`` by."""
+    chosen = prepared.selection(index)
+    total, count = pass_above(prepared.tokens[index], chosen.by_shard() if chosen is not None else None, tokens // rows)
+    return total - count * Fraction(tokens, rows)
+
+
 def check_room(prepared: PreparedPlan, out_dir: Path) -> None:
     """Refuse, in one line with the estimate, a plan whose bundle cannot fit on ``out_dir``'s file system."""
-    documents = _documents(prepared)
-    need = documents.count * BYTES_PER_DOCUMENT
     free = shutil.disk_usage(_existing(out_dir)).free
+    documents = _documents(prepared, free=free)
+    need = documents.count * BYTES_PER_DOCUMENT
     if need > free:
         raise ConfigError(
             f"the plan bundle must fit on the disk of {out_dir}, got about {need / 2**30:.1f} GiB needed for "

@@ -1,14 +1,15 @@
 """A bundle that cannot fit on its disk is refused in one line before any layout, for every budget and plan kind:
 token mixtures (estimated and exact), cost mixtures, selections with a sidecar and continuations, not only
 ``num_documents`` and ``epochs`` (tests/reliability/test_reliability_bounds.py). A ``num_tokens``/``num_cost``
-budget B over passes of R documents and E tokens needs ``D ≥ (B − 2·ΣE) / max(E / R)`` documents
-(``zephon.planner.room``); a budget of 10^15 tokens needs hundreds of TiB, so the real disk refuses it.
+budget B over passes of mean m and excess C (the tokens above the mean) needs ``D ≥ (B − ΣC) / max m`` documents
+(``zephon.planner.room``; 2·ΣC for a continuation); a budget of 10^15 tokens needs hundreds of TiB, so the real disk refuses it.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,23 +61,26 @@ def _refusal(out: Path, documents: int, per: float, budget: str = "num_tokens", 
     )
 
 
-def _bound(passes: list[tuple[int, int]], placed: int = 0, done: int = 0) -> tuple[int, float]:
-    """The documents the room check must count: passes of (E tokens, R documents) per dataset; by hand."""
-    e, r = max(passes, key=lambda p: p[0] / p[1])
-    left = BUDGET - done - 2 * sum(t for t, _ in passes)
-    return placed + -(-left * r // e), e / r
+def _bound(docs: list[list[int]], placed: int = 0, done: int = 0, s: int = 1) -> tuple[int, float]:
+    """The documents the room check must count, by hand: per dataset one pass's document tokens; ``s`` is 2 for a
+    continuation (a partial pass at each end)."""
+    means = [Fraction(sum(d), len(d)) for d in docs]
+    excess = sum(sum(max(0, t - m) for t in d) for d, m in zip(docs, means, strict=True))
+    longest = max(means)
+    return placed + max(0, math.ceil((BUDGET - done - s * excess) / longest)), float(longest)
 
 
-def _first_passes(rows: dict[str, list]) -> list[tuple[int, int]]:
-    """(tokens, documents) of each dataset's first pass in a written plan's samples (its epoch 0)."""
+def _first_passes(rows: dict[str, list]) -> list[list[int]]:
+    """Each dataset's first pass (its epoch 0) in a written plan's samples: its documents' tokens."""
     first = [(d, t) for d, t, e in zip(rows["dataset_id"], rows["tokens"], rows["epoch"], strict=True) if e == 0]
-    return [(sum(t for d, t in first if d == i), sum(1 for d, _ in first if d == i)) for i in range(2)]
+    return [[t for d, t in first if d == i] for i in range(2)]
 
 
 def test_a_token_mixture_of_10_to_the_15_tokens_is_refused_with_its_estimate(corpus, tokenizer_dir, tmp_path):
-    # A count column's documents are its value + 1 (the EOS): web 5 documents of 29 tokens, code 5 of 155.
-    documents, per = _bound([(29, 5), (155, 5)])
-    assert documents == 32_258_064_516_118 and per == 31.0
+    # A count column's documents are its value + 1 (the EOS): web 4 10 5 8 2 (mean 5.8, 6.4 above it), code
+    # 21 31 11 41 51 (mean 31, 30 above it): D ≥ (10^15 − 36.4) / 31.
+    documents, per = _bound([[4, 10, 5, 8, 2], [21, 31, 11, 41, 51]])
+    assert documents == 32_258_064_516_128 and per == 31.0
     out = tmp_path / "plans" / "tokens"
     with pytest.raises(ConfigError, match=_refusal(out, documents, per)):
         _source(corpus, num_tokens=BUDGET).plan(out, tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir))
@@ -85,16 +89,19 @@ def test_a_token_mixture_of_10_to_the_15_tokens_is_refused_with_its_estimate(cor
 
 @pytest.mark.filterwarnings("ignore:heavy repetition")
 def test_a_plan_that_fits_is_written_and_its_budget_bounds_its_documents(corpus, tokenizer_dir, tmp_path):
-    """The bound is a lower bound: a plan of 1000 tokens holds at least the documents it counts."""
+    """The bound is a lower bound: plans of one pass (184 tokens; 2·ΣE would bound it by 0) and of 1000 tokens hold
+    at least the documents it counts."""
     from zephon.planner.prepare import prepare
     from zephon.planner.room import planned_documents
 
-    source, tokenize = _source(corpus, num_tokens=1000), TokenizeSpec(tokenizer_id=tokenizer_dir)
-    bound = planned_documents(prepare(source, tokenize=tokenize))
-    plan = source.plan(tmp_path / "p", tokenize=tokenize)
-    written = pq.read_table(plan / "samples.parquet", columns=["tokens"]).column("tokens").to_pylist()
-    assert bound == math.ceil((1000 - 2 * (29 + 155)) * 5 / 155) == 21 and len(written) >= bound
-    assert sum(written) >= 1000 and sum(written[:-1]) < 1000
+    tokenize = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    for budget, expected in ((184, 5), (1000, 32)):  # ⌈(B − 36.4) / 31⌉
+        source = _source(corpus, num_tokens=budget)
+        bound = planned_documents(prepare(source, tokenize=tokenize))
+        plan = source.plan(tmp_path / str(budget), tokenize=tokenize)
+        written = pq.read_table(plan / "samples.parquet", columns=["tokens"]).column("tokens").to_pylist()
+        assert bound == math.ceil((budget - Fraction(364, 10)) / 31) == expected and len(written) >= bound
+        assert sum(written) >= budget and sum(written[:-1]) < budget
 
 
 def test_an_exact_token_plan_is_refused_from_its_counted_passes(corpus, tokenizer_dir, tmp_path):
@@ -115,8 +122,8 @@ def test_a_cost_mixture_is_refused_from_its_costs(corpus, tmp_path):
         Dataset.from_path("code", corpus / "code", cost="token_count"),
     ]
     source = _source(corpus, datasets, token_estimation=None, mixture_unit="cost", num_cost=BUDGET)
-    documents, per = _bound([(15, 5), (150, 5)])
-    assert documents == 33_333_333_333_323
+    documents, per = _bound([[3] * 5, [20, 30, 10, 40, 50]])  # web never above its mean; code 30 above 30
+    assert documents == 33_333_333_333_333
     with pytest.raises(ConfigError, match=_refusal(tmp_path / "c", documents, per, "num_cost", "cost")):
         source.plan(tmp_path / "c")
 
@@ -125,8 +132,8 @@ def test_a_selection_with_a_sidecar_counts_only_its_selected_rows(corpus, tokeni
     # quality > 0.5 keeps web-0-0, web-0-2, web-1-1: 3 documents of 4 + 5 + 2 = 11 tokens, longer on average
     # than all of web (29 / 5) — so the bound rises.
     web = Dataset.from_path("web", corpus / "web", metadata=corpus / "side", key="id", where="quality > 0.5")
-    documents, per = _bound([(11, 3)])
-    assert documents == 272_727_272_727_267
+    documents, per = _bound([[4, 5, 2]])
+    assert documents == 272_727_272_727_273
     with pytest.raises(ConfigError, match=_refusal(tmp_path / "s", documents, per)):
         _source(corpus, [web], num_tokens=BUDGET).plan(
             tmp_path / "s", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir)
@@ -141,7 +148,7 @@ def test_a_continuation_counts_its_kept_prefix_and_the_new_segment(corpus, token
     placed = sum(1 for o in rows["token_offset"] if o < 18)
     done = rows["token_offset"][placed]
     passes = _first_passes(rows)
-    documents, per = _bound(passes, placed, done)
+    documents, per = _bound(passes, placed, done, s=2)
     assert 0 < placed < len(rows["position"])
     out = tmp_path / "child"
     with pytest.raises(ConfigError, match=_refusal(out, documents, per)):
