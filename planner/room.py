@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -47,7 +47,6 @@ from typing import Protocol
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.planner.counts.shard_tokens import pass_above
 from zephon.planner.segment import SegmentStart
 from zephon.recipe.work_source import WorkSource
 
@@ -182,3 +181,15 @@ def check_spill_room(spill: str, rows: int, what: str) -> None:
             f"rows (≥ {SPILL_BYTES_PER_ROW} bytes each) and {free / 2**30:.1f} GiB free — point TMPDIR at a larger "
             "disk or free space there"
         )
+
+
+def pass_above(
+    tokens: Sequence[np.ndarray], rows_by_shard: Iterable[tuple[int, np.ndarray]] | None, floor: int
+) -> tuple[int, int]:
+    """Σ and number of one pass's counts above ``floor`` (every row's, or the rows given per shard), loading one
+    shard at a time."""
+    total = count = 0
+    for values in (tokens[j][rows] for j, rows in rows_by_shard) if rows_by_shard is not None else iter(tokens):
+        above = values[values > floor]
+        total, count = total + int(above.sum(dtype=np.int64)), count + len(above)
+    return total, count

@@ -70,15 +70,3 @@ def pass_total(tokens: Sequence[np.ndarray], rows_by_shard: Iterable[tuple[int, 
     if rows_by_shard is None:
         return sum(int(a.sum(dtype=np.int64)) for a in tokens)
     return sum(int(tokens[j][rows].sum(dtype=np.int64)) for j, rows in rows_by_shard)
-
-
-def pass_above(
-    tokens: Sequence[np.ndarray], rows_by_shard: Iterable[tuple[int, np.ndarray]] | None, floor: int
-) -> tuple[int, int]:
-    """Σ and number of one pass's counts above ``floor`` (every row's, or the rows given per shard), loading one
-    shard at a time (``zephon.planner.room``: how far a pass's long documents exceed its mean)."""
-    total = count = 0
-    for values in (tokens[j][rows] for j, rows in rows_by_shard) if rows_by_shard is not None else iter(tokens):
-        above = values[values > floor]
-        total, count = total + int(above.sum(dtype=np.int64)), count + len(above)
-    return total, count
