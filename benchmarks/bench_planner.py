@@ -72,8 +72,10 @@ def synthetic_prepared(
     lanes: int = 8,
     weights: dict[str, float] | None = None,
     lazy: bool = True,
+    budget: str = "documents",
 ):
-    """A ``PreparedPlan`` over an in-memory shard table of about ``documents`` rows; budget ``documents``.
+    """A ``PreparedPlan`` over an in-memory shard table of about ``documents`` rows; budget ``documents``, or
+    with ``budget="tokens"`` (token mixtures) ``num_tokens`` = ``documents`` × the weighted mean tokens a document.
 
     ``unit``: ``"samples"`` (sample mixture, no tokens), ``"tokens"`` (token mixture over synthetic
     estimates) or ``"exact"`` (sample mixture, exact wrap plan over synthetic counts). ``weights`` replaces the
@@ -129,7 +131,10 @@ def synthetic_prepared(
         datasets=datasets,
         mixture=MixtureSpec(weights or WEIGHTS),
         seed=seed,
-        num_documents=documents,
+        num_documents=documents if budget == "documents" else None,
+        num_tokens=round(documents * sum(w * MEAN_TOKENS[n] for n, w in WEIGHTS.items()))
+        if budget == "tokens"
+        else None,
         token_estimation=TokenEstimation(primer=0.25) if unit == "tokens" else None,
         exact_tokens=unit == "exact",
         lanes=lanes,
@@ -160,13 +165,19 @@ def _vmhwm_kib() -> int:
 
 
 def child(
-    documents: int, unit: str, out: Path, shards: int, weights: dict[str, float] | None, drop_parts: bool = False
+    documents: int,
+    unit: str,
+    out: Path,
+    shards: int,
+    weights: dict[str, float] | None,
+    drop_parts: bool = False,
+    budget: str = "documents",
 ) -> None:
     """Plan one size and print a JSON line: setup and plan seconds, VmHWM after setup and at the end."""
     from zephon.planner.build import write_bundle
 
     start = time.perf_counter()
-    prepared = synthetic_prepared(documents, unit=unit, shards=shards, weights=weights)
+    prepared = synthetic_prepared(documents, unit=unit, shards=shards, weights=weights, budget=budget)
     setup = time.perf_counter() - start
     hwm_setup = _vmhwm_kib()
     start = time.perf_counter()
@@ -322,11 +333,13 @@ def run_size(
     weights: str | None,
     drop_parts: bool = False,
     seeks: bool = False,
+    budget: str = "documents",
 ) -> dict:
     out = root / f"plan-{unit}-{documents}"
     cmd = [sys.executable, __file__, "--child", str(documents), "--unit", unit, "--out", str(out)]
     cmd += ["--shards", str(shards)] + (["--weights", weights] if weights else [])
     cmd += ["--drop-parts"] if drop_parts else []
+    cmd += ["--budget", budget]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     text = proc.stdout.read()
@@ -369,6 +382,12 @@ def main() -> None:
     parser.add_argument("--unit", choices=("samples", "tokens", "exact"), default="samples")
     parser.add_argument("--shards", type=int, default=SHARDS)
     parser.add_argument(
+        "--budget",
+        choices=("documents", "tokens"),
+        default="documents",
+        help="num_documents=N, or (--unit tokens) num_tokens of about N documents: the room check's token bound",
+    )
+    parser.add_argument(
         "--weights",
         help="five comma-separated weights instead of 0.4,0.25,0.15,0.12,0.08 (e.g. float shares such as "
         "0.3183098861837907,... take the stepwise interleaving path)",
@@ -388,7 +407,7 @@ def main() -> None:
         rank_seek(args.out, args.rank_seek, args.seed)
         return
     if args.child is not None:
-        child(args.child, args.unit, args.out, args.shards, weights, args.drop_parts)
+        child(args.child, args.unit, args.out, args.shards, weights, args.drop_parts, args.budget)
         return
     root = args.root or Path(tempfile.mkdtemp(prefix="zephon-bench-planner-"))
     results = []
@@ -397,7 +416,7 @@ def main() -> None:
     head = f"{'documents':>13} {'plan s':>8} {'CPU s':>7} {'peak RSS MiB':>13} {'bytes/doc':>10} {'open ms':>8}"
     print(f"{head} {'seek ms p50/max':>16}")
     for n in args.documents:
-        r = run_size(int(n), args.unit, root, args.shards, args.weights, args.drop_parts, args.rank_seeks)
+        r = run_size(int(n), args.unit, root, args.shards, args.weights, args.drop_parts, args.rank_seeks, args.budget)
         results.append(r)
         print(
             f"{r['documents']:>13,} {r['plan_s']:>8.2f} {r['cpu_s']:>7.1f} {r['peak_rss_mib']:>13,.0f} "

@@ -12,7 +12,10 @@ child process (its own peak RSS, from ``os.wait4``) limited to ``--threads`` Duc
   with pyarrow — the least any selection over them must do;
 * **where**: plan a sample mixture over ``where="int_score >= 3 AND language = 'en'"``;
 * **where + sidecar**: ``where="int_score >= 3 AND quality > 0.5"`` with ``metadata=SIDECAR, key="id"``
-  (the join, the duplicate-key check and the keys-on-one-side counts).
+  (the join, the duplicate-key check and the keys-on-one-side counts);
+* **sidecar-duplicates** (``--modes sidecar-duplicates``): the same selection over a sidecar that holds
+  ``--duplicates`` K more rows repeating K of its keys (the 8 files linked, plus one file of the repeats): the
+  time and memory until the one-line refusal (its count and example key), which is printed.
 
 Each child gets its own ``TMPDIR`` (under ``--root``), polled every 0.2 s: the most bytes under it at once is
 the disk the selection spilled (DuckDB's spill files and the partitioned join's files).
@@ -79,6 +82,20 @@ def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
     return data, side
 
 
+def write_duplicates(root: Path, documents: int, duplicates: int) -> Path:
+    """``side-dup/``: the sidecar's 8 files linked, and one more file repeating the keys 0, 7, 14, ... (K of them),
+    so K keys are on two rows each."""
+    dup = root / "side-dup"
+    dup.mkdir(exist_ok=True)
+    for f in sorted((root / "side").glob("*.parquet")):
+        if not (dup / f.name).exists():
+            (dup / f.name).symlink_to(f)
+    ids = (np.arange(duplicates, dtype=np.int64) * 7) % documents
+    quality = np.full(duplicates, 0.25, np.float32)
+    pq.write_table(pa.table({"id": ids, "quality": quality}, schema=SIDECAR_SCHEMA), dup / "zz-repeats.parquet")
+    return dup
+
+
 def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
     from zephon.io import Dataset
     from zephon.planner.prepare import shard_refs
@@ -96,14 +113,19 @@ def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
             rows += len(pq.read_table(r.uri, columns=["id", "int_score"]))
         selected = rows
     else:
+        from zephon.errors import DatasetError
+
         kw: dict[str, str] = {"where": "int_score >= 3 AND language = 'en'"}
-        if mode == "where+sidecar":
+        if mode in ("where+sidecar", "sidecar-duplicates"):
             kw = {"where": "int_score >= 3 AND quality > 0.5", "metadata": side, "key": "id"}
         ds = Dataset.from_path("web", data, **kw)
         source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1)
         refs = shard_refs(source, progress=False)[0]
         assert ds.selection is not None
-        chosen = sel.select_rows(ds.selection, refs, seed=1, dataset_index=0, threads=threads)
+        try:
+            chosen = sel.select_rows(ds.selection, refs, seed=1, dataset_index=0, threads=threads)
+        except DatasetError as exc:  # sidecar-duplicates: the refusal is the result
+            return {"seconds": time.perf_counter() - start, "selected": 0, "refused": str(exc)}
         selected = len(chosen.row)
     return {"seconds": time.perf_counter() - start, "selected": selected}
 
@@ -160,6 +182,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpus here (default: a temp dir).")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--modes", default="baseline,where,where+sidecar", help="Comma-separated runs to time.")
+    parser.add_argument("--duplicates", type=int, default=1000, help="Repeated keys of sidecar-duplicates.")
     args = parser.parse_args()
     n = int(args.documents)
     with tempfile.TemporaryDirectory() as tmp:
@@ -169,7 +192,10 @@ def main() -> None:
             write_corpus(root, n, args.shards)
         print(f"corpus: {n:,} documents in {args.shards} shards + 8 sidecar files ({time.perf_counter() - t0:.1f} s)")
         scratch = root / "scratch"
-        results = {m: run(m, root / "data", root / "side", args.threads, scratch) for m in args.modes.split(",")}
+        results = {}
+        for m in args.modes.split(","):
+            side = write_duplicates(root, n, args.duplicates) if m == "sidecar-duplicates" else root / "side"
+            results[m] = run(m, root / "data", side, args.threads, scratch)
         scratch.rmdir()  # each selection removed what it wrote there
     base = results["baseline"]["seconds"] if "baseline" in results else float("nan")
     for mode, r in results.items():
@@ -178,6 +204,8 @@ def main() -> None:
             f"spill {r['peak_spill_gb']:.2f} GB  selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of "
             "the baseline"
         )
+        if "refused" in r:
+            print(f"  refused: {r['refused']}")
     if args.json:
         args.json.write_text(json.dumps({"documents": n, "threads": args.threads, "results": results}, indent=2))
 

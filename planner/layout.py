@@ -258,7 +258,7 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
     """The plan, a chunk of positions at a time, by token counts."""
     source = prepared.source
     assert prepared.tokens is not None
-    epoch_tokens = [_epoch_tokens(prepared, i) for i in range(len(prepared.tokens))]
+    epoch_tokens = [prepared.epoch_tokens(i) for i in range(len(prepared.tokens))]
     placed, tokens, _ = _done(prepared)
     segment = prepared.segment
     return schedule(
@@ -271,15 +271,6 @@ def _token_mixture(prepared: PreparedPlan, stages: tuple[Stage, ...]) -> Iterato
         num_tokens=_less(source.num_cost if prepared.unit == "cost" else source.num_tokens, tokens, prepared.unit),
         consumed=list(segment.dataset_tokens) if segment is not None else None,
     )
-
-
-def _epoch_tokens(prepared: PreparedPlan, index: int) -> int:
-    """Tokens of one pass of dataset ``index``: its selected rows', or all its rows'."""
-    assert prepared.tokens is not None
-    group, chosen = prepared.tokens[index], prepared.selection(index)
-    if chosen is None:
-        return int(sum(int(t.sum()) for t in group))
-    return sum(int(group[j][rows].sum(dtype=np.int64)) for j, rows in chosen.by_shard())
 
 
 def chunks(prepared: PreparedPlan) -> Iterator[Chunk]:

@@ -1,17 +1,17 @@
 """Scanning and normalizing a work source: everything a plan depends on, and the hash that names it.
 
-The normalized config holds the seed, each dataset's path and content fingerprint, the mixture as exact
-fractions and its unit (samples | tokens), the budget, shuffle and exhaustion rules, and — when the plan
-depends on tokens — the tokenizer's fingerprint, the text field, the token-estimation settings and, for
-exact plans, the packing. Its canonical JSON's SHA-256 is the plan's ``config_hash``; ``Pipeline`` caches plans
-under it. Per-row token counts (estimated or exact) are computed here too.
+The normalized config holds the seed, each dataset's path and content fingerprint, the mixture as exact fractions
+and its unit (samples | tokens), the budget, shuffle and exhaustion rules, and — when the plan depends on tokens —
+the tokenizer's fingerprint, the text field, the token-estimation settings and, for exact plans, the packing. Its
+canonical JSON's SHA-256 is the plan's ``config_hash``; ``Pipeline`` caches plans under it. Per-row token counts
+(estimated or exact) are computed here too.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,7 +30,7 @@ from zephon.planner.counts.computed import source_costs
 from zephon.planner.counts.cost_worker import resolve
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
-from zephon.planner.counts.shard_tokens import ShardTokens
+from zephon.planner.counts.shard_tokens import ShardTokens, pass_total
 from zephon.planner.counts.stores import forget_stores, open_dataset_store, store_identity, store_shards, store_tokens
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
@@ -65,11 +65,11 @@ class PreparedPlan:
     stages: tuple[Stage, ...]
     #: Per dataset: its selected rows (``zephon.planner.selection.evaluate``), or None when it reads every row.
     selections: tuple[SelectedRows | None, ...] = ()
-    #: A continued plan's new segment: what the parent's kept prefix placed (``zephon.planner.segment``); None
-    #: for a plan laid out from its start.
+    #: A continued plan's new segment: what its parent's kept prefix placed (``zephon.planner.segment``), or None.
     segment: SegmentStart | None = None
     #: ``Pipeline.pack_samples``: samples grouped into rows by cost at plan time (``zephon.planner.costs``).
     sample_pack: SamplePackSpec | None = None
+    _epochs: dict[int, int] = field(default_factory=dict, init=False, repr=False, compare=False)  # epoch_tokens
 
     def selection(self, index: int) -> SelectedRows | None:
         """Dataset ``index``'s selection, or None when it reads every row."""
@@ -79,6 +79,13 @@ class PreparedPlan:
         """Documents one pass of dataset ``index`` reads: its selected rows, or all its rows."""
         chosen = self.selection(index)
         return len(chosen.row) if chosen is not None else sum(r.rows for r in self.shards[index])
+
+    def epoch_tokens(self, index: int) -> int:
+        """Tokens (costs) of one pass of dataset ``index``, computed once for the room check and the layout."""
+        if index not in self._epochs:
+            chosen, tokens = self.selection(index), self.tokens[index] if self.tokens is not None else ()
+            self._epochs[index] = pass_total(tokens, chosen.by_shard() if chosen is not None else None)
+        return self._epochs[index]
 
     @property
     def unit(self) -> str:
@@ -154,17 +161,13 @@ def prepare(
     """Scan the datasets, compute token counts if the plan needs them, and normalize the config.
 
     ``sample_pack`` (``Pipeline.pack_samples``) groups samples into rows by their ``cost=`` (``zephon.planner.costs``);
-    the costs take the place of token counts.
+    the costs take the place of token counts. ``engine="ray"`` runs the heavy steps as Ray tasks — the footer scan,
+    a partitioned sidecar join's partitions, the count pass (docs/ray.md) — with the local path's results, byte for
+    byte; ``workers`` is then the CPUs of a local Ray instance when no cluster is running.
 
-    ``engine="ray"`` runs the heavy steps as Ray tasks — the footer scan, a partitioned sidecar join's
-    partitions, the count pass (docs/ray.md) — with the local path's results, byte for byte; ``workers`` is then
-    the CPUs of a local Ray instance when no cluster is running.
-
-    ``operators`` (``Pipeline.map_transform`` / ``map_batch``) run before the count pass counts, and are named
-    in the config (so in ``config_hash``) when there are any.
-
-    ``progress``: bars for the scan, the estimate and the count pass (``zephon.storage.progress``: ``None``
-    draws them on a terminal only); they never change the result."""
+    ``operators`` (``Pipeline.map_transform`` / ``map_batch``) run before the count pass counts, and are named in the
+    config (so in ``config_hash``) when there are any. ``progress``: bars for the scan, the estimate and the count
+    pass (``zephon.storage.progress``: ``None`` draws them on a terminal only); they never change the result."""
     needs_tokens = source.token_estimation is not None or source.exact_tokens
     if needs_tokens and tokenize is None:
         raise ConfigError(

@@ -4,9 +4,26 @@ samples.parquet holds one row per planned document (position, dataset, shard, ro
 tokens, offset, deal), zstd-compressed; ``BYTES_PER_DOCUMENT`` is a lower bound of its size a document, so a
 plan that fits is never refused and a budget of 10^12 documents (at least 3.6 TiB) is refused in one line
 before any layout, instead of filling the disk from a hidden temporary for days. Every plan kind goes through
-``check_room`` (samples and token mixtures, estimated and exact, phased, continued: ``write_bundle``); exact and
-packed plans hold more columns, so the same lower bound refuses only what cannot fit. The documents are a lower
-bound too (``planned_documents``): the budget, or the epochs times the smallest dataset's (selected) rows.
+``check_room`` (samples, token and cost mixtures, estimated and exact, phased, continued: ``write_bundle``); exact
+and packed plans hold more columns, so the same lower bound refuses only what cannot fit.
+
+The documents are a lower bound too (``planned_documents``), for every budget: ``num_documents`` itself; ``epochs``
+E (1 when no budget is given) at least E passes of the smallest dataset's (selected) rows; a ``num_tokens`` or
+``num_cost`` budget B (tokens below; costs alike) from the passes' counts. The plan ends with the document that
+brings its tokens to B. Dataset ``i`` reads its documents in passes of ``R_i`` documents and ``E_i`` tokens (mean
+``m_i = E_i / R_i``), each pass a permutation of the same documents; ``C_i = Σ max(0, t − m_i)`` over a pass is the
+most any k of its documents exceed ``k·m_i`` by. So ``d`` consecutive documents — full passes plus a partial one at
+the end (and, in a continuation, one at the start) — hold at most ``d·m_i + s·C_i`` tokens (s = 1, or 2 for a
+continuation), whatever the mixture, phases or order. Summing, ``B ≤ D·max m_i + s·ΣC_i``, so ``D ≥ (B − s·ΣC_i) /
+max m_i``. A continuation adds its kept prefix's documents and counts B less the prefix's tokens; with
+``on_exhaustion="stop"`` the plan may end at the first dataset's last pass, so the bound is the smaller of that and
+the epochs bound. ``E_i`` is computed once here and reused by the layout (``PreparedPlan.epoch_tokens``); ``C_i``
+takes one more pass over the counts, only when the bound could exceed the free space (else ``C_i ≤ E_i`` serves,
+and nothing is refused).
+
+Worked example: one dataset of 5 documents of 4, 10, 5, 8 and 2 tokens (m = 29 / 5 = 5.8, C = 4.2 + 2.2 = 6.4) and
+``num_tokens: 10^15`` → D ≥ (10^15 − 6.4) / 5.8 → 172,413,793,103,448 documents, ≥ 627.2 TiB: refused on any disk,
+before the layout; ``num_tokens: 29`` (one pass) → D ≥ (29 − 6.4) / 5.8 → 4 (the plan holds 5 or more).
 
 A partitioned sidecar join (``zephon.planner.selection.join``) first writes both sides' referenced columns to
 its spill directory: ``check_spill_room`` refuses, before that copy, a join whose rows cannot fit there at
@@ -19,12 +36,18 @@ with 5 GiB free the plan stops in one line naming the directory, the estimate an
 
 from __future__ import annotations
 
+import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Protocol
 
+import numpy as np
+
 from zephon.errors import ConfigError
+from zephon.planner.segment import SegmentStart
 from zephon.recipe.work_source import WorkSource
 
 
@@ -38,7 +61,38 @@ class PreparedPlan(Protocol):
     @property
     def shards(self) -> Sequence[Sequence[object]]: ...
 
+    @property
+    def segment(self) -> SegmentStart | None: ...
+
+    @property
+    def unit(self) -> str: ...
+
+    @property
+    def tokens(self) -> Sequence[Sequence[np.ndarray]] | None: ...
+
+    def selection(self, index: int) -> SelectedRowsView | None: ...
+
     def dataset_rows(self, index: int) -> int: ...
+
+    def epoch_tokens(self, index: int) -> int: ...
+
+
+class SelectedRowsView(Protocol):
+    """What the estimate reads of a selection (``zephon.planner.selection.evaluate.SelectedRows``)."""
+
+    def by_shard(self) -> Iterator[tuple[int, np.ndarray]]: ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Documents:
+    """A lower bound of a plan's documents and where it comes from."""
+
+    #: The documents the plan holds at least.
+    count: int
+    #: What bounds it, for the message ("" for a document or epochs budget).
+    why: str = ""
+    #: The budget to lower.
+    budget: str = "num_documents or epochs"
 
 
 #: A lower bound of samples.parquet's bytes a planned document (its columns compress to more).
@@ -56,28 +110,63 @@ def _existing(path: Path) -> Path:
 
 
 def planned_documents(prepared: PreparedPlan) -> int:
-    """A lower bound of the documents ``prepared`` will plan, for every budget: ``num_documents`` itself;
-    ``epochs`` E (1 when no budget is given) at least E passes of the smallest dataset — its selected rows when it
-    has a selection — since the plan ends no earlier than one dataset's E-th pass; ``num_tokens`` 0 (not known
-    before the layout: such a plan is never refused here)."""
+    """A lower bound of the documents ``prepared`` will plan, for every budget (the module's docstring)."""
+    return _documents(prepared, free=None).count
+
+
+def _documents(prepared: PreparedPlan, *, free: int | None) -> Documents:
+    """The bound; with ``free`` (bytes), a token budget's bound is refined only when it could exceed them."""
     source = prepared.source
     if source.num_documents is not None:
-        return int(source.num_documents)
-    if source.num_tokens is not None:
-        return 0
-    return (source.epochs or 1) * min(prepared.dataset_rows(i) for i in range(len(prepared.shards)))
+        return Documents(count=int(source.num_documents))
+    passes = (source.epochs or 1) * min(prepared.dataset_rows(i) for i in range(len(prepared.shards)))
+    name = "num_cost" if prepared.unit == "cost" else "num_tokens"
+    amount = getattr(source, name)
+    if amount is None:
+        return Documents(count=passes)
+    by_amount = _by_amount(prepared, int(amount), name, free)
+    if source.on_exhaustion == "stop" and passes < by_amount.count:
+        return Documents(count=passes, why="; on_exhaustion=stop ends it at a dataset's last pass", budget=name)
+    return by_amount
+
+
+def _by_amount(prepared: PreparedPlan, amount: int, name: str, free: int | None) -> Documents:
+    """``D ≥ placed + (B − done − s·ΣC_i) / max(E_i / R_i)`` (the module's docstring), rounded up; when even
+    ``C_i = 0`` could not exceed ``free``, ``C_i = E_i`` (no second pass over the counts: nothing is refused)."""
+    segment = prepared.segment
+    placed, done = (segment.position, segment.tokens) if segment is not None else (0, 0)
+    passes = [(i, prepared.epoch_tokens(i), prepared.dataset_rows(i)) for i in range(len(prepared.shards))]
+    passes = [(i, e, r) for i, e, r in passes if r > 0]
+    longest = max((Fraction(e, r) for _, e, r in passes), default=Fraction(0))
+    if longest == 0:
+        return Documents(count=placed, budget=name)
+    most = placed + math.ceil(max(0, amount - done) / longest)
+    refine = free is None or most * BYTES_PER_DOCUMENT > free
+    excess = sum((_excess(prepared, i, e, r) if refine else Fraction(e) for i, e, r in passes), Fraction(0))
+    left = amount - done - (2 if segment is not None else 1) * excess
+    count = placed + max(0, math.ceil(left / longest))
+    unit = "cost" if name == "num_cost" else "tokens"
+    return Documents(count=count, why=f"; {name} {amount} at ≤ {float(longest):.1f} {unit} a document", budget=name)
+
+
+def _excess(prepared: PreparedPlan, index: int, tokens: int, rows: int) -> Fraction:
+    """``C``: the tokens dataset ``index``'s documents longer than its mean ``m = tokens / rows`` hold above it,
+    ``Σ max(0, t − m)`` over one pass — the most any ``k`` of its documents exceed ``k·m`` by."""
+    chosen = prepared.selection(index)
+    total, count = pass_above(prepared.tokens[index], chosen.by_shard() if chosen is not None else None, tokens // rows)
+    return total - count * Fraction(tokens, rows)
 
 
 def check_room(prepared: PreparedPlan, out_dir: Path) -> None:
     """Refuse, in one line with the estimate, a plan whose bundle cannot fit on ``out_dir``'s file system."""
-    documents = planned_documents(prepared)
-    need = documents * BYTES_PER_DOCUMENT
     free = shutil.disk_usage(_existing(out_dir)).free
+    documents = _documents(prepared, free=free)
+    need = documents.count * BYTES_PER_DOCUMENT
     if need > free:
         raise ConfigError(
             f"the plan bundle must fit on the disk of {out_dir}, got about {need / 2**30:.1f} GiB needed for "
-            f"{documents} documents (≥ {BYTES_PER_DOCUMENT} bytes each) and {free / 2**30:.1f} GiB free — lower "
-            "num_documents or epochs, free space, or write the plan to another disk"
+            f"{documents.count} documents (≥ {BYTES_PER_DOCUMENT} bytes each{documents.why}) and "
+            f"{free / 2**30:.1f} GiB free — lower {documents.budget}, free space, or write the plan to another disk"
         )
 
 
@@ -92,3 +181,15 @@ def check_spill_room(spill: str, rows: int, what: str) -> None:
             f"rows (≥ {SPILL_BYTES_PER_ROW} bytes each) and {free / 2**30:.1f} GiB free — point TMPDIR at a larger "
             "disk or free space there"
         )
+
+
+def pass_above(
+    tokens: Sequence[np.ndarray], rows_by_shard: Iterable[tuple[int, np.ndarray]] | None, floor: int
+) -> tuple[int, int]:
+    """Σ and number of one pass's counts above ``floor`` (every row's, or the rows given per shard), loading one
+    shard at a time."""
+    total = count = 0
+    for values in (tokens[j][rows] for j, rows in rows_by_shard) if rows_by_shard is not None else iter(tokens):
+        above = values[values > floor]
+        total, count = total + int(above.sum(dtype=np.int64)), count + len(above)
+    return total, count

@@ -233,3 +233,110 @@ def test_computed_costs_on_ray_give_the_local_plan_and_cache(
     ray_cache = sorted((tmp_path / "ray-cache" / "computed-costs").iterdir())
     assert [p.name for p in ray_cache] == [p.name for p in local_cache] and len(ray_cache) == 3
     assert [p.read_bytes() for p in ray_cache] == [p.read_bytes() for p in local_cache]
+
+
+def _kill_in_every_step(monkeypatch, failpoint: Path) -> list[str]:
+    """Make every Ray step of the planner lose the worker of its first task: the failpoint file is created as each
+    step submits its tasks (``run_tasks``); the steps that ran are listed, by module."""
+    import zephon.planner.counts.ray_costs as costs
+    import zephon.planner.counts.ray_pass as counts
+    import zephon.planner.ray_scan as scan
+    import zephon.planner.selection.ray_join as join
+
+    steps: list[str] = []
+    for module in (scan, join, counts, costs):
+        real, name = module.run_tasks, module.__name__.rsplit(".", 1)[1]
+
+        def submit(*args, _real=real, _name=name, **kwargs):
+            steps.append(_name)
+            failpoint.touch()
+            out = _real(*args, **kwargs)
+            assert not failpoint.exists()  # a worker of this step was killed, and its task run again
+            return out
+
+        monkeypatch.setattr(module, "run_tasks", submit)
+    return steps
+
+
+KINDS = {  # plan kind: (work source options, plan options, the Ray steps it runs)
+    "samples": ({"num_documents": 500}, {}, ["ray_scan", "ray_join"]),
+    "tokens": ({"num_tokens": 6000, "token_estimation": True}, {}, ["ray_scan", "ray_join"]),
+    "exact": (
+        {"num_tokens": 6000, "token_estimation": True, "exact_tokens": True},
+        {"pack": 65},
+        ["ray_scan", "ray_join", "ray_pass"],
+    ),
+}
+
+
+def _kind_source(corpus: Path, options: dict) -> StaticMixtureWorkSource:
+    from zephon.work import TokenEstimation
+
+    options = dict(options)
+    if options.pop("token_estimation", False):
+        options["token_estimation"] = TokenEstimation(calibration_samples=32, calibration_shards_max=2)
+    web = Dataset.from_path("web", corpus / "web", metadata=corpus / "side", key="id", where="quality > 0.3")
+    code = Dataset.from_path("code", corpus / "code")
+    return StaticMixtureWorkSource(
+        datasets=[web, code], mixture=MixtureSpec({"web": 0.6, "code": 0.4}), seed=9, **options
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_plan_kind_on_ray_is_the_local_plan_when_each_step_loses_a_worker(
+    ray_cluster, corpus, tokenizer_dir, tmp_path, monkeypatch, kind
+) -> None:
+    """Samples, token and exact plans with a sidecar selection: the scan, the join's partitions and the count pass
+    each lose a worker mid-step on the two-node cluster; the bundle is the local bundle, byte for byte."""
+    monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "2")
+    options, plan, steps = KINDS[kind]
+    tokenize = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    pack = PackSpec(max_length=plan["pack"]) if "pack" in plan else None
+    source = _kind_source(corpus, options)
+    local = write_plan(source, tmp_path / "local", PlanOptions(tokenize=tokenize, pack=pack, workers=1))
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "ray-cache"))  # counted again, on the cluster
+    ran = _kill_in_every_step(monkeypatch, ray_cluster.failpoint)
+    on_ray = write_plan(source, tmp_path / "ray", PlanOptions(tokenize=tokenize, pack=pack, engine="ray"))
+    assert ran == steps and _tree(on_ray) == _tree(local)
+
+
+def test_a_continuation_and_a_cost_mixture_on_ray_are_the_local_plans_when_a_worker_dies(
+    ray_cluster,
+    corpus,
+    functions,  # noqa: F811
+    wds,  # noqa: F811
+    tokenizer_dir,
+    tmp_path,
+    monkeypatch,
+) -> None:
+    """A continuation of an exact plan (its new segment counted on Ray) and a computed cost mixture (its cost pass
+    on Ray), each step losing a worker."""
+    monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "2")
+    tokenize, pack = TokenizeSpec(tokenizer_id=tokenizer_dir), PackSpec(max_length=65)
+    exact = KINDS["exact"][0]
+    parent = _kind_source(corpus, {**exact, "num_tokens": 3000}).plan(
+        tmp_path / "parent", tokenize=tokenize, pack=pack, workers=1
+    )
+    child = _kind_source(corpus, exact)
+    fn = computed_cost(f"{functions}:patches")
+    plans = {}
+    for engine in ("local", "ray"):
+        monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / f"{engine}-cache"))
+        ran = _kill_in_every_step(monkeypatch, ray_cluster.failpoint) if engine == "ray" else []
+        options = {"engine": engine} if engine == "ray" else {"workers": 1}
+        plans[engine] = (
+            child.plan(
+                tmp_path / f"child-{engine}",
+                tokenize=tokenize,
+                pack=pack,
+                continue_from=parent,
+                at_step=2,
+                global_batch=4,
+                **options,
+            ),
+            costs_source(wds, fn).plan(tmp_path / f"costs-{engine}", **options),
+        )
+        if engine == "ray":
+            assert ran == ["ray_scan", "ray_join", "ray_pass", "ray_scan", "ray_costs"]
+    assert [_tree(p) for p in plans["ray"]] == [_tree(p) for p in plans["local"]]
+    assert costs_of(plans["ray"][1]) == COSTS

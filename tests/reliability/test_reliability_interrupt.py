@@ -5,7 +5,9 @@ The child is the real CLI in a fresh interpreter; a wrapper patches one planner 
 spill directory full), after the first partition joined, after the first count array was saved, after the first
 chunk of samples.parquet was written, and (on the two-node Ray cluster) when the first partition's Ray task
 returned while the others are queued or running (they are cancelled). Python raises ``KeyboardInterrupt`` at the next instruction, as it does for a Ctrl-C at a terminal.
-After each: the CLI exits 1 with click's ``Aborted!``, ``$TMPDIR`` is empty (no ``zephon-select-*``), no plan and
+Every plan kind is interrupted too: a samples plan while writing, a token mixture while estimating, a cost mixture
+while its computed cost pass saves, a continuation while writing its parent's kept prefix (each over a partitioned
+sidecar selection). After each: the CLI exits 1 with click's ``Aborted!``, ``$TMPDIR`` is empty (no ``zephon-select-*``), no plan and
 no temporary bundle exist, and a rerun writes the bytes an uninterrupted plan writes (count arrays saved before
 the interrupt are reused: each was written whole, through a rename).
 
@@ -55,6 +57,10 @@ elif moment == "counting":
     import zephon.planner.counts.lengths as m; interrupt_after(m, "save_atomic")
 elif moment == "writing":
     import zephon.planner.samples_writer as m; interrupt_after(m.SamplesWriter, "write")
+elif moment == "estimating":
+    import zephon.planner.prepare as m; interrupt_after(m, "estimate_dataset")
+elif moment == "costing":
+    import zephon.planner.counts.computed as m; interrupt_after(m, "save_atomic")
 elif moment == "ray-join":  # the first partition's task returned, the others queued or running
     import ray; interrupt_after(ray, "wait")
 from zephon.cli import cli
@@ -146,3 +152,65 @@ def test_ctrl_c_while_join_tasks_run_on_ray_cancels_them_and_leaves_nothing(
     )
     assert child.returncode == 1 and child.stderr.strip().endswith("Aborted!"), (child.returncode, child.stderr)
     assert list(scratch.iterdir()) == [] and not out.exists()
+
+
+#: A cost function on the child's import path (``PYTHONPATH``) and this process's (``syspath_prepend``).
+COSTS = "def chars(row):\n    return len(row['text']) / 4\n"
+
+KINDS = {  # plan kind: (CONFIG after `seed` and `datasets`, the moment it is interrupted at)
+    "samples": ("num_documents: 900\n", "writing"),
+    "tokens": ("num_tokens: 20000\ntoken_estimation: {calibration_samples: 64}\n", "estimating"),
+    "cost": ("mixture_unit: cost\nnum_cost: 20000\n", "costing"),
+    "continuation": ("num_tokens: 30000\ntoken_estimation: {calibration_samples: 64}\nexact_tokens: true\n", "writing"),
+}
+
+
+def _kind_config(corpus: Path, tmp_path: Path, tokenizer_dir: str, kind: str) -> Path:
+    cost = ", cost: {function: 'zephon_interrupt_costs:chars'}" if kind == "cost" else ""
+    cfg = tmp_path / f"{kind}.yaml"
+    cfg.write_text(
+        f"seed: 5\ndatasets:\n  - {{name: web, path: {corpus / 'data'}, metadata: {corpus / 'side'}, key: id, "
+        f'where: "quality > 0.3"{cost}}}\nmixture: {{web: 1}}\n{KINDS[kind][0]}'
+        + ("" if kind == "cost" else f"tokenizer: {{id: {tokenizer_dir}, field: text}}\npacking: {{max_length: 65}}\n")
+    )
+    return cfg
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ctrl_c_in_every_plan_kind_leaves_nothing_and_a_rerun_writes_the_same_plan(
+    corpus, tmp_path, tokenizer_dir, monkeypatch, kind
+) -> None:
+    """Samples, token and cost mixtures and a continuation (over a partitioned sidecar selection): a SIGINT while
+    writing, estimating, computing costs, or writing the kept prefix of a parent."""
+    monkeypatch.setenv("ZEPHON_SELECT_PARTITIONS", "3")
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    (tmp_path / "fns").mkdir()
+    (tmp_path / "fns" / "zephon_interrupt_costs.py").write_text(COSTS)
+    monkeypatch.syspath_prepend(str(tmp_path / "fns"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path / "fns"), os.environ.get("PYTHONPATH", "")]))
+    cfg = _kind_config(corpus, tmp_path, tokenizer_dir, kind)
+    out = tmp_path / "plans" / "run"
+    extra = []
+    if kind == "continuation":  # the parent: an exact plan of the same data, 10000 tokens
+        parent = tmp_path / "parent.yaml"
+        parent.write_text(cfg.read_text().replace("num_tokens: 30000", "num_tokens: 10000"))
+        made = CliRunner().invoke(cli, ["plan", str(parent), "-o", str(tmp_path / "parent"), "--workers", "1"])
+        assert made.exit_code == 0, made.output
+        extra = ["--continue-from", str(tmp_path / "parent"), "--at-step", "3", "--global-batch", "4"]
+    args = ["plan", str(cfg), "-o", str(out), "--workers", "1", *extra]
+    moment = KINDS[kind][1]
+    child = subprocess.run([sys.executable, "-c", CHILD, moment, *args], capture_output=True, text=True, timeout=120)
+    assert child.returncode == 1 and child.stderr.strip().endswith("Aborted!"), (child.returncode, child.stderr)
+    assert list(scratch.iterdir()) == []
+    leftovers = [p.name for p in out.parent.iterdir()] if out.parent.exists() else []
+    assert leftovers in ([], [".run.lock"])  # no plan, no temporary
+    cache = os.environ["ZEPHON_CACHE_DIR"]
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "fresh"))
+    reference = CliRunner().invoke(cli, ["plan", str(cfg), "-o", str(tmp_path / "reference"), "--workers", "1", *extra])
+    assert reference.exit_code == 0, reference.output
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", cache)
+    rerun = CliRunner().invoke(cli, args)
+    assert rerun.exit_code == 0, rerun.output
+    assert _tree(out) == _tree(tmp_path / "reference") and list(scratch.iterdir()) == []
