@@ -142,7 +142,10 @@ class SlotWriter:
             free = shm_free()
             if free is not None and size > free // 2:
                 return None
-            self.ring = torch.empty(size, dtype=torch.uint8).share_memory_()
+            try:
+                self.ring = torch.empty(size, dtype=torch.uint8).share_memory_()
+            except RuntimeError:  # torch could not allocate it (it checks with posix_fallocate): pickled, then
+                return None
             self._bytes = self.ring.numpy()
             self._taken = self._bytes[:8].view(np.int64)
             self._taken[0] = 0

@@ -119,6 +119,15 @@ def test_no_ring_is_made_where_shared_memory_has_no_room_for_it(monkeypatch) -> 
     assert writer.put(piece(1)) is None and writer.ring is None  # not tried again: every piece crosses pickled
 
 
+def test_no_ring_is_made_where_torch_cannot_allocate_shared_memory(monkeypatch) -> None:
+    def refuse(self: torch.Tensor) -> torch.Tensor:
+        raise RuntimeError("unable to allocate shared memory(shm) for file </torch_1_2>: No space left on device")
+
+    monkeypatch.setattr(torch.Tensor, "share_memory_", refuse)
+    writer = SlotWriter(in_flight=2, group=1)
+    assert writer.put(piece(0)) is None and writer.put(piece(1)) is None and writer.ring is None
+
+
 def test_pieces_come_back_in_order_whatever_order_the_groups_come_in() -> None:
     from zephon.torch_loader import PieceGroup, WorkerPiece, in_order
 
