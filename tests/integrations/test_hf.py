@@ -105,6 +105,9 @@ def test_a_checkpoint_of_another_plan_a_state_at_a_dp_size_not_dividing_the_batc
     (checkpoint / STATE_FILE).write_text(json.dumps({**state, "dp_size": 3}), encoding="utf-8")
     with pytest.raises(ConfigError, match=r"a state's dp_size must divide its global batch of 8 sequences, got dp_size 3 — [^\n]*$"):
         trainer.train(resume_from_checkpoint=str(checkpoint))
+    (checkpoint / STATE_FILE).write_text(json.dumps(state)[:40], encoding="utf-8")  # cut short
+    with pytest.raises(ConfigError, match=rf"^\S+checkpoint-3/{STATE_FILE} must be the JSON state ZephonTrainer wrote, got text failing with Unterminated string [^\n]* — resume from another checkpoint, or train without resume_from_checkpoint$"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
     wide = ZephonTrainer(model=Tiny(), args=arguments(tmp_path), pipeline=make_pipeline(plan, tokenizer_dir), num_workers=16)
     with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 8 packing lanes [^\n]*, got 16 — use num_workers in \[1, 2, 3, 4, 5, 6, 7, 8\][^\n]*$"):
         wide.get_train_dataloader()
