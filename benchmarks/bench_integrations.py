@@ -231,7 +231,7 @@ def main() -> None:
     parser.add_argument("--layer-batches", type=int, default=32)
     parser.add_argument("--layer-microbatches", type=int, default=5000)
     parser.add_argument(
-        "--per-microbatch-us", type=float, default=844.0, help="the full pipeline's CPU µs a microbatch"
+        "--per-microbatch-us", type=float, default=663.0, help="the full pipeline's CPU µs a microbatch"
     )
     args = parser.parse_args()
     os.environ["RAYON_NUM_THREADS"] = "1"

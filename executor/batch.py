@@ -167,7 +167,7 @@ def _positions(flat: np.ndarray, rows: int, span: int) -> np.ndarray:
         return steps.reshape(rows, span)
     steps[flat[1:]] = flat[:-1] - flat[1:] + 1
     steps[0] = 0
-    return np.cumsum(steps).reshape(rows, span)
+    return np.cumsum(steps, out=steps).reshape(rows, span)  # in place: one (rows, span) array, not two
 
 
 def _wide(ids: torch.Tensor, pin_memory: bool, dtype: torch.dtype = torch.int64, *, copy: bool = False) -> torch.Tensor:

@@ -148,6 +148,8 @@ class RankRunner:
                 start = tuple(cursors.get(str(lane), (0, 0)))
                 at = (int(start[0]), int(start[1]))
                 self.lanes[lane] = Lane(spec.pack.max_length, self.pad, start=at, dtype=store.dtype, store=store)
+        #: The lanes in a state's order with their keys (made once: a state is taken after every microbatch).
+        self._keyed = [(str(k), lane) for k, lane in sorted(self.lanes.items())]
 
     def identity(self) -> dict[str, Any]:
         """What a state of this run is valid for (made once: every microbatch's state copies it)."""
@@ -176,7 +178,7 @@ class RankRunner:
             dp_size=self.geometry.dp_size,
             step=self.progress.step,
             microbatch=self.progress.microbatch,
-            lane_cursors={str(k): list(lane.cursor()) for k, lane in sorted(self.lanes.items())},
+            lane_cursors={key: list(lane.cursor()) for key, lane in self._keyed},
             **self._known_length(),
         )
 

@@ -80,3 +80,10 @@ def test_a_statefuldataloader_state_or_a_bare_state_is_refused_in_one_line(plan,
         data.load_state_dict({"_snapshot": {}, "_steps_since_snapshot": 0})
     with pytest.raises(ConfigError, match=r"^the checkpoint's data state must be \{'zephon_state': JSON text\}, got \['step', "):
         data.load_state_dict({"step": 3, "version": 1})
+
+
+def test_a_torch_version_outside_the_tested_range_is_refused_in_one_line() -> None:
+    from zephon.integrations.versions import require_tested
+
+    with pytest.raises(ConfigError, match=r"^torch must be in the range zephon.integrations was tested with \(>=2.6,<3.0\), got 2.5.1\+cpu — pip install 'torch>=2.6,<3.0'$"):
+        require_tested("torch", "2.5.1+cpu")

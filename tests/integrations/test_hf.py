@@ -4,6 +4,7 @@ dispatching and the Trainer's own data replay are refused in one line."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -88,3 +89,34 @@ def test_dispatch_batches_replay_and_a_checkpoint_without_the_state_are_refused_
         ZephonTrainer(model=Tiny(), args=arguments(tmp_path), pipeline=pipeline).train(resume_from_checkpoint=True)
     with pytest.raises(ConfigError, match=r"^Accelerator\(dataloader_config=DataLoaderConfiguration\(dispatch_batches=...\)\) must be None or False for a Zephon loader, got True — "):
         check_accelerator(Accelerator(cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True)))
+
+
+def test_a_checkpoint_of_another_plan_a_state_at_a_dp_size_not_dividing_the_batch_and_workers_beyond_the_lanes_are_refused_in_one_line(
+    plan, tokenizer_dir, tmp_path, tmp_path_factory
+) -> None:
+    other = make_plan(tmp_path_factory.mktemp("other"), tokenizer_dir, documents=160, seed=6)
+    checkpoint = tmp_path / "checkpoint-3"
+    checkpoint.mkdir()
+    trainer = ZephonTrainer(model=Tiny(), args=arguments(tmp_path), pipeline=make_pipeline(plan, tokenizer_dir))
+    (checkpoint / STATE_FILE).write_text(json.dumps(make_pipeline(other, tokenizer_dir).state_dict()), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^pipeline state must come from the same plan, tokenizer and packing, got a different plan \(config_hash\)[^\n]* — resume with the pipeline that saved it, or start fresh$"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    state = make_pipeline(plan, tokenizer_dir).state_dict()
+    (checkpoint / STATE_FILE).write_text(json.dumps({**state, "dp_size": 3}), encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"a state's dp_size must divide its global batch of 8 sequences, got dp_size 3 — [^\n]*$"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    (checkpoint / STATE_FILE).write_text(json.dumps(state)[:40], encoding="utf-8")  # cut short
+    with pytest.raises(ConfigError, match=rf"^\S+checkpoint-3/{STATE_FILE} must be the JSON state ZephonTrainer wrote, got text failing with Unterminated string [^\n]* — resume from another checkpoint, or train without resume_from_checkpoint$"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    wide = ZephonTrainer(model=Tiny(), args=arguments(tmp_path), pipeline=make_pipeline(plan, tokenizer_dir), num_workers=16)
+    with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 8 packing lanes [^\n]*, got 16 — use num_workers in \[1, 2, 3, 4, 5, 6, 7, 8\][^\n]*$"):
+        wide.get_train_dataloader()
+
+
+def test_a_transformers_or_accelerate_version_outside_the_tested_range_is_refused_in_one_line() -> None:
+    from zephon.integrations.versions import require_tested
+
+    with pytest.raises(ConfigError, match=r"^transformers must be in the range zephon.integrations was tested with \(>=5.0,<6.0\), got 4.57.1 — pip install 'transformers>=5.0,<6.0'$"):
+        require_tested("transformers", "4.57.1")
+    with pytest.raises(ConfigError, match=r"^accelerate must be in the range zephon.integrations was tested with \(>=1.10,<2.0\), got 0.34.2 — pip install 'accelerate>=1.10,<2.0'$"):
+        require_tested("accelerate", "0.34.2")

@@ -87,3 +87,19 @@ def test_a_lightning_version_outside_the_tested_range_is_refused_in_one_line() -
 
     with pytest.raises(ConfigError, match=r"^pytorch-lightning must be in the range zephon.integrations was tested with \(>=2.6,<3.0\), got 1.9.5 — pip install 'pytorch-lightning>=2.6,<3.0'$"):
         require_tested("pytorch-lightning", "1.9.5")
+
+
+def test_a_checkpoint_of_another_plan_a_state_at_a_dp_size_not_dividing_the_batch_and_workers_beyond_the_lanes_are_refused_in_one_line(
+    plan, tokenizer_dir, tmp_path_factory
+) -> None:
+    from zephon.integrations.state_text import pack
+
+    other = make_plan(tmp_path_factory.mktemp("other"), tokenizer_dir, documents=160, seed=6)
+    data = ZephonDataModule(make_pipeline(plan, tokenizer_dir))
+    with pytest.raises(ConfigError, match=r"^pipeline state must come from the same plan, tokenizer and packing, got a different plan \(config_hash\)[^\n]* — resume with the pipeline that saved it, or start fresh$"):
+        data.load_state_dict(ZephonDataModule(make_pipeline(other, tokenizer_dir)).state_dict())
+    state = make_pipeline(plan, tokenizer_dir).state_dict()
+    with pytest.raises(ConfigError, match=r"^the Lightning checkpoint's ZephonDataModule state: a state's dp_size must divide its global batch of 8 sequences, got dp_size 3 — [^\n]*$"):
+        data.load_state_dict(pack({**state, "dp_size": 3}))
+    with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 8 packing lanes [^\n]*, got 16 — use num_workers in \[1, 2, 3, 4, 5, 6, 7, 8\][^\n]*$"):
+        ZephonDataModule(make_pipeline(plan, tokenizer_dir), num_workers=16).train_dataloader()

@@ -83,3 +83,19 @@ def test_a_pipeline_state_taken_inside_documents_resumes_exactly_and_reads_back_
     loader = stateful_loader(resumed, num_workers=workers)
     assert loader.state_dict() == state
     assert [rows(t) for t in loader] == whole[3:]
+
+
+def test_a_state_of_another_plan_or_at_a_dp_size_not_dividing_the_batch_and_a_torchdata_outside_the_tested_range_are_refused_in_one_line(
+    plan, tokenizer_dir, tmp_path_factory
+) -> None:
+    from zephon.integrations.versions import require_tested
+
+    other = make_plan(tmp_path_factory.mktemp("other"), tokenizer_dir, documents=160, seed=6)
+    loader = stateful_loader(make_pipeline(plan, tokenizer_dir))
+    with pytest.raises(ConfigError, match=r"^pipeline state must come from the same plan, tokenizer and packing, got a different plan \(config_hash\)[^\n]* — resume with the pipeline that saved it, or start fresh$"):
+        loader.load_state_dict(stateful_loader(make_pipeline(other, tokenizer_dir)).state_dict())
+    state = loader.state_dict()
+    with pytest.raises(ConfigError, match=r"a state's dp_size must divide its global batch of 8 sequences, got dp_size 3 — [^\n]*$"):
+        loader.load_state_dict({**state, "dp_size": 3})
+    with pytest.raises(ConfigError, match=r"^torchdata must be in the range zephon.integrations was tested with \(>=0.11,<0.12\), got 0.10.1 — pip install 'torchdata>=0.11,<0.12'$"):
+        require_tested("torchdata", "0.10.1")

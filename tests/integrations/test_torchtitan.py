@@ -213,3 +213,8 @@ def test_the_config_takes_torchtitans_command_line_overrides_and_refuses_a_bad_g
     assert (config.plan, config.global_batch_size, config.num_workers, config.positions) == ("plans/run", 64, 2, True)
     with pytest.raises(ConfigError, match=r"^ZephonDataLoader.Config.global_batch_size must be -1 or an integer ≥ 1, got 0 — pass torchtitan's training.global_batch_size$"):
         ZephonDataLoader.Config(plan="plans/run", global_batch_size=0)
+
+
+def test_more_workers_than_the_ranks_lanes_are_refused_in_one_line(plan, tokenizer_dir) -> None:
+    with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 4 packing lanes [^\n]*, got 8 — use num_workers in \[1, 2, 3, 4\][^\n]*$"):
+        build(plan, tokenizer_dir, world=2, local=4, num_workers=8)

@@ -36,20 +36,22 @@ class ConsumedLoader:
 
     def __init__(self, loader: PipelineLoader) -> None:
         self.loader = loader
-        self._states: deque[dict[str, Any]] = deque(maxlen=WINDOW + 1)  # [0]: after microbatch _first
-        self._first = 0
+        self._states: deque[dict[str, Any]] = deque(maxlen=WINDOW + 1)  # [0]: after microbatch _first()
         self._handed = 0
 
     def __iter__(self) -> Iterator[Tensors]:
-        self._states.clear()
-        self._states.append(self.loader.local_state())  # where this iteration starts: after 0 microbatches
-        self._first, self._handed = 0, 0
+        states, local_state = self._states, self.loader.local_state  # looked up once, not per microbatch
+        states.clear()
+        states.append(local_state())  # where this iteration starts: after 0 microbatches
+        self._handed = 0
         for tensors in self.loader:
             self._handed += 1
-            if len(self._states) == self._states.maxlen:
-                self._first += 1
-            self._states.append(self.loader.local_state())
+            states.append(local_state())  # the deque drops the oldest beyond WINDOW + 1
             yield tensors
+
+    def _first(self) -> int:
+        """The microbatch count the oldest kept state is after: the deque ends at ``_handed``."""
+        return self._handed + 1 - len(self._states)
 
     @property
     def handed(self) -> int:
@@ -60,13 +62,14 @@ class ConsumedLoader:
         """This rank's state after ``consumed`` microbatches of the iteration (before iterating: the start)."""
         if not self._states:
             return self.loader.local_state()
-        if not self._first <= consumed <= self._handed:
+        first = self._first()
+        if not first <= consumed <= self._handed:
             raise ConfigError(
                 f"the training loop's count of batches taken must be within the {WINDOW} latest of the "
                 f"{self._handed} handed out, got {consumed} — the framework fetched further ahead than Zephon "
                 "expects; report this with the framework's version"
             )
-        return self._states[consumed - self._first]
+        return self._states[consumed - first]
 
     def state_after(self, consumed: int) -> dict[str, Any]:
         """The rank-independent state after ``consumed`` microbatches (a collective under torch.distributed)."""

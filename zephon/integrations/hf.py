@@ -150,7 +150,14 @@ class ZephonTrainer(Trainer):
                     f"checkpoint {path.parent} must hold {STATE_FILE} to resume the data, got none — resume from a "
                     "checkpoint ZephonTrainer wrote, or train without resume_from_checkpoint"
                 )
-            state = check_portable(json.loads(path.read_text(encoding="utf-8")), str(path))
+            try:
+                saved = json.loads(path.read_text(encoding="utf-8"))
+            except ValueError as error:  # not JSON, or not UTF-8 text: a truncated or foreign file
+                raise ConfigError(
+                    f"{path} must be the JSON state ZephonTrainer wrote, got text failing with {error} — resume "
+                    "from another checkpoint, or train without resume_from_checkpoint"
+                ) from None
+            state = check_portable(saved, str(path))
             self.pipeline.load_state_dict(state)  # another plan, tokenizer or packing: one line, now
             self._pending = state
         return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
