@@ -32,7 +32,6 @@ def test_encoding_in_slices_gives_the_ids_of_one_call(tokenizer_dir: str) -> Non
     assert sliced.ids.dtype == whole.ids.dtype and sliced.sizes.dtype == whole.sizes.dtype
 
 
-
 class _Text(str):
     """A ``str`` subclass (what a record converter may hand back): encoded as the plain string."""
 
