@@ -32,6 +32,26 @@ def test_encoding_in_slices_gives_the_ids_of_one_call(tokenizer_dir: str) -> Non
     assert sliced.ids.dtype == whole.ids.dtype and sliced.sizes.dtype == whole.sizes.dtype
 
 
+class _Text(str):
+    """A ``str`` subclass (what a record converter may hand back): encoded as the plain string."""
+
+
+def test_slicing_a_chunk_that_fits_or_holds_str_subclasses_gives_the_ids_of_one_call(tokenizer_dir: str) -> None:
+    """The fast paths of ``encode_in_slices`` (all plain ``str`` and within ``max_chars``: one call, no
+    ``slice_bounds``; anything else: the checks text by text) give the ids and sizes of one call."""
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    texts = [f"doc {i} " + "ab " * (i % 7) for i in range(40)]
+    encoder.encode_flat(texts[:3])  # settles the engine
+    whole = encoder.encode_flat(texts)
+    exact_fit = sum(map(len, texts))
+    for max_chars in (exact_fit, exact_fit - 1, 50):
+        got = encode_in_slices(encoder, texts, max_chars=max_chars)
+        assert got.ids.tolist() == whole.ids.tolist() and got.sizes.tolist() == whole.sizes.tolist()
+    mixed = [_Text(t) if i % 3 == 0 else t for i, t in enumerate(texts)]
+    got = encode_in_slices(encoder, mixed, max_chars=50)
+    assert got.ids.tolist() == whole.ids.tolist() and got.sizes.tolist() == whole.sizes.tolist()
+
+
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: str) -> dict[str, object]:
     root = tmp_path_factory.mktemp("slices")

@@ -48,3 +48,20 @@ def test_each_call_returns_new_tensors_that_later_batches_never_overwrite() -> N
     assert len(pointers) == 6  # no two tensors of the kept batches share memory
     t = batch.to_training(return_labels=True, ids_dtype=torch.int32)  # int32: input_ids a view of the batch
     assert t["input_ids"].data_ptr() == torch.from_numpy(tokens).data_ptr() and t["labels"].dtype == torch.int32
+
+
+def test_padding_labels_are_ignored_from_each_short_rows_length_on_every_length_and_dtype() -> None:
+    """Short rows are masked one slice a row (issue #29 hot path): labels from column ``length - 1`` on are
+    ``IGNORE_INDEX`` — a row of length 0 or 1 entirely — the same as the (B, L) mask it replaced."""
+    tokens = np.arange(1, 31, dtype=np.int32).reshape(6, 5)
+    lengths = np.array([5, 0, 1, 2, 4, 5])
+    batch = Batch(tokens=tokens, doc_start=np.zeros((6, 5), dtype=bool), lengths=lengths)
+    i = IGNORE_INDEX
+    want = [[2, 3, 4, 5], [i, i, i, i], [i, i, i, i], [17, i, i, i], [22, 23, 24, i], [27, 28, 29, 30]]
+    for dtype in (torch.int64, torch.int32):
+        for pin in (False, True) if torch.cuda.is_available() else (False,):
+            t = batch.to_training(return_labels=True, ids_dtype=dtype, pin_memory=pin)
+            assert t["labels"].tolist() == want and t["labels"].dtype == dtype
+            assert t["input_ids"].tolist() == tokens[:, :-1].tolist()
+    full = Batch(tokens=tokens, doc_start=np.zeros((6, 5), dtype=bool), lengths=np.full(6, 5))
+    assert full.to_training(return_labels=True)["labels"].tolist() == tokens[:, 1:].tolist()
