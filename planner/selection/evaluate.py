@@ -338,7 +338,7 @@ def _evaluate(
     columns = columns + [c for c in meta_columns if c != selection.key]
     source = joined_source(docs, meta, selection.key)
     plan = JoinPlan(
-        keep=f"coalesce(({selection.where}), false)" if selection.where is not None else "true",
+        where=selection.where,
         order_key=order_key,
         dedup_key=dedup_key,
         windows="".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra),
