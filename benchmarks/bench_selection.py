@@ -165,7 +165,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpus here (default: a temp dir).")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--modes", default="baseline,where,where+sidecar,where+sidecar+dedup", help="Comma-separated runs to time.")
+    parser.add_argument(
+        "--modes", default="baseline,where,where+sidecar,where+sidecar+dedup", help="Comma-separated runs to time."
+    )
     args = parser.parse_args()
     n = int(args.documents)
     with tempfile.TemporaryDirectory() as tmp:

@@ -20,7 +20,7 @@ from typing import Any
 import duckdb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_selection import DEDUP_ON  # noqa: E402
+from bench_selection import DEDUP_ON
 
 _STEPS: list[tuple[str, float, float]] = []
 

@@ -9,13 +9,10 @@ bytes of the limit the join is **partitioned** (a grace hash join), into partiti
 
 1. one pass over each side writes the columns the selection references, with ``hash(key) % P`` as a Hive
    partition, to Parquet under the planner's own spill directory (``COPY ... PARTITION_BY``);
-2. partition by partition, the two sides' files are joined exactly as the whole tables would be, twice: the
-   counts come from a FULL OUTER JOIN of the keys alone (one flag a side), and the rows the selection keeps
-   from a LEFT JOIN filtered by ``WHERE (where)`` — DuckDB pushes the predicate's conjuncts into each side's
-   scan, so that join holds only rows that can pass (at 10^8, 13 s of CPU against 37 s with the predicate
-   as a computed keep flag). The kept rows are appended to one table (which DuckDB spills). Nothing holds
-   the whole join: it was materialized once and read twice (47 s of CPU at 10^8, against 30 s for the
-   counts' join of keys alone);
+2. partition by partition, the two sides' files are joined as the whole tables would be, twice, never
+   materialized: the counts from a FULL OUTER JOIN of the keys alone, the kept rows (appended to one table
+   DuckDB spills) from a LEFT JOIN ``WHERE (where)``, whose conjuncts DuckDB pushes into each side's scan
+   (at 10^8: 30 + 13 s of CPU, against 54 s for one materialized join read twice);
 3. the window functions (``order_by``'s rank, ``dedup_on``'s groups) and the sort by (shard, row) run once,
    over all kept rows — as in the single join.
 
@@ -57,19 +54,12 @@ import duckdb
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.planner.room import check_spill_room
+from zephon.planner.selection.results import fetch_selected
 from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
-__all__ = [
-    "JoinPlan",
-    "JoinRun",
-    "Relation",
-    "join_sidecar",
-    "partitions_for",
-    "quote",
-    "sidecar_files",
-    "sidecar_relation",
-]
+__all__ = ["JoinPlan", "JoinRun", "Relation", "join_sidecar", "partitions_for", "quote", "sidecar_files",
+           "sidecar_relation"]  # fmt: skip
 
 #: Rows (documents + sidecar rows) one join may hold per byte of DuckDB's memory limit: 10^8 + 10^8 in 2 GB
 #: (measured: benchmarks/bench_selection.py, 2.48 GB peak RSS). Past it, partitions of half that many rows.
@@ -255,7 +245,10 @@ def join_sidecar(
             kept, totals = join_on_ray(
                 selection.dataset,
                 [
-                    (counts_query(selection.key, docs_part, meta_part), kept_rows(selection.key, docs_part, meta_part, plan))
+                    (
+                        counts_query(selection.key, docs_part, meta_part),
+                        kept_rows(selection.key, docs_part, meta_part, plan),
+                    )
                     for docs_part, meta_part in pairs
                 ],
                 spill=run.spill,
@@ -267,8 +260,7 @@ def join_sidecar(
             for docs_part, meta_part in pairs:
                 _join_part(con, selection.key, docs_part, meta_part, plan, totals)
     query = f"SELECT shard, row{plan.windows} FROM zephon_selected ORDER BY shard, row"
-    result = con.execute(query).fetchnumpy()
-    con.execute("DROP TABLE zephon_selected")
+    result = fetch_selected(con, query, {}, ranked=bool(plan.order_key), grouped=bool(plan.dedup_key))
     names = ("document_rows", "without_metadata", "without_document", "side_keys", "distinct_side_keys")
     return result, dict(zip(names, totals, strict=True))
 
@@ -281,8 +273,7 @@ def _type(con: duckdb.DuckDBPyConnection, expr: str, documents: Relation, meta: 
 
 
 def counts_query(key: str, documents: Relation, meta: Relation) -> tuple[str, dict[str, Any]]:
-    """The counts of one join, in ``join_sidecar``'s order, from a FULL OUTER JOIN of the two sides' keys alone
-    (one flag a side: no positions, no other column, nothing materialized), and its parameters."""
+    """One join's counts in ``join_sidecar``'s order, from a FULL OUTER JOIN of the keys alone, and the parameters."""
     qkey = quote(key)
     text = (
         "SELECT count(*) FILTER (WHERE zephon_doc), count(*) FILTER (WHERE zephon_doc AND zephon_side IS NULL), "
@@ -294,10 +285,8 @@ def counts_query(key: str, documents: Relation, meta: Relation) -> tuple[str, di
 
 
 def kept_rows(key: str, documents: Relation, meta: Relation, plan: JoinPlan) -> tuple[str, dict[str, Any]]:
-    """The query of one join's kept rows — (shard, row) and the window keys, as ``zephon_selected`` holds them —
-    and its parameters: documents LEFT JOIN sidecar (a document without a sidecar row has NULL sidecar columns),
-    ``WHERE (where)`` (NULL counts as false, as in SQL). ``SELECT *`` hides the sidecar scan's virtual columns
-    (``file_row_number``), which would clash with the documents'."""
+    """One join's kept rows as ``zephon_selected`` holds them, and the parameters: documents LEFT JOIN sidecar
+    ``WHERE (where)`` (NULL is false). ``SELECT *`` hides the sidecar's virtual ``file_row_number``."""
     keys = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
     where = f" WHERE ({plan.where})" if plan.where is not None else ""
     text = (

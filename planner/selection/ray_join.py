@@ -52,8 +52,7 @@ def join_on_ray(
     os.makedirs(kept_dir, exist_ok=True)
     outs = [os.path.join(kept_dir, f"part-{p}.parquet") for p in range(len(statements))]
     arguments = [
-        (dataset, counts, kept, out, memory_limit, spill)
-        for (counts, kept), out in zip(statements, outs, strict=True)
+        (dataset, counts, kept, out, memory_limit, spill) for (counts, kept), out in zip(statements, outs, strict=True)
     ]
     with ray_session() as ray:
         try:
