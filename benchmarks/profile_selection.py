@@ -5,12 +5,14 @@ Run: python benchmarks/profile_selection.py --root DIR [--mode where+sidecar+ded
 ``DIR`` holds a corpus written by ``bench_selection.py --root DIR`` (``data/`` and ``side/``). The selection
 runs once in this process, with DuckDB's connection wrapped so each ``execute`` and ``fetch*`` prints its
 wall and CPU seconds (process CPU, so DuckDB's threads count) and the first words of its SQL; the sidecar's
-SHA-256 and the dedup draws are timed the same way. Peak RSS at the end (``ru_maxrss``).
+SHA-256 and the dedup draws are timed the same way. Printed last: the selected (shard, row) pairs' SHA-256 (to
+compare two versions' selections) and peak RSS (``ru_maxrss``).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import resource
 import sys
 import time
@@ -79,7 +81,8 @@ def main() -> None:
     chosen = _timed("select_rows (all)", sel.select_rows, ds.selection, refs, seed=1, dataset_index=0,
                     threads=args.threads)  # fmt: skip
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
-    print(f"selected {len(chosen.row):,}; peak RSS {peak:.2f} GB")
+    digest = hashlib.sha256(chosen.shard.astype("<i4").tobytes() + chosen.row.astype("<i4").tobytes()).hexdigest()
+    print(f"selected {len(chosen.row):,}; (shard, row) SHA-256 {digest[:16]}; peak RSS {peak:.2f} GB")
 
 
 if __name__ == "__main__":

@@ -263,10 +263,10 @@ def select_rows(
     shard = np.asarray(result["shard"], dtype=np.int32)
     row = np.asarray(result["row"], dtype=np.int32)
     kept_by_where = len(shard)
-    rank = np.asarray(result["rank"], dtype=np.int64) if "rank" in result else None
+    rank = result.get("rank")  # int32 or int64 (results.fetch_selected), as the grp ids
     dropped = 0
     if "grp" in result:
-        keep = _dedup(np.asarray(result["grp"], dtype=np.int64), seed=seed, dataset_index=dataset_index)
+        keep = _dedup(result["grp"], seed=seed, dataset_index=dataset_index)
         dropped = kept_by_where - int(keep.sum())
         shard, row = shard[keep], row[keep]
         rank = rank[keep] if rank is not None else None

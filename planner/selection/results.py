@@ -35,13 +35,15 @@ SELECTED = "zephon_selected"
 def fetch_selected(
     con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, ranked: bool, grouped: bool
 ) -> dict[str, np.ndarray]:
-    """The final ``query`` over ``SELECTED`` — shard and row (int32), ``rank`` and ``grp`` (int64) where
-    ``ranked`` / ``grouped`` — fetched in batches at the table's length; the table is dropped after."""
-    found = con.execute(f"SELECT count(*) FROM {SELECTED}").fetchall()[0]
+    """The final ``query`` over ``SELECTED`` — shard and row (int32), ``rank`` and ``grp`` where ``ranked`` /
+    ``grouped`` — fetched in batches at the table's length; the table is dropped after. A rank or group id is
+    at most the row count: int32 below 2^31 rows (4 bytes a kept row less than int64), int64 from there."""
+    rows = int(con.execute(f"SELECT count(*) FROM {SELECTED}").fetchall()[0][0])
+    ids = np.int32 if rows < 2**31 else np.int64
     dtypes: dict[str, Any] = {"shard": np.int32, "row": np.int32}
-    dtypes.update({"rank": np.int64} if ranked else {})
-    dtypes.update({"grp": np.int64} if grouped else {})
-    out = fetch_columns(con, query, params, rows=int(found[0]), dtypes=dtypes)
+    dtypes.update({"rank": ids} if ranked else {})
+    dtypes.update({"grp": ids} if grouped else {})
+    out = fetch_columns(con, query, params, rows=rows, dtypes=dtypes)
     con.execute(f"DROP TABLE {SELECTED}")
     return out
 
