@@ -16,6 +16,8 @@ child process (its own peak RSS, from ``os.wait4``) limited to ``--threads`` Duc
 * **sidecar-duplicates** (``--modes sidecar-duplicates``): the same selection over a sidecar that holds
   ``--duplicates`` K more rows repeating K of its keys (the 8 files linked, plus one file of the repeats): the
   time and memory until the one-line refusal (its count and example key), which is printed.
+* **where + sidecar + dedup**: the same with ``dedup_on="id // 2"`` (documents in pairs of consecutive ids:
+  one of each pair both of whose documents pass is dropped) — issue #30's bar at 10^9.
 
 Each child gets its own ``TMPDIR`` (under ``--root``), polled every 0.2 s: the most bytes under it at once is
 the disk the selection spilled (DuckDB's spill files and the partitioned join's files).
@@ -41,6 +43,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 LANGS = np.array(["en", "fr", "de", "es"])
+#: The dedup key of the where + sidecar + dedup run: consecutive ids in pairs (one near-duplicate each).
+DEDUP_ON = "id // 2"
 SIDECAR_SCHEMA = pa.schema([("id", pa.int64()), ("quality", pa.float32())])
 
 
@@ -116,9 +120,11 @@ def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
         from zephon.errors import DatasetError
 
         kw: dict[str, str] = {"where": "int_score >= 3 AND language = 'en'"}
-        if mode in ("where+sidecar", "sidecar-duplicates"):
+        if mode in ("where+sidecar", "sidecar-duplicates", "where+sidecar+dedup"):
             kw = {"where": "int_score >= 3 AND quality > 0.5", "metadata": side, "key": "id"}
-        ds = Dataset.from_path("web", data, **kw)
+        if mode == "where+sidecar+dedup":
+            kw["dedup_on"] = DEDUP_ON
+        ds = Dataset.from_path("web", data, **kw)  # type: ignore[arg-type]
         source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1)
         refs = shard_refs(source, progress=False)[0]
         assert ds.selection is not None
@@ -181,7 +187,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--root", type=Path, default=None, help="Keep the corpus here (default: a temp dir).")
     parser.add_argument("--json", type=Path, default=None)
-    parser.add_argument("--modes", default="baseline,where,where+sidecar", help="Comma-separated runs to time.")
+    parser.add_argument(
+        "--modes", default="baseline,where,where+sidecar,where+sidecar+dedup", help="Comma-separated runs to time."
+    )
     parser.add_argument("--duplicates", type=int, default=1000, help="Repeated keys of sidecar-duplicates.")
     args = parser.parse_args()
     n = int(args.documents)
@@ -200,7 +208,7 @@ def main() -> None:
     base = results["baseline"]["seconds"] if "baseline" in results else float("nan")
     for mode, r in results.items():
         print(
-            f"{mode:<14} {r['seconds']:7.2f} s  cpu {r['cpu_seconds']:7.2f} s  peak RSS {r['peak_rss_gb']:.2f} GB  "
+            f"{mode:<20} {r['seconds']:7.2f} s  cpu {r['cpu_seconds']:7.2f} s  peak RSS {r['peak_rss_gb']:.2f} GB  "
             f"spill {r['peak_spill_gb']:.2f} GB  selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of "
             "the baseline"
         )

@@ -62,6 +62,7 @@ from zephon.planner.selection.join import (
     sidecar_relation,
     sidecar_report,
 )
+from zephon.planner.selection.results import dedup_keep, fetch_selected
 from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
 
@@ -262,10 +263,10 @@ def select_rows(
     shard = np.asarray(result["shard"], dtype=np.int32)
     row = np.asarray(result["row"], dtype=np.int32)
     kept_by_where = len(shard)
-    rank = np.asarray(result["rank"], dtype=np.int64) if "rank" in result else None
+    rank = result.get("rank")  # int32 or int64 (results.fetch_selected), as the grp ids
     dropped = 0
     if "grp" in result:
-        keep = _dedup(np.asarray(result["grp"], dtype=np.int64), seed=seed, dataset_index=dataset_index)
+        keep = _dedup(result["grp"], seed=seed, dataset_index=dataset_index)
         dropped = kept_by_where - int(keep.sum())
         shard, row = shard[keep], row[keep]
         rank = rank[keep] if rank is not None else None
@@ -322,12 +323,15 @@ def _evaluate(
     if selection.metadata is None:
         where = f"WHERE ({selection.where})" if selection.where is not None else ""
         windows = "".join(", " + e.format(order=order_key, dedup=dedup_key) for e in extra)
+        # Kept into a table first: its count sizes the arrays the sorted rows are fetched into (results.py).
         query = (
-            f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{windows} "
-            f"FROM {documents} {where} ORDER BY shard, row"
+            f"CREATE TEMP TABLE zephon_selected AS SELECT zephon_shard AS shard, "
+            f"CAST(file_row_number AS INTEGER) AS row{windows} FROM {documents} {where}"
         )
         try:
-            return con.execute(query, params).fetchnumpy(), {}
+            con.execute(query, params)
+            ordered = "SELECT * FROM zephon_selected ORDER BY shard, row"
+            return fetch_selected(con, ordered, {}, ranked=bool(order_key), grouped=bool(dedup_key)), {}
         except duckdb.Error as exc:
             field, text = _blame(selection, con, documents, params)
             raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
@@ -338,7 +342,7 @@ def _evaluate(
     columns = columns + [c for c in meta_columns if c != selection.key]
     source = joined_source(docs, meta, selection.key)
     plan = JoinPlan(
-        keep=f"coalesce(({selection.where}), false)" if selection.where is not None else "true",
+        where=selection.where,
         order_key=order_key,
         dedup_key=dedup_key,
         windows="".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra),
@@ -386,14 +390,7 @@ def _blame(
 
 
 def _dedup(group: np.ndarray, *, seed: int, dataset_index: int) -> np.ndarray:
-    """Keep mask: per group id ≥ 0, the document with the smallest seeded draw; every ``-1`` (NULL key) kept."""
+    """Keep mask: per group id ≥ 0, the document with the smallest seeded draw (one draw per selected document,
+    in (shard, row) order; ``results.dedup_keep``); every ``-1`` (NULL key) kept."""
     bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, DEDUP_STREAM]))
-    draws = bits.random_raw(len(group))
-    order = np.lexsort((draws, group))  # by group, then by draw
-    sorted_groups = group[order]
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = sorted_groups[1:] != sorted_groups[:-1]
-    keep = np.zeros(len(group), dtype=bool)
-    keep[order[first]] = True
-    keep[group < 0] = True
-    return keep
+    return dedup_keep(group, bits.random_raw(len(group)))

@@ -9,13 +9,15 @@ bytes of the limit the join is **partitioned** (a grace hash join), into partiti
 
 1. one pass over each side writes the columns the selection references, with ``hash(key) % P`` as a Hive
    partition, to Parquet under the planner's own spill directory (``COPY ... PARTITION_BY``);
-2. partition by partition, the two sides' files are joined exactly as the whole tables would be, the rows the
-   selection keeps are appended to one table (which DuckDB spills) and the partition's counts are added up;
+2. partition by partition, the two sides' files are joined as the whole tables would be, twice, never
+   materialized: the counts from a FULL OUTER JOIN of the keys alone, the kept rows (appended to one table
+   DuckDB spills) from a LEFT JOIN ``WHERE (where)``, whose conjuncts DuckDB pushes into each side's scan
+   (at 10^8: 30 + 13 s of CPU, against 54 s for one materialized join read twice);
 3. the window functions (``order_by``'s rank, ``dedup_on``'s groups) and the sort by (shard, row) run once,
    over all kept rows — as in the single join.
 
 With ``engine="ray"`` step 2 runs as one Ray task per partition (``zephon.planner.selection.ray_join``): the
-same statements (``joined_table``, ``COUNTS_SQL``, ``kept_rows``), each partition's kept rows read back in
+same statements (``counts_query``, ``kept_rows``), each partition's kept rows read back in
 partition order. Every partition relation reads only files under the spill directory (an empty side reads that
 side's empty file), so a task on another node needs nothing but that directory.
 
@@ -52,19 +54,12 @@ import duckdb
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.planner.room import check_spill_room
+from zephon.planner.selection.results import fetch_selected
 from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
-__all__ = [
-    "JoinPlan",
-    "JoinRun",
-    "Relation",
-    "join_sidecar",
-    "partitions_for",
-    "quote",
-    "sidecar_files",
-    "sidecar_relation",
-]
+__all__ = ["JoinPlan", "JoinRun", "Relation", "join_sidecar", "partitions_for", "quote", "sidecar_files",
+           "sidecar_relation"]  # fmt: skip
 
 #: Rows (documents + sidecar rows) one join may hold per byte of DuckDB's memory limit: 10^8 + 10^8 in 2 GB
 #: (measured: benchmarks/bench_selection.py, 2.48 GB peak RSS). Past it, partitions of half that many rows.
@@ -102,8 +97,9 @@ class JoinRun:
 class JoinPlan:
     """What the joined query computes beyond (shard, row): the ``where`` keep flag and the window keys."""
 
-    #: SQL of the keep flag (``coalesce((where), false)`` or ``true``).
-    keep: str
+    #: The ``where`` predicate (None: every document is kept): a kept row's WHERE clause, so DuckDB pushes its
+    #: conjuncts into each side's scan and turns the LEFT JOIN into an INNER one when they reject NULLs.
+    where: str | None
     #: ``order_by``'s expression without its direction ('' without one), ``dedup_on``'s ('' without one).
     order_key: str
     dedup_key: str
@@ -248,9 +244,13 @@ def join_sidecar(
 
             kept, totals = join_on_ray(
                 selection.dataset,
-                [joined_table(selection.key, docs_part, meta_part, plan) for docs_part, meta_part in pairs],
-                counts=COUNTS_SQL,
-                kept=kept_rows(plan),
+                [
+                    (
+                        counts_query(selection.key, docs_part, meta_part),
+                        kept_rows(selection.key, docs_part, meta_part, plan),
+                    )
+                    for docs_part, meta_part in pairs
+                ],
                 spill=run.spill,
                 memory_limit=run.memory_limit,
                 memory=memory_bytes(run.memory_limit),
@@ -260,8 +260,7 @@ def join_sidecar(
             for docs_part, meta_part in pairs:
                 _join_part(con, selection.key, docs_part, meta_part, plan, totals)
     query = f"SELECT shard, row{plan.windows} FROM zephon_selected ORDER BY shard, row"
-    result = con.execute(query).fetchnumpy()
-    con.execute("DROP TABLE zephon_selected")
+    result = fetch_selected(con, query, {}, ranked=bool(plan.order_key), grouped=bool(plan.dedup_key))
     names = ("document_rows", "without_metadata", "without_document", "side_keys", "distinct_side_keys")
     return result, dict(zip(names, totals, strict=True))
 
@@ -273,42 +272,40 @@ def _type(con: duckdb.DuckDBPyConnection, expr: str, documents: Relation, meta: 
     return str(con.execute(f"DESCRIBE SELECT ({expr}) AS t FROM {source}", params).fetchall()[0][1])
 
 
-#: The counts of one join (``zephon_joined``), in ``join_sidecar``'s order.
-COUNTS_SQL = (
-    "SELECT count(*) FILTER (WHERE shard IS NOT NULL), count(*) FILTER (WHERE shard IS NOT NULL AND no_meta), "
-    "count(*) FILTER (WHERE shard IS NULL), count(side_key), count(DISTINCT side_key) FROM zephon_joined"
-)
-
-
-def joined_table(key: str, documents: Relation, meta: Relation, plan: JoinPlan) -> tuple[str, dict[str, Any]]:
-    """The statement creating ``zephon_joined`` (one join's rows, keep flag and window keys) and its parameters."""
+def counts_query(key: str, documents: Relation, meta: Relation) -> tuple[str, dict[str, Any]]:
+    """One join's counts in ``join_sidecar``'s order, from a FULL OUTER JOIN of the keys alone, and the parameters."""
     qkey = quote(key)
-    keys = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
     text = (
-        "CREATE TEMP TABLE zephon_joined AS SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row, "
-        f"zephon_side IS NULL AS no_meta, CASE WHEN zephon_shard IS NULL THEN {qkey} END AS side_key, "
-        f"{plan.keep} AS keep{keys} FROM {joined_source(documents, meta, key)}"
+        "SELECT count(*) FILTER (WHERE zephon_doc), count(*) FILTER (WHERE zephon_doc AND zephon_side IS NULL), "
+        f"count(*) FILTER (WHERE zephon_doc IS NULL), count(CASE WHEN zephon_doc IS NULL THEN {qkey} END), "
+        f"count(DISTINCT CASE WHEN zephon_doc IS NULL THEN {qkey} END) FROM (SELECT {qkey}, true AS zephon_doc FROM "
+        f"{documents.text}) FULL OUTER JOIN (SELECT {qkey}, true AS zephon_side FROM {meta.text}) USING ({qkey})"
     )
     return text, {**documents.params, **meta.params}
 
 
-def kept_rows(plan: JoinPlan) -> str:
-    """The query of a join's kept rows: (shard, row) and the window keys, as ``zephon_selected`` holds them."""
-    rest = "".join(f", {c}" for c, _ in plan.carried())
-    return f"SELECT shard, row{rest} FROM zephon_joined WHERE keep AND shard IS NOT NULL"
+def kept_rows(key: str, documents: Relation, meta: Relation, plan: JoinPlan) -> tuple[str, dict[str, Any]]:
+    """One join's kept rows as ``zephon_selected`` holds them, and the parameters: documents LEFT JOIN sidecar
+    ``WHERE (where)`` (NULL is false). ``SELECT *`` hides the sidecar's virtual ``file_row_number``."""
+    keys = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
+    where = f" WHERE ({plan.where})" if plan.where is not None else ""
+    text = (
+        f"SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row{keys} FROM {documents.text} "
+        f"LEFT JOIN (SELECT * FROM {meta.text}) m USING ({quote(key)}){where}"
+    )
+    return text, {**documents.params, **meta.params}
 
 
 def _join_part(
     con: duckdb.DuckDBPyConnection, key: str, documents: Relation, meta: Relation, plan: JoinPlan, totals: list[int]
 ) -> None:
-    """One join (the whole tables, or one partition of each): append its kept rows, add up its counts."""
-    con.execute(*joined_table(key, documents, meta, plan))
-    counts = con.execute(COUNTS_SQL).fetchone()
+    """One join (the whole tables, or one partition of each): add up its counts, append its kept rows."""
+    counts = con.execute(*counts_query(key, documents, meta)).fetchone()
     assert counts is not None
     for i, n in enumerate(counts):
         totals[i] += int(n)
-    con.execute(f"INSERT INTO zephon_selected {kept_rows(plan)}")
-    con.execute("DROP TABLE zephon_joined")
+    text, params = kept_rows(key, documents, meta, plan)
+    con.execute(f"INSERT INTO zephon_selected {text}", params)
 
 
 def _partition(

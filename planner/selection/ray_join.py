@@ -3,7 +3,7 @@
 ``zephon.planner.selection.join`` writes both sides, Hive-partitioned by the key's hash, under the selection's
 spill directory; here partition ``p`` becomes one Ray task that opens its own DuckDB (one thread, the
 selection's memory limit, a temporary directory of its own under the spill directory), runs exactly the
-statements the local loop runs (``joined_table``, ``COUNTS_SQL``, ``kept_rows``) and writes the kept rows to
+statements the local loop runs (``counts_query``, ``kept_rows``) and writes the kept rows to
 ``spill/kept/part-<p>.parquet`` (a temporary renamed into place: a retried task writes the same file). The
 driver adds the counts up and reads the kept files back **in partition order**, then runs the final query
 (window functions, sort by (shard, row)) as the local path does.
@@ -39,23 +39,20 @@ SPILL_FIX = "set TMPDIR on the driver to a directory every node mounts at the sa
 
 def join_on_ray(
     dataset: str,
-    statements: Sequence[tuple[str, dict[str, Any]]],
+    statements: Sequence[tuple[tuple[str, dict[str, Any]], tuple[str, dict[str, Any]]]],
     *,
-    counts: str,
-    kept: str,
     spill: str,
     memory_limit: str,
     memory: int,
 ) -> tuple[list[str], list[int]]:
-    """Run each partition's ``statements[p]`` (the ``zephon_joined`` table and its parameters), then ``counts``
-    and ``kept`` on it, as a Ray task reserving ``memory`` bytes; the kept rows' files in partition order, and
-    the summed counts. (``join.py`` builds the SQL, so this module needs nothing of it.)"""
+    """Run each partition's ``statements[p]`` — its counts query and its kept rows' query, each with its
+    parameters — as a Ray task reserving ``memory`` bytes; the kept rows' files in partition order, and the
+    summed counts. (``join.py`` builds the SQL, so this module needs nothing of it.)"""
     kept_dir = os.path.join(spill, "kept")
     os.makedirs(kept_dir, exist_ok=True)
     outs = [os.path.join(kept_dir, f"part-{p}.parquet") for p in range(len(statements))]
     arguments = [
-        (dataset, statement, params, counts, kept, out, memory_limit, spill)
-        for (statement, params), out in zip(statements, outs, strict=True)
+        (dataset, counts, kept, out, memory_limit, spill) for (counts, kept), out in zip(statements, outs, strict=True)
     ]
     with ray_session() as ray:
         try:
@@ -71,17 +68,15 @@ def join_on_ray(
 
 def _join_remote(
     dataset: str,
-    statement: str,
-    params: dict[str, Any],
-    counts: str,
-    kept: str,
+    counts: tuple[str, dict[str, Any]],
+    kept: tuple[str, dict[str, Any]],
     out: str,
     memory_limit: str,
     spill: str,
 ) -> list[int]:
     """Runs in a Ray worker: one partition joined as the local loop joins it; its kept rows written to ``out``."""
     failpoint()
-    files = [f for value in params.values() for f in value]
+    files = [f for value in counts[1].values() for f in value]
     require_visible(files, f"dataset {dataset!r}: the sidecar join's partition file", SPILL_FIX)
     temp = os.path.join(spill, f"task-{os.path.basename(out)}-{os.getpid()}")
     con = duckdb.connect()
@@ -90,10 +85,10 @@ def _join_remote(
         con.execute("SET preserve_insertion_order = false")
         con.execute(f"SET memory_limit = '{memory_limit}'")
         con.execute("SET temp_directory = ?", [temp])
-        con.execute(statement, params)
-        found: Any = con.execute(counts).fetchone()
+        found: Any = con.execute(*counts).fetchone()
+        con.execute(f"CREATE TEMP TABLE zephon_kept AS {kept[0]}", kept[1])
         partial = f"{out}.tmp-{os.getpid()}"
-        con.execute(f"COPY ({kept}) TO '{partial.replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
+        con.execute(f"COPY zephon_kept TO '{partial.replace(chr(39), chr(39) * 2)}' (FORMAT parquet)")
         os.replace(partial, out)
     finally:
         con.close()

@@ -1,0 +1,89 @@
+"""A selection's kept rows out of DuckDB and into NumPy, and ``dedup_on``'s keep mask.
+
+**Fetching.** The kept rows' final query (sorted by (shard, row), or ranked) is read in record batches of
+``BATCH_ROWS`` into arrays allocated once at the result's known length, so the only full-size copy is the
+arrays the plan keeps; ``fetchnumpy`` first gathered the whole result in DuckDB's own buffers (outside its
+memory limit) and then copied it: at 10^9 documents, a ``where`` keeping 3.5 × 10^8 held 2.8 GB of arrays
+and as much again of result buffers.
+
+Invariant: the arrays hold the query's rows in the query's order, every row once (the count is checked).
+
+Worked example: a query of 5 rows (shard, row) read in batches of 2 fills ``shard[0:2]``, ``shard[2:4]``,
+``shard[4:5]`` (and ``row`` alike) — the arrays ``fetchnumpy`` would give, without its copy.
+
+**Dedup.** Among a group's documents the one with the smallest seeded draw is kept (ties: the first); see
+``dedup_keep``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import numpy as np
+
+__all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected"]
+
+#: Rows per record batch read from DuckDB (8 MB of int64 a column).
+BATCH_ROWS = 1 << 20
+
+
+#: The temporary table of a selection's kept rows (shard, row and the columns the final query needs).
+SELECTED = "zephon_selected"
+
+
+def fetch_selected(
+    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, ranked: bool, grouped: bool
+) -> dict[str, np.ndarray]:
+    """The final ``query`` over ``SELECTED`` — shard and row (int32), ``rank`` and ``grp`` where ``ranked`` /
+    ``grouped`` — fetched in batches at the table's length; the table is dropped after. A rank or group id is
+    at most the row count: int32 below 2^31 rows (4 bytes a kept row less than int64), int64 from there."""
+    rows = int(con.execute(f"SELECT count(*) FROM {SELECTED}").fetchall()[0][0])
+    ids = np.int32 if rows < 2**31 else np.int64
+    dtypes: dict[str, Any] = {"shard": np.int32, "row": np.int32}
+    dtypes.update({"rank": ids} if ranked else {})
+    dtypes.update({"grp": ids} if grouped else {})
+    out = fetch_columns(con, query, params, rows=rows, dtypes=dtypes)
+    con.execute(f"DROP TABLE {SELECTED}")
+    return out
+
+
+def fetch_columns(
+    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, rows: int, dtypes: dict[str, Any]
+) -> dict[str, np.ndarray]:
+    """The columns ``dtypes`` names of ``query``'s ``rows`` rows, in its order, as arrays of those dtypes."""
+    out = {name: np.empty(rows, dtype=dtype) for name, dtype in dtypes.items()}
+    at = 0
+    reader = con.sql(query, params=params or None).to_arrow_reader(BATCH_ROWS)  # streamed, not gathered first
+    for batch in reader:
+        n = batch.num_rows
+        if at + n > rows:
+            raise AssertionError(f"the selection's query returned more than its {rows} counted rows")
+        for name, array in out.items():
+            array[at : at + n] = batch.column(name).to_numpy(zero_copy_only=False)
+        at += n
+    if at != rows:
+        raise AssertionError(f"the selection's query returned {at} rows, counted {rows}")
+    return out
+
+
+def dedup_keep(group: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Keep mask: per group id ≥ 0, the document with the smallest draw (ties: the first); every ``-1`` (NULL
+    key) kept — what a stable lexsort by (group, draw) keeping each group's first gives.
+
+    Each group's smallest draw is found with one ``np.minimum.at`` (linear: a lexsort took 11.4 s of CPU for
+    2.5 × 10^7 documents, this 0.9 s); a document is kept when its draw is its group's smallest, and where two
+    documents of a group share that draw (64-bit draws: all but never) the first of them.
+
+    Example: groups [0, 0, -1, 1, 0], draws [5, 2, 9, 7, 2]: group 0's smallest draw is 2, held by documents 1
+    and 4, so 1 is kept; group 1 keeps 3; the NULL key's document 2 is kept: [F, T, T, T, F]."""
+    valid = group >= 0
+    keep = ~valid
+    if not valid.any():
+        return keep
+    smallest = np.full(int(group.max()) + 1, np.iinfo(np.uint64).max, dtype=np.uint64)
+    np.minimum.at(smallest, group[valid], draws[valid])
+    candidates = np.flatnonzero(valid & (draws == smallest[np.where(valid, group, 0)]))
+    _, first = np.unique(group[candidates], return_index=True)  # the first candidate of each group
+    keep[candidates[first]] = True
+    return keep
