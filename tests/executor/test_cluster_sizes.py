@@ -175,25 +175,26 @@ json.dump({{"rows": rows, "num_steps": p.num_steps()}}, open(out, "w"))
 """
 
 
-@pytest.mark.parametrize("kind", ["estimated", "exact"])
-def test_ranks_in_separate_processes_give_the_global_batches_of_one(plans, tokenizer_dir, kind, tmp_path) -> None:
+#: One size a plan kind, each size once: every size is run in one process above; these are the ranks as a
+#: launcher starts them (RANK, WORLD_SIZE), each a Python process of its own.
+@pytest.mark.parametrize(("kind", "size"), [("estimated", 4), ("exact", 2)])
+def test_ranks_in_separate_processes_give_the_global_batches_of_one(plans, tokenizer_dir, kind, size, tmp_path) -> None:
     reference, (steps,) = run_all_ranks(plans[kind], tokenizer_dir, 1)
-    for size in (2, 4):
-        script = RANK_SCRIPT.format(max_length=MAX_LENGTH, micro=GLOBAL // size // 2, global_batch=GLOBAL)
-        procs = []
-        for rank in range(size):
-            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(size)}
-            out = tmp_path / f"{kind}-{size}-{rank}.json"
-            cmd = [sys.executable, "-c", script, str(plans[kind]), tokenizer_dir, str(out)]
-            procs.append((subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), out))
-        rows: Rows = {}
-        for proc, out in procs:
-            assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
-            got = json.loads(out.read_text())
-            assert got["num_steps"] == steps
-            for j, (step, hexed) in got["rows"].items():
-                rows.setdefault(step, {})[int(j)] = bytes.fromhex(hexed)
-        assert hashes(rows) == reference, size
+    script = RANK_SCRIPT.format(max_length=MAX_LENGTH, micro=GLOBAL // size // 2, global_batch=GLOBAL)
+    procs = []
+    for rank in range(size):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(size)}
+        out = tmp_path / f"{kind}-{size}-{rank}.json"
+        cmd = [sys.executable, "-c", script, str(plans[kind]), tokenizer_dir, str(out)]
+        procs.append((subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True), out))
+    rows: Rows = {}
+    for proc, out in procs:
+        assert proc.wait(timeout=300) == 0, proc.stderr.read() if proc.stderr else ""
+        got = json.loads(out.read_text())
+        assert got["num_steps"] == steps
+        for j, (step, hexed) in got["rows"].items():
+            rows.setdefault(step, {})[int(j)] = bytes.fromhex(hexed)
+    assert hashes(rows) == reference, size
 
 
 def test_a_dp_size_that_does_not_divide_the_global_batch_is_one_line_naming_the_fix(plans, tokenizer_dir) -> None:

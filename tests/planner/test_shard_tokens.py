@@ -19,6 +19,7 @@ from zephon.errors import DatasetError
 from zephon.io import Dataset
 from zephon.planner.build import write_bundle
 from zephon.planner.counts.shard_tokens import ShardTokens
+from zephon.planner.orders import Reader
 from zephon.planner.prepare import PreparedPlan, prepare
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.storage.files import cache_dir
@@ -120,3 +121,25 @@ def test_counts_evicted_after_the_count_pass_are_counted_again(make_parquet, tok
     assert len(list(counts.glob("*.npy"))) == 5  # counted again, and cached again
     for name in ("samples.parquet", "plan.json"):
         assert (kept / name).read_bytes() == (evicted / name).read_bytes(), name
+
+
+def test_a_dataset_of_one_window_loads_each_shard_once_over_many_epochs() -> None:
+    """Each epoch of a dataset of at most ``window_shards`` shards is one window of every shard: the reader keeps
+    those arrays (a token mixture reads 2^18 documents ahead, thousands of epochs of a small dataset); a window
+    of fewer shards loads them again every epoch, as a large dataset's windows do."""
+    counts = {0: [5, 7, 2], 1: [4, 4]}
+    for window, loads in ((2, [1, 1]), (1, [10, 10])):
+        calls: list[int] = []
+
+        def loader(j: int, calls: list[int] = calls):
+            return lambda: (calls.append(j), np.array(counts[j], dtype=np.int32))[1]
+
+        tokens = ShardTokens([loader(0), loader(1)], rows=[3, 2], names=["a", "b"])
+        reader = Reader(
+            shard_ids=np.array([10, 11]), shard_rows=np.array([3, 2]), tokens=tokens, seed=3, dataset_index=0,
+            shuffle=True, window_shards=window, max_epochs=10,
+        )  # fmt: skip
+        docs = reader.take(100)
+        assert len(docs.row) == 50 and docs.epoch.tolist() == [e for e in range(10) for _ in range(5)]
+        assert docs.tokens.tolist() == [counts[s - 10][r] for s, r in zip(docs.shard_id, docs.row, strict=True)]
+        assert [calls.count(j) for j in (0, 1)] == loads, window

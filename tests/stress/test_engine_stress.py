@@ -2,7 +2,8 @@
 
 Each (setting, tokenizer) runs its patterns in a fresh ``python -X faulthandler`` child
 (``support/stress_runner.py``; ``stress_matrix.py`` has the matrix): every run must exit 0 with an empty stderr
-and give batches byte-identical to the same pattern under ``ZEPHON_TOKENIZER_ENGINE=tokenizers``. A forced
+and give batches byte-identical to the same pattern under ``ZEPHON_TOKENIZER_ENGINE=tokenizers`` (or, for a
+tokenizer ``auto`` itself runs on ``tokenizers``, under ``auto``: ``AUTO_IS_REFERENCE``). A forced
 engine may refuse a tokenizer — then with its one line and exit 1, never a crash. The exit patterns end the
 process while engine work may be in flight: one batch then a normal exit (0, nothing on stderr), or the user's
 own error right after the run starts (1, exactly that line).
@@ -14,11 +15,14 @@ import time
 
 import pytest
 from stress.stress_matrix import (
+    AUTO_IS_REFERENCE,
+    FULL,
     Case,
     Outcome,
     exit_pairs,
     pairs,
     patterns,
+    reference_setting,
     run_matrix,
 )
 from support.stress_runner import EARLY_ERROR
@@ -37,7 +41,8 @@ def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Ca
     started = time.perf_counter()
     cases = run_matrix(tmp_path_factory.mktemp("engine-stress"))
     children = sum(c.children for c in cases.values())
-    print(f"\nengine stress: {children} children in {time.perf_counter() - started:.1f} s")
+    engines = {t: c.outcomes["direct"].engine for (s, t), c in cases.items() if s == "auto"}
+    print(f"\nengine stress: {children} children in {time.perf_counter() - started:.1f} s; auto ran {engines}")
     return cases
 
 
@@ -46,8 +51,9 @@ def explain(outcome: Outcome) -> str:
 
 
 def reference(matrix: dict[tuple[str, str], Case], tokenizer: str, pattern: str) -> Outcome:
-    outcome = matrix["tokenizers", tokenizer].outcomes[REFERENCE_PATTERN.get(pattern, pattern)]
-    assert outcome.status == "done" and outcome.rc == 0, f"the tokenizers reference failed: {explain(outcome)}"
+    setting = reference_setting(tokenizer)
+    outcome = matrix[setting, tokenizer].outcomes[REFERENCE_PATTERN.get(pattern, pattern)]
+    assert outcome.status == "done" and outcome.rc == 0, f"the {setting} reference failed: {explain(outcome)}"
     return outcome
 
 
@@ -65,6 +71,16 @@ def test_every_run_completes_and_gives_the_tokenizers_batches(matrix, setting, t
         return
     assert (outcome.status, outcome.rc, outcome.stderr) == ("done", 0, ""), explain(outcome)
     assert outcome.digest == reference(matrix, tokenizer, pattern).digest
+    if pattern == "direct" and setting != "auto":  # a forced engine that passed its checks is the one that ran
+        assert outcome.engine == setting
+
+
+@pytest.mark.parametrize("tokenizer", [] if FULL else AUTO_IS_REFERENCE)
+def test_auto_is_the_reference_only_where_it_runs_tokenizers(matrix, tokenizer) -> None:
+    """``auto`` stands in for the ``tokenizers`` reference only while it encodes with ``tokenizers`` itself: an
+    engine that starts to run this tokenizer exactly needs the reference child back (``AUTO_IS_REFERENCE``)."""
+    assert ("tokenizers", tokenizer) not in pairs()
+    assert matrix["auto", tokenizer].outcomes["direct"].engine == "tokenizers"
 
 
 @pytest.mark.parametrize(("setting", "tokenizer"), exit_pairs())

@@ -4,7 +4,8 @@
 patterns in order with the tokenizer and datasets CONFIG names, under whatever ``ZEPHON_TOKENIZER_ENGINE`` the
 parent set. For each pattern it prints ``start PATTERN`` before and ``done PATTERN DIGEST`` after, flushed, so
 that a crash names the pattern it died in; DIGEST is the sha256 of every batch's training tensors in order
-(``digest``). A pattern that runs a plan also prints ``first PATTERN DIGEST``, the first batch's digest.
+(``digest``). A pattern that runs a plan also prints ``first PATTERN DIGEST``, the first batch's digest;
+``direct`` then prints ``engine direct NAME``, the engine its batches were encoded with.
 
 Every pattern gets a cache of its own (plans, byte lengths, calibration, token counts made anew, so each
 pattern really calibrates or counts), sharing only the engine verdicts (``CONFIG["verdicts"]``).
@@ -42,6 +43,8 @@ CHATML = (
 )
 EARLY_ERROR = "stress: the user's own error right after building the pipeline"
 MIXTURE = {"prose": 0.5, "code": 0.3, "short": 0.2}
+#: Pattern → the engine its batches were encoded with, for the patterns that report it (``direct``).
+ENGINE_USED: dict[str, str] = {}
 
 
 def digest_of(dicts: Iterable[dict[str, torch.Tensor | int]], first: list[str] | None = None) -> str:
@@ -91,8 +94,11 @@ def batches(pipe: Pipeline) -> Iterable[dict[str, torch.Tensor | int]]:
 
 
 def direct(config: dict[str, Any]) -> Iterable[dict[str, torch.Tensor | int]]:
+    """The plain run; once its batches are read, ``ENGINE_USED["direct"]`` names the engine that encoded them."""
     os.environ["ZEPHON_READ_AHEAD"] = "off"
-    return batches(samples_pipeline(config))
+    pipe = samples_pipeline(config)
+    yield from batches(pipe)
+    ENGINE_USED["direct"] = pipe.stats().tokenizer_engine
 
 
 def read_ahead(config: dict[str, Any]) -> Iterable[dict[str, torch.Tensor | int]]:
@@ -217,6 +223,8 @@ def main(argv: list[str]) -> None:
             raise SystemExit(1) from None
         print(f"first {pattern} {first[0]}", flush=True)
         print(f"done {pattern} {whole} {time.perf_counter() - started:.2f}", flush=True)
+        if pattern in ENGINE_USED:
+            print(f"engine {pattern} {ENGINE_USED[pattern]}", flush=True)
 
 
 if __name__ == "__main__":
