@@ -7,6 +7,7 @@ are counted again rather than lost.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import shutil
 import weakref
@@ -88,9 +89,7 @@ def _tracked(prepared: PreparedPlan) -> tuple[PreparedPlan, dict[str, int]]:
         ShardTokens([track(g._loaders[j]) for j in range(len(g))], rows=g._rows, names=g._names)
         for g in prepared.tokens
     )
-    return PreparedPlan(
-        **{**{f: getattr(prepared, f) for f in PreparedPlan.__dataclass_fields__}, "tokens": groups}
-    ), seen
+    return dataclasses.replace(prepared, tokens=groups), seen  # a fresh per-dataset tokens cache (_epochs)
 
 
 @pytest.mark.parametrize("unit", ["tokens", "exact"])
