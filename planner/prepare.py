@@ -30,7 +30,7 @@ from zephon.planner.counts.computed import source_costs
 from zephon.planner.counts.cost_worker import resolve
 from zephon.planner.counts.estimate import estimate_dataset
 from zephon.planner.counts.lengths import CountReport, token_counts
-from zephon.planner.counts.shard_tokens import ShardTokens, pass_total
+from zephon.planner.counts.shard_tokens import ShardTokens
 from zephon.planner.counts.stores import forget_stores, open_dataset_store, store_identity, store_shards, store_tokens
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
@@ -80,11 +80,19 @@ class PreparedPlan:
         chosen = self.selection(index)
         return len(chosen.row) if chosen is not None else sum(r.rows for r in self.shards[index])
 
+    def pass_counts(self, index: int) -> Iterator[np.ndarray]:
+        """Dataset ``index``'s token (cost) counts of one pass, a shard at a time: every row's, or only its
+        selection's rows (none without counts)."""
+        tokens = self.tokens[index] if self.tokens is not None else ()
+        chosen = self.selection(index)
+        if chosen is None:
+            return iter(tokens)
+        return (tokens[j][rows] for j, rows in chosen.by_shard())
+
     def epoch_tokens(self, index: int) -> int:
         """Tokens (costs) of one pass of dataset ``index``, computed once for the room check and the layout."""
         if index not in self._epochs:
-            chosen, tokens = self.selection(index), self.tokens[index] if self.tokens is not None else ()
-            self._epochs[index] = pass_total(tokens, chosen.by_shard() if chosen is not None else None)
+            self._epochs[index] = sum(int(a.sum(dtype=np.int64)) for a in self.pass_counts(index))
         return self._epochs[index]
 
     @property

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -67,14 +67,13 @@ class PreparedPlan(Protocol):
     @property
     def unit(self) -> str: ...
 
-    @property
-    def tokens(self) -> Sequence[Sequence[np.ndarray]] | None: ...
-
     def selection(self, index: int) -> SelectedRowsView | None: ...
 
     def dataset_rows(self, index: int) -> int: ...
 
     def epoch_tokens(self, index: int) -> int: ...
+
+    def pass_counts(self, index: int) -> Iterator[np.ndarray]: ...
 
 
 class SelectedRowsView(Protocol):
@@ -152,8 +151,10 @@ def _by_amount(prepared: PreparedPlan, amount: int, name: str, free: int | None)
 def _excess(prepared: PreparedPlan, index: int, tokens: int, rows: int) -> Fraction:
     """``C``: the tokens dataset ``index``'s documents longer than its mean ``m = tokens / rows`` hold above it,
     ``Σ max(0, t − m)`` over one pass — the most any ``k`` of its documents exceed ``k·m`` by."""
-    chosen = prepared.selection(index)
-    total, count = pass_above(prepared.tokens[index], chosen.by_shard() if chosen is not None else None, tokens // rows)
+    floor, total, count = tokens // rows, 0, 0
+    for values in prepared.pass_counts(index):
+        above = values[values > floor]
+        total, count = total + int(above.sum(dtype=np.int64)), count + len(above)
     return total - count * Fraction(tokens, rows)
 
 
@@ -181,15 +182,3 @@ def check_spill_room(spill: str, rows: int, what: str) -> None:
             f"rows (≥ {SPILL_BYTES_PER_ROW} bytes each) and {free / 2**30:.1f} GiB free — point TMPDIR at a larger "
             "disk or free space there"
         )
-
-
-def pass_above(
-    tokens: Sequence[np.ndarray], rows_by_shard: Iterable[tuple[int, np.ndarray]] | None, floor: int
-) -> tuple[int, int]:
-    """Σ and number of one pass's counts above ``floor`` (every row's, or the rows given per shard), loading one
-    shard at a time."""
-    total = count = 0
-    for values in (tokens[j][rows] for j, rows in rows_by_shard) if rows_by_shard is not None else iter(tokens):
-        above = values[values > floor]
-        total, count = total + int(above.sum(dtype=np.int64)), count + len(above)
-    return total, count

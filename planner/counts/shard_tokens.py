@@ -19,7 +19,7 @@ Example: two shards of 3 and 2 rows whose counts are cached as ``a.npy = [5, 7, 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import overload
 
 import numpy as np
@@ -62,11 +62,3 @@ class ShardTokens(Sequence[np.ndarray]):
     def total(self) -> int:
         """Σ of every shard's counts, loading one shard at a time."""
         return sum(int(a.sum(dtype=np.int64)) for a in self)
-
-
-def pass_total(tokens: Sequence[np.ndarray], rows_by_shard: Iterable[tuple[int, np.ndarray]] | None) -> int:
-    """Σ of one pass of a dataset's counts: every row's, or only the rows given per shard (a selection's
-    ``by_shard()``: shard index, row indexes), loading one shard at a time."""
-    if rows_by_shard is None:
-        return sum(int(a.sum(dtype=np.int64)) for a in tokens)
-    return sum(int(tokens[j][rows].sum(dtype=np.int64)) for j, rows in rows_by_shard)
