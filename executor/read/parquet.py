@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -198,14 +199,11 @@ class ParquetShard:
         if not len(groups) or (groups == first).all():  # the common case: one row group
             local = rows - self.rg_starts[first]
             return self._group(first).take(pa.array(local)).to_pylist() if len(rows) else []
-        order = np.argsort(groups, kind="stable")
-        taken: list[object] = []
+        parts = []
         for g in np.unique(groups).tolist():
-            picked = order[groups[order] == g]
-            taken += self._group(g).take(pa.array(rows[picked] - self.rg_starts[g])).to_pylist()
-        where = np.empty(len(order), dtype=np.int64)  # where row i's value lies in ``taken``
-        where[order] = np.arange(len(order), dtype=np.int64)
-        return list(map(taken.__getitem__, where.tolist()))  # one C-level gather, no Python store per row
+            picked = np.flatnonzero(groups == g)
+            parts.append((picked, self._group(g).take(pa.array(rows[picked] - self.rg_starts[g])).to_pylist()))
+        return in_index_order(len(rows), parts)
 
     def close(self) -> None:
         """Drop the decoded row groups (the reader then returns the freed memory: ``memory_release``)."""
@@ -231,3 +229,17 @@ class ParquetShard:
             column = self.row_group(g)
             first = int(self.rg_starts[g])
             yield [self._documents.text(self.ref, first + i, v) for i, v in enumerate(column.to_pylist())]
+
+
+def in_index_order(n: int, parts: list[tuple[np.ndarray, list[Any]]]) -> list[Any]:
+    """The values of ``parts`` (indices, values; the indices of all parts are ``0..n-1`` once each) in index
+    order: one argsort and one C-level gather instead of a Python store per document (~1 CPU ns a token on short
+    documents). Values of any kind (strings, records, id arrays) are moved as they are. The shard reader puts a
+    read's shards back together with it, and a shard its row groups."""
+    values: list[Any] = []
+    for _, got in parts:
+        values += got
+    order = np.argsort(np.concatenate([idx for idx, _ in parts]), kind="stable") if parts else np.empty(0, np.int64)
+    if len(order) != n or len(values) != n:
+        raise ValueError(f"a read must give one value a row, got {len(values)} for {n} rows")
+    return list(map(values.__getitem__, order.tolist()))

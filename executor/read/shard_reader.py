@@ -36,7 +36,6 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -46,7 +45,7 @@ from zephon.executor.operators import Where
 from zephon.executor.read.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.read.jsonl import JsonlLines, JsonlShard
 from zephon.executor.read.memory_release import release_now_and_then
-from zephon.executor.read.parquet import ParquetShard
+from zephon.executor.read.parquet import ParquetShard, in_index_order
 from zephon.executor.read.selected_copy import CopiedShard
 from zephon.executor.token_stores.shards import PlanStores, StoreShard, is_store_shard
 from zephon.plan.records import ShardRef
@@ -256,7 +255,7 @@ class ShardReader:
             for shard_id in order:
                 idx = np.flatnonzero(shard_ids == shard_id)
                 parts.append((idx, self.open_shard(shard_id).text.read(rows[idx])))
-        out = _placed(len(shard_ids), parts)
+        out = in_index_order(len(shard_ids), parts)
         if self._documents.convert is not None:  # record mode: the records, converted together
             ids, rs = shard_ids.tolist(), rows.tolist()
             where = [Where(self._shards[s], r) for s, r in zip(ids, rs, strict=True)]
@@ -400,16 +399,3 @@ def _checkable(ref: ShardRef, kind: str) -> bool:
     or by other tools may hold other values, which are not compared."""
     digest = ref.fingerprint.removeprefix(kind)
     return digest != ref.fingerprint and len(digest) == 32 and all(c in "0123456789abcdef" for c in digest)
-
-
-def _placed(n: int, parts: list[tuple[np.ndarray, list[Any]]]) -> list[Any]:
-    """The values of ``parts`` (indices, values; the indices of all parts are ``0..n-1`` once each) in index
-    order: one argsort and one C-level gather instead of a Python store per document (~1 CPU ns a token on short
-    documents). Values of any kind (strings, records, id arrays) are moved as they are."""
-    values: list[Any] = []
-    for _, got in parts:
-        values += got
-    order = np.argsort(np.concatenate([idx for idx, _ in parts]), kind="stable")
-    if len(order) != n or len(values) != n:
-        raise ValueError(f"a read must give one value a row, got {len(values)} for {n} rows")
-    return list(map(values.__getitem__, order.tolist()))
