@@ -67,10 +67,10 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
         ids = as_ids(texts.tokens)
         return Encoded(tag(ids) if token_dtype(encoder) == FLAGGED else ids, texts.lengths)
     kinds = set(map(type, texts))  # one pass in C (three generator passes cost ~3 CPU ns a token on short texts)
-    if kinds != {str}:  # anything but plain strings: the checks one text at a time
-        if any(isinstance(t, np.ndarray) for t in texts):  # a token store's documents: their ids, as stored
+    if kinds != {str}:  # anything but plain strings: decided from the kinds, not the texts again
+        if any(issubclass(k, np.ndarray) for k in kinds):  # a token store's documents: their ids, as stored
             return with_stored_ids(encoder, texts, split=split, max_chars=max_chars)
-        if not all(isinstance(t, str) for t in texts):
+        if not all(issubclass(k, str) for k in kinds):
             return encoder.encode_flat(texts, split=split)
     if not getattr(encoder, "settled", False):
         return encoder.encode_flat(texts, split=split)
