@@ -132,6 +132,32 @@ def test_more_workers_than_lanes_is_refused_in_one_line() -> None:
         check_loader_workers(g, 3)
 
 
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_workers": -1}, r"^num_workers must be an integer ≥ 0, got -1 — pass 0, 1, 2, …$"),
+        ({"persistent_workers": True}, r"^persistent_workers must go with num_workers ≥ 1, got num_workers=0 — "),
+        (
+            {"num_workers": 2, "prefetch_factor": 0},
+            r"^prefetch_factor must be an integer ≥ 1 \(items each worker builds ahead\), got 0 — pass 1, 2, … or "
+            r"leave it unset \(torch's default, 2\)$",
+        ),
+        ({"prefetch_factor": 2}, r"^prefetch_factor must go with num_workers ≥ 1, got num_workers=0 — drop one"),
+        ({"num_workers": 2, "timeout": -1}, r"^timeout must be a number of seconds ≥ 0, got -1 — pass 0 to wait"),
+        (
+            {"num_workers": 2, "multiprocessing_context": "nope"},
+            r"^multiprocessing_context must be a start method of this platform \(.*fork.*\) or a context, got "
+            r"'nope' — pass one of those$",
+        ),
+    ],
+)
+def test_bad_loader_options_are_refused_in_one_line_before_any_worker_starts(options, message) -> None:
+    from zephon.torch_loader import LoaderOptions
+
+    with pytest.raises(ConfigError, match=message):
+        LoaderOptions(**options)
+
+
 # -- Pipeline.dataloader: the pipeline's batches, whatever the workers ------------------------------------------
 
 
