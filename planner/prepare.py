@@ -35,6 +35,7 @@ from zephon.planner.counts.stores import forget_stores, open_dataset_store, stor
 from zephon.planner.interleave import exact_weights
 from zephon.planner.phases import Stage, normalized, stages
 from zephon.planner.ray_cluster import check_engine
+from zephon.planner.room import pass_counts
 from zephon.planner.segment import SegmentStart
 from zephon.planner.selection.evaluate import SelectedRows, select_rows
 from zephon.planner.selection.stores import selection_refs
@@ -80,19 +81,10 @@ class PreparedPlan:
         chosen = self.selection(index)
         return len(chosen.row) if chosen is not None else sum(r.rows for r in self.shards[index])
 
-    def pass_counts(self, index: int) -> Iterator[np.ndarray]:
-        """Dataset ``index``'s token (cost) counts of one pass, a shard at a time: every row's, or only its
-        selection's rows (none without counts)."""
-        tokens = self.tokens[index] if self.tokens is not None else ()
-        chosen = self.selection(index)
-        if chosen is None:
-            return iter(tokens)
-        return (tokens[j][rows] for j, rows in chosen.by_shard())
-
     def epoch_tokens(self, index: int) -> int:
         """Tokens (costs) of one pass of dataset ``index``, computed once for the room check and the layout."""
         if index not in self._epochs:
-            self._epochs[index] = sum(int(a.sum(dtype=np.int64)) for a in self.pass_counts(index))
+            self._epochs[index] = sum(int(a.sum(dtype=np.int64)) for a in pass_counts(self, index))
         return self._epochs[index]
 
     @property

@@ -71,9 +71,10 @@ class PreparedPlan(Protocol):
 
     def dataset_rows(self, index: int) -> int: ...
 
-    def epoch_tokens(self, index: int) -> int: ...
+    @property
+    def tokens(self) -> Sequence[Sequence[np.ndarray]] | None: ...
 
-    def pass_counts(self, index: int) -> Iterator[np.ndarray]: ...
+    def epoch_tokens(self, index: int) -> int: ...
 
 
 class SelectedRowsView(Protocol):
@@ -152,7 +153,7 @@ def _excess(prepared: PreparedPlan, index: int, tokens: int, rows: int) -> Fract
     """``C``: the tokens dataset ``index``'s documents longer than its mean ``m = tokens / rows`` hold above it,
     ``Σ max(0, t − m)`` over one pass — the most any ``k`` of its documents exceed ``k·m`` by."""
     floor, total, count = tokens // rows, 0, 0
-    for values in prepared.pass_counts(index):
+    for values in pass_counts(prepared, index):
         above = values[values > floor]
         total, count = total + int(above.sum(dtype=np.int64)), count + len(above)
     return total - count * Fraction(tokens, rows)
@@ -182,3 +183,11 @@ def check_spill_room(spill: str, rows: int, what: str) -> None:
             f"rows (≥ {SPILL_BYTES_PER_ROW} bytes each) and {free / 2**30:.1f} GiB free — point TMPDIR at a larger "
             "disk or free space there"
         )
+
+
+def pass_counts(prepared: PreparedPlan, index: int) -> Iterator[np.ndarray]:
+    """Dataset ``index``'s counts (tokens or costs) of one pass, a shard at a time: every row's, or only its
+    selection's rows (none without counts) — what ``PreparedPlan.epoch_tokens`` sums and ``_excess`` walks."""
+    tokens = prepared.tokens[index] if prepared.tokens is not None else ()
+    chosen = prepared.selection(index)
+    return iter(tokens) if chosen is None else (tokens[j][rows] for j, rows in chosen.by_shard())
