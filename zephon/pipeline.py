@@ -411,7 +411,8 @@ class Pipeline:
         dicts as iterating the pipeline, for every ``num_workers``. Checkpointable: ``state_dict()`` /
         ``load_state_dict()``. The other arguments are ``torch.utils.data.DataLoader``'s (``zephon.torch_loader``,
         docs/training.md)."""
-        from zephon.torch_loader import LoaderOptions, PipelineLoader
+        from zephon.loader_options import LoaderOptions
+        from zephon.torch_loader import PipelineLoader
 
         options = LoaderOptions(
             num_workers=num_workers,

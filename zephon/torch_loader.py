@@ -43,7 +43,6 @@ concatenates straight into page-locked buffers. Without an accelerator it does n
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import warnings
 from collections import deque
 from collections.abc import Iterator
@@ -54,62 +53,16 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from zephon.checks import is_int
-from zephon.errors import ConfigError
 from zephon.executor.batch import join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
+from zephon.loader_options import LoaderOptions
 from zephon.worker_slots import SlotPiece, SlotReader, SlotWriter, group_size
 
 #: A ``zephon.Pipeline`` (not imported: the pipeline imports this module, and no import may cycle).
 Pipeline = Any
 Tensors = dict[str, torch.Tensor | int]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LoaderOptions:
-    """The ``torch.utils.data.DataLoader`` settings ``Pipeline.dataloader`` passes on (speed only, never data).
-
-    Attributes:
-        num_workers: worker processes (0: the batches are built in this process).
-        pin_memory: hand out page-locked tensors (a no-op without an accelerator).
-        persistent_workers: keep the workers between iterations.
-        prefetch_factor: items each worker builds ahead (torch's default when None).
-        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or a context (torch's default when None).
-        timeout: seconds to wait for an item from a worker (0: forever).
-    """
-
-    num_workers: int = 0
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    prefetch_factor: int | None = None
-    multiprocessing_context: Any = None
-    timeout: float = 0
-
-    def __post_init__(self) -> None:
-        if not is_int(self.num_workers) or self.num_workers < 0:
-            raise ConfigError(f"num_workers must be an integer ≥ 0, got {self.num_workers!r} — pass 0, 1, 2, …")
-        if self.persistent_workers and not self.num_workers:
-            raise ConfigError("persistent_workers must go with num_workers ≥ 1, got num_workers=0 — drop one of them")
-        # Checked here, in one line each, rather than by torch once its workers have started (an assertion and a
-        # traceback from its iterator's __del__); a worker's slot ring is sized by prefetch_factor too.
-        if self.prefetch_factor is not None:
-            if not is_int(self.prefetch_factor) or self.prefetch_factor < 1:
-                raise ConfigError(
-                    f"prefetch_factor must be an integer ≥ 1 (items each worker builds ahead), got "
-                    f"{self.prefetch_factor!r} — pass 1, 2, … or leave it unset (torch's default, 2)"
-                )
-            if not self.num_workers:
-                raise ConfigError("prefetch_factor must go with num_workers ≥ 1, got num_workers=0 — drop one of them")
-        methods = multiprocessing.get_all_start_methods()
-        if isinstance(self.multiprocessing_context, str) and self.multiprocessing_context not in methods:
-            raise ConfigError(
-                f"multiprocessing_context must be a start method of this platform ({', '.join(methods)}) or a "
-                f"context, got {self.multiprocessing_context!r} — pass one of those"
-            )
-        if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or self.timeout < 0:
-            raise ConfigError(f"timeout must be a number of seconds ≥ 0, got {self.timeout!r} — pass 0 to wait forever")
 
 
 @dataclass(kw_only=True, slots=True)  # not frozen: one is made per microbatch, and frozen costs ~1 µs more

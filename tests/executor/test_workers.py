@@ -152,7 +152,7 @@ def test_more_workers_than_lanes_is_refused_in_one_line() -> None:
     ],
 )
 def test_bad_loader_options_are_refused_in_one_line_before_any_worker_starts(options, message) -> None:
-    from zephon.torch_loader import LoaderOptions
+    from zephon.loader_options import LoaderOptions
 
     with pytest.raises(ConfigError, match=message):
         LoaderOptions(**options)

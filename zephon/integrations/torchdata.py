@@ -72,7 +72,7 @@ def stateful_loader(pipeline: Any, *, training: dict[str, Any] | None = None, **
                 f"stateful_loader takes StatefulDataLoader's arguments {sorted((*PASSED, *FIXED, *IGNORED))}, got "
                 f"{name!r} — pass batch.to_training options as training={{...}}"
             )
-    from zephon.torch_loader import LoaderOptions
+    from zephon.loader_options import LoaderOptions
 
     options = LoaderOptions(**{k: v for k, v in kwargs.items() if k in PASSED})
     return StatefulPipelineLoader(pipeline, options, dict(training or {}))
