@@ -56,7 +56,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from zephon.executor.batch import join_training
+from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.read.shared_groups import SharedRowGroups, make_share_directory, remove_share_directory
 from zephon.executor.runner import RankRunner
@@ -110,6 +110,8 @@ class WorkerPiece:
         def make(tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
             slot = writer.put(tensors)
             if slot is None:
+                if isinstance(tensors, dict):  # written into a slot the next piece reuses: copied out first
+                    tensors = {k: v.clone() if writer.owns(v) else v for k, v in tensors.items()}
                 return cls.of(tensors, step=step, microbatch=microbatch, state=state)
             return cls(arrays=None, step=step, microbatch=microbatch, state=state, slot=slot)
 
@@ -206,7 +208,7 @@ class PieceDataset(IterableDataset):
         if self.row_groups is not None and isinstance(runner, RankRunner):
             runner.shared_groups = SharedRowGroups(self.row_groups)  # decoded by one worker, mapped by the rest
         writer = SlotWriter(self.in_flight, group=self.group)
-        return self._groups(self._pieces(runner, WorkerPiece.slotted(writer)), info.id)
+        return self._groups(self._pieces(runner, WorkerPiece.slotted(writer), writer), info.id)
 
     def _groups(self, pieces: Iterator[WorkerPiece], worker: int) -> Iterator[PieceGroup]:
         group: list[WorkerPiece] = []
@@ -218,9 +220,12 @@ class PieceDataset(IterableDataset):
         if group:
             yield PieceGroup(worker=worker, pieces=tuple(group))
 
-    def _pieces(self, runner: Any, piece: Any) -> Iterator[WorkerPiece]:
+    def _pieces(self, runner: Any, piece: Any, writer: SlotWriter | None = None) -> Iterator[WorkerPiece]:
         for batch in runner:
-            tensors = batch.to_training(**self.training)
+            if writer is not None and isinstance(batch, Batch):  # written straight into the piece's slot
+                tensors = batch.to_training(**self.training, allocate=writer.allocator())
+            else:
+                tensors = batch.to_training(**self.training)
             yield piece(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
 
 
