@@ -18,7 +18,9 @@ epochs and chat covers half of its documents. Rows per shard vary ±50 % around 
 counts (token offsets in the plan).
 
 Reported per size: plan time (``write_bundle``: layout + files; wall clock) and the child's CPU time (user +
-system, whole process: it includes building the synthetic table), the child's peak RSS, bytes per document
+system, whole process: it includes building the synthetic table), the CPU seconds of each phase of the plan
+(``layout``: the planning thread less ``table``, each chunk made an Arrow table; ``parquet``: the samples encoded
+and written on the writer's thread, overlapping the layout), the child's peak RSS, bytes per document
 of ``samples.parquet`` (``--columns``: per column), and the time of a seek as the executor does it —
 footer statistics, then one row group (all columns) holding a random position, read with pyarrow (median
 and max of 200 seeks, warm page cache). A plan of more than 2^27 documents is parts (``samples/part-*.parquet``):
@@ -43,8 +45,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -173,22 +177,53 @@ def child(
     drop_parts: bool = False,
     budget: str = "documents",
 ) -> None:
-    """Plan one size and print a JSON line: setup and plan seconds, VmHWM after setup and at the end."""
+    """Plan one size and print a JSON line: setup and plan seconds, VmHWM after setup and at the end, and the CPU
+    seconds of each phase (``phases``)."""
     from zephon.planner.build import write_bundle
 
     start = time.perf_counter()
     prepared = synthetic_prepared(documents, unit=unit, shards=shards, weights=weights, budget=budget)
     setup = time.perf_counter() - start
     hwm_setup = _vmhwm_kib()
-    start = time.perf_counter()
+    spent = phases()
+    start, main_cpu = time.perf_counter(), time.thread_time()
     extra = {}
     if drop_parts:
         extra = _write_dropping_parts(prepared, out)
     else:
         write_bundle(prepared, out, overwrite=True)
     plan = time.perf_counter() - start
+    main_cpu = time.thread_time() - main_cpu
     result = {"setup_s": setup, "plan_s": plan, "hwm_setup_kib": hwm_setup, "hwm_kib": _vmhwm_kib()}
+    result["phase_cpu_s"] = {
+        "layout": main_cpu - spent["table"],  # interleave, shuffle, lanes (and synthetic counts), the other files
+        "table": spent["table"],  # each chunk made an Arrow table, on the planning thread
+        "parquet": spent["parquet"],  # the samples encoded and written, on the writer's thread
+    }
     print(json.dumps(result | extra))
+
+
+def phases() -> dict[str, float]:
+    """Thread CPU seconds of the samples writer's two steps, summed as they run (wraps them in place): ``table``
+    (a chunk to an Arrow table, on the planning thread) and ``parquet`` (encoding and writing, on its thread). The
+    planning thread's CPU less ``table`` is the layout (``child``)."""
+    from zephon.planner import samples_writer
+
+    spent = {"table": 0.0, "parquet": 0.0}
+
+    def timed(key: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            begin = time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                spent[key] += time.thread_time() - begin
+
+        return run
+
+    samples_writer._table = timed("table", samples_writer._table)
+    samples_writer.SamplesWriter._write = timed("parquet", samples_writer.SamplesWriter._write)
+    return spent
 
 
 def _write_dropping_parts(prepared, out: Path) -> dict:
@@ -426,6 +461,7 @@ def main() -> None:
         )
         if args.columns:
             print(" " * 14 + "  ".join(f"{k} {v:.3f}" for k, v in r["column_bytes_per_document"].items()))
+        print(" " * 14 + "CPU s by phase: " + ", ".join(f"{k} {v:.1f}" for k, v in r["phase_cpu_s"].items()))
         for seek in r.get("rank_seeks", ()):
             print(
                 f"{'':14}{seek['kind']:>6} at {seek['at']:>13,}: {seek['s']:.2f} s ({seek['cpu_s']:.2f} s CPU), "
