@@ -236,8 +236,7 @@ class ParquetShard:
                 if isinstance(exc, DatasetError):
                     return None
                 raise
-            share.publish(shard, g, fd, column)
-            got[g] = column
+            got[g] = share.publish(shard, g, fd, column)  # the published file, mapped: one copy for the rank
         for g in theirs:
             column = share.wait(shard, g)
             if column is None:

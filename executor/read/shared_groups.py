@@ -106,16 +106,20 @@ class SharedRowGroups:
 
     def get(self, shard_id: int, group: int) -> pa.Array | None:
         """The published row group, mapped, or None."""
+        column = self._map(shard_id, group)
+        if column is not None:
+            self.counts["mapped"] += 1
+        return column
+
+    def _map(self, shard_id: int, group: int) -> pa.Array | None:
         try:
             source = pa.memory_map(self._path(shard_id, group, "arrow"))
         except (FileNotFoundError, OSError):
             return None
         try:
-            column = pa.ipc.open_file(source).get_batch(0).column(0)
+            return pa.ipc.open_file(source).get_batch(0).column(0)
         except (OSError, pa.ArrowException):
             return None  # not a file we can read (never the case for one published whole): decode instead
-        self.counts["mapped"] += 1
-        return column
 
     def claim(self, shard_id: int, group: int) -> int | None:
         """A locked descriptor when this process now holds the row group's claim, else None (another does, or
@@ -139,9 +143,11 @@ class SharedRowGroups:
                 os.unlink(temporary)
         return fd
 
-    def publish(self, shard_id: int, group: int, fd: int, column: pa.Array) -> None:
-        """Write the decoded row group for the other workers, then drop the claim's lock. Without room (or on any
-        write error) nothing is published: the claim is removed, so waiters decode it themselves."""
+    def publish(self, shard_id: int, group: int, fd: int, column: pa.Array) -> pa.Array:
+        """Write the decoded row group for the other workers, then drop the claim's lock; the row group to keep:
+        the published file, mapped (so the rank holds one copy, not the publisher's as well), else ``column``.
+        Without room (or on any write error) nothing is published: the claim is removed, so waiters decode it
+        themselves."""
         path = self._path(shard_id, group, "arrow")
         temporary = f"{path}.{os.getpid()}.tmp"
         published = False
@@ -168,6 +174,8 @@ class SharedRowGroups:
                 self._unclaim(shard_id, group)
                 self.counts["unshared"] += 1
             os.close(fd)
+        mapped = self._map(shard_id, group) if published else None
+        return column if mapped is None else mapped
 
     def abandon(self, shard_id: int, group: int, fd: int) -> None:
         """Give a claim up without publishing (the decode failed): waiters decode the row group themselves."""
