@@ -7,7 +7,8 @@ Same corpus and plans as ``bench_stages.py``. Two measurements, each a fresh pro
 (``RAYON_NUM_THREADS=1``), alternated round by round so both see the same machine load:
 
 * ``pipeline``: the plan iterated end to end (``to_training`` on every batch); every engine call the executor
-  makes (``encode_on``, after the first batch) is timed with the thread's CPU clock — and so is the same call on
+  makes (``encode_timed``, after the first batch) is timed with the CPU clock of the thread that encodes (a
+  confined engine's owner thread: ``Engine.encode_cpu``) — and so is the same call on
   a *shadow* engine (a second object of the same engine, built from the same tokenizer.json, that has been handed
   every call the real one had), made right after the real call on odd calls and right before it on even calls.
   Both see the other stages' effect on the CPU caches and the same moment's load; the shadow's texts are the
@@ -33,7 +34,6 @@ import pickle
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -47,7 +47,7 @@ def worker_pipeline(plan: str, tokenizer: str, calls_file: str, read_chunk: str)
     _pin()
     from zephon.executor.encode import text
 
-    real_encode_on = text.encode_on
+    real_encode_timed = text.encode_timed
     spent = {"real": 0.0, "shadow": 0.0, "tokens": 0, "calls": 0}
     shadows: dict[int, object] = {}
     saved: list[list[str]] = []
@@ -56,28 +56,23 @@ def worker_pipeline(plan: str, tokenizer: str, calls_file: str, read_chunk: str)
     def timed(engine, texts, threads, pool):  # type: ignore[no-untyped-def]
         shadow = shadows.get(id(engine))
         if shadow is None:
-            shadow = shadows[id(engine)] = type(engine)(engine.config_text)
+            rebuild, args = engine.__reduce__()  # a confined engine's wrapper too
+            shadow = shadows[id(engine)] = rebuild(*args)
         first = not (spent["calls"] % 2)
-        if first:
-            start = time.thread_time()
-            got = real_encode_on(engine, texts, threads, pool)
-            real = time.thread_time() - start
-        start = time.thread_time()
-        shadow.encode(texts)
-        shade = time.thread_time() - start
+        if first:  # the CPU of the thread that encodes (a confined engine's owner thread: Engine.encode_cpu)
+            got, real = real_encode_timed(engine, texts, threads, pool)
+        shade = shadow.encode_cpu(texts)[1]
         if not first:
-            start = time.thread_time()
-            got = real_encode_on(engine, texts, threads, pool)
-            real = time.thread_time() - start
+            got, real = real_encode_timed(engine, texts, threads, pool)
         if timing[0]:
             spent["real"] += real
             spent["shadow"] += shade
             spent["tokens"] += len(got.ids)
             spent["calls"] += 1
         saved.append(list(texts))
-        return got
+        return got, real
 
-    text.encode_on = timed
+    text.encode_timed = timed
     from zephon import Pipeline
 
     pipe = Pipeline.from_plan(plan).options(read_chunk=int(read_chunk)).tokenize(tokenizer_id=tokenizer)
@@ -114,9 +109,8 @@ def worker_raw(tokenizer: str, calls_file: str) -> dict:
         engine.encode(texts)
     seconds, tokens = 0.0, 0
     for texts in calls[got["warm"] :]:
-        start = time.thread_time()
-        ids = engine.encode(texts)
-        seconds += time.thread_time() - start
+        ids, cpu = engine.encode_cpu(texts)
+        seconds += cpu
         tokens += len(ids.ids)
     return {"engine": engine.name, "calls": len(calls) - got["warm"], "tokens": tokens, "raw": seconds / tokens * 1e9}
 
