@@ -50,7 +50,7 @@ FRACTION = 1 / 256
 BUDGET = 0.02
 #: The sample's seed (with each batch's document and id counts).
 SEED = 20261202
-#: Draws made once per process; a batch reads a window of them (one of more documents is drawn for on its own).
+#: Draws made once per process; a batch reads a window of them (a batch of more documents is drawn for on its own).
 PERIOD = 1 << 20
 _HITS: dict[float, np.ndarray] = {}
 
