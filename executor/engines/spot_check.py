@@ -21,9 +21,11 @@ Cost: ``tokenizers`` on one thread runs at 1/3 to 1/40 of a fast engine's speed 
 so checking 1/256 of the documents could cost up to 16 % of the encoding. A budget bounds it by CPU time: a
 batch's picks are checked only while the check's thread CPU time (all of it: picks, comparisons, the re-encoding)
 is within ``BUDGET`` (2 %) of the engine's CPU time so far (the caller adds it, ``encoded``: each slice's thread
-CPU, ``zephon.executor.engines.base.encode_timed`` — never the wall time, which a loaded machine stretches); the
-picks past it are counted as ``deferred``. The sample is seeded; which picks fit the budget depends on timing,
-never the data. ``benchmarks/bench_engine_safety.py`` and ``benchmarks/bench_stages.py`` measure the share.
+CPU, ``zephon.executor.engines.base.encode_timed`` — never the wall time, which a loaded machine stretches; an
+engine's own helper threads are not seen — fastokens runs about a third of each call on one — so the budget is a
+little tighter than 2 % of its whole CPU); the picks past it are counted as ``deferred``. The sample is seeded;
+which picks fit the budget depends on timing, never the data. ``benchmarks/bench_engine_safety.py`` and
+``benchmarks/bench_stages.py`` measure the share.
 
 Example: a batch of 1,000 documents given 400,000 ids, ``FRACTION`` 1/256 → about 4 documents picked; the
 encoding so far took 10 CPU s and the check 0.15 s, within 2 % → they are re-encoded, their ids equal the
