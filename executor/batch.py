@@ -43,12 +43,17 @@ Example: rows [a1 a2 E b1 E] and [c1 c2 c3 c4 c5] as two parts: cu_seqlens [0 3 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 IGNORE_INDEX = -100
+
+
+#: ``allocate(shape, dtype)``: a tensor of that shape and dtype to write an output into (``to_training``).
+Allocate = Callable[[tuple[int, ...], torch.dtype], torch.Tensor]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -104,9 +109,13 @@ class Batch:
         ignore_document_boundaries: bool | None = None,
         pin_memory: bool = False,
         ids_dtype: torch.dtype = torch.int64,
+        allocate: Allocate | None = None,
     ) -> dict[str, torch.Tensor | int]:
         """Torch tensors for a training step (see the module docstring). ``ids_dtype=torch.int32`` gives
-        ``input_ids`` and ``labels`` as int32 (``input_ids`` then a view of the batch's ids: no copy)."""
+        ``input_ids`` and ``labels`` as int32 (``input_ids`` then a view of the batch's ids: no copy).
+        ``allocate(shape, dtype)``: where the fixed-size outputs are written instead of new memory (a DataLoader
+        worker's shared-memory slot, ``zephon.worker_slots``; not with ``pin_memory``) — the same values."""
+        new = allocate if not pin_memory else None
         tokens = torch.from_numpy(self.tokens)  # int32 ids: widened once, below, as they are written out
         width = self.tokens.shape[1]
         out: dict[str, torch.Tensor | int] = {}
@@ -122,14 +131,15 @@ class Batch:
                 counts = counts[:, 1:] & ~self.segment_starts()[:, 1:] if boundaries else counts[:, 1:]
         if return_labels:
             if ids_dtype == tokens.dtype and not pin_memory:  # int32 asked: input_ids a view, labels a copy
-                out["input_ids"], labels = tokens[:, :-1], _wide(tokens[:, 1:], False, ids_dtype, copy=True)
-            elif ids_dtype == torch.int64 and not pin_memory:  # one new allocation for both, widened by NumPy
-                both = np.empty((2, len(self.lengths), width - 1), dtype=np.int64)
-                both[0], both[1] = self.tokens[:, :-1], self.tokens[:, 1:]  # ~7 µs less a batch than torch's copy_
-                out["input_ids"], labels = torch.from_numpy(both[0]), torch.from_numpy(both[1])
+                out["input_ids"], labels = tokens[:, :-1], _wide(tokens[:, 1:], False, ids_dtype, copy=True, new=new)
+            elif ids_dtype == torch.int64 and not pin_memory and new is None:  # one new array, widened by NumPy
+                wide = np.empty((2, len(self.lengths), width - 1), dtype=np.int64)
+                wide[0], wide[1] = self.tokens[:, :-1], self.tokens[:, 1:]  # ~7 µs less a batch than torch's copy_
+                out["input_ids"], labels = torch.from_numpy(wide[0]), torch.from_numpy(wide[1])
             else:  # one allocation for both (fresh pages are faulted in once, not twice): new memory per batch
-                wide = torch.empty((2, len(self.lengths), width - 1), dtype=ids_dtype, pin_memory=pin_memory)
-                out["input_ids"], labels = wide[0].copy_(tokens[:, :-1]), wide[1].copy_(tokens[:, 1:])
+                shape = (2, len(self.lengths), width - 1)
+                both = new(shape, ids_dtype) if new else torch.empty(shape, dtype=ids_dtype, pin_memory=pin_memory)
+                out["input_ids"], labels = both[0].copy_(tokens[:, :-1]), both[1].copy_(tokens[:, 1:])
             if counts is not None:
                 labels[torch.from_numpy(~counts)] = IGNORE_INDEX
             else:  # only rows with padding need masking: label j predicts token j + 1, padding from the row's length
@@ -137,13 +147,23 @@ class Batch:
                     labels[row, max(length - 1, 0) :] = IGNORE_INDEX  # one slice a short row (no (B, L) mask)
             out["labels"] = labels
         else:
-            out["input_ids"] = _wide(tokens, pin_memory, ids_dtype)
+            out["input_ids"] = _wide(tokens, pin_memory, ids_dtype, new=new)
         if return_loss_mask:
             assert counts is not None
-            out["loss_mask"] = torch.from_numpy(np.ascontiguousarray(counts))
+            if new:
+                mask = new(counts.shape, torch.bool)
+                mask.numpy()[:] = counts
+                out["loss_mask"] = mask
+            else:
+                out["loss_mask"] = torch.from_numpy(np.ascontiguousarray(counts))
         if return_attention_mask:
-            attention = np.arange(width - 1 if return_labels else width)[None, :] < self.lengths[:, None]
-            out["attention_mask"] = torch.from_numpy(attention.astype(np.int64))
+            columns = np.arange(width - 1 if return_labels else width)[None, :]
+            if new:  # the comparison written straight into the slot as 0/1
+                target = new((len(self.lengths), columns.shape[1]), torch.int64)
+                np.less(columns, self.lengths[:, None], out=target.numpy(), casting="unsafe")
+                out["attention_mask"] = target
+            else:
+                out["attention_mask"] = torch.from_numpy((columns < self.lengths[:, None]).astype(np.int64))
         if return_num_valid_tokens:
             assert counts is not None
             out["num_valid_tokens"] = torch.tensor(int(np.count_nonzero(counts)), dtype=torch.int64)
@@ -151,7 +171,8 @@ class Batch:
             span = width - 1 if return_labels else width
             flat = self._segment_offsets(span)
         if return_position_ids:
-            out["position_ids"] = torch.from_numpy(_positions(flat, len(self.lengths), span))
+            into = new((len(self.lengths), span), torch.int64).numpy() if new else None
+            out["position_ids"] = torch.from_numpy(_positions(flat, len(self.lengths), span, into))
         if return_cu_seqlens:
             bounds = np.append(flat, len(self.lengths) * span).astype(np.int32)
             out["cu_seqlens"] = torch.from_numpy(bounds)
@@ -170,11 +191,16 @@ def _short_rows(lengths: np.ndarray, width: int) -> list[tuple[int, int]]:
     return list(zip(short.tolist(), lengths[short].tolist(), strict=True)) if len(short) else []
 
 
-def _positions(flat: np.ndarray, rows: int, span: int) -> np.ndarray:
+def _positions(flat: np.ndarray, rows: int, span: int, into: np.ndarray | None = None) -> np.ndarray:
     """(rows, span) int64 positions restarting at 0 at each flat segment start (``flat[0]`` is 0): one cumulative
-    sum over the microbatch of steps of 1, each segment's first step taking back the length of the one before.
-    Example: span 4, starts at 0, 3 and 4 (row 1) → steps [0 1 1 -2 | 0 1 1 1] → [[0 1 2 0] [0 1 2 3]]."""
-    steps = np.ones(rows * span, dtype=np.int64)
+    sum over the microbatch of steps of 1, each segment's first step taking back the length of the one before
+    (in ``into`` when given). Example: span 4, starts at 0, 3 and 4 (row 1) → steps [0 1 1 -2 | 0 1 1 1] →
+    [[0 1 2 0] [0 1 2 3]]."""
+    if into is None:
+        steps = np.ones(rows * span, dtype=np.int64)
+    else:
+        steps = into.reshape(-1)
+        steps.fill(1)
     if not len(steps):
         return steps.reshape(rows, span)
     steps[flat[1:]] = flat[:-1] - flat[1:] + 1
@@ -182,13 +208,20 @@ def _positions(flat: np.ndarray, rows: int, span: int) -> np.ndarray:
     return np.cumsum(steps, out=steps).reshape(rows, span)  # in place: one (rows, span) array, not two
 
 
-def _wide(ids: torch.Tensor, pin_memory: bool, dtype: torch.dtype = torch.int64, *, copy: bool = False) -> torch.Tensor:
+def _wide(
+    ids: torch.Tensor,
+    pin_memory: bool,
+    dtype: torch.dtype = torch.int64,
+    *,
+    copy: bool = False,
+    new: Allocate | None = None,
+) -> torch.Tensor:
     """``ids`` as a ``dtype`` tensor: a new contiguous one (int32 ids widened to int64 as they are copied),
     written straight into page-locked memory with ``pin_memory`` — the one copy of the ids in ``to_training`` —
     or ``ids`` itself when it already has that dtype and neither a copy nor pinning is asked."""
     if ids.dtype == dtype and not copy and not pin_memory:
         return ids
-    out = torch.empty(ids.shape, dtype=dtype, pin_memory=pin_memory)
+    out = new(tuple(ids.shape), dtype) if new else torch.empty(ids.shape, dtype=dtype, pin_memory=pin_memory)
     return out.copy_(ids)
 
 

@@ -52,6 +52,7 @@ from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read.ahead import ReadAhead, read_ahead_enabled
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
+from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
@@ -112,6 +113,7 @@ class RankRunner:
         self._num_steps: int | None = known_steps
         self._identity: dict[str, Any] | None = None
         self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
+        self.shared_groups: SharedRowGroups | None = None  # a DataLoader worker's row groups, shared with the rest
         self._release: weakref.finalize | None = None
         cursors: dict[str, list[int]] = {}
         if state is not None:
@@ -232,6 +234,7 @@ class RankRunner:
         """The run's shard reader and remote access, opened on first use (see ``close``)."""
         if self._access is None:
             self._access = ShardAccess(self.plan, self.spec, self.encoder, stats=self.stats)
+            self._access.reader.attach_share(self.shared_groups)  # None outside a DataLoader worker
             self._release = weakref.finalize(self, self._access.close)  # a runner dropped without iterating
         return self._access
 

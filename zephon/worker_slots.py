@@ -18,6 +18,11 @@ order (``zephon.torch_loader.in_order``), copies each out of its slot into tenso
 the joined or page-locked tensors it hands out) and then writes ``k + 1`` into the ring's ``taken`` counter,
 in the ring's first 64 bytes.
 
+A worker's ``to_training`` writes a piece's fixed-size tensors (ids, labels, masks, positions) straight into the
+slot that piece will take (``allocator``: views handed out one after another, new memory once the slot is full),
+so ``put`` copies only the rest (``cu_seqlens``, an int32 view of the ids); a piece that must cross pickled after
+all is copied out of its slot first (``owns``), since the next piece reuses it.
+
 Invariant: a slot is written only when the loader has copied out the piece it held — piece ``k`` goes into
 its slot only once ``taken ≥ k − R + 1``; a piece that finds its slot still held, that does not fit, or that
 is not a dict of tensors crosses the pipe pickled, as before (``WorkerPiece``), and so does every piece of a
@@ -37,7 +42,9 @@ then: the DataLoader asked for the item holding piece 16 only after handing out 
 from __future__ import annotations
 
 import itertools
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,13 +158,27 @@ class SlotWriter:
             self._taken[0] = 0
         if need > self.slot_bytes or self.seq - int(self._taken[0]) >= self.depth:
             return None
-        offset = HEADER + (self.seq % self.depth) * self.slot_bytes
+        start = HEADER + (self.seq % self.depth) * self.slot_bytes
+        base, end = self.ring.data_ptr(), start + self.slot_bytes
+        inside = {  # tensors to_training wrote into this slot already (``allocator``): where they lie
+            k: v.data_ptr() - base
+            for k, v in arrays.items()
+            if start <= v.data_ptr() - base < end and v.is_contiguous()
+        }
+        offset = max(
+            (at + _aligned(arrays[k].numel() * arrays[k].element_size()) for k, at in inside.items()), default=start
+        )
         placed = []
         for key, value in arrays.items():
-            src = _bytes(value)
-            self._bytes[offset : offset + src.size] = src
-            placed.append((key, value.dtype, tuple(value.shape), offset, src.size))
-            offset += _aligned(src.size)
+            size = value.numel() * value.element_size()
+            if key in inside:
+                placed.append((key, value.dtype, tuple(value.shape), inside[key], size))
+                continue
+            if offset + size > end:
+                return None  # the slot's tail is taken by what was written into it: pickled (copied) instead
+            self._bytes[offset : offset + size] = _bytes(value)
+            placed.append((key, value.dtype, tuple(value.shape), offset, size))
+            offset += _aligned(size)
         piece = SlotPiece(
             ring_id=self.ring_id,
             seq=self.seq,
@@ -168,6 +189,32 @@ class SlotWriter:
         )
         self.seq += 1
         return piece
+
+    def allocator(self) -> Callable[[tuple[int, ...], torch.dtype], torch.Tensor] | None:
+        """Where the next piece's ``to_training`` may write its tensors (``Batch.to_training(allocate=...)``): views
+        into the slot ``put`` will give that piece, handed out one after another, or a new tensor once the slot is
+        full — None before the ring exists or while that slot is still held. ``put`` then copies only what lies
+        elsewhere. A piece that must cross pickled after all is copied out of the slot first (``owns``)."""
+        if self.ring is None or self.seq - int(self._taken[0]) >= self.depth:
+            return None
+        start = HEADER + (self.seq % self.depth) * self.slot_bytes
+        cursor, end, memory = [start], start + self.slot_bytes, self._bytes
+
+        def allocate(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+            size = math.prod(shape) * dtype.itemsize
+            at = cursor[0]
+            if at + size > end:
+                return torch.empty(shape, dtype=dtype)
+            cursor[0] = at + _aligned(size)
+            return torch.from_numpy(memory[at : at + size]).view(dtype).view(shape)
+
+        return allocate
+
+    def owns(self, value: object) -> bool:
+        """``value`` is a tensor lying in this writer's ring."""
+        if self.ring is None or not isinstance(value, torch.Tensor):
+            return False
+        return 0 <= value.data_ptr() - self.ring.data_ptr() < self.ring.numel()
 
 
 class SlotReader:

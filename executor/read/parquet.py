@@ -38,6 +38,7 @@ from zephon.errors import DatasetError, ZephonError, one_line
 from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
 from zephon.executor.read.decode_pool import decode_pool
 from zephon.executor.read.memory_release import release_now_and_then
+from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.plan.format import COPY_ROW_COLUMN
 from zephon.plan.records import ShardRef
 from zephon.storage.objects.range_file import RangeFile
@@ -59,14 +60,24 @@ class ParquetShard:
     group holds a null, or records are read: rows must be checked one by one).
     """
 
-    __slots__ = ("_columns", "_documents", "_owner", "_path", "file", "groups", "nulls", "ranges", "ref", "rg_starts")
+    __slots__ = (
+        "_columns", "_documents", "_owner", "_path", "file", "groups", "nulls", "ranges", "ref", "rg_starts", "share"
+    )  # fmt: skip
 
     def __init__(
-        self, ref: ShardRef, path: str | RangeFile, documents: BadDocuments, *, check_fingerprint: bool
+        self,
+        ref: ShardRef,
+        path: str | RangeFile,
+        documents: BadDocuments,
+        *,
+        check_fingerprint: bool,
+        share: SharedRowGroups | None = None,
     ) -> None:
         """Open ``path`` (the shard ``ref``, its cached copy, or a pinned object read by ranges) and check it;
-        ``check_fingerprint``: compare the footer with the planned fingerprint too."""
+        ``check_fingerprint``: compare the footer with the planned fingerprint too; ``share``: decoded row groups
+        shared with the rank's other DataLoader workers (``zephon.executor.read.shared_groups``)."""
         self.ref = ref
+        self.share = share
         #: Range mode: the object, whose row groups are fetched ahead of decoding (``zephon.storage.objects``).
         self.ranges = path if isinstance(path, RangeFile) else None
         #: A local file's path, for other threads' own handles (None in range mode: decoded on one thread).
@@ -178,7 +189,13 @@ class ParquetShard:
 
     def _decoded(self, todo: list[int]) -> Iterator[pa.Array]:
         """Row groups ``todo`` decoded, in order: several at once on the decode pool (a local shard), else one
-        by one on this thread. The first that fails raises; those not started yet are cancelled."""
+        by one on this thread. The first that fails raises; those not started yet are cancelled. With a share,
+        those another worker decoded are mapped instead (``_shared``)."""
+        if self.share is not None and self.ranges is None:
+            shared = self._shared(todo, self.share)
+            if shared is not None:
+                yield from shared
+                return
         pool = decode_pool() if self._path is not None and len(todo) > 1 else None
         if pool is None:
             yield from map(self.row_group, todo)
@@ -190,6 +207,44 @@ class ParquetShard:
         finally:
             for future in futures:
                 future.cancel()
+
+    def _shared(self, todo: list[int], share: SharedRowGroups) -> list[pa.Array] | None:
+        """Row groups ``todo`` through the share: mapped where published, claimed and decoded (then published)
+        where this worker is first, and waited for where another is decoding them — claims first, decodes next,
+        waits last, so a claimant never waits (``zephon.executor.read.shared_groups``). None when a decode fails:
+        the caller decodes them all as without a share, so the first bad row group raises as it would."""
+        shard = self.ref.shard_id
+        got: dict[int, pa.Array] = {}
+        mine: list[tuple[int, int]] = []
+        theirs: list[int] = []
+        for g in todo:
+            column = share.get(shard, g)
+            if column is not None:
+                got[g] = column
+                continue
+            fd = share.claim(shard, g)
+            if fd is None:
+                theirs.append(g)
+            else:
+                mine.append((g, fd))
+        for k, (g, fd) in enumerate(mine):
+            try:
+                column = self.row_group(g)
+            except BaseException as exc:
+                for h, other in mine[k:]:
+                    share.abandon(shard, h, other)
+                if isinstance(exc, DatasetError):
+                    return None
+                raise
+            share.publish(shard, g, fd, column)
+            got[g] = column
+        for g in theirs:
+            column = share.wait(shard, g)
+            if column is None:
+                share.counts["unshared"] += 1
+                column = self.row_group(g)
+            got[g] = column
+        return [got[g] for g in todo]
 
     def values(self, rows: np.ndarray) -> list[object]:
         """The raw values of ``rows`` (strings, None for a null; records as dicts), in the order given: one
@@ -206,8 +261,11 @@ class ParquetShard:
         return in_index_order(len(rows), parts)
 
     def close(self) -> None:
-        """Drop the decoded row groups (the reader then returns the freed memory: ``memory_release``)."""
+        """Drop the decoded row groups (the reader then returns the freed memory: ``memory_release``), and the
+        files this worker published for the others (their mapped copies stay valid)."""
         self.groups = [None] * len(self.groups)
+        if self.share is not None:
+            self.share.forget(self.ref.shard_id)
 
     def _group(self, g: int) -> pa.Array:
         column = self.groups[g]

@@ -47,6 +47,7 @@ from zephon.executor.read.jsonl import JsonlLines, JsonlShard
 from zephon.executor.read.memory_release import release_now_and_then
 from zephon.executor.read.parquet import ParquetShard, in_index_order
 from zephon.executor.read.selected_copy import CopiedShard
+from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.token_stores.shards import PlanStores, StoreShard, is_store_shard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
@@ -161,11 +162,18 @@ class ShardReader:
         #: Range mode for object-store shards (``attach_ranges``): the read-ahead bound in bytes, else None.
         self._range_bytes: int | None = None
         self._credentials: tuple[StoreCredentials, ...] = ()
+        #: Decoded row groups shared with the rank's other DataLoader workers (``attach_share``), else None.
+        self._share: SharedRowGroups | None = None
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
     def attach_cache(self, cache: ShardCache) -> None:
         self._cache = cache
+
+    def attach_share(self, share: SharedRowGroups | None) -> None:
+        """Parquet row groups decoded once for the rank's DataLoader workers from now on
+        (``zephon.executor.read.shared_groups``); None: not shared."""
+        self._share = share
 
     def attach_ranges(self, read_ahead_bytes: int) -> None:
         """Read object-store shards by range requests from now on (``StoreOptions(remote_read="range")``)."""
@@ -346,7 +354,11 @@ class ShardReader:
             elif ref.format == "parquet":
                 assert isinstance(source, str | RangeFile)
                 text = ParquetShard(
-                    ref, source, self._documents, check_fingerprint=local and _checkable(ref, "pqfooter:")
+                    ref,
+                    source,
+                    self._documents,
+                    check_fingerprint=local and _checkable(ref, "pqfooter:"),
+                    share=self._share if cache else None,  # a shard read once (count pass) is not shared
                 )
             else:
                 assert isinstance(source, str | bytes)

@@ -144,3 +144,53 @@ def test_pieces_come_back_in_order_whatever_order_the_groups_come_in() -> None:
         PieceGroup(worker=1, pieces=tuple(own[1][3:])),
     ]
     assert [x.step for x in in_order(iter(groups), 3)] == list(range(11))
+
+
+def batch(seed: int, rows: int = 4, width: int = 33):
+    from zephon.executor.batch import Batch
+
+    g = torch.Generator().manual_seed(seed)
+    starts = torch.rand((rows, width), generator=g) > 0.9
+    lengths = torch.randint(width // 2, width + 1, (rows,), generator=g)
+    return Batch(
+        tokens=torch.randint(0, 1 << 17, (rows, width), generator=g).to(torch.int32).numpy(),
+        doc_start=starts.numpy(),
+        lengths=lengths.numpy(),
+    )
+
+
+ALL = {"return_position_ids": True, "return_cu_seqlens": True, "return_attention_mask": True,
+       "return_loss_mask": True, "return_num_valid_tokens": True}  # fmt: skip
+
+
+def test_to_training_writes_straight_into_the_next_slot_and_put_copies_only_the_rest() -> None:
+    writer, reader = SlotWriter(in_flight=1, group=1), SlotReader()
+    assert writer.allocator() is None  # no ring before the first piece
+    reader.take(writer.put(batch(0).to_training(**ALL)))  # type: ignore[arg-type]
+    for k in range(1, 8):  # round the ring twice
+        allocate = writer.allocator()
+        assert allocate is not None
+        got = batch(k).to_training(**ALL, allocate=allocate)
+        inside = {key for key, v in got.items() if isinstance(v, torch.Tensor) and writer.owns(v)}
+        assert inside == {"input_ids", "labels", "attention_mask", "loss_mask", "position_ids"}
+        slot = writer.put(got)
+        assert slot is not None
+        assert equal(reader.take(slot), batch(k).to_training(**ALL))  # the same values as new memory
+    held = SlotWriter(in_flight=0, group=1)
+    held.put(batch(0).to_training())
+    held.put(batch(1).to_training())
+    assert held.allocator() is None  # its slot still held: to_training makes new memory
+
+
+def test_a_piece_written_into_its_slot_that_must_cross_pickled_is_copied_out_first() -> None:
+    from zephon.torch_loader import WorkerPiece
+
+    writer = SlotWriter(in_flight=1, group=1)
+    make = WorkerPiece.slotted(writer)
+    make(batch(0).to_training(), step=0, microbatch=0, state={})  # slots of 1.25 × its ids and labels
+    got = batch(1, rows=8).to_training(return_attention_mask=True, allocate=writer.allocator())  # twice the rows
+    assert not writer.owns(got["input_ids"]) and writer.owns(got["attention_mask"])  # ids overflowed, mask fit
+    piece = make(got, step=1, microbatch=0, state={})
+    assert piece.slot is None  # pickled: its arrays hold copies, not the slot the next piece overwrites
+    assert not any(writer.owns(torch.as_tensor(v)) for v in piece.arrays.values())
+    assert equal(piece.tensors(), batch(1, rows=8).to_training(return_attention_mask=True))

@@ -332,3 +332,51 @@ def test_a_plain_dataloader_repeats_tokenizing_when_workers_do_not_divide_the_ac
 
     first, second = tokenized_per_process(p, tmp_path / "plain", plain, monkeypatch).values()
     assert sorted(first) == sorted(second) == list(range(p._fresh().plan.num_documents))
+
+
+# -- row groups decoded once for the rank's workers ----------------------------------------------------------------
+
+
+def decoded_per_process(p: Pipeline, folder: Path, want: list[Tensors], monkeypatch) -> dict[int, list[tuple[int, int]]]:
+    """The (shard, row group) pairs each worker decoded while a 2-worker loader ran (the real decode,
+    ``ParquetShard.row_group``, logging ``pid shard group`` first), and the loader's share directory."""
+    from zephon.executor.read.parquet import ParquetShard
+
+    folder.mkdir(parents=True)
+    log = folder / "decoded.txt"
+    decode = ParquetShard.row_group
+
+    def counted(self, g):
+        with open(log, "a") as out:
+            out.write(f"{os.getpid()} {self.ref.shard_id} {g}\n")
+        return decode(self, g)
+
+    with monkeypatch.context() as m:
+        m.setattr(ParquetShard, "row_group", counted)
+        loader = p.dataloader(num_workers=2)
+        got = list(loader)
+        assert same(got, want)
+        share = loader._dataset.row_groups  # type: ignore[union-attr]
+        del loader, got
+    assert share is None or not os.path.exists(share)  # removed with its loader
+    done: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for line in log.read_text().splitlines() if log.exists() else []:
+        pid, shard, group = map(int, line.split())
+        if pid != os.getpid():  # this process calibrates (num_steps) before the workers start
+            done[pid].append((shard, group))
+    return dict(done)
+
+
+def test_two_workers_decode_each_row_group_once_between_them(plans, tokenizer_dir, tmp_path, monkeypatch) -> None:
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)  # A = 1: both workers read every shard of the plan
+    want = [b.to_training() for b in p]
+    monkeypatch.setenv("ZEPHON_SHARE_ROW_GROUPS", "off")
+    alone = decoded_per_process(p, tmp_path / "off", want, monkeypatch)
+    assert len(alone) == 2
+    each = [sorted(set(v)) for v in alone.values()]
+    assert each[0] == each[1]  # without a share every worker decodes every row group
+    monkeypatch.setenv("ZEPHON_SHARE_ROW_GROUPS", "on")
+    shared = decoded_per_process(p, tmp_path / "on", want, monkeypatch)
+    total = [k for v in shared.values() for k in v]
+    assert sorted(set(total)) == each[0]  # the same row groups, read
+    assert len(total) <= len(each[0]) + 2, shared  # each once (a row group forgotten and needed again: rare)
