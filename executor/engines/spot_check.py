@@ -19,17 +19,20 @@ themselves).
 
 Cost: ``tokenizers`` on one thread runs at 1/3 to 1/40 of a fast engine's speed (DeepSeek V4 on fastokens: 1/40),
 so checking 1/256 of the documents could cost up to 16 % of the encoding. A budget bounds it by CPU time: a
-batch's picks are checked only while the check's thread CPU time (all of it: picks, comparisons, the re-encoding)
-is within ``BUDGET`` (2 %) of the engine's CPU time so far (the caller adds it, ``encoded``: each slice's thread
-CPU, ``zephon.executor.engines.base.encode_timed`` — never the wall time, which a loaded machine stretches; an
-engine's own helper threads are not seen — fastokens runs about a third of each call on one — so the budget is a
-little tighter than 2 % of its whole CPU); the picks past it are counted as ``deferred``. The sample is seeded;
+pick is checked only while the check's thread CPU time (all of it: picks, comparisons, the re-encoding) plus what
+the pick is expected to cost (its characters × the check's CPU a character so far: one long code file checked
+whole cost up to 14 ms) stays within ``BUDGET`` (2 %) of the engine's CPU time so far (the caller adds it,
+``encoded``: each slice's thread CPU, ``zephon.executor.engines.base.encode_timed`` — never the wall time, which a
+loaded machine stretches; an engine's own helper threads are not seen — fastokens runs about a third of each call
+on one — so the budget is a little tighter than 2 % of its whole CPU); the picks past it are counted as
+``deferred``. The first pick of a run is checked whatever it costs. The sample is seeded;
 which picks fit the budget depends on timing, never the data. ``benchmarks/bench_engine_safety.py`` and
 ``benchmarks/bench_stages.py`` measure the share.
 
 Example: a batch of 1,000 documents given 400,000 ids, ``FRACTION`` 1/256 → about 4 documents picked; the
-encoding so far took 10 CPU s and the check 0.15 s, within 2 % → they are re-encoded, their ids equal the
-engine's → the batch goes on.
+encoding so far took 10 CPU s and the check 0.15 s for 600,000 characters (0.25 µs a character): a pick of 8,000
+characters is expected to cost 2 ms, within the 0.05 s left of 2 % → re-encoded; its ids equal the engine's →
+the batch goes on.
 """
 
 from __future__ import annotations
@@ -153,13 +156,15 @@ class SpotCheck:
         if not len(picked):
             self._spent(start)
             return
-        if self.seconds > self.budget * self.encoding_seconds:
-            with self._lock:
-                self.deferred += len(picked)
-            self._spent(start)
-            return
+        room = self.budget * self.encoding_seconds - self.seconds
+        rate = self.seconds / self.characters if self.characters else 0.0  # CPU s a character checked, so far
         ends = np.cumsum(got.sizes)
+        checked, deferred, characters = 0, 0, 0
         for i in picked.tolist():
+            first = not (checked or self.documents)  # the run's first pick is checked whatever it costs
+            if room < 0 or (not first and rate * len(texts[i]) > room - (time.thread_time() - start)):
+                deferred += 1  # over the budget, or expected to go over it
+                continue
             ids = got.ids[ends[i] - got.sizes[i] : ends[i]]
             try:
                 want = np.asarray(self.reference.encode(texts[i], add_special_tokens=False).ids, dtype=np.int64)
@@ -167,6 +172,7 @@ class SpotCheck:
                 detail = f"tokenizers refuses this text ({type(exc).__name__}), the engine encoded it"
             else:
                 if len(ids) == len(want) and np.array_equal(ids, want):
+                    checked, characters = checked + 1, characters + len(texts[i])
                     continue
                 differ = np.flatnonzero(ids[: len(want)] != want[: len(ids)])
                 at = int(differ[0]) if len(differ) else min(len(ids), len(want))
@@ -174,8 +180,9 @@ class SpotCheck:
             where = f"document {i} of a batch"
             raise EngineMismatch(mismatch_message(engine, where, detail), engine=engine, index=i, detail=detail)
         with self._lock:
-            self.documents += len(picked)
-            self.characters += sum(len(texts[i]) for i in picked.tolist())
+            self.documents += checked
+            self.characters += characters
+            self.deferred += deferred
         self._spent(start)
 
     def _spent(self, start: float) -> None:

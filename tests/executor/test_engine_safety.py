@@ -195,18 +195,26 @@ def test_a_batchs_picks_are_the_seeded_draws_of_its_window_even_when_it_wraps() 
 
 
 def test_the_spot_check_stays_within_its_cpu_budget(tokenizer_dir: str) -> None:
-    """Picks past the budget (a share of the encoding's CPU time so far) are counted as deferred, not checked."""
+    """Picks past the budget (a share of the encoding's CPU time so far), or expected to go past it (their characters
+    × the check's CPU a character so far), are counted as deferred, not checked; the first pick of a run is checked."""
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers")
     check = SpotCheck(encoder.tokenizer, fraction=1.0)
     texts = generate_demo_documents("prose", 20, seed=2)
     got = encoder.ids(texts)
-    check.check(texts, got, "fastokens")  # no encoding time yet: the first batch is checked, and goes over
-    assert (check.documents, check.deferred) == (20, 0) and check.seconds > 0
+    check.check(texts, got, "fastokens")  # no encoding time yet: the run's first pick is checked, and goes over
+    assert (check.documents, check.deferred) == (1, 19) and check.seconds > 0
     check.check(texts, got, "fastokens")
-    assert (check.documents, check.deferred) == (20, 20)
-    check.encoded(check.seconds / check.budget * 2)  # enough encoding since: within the budget again
+    assert (check.documents, check.deferred) == (1, 39)
+    check.encoded(1e6)  # plenty of encoding since: within the budget again
     check.check(texts, got, "fastokens")
-    assert (check.documents, check.deferred) == (40, 20)
+    assert (check.documents, check.deferred) == (21, 39)
+    short = ["x" * 50, "y" * 200, "z" * 40]
+    got = encoder.ids(short)
+    check = SpotCheck(encoder.tokenizer, fraction=1.0)
+    check.encoded(1.0)  # a budget of 0.02 CPU s, 0.01 spent: room for 100 characters at 100 µs a character
+    check.seconds, check.characters, check.documents = 0.01, 100, 1
+    check.check(short, got, "fastokens")
+    assert (check.documents, check.deferred, check.characters) == (3, 1, 190)  # the 200 characters wait
 
 
 class Waits(Engine):
