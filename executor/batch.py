@@ -132,6 +132,10 @@ class Batch:
         if return_labels:
             if ids_dtype == tokens.dtype and not pin_memory:  # int32 asked: input_ids a view, labels a copy
                 out["input_ids"], labels = tokens[:, :-1], _wide(tokens[:, 1:], False, ids_dtype, copy=True, new=new)
+            elif ids_dtype == torch.int64 and not pin_memory and new is None:  # one new array, widened by NumPy
+                wide = np.empty((2, len(self.lengths), width - 1), dtype=np.int64)
+                wide[0], wide[1] = self.tokens[:, :-1], self.tokens[:, 1:]  # ~7 µs less a batch than torch's copy_
+                out["input_ids"], labels = torch.from_numpy(wide[0]), torch.from_numpy(wide[1])
             else:  # one allocation for both (fresh pages are faulted in once, not twice): new memory per batch
                 shape = (2, len(self.lengths), width - 1)
                 both = new(shape, ids_dtype) if new else torch.empty(shape, dtype=ids_dtype, pin_memory=pin_memory)

@@ -35,7 +35,6 @@ import hashlib
 import json
 import os
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -46,8 +45,8 @@ from zephon.errors import TokenizerError
 from zephon.executor.cores import usable_cores
 from zephon.executor.encode.flags import ID
 from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer, tokenizer_config
-from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds, encode_on
-from zephon.executor.engines.base import slice_count
+from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds
+from zephon.executor.engines.base import encode_timed
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
 from zephon.specs import TokenizeSpec
 
@@ -228,16 +227,14 @@ class Encoder:
         engine = choice.engine
         threads = self.threads if split else 1
         pool = self._executor() if threads > 1 else None
-        started = time.perf_counter()
         try:
-            got = encode_on(engine, texts, threads, pool)
+            got, cpu = encode_timed(engine, texts, threads, pool)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
             if engine is choice.fallback:
                 raise
             return choice.fallback.encode(texts)
-        if engine is not choice.fallback:  # its CPU: the wall time on the threads the call was split over
-            slices = slice_count(engine, len(texts), threads, pool is not None)
-            self.spot_check.encoded((time.perf_counter() - started) * slices)
+        if engine is not choice.fallback:  # its CPU: the thread CPU of every slice, which the check's budget shares
+            self.spot_check.encoded(cpu)
             try:
                 self.spot_check.check(texts, got, engine.name)
             except EngineMismatch as exc:

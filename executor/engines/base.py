@@ -10,7 +10,9 @@ object per document.
 ``encode_on(pool, texts, threads)`` splits a batch into contiguous slices of about equal characters, one per
 thread, the calling thread taking the last. Example: 1,000 texts on 2 threads → texts[:k] on the pool,
 texts[k:] here, where the first k hold about half the characters; the slices' ids are concatenated in order,
-so the result is the same on any number of threads.
+so the result is the same on any number of threads. ``encode_timed`` is the same call that also says how much CPU
+it took: each slice's thread CPU clock, summed (``Engine.encode_cpu``; a confined engine reads the clock of the
+thread that owns it), which the spot check's budget is a share of (``zephon.executor.engines.spot_check``).
 
 An engine may raise on a text ``tokenizers`` refuses too (a lone surrogate from a JSONL ``"\\ud800"``
 escape); the ``Encoder`` then encodes that batch with ``tokenizers``, which gives its own ids or its own error.
@@ -19,6 +21,7 @@ escape); the ``Encoder`` then encodes that batch with ``tokenizers``, which give
 from __future__ import annotations
 
 import itertools
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -92,6 +95,13 @@ class Engine(ABC):
     def encode(self, texts: Sequence[str]) -> TokenIds:
         """The ids of ``texts`` on this thread (``add_special_tokens=False``); may raise on invalid text."""
 
+    def encode_cpu(self, texts: Sequence[str]) -> tuple[TokenIds, float]:
+        """``encode(texts)`` and the CPU seconds it took: the calling thread's clock (an engine that runs the call on
+        another thread reads that thread's)."""
+        start = time.thread_time()
+        got = self.encode(texts)
+        return got, time.thread_time() - start
+
     def close(self) -> None:
         """Free what the engine holds beyond memory (a confined engine's thread); the object is not used again."""
         return None
@@ -113,8 +123,25 @@ def encode_on(engine: Engine, texts: Sequence[str], threads: int, pool: ThreadPo
     n = slice_count(engine, len(texts), threads, pool is not None)
     if n <= 1:
         return engine.encode(texts)
+    return TokenIds.concat([got for got, _ in _sliced(engine, texts, n, pool)])  # type: ignore[arg-type]
+
+
+def encode_timed(
+    engine: Engine, texts: Sequence[str], threads: int, pool: ThreadPoolExecutor | None
+) -> tuple[TokenIds, float]:
+    """``encode_on`` and the CPU seconds the engine spent on it: the thread CPU of every slice, summed (not the
+    wall time, which a loaded machine stretches). Example: 2 slices of 1.1 and 0.9 ms of CPU → 2.0e-3."""
+    n = slice_count(engine, len(texts), threads, pool is not None)
+    if n <= 1:
+        return engine.encode_cpu(texts)
+    parts = _sliced(engine, texts, n, pool)  # type: ignore[arg-type]
+    return TokenIds.concat([got for got, _ in parts]), sum(cpu for _, cpu in parts)
+
+
+def _sliced(engine: Engine, texts: Sequence[str], n: int, pool: ThreadPoolExecutor) -> list[tuple[TokenIds, float]]:
+    """``engine.encode_cpu`` of ``n`` contiguous slices of about equal characters, the last on this thread."""
     sizes = np.cumsum(np.fromiter(map(len, texts), np.int64, len(texts)))
     cuts = [0, *np.searchsorted(sizes, sizes[-1] * np.arange(1, n) / n).tolist(), len(texts)]
-    futures = [pool.submit(engine.encode, texts[a:b]) for a, b in itertools.pairwise(cuts[:-1])]  # type: ignore[union-attr]
-    last = engine.encode(texts[cuts[-2] :])  # while the pool encodes the other slices
-    return TokenIds.concat([*(f.result() for f in futures), last])
+    futures = [pool.submit(engine.encode_cpu, texts[a:b]) for a, b in itertools.pairwise(cuts[:-1])]
+    last = engine.encode_cpu(texts[cuts[-2] :])  # while the pool encodes the other slices
+    return [*(f.result() for f in futures), last]

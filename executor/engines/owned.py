@@ -25,6 +25,7 @@ import atexit
 import os
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -43,7 +44,9 @@ class _Owner:
     def __init__(self, build: Callable[[], Engine]) -> None:
         self.pid = os.getpid()
         self.stopped = False
-        self.requests: queue.SimpleQueue[tuple[Sequence[str], Future[TokenIds]] | None] = queue.SimpleQueue()
+        self.requests: queue.SimpleQueue[tuple[Sequence[str], Future[tuple[TokenIds, float]]] | None] = (
+            queue.SimpleQueue()
+        )
         built: Future[None] = Future()
         self.thread = threading.Thread(target=self._run, args=(build, built), name="zephon-engine-owner", daemon=True)
         self.thread.start()
@@ -60,14 +63,16 @@ class _Owner:
         while (item := self.requests.get()) is not _STOP:
             texts, result = item
             try:
-                result.set_result(engine.encode(texts))
+                start = time.thread_time()  # the call's CPU is this thread's (``Engine.encode_cpu``)
+                result.set_result((engine.encode(texts), time.thread_time() - start))
             except BaseException as exc:
                 result.set_exception(exc)
             del item, texts, result
         del engine  # freed here, on the thread that built it
 
-    def encode(self, texts: Sequence[str]) -> TokenIds:
-        result: Future[TokenIds] = Future()
+    def encode(self, texts: Sequence[str]) -> tuple[TokenIds, float]:
+        """The ids of ``texts`` and the CPU seconds the owner thread spent on them."""
+        result: Future[tuple[TokenIds, float]] = Future()
         self.requests.put((texts, result))
         return result.result()
 
@@ -116,7 +121,10 @@ class OwnedEngine(Engine):
         return owner
 
     def encode(self, texts: Sequence[str]) -> TokenIds:
-        return self.owner.encode(texts)
+        return self.owner.encode(texts)[0]
+
+    def encode_cpu(self, texts: Sequence[str]) -> tuple[TokenIds, float]:
+        return self.owner.encode(texts)  # the owner thread's CPU: this thread only waits
 
     def close(self) -> None:
         """Free the engine on its thread and end the thread."""

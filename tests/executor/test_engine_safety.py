@@ -11,7 +11,9 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,7 +26,7 @@ from zephon import Pipeline
 from zephon.errors import TokenizerError
 from zephon.executor.encode.text import Encoder
 from zephon.executor.engines import spot_check
-from zephon.executor.engines.base import Engine, TokenIds, from_lists
+from zephon.executor.engines.base import Engine, TokenIds, encode_timed, from_lists
 from zephon.executor.engines.owned import OwnedEngine
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
 from zephon.executor.engines.vendors import FastokensEngine
@@ -172,26 +174,75 @@ def test_a_process_that_ends_early_exits_cleanly(how: str, tokenizer_dir: str, _
 
 def test_the_spot_check_picks_a_seeded_sample_of_each_batch() -> None:
     check = SpotCheck(None, fraction=0.25)  # type: ignore[arg-type]
-    texts = [f"document {i}" for i in range(4000)]
-    picked = check.picks(texts)
-    assert picked.tolist() == check.picks(list(texts)).tolist()  # the same batch, the same sample
+    picked = check.picks(4000, 90_000)
+    assert picked.tolist() == SpotCheck(None, fraction=0.25).picks(4000, 90_000).tolist()  # type: ignore[arg-type]
     assert 850 < len(picked) < 1150
-    assert check.picks(texts[:-1]).tolist() != picked[picked < 3999].tolist()  # another batch, another draw
+    assert check.picks(3999, 90_000).tolist() != picked[picked < 3999].tolist()  # another batch, another draw
+    assert check.picks(4000, 90_001).tolist() != picked.tolist()
+
+
+def test_a_batchs_picks_are_the_seeded_draws_of_its_window_even_when_it_wraps() -> None:
+    """A batch of n documents is picked where the window of n draws at its shape's offset is below the fraction,
+    the window wrapping past the end of the draws; a batch longer than the draws is drawn for on its own."""
+    check = SpotCheck(None)  # type: ignore[arg-type]
+    draws = np.random.default_rng(spot_check.SEED).random(spot_check.PERIOD) < spot_check.FRACTION
+    wraps = next(t for t in range(10**6) if spot_check._offset(5000, t) > spot_check.PERIOD - 5000)
+    for count, tokens in [(1024, 80_000), (1, 7), (5000, wraps), (0, 3)]:
+        window = np.roll(draws, -spot_check._offset(count, tokens))[:count]
+        assert check.picks(count, tokens).tolist() == np.flatnonzero(window).tolist()
+    assert abs(len(check.picks(2**21, 5)) - 2**21 * spot_check.FRACTION) < 300
+    assert SpotCheck(None, fraction=1.0).picks(3, 9).tolist() == [0, 1, 2]  # type: ignore[arg-type]
 
 
 def test_the_spot_check_stays_within_its_cpu_budget(tokenizer_dir: str) -> None:
-    """Picks past the budget (a share of the encoding's CPU time so far) are counted as deferred, not checked."""
+    """Picks past the budget (a share of the encoding's CPU time so far), or expected to go past it (their characters
+    × the check's CPU a character so far), are counted as deferred, not checked; the first pick of a run is checked."""
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers")
     check = SpotCheck(encoder.tokenizer, fraction=1.0)
     texts = generate_demo_documents("prose", 20, seed=2)
     got = encoder.ids(texts)
-    check.check(texts, got, "fastokens")  # no encoding time yet: the first batch is checked, and goes over
-    assert (check.documents, check.deferred) == (20, 0) and check.seconds > 0
+    check.check(texts, got, "fastokens")  # no encoding time yet: the run's first pick is checked, and goes over
+    assert (check.documents, check.deferred) == (1, 19) and check.seconds > 0
     check.check(texts, got, "fastokens")
-    assert (check.documents, check.deferred) == (20, 20)
-    check.encoded(check.seconds / check.budget * 2)  # enough encoding since: within the budget again
+    assert (check.documents, check.deferred) == (1, 39)
+    check.encoded(1e6)  # plenty of encoding since: within the budget again
     check.check(texts, got, "fastokens")
-    assert (check.documents, check.deferred) == (40, 20)
+    assert (check.documents, check.deferred) == (21, 39)
+    short = ["x" * 50, "y" * 200, "z" * 40]
+    got = encoder.ids(short)
+    check = SpotCheck(encoder.tokenizer, fraction=1.0)
+    check.encoded(1.0)  # a budget of 0.02 CPU s, 0.01 spent: room for 100 characters at 100 µs a character
+    check.seconds, check.characters, check.documents = 0.01, 100, 1
+    check.check(short, got, "fastokens")
+    assert (check.documents, check.deferred, check.characters) == (3, 1, 190)  # the 200 characters wait
+
+
+class Waits(Engine):
+    """An engine whose call waits (a loaded machine's stretched wall time) without using CPU."""
+
+    name, package = "waits", "zephon"
+
+    def encode(self, texts: Sequence[str]) -> TokenIds:
+        threading.Event().wait(0.02)
+        return from_lists([[len(t)] for t in texts])
+
+
+def test_the_budget_counts_the_engines_cpu_time_not_its_wall_time(tokenizer_dir: str) -> None:
+    """Before, the encoding's share was its wall time times its slices: 20 ms of waiting on 2 slices counted
+    40 ms. Now each slice's thread CPU is summed, on the pool's threads and on a confined engine's owner thread."""
+    pool = ThreadPoolExecutor(1)
+    got, cpu = encode_timed(Waits("{}"), ["a"] * 16, 2, pool)
+    assert got.ids.tolist() == [1] * 16 and 0 <= cpu < 0.01
+    owned = OwnedEngine(Waits, "{}")
+    got, cpu = owned.encode_cpu(["ab", "c"])
+    assert got.ids.tolist() == [2, 1] and 0 <= cpu < 0.01
+    owned.close()
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers")
+    texts = generate_demo_documents("prose", 40, seed=4)
+    spent = time.thread_time()
+    got, cpu = encode_timed(encoder._choice.engine, texts, 1, None)
+    assert 0 < cpu <= time.thread_time() - spent  # on this thread: its own clock
+    pool.shutdown()
 
 
 class OneWrongId(FastokensEngine):

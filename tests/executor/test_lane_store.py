@@ -216,3 +216,21 @@ def test_rows_of_two_stores_interleaved_keep_their_own_ids() -> None:
     rows = pop_rows([y, x, w, z])
     assert rows.tokens.tolist() == [[21, 22, 23, 24], [1, 2, 3, 4], [31, 32, 33, 34], [11, 12, 13, 14]]
     assert rows.pieces.tolist() == [(0, 0, 2, 0, 4), (1, 0, 0, 0, 4), (2, 0, 3, 0, 4), (3, 0, 1, 0, 4)]
+
+
+def test_the_table_forgets_documents_wholly_emitted_when_the_next_chunk_is_sorted_in() -> None:
+    """Without a compaction (a large array): the table keeps only what rows still need, the ids stay in place."""
+    store = LaneStore(ID)
+    a, b = Lane(4, PAD, store=store), Lane(4, PAD, store=store)
+    a.push_many(np.array([0, 2]), np.array([1, 1, 1, 2, 2, 2]), np.array([3, 3]))
+    b.push(1, np.array([9, 9, 9, 9, 9]))
+    assert pop_rows([a, b]).tokens.tolist() == [[1, 1, 1, 2], [9, 9, 9, 9]]
+    a.push(3, np.array([3, 3]))
+    b.push(4, np.array([8]))
+    assert store.table()[3].tolist() == [2, 3, 1, 4]  # document 0 wholly emitted: forgotten
+    assert (a.cursor(), b.cursor()) == ((2, 1), (1, 4))
+    rows = pop_rows([a, b])
+    assert rows.tokens.tolist() == [[2, 2, 3, 3], [9, 8, PAD, PAD]] and rows.lengths.tolist() == [4, 2]
+    assert rows.pieces.tolist() == [(0, 0, 2, 1, 2), (0, 2, 3, 0, 2), (1, 0, 1, 4, 1), (1, 1, 4, 0, 1)]
+    a.read_to = b.read_to = 5
+    assert store.compactions == 0 and a.cursor() == b.cursor() == (5, 0)

@@ -60,3 +60,32 @@ def test_releasing_memory_never_changes_a_batch(tmp_path, make_parquet, tokenize
     plan = source.plan(tmp_path / "plan")
     runs = batches_per_setting(monkeypatch, plan, tokenizer_dir, "ZEPHON_RELEASE_MEMORY", ("on", "off"))
     assert runs[0] == runs[1] and runs[0]
+
+
+def test_freed_memory_is_handed_back_only_once_the_resident_set_grew_by_the_slack(monkeypatch) -> None:
+    """Trimming returns pages the run faults in again; ``release_now_and_then`` releases only when the resident set
+    has grown ``SLACK_BYTES`` since the latest release (every check where it cannot be read)."""
+    from zephon.executor.read import memory_release as mr
+
+    mib = 1 << 20
+    assert mr.SLACK_BYTES >> 20 == 64
+    readings = iter([600 * mib, 550 * mib, 613 * mib, 614 * mib, 560 * mib, 620 * mib, None, None, 100 * mib, 90 * mib])
+    released: list[int] = []
+    monkeypatch.setattr(mr, "resident_bytes", lambda: next(readings))
+    monkeypatch.setattr(mr, "release_memory", lambda: released.append(1))
+    monkeypatch.setattr(mr, "INTERVAL_S", 0.0)
+    monkeypatch.setattr(mr, "_trimmed", [-mr.SLACK_BYTES])
+    monkeypatch.setattr(mr, "_last", [0.0])
+    got = []
+    for _ in range(5):
+        before = len(released)
+        mr.release_now_and_then()
+        got.append((len(released) - before, mr._trimmed[0] // mib))
+    # first check: released (600 → 550); 613 < 550 + 64: kept; 614: released (→ 560); 620 < 624: kept;
+    # unreadable: released, and the next reading (100 MB) releases again (→ 90)
+    assert got == [(1, 550), (0, 550), (1, 560), (0, 560), (1, -64)]
+    mr.release_now_and_then()
+    assert (len(released), mr._trimmed[0] // mib) == (4, 90)
+    monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "off")
+    mr.release_now_and_then()  # off: not even a reading
+    assert len(released) == 4
