@@ -12,15 +12,17 @@ Worked example: a query of 5 rows (shard, row) read in batches of 2 fills ``shar
 ``shard[4:5]`` (and ``row`` alike) — the arrays ``fetchnumpy`` would give, without its copy.
 
 **Dedup.** Among a group's documents the one with the smallest seeded draw is kept (ties: the first); see
-``dedup_keep``.
+``dedup_keep`` (and ``dedup.py``, which feeds it one key-hash partition at a time).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
 __all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected"]
 
@@ -33,25 +35,36 @@ SELECTED = "zephon_selected"
 
 
 def fetch_selected(
-    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, ranked: bool, grouped: bool
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    params: dict[str, Any],
+    *,
+    ranked: bool,
+    each: Callable[[pa.RecordBatch], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The final ``query`` over ``SELECTED`` — shard and row (int32), ``rank`` and ``grp`` where ``ranked`` /
-    ``grouped`` — fetched in batches at the table's length; the table is dropped after. A rank or group id is
-    at most the row count: int32 below 2^31 rows (4 bytes a kept row less than int64), int64 from there."""
+    """The final ``query`` over ``SELECTED`` — shard and row (int32), and ``rank`` where ``ranked`` — fetched in
+    batches at the table's length (``each``, if given, sees every batch in order: other columns are its own); the
+    table is dropped after. A rank is at most the row count: int32 below 2^31 rows (4 bytes a kept row less than
+    int64), int64 from there."""
     rows = int(con.execute(f"SELECT count(*) FROM {SELECTED}").fetchall()[0][0])
-    ids = np.int32 if rows < 2**31 else np.int64
     dtypes: dict[str, Any] = {"shard": np.int32, "row": np.int32}
-    dtypes.update({"rank": ids} if ranked else {})
-    dtypes.update({"grp": ids} if grouped else {})
-    out = fetch_columns(con, query, params, rows=rows, dtypes=dtypes)
+    dtypes.update({"rank": np.int32 if rows < 2**31 else np.int64} if ranked else {})
+    out = fetch_columns(con, query, params, rows=rows, dtypes=dtypes, each=each)
     con.execute(f"DROP TABLE {SELECTED}")
     return out
 
 
 def fetch_columns(
-    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, rows: int, dtypes: dict[str, Any]
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    params: dict[str, Any],
+    *,
+    rows: int,
+    dtypes: dict[str, Any],
+    each: Callable[[pa.RecordBatch], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The columns ``dtypes`` names of ``query``'s ``rows`` rows, in its order, as arrays of those dtypes."""
+    """The columns ``dtypes`` names of ``query``'s ``rows`` rows, in its order, as arrays of those dtypes;
+    ``each`` (if given) is called with every record batch, in order, after its rows are stored."""
     out = {name: np.empty(rows, dtype=dtype) for name, dtype in dtypes.items()}
     at = 0
     reader = con.sql(query, params=params or None).to_arrow_reader(BATCH_ROWS)  # streamed, not gathered first
@@ -61,6 +74,8 @@ def fetch_columns(
             raise AssertionError(f"the selection's query returned more than its {rows} counted rows")
         for name, array in out.items():
             array[at : at + n] = batch.column(name).to_numpy(zero_copy_only=False)
+        if each is not None:
+            each(batch)
         at += n
     if at != rows:
         raise AssertionError(f"the selection's query returned {at} rows, counted {rows}")
