@@ -54,8 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.errors import ConfigError
-from zephon.planner.selection.join import memory_bytes
-from zephon.planner.selection.results import SELECTED, dedup_keep, fetch_columns, fetch_selected
+from zephon.planner.selection.results import SELECTED, dedup_keep, fetch_columns, fetch_selected, memory_bytes
 
 __all__ = ["DEDUP_STREAM", "PARTITION_BYTES", "DedupRun", "dedup_draws", "fetch_final", "partitions_for"]
 
@@ -81,8 +80,6 @@ class DedupRun:
     dataset_index: int
     #: The selection's own spill directory (the partitioned keys and the files of pairs).
     spill: str
-    #: DuckDB's memory limit (``ZEPHON_SELECT_MEMORY``), which sizes the partitions.
-    memory_limit: str
     #: Key-hash partitions (None: ``partitions_for`` the keyed rows).
     partitions: int | None = None
 
@@ -98,20 +95,20 @@ def partitions_for(rows: int, limit: str) -> int:
 
 
 def fetch_final(
-    con: duckdb.DuckDBPyConnection, *, order: str | None, dedup: DedupRun | None
+    con: duckdb.DuckDBPyConnection, *, order: str | None, dedup: DedupRun | None, memory_limit: str
 ) -> tuple[dict[str, np.ndarray], int]:
     """The selection's rows out of ``zephon_selected``: shard and row in (shard, row) order, ``rank`` (the place
     in ``zephon_order`` order, ``ASC``/``DESC`` as ``order`` says, NULLs last, ties by (shard, row)) when
     ``order`` is set, one row per ``zephon_dedup`` key (module docstring) when ``dedup`` is set; and how many
-    rows there were before the dedup. The table is dropped."""
+    rows there were before the dedup. ``memory_limit``: DuckDB's (``ZEPHON_SELECT_MEMORY``), which sizes the
+    partitions and the final fetch (``results.fetch_selected``). The table is dropped."""
     rank = f", row_number() OVER (ORDER BY zephon_order {order} NULLS LAST, shard, row) - 1 AS rank" if order else ""
     if dedup is None:
-        result = fetch_selected(
-            con, f"SELECT shard, row{rank} FROM {SELECTED} ORDER BY shard, row", {}, ranked=rank != ""
-        )
+        query = f"SELECT shard, row{rank} FROM {SELECTED} ORDER BY shard, row"
+        result = fetch_selected(con, query, {}, ranked=rank != "", memory_limit=memory_limit)
         return result, len(result["shard"])
     keyed = int(con.execute(f"SELECT count(zephon_dedup) FROM {SELECTED}").fetchall()[0][0])
-    count = dedup.partitions if dedup.partitions is not None else partitions_for(keyed, dedup.memory_limit)
+    count = dedup.partitions if dedup.partitions is not None else partitions_for(keyed, memory_limit)
     if count < 1:
         raise ConfigError(f"dedup partitions must be ≥ 1, got {count} — pass a positive count or None")
     part = f"CAST(hash(zephon_dedup) % {count} AS INTEGER)"
@@ -129,7 +126,7 @@ def fetch_final(
         f"FROM {SELECTED} ORDER BY shard, row"
     )
     with _PairWriter(pairs, dedup_draws(dedup.seed, dedup.dataset_index)) as writer:
-        result = fetch_selected(con, query, {}, ranked=rank != "", each=writer.add)
+        result = fetch_selected(con, query, {}, ranked=rank != "", memory_limit=memory_limit, each=writer.add)
     before = len(result["shard"])
     keep = np.ones(before, dtype=bool)
     for p in range(count):

@@ -254,8 +254,7 @@ def select_rows(
         run = JoinRun(partitions=partitions, spill=spill, engine=engine, memory_limit=limit)
         dedup = None
         if selection.dedup_on is not None:
-            dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, memory_limit=limit,
-                             partitions=dedup_partitions)  # fmt: skip
+            dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, partitions=dedup_partitions)
         result, kept_by_where, sidecar = _evaluate(con, selection, documents, columns, total, run=run, dedup=dedup)
     except duckdb.OutOfMemoryException as exc:
         raise out_of_memory(selection, "where", str(selection.where), exc, limit) from exc
@@ -338,7 +337,7 @@ def _evaluate(
         except duckdb.Error as exc:
             field, text = _blame(selection, con, documents, params)
             raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
-        return *fetch_final(con, order=way, dedup=dedup), {}
+        return *fetch_final(con, order=way, dedup=dedup, memory_limit=run.memory_limit), {}
     assert selection.key is not None
     meta, fingerprint, sidecar_rows = sidecar_relation(con, selection)
     params.update(meta.params)
@@ -368,7 +367,7 @@ def _evaluate(
         raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
     sidecar: dict[str, Any] = sidecar_report(con, selection, meta, counts, documents=total)  # refuses duplicates
     sidecar.update(sidecar_fingerprint=fingerprint, sidecar_rows=sidecar_rows)
-    return *fetch_final(con, order=way, dedup=dedup), sidecar
+    return *fetch_final(con, order=way, dedup=dedup, memory_limit=run.memory_limit), sidecar
 
 
 def _blame(

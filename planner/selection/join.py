@@ -45,7 +45,6 @@ import glob
 import hashlib
 import math
 import os
-import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,7 +54,7 @@ import duckdb
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.planner.room import check_spill_room
-from zephon.planner.selection.results import SELECTED
+from zephon.planner.selection.results import SELECTED, memory_bytes
 from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
@@ -66,10 +65,6 @@ __all__ = ["JoinPlan", "JoinRun", "Relation", "join_sidecar", "partitions_for", 
 #: (measured: benchmarks/bench_selection.py, 2.48 GB peak RSS). Past it, partitions of half that many rows.
 IN_ONE_JOIN_BYTES = 10
 PARTITION_BYTES = 20
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30, "tib": 2**40}  # fmt: skip
-_SIZE = re.compile(r"^\s*([0-9.]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -113,14 +108,6 @@ class JoinPlan:
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def memory_bytes(limit: str) -> int:
-    """DuckDB's ``memory_limit`` text ("2GB", "512MiB") in bytes."""
-    match = _SIZE.match(limit)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got {limit!r} — fix it")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def partitions_for(rows: int, limit: str) -> int:

@@ -143,8 +143,8 @@ def test_fetch_final_keeps_what_one_rank_over_all_rows_keeps_and_cleans_up(tmp_p
     for partitions in (1, 2, 3, 4, 23, 100):
         con = duckdb.connect()
         _table_rows(con)
-        run = DedupRun(seed=8, dataset_index=2, spill=str(tmp_path), memory_limit="2GB", partitions=partitions)
-        got, before = fetch_final(con, order=None, dedup=run)
+        run = DedupRun(seed=8, dataset_index=2, spill=str(tmp_path), partitions=partitions)
+        got, before = fetch_final(con, order=None, dedup=run, memory_limit="2GB")
         assert before == 2000
         assert got["shard"].tolist() == shard[expected].tolist(), partitions
         assert got["row"].tolist() == row[expected].tolist(), partitions
