@@ -172,7 +172,7 @@ def out_of_disk(selection: Selection, spill: str, exc: duckdb.Error | OSError) -
     """The one-line error of a selection whose spill directory ran out of room (or of DuckDB's IO)."""
     return DatasetError(
         f"dataset {selection.dataset!r}: the selection's spill directory {spill} must have room for what DuckDB "
-        f"spills and the partitioned join writes, got {one_line(exc)} — free space there or point TMPDIR at a "
+        f"spills and the partitioned join and dedup write, got {one_line(exc)} — free space there or point TMPDIR at a "
         "larger disk"
     )
 
