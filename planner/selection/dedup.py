@@ -83,6 +83,10 @@ class DedupRun:
     #: Key-hash partitions (None: ``partitions_for`` the keyed rows).
     partitions: int | None = None
 
+    def __post_init__(self) -> None:
+        if self.partitions is not None and (isinstance(self.partitions, bool) or self.partitions < 1):
+            raise ConfigError(f"dedup_partitions must be an integer ≥ 1, got {self.partitions!r} — pass one, or None")
+
 
 def dedup_draws(seed: int, dataset_index: int) -> np.random.PCG64:
     """The generator of the dedup draws: its ``i``-th ``random_raw`` output is the ``i``-th kept row's draw."""
@@ -109,8 +113,6 @@ def fetch_final(
         return result, len(result["shard"])
     keyed = int(con.execute(f"SELECT count(zephon_dedup) FROM {SELECTED}").fetchall()[0][0])
     count = dedup.partitions if dedup.partitions is not None else partitions_for(keyed, memory_limit)
-    if count < 1:
-        raise ConfigError(f"dedup partitions must be ≥ 1, got {count} — pass a positive count or None")
     part = f"CAST(hash(zephon_dedup) % {count} AS INTEGER)"
     home = os.path.join(dedup.spill, "dedup")
     keys = os.path.join(home, "keys")

@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from zephon.errors import ConfigError
 from zephon.io import Dataset
 from zephon.planner.prepare import shard_refs
 from zephon.planner.selection import dedup as dedup_module
@@ -179,6 +180,9 @@ def test_the_partition_size_constant_forces_partitions_and_the_plan_bytes_stay(c
 
 
 def test_partitions_follow_the_keyed_rows_and_the_memory_limit() -> None:
+    for bad in (0, -2):
+        with pytest.raises(ConfigError, match=rf"^dedup_partitions must be an integer ≥ 1, got {bad} — pass one"):
+            DedupRun(seed=1, dataset_index=0, spill="/tmp", partitions=bad)
     assert partitions_for(0, "2GB") == 1
     assert partitions_for(10**7, "2GB") == 1  # 200 bytes of the limit a row
     assert partitions_for(250_000_000, "2GB") == 25  # 10^9 documents, where + sidecar keeping a quarter
@@ -187,6 +191,7 @@ def test_partitions_follow_the_keyed_rows_and_the_memory_limit() -> None:
 
 _FULL_DISK = """
 import resource, sys
+from zephon.errors import ConfigError
 from zephon.io import Dataset
 from zephon.planner.prepare import shard_refs
 from zephon.planner.selection.evaluate import select_rows
