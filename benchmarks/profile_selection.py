@@ -5,7 +5,8 @@ Run: python benchmarks/profile_selection.py --root DIR [--mode where+sidecar+ded
 ``DIR`` holds a corpus written by ``bench_selection.py --root DIR`` (``data/`` and ``side/``). The selection
 runs once in this process, with DuckDB's connection wrapped so each ``execute`` and ``fetch*`` prints its
 wall and CPU seconds (process CPU, so DuckDB's threads count) and the first words of its SQL; the sidecar's
-SHA-256 and the dedup draws are timed the same way. Printed last: the selected (shard, row) pairs' SHA-256 (to
+SHA-256 and each dedup partition's decision (``dedup._decide``: its ranks fetched, ``dedup_keep``) are timed
+the same way. Printed last: the selected (shard, row) pairs' SHA-256 (to
 compare two versions' selections) and peak RSS (``ru_maxrss``).
 """
 
@@ -60,15 +61,15 @@ def main() -> None:
     args = parser.parse_args()
     from zephon.io import Dataset
     from zephon.planner.prepare import shard_refs
+    from zephon.planner.selection import dedup, join
     from zephon.planner.selection import evaluate as sel
-    from zephon.planner.selection import join
     from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
     connect = duckdb.connect
     sel.duckdb.connect = lambda *a, **k: _Connection(connect(*a, **k))  # type: ignore[assignment]
-    fingerprint, dedup = join._sidecar_fingerprint, sel._dedup
+    fingerprint, decide = join._sidecar_fingerprint, dedup._decide
     join._sidecar_fingerprint = lambda *a: _timed("sidecar SHA-256", fingerprint, *a)  # type: ignore[assignment]
-    sel._dedup = lambda *a, **k: _timed("dedup draws", dedup, *a, **k)  # type: ignore[assignment]
+    dedup._decide = lambda con, p, *a: _timed(f"dedup partition {p}", decide, con, p, *a)  # type: ignore[assignment]
     kw: dict[str, str] = {"where": "int_score >= 3 AND language = 'en'"}
     if args.mode.startswith("where+sidecar"):
         kw = {"where": "int_score >= 3 AND quality > 0.5", "metadata": str(args.root / "side"), "key": "id"}

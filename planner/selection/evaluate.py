@@ -3,7 +3,10 @@
 One query per dataset, over all its Parquet shards at once (``read_parquet(..., file_row_number)``, ``file_index``),
 optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key)``)::
 
-    SELECT shard, row [, order rank] [, dedup group] FROM dataset [LEFT JOIN sidecar USING (key)] WHERE (where)
+    SELECT shard, row [, order key] [, dedup key] FROM dataset [LEFT JOIN sidecar USING (key)] WHERE (where)
+
+into a table, from which ``zephon.planner.selection.dedup.fetch_final`` reads the rows sorted by (shard, row), the
+order rank, and one row per dedup key (partitioned by the key's hash, out of core).
 
 DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
 statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
@@ -50,6 +53,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
+from zephon.planner.selection.dedup import DEDUP_STREAM, DedupRun, fetch_final
 from zephon.planner.selection.join import (
     JoinPlan,
     JoinRun,
@@ -62,7 +66,6 @@ from zephon.planner.selection.join import (
     sidecar_relation,
     sidecar_report,
 )
-from zephon.planner.selection.results import dedup_keep, fetch_selected
 from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
 
@@ -70,9 +73,6 @@ __all__ = ["DEDUP_STREAM", "SelectedRows", "SelectionReport", "select_rows", "si
 
 #: DuckDB's memory limit while selecting (it spills past it): a 2-core planning node has a few GB.
 MEMORY_LIMIT = os.environ.get("ZEPHON_SELECT_MEMORY", "2GB")
-
-#: Third word of the dedup draws' seed: keeps them apart from the epoch orders' ``(seed, dataset, epoch)``.
-DEDUP_STREAM = 0x6465_6475_70  # "dedup"
 
 _DIRECTION = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
 _NO_ROOM = re.compile(r"no space left|file too large|disk quota", re.IGNORECASE)
@@ -168,11 +168,11 @@ def out_of_memory(selection: Selection, field: str, text: str, exc: duckdb.Error
     )
 
 
-def out_of_disk(selection: Selection, spill: str, exc: duckdb.Error) -> DatasetError:
+def out_of_disk(selection: Selection, spill: str, exc: duckdb.Error | OSError) -> DatasetError:
     """The one-line error of a selection whose spill directory ran out of room (or of DuckDB's IO)."""
     return DatasetError(
         f"dataset {selection.dataset!r}: the selection's spill directory {spill} must have room for what DuckDB "
-        f"spills and the partitioned join writes, got {one_line(exc)} — free space there or point TMPDIR at a "
+        f"spills and the partitioned join and dedup write, got {one_line(exc)} — free space there or point TMPDIR at a "
         "larger disk"
     )
 
@@ -217,12 +217,14 @@ def select_rows(
     memory_limit: str | None = None,
     partitions: int | None = None,
     engine: str = "local",
+    dedup_partitions: int | None = None,
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring).
 
     ``partitions``: how many key-hash partitions a sidecar join runs in (default: as many as DuckDB's memory
     limit needs, ``selection_join.partitions_for``); ``engine="ray"`` joins them as Ray tasks
-    (``selection/ray_join.py``). Every count, on either engine, gives the same selection."""
+    (``selection/ray_join.py``); ``dedup_partitions``: the same for ``dedup_on`` (``selection/dedup.py``). Every
+    count, on either engine, gives the same selection."""
     name = selection.dataset
     # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
     remote = any(arrow_read(r) for r in refs)
@@ -250,11 +252,18 @@ def select_rows(
                 params={"paths": [r.uri for r in refs]},
             )
         run = JoinRun(partitions=partitions, spill=spill, engine=engine, memory_limit=limit)
-        result, sidecar = _evaluate(con, selection, documents, columns, total, run=run)
+        dedup = None
+        if selection.dedup_on is not None:
+            dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, partitions=dedup_partitions)
+        result, kept_by_where, sidecar = _evaluate(con, selection, documents, columns, total, run=run, dedup=dedup)
     except duckdb.OutOfMemoryException as exc:
         raise out_of_memory(selection, "where", str(selection.where), exc, limit) from exc
     except duckdb.IOException as exc:
         if _spilled(exc, spill):
+            raise out_of_disk(selection, spill, exc) from exc
+        raise
+    except OSError as exc:  # the dedup's own files (dedup.py) on a full disk
+        if _NO_ROOM.search(str(exc)):
             raise out_of_disk(selection, spill, exc) from exc
         raise
     finally:
@@ -262,14 +271,8 @@ def select_rows(
         shutil.rmtree(spill, ignore_errors=True)
     shard = np.asarray(result["shard"], dtype=np.int32)
     row = np.asarray(result["row"], dtype=np.int32)
-    kept_by_where = len(shard)
-    rank = result.get("rank")  # int32 or int64 (results.fetch_selected), as the grp ids
-    dropped = 0
-    if "grp" in result:
-        keep = _dedup(result["grp"], seed=seed, dataset_index=dataset_index)
-        dropped = kept_by_where - int(keep.sum())
-        shard, row = shard[keep], row[keep]
-        rank = rank[keep] if rank is not None else None
+    rank = result.get("rank")  # int32 or int64 (results.fetch_selected)
+    dropped = kept_by_where - len(shard)
     if rank is not None:
         order = np.argsort(rank, kind="stable")
         shard, row = shard[order], row[order]
@@ -303,50 +306,44 @@ def _evaluate(
     total: int,
     *,
     run: JoinRun,
-) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Run the selection's query on ``con``: its result columns, and the sidecar's report fields."""
+    dedup: DedupRun | None,
+) -> tuple[dict[str, np.ndarray], int, dict[str, Any]]:
+    """Run the selection's query on ``con``: its result columns (``dedup.fetch_final``), the rows ``where`` kept,
+    and the sidecar's report fields."""
     params: dict[str, Any] = dict(docs.params)
-    extra = []
     order_key = dedup_key = ""
+    way = None
     if selection.order_by is not None:
         text = selection.order_by
         direction = _DIRECTION.search(text)
         order_key = text[: direction.start()] if direction else text
         way = direction.group(1).upper() if direction else "ASC"
-        extra.append(f"row_number() OVER (ORDER BY ({{order}}) {way} NULLS LAST, shard, row) - 1 AS rank")
     if selection.dedup_on is not None:
         dedup_key = selection.dedup_on
-        extra.append("CASE WHEN ({dedup}) IS NULL THEN -1 ELSE dense_rank() OVER (ORDER BY ({dedup})) END AS grp")
     # zephon_shard: the shard's place in the dataset (local: file_index, a virtual column of DuckDB's multi-file
     # reader, the place in $paths); file_row_number: the row in it.
     documents = docs.text
+    plan = JoinPlan(where=selection.where, order_key=order_key, dedup_key=dedup_key)
     if selection.metadata is None:
         where = f"WHERE ({selection.where})" if selection.where is not None else ""
-        windows = "".join(", " + e.format(order=order_key, dedup=dedup_key) for e in extra)
+        carried = "".join(f", ({e}) AS {c}" for c, e in plan.carried())
         # Kept into a table first: its count sizes the arrays the sorted rows are fetched into (results.py).
         query = (
             f"CREATE TEMP TABLE zephon_selected AS SELECT zephon_shard AS shard, "
-            f"CAST(file_row_number AS INTEGER) AS row{windows} FROM {documents} {where}"
+            f"CAST(file_row_number AS INTEGER) AS row{carried} FROM {documents} {where}"
         )
         try:
             con.execute(query, params)
-            ordered = "SELECT * FROM zephon_selected ORDER BY shard, row"
-            return fetch_selected(con, ordered, {}, ranked=bool(order_key), grouped=bool(dedup_key)), {}
         except duckdb.Error as exc:
             field, text = _blame(selection, con, documents, params)
             raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
+        return *fetch_final(con, order=way, dedup=dedup, memory_limit=run.memory_limit), {}
     assert selection.key is not None
     meta, fingerprint, sidecar_rows = sidecar_relation(con, selection)
     params.update(meta.params)
     meta_columns = sidecar_columns(con, selection, meta, columns)
     columns = columns + [c for c in meta_columns if c != selection.key]
     source = joined_source(docs, meta, selection.key)
-    plan = JoinPlan(
-        where=selection.where,
-        order_key=order_key,
-        dedup_key=dedup_key,
-        windows="".join(", " + e.format(order="zephon_order", dedup="zephon_dedup") for e in extra),
-    )
     # One full join (or one per partition of the key's hash, past the memory budget: selection_join), from which
     # the selection and the counts of keys on one side only are both read. Expressions are checked on the whole
     # join first (EXPLAIN runs nothing), so a bad one is blamed the same way however the join runs.
@@ -354,7 +351,7 @@ def _evaluate(
     try:
         checks = [selection.where or "true", order_key or "1", dedup_key or "1"]
         con.execute(f"EXPLAIN SELECT ({checks[0]}), ({checks[1]}), ({checks[2]}) FROM {source}", params)
-        result, counts = join_sidecar(
+        counts = join_sidecar(
             con,
             selection,
             documents=docs,
@@ -368,9 +365,9 @@ def _evaluate(
             raise  # select_rows says which setting or disk to change
         field, text = _blame(selection, con, source, params)
         raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
-    sidecar: dict[str, Any] = sidecar_report(con, selection, meta, counts, documents=total)
+    sidecar: dict[str, Any] = sidecar_report(con, selection, meta, counts, documents=total)  # refuses duplicates
     sidecar.update(sidecar_fingerprint=fingerprint, sidecar_rows=sidecar_rows)
-    return result, sidecar
+    return *fetch_final(con, order=way, dedup=dedup, memory_limit=run.memory_limit), sidecar
 
 
 def _blame(
@@ -387,10 +384,3 @@ def _blame(
         except duckdb.Error:
             return field, text
     return "where", selection.where or ""
-
-
-def _dedup(group: np.ndarray, *, seed: int, dataset_index: int) -> np.ndarray:
-    """Keep mask: per group id ≥ 0, the document with the smallest seeded draw (one draw per selected document,
-    in (shard, row) order; ``results.dedup_keep``); every ``-1`` (NULL key) kept."""
-    bits = np.random.PCG64(np.random.SeedSequence([seed, dataset_index, DEDUP_STREAM]))
-    return dedup_keep(group, bits.random_raw(len(group)))

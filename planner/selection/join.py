@@ -13,8 +13,8 @@ bytes of the limit the join is **partitioned** (a grace hash join), into partiti
    materialized: the counts from a FULL OUTER JOIN of the keys alone, the kept rows (appended to one table
    DuckDB spills) from a LEFT JOIN ``WHERE (where)``, whose conjuncts DuckDB pushes into each side's scan
    (at 10^8: 30 + 13 s of CPU, against 54 s for one materialized join read twice);
-3. the window functions (``order_by``'s rank, ``dedup_on``'s groups) and the sort by (shard, row) run once,
-   over all kept rows — as in the single join.
+3. the partition files are removed; ``order_by``'s rank, ``dedup_on`` (``zephon.planner.selection.dedup``)
+   and the sort by (shard, row) run over all kept rows — as after the single join.
 
 With ``engine="ray"`` step 2 runs as one Ray task per partition (``zephon.planner.selection.ray_join``): the
 same statements (``counts_query``, ``kept_rows``), each partition's kept rows read back in
@@ -45,7 +45,7 @@ import glob
 import hashlib
 import math
 import os
-import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ import duckdb
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.planner.room import check_spill_room
-from zephon.planner.selection.results import fetch_selected
+from zephon.planner.selection.results import SELECTED, memory_bytes
 from zephon.planner.selection.sidecar import is_remote_sidecar, read_sidecar, sidecar_digest
 from zephon.recipe.selection import Selection
 
@@ -65,10 +65,6 @@ __all__ = ["JoinPlan", "JoinRun", "Relation", "join_sidecar", "partitions_for", 
 #: (measured: benchmarks/bench_selection.py, 2.48 GB peak RSS). Past it, partitions of half that many rows.
 IN_ONE_JOIN_BYTES = 10
 PARTITION_BYTES = 20
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30, "tib": 2**40}  # fmt: skip
-_SIZE = re.compile(r"^\s*([0-9.]+)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -100,11 +96,10 @@ class JoinPlan:
     #: The ``where`` predicate (None: every document is kept): a kept row's WHERE clause, so DuckDB pushes its
     #: conjuncts into each side's scan and turns the LEFT JOIN into an INNER one when they reject NULLs.
     where: str | None
-    #: ``order_by``'s expression without its direction ('' without one), ``dedup_on``'s ('' without one).
+    #: ``order_by``'s expression without its direction ('' without one), ``dedup_on``'s ('' without one): each
+    #: kept row carries their values (``zephon_order``, ``zephon_dedup``) to the final query.
     order_key: str
     dedup_key: str
-    #: The window-function columns of the final query, over ``zephon_order`` / ``zephon_dedup``.
-    windows: str
 
     def carried(self) -> list[tuple[str, str]]:
         """The window keys each kept row carries, as (column, expression): order's, then dedup's, if set."""
@@ -113,14 +108,6 @@ class JoinPlan:
 
 def quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-
-
-def memory_bytes(limit: str) -> int:
-    """DuckDB's ``memory_limit`` text ("2GB", "512MiB") in bytes."""
-    match = _SIZE.match(limit)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got {limit!r} — fix it")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
 
 
 def partitions_for(rows: int, limit: str) -> int:
@@ -224,15 +211,15 @@ def join_sidecar(
     plan: JoinPlan,
     referenced: frozenset[str],
     run: JoinRun,
-) -> tuple[dict[str, Any], dict[str, int]]:
-    """Join, keep what the selection keeps, and count: the final query's columns, and the counts
-    (joined document rows, documents without metadata, sidecar rows without a document, non-NULL sidecar-only
-    keys, distinct ones). ``run.partitions`` > 1 joins partition by partition (module docstring); with
-    ``run.engine == "ray"`` each partition is joined in a Ray task (``zephon.planner.selection.ray_join``) and
-    the kept rows are read back in partition order."""
+) -> dict[str, int]:
+    """Join, keep what the selection keeps in ``zephon_selected`` (shard, row and ``plan.carried()``), and count:
+    joined document rows, documents without metadata, sidecar rows without a document, non-NULL sidecar-only
+    keys, distinct ones. ``run.partitions`` > 1 joins partition by partition (module docstring), and removes the
+    partition files after; with ``run.engine == "ray"`` each partition is joined in a Ray task
+    (``zephon.planner.selection.ray_join``) and the kept rows are read back in partition order."""
     assert selection.key is not None
     typed = "".join(f", {c} {_type(con, e, documents, meta, selection.key)}" for c, e in plan.carried())
-    con.execute(f"CREATE TEMP TABLE zephon_selected (shard INTEGER, row INTEGER{typed})")
+    con.execute(f"CREATE TEMP TABLE {SELECTED} (shard INTEGER, row INTEGER{typed})")
     totals = [0, 0, 0, 0, 0]
     assert run.partitions is not None
     if run.partitions == 1:
@@ -255,14 +242,18 @@ def join_sidecar(
                 memory_limit=run.memory_limit,
                 memory=memory_bytes(run.memory_limit),
             )
-            con.execute("INSERT INTO zephon_selected SELECT * FROM read_parquet($kept)", {"kept": kept})
+            con.execute(f"INSERT INTO {SELECTED} SELECT * FROM read_parquet($kept)", {"kept": kept})
         else:
             for docs_part, meta_part in pairs:
                 _join_part(con, selection.key, docs_part, meta_part, plan, totals)
-    query = f"SELECT shard, row{plan.windows} FROM zephon_selected ORDER BY shard, row"
-    result = fetch_selected(con, query, {}, ranked=bool(plan.order_key), grouped=bool(plan.dedup_key))
+        for name in ("documents", "metadata", "documents-empty.parquet", "metadata-empty.parquet", "kept"):
+            path = os.path.join(run.spill, name)  # read into the table: their disk is the dedup's and the sort's
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.exists(path):
+                os.remove(path)
     names = ("document_rows", "without_metadata", "without_document", "side_keys", "distinct_side_keys")
-    return result, dict(zip(names, totals, strict=True))
+    return dict(zip(names, totals, strict=True))
 
 
 def _type(con: duckdb.DuckDBPyConnection, expr: str, documents: Relation, meta: Relation, key: str) -> str:
@@ -305,7 +296,7 @@ def _join_part(
     for i, n in enumerate(counts):
         totals[i] += int(n)
     text, params = kept_rows(key, documents, meta, plan)
-    con.execute(f"INSERT INTO zephon_selected {text}", params)
+    con.execute(f"INSERT INTO {SELECTED} {text}", params)
 
 
 def _partition(

@@ -12,17 +12,22 @@ Worked example: a query of 5 rows (shard, row) read in batches of 2 fills ``shar
 ``shard[4:5]`` (and ``row`` alike) — the arrays ``fetchnumpy`` would give, without its copy.
 
 **Dedup.** Among a group's documents the one with the smallest seeded draw is kept (ties: the first); see
-``dedup_keep``.
+``dedup_keep`` (and ``dedup.py``, which feeds it one key-hash partition at a time).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from typing import Any
 
 import duckdb
 import numpy as np
+import pyarrow as pa
 
-__all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected"]
+from zephon.errors import ConfigError
+
+__all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected", "memory_bytes"]
 
 #: Rows per record batch read from DuckDB (8 MB of int64 a column).
 BATCH_ROWS = 1 << 20
@@ -31,27 +36,66 @@ BATCH_ROWS = 1 << 20
 #: The temporary table of a selection's kept rows (shard, row and the columns the final query needs).
 SELECTED = "zephon_selected"
 
+#: The least share of DuckDB's memory limit it keeps while the final query fills the arrays (``fetch_selected``).
+FETCH_SHARE = 4
+
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
+          "gib": 2**30, "tib": 2**40}  # fmt: skip
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def memory_bytes(limit: str) -> int:
+    """DuckDB's ``memory_limit`` text ("2GB", "512MiB") in bytes."""
+    match = _SIZE.match(limit)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ConfigError(f"ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got {limit!r} — fix it")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
 
 def fetch_selected(
-    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, ranked: bool, grouped: bool
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    params: dict[str, Any],
+    *,
+    ranked: bool,
+    memory_limit: str,
+    each: Callable[[pa.RecordBatch], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The final ``query`` over ``SELECTED`` — shard and row (int32), ``rank`` and ``grp`` where ``ranked`` /
-    ``grouped`` — fetched in batches at the table's length; the table is dropped after. A rank or group id is
-    at most the row count: int32 below 2^31 rows (4 bytes a kept row less than int64), int64 from there."""
+    """The final ``query`` over ``SELECTED`` — shard and row (int32), and ``rank`` where ``ranked`` — fetched in
+    batches at the table's length (``each``, if given, sees every batch in order: other columns are its own); the
+    table is dropped after. A rank is at most the row count: int32 below 2^31 rows (4 bytes a kept row less than
+    int64), int64 from there.
+
+    Unranked, while the arrays fill, DuckDB's ``memory_limit`` is lowered by their bytes, to no less than a
+    ``FETCH_SHARE``-th of it, and restored after: the sort feeding them spills sooner instead of holding its whole
+    limit beside them (at 10^9 documents, 2.5 × 10^8 kept rows: 2 GB of arrays beside 2 GB of sort, 4.29 GB
+    peak). Ranked, the rank's window (which DuckDB holds whole, it does not spill) keeps the whole limit."""
     rows = int(con.execute(f"SELECT count(*) FROM {SELECTED}").fetchall()[0][0])
-    ids = np.int32 if rows < 2**31 else np.int64
     dtypes: dict[str, Any] = {"shard": np.int32, "row": np.int32}
-    dtypes.update({"rank": ids} if ranked else {})
-    dtypes.update({"grp": ids} if grouped else {})
-    out = fetch_columns(con, query, params, rows=rows, dtypes=dtypes)
+    dtypes.update({"rank": np.int32 if rows < 2**31 else np.int64} if ranked else {})
+    budget = memory_bytes(memory_limit)
+    arrays = rows * sum(np.dtype(t).itemsize for t in dtypes.values())
+    lowered = budget if ranked else max(budget // FETCH_SHARE, budget - arrays)
+    con.execute(f"SET memory_limit = '{lowered}B'")
+    try:
+        out = fetch_columns(con, query, params, rows=rows, dtypes=dtypes, each=each)
+    finally:
+        con.execute(f"SET memory_limit = '{budget}B'")
     con.execute(f"DROP TABLE {SELECTED}")
     return out
 
 
 def fetch_columns(
-    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, Any], *, rows: int, dtypes: dict[str, Any]
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    params: dict[str, Any],
+    *,
+    rows: int,
+    dtypes: dict[str, Any],
+    each: Callable[[pa.RecordBatch], None] | None = None,
 ) -> dict[str, np.ndarray]:
-    """The columns ``dtypes`` names of ``query``'s ``rows`` rows, in its order, as arrays of those dtypes."""
+    """The columns ``dtypes`` names of ``query``'s ``rows`` rows, in its order, as arrays of those dtypes;
+    ``each`` (if given) is called with every record batch, in order, after its rows are stored."""
     out = {name: np.empty(rows, dtype=dtype) for name, dtype in dtypes.items()}
     at = 0
     reader = con.sql(query, params=params or None).to_arrow_reader(BATCH_ROWS)  # streamed, not gathered first
@@ -61,6 +105,8 @@ def fetch_columns(
             raise AssertionError(f"the selection's query returned more than its {rows} counted rows")
         for name, array in out.items():
             array[at : at + n] = batch.column(name).to_numpy(zero_copy_only=False)
+        if each is not None:
+            each(batch)
         at += n
     if at != rows:
         raise AssertionError(f"the selection's query returned {at} rows, counted {rows}")

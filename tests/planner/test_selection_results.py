@@ -55,3 +55,32 @@ def test_fetch_columns_refuses_a_result_of_another_length(rows) -> None:
     con = duckdb.connect()
     with pytest.raises(AssertionError, match=r"9 rows|more than its 8"):
         fetch_columns(con, "SELECT range AS shard FROM range(9)", {}, rows=rows, dtypes={"shard": np.int64})
+
+
+@pytest.mark.parametrize("ranked", [False, True])
+def test_fetch_selected_lowers_duckdbs_limit_while_the_arrays_fill_and_restores_it(tmp_path, monkeypatch, ranked):
+    monkeypatch.setattr(results, "BATCH_ROWS", 1 << 16)
+    con = duckdb.connect()
+    con.execute("SET temp_directory = ?", [str(tmp_path)])
+    con.execute("SET threads = 1")
+    con.execute("CREATE TEMP TABLE zephon_selected AS SELECT CAST(range // 1000 AS INTEGER) AS shard, CAST(range % "
+                "1000 AS INTEGER) AS row FROM range(200000) ORDER BY hash(range)")  # fmt: skip
+    limit = "16MB" if ranked else "4MB"  # the rank's window does not spill: 4 MB is too little for it
+    con.execute(f"SET memory_limit = '{limit}'")
+    rank = ", 199999 - (shard * 1000 + row) AS rank" if ranked else ""
+    seen: list[str] = []
+
+    def each(batch) -> None:  # the limit the fetch runs under, read from a second cursor
+        seen.append(con.cursor().execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+
+    query = f"SELECT shard, row{rank} FROM zephon_selected ORDER BY shard, row"
+    got = results.fetch_selected(con, query, {}, ranked=ranked, memory_limit=limit, each=each)
+    assert got["shard"].tolist() == np.repeat(np.arange(200), 1000).tolist()
+    assert got["row"].tolist() == np.tile(np.arange(1000), 200).tolist()
+    if ranked:
+        assert got["rank"].tolist() == list(range(199_999, -1, -1))
+    # unranked: 4 MB less 200,000 rows of 8 bytes = 2.4 MB (2.2 MiB); ranked: the whole 16 MB (15.2 MiB)
+    assert seen == ["15.2 MiB" if ranked else "2.2 MiB"] * 4
+    after = con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    assert after == ("15.2 MiB" if ranked else "3.8 MiB")
+    assert not con.execute("SELECT * FROM duckdb_tables() WHERE table_name = 'zephon_selected'").fetchall()
