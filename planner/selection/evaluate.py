@@ -177,6 +177,12 @@ def out_of_disk(selection: Selection, spill: str, exc: duckdb.Error | OSError) -
     )
 
 
+def _described(selection: Selection) -> str:
+    """The selection's settings that are set (``where='…', dedup_on='…'``): what a whole-selection error names."""
+    fields = ("where", "metadata", "key", "order_by", "dedup_on")
+    return ", ".join(f"{f}={getattr(selection, f)!r}" for f in fields if getattr(selection, f) is not None)
+
+
 def _spilled(exc: duckdb.Error, spill: str) -> bool:
     """Whether DuckDB failed writing its spill directory (full disk, file size limit), not reading input."""
     text = str(exc)
@@ -257,7 +263,7 @@ def select_rows(
             dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, partitions=dedup_partitions)
         result, kept_by_where, sidecar = _evaluate(con, selection, documents, columns, total, run=run, dedup=dedup)
     except duckdb.OutOfMemoryException as exc:
-        raise out_of_memory(selection, "where", str(selection.where), exc, limit) from exc
+        raise out_of_memory(selection, "selection", _described(selection), exc, limit) from exc
     except duckdb.IOException as exc:
         if _spilled(exc, spill):
             raise out_of_disk(selection, spill, exc) from exc

@@ -360,4 +360,5 @@ def test_a_selection_past_duckdbs_memory_limit_says_which_setting_to_raise(corpu
     ds = Dataset.from_path("web", corpus / "web", where="quality > 0.5", metadata=corpus / "side", key="id")
     with pytest.raises(ConfigError, match=r"must fit DuckDB's memory limit ZEPHON_SELECT_MEMORY=1KB, got .*raise") as e:
         _source(ds).plan(tmp_path / "p")
-    assert "\n" not in str(e.value)
+    assert "\n" not in str(e.value) and "None" not in str(e.value)  # names the settings given, only them
+    assert "where='quality > 0.5'" in str(e.value) and "key='id'" in str(e.value)
