@@ -137,6 +137,30 @@ def fetch_final(
     return _compact(result, keep), before
 
 
+#: Files a process may need open besides the pairs' (DuckDB's, the shards', the interpreter's).
+FILE_MARGIN = 256
+
+
+def allow_open_files(count: int) -> None:
+    """Make room for ``count`` files open at once (one a partition: ~1,000 at 10^10 keyed rows and a 2 GB limit,
+    past the 1,024 many systems allow by default): the soft ``RLIMIT_NOFILE`` is raised toward the hard one when it
+    is lower than ``count + FILE_MARGIN`` — the one process setting the dedup changes; a hard limit too low is one
+    line saying what to raise."""
+    import resource
+
+    need = count + FILE_MARGIN
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ConfigError(
+            f"dedup_on must keep its {count} key-hash partitions' files open at once (and {FILE_MARGIN} more), got "
+            f"an open-file limit of {hard} — raise it (ulimit -n {need}) or ZEPHON_SELECT_MEMORY (fewer, larger "
+            "partitions)"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+
+
 class _PairWriter:
     """Step 2: numbers the streamed rows, draws one number each, appends each keyed row's pair to its file."""
 
@@ -145,6 +169,7 @@ class _PairWriter:
         self._files: list[BinaryIO] = []
 
     def __enter__(self) -> _PairWriter:
+        allow_open_files(len(self._paths))
         self._files = [open(path, "wb") for path in self._paths]  # noqa: SIM115 - closed in __exit__
         return self
 

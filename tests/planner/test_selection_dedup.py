@@ -216,3 +216,33 @@ def test_a_dedup_whose_pairs_cannot_be_written_fails_in_one_line_and_leaves_noth
     assert line.startswith(f"DatasetError dataset 'web': the selection's spill directory {scratch}/zephon-select-")
     assert "[Errno 27] File too large — free space there or point TMPDIR at a larger disk" in line  # Python's write
     assert "\n" not in line and list(scratch.iterdir()) == []
+
+
+def test_the_open_file_limit_is_raised_for_many_partitions_or_refused_in_one_line(tmp_path) -> None:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1000:
+        pytest.skip("this machine's hard open-file limit is below the test's")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))  # below 100 partitions + the margin
+    try:
+        con = duckdb.connect()
+        _table_rows(con)
+        run = DedupRun(seed=8, dataset_index=2, spill=str(tmp_path), partitions=100)
+        got, before = fetch_final(con, order=None, dedup=run, memory_limit="2GB")
+        assert before == 2000 and 23 < len(got["shard"]) < 2000
+        assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == 100 + dedup_module.FILE_MARGIN  # raised, no further
+        con.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    child = (  # a hard limit can only be lowered for good: in a process of its own
+        "import resource, sys\n"
+        "from zephon.planner.selection.dedup import allow_open_files\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (200, 300))\n"
+        "try:\n    allow_open_files(100)\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == (
+        "ConfigError dedup_on must keep its 100 key-hash partitions' files open at once (and 256 more), got an "
+        "open-file limit of 300 — raise it (ulimit -n 356) or ZEPHON_SELECT_MEMORY (fewer, larger partitions)"
+    )
