@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -97,3 +100,14 @@ def make_parquet(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def make_jsonl(tmp_path: Path) -> Callable[..., Path]:
     return lambda name, rows, **kw: write_jsonl_dataset(tmp_path / "data", name, rows, **kw)
+
+
+def selection_under_full_disk(script: str, corpus: Path, tmp_path: Path) -> tuple[str, Path]:
+    """Run ``script`` (a selection under a file-size limit: a full disk) in a process of its own, its ``TMPDIR`` a
+    new scratch folder: the one line it printed, and that folder (for what the selection left in it)."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
+    out = subprocess.run([sys.executable, "-c", script, str(corpus)], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip(), scratch

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import selection_under_full_disk
 
 from zephon.errors import ConfigError
 from zephon.io import Dataset
@@ -207,12 +208,7 @@ except Exception as exc:
 
 
 def test_a_dedup_whose_pairs_cannot_be_written_fails_in_one_line_and_leaves_nothing(corpus, tmp_path) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch)}
-    out = subprocess.run([sys.executable, "-c", _FULL_DISK, str(corpus)], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
+    line, scratch = selection_under_full_disk(_FULL_DISK, corpus, tmp_path)
     assert line.startswith(f"DatasetError dataset 'web': the selection's spill directory {scratch}/zephon-select-")
     assert "[Errno 27] File too large — free space there or point TMPDIR at a larger disk" in line  # Python's write
     assert "\n" not in line and list(scratch.iterdir()) == []

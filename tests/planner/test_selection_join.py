@@ -7,9 +7,6 @@ and the whole plan bundles must be identical byte for byte.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -17,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import selection_under_full_disk
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.io import Dataset
@@ -161,12 +159,7 @@ except Exception as exc:
 
 
 def test_a_full_spill_disk_fails_in_one_line_and_leaves_nothing(corpus, tmp_path) -> None:
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    env = {**os.environ, "TMPDIR": str(scratch)}
-    out = subprocess.run([sys.executable, "-c", _FULL_DISK, str(corpus)], env=env, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    line = out.stdout.strip()
+    line, scratch = selection_under_full_disk(_FULL_DISK, corpus, tmp_path)
     assert line.startswith("DatasetError dataset 'web': the selection's spill directory "), line
     assert "must have room" in line and "point TMPDIR at a larger disk" in line and "\n" not in line
     assert list(scratch.iterdir()) == []
