@@ -20,7 +20,8 @@ with workers, receiving and joining the pieces). ``--rounds`` rounds run every
 hits every variant; with ``--python`` several interpreters (e.g. another checkout's venv, as "before") alternate in
 the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 workers ≥ 1.6 × 1 worker and ≥ 0
 workers, in tokens per wall second of the run, and "steady": tokens per wall second after the first dict
-(what a long run sees once its workers are up).
+(what a long run sees once its workers are up); "cores": the run's CPU seconds per wall second — one worker
+near 1.4 on 2 cores leaves 2 workers at most 2 ÷ 1.4 of it, whatever they cost.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def main() -> None:
     )
     print(
         f"{'interpreter':<34}{'workers':>8}{'steps CPU s':>12}{'first s':>9}{'run s':>8}{'CPU s':>8}{'main CPU s':>11}"
-        f"{'Mtok/s':>8}{'steady':>8}{'tok/CPU-µs':>11}"
+        f"{'Mtok/s':>8}{'steady':>8}{'tok/CPU-µs':>11}{'cores':>7}"
     )
     rate: dict[tuple[str, int], list[float]] = {}
     steady: dict[tuple[str, int], list[float]] = {}
@@ -195,7 +196,7 @@ def main() -> None:
             f"{v[0][-34:]:<34}{v[1]:>8}{med('steps_cpu'):>12.2f}{med('first'):>9.2f}{med('run'):>8.2f}"
             f"{med('cpu'):>8.2f}{med('main_cpu'):>11.2f}{statistics.median(rate[v]) / 1e6:>8.2f}"
             f"{statistics.median(steady[v]) / 1e6:>8.2f}"
-            f"{first['tokens'] / med('cpu') / 1e6:>11.2f}"
+            f"{first['tokens'] / med('cpu') / 1e6:>11.2f}{statistics.median(g['cpu'] / g['run'] for g in got):>7.2f}"
         )
     for py in args.python:
         if {0, 1, 2} <= set(args.workers):
