@@ -51,6 +51,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from zephon.executor.read.shared_groups import free_bytes
+
 #: Bytes before the first slot: the ``taken`` counter (int64) and padding to a cache line.
 HEADER = 64
 #: Every array in a slot starts on a multiple of this (a view of another dtype needs its alignment).
@@ -104,11 +106,7 @@ def group_size(piece_bytes: int) -> int:
 
 def shm_free() -> int | None:
     """Bytes free where shared memory lives (``/dev/shm``), None where that cannot be told."""
-    try:
-        st = os.statvfs("/dev/shm")
-    except OSError:
-        return None
-    return st.f_bavail * st.f_frsize
+    return free_bytes("/dev/shm")
 
 
 class SlotWriter:

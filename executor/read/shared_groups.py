@@ -84,6 +84,16 @@ def remove_share_directory(directory: str) -> None:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def free_bytes(path: str) -> int | None:
+    """Bytes free to unprivileged writers on ``path``'s file system (``/dev/shm`` for shared memory), None where
+    that cannot be told."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
+
+
 @dataclass(slots=True)
 class SharedRowGroups:
     """One worker's side of a share directory (see the module docstring).
@@ -152,8 +162,8 @@ class SharedRowGroups:
         temporary = f"{path}.{os.getpid()}.tmp"
         published = False
         try:
-            st = os.statvfs(self.directory)
-            if st.f_bavail * st.f_frsize < 4 * column.nbytes + self.margin:
+            free = free_bytes(self.directory)
+            if free is None or free < 4 * column.nbytes + self.margin:
                 self.closed = True
             else:
                 batch = pa.RecordBatch.from_arrays([column], names=["v"])
@@ -188,16 +198,20 @@ class SharedRowGroups:
 
     def wait(self, shard_id: int, group: int) -> pa.Array | None:
         """The row group another process claimed, once it has published it; None when it did not (the caller
-        decodes it)."""
+        decodes it: counted ``unshared``)."""
         try:
             fd = os.open(self._path(shard_id, group, "claim"), os.O_RDONLY)
         except OSError:
-            return self.get(shard_id, group)  # published and forgotten, or given up: whatever is there
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)  # returns once the claimant published, gave up or died
-        finally:
-            os.close(fd)
-        return self.get(shard_id, group)
+            fd = -1  # published and forgotten, or given up: whatever is there
+        if fd >= 0:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)  # returns once the claimant published, gave up or died
+            finally:
+                os.close(fd)
+        column = self.get(shard_id, group)
+        if column is None:
+            self.counts["unshared"] += 1
+        return column
 
     def forget(self, shard_id: int) -> None:
         """Unlink the files this process published for a shard it closed (mapped copies stay valid)."""
