@@ -168,7 +168,10 @@ class Interleaving:
             return Block(choice, np.argsort(choice, kind="stable"), np.bincount(choice, minlength=m))
         period = len(self._pattern)
         first = start % period
-        choice = np.resize(np.roll(self._pattern, -first), stop - start) if stop > start else self._pattern[:0]
+        # The pattern repeated from ``first`` on (np.tile: np.resize concatenated one copy per period, 208 ns a
+        # position for a one-dataset plan, whose period is 1; this is ~2).
+        reps = -(-(stop - start) // period)
+        choice = np.tile(np.roll(self._pattern, -first), reps)[: stop - start]
         bases = np.arange(start // period * period, -(-stop // period) * period, period, dtype=np.int64)[:, None]
         parts = []
         for i, where in enumerate(self._where):
