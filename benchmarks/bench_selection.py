@@ -18,9 +18,16 @@ child process (its own peak RSS, from ``os.wait4``) limited to ``--threads`` Duc
   time and memory until the one-line refusal (its count and example key), which is printed.
 * **where + sidecar + dedup**: the same with ``dedup_on="id // 2"`` (documents in pairs of consecutive ids:
   one of each pair both of whose documents pass is dropped) — issue #30's bar at 10^9.
+* **where + order_by** (``--modes where+order_by``): the ``where`` run with ``order_by="id % 7919 DESC"`` (every
+  kept row sorted by a key with few ties).
 
 Each child gets its own ``TMPDIR`` (under ``--root``), polled every 0.2 s: the most bytes under it at once is
-the disk the selection spilled (DuckDB's spill files and the partitioned join's files).
+the disk the selection spilled (DuckDB's spill files and the partitioned join's files); "disk" is the most the
+file system's used bytes grew, which also counts unnamed files (a ``where`` alone keeps its rows in one past
+256 MB, ``planner/selection/selected.py``) — and anything else written there meanwhile.
+
+``--copies K`` writes ``--documents`` ÷ K rows once and hard-links each shard K times: 10^10 rows (10^5 shards)
+on a disk that holds 10^9 (for ``where`` and ``baseline``: the ids repeat).
 
 Printed: wall time, CPU time, peak RSS, peak spill, and each time as a ratio to the baseline of the same run.
 """
@@ -45,10 +52,16 @@ import pyarrow.parquet as pq
 LANGS = np.array(["en", "fr", "de", "es"])
 #: The dedup key of the where + sidecar + dedup run: consecutive ids in pairs (one near-duplicate each).
 DEDUP_ON = "id // 2"
+#: The key of the where + order_by run: a sort of every kept row (ties are few).
+ORDER_BY = "id % 7919 DESC"
 SIDECAR_SCHEMA = pa.schema([("id", pa.int64()), ("quality", pa.float32())])
 
 
-def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
+def write_corpus(
+    root: Path, documents: int, shards: int, *, sidecar: bool = True, copies: int = 1
+) -> tuple[Path, Path]:
+    """The corpus under ``root/data`` (``copies`` > 1: its shards hard-linked that many times, ``copies ×
+    documents`` rows whose ids repeat, which a ``where`` does not notice) and, with ``sidecar``, its sidecar."""
     data, side = root / "data", root / "side"
     data.mkdir(parents=True, exist_ok=True)
     side.mkdir(parents=True, exist_ok=True)
@@ -69,6 +82,11 @@ def write_corpus(root: Path, documents: int, shards: int) -> tuple[Path, Path]:
             }
         )
         pq.write_table(table, data / f"part-{s:05d}.parquet", row_group_size=100_000)
+    for k in range(1, copies):
+        for s in range(shards):
+            os.link(data / f"part-{s:05d}.parquet", data / f"part-{s:05d}-{k:02d}.parquet")
+    if not sidecar:
+        return data, side
     # The sidecar's ids in another order (a sidecar is rarely in the corpus's order): i -> (a*i + c) mod N with
     # a coprime to N, a permutation computed chunk by chunk, so that writing 10^9 ids holds one chunk, not N.
     a = int(documents * 0.6180339887) | 1
@@ -124,6 +142,8 @@ def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
             kw = {"where": "int_score >= 3 AND quality > 0.5", "metadata": side, "key": "id"}
         if mode == "where+sidecar+dedup":
             kw["dedup_on"] = DEDUP_ON
+        if mode == "where+order_by":
+            kw["order_by"] = ORDER_BY
         ds = Dataset.from_path("web", data, **kw)  # type: ignore[arg-type]
         source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1)
         refs = shard_refs(source, progress=False)[0]
@@ -132,7 +152,7 @@ def _child(mode: str, data: str, side: str, threads: int) -> dict[str, float]:
             chosen = sel.select_rows(ds.selection, refs, seed=1, dataset_index=0, threads=threads)
         except DatasetError as exc:  # sidecar-duplicates: the refusal is the result
             return {"seconds": time.perf_counter() - start, "selected": 0, "refused": str(exc)}
-        selected = len(chosen.row)
+        selected = chosen.selected
     return {"seconds": time.perf_counter() - start, "selected": selected}
 
 
@@ -143,6 +163,13 @@ def _bytes_under(root: Path) -> int:
             with contextlib.suppress(FileNotFoundError):  # removed while we walked
                 total += os.stat(os.path.join(folder, name)).st_size
     return total
+
+
+def _used(path: Path) -> int:
+    """Bytes in use on ``path``'s file system: counts files without a name too (a selection's kept rows past
+    ``selected.MEMORY_BYTES`` live in an unnamed temporary file), and anything else writing there."""
+    st = os.statvfs(path)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
 def run(mode: str, data: Path, side: Path, threads: int, scratch: Path) -> dict[str, float]:
@@ -157,12 +184,14 @@ def run(mode: str, data: Path, side: Path, threads: int, scratch: Path) -> dict[
         os.write(write, json.dumps(out).encode())
         os._exit(0)
     os.close(write)
-    spilled = [0]
+    spilled = [0, 0]
     done = threading.Event()
+    base = _used(scratch)
 
     def poll() -> None:
         while not done.wait(0.2):
             spilled[0] = max(spilled[0], _bytes_under(scratch))
+            spilled[1] = max(spilled[1], _used(scratch) - base)
 
     watcher = threading.Thread(target=poll, daemon=True)
     watcher.start()
@@ -177,6 +206,7 @@ def run(mode: str, data: Path, side: Path, threads: int, scratch: Path) -> dict[
     out["cpu_seconds"] = usage.ru_utime + usage.ru_stime
     out["peak_rss_gb"] = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) / 1e9
     out["peak_spill_gb"] = spilled[0] / 1e9
+    out["peak_disk_gb"] = spilled[1] / 1e9
     return out
 
 
@@ -191,17 +221,31 @@ def main() -> None:
         "--modes", default="baseline,where,where+sidecar,where+sidecar+dedup", help="Comma-separated runs to time."
     )
     parser.add_argument("--duplicates", type=int, default=1000, help="Repeated keys of sidecar-duplicates.")
+    parser.add_argument(
+        "--copies", type=int, default=1,
+        help="Write --documents ÷ COPIES rows and hard-link each shard COPIES times (10^10 rows on a disk that "
+        "holds 10^9; ids repeat: for the where and baseline modes only).",
+    )  # fmt: skip
     args = parser.parse_args()
     n = int(args.documents)
+    modes = args.modes.split(",")
+    if args.copies > 1 and any("sidecar" in m for m in modes):
+        raise SystemExit(f"--copies must be 1 for the sidecar modes (unique ids), got {args.copies} — drop it")
+    if n % args.copies or args.shards % args.copies:
+        raise SystemExit(
+            f"--documents and --shards must be multiples of --copies, got {n}, {args.shards}, {args.copies} — fix them"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         root = args.root or Path(tmp)
         t0 = time.perf_counter()
+        sidecar = any("sidecar" in m for m in modes)
         if not (root / "data").exists():
-            write_corpus(root, n, args.shards)
-        print(f"corpus: {n:,} documents in {args.shards} shards + 8 sidecar files ({time.perf_counter() - t0:.1f} s)")
+            write_corpus(root, n // args.copies, args.shards // args.copies, sidecar=sidecar, copies=args.copies)
+        extra = " + 8 sidecar files" if sidecar else ""
+        print(f"corpus: {n:,} documents in {args.shards} shards{extra} ({time.perf_counter() - t0:.1f} s)")
         scratch = root / "scratch"
         results = {}
-        for m in args.modes.split(","):
+        for m in modes:
             side = write_duplicates(root, n, args.duplicates) if m == "sidecar-duplicates" else root / "side"
             results[m] = run(m, root / "data", side, args.threads, scratch)
         scratch.rmdir()  # each selection removed what it wrote there
@@ -209,7 +253,8 @@ def main() -> None:
     for mode, r in results.items():
         print(
             f"{mode:<20} {r['seconds']:7.2f} s  cpu {r['cpu_seconds']:7.2f} s  peak RSS {r['peak_rss_gb']:.2f} GB  "
-            f"spill {r['peak_spill_gb']:.2f} GB  selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of "
+            f"spill {r['peak_spill_gb']:.2f} GB  disk {r['peak_disk_gb']:.2f} GB  "
+            f"selected {int(r['selected']):,}  ×{r['seconds'] / base:.2f} of "
             "the baseline"
         )
         if "refused" in r:

@@ -222,10 +222,8 @@ class Reader:
         self._ids = np.asarray(shard_ids, dtype=np.int32)
         self._rows = np.asarray(shard_rows, dtype=np.int64)
         self._selection = selection
-        if selection is not None:
-            # Each shard's "rows" are its selected rows; _starts[j] is shard j's first in selection order.
+        if selection is not None:  # each shard's "rows" are its selected rows
             self._rows = selection.per_shard(len(self._ids))
-            self._starts = np.concatenate(([0], np.cumsum(self._rows)))[:-1]
         self._tokens = tokens
         #: Every shard's token counts, kept once one window has read them all (``_window_tokens``).
         self._whole: list[np.ndarray] | None = None
@@ -244,8 +242,7 @@ class Reader:
         assert self._tokens is not None
         counts = self._tokens[j]
         if self._selection is not None:
-            start = int(self._starts[j])
-            counts = counts[self._selection.row[start : start + int(self._rows[j])]]
+            counts = counts[self._selection.shard_rows(j)]
         return counts
 
     def _window_tokens(self, shards: list[int]) -> list[np.ndarray]:
@@ -270,13 +267,13 @@ class Reader:
             flat = flat.astype(np.int64, copy=False)
             tokens = flat[window.perm] if window.perm is not None else flat
         if self._selection is not None:
-            rows = WindowRows(rows.shard, self._selection.row[self._starts[rows.shard] + rows.row])
+            rows = WindowRows(rows.shard, self._selection.lookup(rows.shard, rows.row))
         return rows, tokens
 
     def _ordered_documents(self, window: Window) -> tuple[WindowRows, np.ndarray | None]:
         """An ordered selection's window: ``window.shards`` holds positions in key order (see ``_epoch``)."""
         assert self._selection is not None
-        shard, row = self._selection.shard[window.shards], self._selection.row[window.shards]
+        shard, row = self._selection.shard[window.shards], self._selection.rows.take(window.shards)
         tokens = None
         if self._tokens is not None:
             tokens = np.empty(len(row), np.int64)
@@ -302,7 +299,7 @@ class Reader:
                 window_shards=self._window,
             )
         return ordered_windows(
-            len(selection.row), seed=self._seed, dataset_index=self._index, epoch=self.epoch,
+            selection.selected, seed=self._seed, dataset_index=self._index, epoch=self.epoch,
             shuffle=self._shuffle, window=selection.window,
         )  # fmt: skip
 

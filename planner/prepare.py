@@ -79,7 +79,7 @@ class PreparedPlan:
     def dataset_rows(self, index: int) -> int:
         """Documents one pass of dataset ``index`` reads: its selected rows, or all its rows."""
         chosen = self.selection(index)
-        return len(chosen.row) if chosen is not None else sum(r.rows for r in self.shards[index])
+        return chosen.selected if chosen is not None else sum(r.rows for r in self.shards[index])
 
     def epoch_tokens(self, index: int) -> int:
         """Tokens (costs) of one pass of dataset ``index``, computed once for the room check and the layout."""

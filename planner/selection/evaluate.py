@@ -5,8 +5,11 @@ optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key
 
     SELECT shard, row [, order key] [, dedup key] FROM dataset [LEFT JOIN sidecar USING (key)] WHERE (where)
 
-into a table, from which ``zephon.planner.selection.dedup.fetch_final`` reads the rows sorted by (shard, row), the
-order rank, and one row per dedup key (partitioned by the key's hash, out of core).
+into a table, from which ``zephon.planner.selection.dedup.fetch_final`` reads the rows sorted by (shard, row) or
+by the order key, and one row per dedup key (partitioned by the key's hash, out of core). A ``where`` alone over
+local Parquet runs instead one streamed query per range of shards (``selection/ranges.py``), its rows kept in
+memory or an unnamed file (``selection/selected.py``): nothing in it grows with the selection but 4 bytes a kept
+row on disk.
 
 DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
 statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
@@ -43,8 +46,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import duckdb
@@ -66,6 +68,9 @@ from zephon.planner.selection.join import (
     sidecar_relation,
     sidecar_report,
 )
+from zephon.planner.selection.ranges import ROW_BYTES, where_by_range
+from zephon.planner.selection.results import memory_bytes
+from zephon.planner.selection.selected import RowColumn, SelectedRows, SelectionReport
 from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
 
@@ -77,76 +82,6 @@ MEMORY_LIMIT = os.environ.get("ZEPHON_SELECT_MEMORY", "2GB")
 _DIRECTION = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
 _NO_ROOM = re.compile(r"no space left|file too large|disk quota", re.IGNORECASE)
 _UNKNOWN = re.compile(r'Referenced column "([^"]+)" not found', re.IGNORECASE)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SelectionReport:
-    """What a selection kept and skipped, for plan.json (every skipped row is counted)."""
-
-    #: Rows of the dataset's shards.
-    rows: int
-    #: Rows the ``where`` predicate rejected (or 0 without one).
-    skipped_by_where: int
-    #: Rows dropped as duplicates of a ``dedup_on`` key.
-    skipped_by_dedup: int
-    #: Rows the plan reads.
-    selected: int
-    #: Sidecar: its files' content digest, rows, documents without a sidecar row, sidecar rows without a document.
-    sidecar_fingerprint: str | None = None
-    sidecar_rows: int | None = None
-    documents_without_metadata: int | None = None
-    metadata_without_document: int | None = None
-
-    def as_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "rows": self.rows,
-            "selected": self.selected,
-            "skipped_by_where": self.skipped_by_where,
-            "skipped_by_dedup": self.skipped_by_dedup,
-        }
-        if self.sidecar_fingerprint is not None:
-            out["sidecar"] = {
-                "fingerprint": self.sidecar_fingerprint,
-                "rows": self.sidecar_rows,
-                "documents_without_metadata": self.documents_without_metadata,
-                "metadata_without_document": self.metadata_without_document,
-            }
-        return out
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class SelectedRows:
-    """A dataset's selected documents in reading order (before the epoch shuffle).
-
-    Unordered selections hold them sorted by (shard, row); the epoch order shuffles them shard window by shard
-    window like a whole dataset. Ordered selections (``order_by``) hold them in key order; the epoch order
-    shuffles only inside windows of ``window`` documents.
-    """
-
-    #: Dataset-local shard index (int32) of each selected document.
-    shard: np.ndarray
-    #: Its row within the shard (int32).
-    row: np.ndarray
-    #: True when the documents are in ``order_by`` order.
-    ordered: bool
-    #: Ordered selections: documents per local shuffle window.
-    window: int
-    report: SelectionReport
-
-    def by_shard(self) -> Iterator[tuple[int, np.ndarray]]:
-        """``(shard index, its selected rows)`` for every shard with any, in shard order."""
-        shard, row = self.shard, self.row
-        if self.ordered:
-            order = np.argsort(shard, kind="stable")
-            shard, row = shard[order], row[order]
-        cuts = np.flatnonzero(np.diff(shard)) + 1
-        for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(shard)], strict=True):
-            if hi > lo:
-                yield int(shard[lo]), row[lo:hi]
-
-    def per_shard(self, shards: int) -> np.ndarray:
-        """Selected documents per shard (int64)."""
-        return np.bincount(self.shard, minlength=shards).astype(np.int64)
 
 
 def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
@@ -224,13 +159,16 @@ def select_rows(
     partitions: int | None = None,
     engine: str = "local",
     dedup_partitions: int | None = None,
+    query_rows: int | None = None,
 ) -> SelectedRows:
     """Evaluate ``selection`` over the dataset's shards ``refs`` (see the module docstring).
 
     ``partitions``: how many key-hash partitions a sidecar join runs in (default: as many as DuckDB's memory
     limit needs, ``selection_join.partitions_for``); ``engine="ray"`` joins them as Ray tasks
-    (``selection/ray_join.py``); ``dedup_partitions``: the same for ``dedup_on`` (``selection/dedup.py``). Every
-    count, on either engine, gives the same selection."""
+    (``selection/ray_join.py``); ``dedup_partitions``: the same for ``dedup_on`` (``selection/dedup.py``). A
+    ``where`` alone over local Parquet runs one query per range of shards of at most ``query_rows`` rows
+    (``selection/ranges.py``; default: DuckDB's memory limit ÷ ``ranges.ROW_BYTES``). Every count, on either
+    engine, gives the same selection."""
     name = selection.dataset
     # Local Parquet: DuckDB reads the files itself; remote or JSONL shards: read into Arrow first.
     remote = any(arrow_read(r) for r in refs)
@@ -261,47 +199,81 @@ def select_rows(
         dedup = None
         if selection.dedup_on is not None:
             dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, partitions=dedup_partitions)
-        result, kept_by_where, sidecar = _evaluate(con, selection, documents, columns, total, run=run, dedup=dedup)
+        if not remote and selection.metadata is None and selection.order_by is None and dedup is None:
+            counts, rows = _where_by_range(con, selection, refs, documents, columns, query_rows, limit, spill)
+            kept_by_where, sidecar, key_shard = len(rows), {}, None
+        else:
+            result, kept_by_where, sidecar = _evaluate(con, selection, documents, columns, total, run=run, dedup=dedup)
+            counts, rows, key_shard = _arrays(result, len(refs), ordered=selection.order_by is not None)
     except duckdb.OutOfMemoryException as exc:
         raise out_of_memory(selection, "selection", _described(selection), exc, limit) from exc
     except duckdb.IOException as exc:
         if _spilled(exc, spill):
             raise out_of_disk(selection, spill, exc) from exc
         raise
-    except OSError as exc:  # the dedup's own files (dedup.py) on a full disk
+    except OSError as exc:  # the dedup's own files (dedup.py) or the rows' file on a full disk
         if _NO_ROOM.search(str(exc)):
             raise out_of_disk(selection, spill, exc) from exc
         raise
     finally:
         con.close()
         shutil.rmtree(spill, ignore_errors=True)
-    shard = np.asarray(result["shard"], dtype=np.int32)
-    row = np.asarray(result["row"], dtype=np.int32)
-    rank = result.get("rank")  # int32 or int64 (results.fetch_selected)
-    dropped = kept_by_where - len(shard)
-    if rank is not None:
-        order = np.argsort(rank, kind="stable")
-        shard, row = shard[order], row[order]
+    dropped = kept_by_where - len(rows)
     report = SelectionReport(
         rows=total,
         skipped_by_where=total - kept_by_where,
         skipped_by_dedup=dropped,
-        selected=len(shard),
+        selected=len(rows),
         **sidecar,
     )
-    if not len(shard):
+    if not len(rows):
         raise DatasetError(
             f"dataset {name!r}: selection must keep at least one row, got 0 of {total} "
             f"(where {selection.where!r}: {report.skipped_by_where} skipped; dedup: {dropped} skipped) — loosen "
             "the where predicate or remove the dataset"
         )
-    return SelectedRows(
-        shard=shard,
-        row=row,
-        ordered=selection.order_by is not None,
-        window=selection.order_window,
-        report=report,
-    )
+    return SelectedRows(counts=counts, rows=rows, key_shard=key_shard, window=selection.order_window, report=report)
+
+
+def _arrays(
+    result: dict[str, np.ndarray], shards: int, *, ordered: bool
+) -> tuple[np.ndarray, RowColumn, np.ndarray | None]:
+    """The general path's result as ``SelectedRows`` holds it: counts per shard, the rows (``ordered``: in key
+    order — fetched so, or put so by their rank) and, ``ordered``, each one's shard."""
+    shard = np.asarray(result["shard"], dtype=np.int32)
+    row = np.asarray(result["row"], dtype=np.int32)
+    rank = result.get("rank")  # int32 or int64 (results.fetch_selected): ordered + dedup only
+    counts = np.bincount(shard, minlength=shards).astype(np.int64)
+    if rank is not None:
+        order = np.argsort(rank, kind="stable")
+        shard, row = shard[order], row[order]
+    return counts, RowColumn(array=row), shard if ordered else None
+
+
+#: Rows a range of ``_where_by_range`` holds (None: DuckDB's memory limit ÷ ``ranges.ROW_BYTES``; tests lower it).
+QUERY_ROWS: int | None = None
+
+
+def _where_by_range(
+    con: duckdb.DuckDBPyConnection,
+    selection: Selection,
+    refs: tuple[ShardRef, ...],
+    documents: Relation,
+    columns: list[str],
+    query_rows: int | None,
+    limit: str,
+    spill: str,
+) -> tuple[np.ndarray, RowColumn]:
+    """A ``where`` alone over local Parquet shards, range by range (``ranges.py``); a bad expression is blamed
+    like the general path's."""
+    rows = query_rows or QUERY_ROWS or max(1, memory_bytes(limit) // ROW_BYTES)
+    try:
+        return where_by_range(con, refs, selection.where, query_rows=rows)
+    except duckdb.Error as exc:
+        if isinstance(exc, duckdb.OutOfMemoryException) or _spilled(exc, spill):
+            raise  # select_rows says which setting or disk to change
+        field, text = _blame(selection, con, documents.text, documents.params)
+        raise _fail(selection, exc, field, text, columns, limit) from exc
 
 
 def _evaluate(

@@ -1,0 +1,104 @@
+"""A selection by ``where`` alone over local Parquet shards, one query per range of shards, streamed.
+
+Why: the general path (``evaluate.py``) keeps every kept (shard, row) pair in a DuckDB table, sorts it and
+fetches it into two arrays. At 10^10 documents a ``where`` keeping a third keeps 3.5 × 10^9 pairs: 28 GB of
+arrays and ~40 GB of sort spill. Without a sidecar, ``order_by`` or ``dedup_on`` nothing needs the pairs
+together: the shards are split into ranges of consecutive shards of at most ``query_rows`` rows, and each range is
+one query::
+
+    SELECT file_index, file_row_number FROM read_parquet(range's files, file_row_number = true) WHERE (where)
+
+run with DuckDB's insertion order preserved, so its rows come in file order and row order — (shard, row) order
+— and stream out in record batches: each shard's count is added up, each batch's rows are appended to a
+``RowColumn`` (``selected.py``: in memory while small, in an unnamed temporary file past that). The order is
+checked batch by batch, never assumed: a range whose rows come out of order is read again with ``ORDER BY``
+(sorted within the range, which ``query_rows`` keeps to a share of DuckDB's memory limit).
+
+Invariant: the counts and the rows are those of the general path (one query sorted by (shard, row)) for every
+range size and thread count; DuckDB holds at most one range's batches, and the planner's memory holds the counts
+(8 bytes a shard) and at most ``selected.MEMORY_BYTES`` of rows.
+
+Worked example: 3 shards of 4 rows each and ``query_rows = 8``: ranges [0, 2) and [2, 3). A ``where`` keeping
+rows 1 and 3 of shard 0, none of shard 1 and row 0 of shard 2 gives counts [2, 0, 1] and rows [1, 3, 0].
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+
+from zephon.plan.records import ShardRef
+from zephon.planner.selection.results import BATCH_ROWS
+from zephon.planner.selection.selected import RowColumn, RowColumnWriter
+
+__all__ = ["ROW_BYTES", "shard_ranges", "where_by_range"]
+
+#: DuckDB bytes a kept row may take while a range is sorted (its fallback): ranges hold memory_limit ÷ this rows.
+ROW_BYTES = 32
+
+
+def shard_ranges(rows: list[int], query_rows: int) -> list[tuple[int, int]]:
+    """Consecutive ``[lo, hi)`` ranges of shards holding at most ``query_rows`` rows each (a bigger shard alone)."""
+    out: list[tuple[int, int]] = []
+    lo, held = 0, 0
+    for j, n in enumerate(rows):
+        if j > lo and held + n > query_rows:
+            out.append((lo, j))
+            lo, held = j, 0
+        held += n
+    if rows:
+        out.append((lo, len(rows)))
+    return out
+
+
+def where_by_range(
+    con: duckdb.DuckDBPyConnection, refs: tuple[ShardRef, ...], where: str | None, *, query_rows: int
+) -> tuple[np.ndarray, RowColumn]:
+    """Each shard's count of rows ``where`` keeps (int64) and those rows in (shard, row) order (module docstring).
+    DuckDB's errors (a bad expression, a full spill disk) propagate; the caller names them."""
+    counts = np.zeros(len(refs), dtype=np.int64)
+    writer = RowColumnWriter()
+    condition = f"WHERE ({where})" if where is not None else ""
+    con.execute("SET preserve_insertion_order = true")
+    try:
+        for lo, hi in shard_ranges([r.rows for r in refs], query_rows):
+            paths = [r.uri for r in refs[lo:hi]]
+            query = (
+                "SELECT CAST(file_index AS INTEGER) AS shard, CAST(file_row_number AS INTEGER) AS row "
+                f"FROM read_parquet($paths, file_row_number = true) {condition}"
+            )
+            part = _kept(con, query, paths, hi - lo)
+            if part is None:  # out of order: sorted within the range
+                part = _kept(con, f"{query} ORDER BY shard, row", paths, hi - lo)
+                assert part is not None, "DuckDB returned a sorted range out of order"
+            counts[lo:hi] = part[0]
+            for rows in part[1]:
+                writer.append(rows)
+    except BaseException:
+        writer.close()
+        raise
+    finally:
+        con.execute("SET preserve_insertion_order = false")
+    return counts, writer.finish()
+
+
+def _kept(
+    con: duckdb.DuckDBPyConnection, query: str, paths: list[str], shards: int
+) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """One range's counts per shard and its rows batch by batch, or None when a row came out of (shard, row) order.
+    A range holds at most ``query_rows`` rows, so its kept rows fit in memory until they are appended."""
+    counts = np.zeros(shards, dtype=np.int64)
+    pieces: list[np.ndarray] = []
+    last = -1
+    for batch in con.sql(query, params={"paths": paths}).to_arrow_reader(BATCH_ROWS):
+        if not batch.num_rows:
+            continue
+        shard = batch.column("shard").to_numpy(zero_copy_only=False).astype(np.int64)
+        row = batch.column("row").to_numpy(zero_copy_only=False)
+        key = (shard << 32) | row.astype(np.int64)
+        if key[0] <= last or (len(key) > 1 and not bool((key[1:] > key[:-1]).all())):
+            return None
+        last = int(key[-1])
+        counts += np.bincount(shard, minlength=shards)
+        pieces.append(row.astype(np.int32, copy=False))
+    return counts, pieces
