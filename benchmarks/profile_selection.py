@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_selection import DEDUP_ON
+from bench_selection import DEDUP_ON, ORDER_BY
 
 _STEPS: list[tuple[str, float, float]] = []
 
@@ -75,6 +75,8 @@ def main() -> None:
         kw = {"where": "int_score >= 3 AND quality > 0.5", "metadata": str(args.root / "side"), "key": "id"}
     if args.mode == "where+sidecar+dedup":
         kw["dedup_on"] = DEDUP_ON
+    if args.mode == "where+order_by":
+        kw["order_by"] = ORDER_BY
     ds = Dataset.from_path("web", str(args.root / "data"), **kw)  # type: ignore[arg-type]
     source = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=1)
     refs = _timed("shard_refs", shard_refs, source, progress=False)[0]

@@ -273,7 +273,7 @@ class Reader:
     def _ordered_documents(self, window: Window) -> tuple[WindowRows, np.ndarray | None]:
         """An ordered selection's window: ``window.shards`` holds positions in key order (see ``_epoch``)."""
         assert self._selection is not None
-        shard, row = self._selection.shard[window.shards], self._selection.rows.take(window.shards)
+        shard, row = self._selection.in_key_order(window.shards)
         tokens = None
         if self._tokens is not None:
             tokens = np.empty(len(row), np.int64)

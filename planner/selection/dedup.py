@@ -99,21 +99,15 @@ def partitions_for(rows: int, limit: str) -> int:
 
 
 def fetch_final(
-    con: duckdb.DuckDBPyConnection, *, order: str | None, dedup: DedupRun | None, memory_limit: str
+    con: duckdb.DuckDBPyConnection, *, order: str | None, dedup: DedupRun, memory_limit: str
 ) -> tuple[dict[str, np.ndarray], int]:
-    """The selection's rows out of ``zephon_selected``: shard and row in (shard, row) order — or, when ``order``
-    is set without ``dedup``, in ``zephon_order`` order (``ASC``/``DESC`` as ``order`` says, NULLs last, ties by
-    (shard, row)); with both, in (shard, row) order with ``rank``, the place in that order — one row per
-    ``zephon_dedup`` key (module docstring) when ``dedup`` is set; and how many
+    """A ``dedup_on`` selection's rows out of ``zephon_selected`` (without one: ``results.stream_kept``): shard
+    and row in (shard, row) order, ``rank`` (the place in ``zephon_order`` order, ``ASC``/``DESC`` as ``order``
+    says, NULLs last, ties by (shard, row)) when ``order`` is set, one row per ``zephon_dedup`` key (module
+    docstring); and how many
     rows there were before the dedup. ``memory_limit``: DuckDB's (``ZEPHON_SELECT_MEMORY``), which sizes the
     partitions and the final fetch (``results.fetch_selected``). The table is dropped."""
-    key_order = f"zephon_order {order} NULLS LAST, shard, row"
-    if dedup is None:
-        # An order without dedup is one sort (which DuckDB spills), fetched in key order: no rank window.
-        query = f"SELECT shard, row FROM {SELECTED} ORDER BY {key_order if order else 'shard, row'}"
-        result = fetch_selected(con, query, {}, ranked=False, memory_limit=memory_limit)
-        return result, len(result["shard"])
-    rank = f", row_number() OVER (ORDER BY {key_order}) - 1 AS rank" if order else ""
+    rank = f", row_number() OVER (ORDER BY zephon_order {order} NULLS LAST, shard, row) - 1 AS rank" if order else ""
     keyed = int(con.execute(f"SELECT count(zephon_dedup) FROM {SELECTED}").fetchall()[0][0])
     count = dedup.partitions if dedup.partitions is not None else partitions_for(keyed, memory_limit)
     part = f"CAST(hash(zephon_dedup) % {count} AS INTEGER)"

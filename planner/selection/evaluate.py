@@ -47,7 +47,7 @@ import re
 import shutil
 import tempfile
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import duckdb
 import numpy as np
@@ -69,7 +69,7 @@ from zephon.planner.selection.join import (
     sidecar_report,
 )
 from zephon.planner.selection.ranges import ROW_BYTES, where_by_range
-from zephon.planner.selection.results import memory_bytes
+from zephon.planner.selection.results import memory_bytes, stream_kept
 from zephon.planner.selection.selected import RowColumn, SelectedRows, SelectionReport
 from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
@@ -203,8 +203,9 @@ def select_rows(
             counts, rows = _where_by_range(con, selection, refs, documents, columns, query_rows, limit, spill)
             kept_by_where, sidecar, key_shard = len(rows), {}, None
         else:
-            result, kept_by_where, sidecar = _evaluate(con, selection, documents, columns, total, run=run, dedup=dedup)
-            counts, rows, key_shard = _arrays(result, len(refs), ordered=selection.order_by is not None)
+            (counts, rows, key_shard, kept_by_where), sidecar = _evaluate(
+                con, selection, documents, columns, total, len(refs), run=run, dedup=dedup
+            )
     except duckdb.OutOfMemoryException as exc:
         raise out_of_memory(selection, "selection", _described(selection), exc, limit) from exc
     except duckdb.IOException as exc:
@@ -235,19 +236,35 @@ def select_rows(
     return SelectedRows(counts=counts, rows=rows, key_shard=key_shard, window=selection.order_window, report=report)
 
 
-def _arrays(
-    result: dict[str, np.ndarray], shards: int, *, ordered: bool
-) -> tuple[np.ndarray, RowColumn, np.ndarray | None]:
-    """The general path's result as ``SelectedRows`` holds it: counts per shard, the rows (``ordered``: in key
-    order — fetched so, or put so by their rank) and, ``ordered``, each one's shard."""
+class Kept(NamedTuple):
+    """What a selection's final query kept, as ``SelectedRows`` holds it."""
+
+    #: Kept rows per shard (int64).
+    counts: np.ndarray
+    #: The rows, in (shard, row) order or (``order_by``) in key order.
+    rows: RowColumn
+    #: ``order_by``: each row's shard, in key order; else None.
+    key_shard: RowColumn | None
+    #: Rows before ``dedup_on`` dropped any (``where`` kept them).
+    before: int
+
+
+def _final(con: duckdb.DuckDBPyConnection, way: str | None, dedup: DedupRun | None, shards: int, limit: str) -> Kept:
+    """The kept rows out of ``zephon_selected``: streamed without ``dedup_on`` (``results.stream_kept``: one sort,
+    nothing held whole), else fetched into arrays, deduplicated (``dedup.fetch_final``) and put in key order by
+    their rank when ordered."""
+    if dedup is None:
+        counts, rows, key_shard = stream_kept(con, order=way, shards=shards)
+        return Kept(counts, rows, key_shard, len(rows))
+    result, before = fetch_final(con, order=way, dedup=dedup, memory_limit=limit)
     shard = np.asarray(result["shard"], dtype=np.int32)
     row = np.asarray(result["row"], dtype=np.int32)
-    rank = result.get("rank")  # int32 or int64 (results.fetch_selected): ordered + dedup only
     counts = np.bincount(shard, minlength=shards).astype(np.int64)
-    if rank is not None:
-        order = np.argsort(rank, kind="stable")
-        shard, row = shard[order], row[order]
-    return counts, RowColumn(array=row), shard if ordered else None
+    rank = result.get("rank")  # int32 or int64 (results.fetch_selected)
+    if rank is None:
+        return Kept(counts, RowColumn(array=row), None, before)
+    order = np.argsort(rank, kind="stable")
+    return Kept(counts, RowColumn(array=row[order]), RowColumn(array=shard[order]), before)
 
 
 #: Rows a range of ``_where_by_range`` holds (None: DuckDB's memory limit ÷ ``ranges.ROW_BYTES``; tests lower it).
@@ -282,12 +299,12 @@ def _evaluate(
     docs: Relation,
     columns: list[str],
     total: int,
+    shards: int,
     *,
     run: JoinRun,
     dedup: DedupRun | None,
-) -> tuple[dict[str, np.ndarray], int, dict[str, Any]]:
-    """Run the selection's query on ``con``: its result columns (``dedup.fetch_final``), the rows ``where`` kept,
-    and the sidecar's report fields."""
+) -> tuple[Kept, dict[str, Any]]:
+    """Run the selection's query on ``con``: what it kept (``_final``) and the sidecar's report fields."""
     params: dict[str, Any] = dict(docs.params)
     order_key = dedup_key = ""
     way = None
@@ -315,7 +332,7 @@ def _evaluate(
         except duckdb.Error as exc:
             field, text = _blame(selection, con, documents, params)
             raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
-        return *fetch_final(con, order=way, dedup=dedup, memory_limit=run.memory_limit), {}
+        return _final(con, way, dedup, shards, run.memory_limit), {}
     assert selection.key is not None
     meta, fingerprint, sidecar_rows = sidecar_relation(con, selection)
     params.update(meta.params)
@@ -345,7 +362,7 @@ def _evaluate(
         raise _fail(selection, exc, field, text, columns, run.memory_limit) from exc
     sidecar: dict[str, Any] = sidecar_report(con, selection, meta, counts, documents=total)  # refuses duplicates
     sidecar.update(sidecar_fingerprint=fingerprint, sidecar_rows=sidecar_rows)
-    return *fetch_final(con, order=way, dedup=dedup, memory_limit=run.memory_limit), sidecar
+    return _final(con, way, dedup, shards, run.memory_limit), sidecar
 
 
 def _blame(

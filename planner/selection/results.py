@@ -26,8 +26,9 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.errors import ConfigError
+from zephon.planner.selection.selected import RowColumn, RowColumnWriter
 
-__all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected", "memory_bytes"]
+__all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected", "memory_bytes", "stream_kept"]
 
 #: Rows per record batch read from DuckDB (8 MB of int64 a column).
 BATCH_ROWS = 1 << 20
@@ -83,6 +84,33 @@ def fetch_selected(
         con.execute(f"SET memory_limit = '{budget}B'")
     con.execute(f"DROP TABLE {SELECTED}")
     return out
+
+
+def stream_kept(
+    con: duckdb.DuckDBPyConnection, *, order: str | None, shards: int
+) -> tuple[np.ndarray, RowColumn, RowColumn | None]:
+    """The kept rows of ``SELECTED`` of a selection without ``dedup_on``, streamed: each shard's count, the rows
+    and, with ``order``, each one's shard — in (shard, row) order, or with ``order`` (``ASC``/``DESC``) by
+    ``zephon_order``, NULLs last, ties by (shard, row): one sort, which DuckDB spills past its limit, no rank.
+    Nothing is held whole: rows and shards go to ``RowColumn``s (``selected.py``: past 256 MB, an unnamed
+    file), so DuckDB keeps its whole memory limit. The table is dropped after."""
+    key = f"zephon_order {order} NULLS LAST, shard, row" if order else "shard, row"
+    counts = np.zeros(shards, dtype=np.int64)
+    rows, key_shard = RowColumnWriter(), RowColumnWriter() if order else None
+    try:
+        for batch in con.sql(f"SELECT shard, row FROM {SELECTED} ORDER BY {key}").to_arrow_reader(BATCH_ROWS):
+            shard = batch.column("shard").to_numpy(zero_copy_only=False)
+            counts += np.bincount(shard, minlength=shards)
+            rows.append(batch.column("row").to_numpy(zero_copy_only=False))
+            if key_shard is not None:
+                key_shard.append(shard)
+    except BaseException:
+        rows.close()
+        if key_shard is not None:
+            key_shard.close()
+        raise
+    con.execute(f"DROP TABLE {SELECTED}")
+    return counts, rows.finish(), key_shard.finish() if key_shard is not None else None
 
 
 def fetch_columns(

@@ -190,16 +190,16 @@ class SelectedRows:
 
     Unordered selections hold them grouped by shard in shard order, ascending rows within a shard (``counts``
     says how many each shard has); the epoch order shuffles them shard window by shard window like a whole
-    dataset. Ordered selections (``order_by``) hold them in key order, each one's shard in ``key_shard``; the
-    epoch order shuffles only inside windows of ``window`` documents.
+    dataset. Ordered selections (``order_by``) hold them in key order, each one's shard in ``key_shard`` (a
+    column too); the epoch order shuffles only inside windows of ``window`` documents.
     """
 
     #: Selected documents per shard of the dataset (int64, one entry per shard).
     counts: np.ndarray
     #: Each selected document's row within its shard.
     rows: RowColumn
-    #: Ordered selections: each document's dataset-local shard index (int32), in key order; None when unordered.
-    key_shard: np.ndarray | None = None
+    #: Ordered selections: each document's dataset-local shard index, in key order; None when unordered.
+    key_shard: RowColumn | None = None
     #: Ordered selections: documents per local shuffle window.
     window: int = 1
     report: SelectionReport
@@ -225,7 +225,7 @@ class SelectedRows:
     def shard(self) -> np.ndarray:
         """Every selected document's shard index (int32), in the selection's order."""
         if self.key_shard is not None:
-            return self.key_shard
+            return self.key_shard.array()
         return np.repeat(np.arange(len(self.counts), dtype=np.int32), self.counts)
 
     @property
@@ -250,14 +250,20 @@ class SelectedRows:
         assert self.key_shard is None
         return self.rows.take(self.starts[shard] + local)
 
+    def in_key_order(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Shard and row of the documents at ``positions`` in key order (ordered selections)."""
+        assert self.key_shard is not None
+        return self.key_shard.take(positions), self.rows.take(positions)
+
     def by_shard(self) -> Iterator[tuple[int, np.ndarray]]:
         """``(shard index, its selected rows)`` for every shard with any, in shard order."""
         if self.key_shard is None:
             for j in np.flatnonzero(self.counts).tolist():
                 yield j, self.shard_rows(j)
             return
-        order = np.argsort(self.key_shard, kind="stable")
-        shard, row = self.key_shard[order], self.rows.take(order)
+        key_shard = self.key_shard.array()
+        order = np.argsort(key_shard, kind="stable")
+        shard, row = key_shard[order], self.rows.take(order)
         cuts = np.flatnonzero(np.diff(shard)) + 1
         for lo, hi in zip([0, *cuts.tolist()], [*cuts.tolist(), len(shard)], strict=True):
             if hi > lo:

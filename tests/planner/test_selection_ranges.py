@@ -123,8 +123,16 @@ def _digest(plan: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(plan.rglob("*.parquet"))}
 
 
-def test_plans_are_byte_identical_with_the_rows_in_a_file_and_one_shard_a_query(corpus, tmp_path, monkeypatch):
-    ds = Dataset.from_path("web", corpus, where="score % 3 <> 1")
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"where": "score % 3 <> 1"},
+        {"where": "score > 2", "order_by": "score DESC", "order_window": 7},  # streamed in key order, no rank
+        {"order_by": "(score * 7) % 10"},
+    ],
+)
+def test_plans_are_byte_identical_with_the_rows_in_a_file_and_one_shard_a_query(corpus, tmp_path, monkeypatch, kw):
+    ds = Dataset.from_path("web", corpus, **kw)
     one = _source(ds, epochs=3).plan(tmp_path / "memory")
     monkeypatch.setattr(selected, "MEMORY_BYTES", 4)
     monkeypatch.setattr(selected, "BLOCK_ROWS", 5)
