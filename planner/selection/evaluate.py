@@ -107,8 +107,8 @@ def out_of_disk(selection: Selection, spill: str, exc: duckdb.Error | OSError) -
     """The one-line error of a selection whose spill directory ran out of room (or of DuckDB's IO)."""
     return DatasetError(
         f"dataset {selection.dataset!r}: the selection's spill directory {spill} must have room for what DuckDB "
-        f"spills and the partitioned join and dedup write, got {one_line(exc)} — free space there or point TMPDIR at a "
-        "larger disk"
+        f"spills, the partitioned join and dedup write and the kept rows take (4 bytes each past 256 MB, beside it "
+        f"in TMPDIR), got {one_line(exc)} — free space there or point TMPDIR at a larger disk"
     )
 
 
