@@ -6,10 +6,10 @@ optionally joined to a sidecar table on a key column (``LEFT JOIN ... USING (key
     SELECT shard, row [, order key] [, dedup key] FROM dataset [LEFT JOIN sidecar USING (key)] WHERE (where)
 
 into a table, from which ``zephon.planner.selection.dedup.fetch_final`` reads the rows sorted by (shard, row) or
-by the order key, and one row per dedup key (partitioned by the key's hash, out of core). A ``where`` alone over
-local Parquet runs instead one streamed query per range of shards (``selection/ranges.py``), its rows kept in
-memory or an unnamed file (``selection/selected.py``): nothing in it grows with the selection but 4 bytes a kept
-row on disk.
+by the order key, and one row per dedup key (partitioned by the key's hash, out of core). A ``where`` alone runs
+instead one streamed query per range of shards (``selection/ranges.py``; remote and JSONL shards read into Arrow
+range by range), its rows kept in memory or an unnamed file (``selection/selected.py``): nothing in it grows with
+the selection but 4 bytes a kept row on disk.
 
 DuckDB reads only the columns the query names (projection pushdown) and skips row groups whose min/max
 statistics exclude the predicate (filter pushdown), so a selection over one metadata column of a text
@@ -42,10 +42,12 @@ DESC"`` and ``order_window=1`` it is a1 (5), b0 (4), a2 (3), read in that order 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -185,7 +187,10 @@ def select_rows(
         # never to DuckDB's default ``.tmp`` in the working directory.
         con.execute(f"SET memory_limit = '{limit}'")
         con.execute("SET temp_directory = ?", [spill])
-        if remote:  # the referenced columns (zephon.planner.selection.tables)
+        streamed = selection.metadata is None and selection.order_by is None and selection.dedup_on is None
+        if remote and streamed:  # each range's referenced columns, registered range by range (ranges.py)
+            documents = Relation(text="(SELECT * FROM zephon_documents) d", params={})
+        elif remote:  # the referenced columns (zephon.planner.selection.tables)
             table, columns = read_documents(name, refs, referenced_names(con, selection))
             con.register("zephon_documents", table)
             documents = Relation(text="(SELECT * FROM zephon_documents) d", params={})
@@ -199,8 +204,11 @@ def select_rows(
         dedup = None
         if selection.dedup_on is not None:
             dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, partitions=dedup_partitions)
-        if not remote and selection.metadata is None and selection.order_by is None and dedup is None:
-            counts, rows = _where_by_range(con, selection, refs, documents, columns, query_rows, limit, spill)
+        if streamed:
+            register = _registrar(con, selection, columns) if remote else None
+            counts, rows = _where_by_range(
+                con, selection, refs, documents, columns, query_rows, limit, spill, register=register
+            )
             kept_by_where, sidecar, key_shard = len(rows), {}, None
         else:
             (counts, rows, key_shard, kept_by_where), sidecar = _evaluate(
@@ -280,17 +288,36 @@ def _where_by_range(
     query_rows: int | None,
     limit: str,
     spill: str,
+    *,
+    register: Callable[[Sequence[ShardRef]], None] | None,
 ) -> tuple[np.ndarray, RowColumn]:
-    """A ``where`` alone over local Parquet shards, range by range (``ranges.py``); a bad expression is blamed
-    like the general path's."""
+    """A ``where`` alone, range by range (``ranges.py``); a bad expression is blamed like the general path's."""
     rows = query_rows or QUERY_ROWS or max(1, memory_bytes(limit) // ROW_BYTES)
     try:
-        return where_by_range(con, refs, selection.where, query_rows=rows)
+        return where_by_range(con, refs, selection.where, query_rows=rows, register=register)
     except duckdb.Error as exc:
         if isinstance(exc, duckdb.OutOfMemoryException) or _spilled(exc, spill):
             raise  # select_rows says which setting or disk to change
         field, text = _blame(selection, con, documents.text, documents.params)
         raise _fail(selection, exc, field, text, columns, limit) from exc
+
+
+def _registrar(
+    con: duckdb.DuckDBPyConnection, selection: Selection, columns: list[str]
+) -> Callable[[Sequence[ShardRef]], None]:
+    """For shards read into Arrow first: registers a range's table as ``zephon_documents`` (the one before it
+    dropped first) and puts the first shard's column names in ``columns`` (for messages)."""
+    wanted = referenced_names(con, selection)
+
+    def register(part: Sequence[ShardRef]) -> None:
+        with contextlib.suppress(duckdb.Error):
+            con.unregister("zephon_documents")
+        table, names = read_documents(selection.dataset, part, wanted)
+        if not columns:
+            columns.extend(names)
+        con.register("zephon_documents", table)
+
+    return register
 
 
 def _evaluate(

@@ -1,4 +1,4 @@
-"""A selection by ``where`` alone over local Parquet shards, one query per range of shards, streamed.
+"""A selection by ``where`` alone, one query per range of shards, streamed.
 
 Why: the general path (``evaluate.py``) keeps every kept (shard, row) pair in a DuckDB table, sorts it and
 fetches it into two arrays. At 10^10 documents a ``where`` keeping a third keeps 3.5 × 10^9 pairs: 28 GB of
@@ -8,21 +8,26 @@ one query::
 
     SELECT file_index, file_row_number FROM read_parquet(range's files, file_row_number = true) WHERE (where)
 
-run with DuckDB's insertion order preserved, so its rows come in file order and row order — (shard, row) order
-— and stream out in record batches: each shard's count is added up, each batch's rows are appended to a
-``RowColumn`` (``selected.py``: in memory while small, in an unnamed temporary file past that). The order is
+(remote or JSONL shards: the range's referenced columns read into Arrow and registered, ``tables.py``, then
+queried the same way) run with DuckDB's insertion order preserved, so its rows come in file order and row
+order — (shard, row) order — and stream out in record batches: each shard's count is added up, each batch's
+rows are appended to a ``RowColumn`` (``selected.py``: in memory while small, in an unnamed temporary file past
+that). The order is
 checked batch by batch, never assumed: a range whose rows come out of order is read again with ``ORDER BY``
 (sorted within the range, which ``query_rows`` keeps to a share of DuckDB's memory limit).
 
 Invariant: the counts and the rows are those of the general path (one query sorted by (shard, row)) for every
-range size and thread count; DuckDB holds at most one range's batches, and the planner's memory holds the counts
-(8 bytes a shard) and at most ``selected.MEMORY_BYTES`` of rows.
+range size and thread count; DuckDB holds at most one range's batches (and, read into Arrow, one range's
+columns), and the planner's memory holds the counts (8 bytes a shard) and at most ``selected.MEMORY_BYTES`` of
+rows.
 
 Worked example: 3 shards of 4 rows each and ``query_rows = 8``: ranges [0, 2) and [2, 3). A ``where`` keeping
 rows 1 and 3 of shard 0, none of shard 1 and row 0 of shard 2 gives counts [2, 0, 1] and rows [1, 3, 0].
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Sequence
 
 import duckdb
 import numpy as np
@@ -52,10 +57,18 @@ def shard_ranges(rows: list[int], query_rows: int) -> list[tuple[int, int]]:
 
 
 def where_by_range(
-    con: duckdb.DuckDBPyConnection, refs: tuple[ShardRef, ...], where: str | None, *, query_rows: int
+    con: duckdb.DuckDBPyConnection,
+    refs: tuple[ShardRef, ...],
+    where: str | None,
+    *,
+    query_rows: int,
+    register: Callable[[Sequence[ShardRef]], None] | None = None,
 ) -> tuple[np.ndarray, RowColumn]:
     """Each shard's count of rows ``where`` keeps (int64) and those rows in (shard, row) order (module docstring).
-    DuckDB's errors (a bad expression, a full spill disk) propagate; the caller names them."""
+    ``register``: for shards read into Arrow first (remote or JSONL, ``tables.read_documents``), called with each
+    range's shards to register that range alone as ``zephon_documents`` (its ``zephon_shard`` counted from the
+    range's first shard), so memory holds one range's columns, not the dataset's. DuckDB's errors (a bad
+    expression, a full spill disk) propagate; the caller names them."""
     counts = np.zeros(len(refs), dtype=np.int64)
     writer = RowColumnWriter()
     condition = f"WHERE ({where})" if where is not None else ""
@@ -63,10 +76,15 @@ def where_by_range(
     try:
         for lo, hi in shard_ranges([r.rows for r in refs], query_rows):
             paths = [r.uri for r in refs[lo:hi]]
-            query = (
-                "SELECT CAST(file_index AS INTEGER) AS shard, CAST(file_row_number AS INTEGER) AS row "
-                f"FROM read_parquet($paths, file_row_number = true) {condition}"
-            )
+            if register is None:
+                query = (
+                    "SELECT CAST(file_index AS INTEGER) AS shard, CAST(file_row_number AS INTEGER) AS row "
+                    "FROM read_parquet($paths, file_row_number = true)"
+                )
+            else:
+                register(refs[lo:hi])
+                query = "SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row FROM zephon_documents"
+            query = f"{query} {condition}"
             part = _kept(con, query, paths, hi - lo)
             if part is None:  # out of order: sorted within the range
                 part = _kept(con, f"{query} ORDER BY shard, row", paths, hi - lo)
@@ -90,7 +108,8 @@ def _kept(
     counts = np.zeros(shards, dtype=np.int64)
     pieces: list[np.ndarray] = []
     last = -1
-    for batch in con.sql(query, params={"paths": paths}).to_arrow_reader(BATCH_ROWS):
+    params = {"paths": paths} if "$paths" in query else None
+    for batch in con.sql(query, params=params).to_arrow_reader(BATCH_ROWS):
         if not batch.num_rows:
             continue
         shard = batch.column("shard").to_numpy(zero_copy_only=False).astype(np.int64)

@@ -196,3 +196,33 @@ def test_kept_rows_that_cannot_be_written_fail_in_one_line_and_leave_nothing(cor
     assert line.startswith(f"DatasetError dataset 'web': the selection's spill directory {scratch}/zephon-select-")
     assert "the kept rows take" in line and "File too large — free space there or point TMPDIR" in line
     assert "\n" not in line and list(scratch.iterdir()) == []
+
+
+def test_jsonl_shards_are_read_into_arrow_one_range_at_a_time_with_the_same_rows(corpus, tmp_path, monkeypatch):
+    """Shards read into Arrow first (JSONL here; remote Parquet the same way, tests/planner/test_selection_remote.py)
+    are read and registered range by range: every read holds one range's shards, and the rows are the predicate's."""
+    web = tmp_path / "jsonl"
+    web.mkdir()
+    for s in range(len(SIZES)):
+        score = pq.read_table(corpus / f"{s}.parquet").column("score").to_pylist()
+        (web / f"{s}.jsonl").write_text("".join(f'{{"score": {v}, "text": "d{s}-{r}"}}\n' for r, v in enumerate(score)))
+    reads: list[int] = []
+    real = evaluate.read_documents
+
+    def counted(dataset, refs, wanted):  # type: ignore[no-untyped-def]
+        reads.append(len(refs))
+        return real(dataset, refs, wanted)
+
+    monkeypatch.setattr(evaluate, "read_documents", counted)
+    monkeypatch.setattr(selected, "MEMORY_BYTES", 16)
+    ds = Dataset.from_path("web", web, where="score >= 4 AND score <> 7")
+    assert ds.selection is not None
+    refs = shard_refs(_source(ds), progress=False)[0]
+    chosen = select_rows(ds.selection, refs, seed=3, dataset_index=0, query_rows=50)
+    counts, rows = _expected(corpus, lambda s: (s >= 4) & (s != 7))
+    assert np.array_equal(chosen.counts, counts) and np.array_equal(chosen.row, rows) and chosen.rows.in_file
+    assert reads == [hi - lo for lo, hi in shard_ranges(SIZES, 50)]  # [2, 1, 2, 1, 1]: never the whole dataset
+    with pytest.raises(ConfigError, match=r"where names column 'quality', which the dataset lacks — it has score, "):
+        bad = Dataset.from_path("web", web, where="quality > 1")
+        assert bad.selection is not None
+        select_rows(bad.selection, refs, seed=3, dataset_index=0, query_rows=50)
