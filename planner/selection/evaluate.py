@@ -42,7 +42,6 @@ DESC"`` and ``order_window=1`` it is a1 (5), b0 (4), a2 (3), read in that order 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -70,7 +69,7 @@ from zephon.planner.selection.join import (
     sidecar_relation,
     sidecar_report,
 )
-from zephon.planner.selection.ranges import ROW_BYTES, where_by_range
+from zephon.planner.selection.ranges import ROW_BYTES, arrow_registrar, where_by_range
 from zephon.planner.selection.results import memory_bytes, stream_kept
 from zephon.planner.selection.selected import RowColumn, SelectedRows, SelectionReport
 from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
@@ -205,7 +204,7 @@ def select_rows(
         if selection.dedup_on is not None:
             dedup = DedupRun(seed=seed, dataset_index=dataset_index, spill=spill, partitions=dedup_partitions)
         if streamed:
-            register = _registrar(con, selection, columns) if remote else None
+            register = arrow_registrar(con, selection, columns) if remote else None
             counts, rows = _where_by_range(
                 con, selection, refs, documents, columns, query_rows, limit, spill, register=register
             )
@@ -300,24 +299,6 @@ def _where_by_range(
             raise  # select_rows says which setting or disk to change
         field, text = _blame(selection, con, documents.text, documents.params)
         raise _fail(selection, exc, field, text, columns, limit) from exc
-
-
-def _registrar(
-    con: duckdb.DuckDBPyConnection, selection: Selection, columns: list[str]
-) -> Callable[[Sequence[ShardRef]], None]:
-    """For shards read into Arrow first: registers a range's table as ``zephon_documents`` (the one before it
-    dropped first) and puts the first shard's column names in ``columns`` (for messages)."""
-    wanted = referenced_names(con, selection)
-
-    def register(part: Sequence[ShardRef]) -> None:
-        with contextlib.suppress(duckdb.Error):
-            con.unregister("zephon_documents")
-        table, names = read_documents(selection.dataset, part, wanted)
-        if not columns:
-            columns.extend(names)
-        con.register("zephon_documents", table)
-
-    return register
 
 
 def _evaluate(

@@ -27,6 +27,7 @@ rows 1 and 3 of shard 0, none of shard 1 and row 0 of shard 2 gives counts [2, 0
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import duckdb
@@ -35,8 +36,10 @@ import numpy as np
 from zephon.plan.records import ShardRef
 from zephon.planner.selection.results import BATCH_ROWS
 from zephon.planner.selection.selected import RowColumn, RowColumnWriter
+from zephon.planner.selection.tables import read_documents, referenced_names
+from zephon.recipe.selection import Selection
 
-__all__ = ["ROW_BYTES", "shard_ranges", "where_by_range"]
+__all__ = ["ROW_BYTES", "arrow_registrar", "shard_ranges", "where_by_range"]
 
 #: DuckDB bytes a kept row may take while a range is sorted (its fallback): ranges hold memory_limit ÷ this rows.
 ROW_BYTES = 32
@@ -98,6 +101,24 @@ def where_by_range(
     finally:
         con.execute("SET preserve_insertion_order = false")
     return counts, writer.finish()
+
+
+def arrow_registrar(
+    con: duckdb.DuckDBPyConnection, selection: Selection, columns: list[str]
+) -> Callable[[Sequence[ShardRef]], None]:
+    """For shards read into Arrow first: registers a range's table as ``zephon_documents`` (the one before it
+    dropped first) and puts the first shard's column names in ``columns`` (for messages)."""
+    wanted = referenced_names(con, selection)
+
+    def register(part: Sequence[ShardRef]) -> None:
+        with contextlib.suppress(duckdb.Error):
+            con.unregister("zephon_documents")
+        table, names = read_documents(selection.dataset, part, wanted)
+        if not columns:
+            columns.extend(names)
+        con.register("zephon_documents", table)
+
+    return register
 
 
 def _kept(

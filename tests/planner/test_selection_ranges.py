@@ -207,13 +207,13 @@ def test_jsonl_shards_are_read_into_arrow_one_range_at_a_time_with_the_same_rows
         score = pq.read_table(corpus / f"{s}.parquet").column("score").to_pylist()
         (web / f"{s}.jsonl").write_text("".join(f'{{"score": {v}, "text": "d{s}-{r}"}}\n' for r, v in enumerate(score)))
     reads: list[int] = []
-    real = evaluate.read_documents
+    real = ranges.read_documents
 
     def counted(dataset, refs, wanted):  # type: ignore[no-untyped-def]
         reads.append(len(refs))
         return real(dataset, refs, wanted)
 
-    monkeypatch.setattr(evaluate, "read_documents", counted)
+    monkeypatch.setattr(ranges, "read_documents", counted)
     monkeypatch.setattr(selected, "MEMORY_BYTES", 16)
     ds = Dataset.from_path("web", web, where="score >= 4 AND score <> 7")
     assert ds.selection is not None
