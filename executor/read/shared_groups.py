@@ -202,8 +202,8 @@ class SharedRowGroups:
         try:
             fd = os.open(self._path(shard_id, group, "claim"), os.O_RDONLY)
         except OSError:
-            fd = -1  # published and forgotten, or given up: whatever is there
-        if fd >= 0:
+            pass  # published and forgotten, or given up: whatever is there
+        else:
             try:
                 fcntl.flock(fd, fcntl.LOCK_SH)  # returns once the claimant published, gave up or died
             finally:

@@ -187,12 +187,11 @@ def select_rows(
         con.execute(f"SET memory_limit = '{limit}'")
         con.execute("SET temp_directory = ?", [spill])
         streamed = selection.metadata is None and selection.order_by is None and selection.dedup_on is None
-        if remote and streamed:  # each range's referenced columns, registered range by range (ranges.py)
+        if remote:  # the referenced columns (zephon.planner.selection.tables); streamed: range by range (ranges.py)
             documents = Relation(text="(SELECT * FROM zephon_documents) d", params={})
-        elif remote:  # the referenced columns (zephon.planner.selection.tables)
-            table, columns = read_documents(name, refs, referenced_names(con, selection))
-            con.register("zephon_documents", table)
-            documents = Relation(text="(SELECT * FROM zephon_documents) d", params={})
+            if not streamed:
+                table, columns = read_documents(name, refs, referenced_names(con, selection))
+                con.register("zephon_documents", table)
         else:
             documents = Relation(
                 text="(SELECT *, CAST(file_index AS INTEGER) AS zephon_shard FROM read_parquet($paths, "

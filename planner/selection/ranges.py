@@ -78,8 +78,9 @@ def where_by_range(
     con.execute("SET preserve_insertion_order = true")
     try:
         for lo, hi in shard_ranges([r.rows for r in refs], query_rows):
-            paths = [r.uri for r in refs[lo:hi]]
+            params: dict[str, object] | None = None
             if register is None:
+                params = {"paths": [r.uri for r in refs[lo:hi]]}
                 query = (
                     "SELECT CAST(file_index AS INTEGER) AS shard, CAST(file_row_number AS INTEGER) AS row "
                     "FROM read_parquet($paths, file_row_number = true)"
@@ -88,9 +89,9 @@ def where_by_range(
                 register(refs[lo:hi])
                 query = "SELECT zephon_shard AS shard, CAST(file_row_number AS INTEGER) AS row FROM zephon_documents"
             query = f"{query} {condition}"
-            part = _kept(con, query, paths, hi - lo)
+            part = _kept(con, query, params, hi - lo)
             if part is None:  # out of order: sorted within the range
-                part = _kept(con, f"{query} ORDER BY shard, row", paths, hi - lo)
+                part = _kept(con, f"{query} ORDER BY shard, row", params, hi - lo)
                 assert part is not None, "DuckDB returned a sorted range out of order"
             counts[lo:hi] = part[0]
             for rows in part[1]:
@@ -122,14 +123,13 @@ def arrow_registrar(
 
 
 def _kept(
-    con: duckdb.DuckDBPyConnection, query: str, paths: list[str], shards: int
+    con: duckdb.DuckDBPyConnection, query: str, params: dict[str, object] | None, shards: int
 ) -> tuple[np.ndarray, list[np.ndarray]] | None:
     """One range's counts per shard and its rows batch by batch, or None when a row came out of (shard, row) order.
     A range holds at most ``query_rows`` rows, so its kept rows fit in memory until they are appended."""
     counts = np.zeros(shards, dtype=np.int64)
     pieces: list[np.ndarray] = []
     last = -1
-    params = {"paths": paths} if "$paths" in query else None
     for batch in con.sql(query, params=params).to_arrow_reader(BATCH_ROWS):
         if not batch.num_rows:
             continue

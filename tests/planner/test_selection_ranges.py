@@ -114,9 +114,9 @@ def test_a_range_out_of_order_is_detected_so_it_is_read_again_sorted(corpus) -> 
         "SELECT CAST(file_index AS INTEGER) AS shard, CAST(file_row_number AS INTEGER) AS row "
         "FROM read_parquet($paths, file_row_number = true)"
     )
-    assert ranges._kept(con, f"{base} ORDER BY shard DESC, row", paths, 3) is None
-    assert ranges._kept(con, f"{base} ORDER BY shard, row DESC", paths, 3) is None
-    counts, pieces = ranges._kept(con, f"{base} ORDER BY shard, row", paths, 3) or (None, [])
+    assert ranges._kept(con, f"{base} ORDER BY shard DESC, row", {"paths": paths}, 3) is None
+    assert ranges._kept(con, f"{base} ORDER BY shard, row DESC", {"paths": paths}, 3) is None
+    counts, pieces = ranges._kept(con, f"{base} ORDER BY shard, row", {"paths": paths}, 3) or (None, [])
     assert list(counts) == SIZES[:3] and np.array_equal(np.concatenate(pieces), np.r_[0:40, 0:75])
 
 
@@ -159,9 +159,9 @@ def test_a_bad_where_is_one_line_naming_the_column_on_the_range_path(corpus) -> 
 def test_a_range_that_came_out_of_order_is_read_again_sorted_with_the_same_result(corpus, monkeypatch) -> None:
     real, queries = ranges._kept, []
 
-    def unordered_first(con, query, paths, shards):  # type: ignore[no-untyped-def]
+    def unordered_first(con, query, params, shards):  # type: ignore[no-untyped-def]
         queries.append(query)
-        return None if "ORDER BY" not in query else real(con, query, paths, shards)  # as if DuckDB reordered it
+        return None if "ORDER BY" not in query else real(con, query, params, shards)  # as if DuckDB reordered it
 
     monkeypatch.setattr(ranges, "_kept", unordered_first)
     ds = Dataset.from_path("web", corpus, where="score < 5")
