@@ -45,6 +45,7 @@ from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.planner.selection.evaluate import MEMORY_LIMIT
 from zephon.planner.selection.join import Relation, quote, sidecar_relation
+from zephon.planner.selection.results import memory_bytes
 from zephon.planner.selection.tables import Wanted, arrow_read, read_documents, referenced_names
 from zephon.recipe.computed_cost import COMPUTED_COLUMN, ComputedCost
 from zephon.recipe.dataset import Dataset
@@ -79,6 +80,7 @@ def _expression_costs(
 ) -> list[np.ndarray]:
     """``expression`` evaluated per row (with ``computed`` as the column ``computed`` when given)."""
     selection = ds.selection or Selection(dataset=ds.name)
+    memory_bytes(MEMORY_LIMIT)  # a size, or the setting's one-line error before anything is made
     spill = tempfile.mkdtemp(prefix="zephon-cost-")
     con = duckdb.connect()
     try:

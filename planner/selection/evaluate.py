@@ -176,6 +176,7 @@ def select_rows(
     columns = [] if remote else _columns(name, refs)
     total = sum(r.rows for r in refs)
     limit = memory_limit or MEMORY_LIMIT
+    memory_bytes(limit)  # a size, or the setting's one-line error before anything is made (not DuckDB's parser's)
     spill = tempfile.mkdtemp(prefix="zephon-select-")  # ours alone: removed below however the selection ends
     con = duckdb.connect()
     try:

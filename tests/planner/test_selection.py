@@ -6,6 +6,7 @@ Every check recomputes the expected rows from the Parquet files with pyarrow, no
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -362,3 +363,16 @@ def test_a_selection_past_duckdbs_memory_limit_says_which_setting_to_raise(corpu
         _source(ds).plan(tmp_path / "p")
     assert "\n" not in str(e.value) and "None" not in str(e.value)  # names the settings given, only them
     assert "where='quality > 0.5'" in str(e.value) and "key='id'" in str(e.value)
+
+
+def test_a_memory_setting_that_is_not_a_size_is_one_line_before_anything_is_made(corpus, tmp_path, monkeypatch):
+    import zephon.planner.selection.evaluate as selection
+
+    monkeypatch.setattr(selection, "MEMORY_LIMIT", "lots")  # as ZEPHON_SELECT_MEMORY=lots would set it
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "scratch"))
+    (tmp_path / "scratch").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    ds = Dataset.from_path("web", corpus / "web", where="score >= 3")
+    with pytest.raises(ConfigError, match=r"^ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got 'lots'"):
+        _source(ds).plan(tmp_path / "p")
+    assert not (tmp_path / "p").exists() and list((tmp_path / "scratch").iterdir()) == []
