@@ -126,6 +126,7 @@ class SlotWriter:
         self.ring: torch.Tensor | None = None
         self._bytes = np.empty(0, np.uint8)  # the ring's memory, as NumPy (slicing it costs ~0.2 µs, torch's ~3)
         self._taken = np.zeros(1, np.int64)
+        self._base = 0  # the ring's address
         self.slot_bytes = 0
         self.seq = 0
         self.ring_id = f"{os.getpid()}-{next(_ring_ids)}"
@@ -136,9 +137,10 @@ class SlotWriter:
         if not isinstance(tensors, dict):
             return None
         arrays = {k: v for k, v in tensors.items() if isinstance(v, torch.Tensor)}
-        if not arrays or any(v.device.type != "cpu" or v.layout != torch.strided for v in arrays.values()):
+        if not arrays or not all(v.is_cpu and v.layout is torch.strided for v in arrays.values()):
             return None
-        need = sum(_aligned(v.numel() * v.element_size()) for v in arrays.values())
+        sizes = {k: v.nbytes for k, v in arrays.items()}
+        need = sum(_aligned(n) for n in sizes.values())
         if self.ring is None:
             if self.slot_bytes:
                 return None  # no ring could be made: everything crosses pickled
@@ -154,21 +156,20 @@ class SlotWriter:
             self._bytes = self.ring.numpy()
             self._taken = self._bytes[:8].view(np.int64)
             self._taken[0] = 0
+            self._base = self.ring.data_ptr()
         if need > self.slot_bytes or self.seq - int(self._taken[0]) >= self.depth:
             return None
         start = HEADER + (self.seq % self.depth) * self.slot_bytes
-        base, end = self.ring.data_ptr(), start + self.slot_bytes
-        inside = {  # tensors to_training wrote into this slot already (``allocator``): where they lie
-            k: v.data_ptr() - base
-            for k, v in arrays.items()
-            if start <= v.data_ptr() - base < end and v.is_contiguous()
-        }
-        offset = max(
-            (at + _aligned(arrays[k].numel() * arrays[k].element_size()) for k, at in inside.items()), default=start
-        )
+        end = start + self.slot_bytes
+        inside = {}  # tensors to_training wrote into this slot already (``allocator``): where they lie
+        for k, v in arrays.items():
+            at = v.data_ptr() - self._base
+            if start <= at < end and v.is_contiguous():
+                inside[k] = at
+        offset = max((at + _aligned(sizes[k]) for k, at in inside.items()), default=start)
         placed = []
         for key, value in arrays.items():
-            size = value.numel() * value.element_size()
+            size = sizes[key]
             if key in inside:
                 placed.append((key, value.dtype, tuple(value.shape), inside[key], size))
                 continue
@@ -188,9 +189,9 @@ class SlotWriter:
         self.seq += 1
         return piece
 
-    def allocator(self) -> Callable[[tuple[int, ...], torch.dtype], torch.Tensor] | None:
-        """Where the next piece's ``to_training`` may write its tensors (``Batch.to_training(allocate=...)``): views
-        into the slot ``put`` will give that piece, handed out one after another, or a new tensor once the slot is
+    def allocator(self) -> Callable[[tuple[int, ...], np.dtype], np.ndarray] | None:
+        """Where the next piece's ``to_training`` may write its arrays (``Batch.to_training(allocate=...)``): views
+        into the slot ``put`` will give that piece, handed out one after another, or a new array once the slot is
         full — None before the ring exists or while that slot is still held. ``put`` then copies only what lies
         elsewhere. A piece that must cross pickled after all is copied out of the slot first (``owns``)."""
         if self.ring is None or self.seq - int(self._taken[0]) >= self.depth:
@@ -198,13 +199,13 @@ class SlotWriter:
         start = HEADER + (self.seq % self.depth) * self.slot_bytes
         cursor, end, memory = [start], start + self.slot_bytes, self._bytes
 
-        def allocate(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        def allocate(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
             size = math.prod(shape) * dtype.itemsize
             at = cursor[0]
             if at + size > end:
-                return torch.empty(shape, dtype=dtype)
+                return np.empty(shape, dtype=dtype)
             cursor[0] = at + _aligned(size)
-            return torch.from_numpy(memory[at : at + size]).view(dtype).view(shape)
+            return memory[at : at + size].view(dtype).reshape(shape)
 
         return allocate
 

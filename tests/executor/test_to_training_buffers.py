@@ -65,3 +65,17 @@ def test_padding_labels_are_ignored_from_each_short_rows_length_on_every_length_
             assert t["input_ids"].tolist() == tokens[:, :-1].tolist()
     full = Batch(tokens=tokens, doc_start=np.zeros((6, 5), dtype=bool), lengths=np.full(6, 5))
     assert full.to_training(return_labels=True)["labels"].tolist() == tokens[:, 1:].tolist()
+
+
+def test_an_ids_dtype_numpy_has_no_name_for_is_converted_from_the_int64_values() -> None:
+    """``to_training`` writes ids with NumPy (int64 and int32, its own dtypes); any other torch dtype gets the
+    int64 values converted by torch — labels' ``IGNORE_INDEX`` included."""
+    tokens = np.arange(1, 11, dtype=np.int32).reshape(2, 5)
+    batch = Batch(tokens=tokens, doc_start=np.zeros((2, 5), dtype=bool), lengths=np.array([5, 3]))
+    wide = batch.to_training(return_labels=True)
+    for dtype in (torch.int16, torch.float32, torch.bfloat16):
+        t = batch.to_training(return_labels=True, ids_dtype=dtype)
+        assert t["input_ids"].dtype == t["labels"].dtype == dtype
+        assert t["labels"].tolist() == wide["labels"].to(dtype).tolist()
+        assert t["input_ids"].tolist() == wide["input_ids"].to(dtype).tolist()
+        assert batch.to_training(return_labels=False, ids_dtype=dtype)["input_ids"].tolist() == tokens.tolist()
