@@ -96,7 +96,9 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
-def child(plan: str, tokenizer: str, max_length: int, microbatch: int, workers: int) -> dict[str, Any]:
+def child(
+    plan: str, tokenizer: str, max_length: int, microbatch: int, workers: int, prefetch: int | None = None
+) -> dict[str, Any]:
     """One measurement (module docstring), in this process."""
     from zephon import Pipeline
 
@@ -111,7 +113,8 @@ def child(plan: str, tokenizer: str, max_length: int, microbatch: int, workers: 
     steps = pipeline.num_steps()
     steps_wall, steps_cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     cpu, main_cpu, wall = cpu_seconds(), main_cpu_seconds(), time.perf_counter()
-    loader = pipeline.dataloader(num_workers=workers, return_attention_mask=True)
+    options = {"prefetch_factor": prefetch} if prefetch and workers else {}
+    loader = pipeline.dataloader(num_workers=workers, return_attention_mask=True, **options)
     tokens, first, items, first_tokens = 0, 0.0, 0, 0
     for batch in loader:
         # Counted with NumPy: torch's sum of a 32 × 2049 mask runs on its OpenMP threads, whose spinning cost the
@@ -141,6 +144,8 @@ def child(plan: str, tokenizer: str, max_length: int, microbatch: int, workers: 
 def measure(python: str, args: argparse.Namespace, plan: Path, tokenizer: str, workers: int) -> dict[str, Any]:
     command = [python, str(Path(__file__).resolve()), "--child", str(plan), tokenizer, str(workers)]
     command += ["--max-length", str(args.max_length), "--microbatch", str(args.microbatch)]
+    if args.prefetch_factor:
+        command += ["--prefetch-factor", str(args.prefetch_factor)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{python} with {workers} workers failed:\n{done.stderr[-3000:]}")
@@ -155,13 +160,14 @@ def main() -> None:
     parser.add_argument("--max-length", type=int, default=2049)
     parser.add_argument("--microbatch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--prefetch-factor", type=int, help="the DataLoader's, with workers (default: the loader's)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters to alternate")
     parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         plan, tokenizer, workers = args.child
-        print(json.dumps(child(plan, tokenizer, args.max_length, args.microbatch, int(workers))))
+        print(json.dumps(child(plan, tokenizer, args.max_length, args.microbatch, int(workers), args.prefetch_factor)))
         return
     root = Path(os.environ.get("ZEPHON_BENCH_DIR") or tempfile.mkdtemp(prefix="zephon-bench-workers-"))
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))

@@ -3,8 +3,9 @@ limits it), else every core of the machine — divided among a DataLoader's work
 (``share_cores``). Thread pools size themselves from it: tokenizer threads, the decode pool, read-ahead.
 
 Invariant: the threads never change the data, only how many run at once. Example: 2 cores, ``num_workers=2`` →
-each worker sees 1 core: one tokenizer thread, no decode pool, no read-ahead thread, ``RAYON_NUM_THREADS=1``; with
-``num_workers=1`` the worker sees both, as the main process would.
+each worker sees 1 core: one tokenizer thread, no decode pool, ``RAYON_NUM_THREADS=1``, and a read-ahead thread
+(``zephon.executor.read.ahead``: it tokenizes the next chunk while the worker waits for the loader to take its
+pieces); with ``num_workers=1`` the worker sees both, as the main process would.
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ def usable_cores() -> int:
     """Cores this process may run on (≥ 1), divided among the DataLoader workers sharing them."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // _workers[0])
+
+
+def sharing() -> bool:
+    """Whether this process is one of several DataLoader workers sharing the cores (``share_cores``)."""
+    return _workers[0] > 1
 
 
 def share_cores(workers: int) -> None:

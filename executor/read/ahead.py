@@ -20,7 +20,12 @@ order.)
   (tokenizers, Arrow) while the interpreter finalizes — a thread there aborted processes at exit.
 
 ``ZEPHON_READ_AHEAD`` chooses: ``auto`` (default) uses the thread when the process may run on two or more cores
-(on one core it only adds thread switches), ``on`` or ``off`` force it.
+(on one core it only adds thread switches) or is one of several DataLoader workers sharing them, ``on`` or
+``off`` force it. A worker's share of the cores may be one, but it spends part of its time blocked — its
+``prefetch_factor`` items built, the loader still busy with another worker's — and a chunk of the plan comes in
+one lump (read and tokenized: ~0.1 s a core at 1,024 documents) while its pieces go out a few hundred µs
+apart; the thread tokenizes ahead while the worker waits (measured: ``benchmarks/bench_workers.py``,
+docs/performance.md "DataLoader workers").
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from zephon.errors import ConfigError
-from zephon.executor.cores import usable_cores
+from zephon.executor.cores import sharing, usable_cores
 
 #: ``ZEPHON_READ_AHEAD``: ``auto`` (default), ``on`` or ``off``.
 READ_AHEAD_ENV = "ZEPHON_READ_AHEAD"
@@ -60,8 +65,7 @@ def read_ahead_enabled(value: str | None = None) -> bool:
         raise ConfigError(f'{READ_AHEAD_ENV} must be "auto", "on" or "off", got {choice!r}')
     if choice != "auto":
         return choice == "on"
-    cores = usable_cores()
-    return cores > 1
+    return usable_cores() > 1 or sharing()
 
 
 class ReadAhead(Generic[T]):

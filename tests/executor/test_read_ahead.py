@@ -15,6 +15,7 @@ import pytest
 
 from zephon import Pipeline
 from zephon.errors import ConfigError, DatasetError
+from zephon.executor import cores
 from zephon.executor.batch import Batch
 from zephon.executor.encode.text import Encoder
 from zephon.executor.engines.tiktoken_derive import encode_buffers, join_ranks, separator
@@ -179,6 +180,13 @@ def test_read_ahead_keeps_order_hands_errors_over_and_closes() -> None:
 
 def test_read_ahead_setting(monkeypatch) -> None:
     assert read_ahead_enabled("on") and not read_ahead_enabled("off")
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0}, raising=False)
+    assert not read_ahead_enabled("auto")
+    # One of several DataLoader workers reads ahead even on a share of one core: it waits for the loader often
+    monkeypatch.setattr("os.sched_getaffinity", lambda _: {0, 1}, raising=False)
+    monkeypatch.setattr(cores, "_workers", [2])
+    assert cores.usable_cores() == 1 and read_ahead_enabled("auto") and not read_ahead_enabled("off")
+    monkeypatch.setattr(cores, "_workers", [1])
     monkeypatch.setattr("os.sched_getaffinity", lambda _: {0}, raising=False)
     assert not read_ahead_enabled("auto")
     with pytest.raises(ConfigError, match="ZEPHON_READ_AHEAD must be"):
