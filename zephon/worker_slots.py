@@ -33,10 +33,10 @@ DataLoader asks for the next only after handing one out), the loader holds one m
 being written — ``R`` slots in all — and each ask is a system call, a full memory barrier between a piece's copy
 and any reuse of its slot.
 
-Worked example: ``prefetch_factor = 2``, pieces of 400 KB: slots of 500 KB, ``g = 4`` (2 MB ÷ 400 KB, capped),
-``R = 16`` (8 MB). Pieces 0-3 go into slots 0-3 as one item (piece 0 carries the ring), 4-7 into 4-7; the
-loader copies piece 0 out and sets ``taken = 1``, …; piece 16 takes slot 0 once ``taken ≥ 1`` — long true by
-then: the DataLoader asked for the item holding piece 16 only after handing out the one holding pieces 8-11.
+Worked example: ``prefetch_factor = 2``, pieces of 400 KB: slots of 500 KB, ``g = 5`` (2 MB ÷ 400 KB),
+``R = 20`` (10 MB). Pieces 0-4 go into slots 0-4 as one item (piece 0 carries the ring), 5-9 into 5-9; the
+loader copies piece 0 out and sets ``taken = 1``, …; piece 20 takes slot 0 once ``taken ≥ 1`` — long true by
+then: the DataLoader asked for the item holding piece 20 only after handing out the one holding pieces 10-14.
 """
 
 from __future__ import annotations
@@ -58,9 +58,11 @@ HEADER = 64
 #: Every array in a slot starts on a multiple of this (a view of another dtype needs its alignment).
 ALIGN = 64
 #: A worker groups pieces into DataLoader items of about this many bytes (at most ``MAX_GROUP`` pieces): each
-#: item costs the DataLoader some 50-100 µs of each process's CPU (its queues, threads and profiler spans).
+#: item costs the DataLoader some 50-100 µs of each process's CPU (its queues, threads and profiler spans). At
+#: most 4 pieces an item, 2 workers' loader spent 1.35-1.47 CPU s on 4,159 microbatches of 8 × 2,049; at 10 (the
+#: 2 MB bound on pieces of 196 KB), 0.81-1.08 s (``benchmarks/bench_workers.py``, docs/performance.md).
 GROUP_BYTES = 2 << 20
-MAX_GROUP = 4
+MAX_GROUP = 16
 _ring_ids = itertools.count()
 
 
@@ -97,6 +99,23 @@ class SlotPiece:
 def _bytes(value: torch.Tensor) -> np.ndarray:
     """A tensor's bytes, in order, as a uint8 array (a view when it is contiguous)."""
     return value.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+
+
+def _view(memory: np.ndarray, dtype: torch.dtype, shape: tuple[int, ...]) -> torch.Tensor:
+    """``memory`` (bytes) as a tensor of ``dtype`` and ``shape``, sharing it: NumPy's view and reshape, then one
+    tensor (~2 µs, against ~4 for torch's three steps); torch's own where NumPy has no such dtype (bfloat16)."""
+    if dtype not in _NUMPY_DTYPES:
+        try:
+            _NUMPY_DTYPES[dtype] = torch.empty(0, dtype=dtype).numpy().dtype
+        except TypeError:
+            _NUMPY_DTYPES[dtype] = None
+    as_numpy = _NUMPY_DTYPES[dtype]
+    if as_numpy is None:
+        return torch.from_numpy(memory).view(dtype).view(shape)
+    return torch.from_numpy(memory.view(as_numpy).reshape(shape))
+
+
+_NUMPY_DTYPES: dict[torch.dtype, np.dtype | None] = {}
 
 
 def group_size(piece_bytes: int) -> int:
@@ -231,7 +250,7 @@ class SlotReader:
         """The piece's dict, its tensors views into the slot (valid until ``release``)."""
         ring = self._ring(piece)
         out = {
-            key: torch.from_numpy(ring[offset : offset + nbytes]).view(dtype).view(shape)
+            key: _view(ring[offset : offset + nbytes], dtype, shape)
             for key, dtype, shape, offset, nbytes in piece.placed
         }
         return {k: out[k] if k in out else piece.values[k] for k in piece.order}

@@ -55,6 +55,23 @@ def test_pieces_round_trip_and_the_ring_travels_with_the_first_only() -> None:
         )  # its own memory, not the slot's
 
 
+def test_views_read_every_dtype_back_numpy_has_or_not() -> None:
+    """The loader's views are NumPy views made tensors where NumPy has the dtype, torch's own where it has not
+    (bfloat16): the same values, dtypes and shapes as ``take`` and as the piece written."""
+    writer, reader = SlotWriter(in_flight=1, group=1), SlotReader()
+    for k in range(3):
+        made = {
+            **piece(k),
+            "weights": torch.rand((4, 8)).to(torch.bfloat16),
+            "small": torch.arange(6).view(2, 3).short(),
+        }
+        slot = writer.put(made)
+        assert slot is not None
+        views = reader.views(slot)
+        assert equal(views, made) and all(views[key].is_contiguous() for key in ("weights", "small", "labels"))
+        assert equal(reader.take(slot), views)
+
+
 def test_a_piece_whose_slot_is_still_held_is_refused_until_the_loader_releases_it() -> None:
     writer, reader = SlotWriter(in_flight=0, group=1), SlotReader()
     first, second = writer.put(piece(0)), writer.put(piece(1))

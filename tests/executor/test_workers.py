@@ -20,6 +20,7 @@ from zephon.executor.worker_share import check_loader_workers, disjoint, loader_
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.worker_slots import MAX_GROUP
 
 MAX_LENGTH = 129
 GLOBAL = 8
@@ -171,9 +172,10 @@ def test_dataloader_gives_the_pipelines_batches_for_0_1_2_3_workers(plans, token
         loader = p.dataloader(num_workers=workers, **TRAINING)
         assert same(list(loader), want), f"{workers} workers"
         # Every piece from a worker crossed through its worker's slot ring, none pickled (zephon.worker_slots),
-        # 4 pieces to a DataLoader item (small pieces): groups cut short at the end of the run are put in order too.
+        # MAX_GROUP pieces to a DataLoader item (small pieces; ~100 microbatches: full groups, then each worker's
+        # last one cut short at the end of the run, put in order too).
         assert loader.handover == {"slots": len(want) * loader.pieces if workers else 0, "pickled": 0}
-        assert workers == 0 or loader._dataset.group == 4  # type: ignore[union-attr]
+        assert workers == 0 or loader._dataset.group == MAX_GROUP  # type: ignore[union-attr]
     pieces = p.dataloader(num_workers=3).pieces
     assert pieces == (1 if kind == "exact" else 3)  # N / gcd(N, A): 3 for A = 1 and A = 2
 
