@@ -234,3 +234,45 @@ def test_the_table_forgets_documents_wholly_emitted_when_the_next_chunk_is_sorte
     assert rows.pieces.tolist() == [(0, 0, 2, 1, 2), (0, 2, 3, 0, 2), (1, 0, 1, 4, 1), (1, 1, 4, 0, 1)]
     a.read_to = b.read_to = 5
     assert store.compactions == 0 and a.cursor() == b.cursor() == (5, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_table_chunk_by_chunk_is_the_stable_sort_of_every_live_document(seed: int) -> None:
+    """``table`` sorts each chunk's documents into the table and forgets those wholly emitted: the same rows, in
+    the same order, as one stable sort by key of every document appended (in append order) that is still live —
+    empty documents with equal keys included, lanes' kept indexes moving between chunks. (A merge by
+    ``searchsorted`` and ``np.insert`` instead of the sort measured slower on a real plan: 805-838 against 629 µs
+    a chunk on a 15,000-document table.)"""
+
+    class Kept:  # what the store reads of a lane
+        def __init__(self) -> None:
+            self._kept = 0
+
+    rng = np.random.default_rng(seed)
+    store = LaneStore(ID, room=1 << 20)
+    lanes = [Kept() for _ in range(5)]
+    for lane in lanes:
+        store.add(lane)
+    ends = [0] * len(lanes)
+    appended: list[tuple[np.ndarray, ...]] = []
+    position = 0
+    for _ in range(12):  # chunks: a run of documents for some lanes, in any lane order
+        for slot in rng.permutation(len(lanes))[: rng.integers(1, len(lanes) + 1)].tolist():
+            sizes = rng.choice([0, 0, 1, 3, 17], size=rng.integers(1, 9))
+            positions = position + np.arange(len(sizes))
+            position += len(sizes)
+            start = ends[slot]
+            store.append(slot, start, positions, np.zeros(int(sizes.sum()), dtype=ID), sizes)
+            offsets = np.cumsum(sizes) - sizes
+            appended.append(((slot << 40) + start + offsets, sizes, positions))
+            ends[slot] += int(sizes.sum())
+        for slot, lane in enumerate(lanes):  # rows were cut: kept moves forward, up to the lane's end
+            lane._kept = int(rng.integers(lane._kept, ends[slot] + 1))
+        key, _, size, pos = store.table()
+        all_key, all_size, all_pos = (np.concatenate([a[i] for a in appended]) for i in range(3))
+        floor = np.array([lane._kept for lane in lanes])[all_key >> 40]
+        start = all_key & ((1 << 40) - 1)
+        live = (start + all_size > floor) | (start >= floor)
+        order = np.argsort(all_key[live], kind="stable")
+        assert key.tolist() == all_key[live][order].tolist()
+        assert size.tolist() == all_size[live][order].tolist() and pos.tolist() == all_pos[live][order].tolist()
