@@ -102,9 +102,31 @@ def make_jsonl(tmp_path: Path) -> Callable[..., Path]:
     return lambda name, rows, **kw: write_jsonl_dataset(tmp_path / "data", name, rows, **kw)
 
 
-def selection_under_full_disk(script: str, corpus: Path, tmp_path: Path) -> tuple[str, Path]:
-    """Run ``script`` (a selection under a file-size limit: a full disk) in a process of its own, its ``TMPDIR`` a
-    new scratch folder: the one line it printed, and that folder (for what the selection left in it)."""
+_FULL_DISK = """
+import resource, sys
+from zephon.io import Dataset
+from zephon.planner.prepare import shard_refs
+from zephon.planner.selection.evaluate import select_rows
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
+ds = Dataset.from_path("web", {dataset})
+refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({{"web": 1.0}}), seed=3), progress=False)
+{setup}
+resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+try:
+    select_rows(ds.selection, refs[0], seed=3, dataset_index=0, {options})
+except Exception as exc:
+    print(type(exc).__name__, exc)
+"""
+
+
+def selection_under_full_disk(
+    corpus: Path, tmp_path: Path, *, dataset: str, limit: int, options: str, setup: str = ""
+) -> tuple[str, Path]:
+    """A selection under a file-size limit of ``limit`` bytes (a full disk), in a process of its own with its
+    ``TMPDIR`` a new scratch folder: the one line it printed, and that folder (for what the selection left in it).
+    ``dataset``: ``Dataset.from_path``'s arguments after the name (``sys.argv[1]`` is ``corpus``); ``options``:
+    ``select_rows``' keyword arguments beyond the plan's; ``setup``: Python run before the limit is set."""
+    script = _FULL_DISK.format(dataset=dataset, limit=limit, options=options, setup=setup)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}

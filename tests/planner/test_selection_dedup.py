@@ -190,25 +190,14 @@ def test_partitions_follow_the_keyed_rows_and_the_memory_limit() -> None:
     assert partitions_for(250_000_000, "8GB") == 7
 
 
-_FULL_DISK = """
-import resource, sys
-from zephon.errors import ConfigError
-from zephon.io import Dataset
-from zephon.planner.prepare import shard_refs
-from zephon.planner.selection.evaluate import select_rows
-from zephon.work import MixtureSpec, StaticMixtureWorkSource
-ds = Dataset.from_path("web", sys.argv[1] + "/web", dedup_on="near")
-refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=3), progress=False)
-resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))  # the keys' Parquet fits; 300 pairs (4,800 bytes) do not
-try:
-    select_rows(ds.selection, refs[0], seed=3, dataset_index=0, dedup_partitions=1)
-except Exception as exc:
-    print(type(exc).__name__, exc)
-"""
-
-
 def test_a_dedup_whose_pairs_cannot_be_written_fails_in_one_line_and_leaves_nothing(corpus, tmp_path) -> None:
-    line, scratch = selection_under_full_disk(_FULL_DISK, corpus, tmp_path)
+    line, scratch = selection_under_full_disk(
+        corpus,
+        tmp_path,
+        dataset='sys.argv[1] + "/web", dedup_on="near"',
+        limit=3000,  # the keys' Parquet fits; 300 pairs (4,800 bytes) do not
+        options="dedup_partitions=1",
+    )
     assert line.startswith(f"DatasetError dataset 'web': the selection's spill directory {scratch}/zephon-select-")
     assert "[Errno 27] File too large — free space there or point TMPDIR at a larger disk" in line  # Python's write
     assert "\n" not in line and list(scratch.iterdir()) == []

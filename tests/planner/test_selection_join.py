@@ -142,24 +142,14 @@ def test_the_spill_directory_is_the_planners_own_and_is_removed(corpus, tmp_path
     assert [p.name for p in scratch.iterdir()] == ["users-file"]  # the selection's directories are gone
 
 
-_FULL_DISK = """
-import resource, sys
-from zephon.io import Dataset
-from zephon.planner.prepare import shard_refs
-from zephon.planner.selection.evaluate import select_rows
-from zephon.work import MixtureSpec, StaticMixtureWorkSource
-ds = Dataset.from_path("web", sys.argv[1] + "/web", metadata=sys.argv[1] + "/side", key="id", where="quality > 0.5")
-refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=3), progress=False)
-resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))  # no file past 64 bytes: the spill writes fail like a full disk
-try:
-    select_rows(ds.selection, refs[0], seed=3, dataset_index=0, partitions=3)
-except Exception as exc:
-    print(type(exc).__name__, exc)
-"""
-
-
 def test_a_full_spill_disk_fails_in_one_line_and_leaves_nothing(corpus, tmp_path) -> None:
-    line, scratch = selection_under_full_disk(_FULL_DISK, corpus, tmp_path)
+    line, scratch = selection_under_full_disk(
+        corpus,
+        tmp_path,
+        dataset='sys.argv[1] + "/web", metadata=sys.argv[1] + "/side", key="id", where="quality > 0.5"',
+        limit=64,  # no file past 64 bytes: the spill writes fail like a full disk
+        options="partitions=3",
+    )
     assert line.startswith("DatasetError dataset 'web': the selection's spill directory "), line
     assert "must have room" in line and "point TMPDIR at a larger disk" in line and "\n" not in line
     assert list(scratch.iterdir()) == []

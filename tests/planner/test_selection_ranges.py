@@ -173,26 +173,15 @@ def test_a_range_that_came_out_of_order_is_read_again_sorted_with_the_same_resul
     assert len(queries) == 2 * len(shard_ranges(SIZES, 100)) and all("ORDER BY" in q for q in queries[1::2])
 
 
-_FULL_DISK = """
-import resource, sys
-from zephon.io import Dataset
-from zephon.planner.prepare import shard_refs
-from zephon.planner.selection import selected
-from zephon.planner.selection.evaluate import select_rows
-from zephon.work import MixtureSpec, StaticMixtureWorkSource
-ds = Dataset.from_path("web", sys.argv[1], where="score >= 2")
-refs = shard_refs(StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=3), progress=False)
-selected.MEMORY_BYTES = 8  # the kept rows go to their unnamed file at once
-resource.setrlimit(resource.RLIMIT_FSIZE, (100, 100))  # 25 rows fit, the ~170 kept do not
-try:
-    select_rows(ds.selection, refs[0], seed=3, dataset_index=0, query_rows=50)
-except Exception as exc:
-    print(type(exc).__name__, exc)
-"""
-
-
 def test_kept_rows_that_cannot_be_written_fail_in_one_line_and_leave_nothing(corpus, tmp_path) -> None:
-    line, scratch = selection_under_full_disk(_FULL_DISK, corpus, tmp_path)
+    line, scratch = selection_under_full_disk(
+        corpus,
+        tmp_path,
+        dataset='sys.argv[1], where="score >= 2"',
+        setup="from zephon.planner.selection import selected\nselected.MEMORY_BYTES = 8",  # kept rows: file at once
+        limit=100,  # 25 rows fit, the ~170 kept do not
+        options="query_rows=50",
+    )
     assert line.startswith(f"DatasetError dataset 'web': the selection's spill directory {scratch}/zephon-select-")
     assert "the kept rows take" in line and "File too large — free space there or point TMPDIR" in line
     assert "\n" not in line and list(scratch.iterdir()) == []
