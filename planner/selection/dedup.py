@@ -54,7 +54,14 @@ import numpy as np
 import pyarrow as pa
 
 from zephon.errors import ConfigError
-from zephon.planner.selection.results import SELECTED, dedup_keep, fetch_columns, fetch_selected, memory_bytes
+from zephon.planner.selection.results import (
+    SELECTED,
+    dedup_keep,
+    fetch_columns,
+    fetch_selected,
+    key_order,
+    memory_bytes,
+)
 
 __all__ = ["DEDUP_STREAM", "PARTITION_BYTES", "DedupRun", "dedup_draws", "fetch_final", "partitions_for"]
 
@@ -102,12 +109,11 @@ def fetch_final(
     con: duckdb.DuckDBPyConnection, *, order: str | None, dedup: DedupRun, memory_limit: str
 ) -> tuple[dict[str, np.ndarray], int]:
     """A ``dedup_on`` selection's rows out of ``zephon_selected`` (without one: ``results.stream_kept``): shard
-    and row in (shard, row) order, ``rank`` (the place in ``zephon_order`` order, ``ASC``/``DESC`` as ``order``
-    says, NULLs last, ties by (shard, row)) when ``order`` is set, one row per ``zephon_dedup`` key (module
-    docstring); and how many
-    rows there were before the dedup. ``memory_limit``: DuckDB's (``ZEPHON_SELECT_MEMORY``), which sizes the
-    partitions and the final fetch (``results.fetch_selected``). The table is dropped."""
-    rank = f", row_number() OVER (ORDER BY zephon_order {order} NULLS LAST, shard, row) - 1 AS rank" if order else ""
+    and row in (shard, row) order, with ``order`` their ``rank`` (the place in ``results.key_order``), one row per
+    ``zephon_dedup`` key (module docstring); and how many rows there were before the dedup. ``memory_limit``:
+    DuckDB's (``ZEPHON_SELECT_MEMORY``), which sizes the partitions and the final fetch
+    (``results.fetch_selected``). The table is dropped."""
+    rank = f", row_number() OVER (ORDER BY {key_order(order)}) - 1 AS rank" if order else ""
     keyed = int(con.execute(f"SELECT count(zephon_dedup) FROM {SELECTED}").fetchall()[0][0])
     count = dedup.partitions if dedup.partitions is not None else partitions_for(keyed, memory_limit)
     part = f"CAST(hash(zephon_dedup) % {count} AS INTEGER)"

@@ -28,7 +28,16 @@ import pyarrow as pa
 from zephon.errors import ConfigError
 from zephon.planner.selection.selected import RowColumn, RowColumnWriter
 
-__all__ = ["BATCH_ROWS", "SELECTED", "dedup_keep", "fetch_columns", "fetch_selected", "memory_bytes", "stream_kept"]
+__all__ = [
+    "BATCH_ROWS",
+    "SELECTED",
+    "dedup_keep",
+    "fetch_columns",
+    "fetch_selected",
+    "key_order",
+    "memory_bytes",
+    "stream_kept",
+]
 
 #: Rows per record batch read from DuckDB (8 MB of int64 a column).
 BATCH_ROWS = 1 << 20
@@ -86,6 +95,13 @@ def fetch_selected(
     return out
 
 
+def key_order(order: str | None) -> str:
+    """The ``ORDER BY`` of an ordered selection's kept rows — ``zephon_order`` as ``order`` says (``ASC``/``DESC``),
+    NULLs last, ties by (shard, row) — or (shard, row) without ``order``: one definition for the streamed fetch
+    and the ranked one of ``dedup_on`` (``dedup.fetch_final``), which must agree."""
+    return f"zephon_order {order} NULLS LAST, shard, row" if order else "shard, row"
+
+
 def stream_kept(
     con: duckdb.DuckDBPyConnection, *, order: str | None, shards: int
 ) -> tuple[np.ndarray, RowColumn, RowColumn | None]:
@@ -94,7 +110,7 @@ def stream_kept(
     ``zephon_order``, NULLs last, ties by (shard, row): one sort, which DuckDB spills past its limit, no rank.
     Nothing is held whole: rows and shards go to ``RowColumn``s (``selected.py``: past 256 MB, an unnamed
     file), so DuckDB keeps its whole memory limit. The table is dropped after."""
-    key = f"zephon_order {order} NULLS LAST, shard, row" if order else "shard, row"
+    key = key_order(order)
     counts = np.zeros(shards, dtype=np.int64)
     rows, key_shard = RowColumnWriter(), RowColumnWriter() if order else None
     try:
