@@ -58,6 +58,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
+from zephon.executor.read.ahead import read_ahead_enabled
 from zephon.executor.read.shared_groups import SharedRowGroups, make_share_directory, remove_share_directory
 from zephon.executor.runner import RankRunner
 from zephon.executor.state import gather_states
@@ -274,6 +275,7 @@ class PipelineLoader:
             o = self.options
             self._pipeline._pending_state = self._state
             if o.num_workers:  # once, here: the workers start from it instead of each calibrating
+                read_ahead_enabled()  # a bad ZEPHON_READ_AHEAD: its one line here, not wrapped by a worker's traceback
                 self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
                 self._pipeline._drop_kept()  # the workers read their own shards: this process's are released
             in_flight = o.prefetch_factor if o.prefetch_factor is not None else 2  # torch's default

@@ -133,6 +133,15 @@ def test_more_workers_than_lanes_is_refused_in_one_line() -> None:
         check_loader_workers(g, 3)
 
 
+def test_a_bad_read_ahead_setting_is_refused_by_the_loader_not_inside_a_worker(plans, tokenizer_dir, monkeypatch):
+    """Workers read ahead (``ZEPHON_READ_AHEAD=auto`` turns the thread on in each of several workers): a bad value
+    is the setting's own one line from the loader's process, not a worker's error wrapped in its traceback."""
+    monkeypatch.setenv("ZEPHON_READ_AHEAD", "sometimes")
+    loader = pipeline(plans["estimated"], tokenizer_dir, 8).dataloader(num_workers=2, **TRAINING)
+    with pytest.raises(ConfigError, match=r'^ZEPHON_READ_AHEAD must be "auto", "on" or "off", got \'sometimes\'$'):
+        next(iter(loader))
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
