@@ -44,6 +44,17 @@ def tokenizer_dir() -> str:
     return demo_tokenizer_path()
 
 
+@pytest.fixture(scope="session")
+def cl100k_converted_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The tiktoken-derived tokenizer.json (Llama-3's shape) that crashed kitoken runs and that fastokens, gigatoken
+    and tiktoken refuse to load (tests/fixtures/tokenizers/cl100k-converted)."""
+    fixture = Path(__file__).resolve().parent / "fixtures" / "tokenizers" / "cl100k-converted"
+    out = tmp_path_factory.mktemp("cl100k-converted")
+    (out / "tokenizer.json").write_bytes(gzip.decompress((fixture / "tokenizer.json.gz").read_bytes()))
+    (out / "tokenizer_config.json").write_bytes((fixture / "tokenizer_config.json").read_bytes())
+    return str(out)
+
+
 def batches_per_setting(
     monkeypatch: pytest.MonkeyPatch, plan: Path, tokenizer_dir: str, variable: str, values: tuple[str, ...]
 ) -> list[list[bytes]]:

@@ -32,7 +32,17 @@ import numpy as np
 
 
 class EngineUnavailable(Exception):
-    """The engine cannot run this tokenizer here (not installed, or refuses it); the message says why."""
+    """The engine cannot run this tokenizer here (not installed, or refuses it); the message says why.
+
+    ``lasting``: the engine's own library refused this tokenizer.json (a parse error, an unsupported model or
+    pre-tokenizer, a tiktoken table that is not exact) — a function of the content and the engine's version, the
+    same in every process, so ``zephon.executor.engines.choose`` caches it as a refusal instead of loading the
+    file again (0.8 s for fastokens on a 128k-token BPE) on every start. Not lasting: not installed, or the
+    load ran out of memory — tried again next time."""
+
+    def __init__(self, message: str, *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,10 @@ ids than ``tokenizers`` for this exact tokenizer and version (or crashed), so it
 approval skips the probes (the same probe texts on the same tokenizer content and engine version give the same
 ids: both engines are deterministic functions of them) but never the run's own sample, which is checked on
 every start — so a document the probes did not foresee still sends the run to the next engine. An engine
-that is not installed, or that cannot load the tokenizer here, is skipped and not cached.
+whose library refuses to load this tokenizer.json (``EngineUnavailable.lasting``: its own error on this content
+at this version — fastokens on a tiktoken-derived BPE, "unsupported model type", after 0.8 s of parsing) is
+cached as a refusal too, so a later start does not parse the file again; one that is not installed, or whose
+load ran out of memory, is skipped and not cached.
 
 ``ZEPHON_TOKENIZER_ENGINE=NAME`` forces one candidate: it is used only if it passes the same checks, else
 the run stops with a one-line ``TokenizerError``; ``tokenizers`` always passes; ``auto`` is the default.
@@ -235,7 +238,7 @@ class EngineChoice:
                     raise loaded
                 engine = loaded or build(name, self.config_text, self.eos_text)
             except EngineUnavailable as exc:
-                self._refuse(name, str(exc), None)
+                self._refuse(name, str(exc), package if exc.lasting else None)
                 continue
             _BUILT[key] = engine
             held.add(self.cache.content)

@@ -30,7 +30,7 @@ class TiktokenEngine(Engine):
         try:
             self.encoding, self.table = tiktoken_engine(config_text)
         except NotExact as exc:
-            raise EngineUnavailable(f"not exact for this tokenizer: {exc}") from exc
+            raise EngineUnavailable(f"not exact for this tokenizer: {exc}", lasting=True) from exc
         #: the special token texts are joined with (the EOS when it qualifies), and its rank
         self.sep = separator(self.encoding, eos_text)
 

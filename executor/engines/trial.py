@@ -8,7 +8,8 @@ engine version, ``zephon.executor.engines.choose.VerdictCache``), it is loaded a
 (``python -m zephon.executor.engines.trial``, the tokenizer.json on its standard input):
 
 * the child prints one JSON line — ``{"ok": true}``, ``{"ok": false, "reason": ...}`` (its ids differ on a
-  probe), or ``{"unavailable": ...}`` (not installed, or it refuses to load this tokenizer);
+  probe), or ``{"unavailable": ..., "lasting": ...}`` (not installed, or it refuses to load this tokenizer:
+  lasting, and cached like a refusal, when its library refused the content — ``EngineUnavailable.lasting``);
 * a child killed by a signal, or one that exits without its line, refuses the candidate with the signal or the
   exit status in the reason (cached like any refusal: the same bytes crash the same library again);
 * a child that has not answered within ``TRIAL_SECONDS`` is killed and the candidate refused.
@@ -43,7 +44,7 @@ TRIAL_SECONDS = 180.0
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TrialVerdict:
     """What a trial found: ``ok``; else ``reason``; ``cacheable`` False when the engine is just not usable
-    here (not installed, refuses to load), which, as in-process, is not cached."""
+    here (not installed, out of memory), which, as in-process, is not cached."""
 
     ok: bool
     reason: str = ""
@@ -106,7 +107,8 @@ def run_trial(
             last = (errors.read().strip().splitlines() or ["no output"])[-1][:160]
             return TrialVerdict(ok=False, reason=f"its trial process failed (exit {code}: {last})"), result
     if "unavailable" in answer:
-        return TrialVerdict(ok=False, reason=str(answer["unavailable"]), cacheable=False), result
+        lasting = bool(answer.get("lasting", False))
+        return TrialVerdict(ok=False, reason=str(answer["unavailable"]), cacheable=lasting), result
     return TrialVerdict(ok=bool(answer["ok"]), reason=str(answer.get("reason", ""))), result
 
 
@@ -122,7 +124,7 @@ def _main() -> None:
     try:
         engine = builders(request["eos"])[request["engine"]](config)
     except EngineUnavailable as exc:
-        print(json.dumps({"unavailable": str(exc)}))
+        print(json.dumps({"unavailable": str(exc), "lasting": exc.lasting}))
         return
     print(json.dumps({"loaded": True}), flush=True)  # the parent may load its own copy now
     reference = Tokenizer.from_str(config)

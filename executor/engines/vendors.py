@@ -32,8 +32,10 @@ def _import(module: str) -> Any:
 
 
 def _refused(exc: BaseException) -> EngineUnavailable:
+    """The library's refusal to load a tokenizer.json: lasting unless the machine, not the content, failed."""
     text = " ".join(str(exc).split())
-    return EngineUnavailable(f"cannot load this tokenizer ({type(exc).__name__}: {text[:160]})")
+    lasting = not isinstance(exc, MemoryError | OSError)
+    return EngineUnavailable(f"cannot load this tokenizer ({type(exc).__name__}: {text[:160]})", lasting=lasting)
 
 
 class FastokensEngine(Engine):

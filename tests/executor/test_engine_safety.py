@@ -3,7 +3,6 @@ first batch, clean exits, and the spot check that stops a run on an engine's wro
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import os
@@ -37,16 +36,6 @@ from zephon.work import MixtureSpec, StaticMixtureWorkSource
 SUPPORT = Path(__file__).resolve().parents[1] / "support"
 #: The demo corpus's grammar (demo_grammar) for children run as scripts, which pytest's pythonpath does not reach.
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
-CL100K = Path(__file__).resolve().parents[1] / "fixtures" / "tokenizers" / "cl100k-converted"
-
-
-@pytest.fixture(scope="session")
-def cl100k_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The tiktoken-derived tokenizer.json that crashed kitoken runs (tests/fixtures/tokenizers/cl100k-converted)."""
-    out = tmp_path_factory.mktemp("cl100k")
-    (out / "tokenizer.json").write_bytes(gzip.decompress((CL100K / "tokenizer.json.gz").read_bytes()))
-    (out / "tokenizer_config.json").write_bytes((CL100K / "tokenizer_config.json").read_bytes())
-    return str(out)
 
 
 def child(args: Sequence[str], cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
@@ -57,14 +46,14 @@ def child(args: Sequence[str], cache: Path, **env: str) -> subprocess.CompletedP
 
 
 @pytest.mark.skipif(importlib.util.find_spec("kitoken") is None, reason="kitoken is not installed")
-def test_kitoken_built_on_a_thread_that_exited_encodes_on_other_threads_without_crashing(cl100k_dir, _isolated_cache):
+def test_kitoken_built_on_a_thread_that_exited_encodes_on_other_threads_without_crashing(cl100k_converted_dir, _isolated_cache):
     """The crash: kitoken built on a thread that then exited (the old preparation thread), called afterwards from
     the main thread and the encoder's pool threads, segfaulted (2 of 3 runs before the fix). Confined to its owner
     thread, every run exits 0, prints nothing on stderr, and gives tokenizers' ids."""
-    want = digest(Encoder(TokenizeSpec(tokenizer_id=cl100k_dir), engine="tokenizers"), demo_texts())
+    want = digest(Encoder(TokenizeSpec(tokenizer_id=cl100k_converted_dir), engine="tokenizers"), demo_texts())
     path = os.pathsep.join(p for p in (str(SCRIPTS), os.environ.get("PYTHONPATH", "")) if p)
     for _ in range(2):
-        done = child([str(SUPPORT / "engine_thread_exit.py"), cl100k_dir, "kitoken"], _isolated_cache, PYTHONPATH=path)
+        done = child([str(SUPPORT / "engine_thread_exit.py"), cl100k_converted_dir, "kitoken"], _isolated_cache, PYTHONPATH=path)
         assert (done.returncode, done.stderr) == (0, "")
         assert done.stdout.split() == ["kitoken", want]
 

@@ -16,7 +16,7 @@ from tokenizers import Tokenizer
 from zephon.demo import DEMO_KINDS
 from zephon.errors import ConfigError, TokenizerError
 from zephon.executor.encode.text import ENGINE_ENV, Encoded, Encoder
-from zephon.executor.engines import choose, tiktoken_derive
+from zephon.executor.engines import builders, choose, tiktoken_derive, vendors
 from zephon.executor.engines.tiktoken import TiktokenEngine
 from zephon.specs import TokenizeSpec
 
@@ -136,6 +136,44 @@ def test_tiktoken_is_refused_for_deepseek_with_the_reason(tmp_path: Path) -> Non
 
 
 # -- refusals ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["fastokens", "gigatoken", "tiktoken"])
+def test_an_engine_whose_library_refuses_the_tokenizer_is_cached_refused_and_not_loaded_again(
+    engine: str, cl100k_converted_dir: str, monkeypatch
+) -> None:
+    """The tiktoken-derived cl100k conversion: fastokens ("unsupported model type") and gigatoken ("Unknown
+    pre_tokenizer Split") cannot load it and its tiktoken table is not exact — each the library's own answer to
+    this content at this version, so it is cached as a refusal and the next start reads it instead of loading the
+    file into the engine again (0.8 s for fastokens)."""
+    need(engine)
+    monkeypatch.setattr(choose, "CANDIDATES", (engine, "tokenizers"))
+    cls = builders.engine_classes()[engine]
+    loads: list[str] = []
+    init = cls.__init__
+    monkeypatch.setattr(cls, "__init__", lambda self, *a: loads.append(engine) or init(self, *a))
+    spec = TokenizeSpec(tokenizer_id=cl100k_converted_dir)
+    first = Encoder(spec)
+    assert first.engine == "tokenizers" and loads == [engine]
+    reason = first.refused[engine]
+    assert reason.startswith("not exact for this tokenizer: " if engine == "tiktoken" else "cannot load this tokenizer (")
+    cache = choose.VerdictCache(Tokenizer.from_file(str(Path(cl100k_converted_dir) / "tokenizer.json")).to_str())
+    assert cache.get(engine, engine) == (False, reason)
+    second = Encoder(spec)
+    assert (second.engine, second.refused, loads) == ("tokenizers", {engine: reason}, [engine])  # not loaded again
+
+
+def test_a_load_that_ran_out_of_memory_or_a_missing_engine_is_not_cached(tokenizer_dir: str, monkeypatch) -> None:
+    """Only the library's answer to the content is lasting: a MemoryError or an OSError while loading says
+    nothing about the tokenizer, and an engine not installed may be installed before the next start."""
+    assert vendors._refused(ValueError("model error: unsupported model type: Other")).lasting
+    assert not vendors._refused(MemoryError()).lasting and not vendors._refused(OSError("no space")).lasting
+    monkeypatch.setitem(__import__("sys").modules, "fastokens", None)  # as if not installed
+    monkeypatch.setattr(choose, "CANDIDATES", ("fastokens", "tokenizers"))
+    encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    assert encoder.refused == {"fastokens": "fastokens is not installed (pip install 'zephon[fast]')"}
+    cache = choose.VerdictCache(Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json")).to_str())
+    assert cache.get("fastokens", "fastokens") is None
 
 
 def test_an_engine_that_disagrees_is_never_used_and_a_forced_one_is_refused(tokenizer_dir: str, tmp_path) -> None:
@@ -374,6 +412,30 @@ def test_an_engine_that_crashes_the_process_is_refused_and_the_run_goes_on(
     again = Encoder(spec)
     again.encode(["hello"])
     assert again.refused == encoder.refused and again.engine == "tiktoken"
+
+
+@pytest.mark.parametrize(("error", "cached"), [("ValueError('unsupported model')", True), ("MemoryError()", False)])
+def test_a_crash_prone_engine_that_cannot_load_in_its_trial_is_cached_only_when_the_library_refused(
+    error: str, cached: bool, tokenizer_dir: str, tmp_path: Path, monkeypatch
+) -> None:
+    """A stand-in kitoken whose loader raises: its trial process says why; a ValueError (the library's answer to
+    this tokenizer) is cached as a refusal and no trial runs again, a MemoryError is not cached."""
+    fake = tmp_path / "site" / "kitoken"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(
+        f"class Kitoken:\n    @staticmethod\n    def from_tokenizers(data):\n        raise {error}\n", encoding="utf-8"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    monkeypatch.setattr(choose, "CANDIDATES", ("kitoken", "tokenizers"))
+    spec = TokenizeSpec(tokenizer_id=tokenizer_dir)
+    encoder = Encoder(spec)
+    reason = encoder.refused["kitoken"]
+    assert encoder.engine == "tokenizers" and reason.startswith(f"cannot load this tokenizer ({error.split('(')[0]}")
+    cache = choose.VerdictCache(Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json")).to_str())
+    assert cache.get("kitoken", "kitoken") == ((False, reason) if cached else None)
+    if cached:
+        monkeypatch.setattr(choose, "run_trial", lambda *a: pytest.fail("the refusal is cached: no trial again"))
+        assert Encoder(spec).refused == {"kitoken": reason}
 
 
 def test_an_engine_whose_trial_hangs_is_refused_after_the_time_limit(tokenizer_dir: str, tmp_path: Path, monkeypatch):

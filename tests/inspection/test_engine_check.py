@@ -136,3 +136,16 @@ def test_an_engine_that_fails_a_probe_is_refused_even_if_the_data_agrees(tokeniz
     (kit,) = check_engines(datasets, tokenizer_dir, engines=["kitoken"]).engines
     assert (kit.status, kit.differing, kit.verdict) == ("fails probes", 0, "refused")
     assert kit.reason == "ids differ from tokenizers on the contractions after whitespace probe"
+
+
+def test_an_engine_whose_library_refuses_the_tokenizer_is_unavailable_and_cached_refused(
+    cl100k_converted_dir: str, tmp_path: Path
+) -> None:
+    """fastokens cannot load the tiktoken-derived cl100k conversion: reported ``unavailable`` with the library's
+    reason and cached as refused, as a run caches it."""
+    need("fastokens")
+    datasets = [Dataset.from_path("prose", write_parquet_dataset(tmp_path, "prose", [3]))]
+    (fast,) = check_engines(datasets, cl100k_converted_dir, engines=["fastokens"]).engines
+    assert (fast.status, fast.verdict) == ("unavailable", "refused")
+    assert fast.reason.startswith("cannot load this tokenizer (ValueError: ")
+    assert verdicts(cl100k_converted_dir).get("fastokens", "fastokens") == (False, fast.reason)

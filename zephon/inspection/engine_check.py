@@ -16,7 +16,8 @@ do) and with every candidate engine, and guarantees:
   engine version): an engine that differs on any document, crashes, or fails a probe is cached as refused;
   one that agrees on every document **and** on the probes is cached as approved (a cached approval lets a
   run skip the probes, so it is never given without them). A refusal cached before is final and is kept.
-  An engine that is not installed or cannot load the tokenizer is reported with its reason and not cached.
+  An engine whose library refuses to load this tokenizer.json (``EngineUnavailable.lasting``) is reported
+  ``unavailable`` and cached as refused, as a run caches it; one that is not installed is reported and not cached.
 
 Example: the demo tokenizer (GPT-2 style) over a dataset whose row 6 of ``web/a.parquet`` is ``"print(\\n'stdout')"``:
 after the newline GPT-2's pre-tokenizer takes ``'s`` as a contraction (ids ``[.., 199, 7, 83, 84, ..]``), kitoken
@@ -253,12 +254,18 @@ def check_engines(
             raise TokenizerError(f"tokenizers must load this tokenizer, got: it {exc} — check {tokenizer_id}") from exc
         for name, process in processes.items():
             try:
-                version, unavailable = process.load()
+                version, unavailable, lasting = process.load()
             except EngineDied as exc:
                 results[name] = EngineResult(engine=name, version=None, status="crashed", reason=f"{exc} loading it")
                 continue
             if unavailable is not None or version is None:
-                results[name] = EngineResult(engine=name, version=None, status="unavailable", reason=unavailable or "")
+                verdict = "not cached"
+                if lasting and unavailable:
+                    VerdictCache(config).put(name, engine_classes()[name].package, False, unavailable)
+                    verdict = "refused"
+                results[name] = EngineResult(
+                    engine=name, version=None, status="unavailable", reason=unavailable or "", verdict=verdict
+                )
                 continue
             running[name] = _Running(process=process, version=version)
         documents = tokens = 0

@@ -91,12 +91,13 @@ class EngineProcess:
         last = (self._errors.read().strip().splitlines() or ["no output"])[-1][:160]
         return f"failed (exit {code}: {last})"
 
-    def load(self) -> tuple[str | None, str | None]:
-        """(the engine package's version, None) once loaded, or (None, why it cannot run this tokenizer)."""
+    def load(self) -> tuple[str | None, str | None, bool]:
+        """(the engine package's version, None, False) once loaded, or (None, why it cannot run this tokenizer,
+        whether that is lasting: ``EngineUnavailable.lasting``)."""
         answer = self._ask(self._request)
         if "unavailable" in answer:
-            return None, str(answer["unavailable"])
-        return str(answer["loaded"]), None
+            return None, str(answer["unavailable"]), bool(answer.get("lasting", False))
+        return str(answer["loaded"]), None, False
 
     def encode(self, texts: list[str]) -> EncodedBatch:
         answer: EncodedBatch = self._ask(texts)
@@ -168,7 +169,7 @@ def _main() -> None:
     try:
         engine = TokenizersEngine(config) if name == "tokenizers" else builders(request["eos"])[name](config)
     except EngineUnavailable as exc:
-        reply({"unavailable": str(exc)})
+        reply({"unavailable": str(exc), "lasting": exc.lasting})
         return
     reply({"loaded": metadata.version(engine.package)})
     while (texts := pickle.load(requests)) is not None:
