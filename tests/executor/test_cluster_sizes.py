@@ -23,7 +23,7 @@ from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
-MAX_LENGTH = 33
+MAX_LENGTH = 65
 GLOBAL = 48  # divisible by 1, 2, 3, 4, 6, 8, 12, 16, 24, 48
 SIZES = [d for d in range(1, GLOBAL + 1) if GLOBAL % d == 0]
 
