@@ -74,17 +74,14 @@ def _components(node: object, kind: str) -> list[dict]:
     return [c for n in inner for c in _components(n, kind)]
 
 
-def _edge_spaces(token: str, byte_level: bool) -> tuple[int, int]:
-    """Leading and trailing spaces of a token string as ``tokenizers``' offset trimming counts them."""
-
-    def space(c: str) -> bool:
-        return c == "Ġ" or c.isspace() if byte_level else c.isspace()
-
+def _edge_spaces(token: str) -> tuple[int, int]:
+    """Leading and trailing spaces of an added token's text as ``tokenizers``' offset trimming counts them
+    (whitespace characters; a vocabulary token's are its space bytes, ``ByteOffsets.of``)."""
     lead = 0
-    while lead < len(token) and space(token[lead]):
+    while lead < len(token) and token[lead].isspace():
         lead += 1
     trail = 0
-    while trail < len(token) and space(token[len(token) - 1 - trail]):
+    while trail < len(token) and token[len(token) - 1 - trail].isspace():
         trail += 1
     return lead, trail
 
@@ -120,14 +117,14 @@ class ByteOffsets:
         for token, i in vocab.items():  # ~1 µs a token (a vocabulary of 128k: 0.15 s; per character, 0.7 s)
             if i in added:
                 pieces[i] = added[i].encode("utf-8")
-                lead[i], trail[i] = _edge_spaces(added[i], False)
+                lead[i], trail[i] = _edge_spaces(added[i])
                 continue
             try:
                 piece = pieces[i] = token.translate(to_bytes).encode("latin-1")
             except UnicodeEncodeError:
                 return f"token {i} ({token!r}) is not written in the byte-level alphabet"
-            # The one alphabet character that is a space is "Ġ", the space byte: a token's edge spaces are its
-            # bytes' (``_edge_spaces`` of the token, byte-level).
+            # Trimming counts "Ġ" and whitespace characters at a vocabulary token's edges; the only such character
+            # in the byte alphabet is "Ġ", the space byte: a token's edge spaces are its bytes'.
             lead[i], trail[i] = len(piece) - len(piece.lstrip(b" ")), len(piece) - len(piece.rstrip(b" "))
         length = np.fromiter(map(len, pieces), np.int64, size)
         start = np.concatenate([[0], np.cumsum(length)[:-1]]).astype(np.int64)
@@ -139,8 +136,8 @@ class ByteOffsets:
             if p.get("trim_offsets", kind == "RobertaProcessing")
         ]
         prefix = any(p.get("add_prefix_space", p["type"] == "RobertaProcessing") for p in trims)
-        edges = np.array([lead, trail], dtype=np.int64).reshape(2, size)
-        return ByteOffsets(blob, start, length, bool(trims), edges[0], edges[1], prefix)
+        lead_spaces, trail_spaces = np.array(lead, dtype=np.int64), np.array(trail, dtype=np.int64)
+        return ByteOffsets(blob, start, length, bool(trims), lead_spaces, trail_spaces, prefix)
 
     def char_offsets(self, texts: Sequence[str], ids: np.ndarray, sizes: np.ndarray) -> list[np.ndarray | None]:
         """Each text's (n, 2) character offsets of its ids (``ids`` holds every text's ids, ``sizes`` how many
