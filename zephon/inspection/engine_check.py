@@ -240,6 +240,7 @@ def check_engines(
     encoder = Encoder(TokenizeSpec(tokenizer_id=tokenizer_id, field=text_field), engine="tokenizers")
     tokenizer = encoder.tokenizer
     config = tokenizer.to_str()  # what EngineChoice keys verdicts by, and what the engines load
+    verdicts = VerdictCache(config)  # one hash of the whole tokenizer.json for every engine's verdict
     eos = tokenizer.id_to_token(encoder.eos_id)
     total, batches = _batches(datasets, text_field, limit)
 
@@ -261,7 +262,7 @@ def check_engines(
             if unavailable is not None or version is None:
                 verdict = "not cached"
                 if lasting and unavailable:
-                    VerdictCache(config).put(name, engine_classes()[name].package, False, unavailable)
+                    verdicts.put(name, engine_classes()[name].package, False, unavailable)
                     verdict = "refused"
                 results[name] = EngineResult(
                     engine=name, version=None, status="unavailable", reason=unavailable or "", verdict=verdict
@@ -306,7 +307,7 @@ def check_engines(
                     run.probes = run.process.probes()
                 except EngineDied as exc:
                     run.died, run.where = str(exc), "the probes"
-            results[name] = _verdict(name, run, VerdictCache(config))
+            results[name] = _verdict(name, run, verdicts)
     finally:
         for process in (reference, *processes.values()):
             process.close()
