@@ -184,7 +184,7 @@ def _cut(
     copied into ``out`` and their document starts marked in ``doc_start``. ``fresh[i]``: the position row ``i``
     starts at when its lane had caught up, else None; ``short``: the rows shorter than a full row, with their
     lengths. Each lane's cursor and kept index are updated."""
-    key, at, size, position = store.table()
+    key, at, size, position = store.arrays()
     width = out.shape[1]
     right = key.searchsorted(bounds, side="right") - 1  # per row: the documents holding its first and its end token
     first = right[0]

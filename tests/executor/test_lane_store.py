@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from zephon.executor.encode.flags import FLAGGED, ID, tag
+from zephon.executor.pack.lane_store import MIN_ROOM, PERIOD, SHIFT
 from zephon.executor.pack.lanes import Lane, LaneStore, pop_rows
 from zephon.executor.pack.rows import PIECE_DTYPE
 
@@ -238,11 +239,9 @@ def test_the_table_forgets_documents_wholly_emitted_when_the_next_chunk_is_sorte
 
 @pytest.mark.parametrize("seed", range(6))
 def test_the_table_chunk_by_chunk_is_the_stable_sort_of_every_live_document(seed: int) -> None:
-    """``table`` sorts each chunk's documents into the table and forgets those wholly emitted: the same rows, in
-    the same order, as one stable sort by key of every document appended (in append order) that is still live —
-    empty documents with equal keys included, lanes' kept indexes moving between chunks. (A merge by
-    ``searchsorted`` and ``np.insert`` instead of the sort measured slower on a real plan: 805-838 against 629 µs
-    a chunk on a 15,000-document table.)"""
+    """``table`` (each lane's region, documents wholly emitted left out) gives the same rows, in the same order,
+    as one stable sort by key of every document appended (in append order) that is still live — empty documents
+    with equal keys included, lanes' kept indexes moving between chunks, regions laid out again on the way."""
 
     class Kept:  # what the store reads of a lane
         def __init__(self) -> None:
@@ -276,3 +275,32 @@ def test_the_table_chunk_by_chunk_is_the_stable_sort_of_every_live_document(seed
         order = np.argsort(all_key[live], kind="stable")
         assert key.tolist() == all_key[live][order].tolist()
         assert size.tolist() == all_size[live][order].tolist() and pos.tolist() == all_pos[live][order].tolist()
+
+
+def test_the_table_stays_sorted_and_is_laid_out_again_rarely_with_lanes_far_apart() -> None:
+    """Lanes appended at very different rates (one lane of short documents that it emits as they come, seven
+    that buffer long ones): every region's spare entries keep the whole table sorted by key and by (lane,
+    position), a layout comes once per thousands of documents, and the table stays O(live documents)."""
+
+    class Kept:  # what the store reads of a lane
+        def __init__(self) -> None:
+            self._kept = 0
+
+    store = LaneStore(ID, room=1 << 22)
+    lanes = [Kept() for _ in range(8)]
+    for lane in lanes:
+        store.add(lane)
+    ends, position, appended = [0] * 8, 0, 0
+    for _ in range(300):  # chunks
+        for slot, (count, size) in enumerate([(200, 1)] + [(20, 5)] * 7):
+            sizes = np.full(count, size)
+            store.append(slot, ends[slot], position + np.arange(count), np.zeros(count * size, dtype=ID), sizes)
+            position, ends[slot], appended = position + count, ends[slot] + count * size, appended + count
+        lanes[0]._kept = ends[0] - 3  # lane 0 emits nearly all it gets; the others a tenth of theirs
+        for slot in range(1, 8):
+            lanes[slot]._kept = ends[slot] * 9 // 10
+        key, _, _, pos = store.arrays()
+        assert (np.diff(key) >= 0).all() and (np.diff((key >> SHIFT << SHIFT) | pos) >= 0).all()
+    live = len(store.table()[0])
+    assert store.layouts <= appended // 4000, (store.layouts, appended)
+    assert len(store.key) <= 3 * live + 2 * PERIOD + 8 * MIN_ROOM, (len(store.key), live)
