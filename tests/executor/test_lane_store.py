@@ -304,3 +304,25 @@ def test_the_table_stays_sorted_and_is_laid_out_again_rarely_with_lanes_far_apar
     live = len(store.table()[0])
     assert store.layouts <= appended // 4000, (store.layouts, appended)
     assert len(store.key) <= 3 * live + 2 * PERIOD + 8 * MIN_ROOM, (len(store.key), live)
+
+
+@pytest.mark.parametrize(("min_room", "period"), [(0, 1), (1, 4)])
+def test_rows_match_the_reference_packer_with_the_smallest_rooms(
+    monkeypatch: pytest.MonkeyPatch, min_room: int, period: int
+) -> None:
+    """Regions with no spare room beyond 1.5 × the live documents: the table laid out again many times, mid-row
+    and around compactions — the rows, pieces and cursors are still the reference packer's."""
+    import zephon.executor.pack.lane_store as lane_store
+
+    monkeypatch.setattr(lane_store, "MIN_ROOM", min_room)
+    monkeypatch.setattr(lane_store, "PERIOD", period)
+    layouts = []
+    original = LaneStore._layout
+
+    def counted(self: LaneStore, *args: object, **kwargs: object) -> None:
+        layouts.append(1)
+        original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(LaneStore, "_layout", counted)
+    test_shared_store_rows_match_the_reference_packer_through_compactions_and_resumes(7, 9, 16, ID, True)
+    assert len(layouts) >= 15
