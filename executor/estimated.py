@@ -18,12 +18,16 @@ through five stages, each wrapping the one before and handing on one named value
    copy per lane, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
    (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
-   on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. A DataLoader worker
-   holds only the lanes of its ``WorkerShare`` (``zephon.executor.worker_share``): it pops rows of those lanes
-   only and yields its own piece of each microbatch (stages 1-3 then read and tokenize only those lanes'
-   documents). A run ends after
-   ``num_steps`` steps, the same on every rank (``zephon.executor.pack.run_length``); without it (the stage on its
-   own) a step starts only while some lane has tokens left.
+   on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. It pops the rows of a
+   *block* of consecutive microbatches in one call (``BLOCK_ROWS``), in the same order as one microbatch at a
+   time, and hands them out one by one; where each microbatch but the block's last ends, it snapshots every
+   lane's counters (``Lane.snapshot``), and while that microbatch is the last handed out, the lanes' cursors
+   are read from that snapshot (``Lane.held``) — so a state taken between two batches is the one-at-a-time state.
+   A DataLoader worker holds only the lanes of its ``WorkerShare`` (``zephon.executor.worker_share``): it pops
+   rows of those lanes only and yields its own piece of each microbatch (stages 1-3 then read and tokenize only
+   those lanes' documents). A run ends after ``num_steps`` steps, the same on every rank
+   (``zephon.executor.pack.run_length``); without it (the stage on its own) a step starts only while some lane
+   has tokens left, so blocks are one microbatch.
 
 Stages 1-3 are the producer. With read-ahead (``zephon.executor.read.ahead``) they run on the read-ahead
 thread, the only one that touches the plan iterator and the shard reader; ``Tokenize`` encodes the first chunk
@@ -70,7 +74,7 @@ from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
-from zephon.executor.pack.lanes import Lane, pop_rows
+from zephon.executor.pack.lanes import Lane, Snapshot, pop_rows
 from zephon.executor.pack.rows import PackedRows, take_rows
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
@@ -82,6 +86,12 @@ from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
 from zephon.executor.settings import RunStats
 from zephon.executor.step_arithmetic import lane_of
 from zephon.executor.worker_share import WorkerShare
+
+#: ``LaneBatches`` pops the rows of several microbatches together, about this many rows (at most ``MAX_BLOCK``
+#: microbatches): cutting costs ~40 NumPy calls whatever the rows (4 rows of 2,049: 74 µs a microbatch popped
+#: alone, 19 µs in blocks of 8; docs/performance.md, Executor, "Not done here").
+BLOCK_ROWS = 64
+MAX_BLOCK = 16
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
 
@@ -298,10 +308,10 @@ class DealLanes:
         """No lane holds a token."""
         return all(lane.buffered == 0 for lane in self.lanes.values())
 
-    def rows(self, lanes: list[int]) -> PackedRows:
-        """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``): full, or (the
-        plan read to the end) what is left, padded."""
-        return pop_rows([self.lanes[lane] for lane in lanes], self._ready)
+    def rows(self, lanes: list[int], **marks: object) -> PackedRows:
+        """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``, which takes the
+        ``marks``): full, or (the plan read to the end) what is left, padded."""
+        return pop_rows([self.lanes[lane] for lane in lanes], self._ready, **marks)  # type: ignore[arg-type]
 
     def _ready(self, lane: Lane) -> None:
         while not lane.ready() and not self.exhausted:
@@ -433,27 +443,53 @@ class LaneBatches:
                     return
             deal.hold()
             running = progress.running
-            at = progress.advance()
-            ids = self.geometry.microbatch_sequences(at.step, at.index)
-            lanes = lane_of(ids, num_lanes)
-            held = np.flatnonzero(self._held[lanes])  # the rows of the lanes this worker packs, popped together
-            rows = deal.rows(lanes[held].tolist()) if len(held) else None
-            short = 0 if rows is None else int(np.count_nonzero(rows.lengths < self.max_length))
-            if self.num_steps is None and self.drop_last and short:
-                deal.count_all_skipped()  # the plan is read to the end
-                return
-            if self.num_steps is not None and self.drop_last and short and deal.stats is not None:
-                deal.stats.short_rows += short  # a lane ran out before the estimated end
-            piece = (0, len(ids)) if self.share is None else self.share.rows(running)
-            if piece is not None:
-                lo, hi = piece
-                first = int(np.searchsorted(held, lo))  # the piece's rows are held (the worker packs their lanes)
-                assert rows is not None and held[first : first + hi - lo].tolist() == list(range(lo, hi))
-                packed = take_rows(rows, first, first + hi - lo)
-                assert packed.pieces is not None
-                positions = packed.pieces["position"]
-                deal.count_skipped(lanes[lo:hi][packed.pieces["row"]], positions)
-                yield LaneMicrobatch(at=at, sequences=ids[lo:hi], rows=packed, datasets=deal.dataset_of(positions))
+            block = []  # per microbatch of the block: its sequences, their lanes, the rows of lanes this worker packs
+            for r in range(running, running + self._block_size(running)):
+                step, index = divmod(r, progress.accumulation)
+                ids = self.geometry.microbatch_sequences(step, index)
+                lanes = lane_of(ids, num_lanes)
+                block.append((ids, lanes, np.flatnonzero(self._held[lanes])))
+            ends = np.cumsum([len(held) for _, _, held in block]).tolist()
+            snapshots: list[list[Snapshot]] = []  # every lane's counters where each microbatch but the last ends
+
+            def mark(into: list[list[Snapshot]] = snapshots) -> None:
+                into.append([lane.snapshot() for lane in deal.lanes.values()])
+
+            rows = None  # the rows of the whole block, popped together
+            if ends[-1]:
+                cut = np.concatenate([lanes[held] for _, lanes, held in block]).tolist()
+                rows = deal.rows(cut, marks=ends[:-1], mark=mark)
+            for k, (ids, lanes, held) in enumerate(block):
+                running = progress.running
+                at = progress.advance()
+                begin = ends[k] - len(held)
+                short = 0 if rows is None else int(np.count_nonzero(rows.lengths[begin : ends[k]] < self.max_length))
+                if self.num_steps is None and self.drop_last and short:
+                    deal.count_all_skipped()  # the plan is read to the end
+                    return
+                if self.num_steps is not None and self.drop_last and short and deal.stats is not None:
+                    deal.stats.short_rows += short  # a lane ran out before the estimated end
+                earlier = snapshots[k] if k < len(snapshots) else None  # None: the lanes' own counters are its state
+                for i, lane in enumerate(deal.lanes.values()):
+                    lane.held = None if earlier is None else earlier[i]
+                piece = (0, len(ids)) if self.share is None else self.share.rows(running)
+                if piece is not None:
+                    lo, hi = piece
+                    first = int(np.searchsorted(held, lo))  # the piece's rows are held (the worker packs their lanes)
+                    assert rows is not None and held[first : first + hi - lo].tolist() == list(range(lo, hi))
+                    packed = take_rows(rows, begin + first, begin + first + hi - lo)
+                    assert packed.pieces is not None
+                    positions = packed.pieces["position"]
+                    deal.count_skipped(lanes[lo:hi][packed.pieces["row"]], positions)
+                    yield LaneMicrobatch(at=at, sequences=ids[lo:hi], rows=packed, datasets=deal.dataset_of(positions))
+
+    def _block_size(self, running: int) -> int:
+        """Microbatches whose rows are popped together (``BLOCK_ROWS`` rows, at most ``MAX_BLOCK``): 1 without
+        ``num_steps`` (a step starts only while a lane has tokens), never past the run's last microbatch."""
+        if self.num_steps is None:
+            return 1
+        left = self.num_steps * self.progress.accumulation - running
+        return max(1, min(left, MAX_BLOCK, BLOCK_ROWS // max(1, self.geometry.microbatch)))
 
     def _end_of_run(self) -> None:
         """At ``num_steps``: without ``drop_last``, read this rank's lanes to the end of the plan and count in

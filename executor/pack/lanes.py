@@ -35,7 +35,10 @@ from zephon.executor.encode.flags import ID
 from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
-__all__ = ["Lane", "LaneStore", "pop_rows"]
+__all__ = ["Lane", "LaneStore", "Snapshot", "pop_rows"]
+
+#: A lane's counters that its cursor follows from: pushed, read_to, fresh, next, end (``Lane.snapshot``).
+Snapshot = tuple[bool, int, int | None, int, int]
 
 _ARANGE = np.arange(4096, dtype=np.int64)  # 0, 1, 2, ... for the usual sizes without a call (read only)
 _ARANGE.flags.writeable = False
@@ -73,6 +76,9 @@ class Lane:
         self._pushed = False  # a document was pushed this run
         self._fresh: int | None = None  # position of the first document pushed while everything was emitted
         self._cur: tuple[int, int] | None = None  # (position, stream start) of the document holding _next
+        #: What ``cursor`` reads instead of the live counters while rows cut ahead are handed out one microbatch at a
+        #: time (``snapshot``, ``zephon.executor.estimated.LaneBatches``): the counters as they were then.
+        self.held: Snapshot | None = None
 
     @property
     def buffered(self) -> int:
@@ -108,30 +114,52 @@ class Lane:
 
     def cursor(self) -> tuple[int, int]:
         """``(position, skip)`` from which this lane's remaining rows are rebuilt (before anything is routed to a
-        resumed lane: the cursor it was started from, its skip included)."""
-        if not self._pushed and self.read_to == self.start_position:
+        resumed lane: the cursor it was started from, its skip included). With ``held`` set, the cursor as it was
+        when that snapshot was taken."""
+        pushed, read_to, fresh, nxt, end = self.snapshot() if self.held is None else self.held
+        if not pushed and read_to == self.start_position:
             return self.start_position, self.start_skip
-        if self._fresh is not None:
-            return self._fresh, 0
-        if self._next >= self._end:
-            return self.read_to, 0
+        if fresh is not None:
+            return fresh, 0
+        if nxt >= end:
+            return read_to, 0
+        if self.held is not None:  # the document holding an earlier _next: still in the store's table (no
+            position, start = self.store.doc_at(self.slot, nxt)  # append, so no layout, since it was cut)
+            return position, nxt - start
         if self._cur is None:
             self._cur = self.store.doc_at(self.slot, self._next)
         return self._cur[0], self._next - self._cur[1]
+
+    def snapshot(self) -> Snapshot:
+        """The counters ``cursor`` reads (``held``)."""
+        return self._pushed, self.read_to, self._fresh, self._next, self._end
 
     def pop_row(self) -> PackedRows:
         """The next row: full when enough is buffered, else what is left, padded (length 0 when empty)."""
         return pop_rows([self])
 
 
-def pop_rows(lanes: list[Lane], prepare: Callable[[Lane], None] | None = None) -> PackedRows:
+def pop_rows(
+    lanes: list[Lane],
+    prepare: Callable[[Lane], None] | None = None,
+    *,
+    marks: list[int] | None = None,
+    mark: Callable[[], None] | None = None,
+) -> PackedRows:
     """The next row of each lane in ``lanes`` (in order; a lane may come more than once: its next rows), as one
     ``PackedRows`` (module docstring). ``prepare(lane)`` runs just before each row is cut (``DealLanes``
-    buffers enough of the lane there). Lanes of one run: same ``max_length``, pad and dtype."""
+    buffers enough of the lane there). ``mark()`` runs once for each of ``marks`` (increasing row counts), when
+    that many rows are cut and the next row's ``prepare`` has not run: where a microbatch of rows cut together
+    ends (``LaneBatches`` takes the lanes' snapshots there). Lanes of one run: same ``max_length``, pad and dtype."""
     n, width = len(lanes), lanes[0].max_length
     lo, hi, fresh = [0] * n, [0] * n, [None] * n
     short = []
+    marks = marks or []
+    m = 0
     for i, lane in enumerate(lanes):  # per row: a few integers (the copies and searches come after, vectorized)
+        while m < len(marks) and marks[m] == i:
+            mark()  # type: ignore[misc]
+            m += 1
         if prepare is not None:
             prepare(lane)
         a = lane._next
@@ -140,6 +168,9 @@ def pop_rows(lanes: list[Lane], prepare: Callable[[Lane], None] | None = None) -
         if b - a < width:
             short.append((i, b - a))
         fresh[i], lane._fresh = lane._fresh, None
+    while m < len(marks):
+        mark()  # type: ignore[misc]
+        m += 1
     tokens = np.empty((n, width), dtype=lanes[0].dtype)
     doc_start = np.zeros((n, width), dtype=bool)
     store = lanes[0].store
