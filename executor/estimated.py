@@ -19,7 +19,7 @@ through five stages, each wrapping the one before and handing on one named value
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
    (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
    on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. It pops the rows of a
-   *block* of consecutive microbatches in one call (``BLOCK_ROWS``), in the same order as one microbatch at a
+   *block* of consecutive microbatches in one call (``BLOCK_TOKENS``), in the same order as one microbatch at a
    time, and hands them out one by one; where each microbatch but the block's last ends, it snapshots every
    lane's counters (``Lane.snapshot``), and while that microbatch is the last handed out, the lanes' cursors
    are read from that snapshot (``Lane.held``) — so a state taken between two batches is the one-at-a-time state.
@@ -87,10 +87,11 @@ from zephon.executor.settings import RunStats
 from zephon.executor.step_arithmetic import lane_of
 from zephon.executor.worker_share import WorkerShare
 
-#: ``LaneBatches`` pops the rows of several microbatches together, about this many rows (at most ``MAX_BLOCK``
-#: microbatches): cutting costs ~40 NumPy calls whatever the rows (4 rows of 2,049: 74 µs a microbatch popped
-#: alone, 19 µs in blocks of 8; docs/performance.md, Executor, "Not done here").
-BLOCK_ROWS = 64
+#: ``LaneBatches`` pops the rows of several microbatches together, enough for this many tokens (at most
+#: ``MAX_BLOCK`` microbatches; one microbatch of this many or more): cutting costs ~40 NumPy calls whatever the
+#: rows (4 rows of 2,049: 74 µs a microbatch popped alone, 19 µs in blocks of 8; docs/performance.md, Executor,
+#: "Not done here"), and a block's rows are buffered at once (8 blocks of 8 × 2,049 here: ~0.7 MB).
+BLOCK_TOKENS = 1 << 17
 MAX_BLOCK = 16
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
@@ -484,12 +485,12 @@ class LaneBatches:
                     yield LaneMicrobatch(at=at, sequences=ids[lo:hi], rows=packed, datasets=deal.dataset_of(positions))
 
     def _block_size(self, running: int) -> int:
-        """Microbatches whose rows are popped together (``BLOCK_ROWS`` rows, at most ``MAX_BLOCK``): 1 without
+        """Microbatches whose rows are popped together (``BLOCK_TOKENS``, at most ``MAX_BLOCK``): 1 without
         ``num_steps`` (a step starts only while a lane has tokens), never past the run's last microbatch."""
         if self.num_steps is None:
             return 1
         left = self.num_steps * self.progress.accumulation - running
-        return max(1, min(left, MAX_BLOCK, BLOCK_ROWS // max(1, self.geometry.microbatch)))
+        return max(1, min(left, MAX_BLOCK, -(-BLOCK_TOKENS // (self.geometry.microbatch * self.max_length))))
 
     def _end_of_run(self) -> None:
         """At ``num_steps``: without ``drop_last``, read this rank's lanes to the end of the plan and count in

@@ -1,5 +1,5 @@
 """Rows of several microbatches popped together (``LaneBatches``' blocks): every batch, every state taken between
-two batches, the stats and every resume are those of popping one microbatch at a time (``BLOCK_ROWS = 1``)."""
+two batches, the stats and every resume are those of popping one microbatch at a time (``BLOCK_TOKENS = 1``)."""
 
 from __future__ import annotations
 
@@ -82,13 +82,13 @@ def _run(pipe: Pipeline, stop: int | None = None) -> list[tuple[Any, ...]]:
 def test_blocks_give_the_batches_states_stats_and_resumes_of_one_microbatch_at_a_time(
     monkeypatch: pytest.MonkeyPatch, plan: Path, tokenizer_dir: str, micro: int, dp: tuple[int, int], drop_last: bool
 ) -> None:
+    monkeypatch.setattr(estimated, "BLOCK_TOKENS", 3 * micro * MAX_LENGTH + 1)  # blocks of 4 microbatches
     blocked = _pipeline(plan, tokenizer_dir, micro, drop_last, dp)
     got = _run(blocked)
     stats = blocked.stats()
-    block = min(estimated.MAX_BLOCK, estimated.BLOCK_ROWS // micro)
-    assert block > 1 and len(got) > 2 * block  # several blocks (the last one cut short by num_steps, mostly)
+    assert len(got) > 2 * 4  # several blocks (the last one cut short by num_steps, mostly)
     with monkeypatch.context() as one_at_a_time:
-        one_at_a_time.setattr(estimated, "BLOCK_ROWS", 1)
+        one_at_a_time.setattr(estimated, "BLOCK_TOKENS", 1)
         single = _pipeline(plan, tokenizer_dir, micro, drop_last, dp)
         want = _run(single)
         assert got == want
