@@ -23,6 +23,8 @@ through five stages, each wrapping the one before and handing on one named value
    time, and hands them out one by one; where each microbatch but the block's last ends, it snapshots every
    lane's counters (``Lane.snapshot``), and while that microbatch is the last handed out, the lanes' cursors
    are read from that snapshot (``Lane.held``) — so a state taken between two batches is the one-at-a-time state.
+   An iteration's first block is one microbatch (its batch comes as soon as its rows are read), and an error
+   reading for a block is raised at the microbatch whose rows needed it, after the ones before it.
    A DataLoader worker holds only the lanes of its ``WorkerShare`` (``zephon.executor.worker_share``): it pops
    rows of those lanes only and yields its own piece of each microbatch (stages 1-3 then read and tokenize only
    those lanes' documents). A run ends after ``num_steps`` steps, the same on every rank
@@ -64,7 +66,7 @@ lanes [0, 1, 0, 1] and tokenize to 0: [a a E], 1: [b E], 2: [c E], 3: [d d d E].
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -314,6 +316,25 @@ class DealLanes:
         ``marks``): full, or (the plan read to the end) what is left, padded."""
         return pop_rows([self.lanes[lane] for lane in lanes], self._ready, **marks)  # type: ignore[arg-type]
 
+    def rows_until_error(self, lanes: list[int], marks: list[int], mark: Callable[[], None]) -> tuple[
+        PackedRows, tuple[int, Exception] | None]:  # fmt: skip
+        """``rows`` of a block (``LaneBatches``), and the error reading on raised with the row that needed it, if
+        any: from that row on nothing more is read (those rows are cut from what was buffered, and never handed
+        out) — so the caller raises it where one microbatch at a time would have, after the ones before it."""
+        needed = [0]  # rows prepared so far
+        failed: list[tuple[int, Exception]] = []
+
+        def ready(lane: Lane) -> None:
+            needed[0] += 1
+            if not failed:
+                try:
+                    self._ready(lane)
+                except Exception as exc:  # raised by LaneBatches at the microbatch that needed it
+                    failed.append((needed[0] - 1, exc))
+
+        rows = pop_rows([self.lanes[lane] for lane in lanes], ready, marks=marks, mark=mark)
+        return rows, next(iter(failed), None)
+
     def _ready(self, lane: Lane) -> None:
         while not lane.ready() and not self.exhausted:
             self.fill()
@@ -432,6 +453,7 @@ class LaneBatches:
     def __iter__(self) -> Iterator[LaneMicrobatch]:
         deal, progress, num_lanes = self.lanes, self.progress, self.geometry.lanes
         assert num_lanes is not None
+        blocks = 0  # blocks popped this iteration: the first is one microbatch, handed out as soon as it is read
         while True:
             if progress.microbatch == 0 and self.num_steps is not None and progress.step >= self.num_steps:
                 self._end_of_run()  # every rank ends here (``zephon.executor.pack.run_length``)
@@ -444,8 +466,9 @@ class LaneBatches:
                     return
             deal.hold()
             running = progress.running
+            size, blocks = (1, blocks + 1) if not blocks else (self._block_size(running), blocks)  # first: a batch soon
             block = []  # per microbatch of the block: its sequences, their lanes, the rows of lanes this worker packs
-            for r in range(running, running + self._block_size(running)):
+            for r in range(running, running + size):
                 step, index = divmod(r, progress.accumulation)
                 ids = self.geometry.microbatch_sequences(step, index)
                 lanes = lane_of(ids, num_lanes)
@@ -456,11 +479,13 @@ class LaneBatches:
             def mark(into: list[list[Snapshot]] = snapshots) -> None:
                 into.append([lane.snapshot() for lane in deal.lanes.values()])
 
-            rows = None  # the rows of the whole block, popped together
+            rows, failed = None, None  # the rows of the whole block, popped together; an error reading for them
             if ends[-1]:
                 cut = np.concatenate([lanes[held] for _, lanes, held in block]).tolist()
-                rows = deal.rows(cut, marks=ends[:-1], mark=mark)
+                rows, failed = deal.rows_until_error(cut, ends[:-1], mark)
             for k, (ids, lanes, held) in enumerate(block):
+                if failed is not None and failed[0] < ends[k]:  # the microbatch whose rows needed it
+                    raise failed[1]
                 running = progress.running
                 at = progress.advance()
                 begin = ends[k] - len(held)

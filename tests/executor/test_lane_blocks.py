@@ -4,6 +4,7 @@ two batches, the stats and every resume are those of popping one microbatch at a
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,11 @@ from typing import Any
 import pytest
 
 from zephon import Pipeline
+from zephon.errors import DatasetError
 from zephon.executor import estimated
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
-from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
 
 MAX_LENGTH = 65
 GLOBAL = 8
@@ -114,3 +116,34 @@ def test_a_run_stopped_inside_a_block_states_where_it_stopped(plan: Path, tokeni
         resumed = _pipeline(plan, tokenizer_dir, 2, False, (0, 1))
         resumed.load_state_dict(pipe.state_dict())
         assert _batches(_run(resumed)) == _batches(full[stop:])
+
+
+def test_an_error_reading_for_a_block_comes_at_the_batch_that_needed_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, tokenizer_dir: str
+) -> None:
+    """A null text late in the plan (past the calibration's first 2,048 documents): the run raises its one-line error after exactly the batches one microbatch
+    at a time hands out first — a block does not raise it early, for the microbatches before it."""
+    data = tmp_path / "web"
+    data.mkdir()
+    rows = [{"text": None if r == 2400 else f"document {r} " + "word " * (r % 13)} for r in range(2600)]
+    (data / "part-0.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(data))],
+        mixture=MixtureSpec({"web": 1}),
+        seed=0,
+        shuffle=ShuffleSpec(enabled=False),
+        lanes=4,
+    )
+    plan = source.plan(tmp_path / "plan")
+
+    def until_error() -> tuple[int, str]:
+        pipe = _pipeline(plan, tokenizer_dir, 2, False, (0, 1))
+        handed = 0
+        with pytest.raises(DatasetError) as raised:
+            for _ in pipe:
+                handed += 1
+        return handed, str(raised.value)
+
+    blocked = until_error()
+    monkeypatch.setattr(estimated, "BLOCK_TOKENS", 1)
+    assert blocked == until_error() and blocked[0] > 2 * estimated.MAX_BLOCK and "null" in blocked[1]
