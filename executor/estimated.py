@@ -311,16 +311,13 @@ class DealLanes:
         """No lane holds a token."""
         return all(lane.buffered == 0 for lane in self.lanes.values())
 
-    def rows(self, lanes: list[int], **marks: object) -> PackedRows:
-        """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``, which takes the
-        ``marks``): full, or (the plan read to the end) what is left, padded."""
-        return pop_rows([self.lanes[lane] for lane in lanes], self._ready, **marks)  # type: ignore[arg-type]
-
-    def rows_until_error(self, lanes: list[int], marks: list[int], mark: Callable[[], None]) -> tuple[
+    def rows(self, lanes: list[int], marks: list[int], mark: Callable[[], None]) -> tuple[
         PackedRows, tuple[int, Exception] | None]:  # fmt: skip
-        """``rows`` of a block (``LaneBatches``), and the error reading on raised with the row that needed it, if
-        any: from that row on nothing more is read (those rows are cut from what was buffered, and never handed
-        out) — so the caller raises it where one microbatch at a time would have, after the ones before it."""
+        """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``, which calls
+        ``mark`` at each of ``marks``): full, or (the plan read to the end) what is left, padded; and the error
+        reading on raised with the row that needed it, if any: from that row on nothing more is read (those rows
+        are cut from what was buffered, and never handed out) — so ``LaneBatches`` raises it where one microbatch
+        at a time would have, after the ones before it."""
         needed = [0]  # rows prepared so far
         failed: list[tuple[int, Exception]] = []
 
@@ -482,7 +479,7 @@ class LaneBatches:
             rows, failed = None, None  # the rows of the whole block, popped together; an error reading for them
             if ends[-1]:
                 cut = np.concatenate([lanes[held] for _, lanes, held in block]).tolist()
-                rows, failed = deal.rows_until_error(cut, ends[:-1], mark)
+                rows, failed = deal.rows(cut, ends[:-1], mark)
             for k, (ids, lanes, held) in enumerate(block):
                 if failed is not None and failed[0] < ends[k]:  # the microbatch whose rows needed it
                     raise failed[1]

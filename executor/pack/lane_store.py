@@ -136,15 +136,18 @@ class LaneStore:
         total = int(counts.sum())
         entry = np.repeat(base - (np.cumsum(counts) - counts), counts) + np.arange(total)
         key, size = self.key[entry], self.size[entry]
-        floor = np.array([lane._kept for lane in self.lanes], dtype=np.int64)[key >> SHIFT]
-        start = key & MASK
+        start, floor = key & MASK, self._floors(key)
         return entry[(start + size > floor) | (start >= floor)]
 
-    def _layout(self, slot: int, incoming: int, at: np.ndarray | None = None) -> None:
-        """Lay the table out again (module docstring): live documents only (with ``at`` as their new places when
-        given: ``_compact``), each lane's region with room for its share of what comes next, ``incoming`` more
-        for lane ``slot``."""
-        live = self._live_entries()
+    def _floors(self, key: np.ndarray) -> np.ndarray:
+        """Each document's lane's ``kept`` stream index."""
+        return np.array([lane._kept for lane in self.lanes], dtype=np.int64)[key >> SHIFT]
+
+    def _layout(self, slot: int, incoming: int, live: np.ndarray | None = None, at: np.ndarray | None = None) -> None:
+        """Lay the table out again (module docstring): the live documents only (``live``: their entries, when the
+        caller has them; with ``at`` as their new places: ``_compact``), each lane's region with room for its share
+        of what comes next, ``incoming`` more for lane ``slot``."""
+        live = self._live_entries() if live is None else live
         key, size, position = self.key[live], self.size[live], self.position[live]
         at = self.at[live] if at is None else at
         lanes = len(self.lanes)
@@ -174,8 +177,7 @@ class LaneStore:
         live = self._live_entries()
         key, at, size = self.key[live], self.at[live], self.size[live]
         start = key & MASK
-        floor = np.array([lane._kept for lane in self.lanes], dtype=np.int64)[key >> SHIFT]
-        first = np.maximum(start, floor)  # first token still needed
+        first = np.maximum(start, self._floors(key))  # first token still needed
         src, length = at + first - start, start + size - first
         total = int(length.sum())
         room = len(self.tokens)
@@ -193,6 +195,6 @@ class LaneStore:
             out[d : d + b - a] = tokens[a:b]
         self.tokens, self.used = out, total
         if self.lanes:
-            self._layout(0, 0, at=dst - (first - start))
+            self._layout(0, 0, live, at=dst - (first - start))
         self.compactions += 1
         self.moved += total

