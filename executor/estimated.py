@@ -76,7 +76,7 @@ from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
-from zephon.executor.pack.lanes import Lane, Snapshot, pop_rows
+from zephon.executor.pack.lanes import Lane, Snapshot, cursors_of, pop_rows
 from zephon.executor.pack.rows import PackedRows, take_rows
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
@@ -351,7 +351,7 @@ class DealLanes:
 
     def hold(self) -> None:
         """Keep the datasets of positions from the earliest lane cursor on: no later row reaches before it."""
-        self._keep_from = min((lane.cursor()[0] for lane in self.lanes.values()), default=0)
+        self._keep_from = min((position for position, _ in cursors_of(list(self.lanes.values()))), default=0)
 
     def dataset_of(self, positions: np.ndarray) -> np.ndarray:
         """The dataset of each plan position (dealt, and not before the cursors at the last ``hold``)."""

@@ -43,7 +43,7 @@ from zephon.executor.exact import ExactSequences, check_exact_plan
 from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
-from zephon.executor.pack.lanes import Lane, LaneStore
+from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of
 from zephon.executor.pack.rows import PackedRows
 from zephon.executor.pack.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
 from zephon.executor.plan_reader import PlanBundle
@@ -150,8 +150,9 @@ class RankRunner:
                 start = tuple(cursors.get(str(lane), (0, 0)))
                 at = (int(start[0]), int(start[1]))
                 self.lanes[lane] = Lane(spec.pack.max_length, self.pad, start=at, dtype=store.dtype, store=store)
-        #: The lanes in a state's order with their keys (made once: a state is taken after every microbatch).
-        self._keyed = [(str(k), lane) for k, lane in sorted(self.lanes.items())]
+        #: The lanes in a state's order and their keys (made once: a state is taken after every microbatch).
+        self._ordered = [lane for _, lane in sorted(self.lanes.items())]
+        self._keys = [str(k) for k in sorted(self.lanes)]
 
     def identity(self) -> dict[str, Any]:
         """What a state of this run is valid for (made once: every microbatch's state copies it)."""
@@ -180,7 +181,7 @@ class RankRunner:
             dp_size=self.geometry.dp_size,
             step=self.progress.step,
             microbatch=self.progress.microbatch,
-            lane_cursors={key: list(lane.cursor()) for key, lane in self._keyed},
+            lane_cursors=dict(zip(self._keys, map(list, cursors_of(self._ordered)), strict=True)),
             **self._known_length(),
         )
 

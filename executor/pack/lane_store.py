@@ -121,11 +121,6 @@ class LaneStore:
         live = self._live_entries()
         return self.key[live], self.at[live], self.size[live], self.position[live]
 
-    def doc_at(self, slot: int, t: int) -> tuple[int, int]:
-        """``(position, start)`` of the last document of lane ``slot`` starting at or before stream index ``t``."""
-        d = int(np.searchsorted(self.key, (slot << SHIFT) + t, side="right")) - 1
-        return int(self.position[d]), int(self.key[d]) & MASK
-
     def _live_entries(self) -> np.ndarray:
         """Indexes of the table's live documents, in table order: in a region, not wholly emitted (empty
         documents at or past their lane's ``kept`` stay)."""

@@ -35,7 +35,7 @@ from zephon.executor.encode.flags import ID
 from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
-__all__ = ["Lane", "LaneStore", "Snapshot", "pop_rows"]
+__all__ = ["Lane", "LaneStore", "Snapshot", "cursors_of", "pop_rows"]
 
 #: A lane's counters that its cursor follows from: pushed, read_to, fresh, next, end (``Lane.snapshot``).
 Snapshot = tuple[bool, int, int | None, int, int]
@@ -115,20 +115,8 @@ class Lane:
     def cursor(self) -> tuple[int, int]:
         """``(position, skip)`` from which this lane's remaining rows are rebuilt (before anything is routed to a
         resumed lane: the cursor it was started from, its skip included). With ``held`` set, the cursor as it was
-        when that snapshot was taken."""
-        pushed, read_to, fresh, nxt, end = self.snapshot() if self.held is None else self.held
-        if not pushed and read_to == self.start_position:
-            return self.start_position, self.start_skip
-        if fresh is not None:
-            return fresh, 0
-        if nxt >= end:
-            return read_to, 0
-        if self.held is not None:  # the document holding an earlier _next: still in the store's table (no
-            position, start = self.store.doc_at(self.slot, nxt)  # append, so no layout, since it was cut)
-            return position, nxt - start
-        if self._cur is None:
-            self._cur = self.store.doc_at(self.slot, self._next)
-        return self._cur[0], self._next - self._cur[1]
+        when that snapshot was taken (``cursors_of``)."""
+        return cursors_of([self])[0]
 
     def snapshot(self) -> Snapshot:
         """The counters ``cursor`` reads (``held``)."""
@@ -137,6 +125,41 @@ class Lane:
     def pop_row(self) -> PackedRows:
         """The next row: full when enough is buffered, else what is left, padded (length 0 when empty)."""
         return pop_rows([self])
+
+
+def cursors_of(lanes: list[Lane]) -> list[tuple[int, int]]:
+    """Each lane's ``cursor()``: from its counters (``held`` where set, else its own), and where its next token
+    lies inside a document, that document's ``(position, stream start)`` from the store's table — found for all
+    such lanes of a store in one search (a state is every lane's cursor, taken each microbatch: one
+    ``searchsorted`` a lane cost ~10 µs of an 8-lane state's ~100). A live lane keeps what it found (``_cur``,
+    until its next row is cut); a held one does not (its snapshot is an earlier ``_next``)."""
+    out: list[tuple[int, int]] = []
+    find: list[tuple[int, Lane, int]] = []  # (index in out, lane, stream index of its next token)
+    for lane in lanes:
+        live = lane.held is None
+        pushed, read_to, fresh, nxt, end = lane.snapshot() if live else lane.held  # type: ignore[misc]
+        if not pushed and read_to == lane.start_position:
+            out.append((lane.start_position, lane.start_skip))
+        elif fresh is not None:
+            out.append((fresh, 0))
+        elif nxt >= end:
+            out.append((read_to, 0))
+        elif live and lane._cur is not None:
+            out.append((lane._cur[0], nxt - lane._cur[1]))
+        else:  # found below (the held snapshot's document is still in the table: nothing appended since)
+            find.append((len(out), lane, nxt))
+            out.append((0, 0))
+    for store in {id(lane.store): lane.store for _, lane, _ in find}.values():
+        mine = [(i, lane, nxt) for i, lane, nxt in find if lane.store is store]
+        wanted = np.array([(lane.slot << SHIFT) + nxt for _, lane, nxt in mine], dtype=np.int64)
+        d = store.key.searchsorted(wanted, side="right") - 1
+        found = zip(store.position[d].tolist(), store.key[d].tolist(), strict=True)
+        for (i, lane, nxt), (position, key) in zip(mine, found, strict=True):
+            start = key & MASK
+            out[i] = (position, nxt - start)
+            if lane.held is None:
+                lane._cur = (position, start)
+    return out
 
 
 def pop_rows(

@@ -1,6 +1,7 @@
 """Lanes sharing one ``LaneStore``: ``pop_rows`` against a simple reference packer on seeded random document
 streams, through compactions (a tiny array, documents longer than it), resumes from cursors, flags, empty lanes
-and rows that end exactly at a document's end."""
+and rows that end exactly at a document's end; the lanes' cursors (one by one and together, ``cursors_of``, live
+and held at an earlier snapshot) against the reference's."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 
 from zephon.executor.encode.flags import FLAGGED, ID, tag
 from zephon.executor.pack.lane_store import MIN_ROOM, PERIOD, SHIFT
-from zephon.executor.pack.lanes import Lane, LaneStore, pop_rows
+from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of, pop_rows
 from zephon.executor.pack.rows import PIECE_DTYPE
 
 PAD = -1
@@ -119,9 +120,18 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
         _deal(plan, dealt, stop, lanes, refs, dtype)
         dealt = stop
         for _ in range(int(rng.integers(0, 4))):
+            before, snapshots = {k: r.cursor() for k, r in refs.items()}, {k: x.snapshot() for k, x in lanes.items()}
             order = rng.integers(0, num_lanes, size=int(rng.integers(1, 7))).tolist()  # lanes repeat
             _check(pop_rows([lanes[k] for k in order]), refs, order, width, dtype == FLAGGED)
-            assert {k: lane.cursor() for k, lane in lanes.items()} == {k: r.cursor() for k, r in refs.items()}
+            now = {k: r.cursor() for k, r in refs.items()}
+            assert {k: lane.cursor() for k, lane in lanes.items()} == now
+            assert dict(zip(lanes, cursors_of(list(lanes.values())), strict=True)) == now
+            for k, lane in lanes.items():  # held at the counters before those rows (LaneBatches inside a block)
+                lane.held = snapshots[k]
+            assert dict(zip(lanes, cursors_of(list(lanes.values())), strict=True)) == before
+            assert {k: lane.cursor() for k, lane in lanes.items()} == before
+            for lane in lanes.values():
+                lane.held = None
         if dealt >= resumed_at and resumed_at:  # resume every lane from its cursor, in a new store
             cursors = {k: lane.cursor() for k, lane in lanes.items()}
             store = LaneStore(dtype, room=room)
