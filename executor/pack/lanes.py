@@ -151,9 +151,13 @@ def cursors_of(lanes: list[Lane]) -> list[tuple[int, int]]:
             out.append((0, 0))
     for store in {id(lane.store): lane.store for _, lane, _ in find}.values():
         mine = [(i, lane, nxt) for i, lane, nxt in find if lane.store is store]
-        wanted = np.array([(lane.slot << SHIFT) + nxt for _, lane, nxt in mine], dtype=np.int64)
-        d = store.key.searchsorted(wanted, side="right") - 1
-        found = zip(store.position[d].tolist(), store.key[d].tolist(), strict=True)
+        if len(mine) <= 2:  # NumPy's scalar search, ~3 µs a lane, against ~9 for the array calls and ~1 a lane
+            keys = [int(store.key.searchsorted((lane.slot << SHIFT) + nxt, side="right")) - 1 for _, lane, nxt in mine]
+            found = [(int(store.position[d]), int(store.key[d])) for d in keys]
+        else:
+            wanted = np.array([(lane.slot << SHIFT) + nxt for _, lane, nxt in mine], dtype=np.int64)
+            d = store.key.searchsorted(wanted, side="right") - 1
+            found = list(zip(store.position[d].tolist(), store.key[d].tolist(), strict=True))
         for (i, lane, nxt), (position, key) in zip(mine, found, strict=True):
             start = key & MASK
             out[i] = (position, nxt - start)
