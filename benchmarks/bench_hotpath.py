@@ -1,7 +1,7 @@
 """The executor's hot path against the raw engine it uses, and against another checkout, interleaved in one run.
 
 Run: python benchmarks/bench_hotpath.py --tokenizer deepseek-v4|cl100k-converter [--before PYTHON]
-         [--cores 2] [--rounds 3] [--plans samples,tokens,exact] [--root DIR] [--tokens-per-copy N]
+         [--cores 2] [--rounds 3] [--plans samples,tokens,exact] [--root DIR] [--tokens-per-copy N] [--producer]
 
 Same corpus, plans and workers as ``bench_executor.py`` (``--text local``: real text from this machine's files,
 ``local_corpus.py``; vendor tokenizers from ``vendor_tokenizers.py``): per round and plan, three fresh processes
@@ -12,6 +12,11 @@ process is timed after its first batch (the raw engine: all of it). Prints every
 the best of the rounds and the ratios Zephon ÷ raw engine and after ÷ before (and each run's CPU ns per token,
 threads included, which a shared machine's load stretches less), with the load average before and
 after (the machine may be shared: the ratios within a round are what to read).
+
+``--producer`` adds a fourth process per round and estimated plan: the pipeline's producer alone — stages 1-3
+of ``zephon.executor.estimated`` (plan rows, texts, tokenizing on the read-ahead thread and the encode pool) with
+the consumer replaced by a loop that only waits on each chunk's encoding — timed like the others. Its ratio to
+the raw engine is what a free packer would leave: the ceiling of the end-to-end ratio with this reader.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,6 +45,37 @@ def run(python: str, kind: str, cores: int, **kw: object) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def producer(plan: str, tokenizer: str, cores: int) -> dict:
+    """The producer alone (module docstring), in this process: ``LaneBatches.__iter__`` replaced for the run."""
+    import time
+
+    from zephon import Pipeline
+    from zephon.executor import estimated
+
+    got: dict = {}
+
+    def drain(self: estimated.LaneBatches) -> Iterator[estimated.LaneMicrobatch]:  # stands in for __iter__
+        tokens, first = 0, None
+        while (chunk := self.lanes.source.next()) is not None:
+            if chunk.encoded is not None:
+                tokens += int(chunk.encoded.result().sizes.sum())  # EOS included, as the executor counts
+            if first is None:  # timed after the first chunk, as the others after their first batch
+                first, first_tokens, first_cpu = time.perf_counter(), tokens, time.process_time()
+        assert first is not None
+        got.update(
+            seconds=time.perf_counter() - first, cpu=time.process_time() - first_cpu, tokens=tokens - first_tokens
+        )
+        return
+        yield
+
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:cores])
+    estimated.LaneBatches.__iter__ = drain  # type: ignore[method-assign]
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer).pack_flat(max_length=2049).batch(microbatch_size=8)
+    for _ in pipe:
+        pass
+    return got
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default="deepseek-v4", choices=("deepseek-v4", "cl100k-converter"))
@@ -48,7 +85,13 @@ def main() -> None:
     parser.add_argument("--plans", default="samples,tokens,exact")
     parser.add_argument("--root", default=None)
     parser.add_argument("--tokens-per-copy", type=int, default=1_000_000)
+    parser.add_argument("--producer", action="store_true", help="also time the producer alone (estimated plans)")
+    parser.add_argument("--child-producer", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child_producer:
+        plan, tokenizer, cores = args.child_producer
+        print(json.dumps(producer(plan, tokenizer, int(cores))))
+        return
     import bench_executor
 
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-hotpath-"))
@@ -71,6 +114,11 @@ def main() -> None:
             got = {label: got[label] for label in pythons}  # printed in a fixed order
             engine = got["after"]["engine"]
             got["raw"] = run(sys.executable, "raw", args.cores, tokenizer=tokenizer, plan=plan, engine=engine)
+            if args.producer and mode != "exact":
+                argv = [sys.executable, __file__, "--child-producer", str(plan), str(tokenizer), str(args.cores)]
+                env = {**os.environ, "RAYON_NUM_THREADS": str(args.cores), "ZEPHON_TOKENIZER_ENGINE": "auto"}
+                out = subprocess.run(argv, env=env, capture_output=True, text=True, check=True)
+                got["producer"] = json.loads(out.stdout.strip().splitlines()[-1])
             line = []
             for label, res in got.items():
                 rate = res["tokens"] / res["seconds"] / 1e6
@@ -84,6 +132,9 @@ def main() -> None:
         best = {label: max(rates[(mode, label)]) for label in ("raw", *pythons)}
         text = ", ".join(f"{k} {v:.2f}" for k, v in best.items())
         ratio = f"after ÷ raw {best['after'] / best['raw']:.2f}"
+        if (mode, "producer") in rates:
+            ceiling = [p / w for p, w in zip(rates[(mode, "producer")], rates[(mode, "raw")], strict=True)]
+            ratio += f", producer ÷ raw per round {' '.join(f'{x:.2f}' for x in ceiling)}"
         if "before" in best:
             ratio += f", before ÷ raw {best['before'] / best['raw']:.2f}"
             ratio += f", after ÷ before {best['after'] / best['before']:.2f}"
