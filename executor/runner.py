@@ -151,8 +151,7 @@ class RankRunner:
                 at = (int(start[0]), int(start[1]))
                 self.lanes[lane] = Lane(spec.pack.max_length, self.pad, start=at, dtype=store.dtype, store=store)
         #: The lanes in a state's order and their keys (made once: a state is taken after every microbatch).
-        self._ordered = [lane for _, lane in sorted(self.lanes.items())]
-        self._keys = [str(k) for k in sorted(self.lanes)]
+        self._keys, self._ordered = [str(k) for k in sorted(self.lanes)], [self.lanes[k] for k in sorted(self.lanes)]
 
     def identity(self) -> dict[str, Any]:
         """What a state of this run is valid for (made once: every microbatch's state copies it)."""
