@@ -193,12 +193,12 @@ class RunStats:
         (an index into ``names``). Per batch, in numpy: no Python work per document."""
         if not len(pieces):
             return
-        toks = np.bincount(datasets, weights=pieces["length"], minlength=len(names))
-        docs = np.bincount(datasets[pieces["doc_start"] == 0], minlength=len(names))
-        for i in np.flatnonzero(toks + docs).tolist():
-            name = names[i]
-            self.documents[name] = self.documents.get(name, 0) + int(docs[i])
-            self.tokens[name] = self.tokens.get(name, 0) + int(toks[i])
+        toks = np.bincount(datasets, weights=pieces["length"], minlength=len(names)).tolist()
+        docs = np.bincount(datasets, weights=pieces["doc_start"] == 0, minlength=len(names)).tolist()  # first pieces
+        for name, d, t in zip(names, docs, toks, strict=True):
+            if d or t:
+                self.documents[name] = self.documents.get(name, 0) + int(d)
+                self.tokens[name] = self.tokens.get(name, 0) + int(t)
 
     def records_handed_out(self, names: list[str], datasets: np.ndarray) -> None:
         """Count a record batch handed out: one record of dataset ``datasets[k]`` each (record pipelines count
