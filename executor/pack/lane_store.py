@@ -121,6 +121,17 @@ class LaneStore:
         live = self._live_entries()
         return self.key[live], self.at[live], self.size[live], self.position[live]
 
+    def docs_at(self, slots: list[int], ts: list[int]) -> list[tuple[int, int]]:
+        """``(position, start)`` of the last document of lane ``slots[i]`` starting at or before its stream index
+        ``ts[i]``, for each ``i``: one search for them all (NumPy's scalar search for one or two, ~3 µs each,
+        against ~9 for the array calls and ~1 a lane more)."""
+        wanted = [(slot << SHIFT) + t for slot, t in zip(slots, ts, strict=True)]
+        if len(wanted) <= 2:
+            found = [int(self.key.searchsorted(w, side="right")) - 1 for w in wanted]
+            return [(int(self.position[d]), int(self.key[d]) & MASK) for d in found]
+        d = self.key.searchsorted(np.array(wanted, dtype=np.int64), side="right") - 1
+        return [(p, k & MASK) for p, k in zip(self.position[d].tolist(), self.key[d].tolist(), strict=True)]
+
     def _live_entries(self) -> np.ndarray:
         """Indexes of the table's live documents, in table order: in a region, not wholly emitted (empty
         documents at or past their lane's ``kept`` stay)."""

@@ -130,9 +130,9 @@ class Lane:
 def cursors_of(lanes: list[Lane]) -> list[tuple[int, int]]:
     """Each lane's ``cursor()``: from its counters (``held`` where set, else its own), and where its next token
     lies inside a document, that document's ``(position, stream start)`` from the store's table — found for all
-    such lanes of a store in one search (a state is every lane's cursor, taken each microbatch: one
-    ``searchsorted`` a lane cost ~10 µs of an 8-lane state's ~100). A live lane keeps what it found (``_cur``,
-    until its next row is cut); a held one does not (its snapshot is an earlier ``_next``)."""
+    such lanes of a store in one search (``LaneStore.docs_at``; a state is every lane's cursor, taken each
+    microbatch: one ``searchsorted`` a lane cost ~10 µs of an 8-lane state's ~100). A live lane keeps what it found
+    (``_cur``, until its next row is cut); a held one does not (its snapshot is an earlier ``_next``)."""
     out: list[tuple[int, int]] = []
     find: list[tuple[int, Lane, int]] = []  # (index in out, lane, stream index of its next token)
     for lane in lanes:
@@ -151,15 +151,8 @@ def cursors_of(lanes: list[Lane]) -> list[tuple[int, int]]:
             out.append((0, 0))
     for store in {id(lane.store): lane.store for _, lane, _ in find}.values():
         mine = [(i, lane, nxt) for i, lane, nxt in find if lane.store is store]
-        if len(mine) <= 2:  # NumPy's scalar search, ~3 µs a lane, against ~9 for the array calls and ~1 a lane
-            keys = [int(store.key.searchsorted((lane.slot << SHIFT) + nxt, side="right")) - 1 for _, lane, nxt in mine]
-            found = [(int(store.position[d]), int(store.key[d])) for d in keys]
-        else:
-            wanted = np.array([(lane.slot << SHIFT) + nxt for _, lane, nxt in mine], dtype=np.int64)
-            d = store.key.searchsorted(wanted, side="right") - 1
-            found = list(zip(store.position[d].tolist(), store.key[d].tolist(), strict=True))
-        for (i, lane, nxt), (position, key) in zip(mine, found, strict=True):
-            start = key & MASK
+        found = store.docs_at([lane.slot for _, lane, _ in mine], [nxt for _, _, nxt in mine])
+        for (i, lane, nxt), (position, start) in zip(mine, found, strict=True):
             out[i] = (position, nxt - start)
             if lane.held is None:
                 lane._cur = (position, start)
