@@ -90,9 +90,8 @@ class AdaptiveMixing:
 
     def _branch(self, step: int, state: dict[str, object]) -> Pipeline | None:
         """The pipeline of a new segment from ``step``; None when the plan's documents up to its end are all
-        kept (nothing is left to re-weight: the run ends on the current plan, ``decide`` is not called), or when
-        a packing lane had run out (the plan's last steps: the decision is dropped, the run ends on the current
-        plan)."""
+        kept (nothing is left to re-weight), or when a packing lane had run out (the plan's last steps: new
+        documents would fill its short rows) — the run ends on the current plan, ``decide`` is not called."""
         if state.get("dp_size") != 1:
             raise ConfigError(
                 f"AdaptiveMixing must run in one process holding every lane, got dp_size {state.get('dp_size')} — "
@@ -100,7 +99,11 @@ class AdaptiveMixing:
                 "and "
                 "load the gathered state on every rank"
             )
-        if branch_of(self.plan, state=state).position >= read_manifest(self.plan).totals.documents:
+        branch = branch_of(self.plan, state=state)
+        if branch.position >= read_manifest(self.plan).totals.documents:
+            return None
+        if branch.dry_lanes:
+            self.ended = True
             return None
         weights = dict(self.decide(step))
         source = dataclasses.replace(self.source, mixture=MixtureSpec(weights), phases=())
