@@ -40,7 +40,8 @@ plan order.
 
 Invariant: lane ``ℓ``'s token stream is the tokenized documents dealt to ``ℓ`` from its cursor on, in plan
 order, and sequence ``j`` is row ``j // L`` of lane ``j % L``. The batches therefore depend only on the plan,
-the tokenizer, the packing and the cursors — never on the chunk size, the threads or the read-ahead.
+the tokenizer, the packing and the cursors — never on the chunk size, the threads or the read-ahead — and so do
+the cursors after each batch (``zephon.executor.pack.lanes``: a function of the rows emitted alone).
 
 State: the checkpoint holds only the consumer's — ``Progress`` (microbatches handed out) and every lane's
 cursor ``(position, skip)``, which says where its stream resumes (``zephon.executor.state``). The producer's
@@ -61,7 +62,8 @@ lanes [0, 1, 0, 1] and tokenize to 0: [a a E], 1: [b E], 2: [c E], 3: [d d d E].
 * stage 4: lane 0's stream is a a E c E, lane 1's is b E d d d E;
 * stage 5: step 0 is sequences [0, 1] = row 0 of lane 0 [a a E c], row 0 of lane 1 [b E d d]; the cursors
   are then (2, 1) and (3, 2). Step 1 is sequences [2, 3] = [E p p p] (length 1) and [d E p p] (length 2),
-  padded because the plan is read to the end. No lane has tokens left: the iteration ends.
+  padded because the plan is read to the end. No lane has tokens left: the iteration ends, the cursors (3, 0)
+  and (4, 0) — one past each lane's last document.
 """
 
 from __future__ import annotations
@@ -311,7 +313,7 @@ class DealLanes:
         """No lane holds a token."""
         return all(lane.buffered == 0 for lane in self.lanes.values())
 
-    def rows(self, lanes: list[int], marks: list[int], mark: Callable[[], None]) -> tuple[
+    def rows(self, lanes: list[int], marks: list[int], mark: Callable[[int, int], None]) -> tuple[
         PackedRows, tuple[int, Exception] | None]:  # fmt: skip
         """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``, which calls
         ``mark`` at each of ``marks``): full, or (the plan read to the end) what is left, padded; and the error
@@ -337,17 +339,12 @@ class DealLanes:
             self.fill()
 
     def fill(self) -> None:
-        """Deal the next chunk to the lanes; at the end of the plan, mark every lane as read to the end."""
+        """Deal the next chunk to the lanes (at the end of the plan: ``exhausted``)."""
         got = self.source.next()
         if got is None:
             self.exhausted = True
-            for lane in self.lanes.values():
-                lane.read_to = self.num_documents
             return
         self._deal(got)
-        end = got.chunk.start + len(got.chunk)
-        for lane in self.lanes.values():
-            lane.read_to = max(lane.read_to, end)
 
     def hold(self) -> None:
         """Keep the datasets of positions from the earliest lane cursor on: no later row reaches before it."""
@@ -473,8 +470,8 @@ class LaneBatches:
             ends = np.cumsum([len(held) for _, _, held in block]).tolist()
             snapshots: list[list[Snapshot]] = []  # every lane's counters where each microbatch but the last ends
 
-            def mark(into: list[list[Snapshot]] = snapshots) -> None:
-                into.append([lane.snapshot() for lane in deal.lanes.values()])
+            def mark(block: int, cut_rows: int, into: list[list[Snapshot]] = snapshots) -> None:
+                into.append([lane.snapshot(block, cut_rows) for lane in deal.lanes.values()])
 
             rows, failed = None, None  # the rows of the whole block, popped together; an error reading for them
             if ends[-1]:

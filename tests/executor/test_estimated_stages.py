@@ -222,9 +222,9 @@ def test_the_worked_example_row_by_row(example, encoder, chunk_size, threaded, t
     assert step1.rows.lengths.tolist() == [1, 2]
     assert step1.rows.doc_start.tolist() == [[False] * 4, [False] * 4]
     assert pieces(step1) == [(0, 0, 2, 1, 1), (1, 0, 3, 2, 2)]
-    # No lane has tokens left: the iteration ended after step 1, with every lane read to the end.
+    # No lane has tokens left: the iteration ended after step 1, each lane one past its last document.
     assert (progress.step, progress.microbatch) == (2, 0)
-    assert lanes[0].cursor() == (4, 0) and lanes[1].cursor() == (4, 0)
+    assert lanes[0].cursor() == (3, 0) and lanes[1].cursor() == (4, 0)
 
 
 def test_the_cursors_after_step_0_are_the_worked_examples(example, encoder) -> None:
@@ -316,3 +316,4 @@ def test_lane_batches_give_worker_w_of_n_microbatches_w_w_plus_n_and_so_on(longe
             assert m.rows.tokens.tolist() == same.rows.tokens.tolist()
             assert m.rows.lengths.tolist() == same.rows.lengths.tolist()
         assert (progress.step, progress.microbatch) == (5, 0)  # every worker advanced through all ten
+

@@ -137,11 +137,10 @@ def test_lane_docstring_example_and_cursors() -> None:
     lane = Lane(4, pad_id=-1)
     for position, doc in ((3, [11, 11, 11, 0]), (9, [21, 0]), (12, [31, 31, 0])):
         lane.push(position, np.array(doc))
-    assert lane.pop_row().tokens.tolist() == [[11, 11, 11, 0]] and lane.cursor() == (9, 0)
+    assert lane.pop_row().tokens.tolist() == [[11, 11, 11, 0]] and lane.cursor() == (4, 0)
     second = lane.pop_row()
     assert second.tokens.tolist() == [[21, 0, 31, 31]] and lane.cursor() == (12, 2)
     assert second.doc_start.tolist() == [[True, False, True, False]]
-    lane.read_to = 13
     last = lane.pop_row()
     assert last.tokens.tolist() == [[0, -1, -1, -1]] and last.lengths.tolist() == [1] and lane.cursor() == (13, 0)
     assert lane.pop_row().lengths.tolist() == [0]

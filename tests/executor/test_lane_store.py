@@ -23,7 +23,6 @@ class RefLane:
         self.docs: list[tuple[int, list]] = []  # (position, tokens)
         self.stream: list = []
         self.next = 0
-        self.read_to = 0
 
     def push(self, position: int, tokens: list) -> None:
         self.docs.append((position, tokens))
@@ -41,12 +40,16 @@ class RefLane:
         return self.stream[lo:hi], pieces
 
     def cursor(self) -> tuple[int, int]:
-        start = 0
+        """Inside a document: it and the tokens emitted; between documents: one past the last one emitted whole
+        (however many documents were pushed after it)."""
+        start, done = 0, 0
         for position, tokens in self.docs:
-            if start <= self.next < start + len(tokens):
+            if start < self.next < start + len(tokens):
                 return position, self.next - start
             start += len(tokens)
-        return self.read_to, 0
+            if start <= self.next:
+                done = position + 1
+        return done, 0
 
 
 def _plan(rng: np.random.Generator, lanes: int, documents: int, longest: int) -> list[tuple[int, int, list[int]]]:
@@ -65,16 +68,15 @@ def _deal(plan, first: int, stop: int, lanes: dict[int, Lane], refs: dict[int, R
             ids = np.array([t for _, toks in mine for t in toks], dtype=np.int32)
             tokens = ids if dtype == ID else tag(ids, loss=ids % 2 == 0)
             lane.push_many(np.array([p for p, _ in mine]), tokens, np.array([len(toks) for _, toks in mine]))
-        lane.read_to = max(lane.read_to, stop)
     if refs is not None:
         for p, lk, toks in chunk:
             refs[lk].push(p, toks)
-        for ref in refs.values():
-            ref.read_to = max(ref.read_to, stop)
 
 
-def _check(rows, refs: dict[int, RefLane], order: list[int], width: int, flagged: bool) -> None:
+def _check(rows, refs: dict[int, RefLane], order: list[int], width: int, flagged: bool, at: int = 0) -> dict:
+    """Check ``rows`` against the reference's rows of ``order``; returns the reference's cursors after ``at`` rows."""
     expected_pieces = []
+    cursors = {k: r.cursor() for k, r in refs.items()}
     for i, k in enumerate(order):
         tokens, pieces = refs[k].row(width)
         got = rows.tokens[i]["id"] if flagged else rows.tokens[i]
@@ -87,8 +89,11 @@ def _check(rows, refs: dict[int, RefLane], order: list[int], width: int, flagged
             marks[offset] = doc_start == 0
         assert rows.doc_start[i].tolist() == marks
         expected_pieces += [(i, *piece) for piece in pieces]
+        if i + 1 == at:
+            cursors = {k: r.cursor() for k, r in refs.items()}
     assert rows.pieces.dtype == PIECE_DTYPE
     assert rows.pieces.tolist() == expected_pieces
+    return cursors
 
 
 @pytest.mark.parametrize(
@@ -120,16 +125,22 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
         _deal(plan, dealt, stop, lanes, refs, dtype)
         dealt = stop
         for _ in range(int(rng.integers(0, 4))):
-            before, snapshots = {k: r.cursor() for k, r in refs.items()}, {k: x.snapshot() for k, x in lanes.items()}
             order = rng.integers(0, num_lanes, size=int(rng.integers(1, 7))).tolist()  # lanes repeat
-            _check(pop_rows([lanes[k] for k in order]), refs, order, width, dtype == FLAGGED)
+            at = int(rng.integers(0, len(order) + 1))  # a microbatch of the block ends after this many rows
+            snapshots = {}
+
+            def mark(block: int, cut: int, into: dict = snapshots, held: dict = lanes) -> None:
+                into.update({k: x.snapshot(block, cut) for k, x in held.items()})
+
+            rows = pop_rows([lanes[k] for k in order], marks=[at], mark=mark)
+            then = _check(rows, refs, order, width, dtype == FLAGGED, at)
             now = {k: r.cursor() for k, r in refs.items()}
             assert {k: lane.cursor() for k, lane in lanes.items()} == now
             assert dict(zip(lanes, cursors_of(list(lanes.values())), strict=True)) == now
-            for k, lane in lanes.items():  # held at the counters before those rows (LaneBatches inside a block)
+            for k, lane in lanes.items():  # held at the counters after ``at`` rows (LaneBatches inside a block)
                 lane.held = snapshots[k]
-            assert dict(zip(lanes, cursors_of(list(lanes.values())), strict=True)) == before
-            assert {k: lane.cursor() for k, lane in lanes.items()} == before
+            assert dict(zip(lanes, cursors_of(list(lanes.values())), strict=True)) == then
+            assert {k: lane.cursor() for k, lane in lanes.items()} == then
             for lane in lanes.values():
                 lane.held = None
         if dealt >= resumed_at and resumed_at:  # resume every lane from its cursor, in a new store
@@ -153,7 +164,8 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
     assert sum(s.compactions for s in {id(lane.store): lane.store for lane in lanes.values()}.values()) > (
         0 if room < 100 else -1
     )
-    assert all(lane.cursor() == (len(plan), 0) for lane in lanes.values())
+    last = {k: max(p for p, lk, _ in plan if lk == k) for k in lanes}  # every lane emitted its last document
+    assert {k: lane.cursor() for k, lane in lanes.items()} == {k: (last[k] + 1, 0) for k in lanes}
 
 
 def test_a_document_longer_than_the_array_grows_it_and_each_id_moves_a_bounded_number_of_times() -> None:
@@ -178,8 +190,7 @@ def test_rows_ending_exactly_at_a_document_end_start_the_next_row_at_the_next_do
     assert rows.tokens.tolist() == [[1, 1, 1, 1], [9, 9, PAD, PAD], [2, 2, 3, 3]]
     assert rows.pieces.tolist() == [(0, 0, 0, 0, 4), (1, 0, 1, 0, 2), (2, 0, 2, 0, 2), (2, 2, 4, 0, 2)]
     assert rows.doc_start.tolist() == [[1, 0, 0, 0], [1, 0, 0, 0], [1, 0, 1, 0]]
-    lane.read_to = other.read_to = 5
-    assert lane.cursor() == other.cursor() == (5, 0)  # all emitted: the next document to read
+    assert lane.cursor() == (5, 0) and other.cursor() == (2, 0)  # all emitted: one past each lane's last document
 
 
 def test_empty_lanes_give_empty_rows_beside_full_ones() -> None:
@@ -191,22 +202,30 @@ def test_empty_lanes_give_empty_rows_beside_full_ones() -> None:
     assert rows.pieces.tolist() == [(1, 0, 7, 0, 3)] and rows.doc_start.tolist() == [[0, 0, 0], [1, 0, 0], [0, 0, 0]]
 
 
-def test_zero_size_documents_keep_the_list_based_lanes_cursors_and_pieces() -> None:
-    """Values from the lanes this store replaced (commit f44571e), same calls."""
+@pytest.mark.parametrize("together", [False, True])
+def test_zero_size_documents_between_rows_are_the_next_rows_first_pieces_however_they_were_pushed(together) -> None:
+    """Empty documents 2, 3 and 5 lie between the first row and the second: they are its first pieces whether they
+    came with the first row's document (``together``: pushed before the lane had emitted it) or after it was
+    emitted, and the cursors never depend on what was pushed when: one past the last document emitted whole."""
     lane = Lane(4, PAD, store=LaneStore(ID, room=4))
-    lane.push_many(np.array([1, 2, 3]), np.array([5, 5, 5, 5]), np.array([4, 0, 0]))
-    assert lane.pop_row().pieces.tolist() == [(0, 0, 1, 0, 4)] and lane.cursor() == (0, 0)
-    lane.read_to = 4
-    assert lane.cursor() == (4, 0)
-    lane.push_many(np.array([5, 6, 7]), np.array([7, 7, 8]), np.array([0, 2, 1]))  # caught up: empty one first
-    assert lane.cursor() == (5, 0)
+    if together:
+        lane.push_many(np.array([1, 2, 3, 5]), np.array([5, 5, 5, 5]), np.array([4, 0, 0, 0]))
+    else:
+        lane.push(1, np.array([5, 5, 5, 5]))
+    assert lane.pop_row().pieces.tolist() == [(0, 0, 1, 0, 4)] and lane.cursor() == (2, 0)
+    if not together:
+        lane.push_many(np.array([2, 3, 5]), np.array([], dtype=np.int32), np.array([0, 0, 0]))
+    lane.push_many(np.array([6, 7]), np.array([7, 7, 8]), np.array([2, 1]))
+    assert lane.cursor() == (2, 0)
     row = lane.pop_row()
-    assert row.tokens.tolist() == [[7, 7, 8, PAD]] and lane.cursor() == (4, 0)
-    assert row.pieces.tolist() == [(0, 0, 5, 0, 0), (0, 0, 6, 0, 2), (0, 2, 7, 0, 1)]
+    assert row.tokens.tolist() == [[7, 7, 8, PAD]] and lane.cursor() == (8, 0)
+    assert row.pieces.tolist() == [(0, 0, 2, 0, 0), (0, 0, 3, 0, 0), (0, 0, 5, 0, 0), (0, 0, 6, 0, 2), (0, 2, 7, 0, 1)]
     lane.push(9, np.array([], dtype=np.int32))
-    assert lane.cursor() == (9, 0)
-    lane.read_to = 10
-    assert lane.pop_row().lengths.tolist() == [0] and lane.cursor() == (10, 0)
+    assert lane.cursor() == (8, 0)  # an empty row at the end of the plan has no pieces: 9 is never emitted
+    assert lane.pop_row().lengths.tolist() == [0] and lane.cursor() == (8, 0)
+    resumed = Lane(4, PAD, start=(2, 0), store=LaneStore(ID, room=4))  # from the state after the first row
+    resumed.push_many(np.array([2, 3, 5, 6, 7]), np.array([7, 7, 8]), np.array([0, 0, 0, 2, 1]))
+    assert resumed.cursor() == (2, 0) and resumed.pop_row().pieces.tolist() == row.pieces.tolist()
 
 
 def test_a_store_refuses_a_lane_of_another_dtype() -> None:
@@ -243,8 +262,7 @@ def test_the_table_forgets_documents_wholly_emitted_when_the_next_chunk_is_sorte
     rows = pop_rows([a, b])
     assert rows.tokens.tolist() == [[2, 2, 3, 3], [9, 8, PAD, PAD]] and rows.lengths.tolist() == [4, 2]
     assert rows.pieces.tolist() == [(0, 0, 2, 1, 2), (0, 2, 3, 0, 2), (1, 0, 1, 4, 1), (1, 1, 4, 0, 1)]
-    a.read_to = b.read_to = 5
-    assert store.compactions == 0 and a.cursor() == b.cursor() == (5, 0)
+    assert store.compactions == 0 and a.cursor() == (4, 0) and b.cursor() == (5, 0)
 
 
 @pytest.mark.parametrize("seed", range(6))

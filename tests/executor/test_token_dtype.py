@@ -49,7 +49,6 @@ def test_flagged_tokens_keep_their_flags_through_a_lane_and_untag_splits_them() 
     first = tag(np.array([5, 6, 7]), loss=np.array([False, True, True]))
     second = tag(np.array([8, 9]), segment=np.array([False, True]))
     lane.push_many(np.array([3, 9]), join([first, second]), np.array([3, 2]))
-    lane.read_to = 10
     rows = pop_rows([lane, lane])
     assert rows.tokens.dtype == FLAGGED
     ids, starts, loss = untag(rows.tokens, rows.doc_start)

@@ -1,0 +1,103 @@
+"""A state is a function of the batches handed out alone: the state after a batch is the same, byte for byte,
+with any ``num_workers``, read-ahead, tokenizer threads and resume — never how far the plan happened to be read.
+
+Lane cursors (``zephon.executor.pack.lanes``): inside a document, it and the tokens emitted; between documents,
+one past the last document emitted whole. Before, a lane with nothing buffered stated how far its reader had
+read, or the first document pushed after it ran dry — positions that depend on chunks and workers.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zephon import Pipeline
+from zephon.io import Dataset
+from zephon.specs import PackSpec, TokenizeSpec
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+
+MAX_LENGTH = 65
+GLOBAL = 8
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: str) -> dict[str, tuple[Path, str | None]]:
+    """``mixed``: short documents beside code files (lanes far apart, rows ending on document ends); ``empty``:
+    one text in five empty, tokenized with no BOS/EOS — documents of no token between and inside rows."""
+    from zephon.demo import write_demo_dataset
+
+    root = tmp_path_factory.mktemp("state-identity")
+    os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
+    write_demo_dataset(root / "data")
+    mixed = StaticMixtureWorkSource(
+        datasets=[
+            Dataset.from_path("code", str(root / "data" / "demo" / "code-*.parquet")),
+            Dataset.from_path("short", str(root / "data" / "demo" / "short-*.parquet")),
+        ],
+        mixture=MixtureSpec({"code": 0.6, "short": 0.4}),
+        seed=5,
+        token_estimation=TokenEstimation(calibration_samples=64),
+        num_tokens=30_000,
+    ).plan(root / "mixed", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=MAX_LENGTH))
+    web = root / "web"
+    web.mkdir()
+    rows = [{"text": "" if r % 5 == 2 else f"document {r} " + "word " * (r % 17)} for r in range(1500)]
+    (web / "part-0.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    tokenize = TokenizeSpec(tokenizer_id=tokenizer_dir, special_tokens="none")
+    empty = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(web))],
+        mixture=MixtureSpec({"web": 1}),
+        seed=3,
+        shuffle=ShuffleSpec(enabled=False),
+    ).plan(root / "empty", tokenize=tokenize, pack=PackSpec(max_length=MAX_LENGTH))
+    return {"mixed": (mixed, None), "empty": (empty, "none")}
+
+
+def _pipeline(plan: tuple[Path, str | None], tokenizer_dir: str, micro: int = 4) -> Pipeline:
+    path, special = plan
+    return (
+        Pipeline.from_plan(path)
+        .tokenize(tokenizer_id=tokenizer_dir, special_tokens=special)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=micro, global_batch_size=GLOBAL)
+    )
+
+
+def _run(pipe: Pipeline) -> list[tuple[Any, ...]]:
+    """Every batch (ids, lengths, pieces) and the state after it."""
+    return [
+        (batch.tokens.tobytes(), batch.lengths.tolist(), batch.pieces.tolist(), pipe.state_dict()) for batch in pipe
+    ]
+
+
+@pytest.mark.parametrize("kind", ["mixed", "empty"])
+def test_states_are_the_same_with_any_read_ahead_threads_and_resume(
+    monkeypatch: pytest.MonkeyPatch, plans: dict[str, tuple[Path, str | None]], tokenizer_dir: str, kind: str
+) -> None:
+    want = _run(_pipeline(plans[kind], tokenizer_dir))
+    assert len(want) > 20
+    between = [w for w in want[: len(want) // 2] if any(c[1] == 0 for c in w[-1]["lane_cursors"].values())]
+    assert between  # states in the first half with a lane between documents: the cursors this is about
+    with monkeypatch.context() as settings:
+        settings.setenv("ZEPHON_READ_AHEAD", "off")
+        assert _run(_pipeline(plans[kind], tokenizer_dir)) == want
+    assert _run(_pipeline(plans[kind], tokenizer_dir).options(tokenizer_threads=1)) == want
+    for k in (1, 2, 7, len(want) // 2, len(want) - 1):  # resumed after batch k: the rest of the run, states too
+        resumed = _pipeline(plans[kind], tokenizer_dir)
+        resumed.load_state_dict(want[k - 1][-1])
+        assert _run(resumed) == want[k:], f"resumed after batch {k}"
+
+
+@pytest.mark.parametrize("kind", ["mixed", "empty"])
+def test_the_loaders_state_is_the_pipelines_with_any_workers(
+    plans: dict[str, tuple[Path, str | None]], tokenizer_dir: str, kind: str
+) -> None:
+    direct = _pipeline(plans[kind], tokenizer_dir)
+    want = [direct.state_dict() for _ in direct]
+    for workers in (0, 1, 2, 3):
+        loader = _pipeline(plans[kind], tokenizer_dir).dataloader(num_workers=workers)
+        assert [loader.state_dict() for _ in loader] == want, f"{workers} workers"
