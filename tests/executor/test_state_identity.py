@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+import zephon
 from zephon import Pipeline
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
@@ -101,3 +102,17 @@ def test_the_loaders_state_is_the_pipelines_with_any_workers(
     for workers in (0, 1, 2, 3):
         loader = _pipeline(plans[kind], tokenizer_dir).dataloader(num_workers=workers)
         assert [loader.state_dict() for _ in loader] == want, f"{workers} workers"
+
+
+@pytest.mark.parametrize("kind", ["mixed", "empty"])
+def test_two_ranks_states_merged_are_the_one_rank_state_after_every_step(
+    plans: dict[str, tuple[Path, str | None]], tokenizer_dir: str, kind: str
+) -> None:
+    """The state is rank-independent: at dp 2 (each rank half of every global batch) the ranks' states merged
+    after each step are the state of one rank taking whole global batches, but for ``dp_size``."""
+    one = _pipeline(plans[kind], tokenizer_dir, micro=GLOBAL)
+    want = [one.state_dict() for _ in one]
+    ranks = [_pipeline(plans[kind], tokenizer_dir).options(dp_rank=r, dp_size=2) for r in range(2)]
+    states = [[rank.state_dict() for _ in rank] for rank in ranks]
+    merged = [zephon.merge_states(list(pair)) for pair in zip(*states, strict=True)]
+    assert [{**m, "dp_size": 1} for m in merged] == want
