@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 
 import zephon
@@ -116,3 +117,29 @@ def test_two_ranks_states_merged_are_the_one_rank_state_after_every_step(
     states = [[rank.state_dict() for _ in rank] for rank in ranks]
     merged = [zephon.merge_states(list(pair)) for pair in zip(*states, strict=True)]
     assert [{**m, "dp_size": 1} for m in merged] == want
+
+
+def test_a_state_in_the_earlier_form_resumes_to_the_same_batches(
+    plans: dict[str, tuple[Path, str | None]], tokenizer_dir: str
+) -> None:
+    """States saved before cursors were canonical named, for a lane between documents, any position from one past
+    its last document up to its next one (how far the plan was read): each resumes to the same batches."""
+    want = _run(_pipeline(plans["mixed"], tokenizer_dir))
+    samples = pq.read_table(plans["mixed"][0] / "samples.parquet", columns=["position", "deal"]).to_pydict()
+    lanes = want[0][-1]["lanes"]
+    of = {lane: [p for p, d in zip(samples["position"], samples["deal"], strict=True) if d % lanes == lane]
+          for lane in range(lanes)}  # fmt: skip
+    earlier = []  # (batch, the state after it in the earlier form) where that form differs
+    for k in range(1, len(want)):
+        state = json.loads(json.dumps(want[k - 1][-1]))
+        for lane, (position, skip) in state["lane_cursors"].items():
+            if skip == 0:  # the lane's next document, as the earlier form stated it once it was read
+                nxt = min((p for p in of[int(lane)] if p >= position), default=len(samples["position"]))
+                state["lane_cursors"][lane] = [nxt, 0]
+        if state != want[k - 1][-1]:
+            earlier.append((k, state))
+    assert len(earlier) >= 3
+    for k, state in earlier[:: max(1, len(earlier) // 3)]:
+        resumed = _pipeline(plans["mixed"], tokenizer_dir)
+        resumed.load_state_dict(state)
+        assert [entry[:-1] for entry in _run(resumed)] == [entry[:-1] for entry in want[k:]], f"after batch {k}"
