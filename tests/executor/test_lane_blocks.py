@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.demo_plans import code_and_short_plan
 
 from zephon import Pipeline
 from zephon.errors import DatasetError
 from zephon.executor import estimated
 from zephon.io import Dataset
-from zephon.specs import PackSpec, TokenizeSpec
-from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 MAX_LENGTH = 65
 GLOBAL = 8
@@ -25,24 +25,9 @@ GLOBAL = 8
 @pytest.fixture(scope="module")
 def plan(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: str) -> Path:
     """An estimated token mixture of short documents beside code files: lanes far apart, some running dry."""
-    from zephon.demo import write_demo_dataset
-
     root = tmp_path_factory.mktemp("blocks")
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
-    write_demo_dataset(root / "data")
-    source = StaticMixtureWorkSource(
-        datasets=[
-            Dataset.from_path("code", str(root / "data" / "demo" / "code-*.parquet")),
-            Dataset.from_path("short", str(root / "data" / "demo" / "short-*.parquet")),
-        ],
-        mixture=MixtureSpec({"code": 0.6, "short": 0.4}),
-        seed=5,
-        token_estimation=TokenEstimation(calibration_samples=64),
-        num_tokens=30_000,
-    )
-    return source.plan(
-        root / "plan", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=MAX_LENGTH)
-    )
+    return code_and_short_plan(root, tokenizer_dir, MAX_LENGTH)
 
 
 def _pipeline(plan: Path, tokenizer_dir: str, micro: int, drop_last: bool, dp: tuple[int, int]) -> Pipeline:

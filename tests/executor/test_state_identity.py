@@ -15,12 +15,13 @@ from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
+from support.demo_plans import code_and_short_plan
 
 import zephon
 from zephon import Pipeline
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
-from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 MAX_LENGTH = 65
 GLOBAL = 8
@@ -30,21 +31,9 @@ GLOBAL = 8
 def plans(tmp_path_factory: pytest.TempPathFactory, tokenizer_dir: str) -> dict[str, tuple[Path, str | None]]:
     """``mixed``: short documents beside code files (lanes far apart, rows ending on document ends); ``empty``:
     one text in five empty, tokenized with no BOS/EOS — documents of no token between and inside rows."""
-    from zephon.demo import write_demo_dataset
-
     root = tmp_path_factory.mktemp("state-identity")
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
-    write_demo_dataset(root / "data")
-    mixed = StaticMixtureWorkSource(
-        datasets=[
-            Dataset.from_path("code", str(root / "data" / "demo" / "code-*.parquet")),
-            Dataset.from_path("short", str(root / "data" / "demo" / "short-*.parquet")),
-        ],
-        mixture=MixtureSpec({"code": 0.6, "short": 0.4}),
-        seed=5,
-        token_estimation=TokenEstimation(calibration_samples=64),
-        num_tokens=30_000,
-    ).plan(root / "mixed", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=MAX_LENGTH))
+    mixed = code_and_short_plan(root, tokenizer_dir, MAX_LENGTH)  # the plan of test_lane_blocks.py
     web = root / "web"
     web.mkdir()
     rows = [{"text": "" if r % 5 == 2 else f"document {r} " + "word " * (r % 17)} for r in range(1500)]
