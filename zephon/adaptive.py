@@ -32,7 +32,7 @@ from zephon.executor.batch import Batch
 from zephon.pipeline import Pipeline
 from zephon.plan.manifest import read_manifest
 from zephon.planner.build import PlanOptions
-from zephon.planner.continuation.child import DryLanes, branch_of, continue_plan
+from zephon.planner.continuation.child import branch_of, continue_plan
 from zephon.recipe.work_source import MixtureSpec, WorkSource
 from zephon.specs import PackSpec, TokenizeSpec
 
@@ -102,17 +102,13 @@ class AdaptiveMixing:
         branch = branch_of(self.plan, state=state)
         if branch.position >= read_manifest(self.plan).totals.documents:
             return None
-        if branch.dry_lanes:
+        if branch.dry_lanes:  # continue_plan would refuse it (DryLanes): the same branch, from the same state
             self.ended = True
             return None
         weights = dict(self.decide(step))
         source = dataclasses.replace(self.source, mixture=MixtureSpec(weights), phases=())
-        try:
-            options = PlanOptions(tokenize=self.tokenize, pack=self.pack)
-            plan = continue_plan(self.plan, source, self.out_dir / f"step-{step}", state=state, options=options)
-        except DryLanes:  # the plan's end: a lane had run out, and the new weights would fill its short rows
-            self.ended = True
-            return None
+        options = PlanOptions(tokenize=self.tokenize, pack=self.pack)
+        plan = continue_plan(self.plan, source, self.out_dir / f"step-{step}", state=state, options=options)
         self.plan = plan
         self.plans.append(plan)
         pipeline = self.make_pipeline(plan)
