@@ -8,9 +8,9 @@ with ``--text local`` real text from this machine's files (``local_corpus.py``; 
 over, budgets scale with N as with seeds), mixed 0.5/0.3/0.2; tokenizer: OpenAI's cl100k_base converted to a
 ``tokenizers`` tokenizer.json
 (``benchmarks/cl100k.py``, ids checked against tiktoken first); max_length 2049, microbatch 8. Plans: by
-samples (``num_documents`` = 2400 × copies), by tokens (``TokenEstimation``, ``num_tokens`` = 10^6 × copies, or
-``--tokens-per-copy`` × copies)
-and an exact token plan (count pass, exact wrap offsets).
+samples (``num_documents`` = 2400 × copies, or ``--documents-per-copy`` × copies), by tokens
+(``TokenEstimation``, ``num_tokens`` = 10^6 × copies, or ``--tokens-per-copy`` × copies) and an exact token plan
+(count pass, exact wrap offsets).
 
 Every measurement is a fresh subprocess pinned to the cores it may use (``sched_setaffinity`` and
 ``RAYON_NUM_THREADS``): 1 core, then all cores. For each plan the subprocess reads the plan's documents, in
@@ -63,6 +63,33 @@ def _pin(cores: int) -> None:
 def _usage() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def thread_cpu(seen: dict[int, tuple[str, float]]) -> None:
+    """Update ``seen`` (thread id → name, CPU seconds so far) from ``/proc/self/task``: Python threads named by
+    ``threading`` (``zephon-encode_0`` and ``_1`` both ``zephon-encode``), native ones, an engine's helpers, by
+    their kernel name. A thread that has ended keeps its last reading."""
+    import threading
+
+    names = {t.native_id: t.name.rstrip("_0123456789") for t in threading.enumerate()}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            name = names.get(int(task.name)) or (task / "comm").read_text().strip().rstrip("_0123456789-")
+        except OSError:  # the thread ended meanwhile
+            continue
+        seen[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+
+
+def by_thread(start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds each thread name spent between two ``thread_cpu`` readings."""
+    out: dict[str, float] = {}
+    for tid, (name, cpu) in end.items():
+        spent = cpu - start.get(tid, (name, 0.0))[1]
+        if spent > 0:
+            out[name] = round(out.get(name, 0.0) + spent, 2)
+    return out
 
 
 def _plan_texts(plan: str) -> list[str]:
@@ -154,15 +181,29 @@ def worker_zephon(args: argparse.Namespace) -> dict:
         .batch(microbatch_size=MICROBATCH)
     )
     tokens, batches, first, first_tokens, first_cpu = 0, 0, None, 0, 0.0
+    # Threads' CPU (--threads): read after the first batch, then at most every ``every`` seconds (a reading costs
+    # ~1 ms of this thread's CPU: every 20 batches was 7 % of a run), and at the end.
+    every = float(getattr(args, "threads", None) or 0)
+    start_threads: dict[int, tuple[str, float]] = {}
+    seen: dict[int, tuple[str, float]] = {}
+    last_read = 0.0
     for batch in pipe:
         out = batch.to_training(return_labels=True)
         tokens += int(batch.lengths.sum())
         batches += 1
         if first is None:
             first, first_tokens, first_cpu = time.perf_counter(), tokens, _usage()
+            if every:
+                thread_cpu(start_threads)
+                last_read = time.perf_counter()
+        elif every and time.perf_counter() - last_read >= every:
+            thread_cpu(seen)
+            last_read = time.perf_counter()
         assert out["input_ids"].shape == (MICROBATCH, MAX_LENGTH - 1)
     end, end_cpu = time.perf_counter(), _usage()
     assert first is not None
+    if every:
+        thread_cpu(seen)
     return {  # "seconds"/"cpu"/"tokens": after the first batch (steady state, as the raw runs); "total_*": all
         "seconds": end - first,
         "cpu": end_cpu - first_cpu,
@@ -175,21 +216,30 @@ def worker_zephon(args: argparse.Namespace) -> dict:
         "engine": pipe.stats().tokenizer_engine,
         "refused_engines": pipe.stats().refused_engines,
         "peak_rss_mb": peak_rss_mb(),
+        **({"threads_cpu": by_thread(start_threads, seen)} if every else {}),
     }
 
 
 #: Token budget of the tokens and exact plans per corpus copy (``--tokens-per-copy``).
 TOKENS_PER_COPY = 1_000_000
+#: Documents of the samples plan per corpus copy (``--documents-per-copy``).
+DOCUMENTS_PER_COPY = 2400
 
 
-def _work_source(corpus: str, mode: str, copies: int, tokens_per_copy: int = TOKENS_PER_COPY):
+def _work_source(
+    corpus: str,
+    mode: str,
+    copies: int,
+    tokens_per_copy: int = TOKENS_PER_COPY,
+    documents_per_copy: int = DOCUMENTS_PER_COPY,
+):
     from zephon.io import Dataset
     from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
     datasets = [Dataset.from_path(k, str(Path(corpus) / k)) for k in WEIGHTS]
     if mode == "samples":
         return StaticMixtureWorkSource(
-            datasets=datasets, mixture=MixtureSpec(WEIGHTS), seed=0, num_documents=2400 * copies
+            datasets=datasets, mixture=MixtureSpec(WEIGHTS), seed=0, num_documents=documents_per_copy * copies
         )
     return StaticMixtureWorkSource(
         datasets=datasets,
@@ -360,9 +410,12 @@ def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path],
             name = f"{mode}-{n}" if args.text == "demo" else f"{mode}-local-{n}"
             if mode != "samples" and args.tokens_per_copy != TOKENS_PER_COPY:
                 name += f"-t{args.tokens_per_copy}"
+            documents = getattr(args, "documents_per_copy", DOCUMENTS_PER_COPY)
+            if mode == "samples" and documents != DOCUMENTS_PER_COPY:
+                name += f"-d{documents}"
             out = root / "plans" / args.tokenizer / name
             if not (out / "plan.json").is_file():
-                _work_source(str(path), mode, n, args.tokens_per_copy).plan(
+                _work_source(str(path), mode, n, args.tokens_per_copy, documents).plan(
                     out, tokenize=TokenizeSpec(tokenizer_id=str(tokenizer)), pack=PackSpec(max_length=MAX_LENGTH)
                 )
             plans[(mode, n)] = out
@@ -381,6 +434,12 @@ def main() -> None:
         help="token budget of the tokens and exact plans per corpus copy (a larger one reads row groups through)",
     )
     parser.add_argument(
+        "--documents-per-copy",
+        type=int,
+        default=DOCUMENTS_PER_COPY,
+        help="documents of the samples plan per corpus copy (a larger one times the samples plan for longer)",
+    )
+    parser.add_argument(
         "--text", choices=("demo", "local"), default="demo",
         help="demo: generated demo corpus; local: real text from this machine's files (local_corpus.py)",
     )  # fmt: skip
@@ -397,7 +456,7 @@ def main() -> None:
     parser.add_argument("--peers", default=None, help="python of a venv with datasets and grain (peers.py)")
     parser.add_argument("--skip-processes", action="store_true", help="skip raw tokenizers in worker processes")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
-    for name in ("cores", "plan", "engine", "corpus"):
+    for name in ("cores", "plan", "engine", "corpus", "threads"):
         parser.add_argument(f"--{name}", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:

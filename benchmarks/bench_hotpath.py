@@ -2,6 +2,7 @@
 
 Run: python benchmarks/bench_hotpath.py --tokenizer deepseek-v4|cl100k-converter [--before PYTHON]
          [--cores 2] [--rounds 3] [--plans samples,tokens,exact] [--root DIR] [--tokens-per-copy N] [--producer]
+         [--threads] [--documents-per-copy N]
 
 Same corpus, plans and workers as ``bench_executor.py`` (``--text local``: real text from this machine's files,
 ``local_corpus.py``; vendor tokenizers from ``vendor_tokenizers.py``): per round and plan, three fresh processes
@@ -12,6 +13,12 @@ process is timed after its first batch (the raw engine: all of it). Prints every
 the best of the rounds and the ratios Zephon ÷ raw engine and after ÷ before (and each run's CPU ns per token,
 threads included, which a shared machine's load stretches less), with the load average before and
 after (the machine may be shared: the ratios within a round are what to read).
+
+``--threads`` prints each Zephon run's CPU seconds by thread after its first batch (the caller ``MainThread``,
+``zephon-read-ahead``, the ``zephon-encode`` pool, an engine's own helpers by their kernel names, e.g.
+``fastokens``), read from ``/proc/self/task`` at most every 0.1 s and at the end: a thread that ended between two
+readings (the producer's, which finish before the caller's last batches) counts up to its last one. On a machine
+whose speed swings run to run, which thread a change relieved is steadier than the run's wall time.
 
 ``--producer`` adds a fourth process per round and estimated plan: the pipeline's producer alone — stages 1-3
 of ``zephon.executor.estimated`` (plan rows, texts, tokenizing on the read-ahead thread and the encode pool) with
@@ -85,7 +92,13 @@ def main() -> None:
     parser.add_argument("--plans", default="samples,tokens,exact")
     parser.add_argument("--root", default=None)
     parser.add_argument("--tokens-per-copy", type=int, default=1_000_000)
+    parser.add_argument(
+        "--documents-per-copy", type=int, default=2400, help="documents of the samples plan (2,400: ~4.3 M tokens)"
+    )
     parser.add_argument("--producer", action="store_true", help="also time the producer alone (estimated plans)")
+    parser.add_argument(
+        "--threads", action="store_true", help="print each Zephon run's CPU seconds by thread after its first batch"
+    )
     parser.add_argument("--child-producer", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_producer:
@@ -97,7 +110,12 @@ def main() -> None:
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-hotpath-"))
     os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
     setup = argparse.Namespace(
-        tokenizer=args.tokenizer, text="local", copies=1, big=1, tokens_per_copy=args.tokens_per_copy
+        tokenizer=args.tokenizer,
+        text="local",
+        copies=1,
+        big=1,
+        tokens_per_copy=args.tokens_per_copy,
+        documents_per_copy=args.documents_per_copy,
     )
     tokenizer, _, plans = bench_executor._setup(setup, root)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
@@ -110,7 +128,8 @@ def main() -> None:
             got: dict[str, dict] = {}
             order = list(pythons.items())[:: -1 if r % 2 else 1]  # alternated: the first run of a pair runs slower
             for label, python in order:  # the Zephon runs first: they say which engine is in use
-                got[label] = run(python, "zephon", args.cores, tokenizer=tokenizer, plan=plan)
+                extra = {"threads": 0.1} if args.threads else {}
+                got[label] = run(python, "zephon", args.cores, tokenizer=tokenizer, plan=plan, **extra)
             got = {label: got[label] for label in pythons}  # printed in a fixed order
             engine = got["after"]["engine"]
             got["raw"] = run(sys.executable, "raw", args.cores, tokenizer=tokenizer, plan=plan, engine=engine)
@@ -126,6 +145,10 @@ def main() -> None:
                 cpu = f" ({res['cpu'] / res['tokens'] * 1e9:.0f} CPU ns/tok)" if res.get("cpu") else ""
                 line.append(f"{label} {rate:.2f}{cpu}")
             print(f"round {r} {mode:8} engine {engine}: " + ", ".join(line) + " Mtok/s", flush=True)
+            for label, res in got.items():
+                if "threads_cpu" in res:
+                    ranked = sorted(res["threads_cpu"].items(), key=lambda kv: -kv[1])
+                    print(f"    {label} CPU s by thread: " + ", ".join(f"{k} {v:.2f}" for k, v in ranked))
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\nbest of the rounds (Mtok/s after the first batch) and ratios:")
     for mode in args.plans.split(","):

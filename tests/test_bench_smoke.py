@@ -79,4 +79,7 @@ def test_benchmark_workers_see_the_same_tokens(cl100k_dir: Path, tmp_path: Path)
     ours = bench.worker_zephon(args)
     assert {r["tokens"] for r in raw.values()} == {ours["total_tokens"]} and ours["total_tokens"] > 0
     assert ours["engine"] == ([*bench.RAW_ENGINES, "tokenizers"][0]) and ours["first_batch_s"] > 0
-    assert np.isfinite(ours["peak_rss_mb"])
+    assert np.isfinite(ours["peak_rss_mb"]) and "threads_cpu" not in ours
+    timed = bench.worker_zephon(argparse.Namespace(**vars(args), threads=0.0001))  # bench_hotpath.py --threads
+    by_thread = timed["threads_cpu"]  # read after every batch here: together, about the process's CPU
+    assert by_thread.get("MainThread", 0) > 0 and abs(sum(by_thread.values()) - timed["cpu"]) <= 0.1 + timed["cpu"] / 5
