@@ -44,6 +44,7 @@ from zephon.executor.pack.spans import merge_tail, spread
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.settings import ExecutorSpec
+from zephon.executor.sorted_sets import isin_sorted, unique_sorted
 from zephon.executor.step_arithmetic import sequence_tokens
 from zephon.plan.manifest_parts import STORES_ONLY
 
@@ -72,14 +73,6 @@ def _ready(job: Future[Future[Encoded]]) -> bool:
     if not job.done():
         return False
     return job.exception() is not None or job.result().done()
-
-
-def _isin(values: np.ndarray, sorted_array: np.ndarray) -> np.ndarray:
-    """Which ``values`` are in ``sorted_array``."""
-    if not len(sorted_array):
-        return np.zeros(len(values), dtype=bool)
-    slot = np.minimum(np.searchsorted(sorted_array, values), len(sorted_array) - 1)
-    return sorted_array[slot] == values
 
 
 def _ranges(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -200,7 +193,7 @@ class ExactSequences:
         """The documents of calls ``first..last`` after ``ks`` at this stride (sorted, unique)."""
         ahead = (ks[None, :] + step * np.arange(first, last + 1)[:, None]).ravel()
         ahead = ahead[ahead < self.num_sequences]
-        return np.unique(self._pieces(ahead)["position"]) if len(ahead) else np.empty(0, dtype=np.int64)
+        return unique_sorted(self._pieces(ahead)["position"]) if len(ahead) else np.empty(0, dtype=np.int64)
 
     def _fetch(self, ks: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The document cache, holding at least ``positions`` (sorted, unique): positions, start and size of
@@ -209,14 +202,14 @@ class ExactSequences:
         plan; documents before ``positions`` are dropped (a document spanning several sequences, or several
         microbatches, is tokenized once). With ``background``, the documents of the calls after those are
         read and tokenized on a thread meanwhile (``_schedule``)."""
-        while self._jobs and (_ready(self._jobs[0][2]) or not _isin(positions, self._cache[0]).all()):
+        while self._jobs and (_ready(self._jobs[0][2]) or not isin_sorted(positions, self._cache[0]).all()):
             if not self._collect(positions):
                 break
         cached = self._cache[0]
-        missing = positions[~_isin(positions, cached)]
+        missing = positions[~isin_sorted(positions, cached)]
         if len(missing):
             ahead = self._upcoming(ks, len(positions))
-            want = np.union1d(missing, ahead[~_isin(ahead, cached)])
+            want = np.union1d(missing, ahead[~isin_sorted(ahead, cached)])
             rows = self.samples.rows(want)
             encoded = self._encode(rows["shard_id"], rows["row"], split=True)
             self._merge(positions, want, rows, encoded)
@@ -256,7 +249,7 @@ class ExactSequences:
         if len(self._reach) != len(ks) or (int(self._reach[0]) - int(ks[0])) // step > calls * (JOBS - 1):
             return False
         want = self._positions_of(self._reach, step, 1, calls)
-        want = want[~_isin(want, self._cache[0])]
+        want = want[~isin_sorted(want, self._cache[0])]
         for _, pending, _ in self._jobs:
             want = want[~np.isin(want, pending)]
         self._reach = self._reach + step * calls
@@ -314,9 +307,9 @@ class ExactSequences:
                 f"{int(want[i])}) must have {int(rows['tokens'][i])} tokens as counted at planning, got "
                 f"{int(new_size[i])} — the data or tokenizer changed; re-plan"
             )
-        keep = np.flatnonzero((cached >= positions[0]) & ~_isin(cached, want))
+        keep = np.flatnonzero((cached >= positions[0]) & ~isin_sorted(cached, want))
         if len(keep) > 8 * READ_AHEAD:  # calls jumped around: keep what this call needs
-            keep = keep[_isin(cached[keep], positions)]
+            keep = keep[isin_sorted(cached[keep], positions)]
         merged = np.concatenate([cached[keep], want])
         sizes = np.concatenate([size[keep], new_size])
         tail = merge_tail(keep, base, size, tokens, cached, want, encoded.ids, new_size)  # steady: appended
@@ -344,7 +337,7 @@ class ExactSequences:
         ks_array = np.concatenate(chunk) if len(chunk) > 1 else chunk[0]
         self._microbatches = len(chunk)
         pieces = self._pieces(ks_array)
-        cached, base, sizes, source = self._fetch(ks_array, np.unique(pieces["position"]))
+        cached, base, sizes, source = self._fetch(ks_array, unique_sorted(pieces["position"]))
         doc = np.searchsorted(cached, pieces["position"])
         doc_start = pieces["doc_start"].astype(np.int64)
         outside = np.flatnonzero(doc_start + pieces["length"] > sizes[doc])

@@ -173,8 +173,32 @@ class RowGroupIndex:
         return int(self.find_many(key_column, np.array([value], dtype=np.int64), side)[0])
 
     def find_many(self, key_column: str, values: np.ndarray, side: str = "right") -> np.ndarray:
-        """``find`` for many values at once: one binary search per distinct value's row group, not per value."""
+        """``find`` for many values at once: one binary search per row group the values fall in, not per value.
+
+        Ascending values (the executor's calls: a window's token offsets, its sequences) go by runs: the run's
+        group is the last whose minimum is ≤ its first value (``RowGroups.last_at_most``: footers only), and the
+        run ends at the first value ≥ the next group's minimum (one ``searchsorted``) — a few Python steps per
+        group, none per value (a loop over the values cost ~0.2 CPU s of an exact plan's 24 M tokens, on the
+        training thread). Other orders check each value against the group of the one before.
+
+        Example: groups starting at key 0, 100, 200; values [5, 7, 150, 150, 230] → runs (0: [5, 7]),
+        (1: [150, 150]), (2: [230]), each searched in its group's column once."""
         values = np.asarray(values, dtype=np.int64)
+        if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
+            return self._find_unordered(key_column, values, side)
+        out = np.empty(len(values), dtype=np.int64)
+        count, minimum, lo = self._groups.count, self._groups.minimum, 0
+        while lo < len(values):
+            g = self._groups.last_at_most(key_column, int(values[lo]))
+            hi = len(values) if g + 1 == count else int(np.searchsorted(values, minimum(g + 1, key_column)))
+            hi = max(hi, lo + 1)  # values below the first group's minimum stay in group 0
+            local = np.searchsorted(self.group(g)[key_column], values[lo:hi], side=side) - 1  # type: ignore[call-overload]
+            out[lo:hi] = self.first_row[g] + local
+            lo = hi
+        return out
+
+    def _find_unordered(self, key_column: str, values: np.ndarray, side: str) -> np.ndarray:
+        """``find_many`` for values in any order: each value checked against the group of the one before."""
         groups = np.empty(len(values), dtype=np.int64)
         g, count, minimum = -1, self._groups.count, self._groups.minimum
         for k, v in enumerate(values.tolist()):  # consecutive values mostly share a group: one check, no search

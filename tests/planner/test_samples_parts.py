@@ -22,7 +22,7 @@ from zephon import Pipeline
 from zephon.errors import PlanFormatError
 from zephon.executor.encode.text import Encoder
 from zephon.executor.exact import ExactSequences
-from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.inspection.show import show_step
 from zephon.inspection.sql import connect
@@ -163,6 +163,27 @@ def test_a_rank_seeking_into_a_parts_plan_reads_the_first_part_and_its_own_foote
     for token in (0, int(offsets[100]), int(offsets[100]) + 1, int(offsets[-1]) + 5):
         want = (np.searchsorted(offsets, token, side="right") - 1) // GROUP
         assert groups.last_at_most("token_offset", token) == want
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_find_many_gives_each_value_its_row_in_any_order_and_reads_by_runs(plans, which: int) -> None:
+    plan = plans[which]  # one file, then parts: 25 row groups of 8 rows either way
+    index = RowGroupIndex(open_bundle(plan).samples, ["token_offset"])
+    offsets = _samples(plan)["token_offset"].to_numpy()
+    rng = np.random.default_rng(which)
+    edges = np.concatenate([offsets[::GROUP], offsets[::GROUP] - 1, offsets[::GROUP] + 1])  # at every group's start
+    values = np.sort(np.concatenate([rng.integers(0, int(offsets[-1]) + 50, 300), edges, [0, 0, int(offsets[-1])]]))
+    for side in ("right", "left"):
+        want = np.searchsorted(offsets, values, side=side) - 1  # the last row with offset ≤ (side left: <) value
+        assert index.find_many("token_offset", values, side).tolist() == want.tolist()  # ascending: by runs
+        shuffled = rng.permutation(len(values))
+        got = index.find_many("token_offset", values[shuffled], side)  # any other order: one value at a time
+        assert got.tolist() == want[shuffled].tolist()
+    calls = []
+    original = index._groups.last_at_most
+    index._groups.last_at_most = lambda column, value: calls.append(value) or original(column, value)  # type: ignore[method-assign]
+    index.find_many("token_offset", values)
+    assert len(calls) <= 25 < len(values)  # a search per row group the values fall in, not one per value
 
 
 def _damage(plan: Path, name: str, tmp_path: Path) -> Path:

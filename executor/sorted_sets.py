@@ -1,0 +1,35 @@
+"""Set operations on int64 arrays that are usually sorted already — the plan's positions, in plan order — done
+without the sort or hash NumPy's general ones pay for.
+
+* ``unique_sorted(x)``: ``np.unique(x)``; where ``x`` is already non-decreasing, one comparison pass and a mask
+  (the exact plan's pieces, in row order: NumPy's hash-and-sort unique cost ~7 ms a window of an exact plan's
+  caller, ~0.3 CPU s over 24 M tokens, against ~0.3 ms).
+* ``isin_sorted(values, sorted_array)``: ``np.isin`` against a sorted, unique array, by one ``searchsorted``.
+
+Example: ``unique_sorted([3, 3, 5, 9, 9])`` → ``[3, 5, 9]`` (sorted input: kept where it differs from the one
+before); ``unique_sorted([5, 3, 5])`` → ``[3, 5]`` (not sorted: ``np.unique``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def unique_sorted(x: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of ``x`` (``np.unique``), in one pass where ``x`` is non-decreasing."""
+    if len(x) < 2:
+        return np.array(x, copy=True)
+    if not bool((x[1:] >= x[:-1]).all()):
+        return np.unique(x)
+    keep = np.empty(len(x), dtype=bool)
+    keep[0] = True
+    np.not_equal(x[1:], x[:-1], out=keep[1:])
+    return x[keep]
+
+
+def isin_sorted(values: np.ndarray, sorted_array: np.ndarray) -> np.ndarray:
+    """Which ``values`` are in ``sorted_array`` (sorted, unique)."""
+    if not len(sorted_array):
+        return np.zeros(len(values), dtype=bool)
+    slot = np.minimum(np.searchsorted(sorted_array, values), len(sorted_array) - 1)
+    return sorted_array[slot] == values
