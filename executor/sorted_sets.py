@@ -2,8 +2,8 @@
 without the sort or hash NumPy's general ones pay for.
 
 * ``unique_sorted(x)``: ``np.unique(x)``; where ``x`` is already non-decreasing, one comparison pass and a mask
-  (the exact plan's pieces, in row order: NumPy's hash-and-sort unique cost ~7 ms a window of an exact plan's
-  caller, ~0.3 CPU s over 24 M tokens, against ~0.3 ms).
+  (an exact plan's pieces, in row order: NumPy 2's hash-based unique cost the caller ~7 ms of CPU a window of
+  ~12,500 positions inside a run, 1.5-2 ms alone — ~0.3 s over 24 M tokens —; one pass: ~0.03 ms).
 * ``isin_sorted(values, sorted_array)``: ``np.isin`` against a sorted, unique array, by one ``searchsorted``.
 
 Example: ``unique_sorted([3, 3, 5, 9, 9])`` → ``[3, 5, 9]`` (sorted input: kept where it differs from the one
