@@ -250,8 +250,8 @@ class ExactSequences:
             return False
         want = self._positions_of(self._reach, step, 1, calls)
         want = want[~isin_sorted(want, self._cache[0])]
-        for _, pending, _ in self._jobs:
-            want = want[~np.isin(want, pending)]
+        for pending, _, _ in self._jobs:  # each job: (its positions, their samples rows, the read)
+            want = want[~isin_sorted(want, pending)]  # pending: a window's positions, sorted and unique
         self._reach = self._reach + step * calls
         if not len(want):
             return True

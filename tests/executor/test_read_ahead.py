@@ -354,6 +354,12 @@ def test_exact_read_ahead_keeps_jobs_windows_in_flight(datasets, tmp_path, token
             assert release.wait(10), "a call waited for the held read thread"
         return read(*args, **kwargs)
 
+    merged: list[int] = []  # the positions of every document read into the cache, inline or ahead
+    merge = ahead._merge
+    monkeypatch.setattr(
+        ahead, "_merge", lambda positions, want, *rest: merged.extend(want.tolist()) or merge(positions, want, *rest)
+    )
+
     monkeypatch.setattr(ahead.reader, "texts", held_texts)
     in_flight = []
     try:
@@ -368,6 +374,7 @@ def test_exact_read_ahead_keeps_jobs_windows_in_flight(datasets, tmp_path, token
         release.set()
         ahead.close()
     assert ahead._stride == (3, 2)
+    assert len(merged) == len(set(merged))  # no document read twice (a window's is not read again while pending)
     # call 0 sets no stride; call 1 reads calls 2-3 inline and schedules the windows after them up to JOBS
     # windows ahead (JOBS - 1 jobs); from call 3 on, each window of calls used up is replaced at once
     assert in_flight[:4] == [0, exact.JOBS - 1, exact.JOBS - 1, exact.JOBS], in_flight
