@@ -316,4 +316,3 @@ def test_lane_batches_give_worker_w_of_n_microbatches_w_w_plus_n_and_so_on(longe
             assert m.rows.tokens.tolist() == same.rows.tokens.tolist()
             assert m.rows.lengths.tolist() == same.rows.lengths.tolist()
         assert (progress.step, progress.microbatch) == (5, 0)  # every worker advanced through all ten
-
