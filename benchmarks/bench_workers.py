@@ -22,6 +22,14 @@ the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 worke
 workers, in tokens per wall second of the run, and "steady": tokens per wall second after the first dict
 (what a long run sees once its workers are up); "cores": the run's CPU seconds per wall second — one worker
 near 1.4 on 2 cores leaves 2 workers at most 2 ÷ 1.4 of it, whatever they cost.
+
+``--threads`` adds, per variant, the CPU seconds after the first dict by role (``roles``): the loader's process
+— its main thread, the *caller*, which iterates the loader (without workers: packing and batching too), and its
+other threads (read-ahead, encode pool, an engine's helpers) — and the workers' processes, their main threads
+(each worker's caller: packing its lanes, ``to_training``, the pieces) and their other threads. Read from
+``/proc`` (this process's threads and its children's) at most every 0.1 s and at the end; a thread or worker that
+ended between two readings counts up to its last one. It shows what a worker costs beside the work it takes
+over: each worker's caller pays every microbatch's fixed work for its piece.
 """
 
 from __future__ import annotations
@@ -96,8 +104,55 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+#: A ``--threads`` reading: (pid, tid) → (role, CPU seconds so far).
+Readings = dict[tuple[int, int], tuple[str, float]]
+ROLES = ("loader caller", "loader threads", "worker callers", "worker threads")
+
+
+def role_cpu(seen: Readings) -> None:
+    """Update ``seen`` with the CPU seconds of every thread of this process and of its children (the DataLoader's
+    workers) by role (``ROLES``: a process's main thread — its tid is its pid — is its caller). A thread or process
+    that has ended keeps its last reading."""
+    me = os.getpid()
+    tick = os.sysconf("SC_CLK_TCK")
+    pids = [me]
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            pids += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # the thread ended meanwhile
+            continue
+    for pid in pids:
+        try:
+            tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        except OSError:  # the worker exited meanwhile
+            continue
+        for task in tasks:
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            tid = int(task.name)
+            role = ("loader " if pid == me else "worker ") + ("caller" if tid == pid else "threads")
+            role = "worker callers" if role == "worker caller" else role
+            seen[(pid, tid)] = (role, (int(fields[11]) + int(fields[12])) / tick)
+
+
+def by_role(start: Readings, end: Readings) -> dict[str, float]:
+    """CPU seconds each role spent between two ``role_cpu`` readings."""
+    out = dict.fromkeys(ROLES, 0.0)
+    for key, (role, cpu) in end.items():
+        out[role] += cpu - start.get(key, (role, 0.0))[1]
+    return {k: round(v, 2) for k, v in out.items()}
+
+
 def child(
-    plan: str, tokenizer: str, max_length: int, microbatch: int, workers: int, prefetch: int | None = None
+    plan: str,
+    tokenizer: str,
+    max_length: int,
+    microbatch: int,
+    workers: int,
+    prefetch: int | None = None,
+    threads: bool = False,
 ) -> dict[str, Any]:
     """One measurement (module docstring), in this process."""
     from zephon import Pipeline
@@ -116,14 +171,25 @@ def child(
     options = {"prefetch_factor": prefetch} if prefetch and workers else {}
     loader = pipeline.dataloader(num_workers=workers, return_attention_mask=True, **options)
     tokens, first, items, first_tokens = 0, 0.0, 0, 0
+    start_roles: Readings = {}
+    seen: Readings = {}
+    last_read = 0.0
     for batch in loader:
         # Counted with NumPy: torch's sum of a 32 × 2049 mask runs on its OpenMP threads, whose spinning cost the
         # loader's process 14 % of its samples at --microbatch 32 (py-spy) — the benchmark's cost, not the loader's.
         tokens += int(np.count_nonzero(batch["attention_mask"].numpy()))
         if not items:
             first, first_tokens = time.perf_counter() - wall, tokens
+            if threads:
+                role_cpu(start_roles)
+                last_read = time.perf_counter()
+        elif threads and time.perf_counter() - last_read >= 0.1:  # a reading costs ~1-2 ms of this thread's CPU
+            role_cpu(seen)
+            last_read = time.perf_counter()
         items += 1
     run_wall = time.perf_counter() - wall
+    if threads:
+        role_cpu(seen)  # the workers still running are read once more (those gone keep their last reading)
     handover = getattr(loader, "handover", None)  # how the pieces crossed (zephon.worker_slots), if it says
     del loader  # its workers have been joined at the end of the iteration
     return {
@@ -138,6 +204,7 @@ def child(
         "first_tokens": first_tokens,
         "items": items,
         "handover": handover,
+        **({"roles": by_role(start_roles, seen)} if threads else {}),
     }
 
 
@@ -146,6 +213,8 @@ def measure(python: str, args: argparse.Namespace, plan: Path, tokenizer: str, w
     command += ["--max-length", str(args.max_length), "--microbatch", str(args.microbatch)]
     if args.prefetch_factor:
         command += ["--prefetch-factor", str(args.prefetch_factor)]
+    if args.threads:
+        command += ["--threads"]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{python} with {workers} workers failed:\n{done.stderr[-3000:]}")
@@ -162,12 +231,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefetch-factor", type=int, help="the DataLoader's, with workers (default: the loader's)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", action="store_true", help="CPU seconds by role after the first dict (docstring)")
     parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters to alternate")
     parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         plan, tokenizer, workers = args.child
-        print(json.dumps(child(plan, tokenizer, args.max_length, args.microbatch, int(workers), args.prefetch_factor)))
+        got = child(plan, tokenizer, args.max_length, args.microbatch, int(workers), args.prefetch_factor, args.threads)
+        print(json.dumps(got))
         return
     root = Path(os.environ.get("ZEPHON_BENCH_DIR") or tempfile.mkdtemp(prefix="zephon-bench-workers-"))
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
@@ -208,6 +279,9 @@ def main() -> None:
             f"{statistics.median(steady[v]) / 1e6:>8.2f}"
             f"{first['tokens'] / med('cpu') / 1e6:>11.2f}{statistics.median(g['cpu'] / g['run'] for g in got):>7.2f}"
         )
+        if args.threads:
+            roles = ", ".join(f"{r} {statistics.median(g['roles'][r] for g in got):.2f}" for r in ROLES)
+            print(f"{'':<34}{'':>8}  CPU s after the first dict by role (medians): {roles}")
     for py in args.python:
         if {0, 1, 2} <= set(args.workers):
             per_round = [
