@@ -22,7 +22,7 @@ import torch
 
 def child(conn, narrow, n):
     from zephon.executor.batch import Batch
-    from zephon.torch_loader import WorkerPiece
+    from zephon.loader_pieces import WorkerPiece
 
     tokens = np.random.default_rng(0).integers(0, 128000, size=(8, 2049)).astype(np.int32)
     batch = Batch(tokens=tokens, doc_start=np.zeros((8, 2049), bool), lengths=np.full(8, 2049))

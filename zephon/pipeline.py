@@ -22,6 +22,7 @@ docs point to; what it delegates lives in ``zephon.run`` and the executor.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,8 @@ class Pipeline:
         self._runner: RankRunner | RecordRunner | None = None
         self._pending_state: dict[str, Any] | None = None
         self._stats = RunStats()
+        #: The ``Pipeline.dataloader()`` whose iteration was this pipeline's latest (its ``stats()`` are then these).
+        self._stats_from: weakref.ref[Any] | None = None
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
         #: ones starts from it instead of calibrating again.
         self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
@@ -86,6 +89,7 @@ class Pipeline:
         state = dict(self.__dict__)
         state["_opened"] = None  # another process (a DataLoader worker) opens its own
         state["_kept"] = None
+        state["_stats_from"] = None  # a loader of this process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -119,6 +123,7 @@ class Pipeline:
         new._runner = None
         new._pending_state = None
         new._stats = RunStats()
+        new._stats_from = None
         new._known_steps = None
         new._kept = None  # other settings: calibrated again (their own runner)
         new._opened = self._opened  # the same bundle; the encoder is reused only for the same settings
@@ -337,6 +342,7 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()
+        self._stats_from = None
         self._runner = self._iteration_runner()
         self._pending_state = None
         return iter(self._runner)
@@ -345,8 +351,10 @@ class Pipeline:
         """What this rank handed out in the latest iteration, for every plan kind: documents and tokens per
         dataset, counted as each batch is yielded (never what was read ahead), and the documents skipped under
         ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``). See ``RunStats`` and
-        docs/training.md."""
-        return self._stats
+        docs/training.md. Through ``Pipeline.dataloader()``, once its loader iterates: what the loader handed
+        out, from every worker (``zephon.loader_stats``)."""
+        loader = self._stats_from() if self._stats_from is not None else None
+        return loader.stats() if loader is not None else self._stats
 
     def num_steps(self) -> int:
         """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the

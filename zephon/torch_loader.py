@@ -44,15 +44,11 @@ concatenates straight into page-locked buffers. Without an accelerator it does n
 
 from __future__ import annotations
 
-import itertools
 import warnings
 import weakref
-from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
@@ -61,112 +57,16 @@ from zephon.executor.cores import share_cores
 from zephon.executor.read.ahead import read_ahead_enabled
 from zephon.executor.read.shared_groups import SharedRowGroups, make_share_directory, remove_share_directory
 from zephon.executor.runner import RankRunner
+from zephon.executor.settings import RunStats
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
 from zephon.loader_options import LoaderOptions
-from zephon.worker_slots import SlotPiece, SlotReader, SlotWriter, group_size
+from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerPiece, in_order
+from zephon.loader_stats import StatsSender
+from zephon.worker_slots import SlotReader, SlotWriter, group_size
 
 #: A ``zephon.Pipeline`` (not imported: the pipeline imports this module, and no import may cycle).
 Pipeline = Any
-Tensors = dict[str, torch.Tensor | int]
-
-
-@dataclass(kw_only=True, slots=True)  # not frozen: one is made per microbatch, and frozen costs ~1 µs more
-class WorkerPiece:
-    """What a worker hands the loader: its ``to_training`` dict of microbatch (``step``, ``microbatch``), as NumPy
-    ``arrays`` (``tensors()`` gives the tensors back, sharing their memory), and the worker's ``state`` after it
-    (``RankRunner.state``: its own lanes' cursors).
-
-    A worker's piece crosses through its slot ring (``slotted``, ``zephon.worker_slots``): its tensors lie in a
-    slot of shared memory, ``slot`` says where, and ``arrays`` is None. Where a slot will not do (a collate's list,
-    a piece larger than a slot) the piece crosses pickled, as NumPy arrays (``of``), not tensors: the DataLoader
-    would move each tensor through a shared-memory file of its own (about a millisecond per tensor on a small
-    machine), while an array is pickled into the queue's pipe with its bytes. A piece made in the loader's own
-    process (no workers) keeps its tensors as they are (``local``, ``in_process``): nothing crosses a process. A
-    record batch whose data is not a dict (a collate of one's own returning a list) crosses as it is, pickled."""
-
-    arrays: dict[str, np.ndarray | torch.Tensor | int] | Any
-    step: int
-    microbatch: int
-    state: dict[str, Any]
-    in_process: bool = False
-    slot: SlotPiece | None = None
-
-    @classmethod
-    def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
-        if not isinstance(tensors, dict):
-            return cls(arrays=tensors, step=step, microbatch=microbatch, state=state)
-        arrays = {k: v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tensors.items()}
-        return cls(arrays=arrays, step=step, microbatch=microbatch, state=state)
-
-    @classmethod
-    def local(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
-        return cls(arrays=tensors, step=step, microbatch=microbatch, state=state, in_process=True)
-
-    @classmethod
-    def slotted(cls, writer: SlotWriter) -> Any:
-        """The piece maker of a worker with a slot ring: tensors written into the ring's next slot
-        (``zephon.worker_slots``), or pickled as ``of`` makes them where a slot will not do."""
-
-        def make(tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
-            slot = writer.put(tensors)
-            if slot is None:
-                if isinstance(tensors, dict):  # written into a slot the next piece reuses: copied out first
-                    tensors = {k: v.clone() if writer.owns(v) else v for k, v in tensors.items()}
-                return cls.of(tensors, step=step, microbatch=microbatch, state=state)
-            return cls(arrays=None, step=step, microbatch=microbatch, state=state, slot=slot)
-
-        return make
-
-    def tensors(self) -> Tensors:
-        assert self.slot is None, "a slot piece is read by the loader's SlotReader"
-        if self.in_process or not isinstance(self.arrays, dict):
-            return self.arrays  # type: ignore[no-any-return]
-        return {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
-
-    def pin_memory(self) -> WorkerPiece:
-        """The DataLoader's pinning thread calls this (``torch.utils.data._utils.pin_memory``): the arrays are
-        copied into page-locked memory (``tensors()`` then shares it); data that is not a dict is left as it is,
-        and so is a slot piece (the loader copies it out of its slot into page-locked tensors)."""
-        if self.slot is not None or not isinstance(self.arrays, dict):
-            return self
-        pinned = {
-            k: torch.from_numpy(v).pin_memory().numpy()
-            if isinstance(v, np.ndarray)
-            else v.pin_memory()
-            if isinstance(v, torch.Tensor)
-            else v
-            for k, v in self.arrays.items()
-        }
-        return replace(self, arrays=pinned)
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class PieceGroup:
-    """What a worker yields as one DataLoader item: its next ``pieces``, in order (``zephon.worker_slots``:
-    grouped to spread the DataLoader's cost per item), and its index ``worker``."""
-
-    worker: int
-    pieces: tuple[WorkerPiece, ...]
-
-    def pin_memory(self) -> PieceGroup:
-        """The DataLoader's pinning thread calls this: each piece pinned (``WorkerPiece.pin_memory``)."""
-        return replace(self, pieces=tuple(p.pin_memory() for p in self.pieces))
-
-
-def in_order(groups: Iterator[PieceGroup], workers: int) -> Iterator[WorkerPiece]:
-    """The pieces of an iteration in order, from the groups its ``workers`` yield: piece ``k`` is the next of
-    worker ``k mod workers`` (``zephon.executor.worker_share``), whatever order the groups come in. It ends
-    where the next piece's worker has none left: then every worker is done."""
-    queues: list[deque[WorkerPiece]] = [deque() for _ in range(workers)]
-    for k in itertools.count():
-        queue = queues[k % workers]
-        while not queue:
-            group = next(groups, None)
-            if group is None:
-                return
-            queues[group.worker].extend(group.pieces)
-        yield queue.popleft()
 
 
 class PieceDataset(IterableDataset):
@@ -203,52 +103,39 @@ class PieceDataset(IterableDataset):
             share_cores(info.num_workers)  # the workers share the cores: one thread each on a core each
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
+        self.pipeline._stats = RunStats()  # each iteration counts afresh, as iterating a pipeline does
         if info is None:  # in the loader's process: the runner num_steps() calibrated, if it is this one
             return self._pieces(self.pipeline._iteration_runner(), WorkerPiece.local)
         runner = self.pipeline._make_runner(worker, self.pieces)
         if self.row_groups is not None and isinstance(runner, RankRunner):
             runner.shared_groups = SharedRowGroups(self.row_groups)  # decoded by one worker, mapped by the rest
         writer = SlotWriter(self.in_flight, group=self.group)
-        return self._groups(self._pieces(runner, WorkerPiece.slotted(writer), writer), info.id)
+        return self._groups(self._pieces(runner, WorkerPiece.slotted(writer), writer, info.id), info.id)
 
     def _groups(self, pieces: Iterator[WorkerPiece], worker: int) -> Iterator[PieceGroup]:
+        """``self.group`` pieces an item; the last item (its pieces may be none), made once the run has ended,
+        carries the worker's stats after its whole run (``final``: what it counts after its last batch, such as
+        documents skipped at the end of the plan)."""
         group: list[WorkerPiece] = []
         for piece in pieces:
             group.append(piece)
             if len(group) == self.group:
                 yield PieceGroup(worker=worker, pieces=tuple(group))
                 group = []
-        if group:
-            yield PieceGroup(worker=worker, pieces=tuple(group))
+        yield PieceGroup(worker=worker, pieces=tuple(group), final=self.pipeline._stats)
 
-    def _pieces(self, runner: Any, piece: Any, writer: SlotWriter | None = None) -> Iterator[WorkerPiece]:
+    def _pieces(
+        self, runner: Any, piece: Any, writer: SlotWriter | None = None, worker: int = 0
+    ) -> Iterator[WorkerPiece]:
+        sender = StatsSender(self.pipeline._stats)  # the runner counts into it (Pipeline._make_runner)
         for batch in runner:
             if writer is not None and isinstance(batch, Batch):  # written straight into the piece's slot
                 tensors = batch.to_training(**self.training, allocate=writer.allocator())
             else:
                 tensors = batch.to_training(**self.training)
-            yield piece(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
-
-
-class Handed:
-    """The rank's state after the microbatches handed out so far: the start state, with the cursors of each
-    piece's lanes replaced by its worker's after it."""
-
-    def __init__(self, start: dict[str, Any]) -> None:
-        self.state = start
-        self.cursors: dict[str, list[int]] = dict(start.get("lane_cursors", {}))
-
-    def took(self, parts: list[WorkerPiece]) -> None:
-        """The pieces of the microbatch just handed out."""
-        if len(parts) == 1 and len(parts[0].state.get("lane_cursors", ())) == len(self.cursors):
-            self.state = parts[0].state  # one piece holding every lane's cursor (no workers): the state itself
-            self.cursors = self.state.get("lane_cursors", {})  # shared, so only ever replaced, never updated
-            return
-        cursors = dict(self.cursors)
-        for part in parts:
-            cursors.update(part.state.get("lane_cursors", {}))
-        self.cursors = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
-        self.state = {**parts[-1].state, "lane_cursors": self.cursors}
+            made = piece(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
+            made.worker, made.stats = worker, sender.piece()
+            yield made
 
 
 class PipelineLoader:
@@ -260,6 +147,7 @@ class PipelineLoader:
         self._pipeline = pipeline._with()  # the loader's own copy: the same plan, settings and encoder
         self._pipeline._known_steps = pipeline._known_steps
         self._pipeline._kept, pipeline._kept = pipeline._kept, None  # num_steps()'s runner: this loader's to use
+        self._owner = weakref.ref(pipeline)  # its stats() are this loader's once it iterates
         self._state: dict[str, Any] | None = pipeline._pending_state  # where the next iteration starts
         geometry = pipeline.geometry()
         #: Items per microbatch (``zephon.executor.worker_share``); refuses a count that would repeat work.
@@ -325,9 +213,13 @@ class PipelineLoader:
         # The workers start (and copy the dataset) here. Without workers or pinning the DataLoader would only
         # hand over the dataset's items, at some 100 µs each (its profiler span and fetcher): taken directly.
         o = self.options
+        owner = self._owner()
+        if owner is not None:  # Pipeline.stats(): this iteration's
+            owner._stats_from = weakref.ref(self)
         items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
+        finals: dict[int, RunStats] = {}  # each worker's stats after its run, with its last item
         if o.num_workers:
-            items = in_order(items, o.num_workers)  # type: ignore[arg-type]
+            items = in_order(items, o.num_workers, finals)  # type: ignore[arg-type]
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         pin = self._pin_out()
         slots = SlotReader()  # the rings of this iteration's workers
@@ -337,6 +229,7 @@ class PipelineLoader:
                 handed.took([item])
                 counts["pickled" if item.slot is None else "slots"] += not item.in_process
                 yield item.tensors() if item.slot is None else slots.take(item.slot, pin_memory=pin)
+            handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
             return
         for first in items:
             parts = [first, *(next(items, None) for _ in range(self.pieces - 1))]
@@ -354,6 +247,7 @@ class PipelineLoader:
                 if p.slot is not None:  # type: ignore[union-attr]
                     slots.release(p.slot)  # type: ignore[union-attr]
             yield joined
+        handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
 
     def _pin_out(self) -> bool:
         """Whether the loader itself makes page-locked tensors: joined pieces and pieces read out of slots
@@ -375,6 +269,12 @@ class PipelineLoader:
         """Global steps of the run (``Pipeline.num_steps``)."""
         self._pipeline._pending_state = self._state
         return self._pipeline.num_steps()
+
+    def stats(self) -> RunStats:
+        """What the latest iteration handed out (``Pipeline.stats()``, which returns it once this loader iterates):
+        every worker's counts after its last piece handed out, summed; after the last batch, after the whole
+        run (``zephon.loader_stats``). Reset by each iteration."""
+        return self._handed.stats.stats() if self._handed is not None else RunStats()
 
     def local_state(self) -> dict[str, Any]:
         """This rank's own state after the last microbatch handed out (before any: where the next iteration

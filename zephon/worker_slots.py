@@ -14,7 +14,7 @@ item costs the DataLoader 50-100 µs of each process's CPU). Piece ``k`` of the 
 written into slot ``k mod R``, ``R = (prefetch_factor + 2) · g``; through the DataLoader's queue travels only a
 ``SlotPiece`` — the ring's id, ``k``, each tensor's dtype, shape and offset, the values that are not tensors —
 and, with piece 0 only, the ring itself (one descriptor, once). The loader's process puts the pieces back in
-order (``zephon.torch_loader.in_order``), copies each out of its slot into tensors of its own (or straight into
+order (``zephon.loader_pieces.in_order``), copies each out of its slot into tensors of its own (or straight into
 the joined or page-locked tensors it hands out) and then writes ``k + 1`` into the ring's ``taken`` counter,
 in the ring's first 64 bytes.
 

@@ -146,7 +146,7 @@ def test_no_ring_is_made_where_torch_cannot_allocate_shared_memory(monkeypatch) 
 
 
 def test_pieces_come_back_in_order_whatever_order_the_groups_come_in() -> None:
-    from zephon.torch_loader import PieceGroup, WorkerPiece, in_order
+    from zephon.loader_pieces import PieceGroup, WorkerPiece, in_order
 
     def p(k: int) -> WorkerPiece:
         return WorkerPiece(arrays={"k": k}, step=k, microbatch=0, state={})
@@ -200,7 +200,7 @@ def test_to_training_writes_straight_into_the_next_slot_and_put_copies_only_the_
 
 
 def test_a_piece_written_into_its_slot_that_must_cross_pickled_is_copied_out_first() -> None:
-    from zephon.torch_loader import WorkerPiece
+    from zephon.loader_pieces import WorkerPiece
 
     writer = SlotWriter(in_flight=1, group=1)
     make = WorkerPiece.slotted(writer)
