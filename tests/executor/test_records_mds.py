@@ -244,6 +244,10 @@ def test_a_record_dataloader_with_workers_hands_out_a_list_collates_batches_as_t
     plan = plan_of(PAIRS, tmp_path / "plan")
     pipe = Pipeline.from_plan(plan).batch(microbatch_size=2, collate=list)
     want = [[r["label"] for r in b.data] for b in pipe]
+    documents = dict(pipe.stats().documents)
+    assert sum(documents.values()) == sum(len(b) for b in want)
     for workers in (0, 2):
-        got = [[r["label"] for r in data] for data in pipe.dataloader(num_workers=workers)]
+        fresh = Pipeline.from_plan(plan).batch(microbatch_size=2, collate=list)
+        got = [[r["label"] for r in data] for data in fresh.dataloader(num_workers=workers)]
         assert got == want and len(want) == 4
+        assert fresh.stats().documents == documents  # the records the loader handed out, from every worker
