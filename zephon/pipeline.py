@@ -22,7 +22,6 @@ docs point to; what it delegates lives in ``zephon.run`` and the executor.
 from __future__ import annotations
 
 import dataclasses
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,7 @@ from zephon.executor.records.runner import RecordRunner
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import gather_states
+from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
 from zephon.run import KeptRunner, OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
@@ -77,8 +77,8 @@ class Pipeline:
         self._runner: RankRunner | RecordRunner | None = None
         self._pending_state: dict[str, Any] | None = None
         self._stats = RunStats()
-        #: The ``Pipeline.dataloader()`` whose iteration was this pipeline's latest (its ``stats()`` are then these).
-        self._stats_from: weakref.ref[Any] | None = None
+        #: What the ``Pipeline.dataloader()`` whose iteration was this pipeline's latest handed out (``stats()``).
+        self._stats_from: HandedStats | None = None
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
         #: ones starts from it instead of calibrating again.
         self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
@@ -353,8 +353,7 @@ class Pipeline:
         ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``). See ``RunStats`` and
         docs/training.md. Through ``Pipeline.dataloader()``, once its loader iterates: what the loader handed
         out, from every worker (``zephon.loader_stats``)."""
-        loader = self._stats_from() if self._stats_from is not None else None
-        return loader.stats() if loader is not None else self._stats
+        return self._stats_from.stats() if self._stats_from is not None else self._stats
 
     def num_steps(self) -> int:
         """Global steps of the run, before the first batch: every rank yields exactly this many (and ends on the

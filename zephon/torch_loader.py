@@ -214,8 +214,8 @@ class PipelineLoader:
         # hand over the dataset's items, at some 100 µs each (its profiler span and fetcher): taken directly.
         o = self.options
         owner = self._owner()
-        if owner is not None:  # Pipeline.stats(): this iteration's
-            owner._stats_from = weakref.ref(self)
+        if owner is not None:  # Pipeline.stats(): this iteration's (the counts only: not the loader, its workers)
+            owner._stats_from = handed.stats
         items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
         finals: dict[int, RunStats] = {}  # each worker's stats after its run, with its last item
         if o.num_workers:
