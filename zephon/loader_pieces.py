@@ -21,13 +21,35 @@ from typing import Any
 import numpy as np
 import torch
 
+from zephon import errors
+from zephon.errors import ZephonError
 from zephon.executor.settings import RunStats
 from zephon.loader_stats import HandedStats, StatsPiece
 from zephon.worker_slots import SlotPiece, SlotWriter
 
-__all__ = ["Handed", "PieceGroup", "Tensors", "WorkerPiece", "in_order"]
+__all__ = ["Handed", "PieceGroup", "Tensors", "WorkerError", "WorkerPiece", "in_order"]
 
 Tensors = dict[str, torch.Tensor | int]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerError:
+    """A Zephon error a DataLoader worker raised, carried to the loader as an item so that the loader raises it as
+    it is — the error's own one line, where torch would raise "Caught DatasetError in DataLoader worker process
+    0." with the worker's traceback in the message. ``kind``: the public class in ``zephon.errors`` it is (a
+    subclass with arguments of its own, such as a collate's ``RecordError``, crosses as its public class)."""
+
+    kind: str
+    message: str
+
+    @classmethod
+    def of(cls, exc: ZephonError) -> WorkerError:
+        kind = next(c.__name__ for c in type(exc).__mro__ if c.__module__ == "zephon.errors")
+        return cls(kind, str(exc))
+
+    def exception(self) -> ZephonError:
+        made: ZephonError = getattr(errors, self.kind)(self.message)
+        return made
 
 
 @dataclass(kw_only=True, slots=True)  # not frozen: one is made per microbatch, and frozen costs ~1 µs more
@@ -112,6 +134,8 @@ class PieceGroup:
     pieces: tuple[WorkerPiece, ...]
     #: With the worker's last item: its ``RunStats`` after its whole run (``zephon.loader_stats``).
     final: RunStats | None = None
+    #: With the last item of a worker that stopped on a Zephon error: the error, raised after ``pieces``.
+    error: WorkerError | None = None
 
     def pin_memory(self) -> PieceGroup:
         """The DataLoader's pinning thread calls this: each piece pinned (``WorkerPiece.pin_memory``)."""
@@ -123,19 +147,34 @@ def in_order(
 ) -> Iterator[WorkerPiece]:
     """The pieces of an iteration in order, from the groups its ``workers`` yield: piece ``k`` is the next of
     worker ``k mod workers`` (``zephon.executor.worker_share``), whatever order the groups come in. It ends
-    where the next piece's worker has none left: then every worker is done. Each worker's ``final`` stats go
-    into ``finals``."""
-    queues: list[deque[WorkerPiece]] = [deque() for _ in range(workers)]
+    where the next piece's worker has none left: then every worker is done. At a worker's turn after its last
+    piece was taken, its ``final`` stats go into ``finals`` (so they never count pieces not handed out yet) and
+    its ``error``, if any, is raised — after every piece of the iteration before it, as iterating the pipeline
+    would raise it."""
+    queues: list[deque[WorkerPiece | RunStats | WorkerError]] = [deque() for _ in range(workers)]
     for k in itertools.count():
-        queue = queues[k % workers]
+        w = k % workers
+        queue = queues[w]
         while not queue:
             group = next(groups, None)
             if group is None:
                 return
-            queues[group.worker].extend(group.pieces)
-            if group.final is not None and finals is not None:
-                finals[group.worker] = group.final
-        yield queue.popleft()
+            mine = queues[group.worker]
+            mine.extend(group.pieces)
+            if group.final is not None:
+                mine.append(group.final)
+            if group.error is not None:
+                mine.append(group.error)
+        item = queue.popleft()
+        if isinstance(item, RunStats):
+            if finals is not None:
+                finals[w] = item
+            if queue and isinstance(queue[0], WorkerError):
+                raise queue.popleft().exception()
+            continue  # the turn passes: every piece of the iteration was taken (the module's invariant)
+        if isinstance(item, WorkerError):
+            raise item.exception()
+        yield item
 
 
 class Handed:

@@ -28,6 +28,10 @@ State: each piece carries its worker's state after it (its lanes' cursors); ``st
 the rank's state after the last microbatch handed out — the state ``Pipeline.state_dict()`` gives after the
 same batch — so a run resumes exactly, with any ``num_workers``.
 
+Stats: each piece also carries its worker's counts after it, and ``Pipeline.stats()`` / ``stats()`` sum what the
+loader handed out (``zephon.loader_stats``). Errors: a Zephon error in a worker crosses as the worker's last item
+and is raised here in its own one line, after every piece before it (``zephon.loader_pieces.WorkerError``).
+
 Epochs: the first iteration starts where the pipeline (or ``load_state_dict``) says, later ones at the start
 of the plan, as iterating a ``Pipeline`` again does. ``load_state_dict`` starts new workers (persistent ones
 too).
@@ -52,6 +56,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
+from zephon.errors import ZephonError
 from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.read.ahead import read_ahead_enabled
@@ -61,7 +66,7 @@ from zephon.executor.settings import RunStats
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
 from zephon.loader_options import LoaderOptions
-from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerPiece, in_order
+from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
 from zephon.loader_stats import StatsSender
 from zephon.worker_slots import SlotReader, SlotWriter, group_size
 
@@ -117,11 +122,16 @@ class PieceDataset(IterableDataset):
         carries the worker's stats after its whole run (``final``: what it counts after its last batch, such as
         documents skipped at the end of the plan)."""
         group: list[WorkerPiece] = []
-        for piece in pieces:
-            group.append(piece)
-            if len(group) == self.group:
-                yield PieceGroup(worker=worker, pieces=tuple(group))
-                group = []
+        try:
+            for piece in pieces:
+                group.append(piece)
+                if len(group) == self.group:
+                    yield PieceGroup(worker=worker, pieces=tuple(group))
+                    group = []
+        except ZephonError as exc:  # raised by the loader in the pipeline's order, in its own one line
+            error = WorkerError.of(exc)
+            yield PieceGroup(worker=worker, pieces=tuple(group), final=self.pipeline._stats, error=error)
+            return
         yield PieceGroup(worker=worker, pieces=tuple(group), final=self.pipeline._stats)
 
     def _pieces(
@@ -216,11 +226,28 @@ class PipelineLoader:
         owner = self._owner()
         if owner is not None:  # Pipeline.stats(): this iteration's (the counts only: not the loader, its workers)
             owner._stats_from = handed.stats
-        items = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
+        source = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
+        items = source
         finals: dict[int, RunStats] = {}  # each worker's stats after its run, with its last item
         if o.num_workers:
             items = in_order(items, o.num_workers, finals)  # type: ignore[arg-type]
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
+        ended = False
+        try:
+            yield from self._hand_out(items, handed)
+            ended = True
+        finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
+            handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
+            if not ended and o.num_workers and not o.persistent_workers:
+                # Stopped by an error or a break: the workers stop now. Left to the DataLoader's iterator, they
+                # stop when it is collected — which an error's traceback delays until a garbage collection, where
+                # torch then waits 5 s a worker (its join timeout) before it ends them.
+                stop = getattr(source, "_shutdown_workers", None)
+                if stop is not None:
+                    stop()
+
+    def _hand_out(self, items: Iterator[WorkerPiece], handed: Handed) -> Iterator[Tensors]:
+        """The training dicts of ``items`` (the pieces in order), each microbatch's pieces joined."""
         pin = self._pin_out()
         slots = SlotReader()  # the rings of this iteration's workers
         self.handover = counts = {"slots": 0, "pickled": 0}
@@ -229,7 +256,6 @@ class PipelineLoader:
                 handed.took([item])
                 counts["pickled" if item.slot is None else "slots"] += not item.in_process
                 yield item.tensors() if item.slot is None else slots.take(item.slot, pin_memory=pin)
-            handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
             return
         for first in items:
             parts = [first, *(next(items, None) for _ in range(self.pieces - 1))]
@@ -247,7 +273,6 @@ class PipelineLoader:
                 if p.slot is not None:  # type: ignore[union-attr]
                     slots.release(p.slot)  # type: ignore[union-attr]
             yield joined
-        handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
 
     def _pin_out(self) -> bool:
         """Whether the loader itself makes page-locked tensors: joined pieces and pieces read out of slots

@@ -1,0 +1,101 @@
+"""A Zephon error inside a DataLoader worker reaches the training loop as iterating the pipeline raises it: its
+own one line (not torch's "Caught DatasetError in DataLoader worker process 0." and the worker's traceback),
+after every batch before it (``zephon.loader_pieces.WorkerError``)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from zephon import Pipeline
+from zephon.errors import DatasetError
+from zephon.io import Dataset
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
+
+MAX_LENGTH = 33
+
+
+def plan_with_nulls(root: Path, nulls: set[int], rows: int) -> Path:
+    os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
+    data = root / "web"
+    data.mkdir(parents=True)
+    lines = [json.dumps({"text": None if r in nulls else f"doc {r} " + "word " * (r % 9)}) for r in range(rows)]
+    (data / "part-0.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("web", str(data))],
+        mixture=MixtureSpec({"web": 1}),
+        seed=0,
+        shuffle=ShuffleSpec(enabled=False),
+        lanes=4,
+    )
+    return source.plan(root / "plan")
+
+
+def pipeline(plan: Path, tokenizer_dir: str, micro: int, policy: str) -> Pipeline:
+    return (
+        Pipeline.from_plan(plan)
+        .options(on_bad_document=policy, read_chunk=4)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=micro, global_batch_size=4)
+    )
+
+
+def until_error(batches: Any) -> tuple[list[bytes], BaseException | None]:
+    got: list[bytes] = []
+    try:
+        for batch in batches:
+            tensors = batch if isinstance(batch, dict) else batch.to_training()
+            got.append(b"".join(tensors[k].numpy().tobytes() for k in sorted(tensors) if torch.is_tensor(tensors[k])))
+    except Exception as exc:  # compared below, whatever it is
+        return got, exc
+    return got, None
+
+
+@pytest.mark.parametrize(("micro", "workers"), [(4, 0), (4, 2), (2, 2)])
+def test_a_bad_document_stops_the_loader_after_the_same_batches_with_the_same_one_line(
+    tmp_path, tokenizer_dir, micro, workers
+) -> None:
+    plan = plan_with_nulls(tmp_path, {2400}, 2600)  # past the calibration's first 2,048 documents
+    want, error = until_error(pipeline(plan, tokenizer_dir, micro, "raise"))
+    assert isinstance(error, DatasetError) and len(want) > 10  # batches, then the document's error
+    assert "row 2400" in str(error)
+    got, raised = until_error(pipeline(plan, tokenizer_dir, micro, "raise").dataloader(num_workers=workers))
+    assert type(raised) is DatasetError
+    assert str(raised) == str(error) and "\n" not in str(raised)  # not "Caught DatasetError in DataLoader worker"
+    assert got == want
+
+
+def test_a_share_skipped_whole_is_raised_in_its_one_line_with_the_counts_so_far(tmp_path, tokenizer_dir) -> None:
+    plan = plan_with_nulls(tmp_path, set(range(48)), 48)
+    for workers in (0, 2):
+        pipe = pipeline(plan, tokenizer_dir, 4, "skip")
+        got, raised = until_error(pipe.dataloader(num_workers=workers))
+        assert got == [] and type(raised) is DatasetError, raised
+        assert str(raised).startswith('on_bad_document="skip" must leave documents to train on, got all ')
+        assert "\n" not in str(raised)
+        # the worker that raised brought its counts: the loader's stats hold them, as the pipeline's would
+        skipped = pipe.stats().skipped.get("null_text", 0)
+        assert (skipped == 48) if workers == 0 else (0 < skipped <= 48), (workers, pipe.stats().skipped)
+
+
+def test_an_error_crosses_as_its_public_class_with_its_message() -> None:
+    import pickle
+
+    from zephon.errors import TokenizerError
+    from zephon.executor.engines.spot_check import EngineMismatch
+    from zephon.executor.records.collate import RecordError
+    from zephon.loader_pieces import WorkerError
+
+    for exc, kind in (
+        (RecordError("record 3 must be a dict — fix", 3), DatasetError),  # arguments of its own: not picklable as is
+        (EngineMismatch("engine x gave other ids — y", engine="x", index=1, detail="d"), TokenizerError),
+        (DatasetError("dataset 'web': shard s row 7 — fix"), DatasetError),
+    ):
+        crossed = pickle.loads(pickle.dumps(WorkerError.of(exc))).exception()
+        assert type(crossed) is kind and str(crossed) == str(exc)
