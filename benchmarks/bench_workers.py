@@ -291,8 +291,7 @@ def main() -> None:
             ratios = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in per_round)
             print(f"{py[-34:]}: 2 workers ÷ 1 worker / ÷ 0 workers, by round: {ratios}")
             per_round = [
-                (a / b, a / c)
-                for a, b, c in zip(steady[(py, 2)], steady[(py, 1)], steady[(py, 0)], strict=True)
+                (a / b, a / c) for a, b, c in zip(steady[(py, 2)], steady[(py, 1)], steady[(py, 0)], strict=True)
             ]
             ratios = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in per_round)
             print(f"{py[-34:]}: the same after the first dict (steady), by round: {ratios}")
