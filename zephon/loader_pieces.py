@@ -197,5 +197,7 @@ class Handed:
         cursors = dict(self.cursors)
         for part in parts:
             cursors.update(part.state.get("lane_cursors", {}))
-        self.cursors = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
+        if len(cursors) > len(self.cursors):  # a lane the start did not hold: sorted in (the start holds them all)
+            cursors = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
+        self.cursors = cursors
         self.state = {**parts[-1].state, "lane_cursors": self.cursors}
