@@ -65,6 +65,13 @@ def _usage() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def task_cpu(task: Path) -> float:
+    """CPU seconds (user + system) of one thread, ``task`` its ``/proc/PID/task/TID`` directory; OSError once the
+    thread has ended."""
+    fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def thread_cpu(seen: dict[int, tuple[str, float]]) -> None:
     """Update ``seen`` (thread id → name, CPU seconds so far) from ``/proc/self/task``: Python threads named by
     ``threading`` (``zephon-encode_0`` and ``_1`` both ``zephon-encode``), native ones, an engine's helpers, by
@@ -72,14 +79,13 @@ def thread_cpu(seen: dict[int, tuple[str, float]]) -> None:
     import threading
 
     names = {t.native_id: t.name.rstrip("_0123456789") for t in threading.enumerate()}
-    tick = os.sysconf("SC_CLK_TCK")
     for task in Path("/proc/self/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            cpu = task_cpu(task)
             name = names.get(int(task.name)) or (task / "comm").read_text().strip().rstrip("_0123456789-")
         except OSError:  # the thread ended meanwhile
             continue
-        seen[int(task.name)] = (name, (int(fields[11]) + int(fields[12])) / tick)
+        seen[int(task.name)] = (name, cpu)
 
 
 def by_thread(start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]) -> dict[str, float]:

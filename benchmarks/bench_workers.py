@@ -49,6 +49,9 @@ from typing import Any
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_executor import task_cpu  # noqa: E402  (a sibling script: its directory on the path first)
 
 
 def demo_plan(root: Path, max_length: int, tokenizer_id: str, name: str) -> Path:
@@ -76,7 +79,6 @@ def demo_plan(root: Path, max_length: int, tokenizer_id: str, name: str) -> Path
 
 def setup(root: Path, text: str, tokenizer_name: str, documents: int, max_length: int) -> tuple[Path, str]:
     """The plan bundle and the tokenizer directory (written once under ``root``)."""
-    sys.path.insert(0, str(HERE))
     import bench_integrations
 
     if text == "local":
@@ -114,7 +116,6 @@ def role_cpu(seen: Readings) -> None:
     workers) by role (``ROLES``: a process's main thread — its tid is its pid — is its caller). A thread or process
     that has ended keeps its last reading."""
     me = os.getpid()
-    tick = os.sysconf("SC_CLK_TCK")
     pids = [me]
     for task in Path("/proc/self/task").iterdir():
         try:
@@ -128,13 +129,16 @@ def role_cpu(seen: Readings) -> None:
             continue
         for task in tasks:
             try:
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
+                cpu = task_cpu(task)
+            except OSError:  # the thread ended meanwhile
                 continue
             tid = int(task.name)
-            role = ("loader " if pid == me else "worker ") + ("caller" if tid == pid else "threads")
-            role = "worker callers" if role == "worker caller" else role
-            seen[(pid, tid)] = (role, (int(fields[11]) + int(fields[12])) / tick)
+            caller = tid == pid
+            if pid == me:
+                role = "loader caller" if caller else "loader threads"
+            else:
+                role = "worker callers" if caller else "worker threads"
+            seen[(pid, tid)] = (role, cpu)
 
 
 def by_role(start: Readings, end: Readings) -> dict[str, float]:
