@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from zephon.errors import PlanFormatError
+from zephon.executor.sorted_sets import non_decreasing
 from zephon.plan.bundle import CheckedBundle, CheckedFile, open_bundle, read_row_group
 from zephon.plan.format import COPIES_DIR, deal_column
 from zephon.plan.manifest import Manifest
@@ -185,7 +186,7 @@ class RowGroupIndex:
         Example: groups starting at key 0, 100, 200; values [5, 7, 150, 150, 230] → runs (0: [5, 7]),
         (1: [150, 150]), (2: [230]), each searched in its group's column once."""
         values = np.asarray(values, dtype=np.int64)
-        if len(values) > 1 and not bool((values[1:] >= values[:-1]).all()):
+        if not non_decreasing(values):
             order = np.argsort(values, kind="stable")
             out = np.empty(len(values), dtype=np.int64)
             out[order] = self.find_many(key_column, values[order], side)

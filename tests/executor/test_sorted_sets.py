@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zephon.executor.sorted_sets import isin_sorted, unique_sorted
+from zephon.executor.sorted_sets import isin_sorted, non_decreasing, unique_sorted
 
 
 @pytest.mark.parametrize("size", [0, 1, 2, 7, 1000])
@@ -25,3 +25,8 @@ def test_isin_sorted_is_numpys_isin() -> None:
     values, members = rng.integers(0, 50, 200), np.unique(rng.integers(0, 50, 20))
     assert isin_sorted(values, members).tolist() == np.isin(values, members).tolist()
     assert not isin_sorted(values, np.empty(0, dtype=np.int64)).any()
+
+
+def test_non_decreasing() -> None:
+    assert non_decreasing(np.array([], dtype=np.int64)) and non_decreasing(np.array([4]))
+    assert non_decreasing(np.array([1, 1, 2, 9])) and not non_decreasing(np.array([1, 3, 2]))
