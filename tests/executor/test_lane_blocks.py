@@ -4,19 +4,16 @@ two batches, the stats and every resume are those of popping one microbatch at a
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.demo_plans import code_and_short_plan
+from support.demo_plans import code_and_short_plan, texts_plan
 
 from zephon import Pipeline
 from zephon.errors import DatasetError
 from zephon.executor import estimated
-from zephon.io import Dataset
-from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 MAX_LENGTH = 65
 GLOBAL = 8
@@ -102,18 +99,8 @@ def test_an_error_reading_for_a_block_comes_at_the_batch_that_needed_it(
 ) -> None:
     """A null text late in the plan (past the calibration's first 2,048 documents): the run raises its one-line error after exactly the batches one microbatch
     at a time hands out first — a block does not raise it early, for the microbatches before it."""
-    data = tmp_path / "web"
-    data.mkdir()
-    rows = [{"text": None if r == 2400 else f"document {r} " + "word " * (r % 13)} for r in range(2600)]
-    (data / "part-0.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    source = StaticMixtureWorkSource(
-        datasets=[Dataset.from_path("web", str(data))],
-        mixture=MixtureSpec({"web": 1}),
-        seed=0,
-        shuffle=ShuffleSpec(enabled=False),
-        lanes=4,
-    )
-    plan = source.plan(tmp_path / "plan")
+    texts = [None if r == 2400 else f"document {r} " + "word " * (r % 13) for r in range(2600)]
+    plan = texts_plan(tmp_path / "web", texts, tmp_path / "plan")
 
     def until_error() -> tuple[int, str]:
         pipe = _pipeline(plan, tokenizer_dir, 2, False, (0, 1))

@@ -3,20 +3,20 @@ iterating the pipeline itself to that batch, for any number of workers (``zephon
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import write_jsonl_dataset, write_parquet_dataset
+from support.demo_plans import texts_plan
 
 from zephon import Pipeline
 from zephon.executor.settings import RunStats
 from zephon.io import Dataset
 from zephon.loader_stats import HandedStats, StatsSender, copy_stats, merge_stats
 from zephon.specs import PackSpec, TokenizeSpec
-from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
+from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 MAX_LENGTH = 33
 
@@ -57,21 +57,8 @@ def plans(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
             exact_tokens=exact,
         )
         out[kind] = source.plan(root / kind, tokenize=tok, pack=PackSpec(max_length=MAX_LENGTH) if exact else None)
-    bad = root / "bad"
-    bad.mkdir()
-    lines = [
-        json.dumps({"text": None if r in {2, 3, 11, 20, 23, 30, 31} else f"doc {r} " + "word " * (r % 7)})
-        for r in range(32)
-    ]
-    (bad / "part-0.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source = StaticMixtureWorkSource(
-        datasets=[Dataset.from_path("bad", str(bad))],
-        mixture=MixtureSpec({"bad": 1}),
-        seed=0,
-        shuffle=ShuffleSpec(enabled=False),
-        lanes=4,
-    )
-    out["skips"] = source.plan(root / "skips")
+    texts = [None if r in {2, 3, 11, 20, 23, 30, 31} else f"doc {r} " + "word " * (r % 7) for r in range(32)]
+    out["skips"] = texts_plan(root / "bad", texts, root / "skips")
     return out
 
 

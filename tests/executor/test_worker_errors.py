@@ -4,36 +4,24 @@ after every batch before it (``zephon.loader_pieces.WorkerError``)."""
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from support.demo_plans import texts_plan
 
 from zephon import Pipeline
 from zephon.errors import DatasetError
-from zephon.io import Dataset
-from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
 
 MAX_LENGTH = 33
 
 
 def plan_with_nulls(root: Path, nulls: set[int], rows: int) -> Path:
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
-    data = root / "web"
-    data.mkdir(parents=True)
-    lines = [json.dumps({"text": None if r in nulls else f"doc {r} " + "word " * (r % 9)}) for r in range(rows)]
-    (data / "part-0.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    source = StaticMixtureWorkSource(
-        datasets=[Dataset.from_path("web", str(data))],
-        mixture=MixtureSpec({"web": 1}),
-        seed=0,
-        shuffle=ShuffleSpec(enabled=False),
-        lanes=4,
-    )
-    return source.plan(root / "plan")
+    texts = [None if r in nulls else f"doc {r} " + "word " * (r % 9) for r in range(rows)]
+    return texts_plan(root / "web", texts, root / "plan")
 
 
 def pipeline(plan: Path, tokenizer_dir: str, micro: int, policy: str) -> Pipeline:
