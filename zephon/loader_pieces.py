@@ -134,7 +134,8 @@ class PieceGroup:
     pieces: tuple[WorkerPiece, ...]
     #: With the worker's last item: its ``RunStats`` after its whole run (``zephon.loader_stats``).
     final: RunStats | None = None
-    #: With the last item of a worker that stopped on a Zephon error: the error, raised after ``pieces``.
+    #: With the last item of a worker that stopped on a Zephon error: the error, raised after ``pieces`` (and only
+    #: with ``final``, which every last item carries).
     error: WorkerError | None = None
 
     def pin_memory(self) -> PieceGroup:
@@ -151,29 +152,23 @@ def in_order(
     piece was taken, its ``final`` stats go into ``finals`` (so they never count pieces not handed out yet) and
     its ``error``, if any, is raised — after every piece of the iteration before it, as iterating the pipeline
     would raise it."""
-    queues: list[deque[WorkerPiece | RunStats | WorkerError]] = [deque() for _ in range(workers)]
+    queues: list[deque[WorkerPiece | PieceGroup]] = [deque() for _ in range(workers)]
     for k in itertools.count():
-        w = k % workers
-        queue = queues[w]
+        queue = queues[k % workers]
         while not queue:
             group = next(groups, None)
             if group is None:
                 return
-            mine = queues[group.worker]
-            mine.extend(group.pieces)
-            if group.final is not None:
-                mine.append(group.final)
-            if group.error is not None:
-                mine.append(group.error)
+            queues[group.worker].extend(group.pieces)
+            if group.final is not None:  # the worker's last item: itself, after its pieces, marks its end
+                queues[group.worker].append(group)
         item = queue.popleft()
-        if isinstance(item, RunStats):
-            if finals is not None:
-                finals[w] = item
-            if queue and isinstance(queue[0], WorkerError):
-                raise queue.popleft().exception()
+        if isinstance(item, PieceGroup):
+            if finals is not None and item.final is not None:
+                finals[item.worker] = item.final
+            if item.error is not None:
+                raise item.error.exception()
             continue  # the turn passes: every piece of the iteration was taken (the module's invariant)
-        if isinstance(item, WorkerError):
-            raise item.exception()
         yield item
 
 
