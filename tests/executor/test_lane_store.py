@@ -181,6 +181,23 @@ def test_a_document_longer_than_the_array_grows_it_and_each_id_moves_a_bounded_n
     assert len(store.tokens) == 256 and store.compactions == 3 and store.moved == 3  # only a partial row moves
 
 
+def test_a_compaction_in_place_moves_ids_in_array_order_so_no_lane_overwrites_another() -> None:
+    """Lane ``b`` (slot 1) holds the array's first ids and lane ``a`` (slot 0) the ids after them: moved to the
+    front in table order, ``a``'s 20 live ids would overwrite ``b``'s 4 before they moved. The array has room
+    (twice the 24 live ids and the 8 pushed = 64), so it is compacted in place: same array, ids intact."""
+    store = LaneStore(ID, room=64)
+    a, b = Lane(4, PAD, store=store), Lane(4, PAD, store=store)
+    b.push(0, np.arange(100, 108))  # ids [0, 8)
+    a.push(0, np.arange(200, 252))  # ids [8, 60)
+    assert pop_rows([a] * 8).tokens.reshape(-1).tolist() == list(range(200, 232))
+    assert pop_rows([b]).tokens.reshape(-1).tolist() == [100, 101, 102, 103]
+    array = store.tokens
+    b.push(1, np.arange(300, 308))  # 60 + 8 > 64: compacted, in place
+    assert store.compactions == 1 and store.tokens is array and store.moved == 24
+    assert pop_rows([a] * 5).tokens.reshape(-1).tolist() == list(range(232, 252))
+    assert pop_rows([b] * 3).tokens.reshape(-1).tolist() == [*range(104, 108), *range(300, 308)]
+
+
 def test_rows_ending_exactly_at_a_document_end_start_the_next_row_at_the_next_document() -> None:
     store = LaneStore(ID, room=4)
     lane, other = Lane(4, PAD, store=store), Lane(4, PAD, store=store)
