@@ -54,7 +54,7 @@ from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.read.skipped_documents import SkipReports
-from zephon.executor.settings import ExecutorSpec, RunStats
+from zephon.executor.settings import Counted, ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
 from zephon.executor.state import check_resumed_step, check_state, check_state_fields, rank_state, state_plan
 from zephon.executor.step_arithmetic import steps_in
@@ -300,9 +300,9 @@ class RankRunner:
         for at, ids, rows, datasets in chunks:
             yield self._batch(at, ids, rows, datasets)
 
-    def _batch(self, at: MicrobatchAt, ids: np.ndarray, rows: PackedRows | None, datasets: np.ndarray | None) -> Batch:
+    def _batch(self, at: MicrobatchAt, ids: np.ndarray, rows: PackedRows | None, datasets: Counted | None) -> Batch:
         """A batch of len(ids) rows: the given rows first, then empty rows for sequences past the plan; counted
-        in ``stats`` as it is handed out (``datasets``: the dataset of each of the rows' pieces)."""
+        in ``stats`` as it is handed out (``datasets``: of the rows' pieces, ``RunStats.handed_out``)."""
         width = self.spec.pack.max_length
         pieces = None if rows is None else rows.pieces
         if rows is not None and len(rows.lengths) == len(ids):  # every row real: the rows are the batch's arrays
@@ -368,7 +368,7 @@ class RankRunner:
         )
         try:
             for microbatch in batches:
-                yield self._batch(microbatch.at, microbatch.sequences, microbatch.rows, microbatch.datasets)
+                yield self._batch(microbatch.at, microbatch.sequences, microbatch.rows, microbatch.counted)
         finally:
             source.close()  # the producer stops first, then the encode pool it feeds
             tokens.close()

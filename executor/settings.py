@@ -137,6 +137,25 @@ def _physical_memory() -> int | None:
         return None
 
 
+#: What a batch's stats are counted from (``RunStats.handed_out``): the dataset of each of its pieces, or its
+#: documents and tokens per dataset counted already (``handed_counts``: an estimated plan's block of microbatches
+#: counted in one pass, each added as it is handed out).
+Counted = np.ndarray | tuple[list[int], list[int]]
+
+
+def handed_counts(
+    datasets: np.ndarray, pieces: np.ndarray, batch: np.ndarray, batches: int, num_datasets: int
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Documents and tokens per dataset of each of ``batches`` batches, from ``pieces`` (``PIECE_DTYPE``): piece
+    ``k`` of dataset ``datasets[k]``, in batch ``batch[k]``; a document counts in the batch holding its first
+    piece (``doc_start`` 0). Two ``bincount`` calls for all the batches."""
+    cell = batch * num_datasets + datasets
+    size = batches * num_datasets
+    docs = np.bincount(cell, weights=pieces["doc_start"] == 0, minlength=size).astype(np.int64)
+    toks = np.bincount(cell, weights=pieces["length"], minlength=size).astype(np.int64)
+    return docs.reshape(batches, num_datasets).tolist(), toks.reshape(batches, num_datasets).tolist()
+
+
 @dataclass(slots=True)
 class RunStats:
     """What a run has handed out so far, per dataset name, for every plan kind: documents and tokens.
@@ -188,17 +207,21 @@ class RunStats:
             self.documents.setdefault(name, 0)
             self.tokens.setdefault(name, 0)
 
-    def handed_out(self, names: list[str], datasets: np.ndarray, pieces: np.ndarray) -> None:
+    def handed_out(self, names: list[str], datasets: Counted, pieces: np.ndarray) -> None:
         """Count a batch handed out: its ``pieces`` (``PIECE_DTYPE``), piece ``k`` of dataset ``datasets[k]``
-        (an index into ``names``). Per batch, in numpy: no Python work per document."""
-        if not len(pieces):
+        (an index into ``names``) — or, ``datasets`` a pair, its documents and tokens per dataset counted
+        already (``handed_counts``). Per batch, in numpy: no Python work per document."""
+        if isinstance(datasets, tuple):
+            documents, tokens = datasets
+        elif not len(pieces):
             return
-        toks = np.bincount(datasets, weights=pieces["length"], minlength=len(names)).tolist()
-        docs = np.bincount(datasets, weights=pieces["doc_start"] == 0, minlength=len(names)).tolist()  # first pieces
-        for name, d, t in zip(names, docs, toks, strict=True):
+        else:
+            docs, toks = handed_counts(datasets, pieces, np.zeros(len(pieces), dtype=np.int64), 1, len(names))
+            documents, tokens = docs[0], toks[0]
+        for name, d, t in zip(names, documents, tokens, strict=True):
             if d or t:
-                self.documents[name] = self.documents.get(name, 0) + int(d)
-                self.tokens[name] = self.tokens.get(name, 0) + int(t)
+                self.documents[name] = self.documents.get(name, 0) + d
+                self.tokens[name] = self.tokens.get(name, 0) + t
 
     def records_handed_out(self, names: list[str], datasets: np.ndarray) -> None:
         """Count a record batch handed out: one record of dataset ``datasets[k]`` each (record pipelines count

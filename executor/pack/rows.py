@@ -41,18 +41,3 @@ PIECE_DTYPE = np.dtype(
 def make_pieces(records: list[tuple[int, int, int, int, int]]) -> np.ndarray:
     """``(row, offset, position, doc_start, length)`` tuples as a ``PIECE_DTYPE`` array."""
     return np.array(records, dtype=PIECE_DTYPE)
-
-
-def take_rows(packed: PackedRows, first: int, stop: int) -> PackedRows:
-    """Rows ``[first, stop)`` of ``packed`` (views), their pieces renumbered from 0."""
-    if first == 0 and stop == len(packed.lengths):
-        return packed
-    pieces = None
-    if packed.pieces is not None:
-        lo, hi = np.searchsorted(packed.pieces["row"], [first, stop]).tolist()
-        pieces = packed.pieces[lo:hi].copy()
-        pieces["row"] -= first
-    return PackedRows(
-        tokens=packed.tokens[first:stop], doc_start=packed.doc_start[first:stop], lengths=packed.lengths[first:stop],
-        pieces=pieces,
-    )  # fmt: skip

@@ -98,6 +98,10 @@ def direct(plan: Path, tokenizer_dir: str, micro: int) -> tuple[list[dict[str, A
 )
 def test_loader_stats_after_every_batch_are_the_pipelines(plans, tokenizer_dir, kind, micro, workers, options):
     want_after, want_end = direct(plans[kind], tokenizer_dir, micro)
+    if kind == "exact":  # which calls encode which documents follows the read-ahead's timing there, and the spot
+        # check picks by a call's shape (``zephon.executor.engines.spot_check``): its count is timing, not data
+        # (seen: 0 through 2 workers against 1 directly, about one run in ten under load)
+        want_end["spot_checked"] = None
     if kind == "skips":  # the policy left documents out, some only counted once the plan's end is read
         assert want_end["skipped"] == {"null_text": 7}
         assert sum(want_after[-1]["skipped"].values()) < 7
@@ -109,7 +113,7 @@ def test_loader_stats_after_every_batch_are_the_pipelines(plans, tokenizer_dir, 
             got_after.append(counts(pipe.stats()))
             assert counts(loader.stats()) == got_after[-1]
         assert got_after == want_after, epoch
-        assert counts(pipe.stats()) == want_end, epoch
+        assert {**counts(pipe.stats()), **({"spot_checked": None} if kind == "exact" else {})} == want_end, epoch
 
 
 def test_a_loader_stopped_early_counts_what_it_handed_out_and_iterating_the_pipeline_takes_its_stats_back(
