@@ -3,7 +3,7 @@ door that checks it (``zephon.plan.bundle.open_bundle``)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,9 +82,15 @@ class PlanBundle:
         return self.manifest.dataset_names
 
     def chunks(
-        self, chunk_size: int, start: int = 0, *, ramp: int = FIRST_CHUNK, lanes: int | None = None
+        self,
+        chunk_size: int | Callable[[], int],
+        start: int = 0,
+        *,
+        ramp: int = FIRST_CHUNK,
+        lanes: int | None = None,
     ) -> Iterator[SampleChunk]:
-        """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time.
+        """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time (a
+        callable: asked before each chunk, ``zephon.executor.estimated.ChunkSizer``).
 
         The first chunks are smaller — ``ramp`` documents, doubling up to ``chunk_size`` — so the first batch
         waits for a few documents, not a whole chunk (chunk sizes change speed only, never the data).
@@ -96,7 +102,8 @@ class PlanBundle:
         if lanes is not None:
             columns.append(deal_column(self.manifest.format_version))
         first_row = 0
-        size = max(1, min(ramp, chunk_size))
+        cap = chunk_size if callable(chunk_size) else lambda: chunk_size
+        size = max(1, min(ramp, cap()))
         for file in self.checked.samples:
             if first_row + file.rows <= start:  # a part before the start: its footer is not read
                 first_row += file.rows
@@ -123,7 +130,7 @@ class PlanBundle:
                         lane=lane,
                     )
                     lo += len(part)
-                    size = min(2 * size, chunk_size)
+                    size = max(1, min(2 * size, cap()))
                 first_row += n
 
 

@@ -146,7 +146,8 @@ class Pipeline:
         """Execution options; they never change the global batches. Options left None keep their value.
 
         ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
-        RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together;
+        RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together (at least: an
+        estimated plan's chunks of short texts take more, up to 8×, ``zephon.executor.estimated.ChunkSizer``);
         ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance_log``), for
         ``zephon audit PLAN --log DIR``. ``on_bad_document="skip"`` (estimated plans only; default
         ``"raise"``) skips documents that cannot be read as text and counts them by reason and shard in
