@@ -74,6 +74,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.executor.block_split import split_block
+from zephon.executor.chunk_sizes import ChunkSizer
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
@@ -87,7 +89,7 @@ from zephon.executor.read.ahead import ReadAhead
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
-from zephon.executor.settings import RunStats, handed_counts
+from zephon.executor.settings import RunStats
 from zephon.executor.step_arithmetic import lane_of
 from zephon.executor.worker_share import WorkerShare
 
@@ -97,10 +99,6 @@ from zephon.executor.worker_share import WorkerShare
 #: "Not done here"), and a block's rows are buffered at once (8 blocks of 8 × 2,049 here: ~0.7 MB).
 BLOCK_TOKENS = 1 << 17
 MAX_BLOCK = 16
-#: ``ChunkSizer``: a chunk of short texts reads more documents, enough for this many characters kept (the size of
-#: one engine call, ``zephon.executor.encode.slices.MAX_CHARS``) but at most ``GROW × read_chunk`` documents.
-CHUNK_CHARS = 1 << 20
-GROW = 8
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
 
@@ -148,78 +146,7 @@ class LaneMicrobatch:
     counted: tuple[list[int], list[int]]
 
 
-def split_block(
-    rows: PackedRows,
-    spans: list[tuple[tuple[int, int], tuple[int, int]] | None],
-    dataset_of: Callable[[np.ndarray], np.ndarray],
-    num_datasets: int,
-) -> list[tuple[PackedRows, tuple[list[int], list[int]]] | None]:
-    """A block's rows as the microbatches that hand them out: for each of ``spans`` (the rows ``[a, b)`` of a
-    microbatch, ``LaneBatches._spans``; None: not this worker's), its rows (views), its pieces renumbered from its
-    first row, and its documents and tokens per dataset (``RunStats.handed_out``; ``dataset_of``: each plan
-    position's dataset) — in a fixed number of NumPy calls a block, where a microbatch at a time cost a copy of
-    its pieces, a search and two counts each (~50 µs of the caller's ~300 a microbatch). The same values as
-    slicing each microbatch's rows and pieces and counting it alone."""
-    assert rows.pieces is not None
-    taken = [(k, span[1]) for k, span in enumerate(spans) if span is not None]
-    out: list[tuple[PackedRows, tuple[list[int], list[int]]] | None] = [None] * len(spans)
-    if not taken:
-        return out
-    pieces = rows.pieces.copy()
-    row = pieces["row"]
-    firsts = np.array([a for _, (a, _) in taken], dtype=np.int64)
-    lo = np.searchsorted(row, firsts).tolist()
-    hi = np.searchsorted(row, [b for _, (_, b) in taken]).tolist()
-    sizes = np.subtract(hi, lo)
-    owner = np.repeat(np.arange(len(taken)), sizes)  # each handed-out piece's microbatch (of ``taken``)
-    chosen = np.repeat(np.subtract(lo, np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
-    row[chosen] -= firsts[owner]
-    handed = pieces[chosen]
-    docs, toks = handed_counts(dataset_of(handed["position"]), handed, owner, len(taken), num_datasets)
-    for j, (k, (a, b)) in enumerate(taken):
-        tokens, starts, lengths = rows.tokens[a:b], rows.doc_start[a:b], rows.lengths[a:b]
-        packed = PackedRows(tokens=tokens, doc_start=starts, lengths=lengths, pieces=pieces[lo[j] : hi[j]])
-        out[k] = (packed, (docs[j], toks[j]))
-    return out
-
-
 # -- producer: stages 1-3 (on the read-ahead thread when there is one) --------------------------------------
-
-
-class ChunkSizer:
-    """How many plan positions the next chunk reads: ``read_chunk``, or more while this rank's documents are
-    short — enough for ``CHUNK_CHARS`` characters of the texts it keeps, at the average so far, but at most
-    ``GROW × read_chunk`` documents kept (and never fewer positions than ``read_chunk``). Every chunk costs the
-    same fixed work besides its documents (finding its rows, taking its texts, an engine call, appending to each
-    lane, waking threads): on the token plan of ``bench_hotpath.py`` (297,252 documents of ~284 characters) chunks
-    of 1,024 documents cost 15-25 % more CPU than chunks of 4,096. Chunk sizes change speed only, never the data
-    (the stages' invariant), and follow the texts alone, never the timing.
-
-    Example: ``read_chunk`` 1,024, one rank of 8 (it keeps 1 position in 8), texts of 300 characters (37.5 a
-    position): 1 Mi characters a chunk is 27,962 positions, 3,495 documents kept; with texts of 30 characters,
-    279,620 positions would hold 34,952 documents: capped at ``GROW × 1,024`` = 8,192 kept, 65,536 positions;
-    a rank alone (it keeps every position) with texts of 6,000 characters: 174 positions, so ``read_chunk``, 1,024.
-    """
-
-    def __init__(self, read_chunk: int) -> None:
-        self.read_chunk = read_chunk
-        self.positions = 0  # plan positions read so far
-        self.kept = 0  # documents of them with a text this rank tokenizes
-        self.chars = 0  # characters of those texts
-
-    def add(self, positions: int, texts: list) -> None:
-        """Count a chunk: ``positions`` plan positions read, ``texts`` the texts kept of them (a token store's
-        documents, which are ids, count as kept without characters)."""
-        self.positions += positions
-        self.kept += len(texts)
-        self.chars += sum(map(len, texts)) if texts and isinstance(texts[0], str) else 0
-
-    def __call__(self) -> int:
-        if not self.chars:
-            return self.read_chunk
-        by_chars = CHUNK_CHARS * self.positions // self.chars
-        by_documents = GROW * self.read_chunk * self.positions // self.kept
-        return max(self.read_chunk, min(by_chars, by_documents))
 
 
 class ReadPlanRows:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from zephon.executor.estimated import split_block
+from zephon.executor.block_split import split_block
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 from zephon.executor.settings import RunStats
 
@@ -54,7 +54,7 @@ def test_split_block_equals_each_microbatch_sliced_and_counted_alone(seed: int) 
     block = random_block(rng, rows, 16)
     cuts = sorted({0, rows, *rng.integers(0, rows + 1, int(rng.integers(0, 8))).tolist()})
     spans: list = []
-    for a, b in zip(cuts, cuts[1:] + [cuts[-1]], strict=True):  # the last: a microbatch of no rows
+    for a, b in zip(cuts, [*cuts[1:], cuts[-1]], strict=True):  # the last: a microbatch of no rows
         spans.append(None if rng.random() < 0.3 else ((0, b - a), (a, b)))  # None: another worker's
     before = block.pieces.copy()
     got = split_block(block, spans, lambda positions: dataset[positions], len(names))

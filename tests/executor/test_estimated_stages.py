@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from zephon.executor.chunk_sizes import ChunkSizer
 from zephon.executor.encode.text import Encoder
 from zephon.executor.estimated import (
-    ChunkSizer,
     DealLanes,
     FetchTexts,
     LaneBatches,
