@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.executor.block_split import split_block
-from zephon.executor.chunk_sizes import ChunkSizer
+from zephon.executor.chunk_sizes import CHUNK_UNITS, GROW, chunk_units
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
@@ -152,8 +152,8 @@ class LaneMicrobatch:
 class ReadPlanRows:
     """Stage 1: the plan from the earliest cursor of this rank's lanes, a chunk at a time, kept to its lanes.
 
-    State: the chunk iterator (how far the plan is read), its ``sizer``; ``starts`` and ``mine`` are fixed at the
-    start.
+    State: the chunk iterator (how far the plan is read; ``zephon.executor.chunk_sizes``); ``starts`` and ``mine``
+    are fixed at the start.
     """
 
     def __init__(self, plan: PlanBundle, lanes: dict[int, Lane], *, num_lanes: int, chunk_size: int) -> None:
@@ -163,8 +163,8 @@ class ReadPlanRows:
             self.starts[k] = lane.start_position
         self.mine[list(lanes)] = True
         start = min(lane.start_position for lane in lanes.values())
-        self.sizer = ChunkSizer(chunk_size)
-        self._chunks = plan.chunks(self.sizer, start=start, lanes=num_lanes)
+        units = chunk_units(plan)  # chunks of small documents take more of them (the plan alone decides)
+        self._chunks = plan.chunks(chunk_size, start=start, lanes=num_lanes, units=units, budget=CHUNK_UNITS, grow=GROW)
 
     def next(self) -> PlanRows | None:
         """The next chunk (None at the end of the plan)."""
@@ -222,7 +222,6 @@ class FetchTexts:
                     if t is None
                 )
             keep, got = keep[kept], [got[i] for i in kept]
-        self.rows.sizer.add(len(chunk), got)
         texts: list[str] = []
         if len(keep):
             order = np.argsort(chunk.lane[keep], kind="stable")

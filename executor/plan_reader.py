@@ -3,7 +3,7 @@ door that checks it (``zephon.plan.bundle.open_bundle``)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,27 +83,32 @@ class PlanBundle:
 
     def chunks(
         self,
-        chunk_size: int | Callable[[], int],
+        chunk_size: int,
         start: int = 0,
         *,
         ramp: int = FIRST_CHUNK,
         lanes: int | None = None,
+        units: np.ndarray | None = None,
+        budget: int = 0,
+        grow: int = 1,
     ) -> Iterator[SampleChunk]:
-        """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time (a
-        callable: asked before each chunk, ``zephon.executor.estimated.ChunkSizer``).
+        """Yield the samples in plan order from position ``start``, ``chunk_size`` documents at a time.
 
         The first chunks are smaller — ``ramp`` documents, doubling up to ``chunk_size`` — so the first batch
-        waits for a few documents, not a whole chunk (chunk sizes change speed only, never the data).
-        Seeking to ``start`` skips whole row groups by their row counts (footer metadata): no data before
-        the row group holding ``start`` is read. With ``lanes`` (an estimated plan) each chunk carries the packing
-        lane of its documents among ``lanes`` (``zephon.planner.lane_dealing``).
+        waits for a few documents, not a whole chunk (chunk sizes change speed only, never the data). With
+        ``units`` (a document's size by shard id, ``zephon.executor.chunk_sizes``) every chunk after the first of
+        ``chunk_size`` takes more documents while their units add up to at most ``budget``, up to ``grow ×
+        chunk_size``: sizes that follow the plan alone. Seeking to ``start`` skips whole row groups by their row
+        counts (footer metadata): no data before the row group holding ``start`` is read. With ``lanes`` (an
+        estimated plan) each chunk carries the packing lane of its documents among ``lanes``
+        (``zephon.planner.lane_dealing``).
         """
         columns = ["dataset_id", "shard_id", "row"]
         if lanes is not None:
             columns.append(deal_column(self.manifest.format_version))
         first_row = 0
-        cap = chunk_size if callable(chunk_size) else lambda: chunk_size
-        size = max(1, min(ramp, cap()))
+        size = max(1, min(ramp, chunk_size))
+        whole = 0  # chunks of ``chunk_size`` so far: the first one is not grown
         for file in self.checked.samples:
             if first_row + file.rows <= start:  # a part before the start: its footer is not read
                 first_row += file.rows
@@ -117,8 +122,14 @@ class PlanBundle:
                     continue
                 table = read_row_group(reader, file.path, g, columns)
                 lo = max(0, start - first_row)
+                cum = None if units is None else np.cumsum(units[table.column(1).to_numpy()])
                 while lo < n:
-                    part = table.slice(lo, size)
+                    take = size
+                    if cum is not None and size == chunk_size and whole:
+                        fit = int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + budget, side="right")) - lo
+                        take = max(size, min(grow * chunk_size, fit))
+                    whole += size == chunk_size
+                    part = table.slice(lo, take)
                     lane = None
                     if lanes is not None:
                         lane = part.column(3).to_numpy() % lanes
@@ -130,7 +141,7 @@ class PlanBundle:
                         lane=lane,
                     )
                     lo += len(part)
-                    size = max(1, min(2 * size, cap()))
+                    size = min(2 * size, chunk_size)
                 first_row += n
 
 

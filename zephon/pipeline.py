@@ -147,7 +147,7 @@ class Pipeline:
 
         ``dp_rank``/``dp_size`` override the data-parallel identity (default: torch.distributed, else
         RANK/WORLD_SIZE); ``read_chunk`` is how many documents are read and tokenized together (at least: an
-        estimated plan's chunks of short texts take more, up to 8×, ``zephon.executor.estimated.ChunkSizer``);
+        estimated plan's chunks of small documents take more, up to 4×, ``zephon.executor.chunk_sizes``);
         ``provenance_dir`` makes every rank log what it yields (``zephon.executor.provenance_log``), for
         ``zephon audit PLAN --log DIR``. ``on_bad_document="skip"`` (estimated plans only; default
         ``"raise"``) skips documents that cannot be read as text and counts them by reason and shard in

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from zephon.executor.chunk_sizes import ChunkSizer
+from zephon.executor import estimated
 from zephon.executor.encode.text import Encoder
 from zephon.executor.estimated import (
     DealLanes,
@@ -320,25 +320,25 @@ def test_lane_batches_give_worker_w_of_n_microbatches_w_w_plus_n_and_so_on(longe
         assert (progress.step, progress.microbatch) == (5, 0)  # every worker advanced through all ten
 
 
-def test_the_chunk_sizer_follows_the_example_of_its_docstring() -> None:
-    one_in_eight = ChunkSizer(1024)
-    assert one_in_eight() == 1024  # nothing read yet
-    one_in_eight.add(800, ["x" * 300] * 100)
-    assert one_in_eight() == 27962  # 1 Mi characters at 37.5 a position
-    short = ChunkSizer(1024)
-    short.add(800, ["x" * 30] * 100)
-    assert short() == 65536  # 8,192 documents kept at 1 in 8
-    long = ChunkSizer(1024)
-    long.add(800, ["x" * 6000] * 800)  # a rank alone
-    assert long() == 1024  # never fewer than read_chunk
-    ids = ChunkSizer(1024)
-    ids.add(800, [np.arange(5)] * 100)  # a token store's documents: no characters, read_chunk
-    assert ids() == 1024
+def test_chunks_grow_while_their_documents_units_fit_the_budget_up_to_grow_times_the_chunk(tmp_path) -> None:
+    """``PlanBundle.chunks`` with units: after the first whole chunk each takes documents while their units add
+    up to the budget, at least ``chunk_size``, at most ``grow × chunk_size``; the ramp as without."""
+    plan = PlanBundle(write_plan(tmp_path, [TEXTS[i % 4] for i in range(100)], [i % 2 for i in range(100)]))
+    assert len(plan.shards) == 1
+
+    def sizes(units: int, budget: int) -> list[int]:
+        return [len(c) for c in plan.chunks(4, ramp=2, units=np.array([units]), budget=budget, grow=4)]
+
+    assert sizes(1, 0) == [2, 4] + [4] * 23 + [2]  # nothing fits: chunk_size
+    assert sizes(1, 10) == [2, 4] + [10] * 9 + [4]  # 10 units a chunk
+    assert sizes(1, 1000) == [2, 4] + [16] * 5 + [14]  # capped at 4 × 4
+    assert sizes(5, 30) == [2, 4] + [6] * 15 + [4]
+    assert [len(c) for c in plan.chunks(4, ramp=2)] == [2] + [4] * 24 + [2]  # without units
 
 
-def test_chunks_of_short_texts_grow_and_the_microbatches_stay_the_same(tmp_path, encoder) -> None:
-    """400 short texts, ``read_chunk`` 4: the chunks grow to 8 × 4 documents (capped by ``GROW``), and the
-    microbatches are those of chunks of 4 and of 1,024 documents (no growth possible past the plan)."""
+def test_chunks_of_small_documents_grow_and_the_microbatches_stay_the_same(tmp_path, encoder, monkeypatch) -> None:
+    """400 small documents, ``read_chunk`` 4: the chunks grow to ``GROW`` × 4 documents, and the microbatches are
+    those of chunks of 4 (no growth) and of 1,024 documents."""
     texts = [TEXTS[i % 4] for i in range(400)]
     plan = PlanBundle(write_plan(tmp_path, texts, [i % 2 for i in range(400)]))
     lanes = {0: Lane(MAX_LENGTH, P), 1: Lane(MAX_LENGTH, P)}
@@ -346,16 +346,12 @@ def test_chunks_of_short_texts_grow_and_the_microbatches_stay_the_same(tmp_path,
     sizes = []
     while (got := fetch.next()) is not None:
         sizes.append(len(got.chunk))
-    assert sizes[:4] == [4, 8, 16, 32] and set(sizes[4:-1]) == {32} and sum(sizes) == 400
+    assert sizes[:2] == [4, 16] and set(sizes[1:-1]) == {16} and sum(sizes) == 400
     geometry = Geometry.for_plan(microbatch=2, global_batch=2, dp_size=1, dp_rank=0, exact=False, plan_lanes=2)
-    fixed = ChunkSizer.__call__
-    try:
-        ChunkSizer.__call__ = lambda self: self.read_chunk  # type: ignore[method-assign]  # no growth
-        want, _ = run(plan, encoder, geometry, Progress(accumulation=1), chunk_size=4)
-    finally:
-        ChunkSizer.__call__ = fixed  # type: ignore[method-assign]
     got, _ = run(plan, encoder, geometry, Progress(accumulation=1), chunk_size=4)
     whole, _ = run(plan, encoder, geometry, Progress(accumulation=1), chunk_size=1024)
+    monkeypatch.setattr(estimated, "GROW", 1)  # no growth
+    want, _ = run(plan, encoder, geometry, Progress(accumulation=1), chunk_size=4)
     assert len(want) > 50
     for a, b, c in zip(want, got, whole, strict=True):
         assert a.rows.tokens.tolist() == b.rows.tokens.tolist() == c.rows.tokens.tolist()
