@@ -22,18 +22,8 @@ row → 26,214, capped at ``GROW × 1,024`` = 4,096.
 
 from __future__ import annotations
 
-import numpy as np
-
-from zephon.executor.pack.run_length import document_units
-from zephon.executor.plan_reader import PlanBundle
-
 #: A chunk after the first takes documents while their units (~a quarter of their characters for text in
 #: Parquet: 1 Mi characters, the size of one engine call, ``zephon.executor.encode.slices.MAX_CHARS``) add up to
 #: at most this many, but never more than ``GROW × read_chunk`` documents.
 CHUNK_UNITS = 1 << 18
 GROW = 4
-
-
-def chunk_units(plan: PlanBundle) -> np.ndarray:
-    """A document's units by global shard id (``document_units``): what chunk sizes follow."""
-    return document_units(plan)

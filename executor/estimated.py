@@ -75,13 +75,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.executor.block_split import split_block
-from zephon.executor.chunk_sizes import CHUNK_UNITS, GROW, chunk_units
+from zephon.executor.chunk_sizes import CHUNK_UNITS, GROW
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
 from zephon.executor.pack.lanes import Lane, Snapshot, cursors_of, pop_rows
 from zephon.executor.pack.rows import PackedRows
+from zephon.executor.pack.run_length import document_units
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import ProvenanceLog
@@ -163,7 +164,7 @@ class ReadPlanRows:
             self.starts[k] = lane.start_position
         self.mine[list(lanes)] = True
         start = min(lane.start_position for lane in lanes.values())
-        units = chunk_units(plan)  # chunks of small documents take more of them (the plan alone decides)
+        units = document_units(plan)  # chunks of small documents take more of them (the plan alone decides)
         self._chunks = plan.chunks(chunk_size, start=start, lanes=num_lanes, units=units, budget=CHUNK_UNITS, grow=GROW)
 
     def next(self) -> PlanRows | None:
