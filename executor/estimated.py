@@ -377,7 +377,7 @@ class DealLanes:
     def count_skipped(self, lanes: np.ndarray, positions: np.ndarray) -> None:
         """Count in ``stats`` the skipped documents a handed-out microbatch moved past: those before a document
         it holds in the same lane (``lanes[k]``, ``positions[k]``: the lane and position of its piece ``k``)."""
-        if not self._pending or self.stats is None or not len(positions):
+        if not self.pending or not len(positions):
             return
         reached = {lane: int(positions[lanes == lane].max()) for lane in np.unique(lanes).tolist()}
         rest = []
