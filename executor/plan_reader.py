@@ -108,7 +108,7 @@ class PlanBundle:
             columns.append(deal_column(self.manifest.format_version))
         first_row = 0
         size = max(1, min(ramp, chunk_size))
-        whole = 0  # chunks of ``chunk_size`` so far: the first one is not grown
+        grows = False  # a chunk of ``chunk_size`` was read: the later ones may grow (never the first)
         for file in self.checked.samples:
             if first_row + file.rows <= start:  # a part before the start: its footer is not read
                 first_row += file.rows
@@ -125,10 +125,10 @@ class PlanBundle:
                 cum = None if units is None else np.cumsum(units[table.column(1).to_numpy()])
                 while lo < n:
                     take = size
-                    if cum is not None and size == chunk_size and whole:
+                    if cum is not None and grows:
                         fit = int(np.searchsorted(cum, (cum[lo - 1] if lo else 0) + budget, side="right")) - lo
                         take = max(size, min(grow * chunk_size, fit))
-                    whole += size == chunk_size
+                    grows = grows or size == chunk_size
                     part = table.slice(lo, take)
                     lane = None
                     if lanes is not None:
