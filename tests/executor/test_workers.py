@@ -207,17 +207,34 @@ def test_persistent_workers_give_the_same_batches_every_epoch(plans, tokenizer_d
 
 
 def test_pin_memory_gives_the_same_batches(plans, tokenizer_dir) -> None:
+    """Every way a batch reaches the caller, pinned: whole microbatches pinned by the DataLoader's thread (0 and 1
+    workers), joined pieces and pieces read out of shared-memory slots pinned by the loader (2 workers), again
+    from persistent workers; with an accelerator also spawned workers and the copy to the device. Without one,
+    torch warns that pinning is off and the batches are the same (the pinned checks run on a GPU machine)."""
     p = pipeline(plans["estimated"], tokenizer_dir, 8)
     want = reference(p)
+    accelerator = torch.accelerator.is_available()
+    settings: list[dict[str, Any]] = [{"num_workers": 0}, {"num_workers": 1}, {"num_workers": 2}]
+    if accelerator:
+        settings += [{"num_workers": 2, "multiprocessing_context": "spawn"}]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # no accelerator here: torch warns that pinning is off
-        for workers in (0, 2):  # whole microbatches (pinned by the DataLoader) and joined pieces
-            loader = p.dataloader(num_workers=workers, pin_memory=True, **TRAINING)
-            got = list(loader)
-            assert same(got, want)
-            assert loader.handover["pickled"] == 0
-            if torch.accelerator.is_available():
-                assert all(t.is_pinned() for batch in got for t in batch.values() if isinstance(t, torch.Tensor))
+        for setting in [*settings, {"num_workers": 2, "persistent_workers": True}]:
+            loader = p.dataloader(pin_memory=True, **setting, **TRAINING)
+            for _ in range(2 if setting.get("persistent_workers") else 1):
+                got = list(loader)
+                assert same(got, want), setting
+                assert loader.handover["pickled"] == 0, setting
+                if accelerator:
+                    assert all(t.is_pinned() for b in got for t in b.values() if isinstance(t, torch.Tensor)), setting
+    if accelerator:  # a pinned batch copied without blocking arrives whole
+        device = torch.accelerator.current_accelerator()
+        def move(b: Tensors, to: Any) -> Tensors:
+            return {k: t.to(to, non_blocking=True) if isinstance(t, torch.Tensor) else t for k, t in b.items()}
+
+        moved = [move(b, device) for b in got]
+        torch.accelerator.synchronize()
+        assert same([move(b, "cpu") for b in moved], want)
 
 
 def test_without_room_in_shared_memory_the_pieces_cross_pickled_and_the_batches_are_the_same(

@@ -47,6 +47,30 @@ def test_a_state_taken_with_two_workers_resumes_exactly_with_one(plan, tokenizer
     assert [rows(t) for t in again] == whole  # the next epoch starts at the beginning of the plan
 
 
+@pytest.mark.filterwarnings("ignore:'pin_memory' argument is set as true but no accelerator")
+def test_pinned_batches_resume_exactly(plan, tokenizer_dir) -> None:
+    """pin_memory passed through: the same batches and an exact resume, page-locked where an accelerator is
+    (a GPU machine runs the pinned check; here torch warns that pinning is off)."""
+    import torch
+
+    whole = [rows(t) for t in stateful_loader(make_pipeline(plan, tokenizer_dir))]
+    loader = stateful_loader(make_pipeline(plan, tokenizer_dir), num_workers=2, pin_memory=True)
+    taken, pinned = [], []
+    for tensors in loader:
+        taken.append(rows(tensors))
+        pinned += [t.is_pinned() for t in tensors.values()]
+        if len(taken) == 3:
+            break
+    again = stateful_loader(make_pipeline(plan, tokenizer_dir), num_workers=1, pin_memory=True)
+    again.load_state_dict(json.loads(json.dumps(loader.state_dict())))
+    rest = []
+    for tensors in again:
+        rest.append(rows(tensors))
+        pinned += [t.is_pinned() for t in tensors.values()]
+    assert taken + rest == whole
+    assert all(pinned) if torch.accelerator.is_available() else not any(pinned)
+
+
 def test_arguments_that_would_change_the_data_are_refused_in_one_line(plan, tokenizer_dir) -> None:
     pipeline = make_pipeline(plan, tokenizer_dir)
     with pytest.raises(ConfigError, match=r"^stateful_loader's batch_size must be None, got 8 — the plan fixes the batches"):
