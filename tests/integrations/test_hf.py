@@ -116,7 +116,7 @@ def test_a_checkpoint_of_another_plan_a_state_at_a_dp_size_not_dividing_the_batc
 def test_a_transformers_or_accelerate_version_outside_the_tested_range_is_refused_in_one_line() -> None:
     from zephon.integrations.versions import require_tested
 
-    with pytest.raises(ConfigError, match=r"^transformers must be in the range zephon.integrations was tested with \(>=5.0,<6.0\), got 4.57.1 — pip install 'transformers>=5.0,<6.0'$"):
+    with pytest.raises(ConfigError, match=r"^transformers must be in the range zephon.integrations was tested with \(>=5.18,<6.0\), got 4.57.1 — pip install 'transformers>=5.18,<6.0'$"):
         require_tested("transformers", "4.57.1")
     with pytest.raises(ConfigError, match=r"^accelerate must be in the range zephon.integrations was tested with \(>=1.10,<2.0\), got 0.34.2 — pip install 'accelerate>=1.10,<2.0'$"):
         require_tested("accelerate", "0.34.2")

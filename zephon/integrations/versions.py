@@ -4,6 +4,10 @@ An integration leans on a framework's checkpoint and loop contracts (which hooks
 loop fetches ahead), which change between releases. Tested here: torch 2.13, torchdata 0.11.0, pytorch-lightning
 2.6.6, transformers 5.24.0, accelerate 1.15.0, torchtitan 0.3.0. The ranges accept later patch releases and,
 where the project keeps its contracts within a major version, later minor ones (torchtitan, before 1.0: 0.3 only).
+
+transformers from 5.18: before it, a Trainer of several processes on CPU (``use_cpu``, gloo) could not resume
+from its own checkpoint — it loaded the optimizer with ``map_location`` ``cpu:0``, which torch refuses ("don't
+know how to restore data location ... cpu:0"); seen with 5.17.0 on a GPU machine (tests/integrations/test_hf_ddp).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ TESTED: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {
     "torch": ((2, 6), (3, 0)),
     "torchdata": ((0, 11), (0, 12)),
     "pytorch-lightning": ((2, 6), (3, 0)),
-    "transformers": ((5, 0), (6, 0)),
+    "transformers": ((5, 18), (6, 0)),
     "accelerate": ((1, 10), (2, 0)),
     "torchtitan": ((0, 3), (0, 4)),
 }
