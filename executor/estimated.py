@@ -21,7 +21,7 @@ through five stages, each wrapping the one before and handing on one named value
    on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. It pops the rows of a
    *block* of consecutive microbatches in one call (``BLOCK_TOKENS``), in the same order as one microbatch at a
    time, and hands them out one by one; where each microbatch but the block's last ends, it snapshots every
-   lane's counters (``Lane.snapshot``), and while that microbatch is the last handed out, the lanes' cursors
+   lane's counters (``Block.snapshots``), and while that microbatch is the last handed out, the lanes' cursors
    are read from that snapshot (``Lane.held``) — so a state taken between two batches is the one-at-a-time state.
    An iteration's first block is one microbatch (its batch comes as soon as its rows are read), and an error
    reading for a block is raised at the microbatch whose rows needed it, after the ones before it.
@@ -68,7 +68,7 @@ lanes [0, 1, 0, 1] and tokenize to 0: [a a E], 1: [b E], 2: [c E], 3: [d d d E].
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -80,7 +80,7 @@ from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.geometry import Geometry
-from zephon.executor.pack.lanes import Lane, Snapshot, cursors_of, pop_rows
+from zephon.executor.pack.lanes import Block, Lane, Snapshot, cursors_of, cut_block
 from zephon.executor.pack.rows import PackedRows
 from zephon.executor.pack.run_length import document_units
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
@@ -312,6 +312,9 @@ class DealLanes:
         self._keep_from = 0  # positions before this are no longer needed (set by ``hold``)
         #: Skipped documents not yet counted in ``stats`` (placed: their positions and lanes are set).
         self._pending: list[SkippedDocument] = []
+        self._all = list(lanes.values())  # the lanes in ``lanes``' order: a block's snapshots list each one
+        self._index = np.full(max(lanes, default=0) + 1, -1, dtype=np.int64)  # lane id -> index in _all
+        self._index[list(lanes)] = np.arange(len(lanes))
 
     @property
     def pending(self) -> bool:
@@ -323,30 +326,20 @@ class DealLanes:
         """No lane holds a token."""
         return all(lane.buffered == 0 for lane in self.lanes.values())
 
-    def rows(self, lanes: list[int], marks: list[int], mark: Callable[[int, int], None]) -> tuple[
-        PackedRows, tuple[int, Exception] | None]:  # fmt: skip
-        """The next row of each of ``lanes``, in order, in one buffer (``pack.lanes.pop_rows``, which calls
-        ``mark`` at each of ``marks``): full, or (the plan read to the end) what is left, padded; and the error
-        reading on raised with the row that needed it, if any: from that row on nothing more is read (those rows
-        are cut from what was buffered, and never handed out) — so ``LaneBatches`` raises it where one microbatch
-        at a time would have, after the ones before it."""
-        needed = [0]  # rows prepared so far
-        failed: list[tuple[int, Exception]] = []
+    def rows(self, lanes: np.ndarray, marks: list[int]) -> Block:
+        """The next row of each of ``lanes`` (lane ids, in order), in one buffer (``pack.lanes.cut_block``, with
+        every lane's counters where each of ``marks`` rows end): full, or (the plan read to the end) what is left,
+        padded; and the error reading on raised with the row that needed it, if any: from that row on nothing
+        more is read (those rows are cut from what was buffered, and never handed out) — so ``LaneBatches`` raises
+        it where one microbatch at a time would have, after the ones before it."""
 
-        def ready(lane: Lane) -> None:
-            needed[0] += 1
-            if not failed:
-                try:
-                    self._ready(lane)
-                except Exception as exc:  # raised by LaneBatches at the microbatch that needed it
-                    failed.append((needed[0] - 1, exc))
-
-        rows = pop_rows([self.lanes[lane] for lane in lanes], ready, marks=marks, mark=mark)
-        return rows, next(iter(failed), None)
-
-    def _ready(self, lane: Lane) -> None:
-        while not lane.ready() and not self.exhausted:
+        def more() -> bool:
+            if self.exhausted:
+                return False
             self.fill()
+            return True
+
+        return cut_block(self._all, self._index[lanes], more, marks)
 
     def fill(self) -> None:
         """Deal the next chunk to the lanes (at the end of the plan: ``exhausted``)."""
@@ -478,17 +471,13 @@ class LaneBatches:
                 lanes = lane_of(ids, num_lanes)
                 block.append((ids, lanes, np.flatnonzero(self._held[lanes])))
             ends = np.cumsum([len(held) for _, _, held in block]).tolist()
-            snapshots: list[list[Snapshot]] = []  # every lane's counters where each microbatch but the last ends
-
-            def mark(block: int, cut_rows: int, into: list[list[Snapshot]] = snapshots) -> None:
-                into.append([lane.snapshot(block, cut_rows) for lane in deal.lanes.values()])
-
             spans = self._spans(block, ends, running)
             rows, failed = None, None  # the rows of the whole block, popped together; an error reading for them
+            snapshots: list[Snapshot] = []  # the lanes' counters where each microbatch but the last ends
             handed: list[tuple[PackedRows, tuple[list[int], list[int]]] | None] = [None] * len(block)
             if ends[-1]:
-                cut = np.concatenate([lanes[held] for _, lanes, held in block]).tolist()
-                rows, failed = deal.rows(cut, ends[:-1], mark)
+                cut = deal.rows(np.concatenate([lanes[held] for _, lanes, held in block]), ends[:-1])
+                rows, failed, snapshots = cut.rows, cut.failed, cut.snapshots
                 handed = split_block(rows, spans, deal.dataset_of, len(deal.dataset_names))
             for k, (ids, lanes, held) in enumerate(block):
                 if failed is not None and failed[0] < ends[k]:  # the microbatch whose rows needed it
@@ -503,7 +492,7 @@ class LaneBatches:
                     deal.stats.short_rows += short  # a lane ran out before the estimated end
                 earlier = snapshots[k] if k < len(snapshots) else None  # None: the lanes' own counters are its state
                 for i, lane in enumerate(deal.lanes.values()):
-                    lane.held = None if earlier is None else earlier[i]
+                    lane.held = None if earlier is None else (earlier, i)
                 span, got = spans[k], handed[k]
                 if span is not None:
                     assert got is not None

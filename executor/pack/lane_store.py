@@ -7,7 +7,7 @@ lane, one after the other — each id is copied in once. A document is one entry
 its first id lies in ``tokens`` (``at``), its size and its plan position. A row cut from ``[lo, hi)`` of lane
 ``s``'s stream meets the entries ``searchsorted(key, s<<40|lo, "right") - 1`` up to
 ``searchsorted(key, s<<40|hi, "left")`` — one ``searchsorted`` for all rows of a microbatch
-(``zephon.executor.pack.lanes.pop_rows``).
+(``zephon.executor.pack.lanes.cut_block``).
 
 The table is laid out in *regions*, one per lane in slot order, each with room to spare: a lane's new documents
 are written at the end of its region (one slice per array, no sort, nothing else moved), and the spare entries
@@ -114,7 +114,7 @@ class LaneStore:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``key, at, size, position`` of the whole table, spare entries and documents not yet forgotten included
-        (sorted by key: what ``pop_rows`` searches)."""
+        (sorted by key: what ``cut_block`` searches)."""
         return self.key, self.at, self.size, self.position
 
     def table(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

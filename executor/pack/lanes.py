@@ -19,11 +19,15 @@ A lane is a few numbers in stream coordinates (token ``t`` of the lane's stream 
 ``_end`` (after the last token pushed), ``_next`` (the next token to emit) and ``_kept`` (tokens before it may
 be forgotten). Its tokens and documents live in a ``LaneStore`` (``zephon.executor.pack.lane_store``) shared by
 a worker's lanes: one array the lanes append to (one copy a lane and chunk) and one document table sorted by
-(lane, stream start). ``pop_rows`` cuts a microbatch's rows in three steps: per row, ``_next`` moves by up to
-``max_length`` (integer arithmetic only); then, for all rows at once, one ``searchsorted`` over the table finds
-every row's documents and the pieces follow in a fixed number of numpy calls; then the ids are copied into
-the microbatch's ``(n, W)`` array — one slice per run of a row's pieces that lie one after another in the
-store (a row within one chunk's documents: one slice), whatever the number of documents in the row.
+(lane, stream start). ``cut_block`` cuts a block of rows (row ``i`` from lane ``order[i]``) with no Python per
+row: a lane's ``k``-th row of the block starts ``k · max_length`` past its ``_next`` (every row before it is full
+unless the plan ran out), so every row's bounds, and what must be buffered before it, are a few array operations;
+while the first row not yet full lacks tokens, the next chunk is dealt (``fill``, one call per chunk); one
+``searchsorted`` over the table then finds every row's documents and the pieces follow in a fixed number of
+numpy calls; the ids are copied into the block's ``(n, W)`` array — one slice per run of a row's pieces that lie
+one after another in the store (a row within one chunk's documents: one slice), whatever the number of
+documents in the row. Python runs per lane and per chunk dealt, not per row: with 8 lanes and a block of 64
+rows, 8 counter updates instead of 64 rounds of checks.
 
 Zero-size documents (an empty text with no BOS/EOS): a row's pieces are the document holding its first token
 and every document that starts inside it — at its first token too — so the empty documents between two rows are
@@ -35,7 +39,8 @@ document is past the empty ones before it: a resumed run never hands one out twi
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -43,16 +48,18 @@ from zephon.executor.encode.flags import ID
 from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
-__all__ = ["Lane", "LaneStore", "Snapshot", "cursors_of", "pop_rows"]
+__all__ = ["Block", "Lane", "LaneStore", "Snapshot", "cursors_of", "cut_block", "pop_rows"]
 
-#: A lane's counters that its cursor follows from (``Lane.snapshot``): next, end, done, the block being cut and
-#: how many of its rows were cut when it was taken (``done`` is updated once the block is cut: ``Lane._done_at``).
-Snapshot = tuple[int, int, int | None, int, int]
-#: Numbers the calls of ``pop_rows`` (blocks), so that a snapshot reads only its own block's rows.
+#: Every lane's counters that its cursor follows from, in a block's lanes' order (``Block.snapshots``): next, end
+#: and done, the block being cut and how many of its rows were cut when it was taken (``done`` is updated once the
+#: block is cut: ``Lane._done_at``). A lane holds one with its index in it (``Lane.held``).
+Snapshot = tuple[list[int], list[int], list[int | None], int, int]
+#: Numbers the calls of ``cut_block`` (blocks), so that a snapshot reads only its own block's rows.
 _BLOCKS = itertools.count()
 
 _ARANGE = np.arange(4096, dtype=np.int64)  # 0, 1, 2, ... for the usual sizes without a call (read only)
 _ARANGE.flags.writeable = False
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 class Lane:
@@ -88,12 +95,12 @@ class Lane:
         #: One past the document of the last piece this lane emitted in this run (None: none yet): its cursor while
         #: its next token lies between documents, when that piece ended its document (set in ``_cut``).
         self._done: int | None = None
-        #: The last block (``pop_rows`` call) this lane was cut in, and (row, done) of its rows of it that had
-        #: pieces (``_done_at``).
-        self._block: tuple[int, list[tuple[int, int]]] = (-1, [])
+        #: The last block (``cut_block`` call) this lane was cut in, and its rows of it that had pieces with
+        #: ``_done`` after each (increasing rows: ``_done_at``).
+        self._block: tuple[int, np.ndarray, np.ndarray] = (-1, _EMPTY, _EMPTY)
         #: What ``cursor`` reads instead of the live counters while rows cut ahead are handed out one microbatch at a
-        #: time (``snapshot``, ``zephon.executor.estimated.LaneBatches``): the counters as they were then.
-        self.held: Snapshot | None = None
+        #: time (``Block.snapshots``, ``zephon.executor.estimated.LaneBatches``): the counters as they were then.
+        self.held: tuple[Snapshot, int] | None = None
 
     @property
     def buffered(self) -> int:
@@ -132,18 +139,13 @@ class Lane:
         cursor as it was when that snapshot was taken (``cursors_of``)."""
         return cursors_of([self])[0]
 
-    def snapshot(self, block: int, rows: int) -> Snapshot:
-        """The counters ``cursor`` reads (``held``), taken when ``rows`` rows of ``block`` are cut (``pop_rows``'
-        ``mark``)."""
-        return self._next, self._end, self._done, block, rows
-
     def _done_at(self, block: int, rows: int, done: int | None) -> int | None:
         """``_done`` as it was when ``rows`` rows of ``block`` were cut, ``done`` being its value then (set only
         once the whole block is cut: the lane's rows of the block before ``rows`` may have changed it since)."""
         if self._block[0] == block:
-            for row, value in reversed(self._block[1]):
-                if row < rows:
-                    return value
+            k = int(np.searchsorted(self._block[1], rows))  # its entries of rows before ``rows``
+            if k:
+                return int(self._block[2][k - 1])
         return done
 
     def _at_rest(self, done: int | None) -> tuple[int, int]:
@@ -169,7 +171,8 @@ def cursors_of(lanes: list[Lane]) -> list[tuple[int, int]]:
         if lane.held is None:
             nxt, end, done = lane._next, lane._end, lane._done
         else:
-            nxt, end, before, block, rows = lane.held
+            (at, ends, dones, block, rows), k = lane.held
+            nxt, end, before = at[k], ends[k], dones[k]
             done = lane._done_at(block, rows, before)
         if nxt >= end:
             out.append(lane._at_rest(done))
@@ -189,61 +192,104 @@ def cursors_of(lanes: list[Lane]) -> list[tuple[int, int]]:
     return out
 
 
-def pop_rows(
-    lanes: list[Lane],
-    prepare: Callable[[Lane], None] | None = None,
-    *,
-    marks: list[int] | None = None,
-    mark: Callable[[int, int], None] | None = None,
-) -> PackedRows:
-    """The next row of each lane in ``lanes`` (in order; a lane may come more than once: its next rows), as one
-    ``PackedRows`` (module docstring). ``prepare(lane)`` runs just before each row is cut (``DealLanes``
-    buffers enough of the lane there). ``mark(block, rows)`` runs once for each of ``marks`` (increasing row
-    counts), when that many rows are cut and the next row's ``prepare`` has not run: where a microbatch of rows cut
-    together ends (``LaneBatches`` takes the lanes' snapshots there; ``block`` numbers this call). Lanes of one
-    run: same ``max_length``, pad and dtype."""
-    n, width = len(lanes), lanes[0].max_length
-    block = next(_BLOCKS)
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Rows cut together (``cut_block``): the rows, every lane's counters where each of ``marks`` ends
+    (``Lane.held``), and the error ``fill`` raised with the row that needed it, if any."""
+
+    rows: PackedRows
+    snapshots: list[Snapshot]
+    failed: tuple[int, Exception] | None
+
+
+def pop_rows(lanes: list[Lane], fill: Callable[[], bool] | None = None) -> PackedRows:
+    """The next row of each of ``lanes`` in order (a lane may come more than once: its next rows), as one
+    ``PackedRows`` (``cut_block``; an error ``fill`` raises is raised)."""
+    index: dict[int, int] = {}
+    own: list[Lane] = []
     for lane in lanes:
-        lane._block = (block, [])
-    lo, hi = [0] * n, [0] * n
-    short = []
-    marks = marks or []
-    m = 0
-    for i, lane in enumerate(lanes):  # per row: a few integers (the copies and searches come after, vectorized)
-        while m < len(marks) and marks[m] == i:
-            mark(block, i)  # type: ignore[misc]
-            m += 1
-        if prepare is not None:
-            prepare(lane)
-        a = lane._next
-        b = lane._next = min(a + width, lane._end)
-        lo[i], hi[i] = lane._key + a, lane._key + b
-        if b - a < width:
-            short.append((i, b - a))
-    while m < len(marks):
-        mark(block, marks[m])  # type: ignore[misc]
-        m += 1
+        if id(lane) not in index:
+            index[id(lane)] = len(own)
+            own.append(lane)
+    block = cut_block(own, np.array([index[id(lane)] for lane in lanes], dtype=np.int64), fill)
+    if block.failed is not None:
+        raise block.failed[1]
+    return block.rows
+
+
+def cut_block(lanes: list[Lane], order: np.ndarray, fill: Callable[[], bool] | None = None, marks: Sequence[int] = (
+    )) -> Block:  # fmt: skip
+    """Row ``i`` is the next row of ``lanes[order[i]]`` (``lanes`` distinct; a lane's rows follow each other in
+    its stream): full, or — once ``fill`` (buffer the next chunk; False when the plan is read to the end) has no
+    more — what is left, padded. ``fill`` runs, in row order, while the first row not full yet lacks tokens; an
+    error it raises stops the filling and is returned with that row (the rows are then cut from what was
+    buffered). ``snapshots[k]`` holds the lanes' counters once ``marks[k]`` rows are cut (``Lane.held``); this
+    call numbers the block. Lanes of one run: same ``max_length``, pad and dtype. No Python per row."""
+    n, width, count = len(order), lanes[0].max_length, len(lanes)
+    block = next(_BLOCKS)
+    per_lane = np.bincount(order, minlength=count)
+    by_lane = np.argsort(order, kind="stable")  # the rows grouped by lane, each lane's in row order
+    first_of = per_lane.cumsum() - per_lane  # where each lane's rows start in by_lane
+    failed = None
+    nxt, end = _counters(lanes)
+    while fill is not None:  # (a resumed lane's first push moves its _next past the skipped tokens: read anew)
+        full = (end - nxt) // width  # each lane's first full rows are buffered
+        lacking = np.flatnonzero(full < per_lane)
+        if not len(lacking):
+            break
+        row = int(by_lane[(first_of + full)[lacking]].min())  # the first row not full yet
+        try:
+            more = fill()
+        except Exception as exc:  # the caller raises it where the row that needed it is handed out
+            failed, more = (row, exc), False
+        nxt, end = _counters(lanes)
+        if not more:
+            break
+    ahead = np.empty(n, dtype=np.int64)  # the row is the ahead[i]-th of its lane in this block
+    ahead[by_lane] = _upto(n) - first_of[order[by_lane]]
+    begin = nxt[order] + ahead * width
+    lo = np.minimum(begin, end[order])
+    hi = np.minimum(begin + width, end[order])
+    snapshots: list[Snapshot] = []  # the counters once marks[k] rows are cut (``_done`` moves after the cut)
+    if len(marks):
+        grouped = order[by_lane] * (n + 1) + by_lane  # sorted: lane, then row
+        cut = grouped.searchsorted((_upto(count) * (n + 1))[:, None] + np.asarray(marks)) - first_of[:, None]
+        at = np.minimum(nxt[:, None] + cut * width, end[:, None]).T.tolist()
+        ends, done = end.tolist(), [lane._done for lane in lanes]
+        snapshots = [(a, ends, done, block, m) for a, m in zip(at, marks, strict=True)]
+    keys = np.array([lane._key for lane in lanes], dtype=np.int64)[order]
+    for lane, b in zip(lanes, np.minimum(nxt + per_lane * width, end).tolist(), strict=True):
+        lane._next = b
+    lengths = hi - lo
+    short = [(int(r), int(lengths[r])) for r in np.flatnonzero(lengths < width)] if lengths.min() < width else []
     tokens = np.empty((n, width), dtype=lanes[0].dtype)
     doc_start = np.zeros((n, width), dtype=bool)
-    store = lanes[0].store
-    if all(lane.store is store for lane in lanes):
-        pieces = _cut(store, lanes, None, np.array((lo, hi), dtype=np.int64), short, tokens, doc_start)
+    stores = [lane.store for lane in lanes]
+    if all(store is stores[0] for store in stores):
+        bounds = np.array((keys + lo, keys + hi))
+        pieces = _cut(stores[0], lanes, order, None, bounds, short, tokens, doc_start, block, (by_lane, per_lane))
     else:  # lanes of several stores (lanes made one by one): each store's rows, then the pieces in row order
-        parts = []
-        for s in {id(lane.store): lane.store for lane in lanes}.values():
-            mine = [i for i, lane in enumerate(lanes) if lane.store is s]
-            bounds = np.array(([lo[i] for i in mine], [hi[i] for i in mine]), dtype=np.int64)
-            empty = [(k, m) for k, i in enumerate(mine) for j, m in short if j == i]
-            own = [lanes[i] for i in mine]
-            parts.append(_cut(s, own, np.array(mine), bounds, empty, tokens, doc_start))
+        parts, lane_at = [], np.empty(count, dtype=np.int64)
+        for store in {id(s): s for s in stores}.values():
+            own = [k for k in range(count) if stores[k] is store]
+            lane_at[own] = _upto(len(own))
+            mine = np.flatnonzero(np.isin(order, own))
+            where = {int(r): k for k, r in enumerate(mine)}
+            empty = [(where[r], m) for r, m in short if r in where]
+            bounds = np.array((keys[mine] + lo[mine], keys[mine] + hi[mine]))
+            own_lanes = [lanes[k] for k in own]
+            parts.append(_cut(store, own_lanes, lane_at[order[mine]], mine, bounds, empty, tokens, doc_start, block))
         pieces = np.concatenate(parts)
         pieces = pieces[np.argsort(pieces["row"], kind="stable")]
-    lengths = np.full(n, width, dtype=np.int64)
-    for i, m in short:  # padding: the end of the plan only
-        tokens[i, m:] = _pad(tokens.dtype, lanes[0].pad_id)
-        lengths[i] = m
-    return PackedRows(tokens=tokens, doc_start=doc_start, lengths=lengths, pieces=pieces)
+    for r, m in short:  # padding: the end of the plan only
+        tokens[r, m:] = _pad(tokens.dtype, lanes[0].pad_id)
+    return Block(PackedRows(tokens=tokens, doc_start=doc_start, lengths=lengths, pieces=pieces), snapshots, failed)
+
+
+def _counters(lanes: list[Lane]) -> tuple[np.ndarray, np.ndarray]:
+    """Each lane's ``_next`` and ``_end``."""
+    nxt = np.array([lane._next for lane in lanes], dtype=np.int64)
+    return nxt, np.array([lane._end for lane in lanes], dtype=np.int64)
 
 
 def _upto(n: int) -> np.ndarray:
@@ -260,15 +306,19 @@ def _pad(dtype: np.dtype, pad_id: int) -> np.ndarray | int:
 
 
 def _cut(
-    store: LaneStore, lanes: list[Lane], rows: np.ndarray | None, bounds: np.ndarray, short: list[tuple[int, int]],
-    out: np.ndarray, doc_start: np.ndarray,
+    store: LaneStore, lanes: list[Lane], order: np.ndarray, rows: np.ndarray | None, bounds: np.ndarray,
+    short: list[tuple[int, int]], out: np.ndarray, doc_start: np.ndarray, block: int,
+    grouping: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:  # fmt: skip
-    """The pieces of ``lanes``' rows — rows ``rows`` of ``out`` (None: 0, 1, ...) — cut from the keys ``bounds``
-    (``slot << SHIFT | stream index``: row ``i`` is ``[bounds[0, i], bounds[1, i])``), all in ``store``; their ids
-    copied into ``out`` and their document starts marked in ``doc_start``; ``short``: the rows shorter than a full
-    row, with their lengths. Each lane's cursor and kept index are updated."""
+    """The pieces of the rows of ``lanes`` (row ``k`` is ``lanes[order[k]]``'s; row ``rows[k]`` of ``out``, None:
+    row ``k``) cut from the keys ``bounds`` (``slot << SHIFT | stream index``: row ``k`` is ``[bounds[0, k],
+    bounds[1, k])``), all in ``store``; their ids copied into ``out`` and their document starts marked in
+    ``doc_start``; ``short``: the rows shorter than a full row, with their lengths; ``grouping``: the rows sorted
+    by lane (stably) and each lane's count of rows, when known. Each lane's cursor, kept index and done entries of
+    ``block`` are updated."""
     key, at, size, position = store.arrays()
-    width = out.shape[1]
+    width, n = out.shape[1], len(order)
+    label = _upto(n) if rows is None else rows  # each row's row in ``out``
     # Per row: the documents holding its first and its end token (the last starting at or before it), and the
     # first starting at or after it. Its pieces are from the first starting at its first token (an empty one
     # included), else the one holding it, through the last starting before its end.
@@ -276,19 +326,19 @@ def _cut(
     left = key.searchsorted(bounds, side="left")
     first = np.minimum(left[0], right[0])
     counts = left[1] - first
-    for i, m in short:
+    for k, m in short:
         if m == 0:
-            counts[i] = 0  # an empty row (the end of the plan) has no pieces
+            counts[k] = 0  # an empty row (the end of the plan) has no pieces
     ends = counts.cumsum()
-    total = int(ends[-1])
-    local = np.repeat(_upto(len(lanes)), counts)  # the row of each piece
+    total = int(ends[-1]) if n else 0
+    local = np.repeat(_upto(n), counts)  # the row of each piece
     doc = (first - ends + counts)[local] + _upto(total)
     start = key[doc]
     lo, hi = bounds[0][local], bounds[1][local]
     begin = np.maximum(start, lo)
     end = np.minimum(start + size[doc], hi)
     pieces = np.empty(total, dtype=PIECE_DTYPE)
-    pieces["row"] = local if rows is None else rows[local]
+    pieces["row"] = label[local]
     pieces["offset"] = offset = begin - lo
     pieces["position"] = of = position[doc]
     pieces["doc_start"] = skip = begin - start
@@ -296,7 +346,7 @@ def _cut(
     # The ids: one slice per run of pieces whose source and destination advance together (``delta`` equal):
     # a row within one chunk's documents is one slice. A run may cross into the next row (a full row before
     # it, or padding written after) or, in the one-store case, over an empty row (padded after as well).
-    dst = offset + (local if rows is None else rows[local]) * width
+    dst = offset + label[local] * width
     delta = at[doc] + skip - dst
     apart = delta[1:] != delta[:-1]
     if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
@@ -308,18 +358,28 @@ def _cut(
         a, b, d = dst_[f], end_[e - 1], delta_[f]
         flat[a:b] = tokens[a + d : b + d]
     doc_start.reshape(-1)[dst[skip == 0]] = True
-    # Cursors (the last row of a lane wins): the document at each row's end token, and one past the document of
-    # the row's last piece (``_done``: the cursor if the row ends between documents; else the table's is).
-    if len(key):
-        held = np.maximum(right[1], 0)
+    # Cursors, per lane from its last row: the document at that row's end token; and ``_done``, one past the
+    # document of the last piece of its last row with pieces (the cursor if a row ends between documents).
+    if grouping is None:
+        grouping = np.argsort(order, kind="stable"), np.bincount(order, minlength=len(lanes))
+    by_lane, per_lane = grouping
+    cur = None  # each lane's last row's document at its end token (lanes without rows: not read)
+    if n and len(key):
+        held = np.maximum(right[1][by_lane[np.maximum(per_lane.cumsum() - 1, 0)]], 0)
         cur = zip(position[held].tolist(), (key[held] & MASK).tolist(), strict=True)
-    else:
-        cur = ((0, 0) for _ in lanes)
-    last = of[ends - 1].tolist() if total else []  # (an empty row's entry is another row's: never read)
-    empty = {i for i, m in short if m == 0}
-    for k, (lane, c) in enumerate(zip(lanes, cur, strict=True)):
-        lane._cur, lane._kept = c, lane._next
-        if total and k not in empty:
-            lane._done = last[k] + 1
-            lane._block[1].append((k if rows is None else int(rows[k]), last[k] + 1))
+    grouped = by_lane[counts[by_lane] > 0]  # the rows with pieces, by lane, in row order
+    done = of[ends[grouped] - 1] + 1 if total else _EMPTY
+    upto = np.bincount(order[grouped], minlength=len(lanes)).cumsum().tolist()
+    rows_of, done_of, has_rows = label[grouped], done, (per_lane > 0).tolist()
+    a = 0
+    for k, lane in enumerate(lanes):
+        c = next(cur) if cur is not None else (0, 0)
+        if has_rows[k]:
+            lane._cur = c
+        lane._kept = lane._next
+        b = upto[k]
+        lane._block = (block, rows_of[a:b], done_of[a:b])
+        if b > a:
+            lane._done = int(done_of[b - 1])
+        a = b
     return pieces

@@ -10,7 +10,7 @@ import pytest
 
 from zephon.executor.encode.flags import FLAGGED, ID, tag
 from zephon.executor.pack.lane_store import MIN_ROOM, PERIOD, SHIFT
-from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of, pop_rows
+from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of, cut_block, pop_rows
 from zephon.executor.pack.rows import PIECE_DTYPE
 
 PAD = -1
@@ -127,12 +127,8 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
         for _ in range(int(rng.integers(0, 4))):
             order = rng.integers(0, num_lanes, size=int(rng.integers(1, 7))).tolist()  # lanes repeat
             at = int(rng.integers(0, len(order) + 1))  # a microbatch of the block ends after this many rows
-            snapshots = {}
-
-            def mark(block: int, cut: int, into: dict = snapshots, held: dict = lanes) -> None:
-                into.update({k: x.snapshot(block, cut) for k, x in held.items()})
-
-            rows = pop_rows([lanes[k] for k in order], marks=[at], mark=mark)
+            block = cut_block(list(lanes.values()), np.array(order), marks=[at])
+            rows, snapshots = block.rows, {k: (block.snapshots[0], i) for i, k in enumerate(lanes)}
             then = _check(rows, refs, order, width, dtype == FLAGGED, at)
             now = {k: r.cursor() for k, r in refs.items()}
             assert {k: lane.cursor() for k, lane in lanes.items()} == now

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from zephon.executor.pack.lanes import Lane, pop_rows
+from zephon.executor.pack.lanes import Lane, cut_block, pop_rows
 
 A, B, C, E = 1, 2, 3, 0
 
@@ -41,12 +41,29 @@ def test_pop_rows_cuts_each_lanes_next_row_and_a_repeated_lane_gives_its_followi
     assert empty.lengths.tolist() == [0] and empty.tokens.tolist() == [[-1] * 4] and len(empty.pieces) == 0
 
 
-def test_pop_rows_runs_prepare_just_before_each_row() -> None:
+def test_fill_runs_while_the_first_row_not_full_lacks_tokens() -> None:
     lane, seen = Lane(4, -1), []
 
-    def prepare(target: Lane) -> None:  # what DealLanes does: buffer the lane's next documents
-        seen.append(target.buffered)
-        target.push_many(np.array([len(seen)]), np.array([7, 7, 7, 7]), np.array([4]))
+    def fill() -> bool:  # what DealLanes does: deal the next chunk
+        seen.append(lane.buffered)
+        lane.push_many(np.array([len(seen)]), np.array([7, 7, 7, 7, 7, 7]), np.array([6]))
+        return True
 
-    rows = pop_rows([lane, lane], prepare)
-    assert seen == [0, 0] and rows.tokens.tolist() == [[7] * 4, [7] * 4]
+    rows = pop_rows([lane, lane, lane], fill)  # 12 tokens needed: two chunks of 6, filled before any row is cut
+    assert seen == [0, 6] and rows.tokens.tolist() == [[7] * 4] * 3 and lane.buffered == 0
+
+
+def test_an_error_filling_is_returned_with_the_row_that_needed_it_and_the_rows_are_cut_from_what_was_buffered() -> None:
+    one, two = _lane(), Lane(4, -1)
+    calls = []
+
+    def fill() -> bool:
+        calls.append(1)
+        raise ValueError("bad shard")
+
+    block = cut_block([one, two], np.array([0, 0, 1, 0]), fill, marks=[1, 3])
+    assert block.failed is not None and block.failed[0] == 2 and str(block.failed[1]) == "bad shard"
+    assert len(calls) == 1  # row 2 (lane two, empty) needed it; nothing was read after the error
+    assert block.rows.lengths.tolist() == [4, 4, 0, 1]
+    # the counters once 1 and 3 rows are cut: lane one's next at 4, then 8 (its third row is not cut yet)
+    assert [snapshot[0] for snapshot in block.snapshots] == [[4, 0], [8, 0]]
