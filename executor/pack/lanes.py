@@ -60,6 +60,9 @@ _BLOCKS = itertools.count()
 _ARANGE = np.arange(4096, dtype=np.int64)  # 0, 1, 2, ... for the usual sizes without a call (read only)
 _ARANGE.flags.writeable = False
 _EMPTY = np.empty(0, dtype=np.int64)
+#: A block's rows with pieces by lane (``Lane._block``): the block, their rows, ``_done`` after each, bounds by lane.
+_Entries = tuple[int, np.ndarray, np.ndarray, list[int]]
+_NO_ENTRIES: _Entries = (-1, _EMPTY, _EMPTY, [0, 0])
 
 
 class Lane:
@@ -95,9 +98,9 @@ class Lane:
         #: One past the document of the last piece this lane emitted in this run (None: none yet): its cursor while
         #: its next token lies between documents, when that piece ended its document (set in ``_cut``).
         self._done: int | None = None
-        #: The last block (``cut_block`` call) this lane was cut in, and its rows of it that had pieces with
-        #: ``_done`` after each (increasing rows: ``_done_at``).
-        self._block: tuple[int, np.ndarray, np.ndarray] = (-1, _EMPTY, _EMPTY)
+        #: The last block (``cut_block`` call) this lane was cut in: (the block, the block's rows that had pieces
+        #: grouped by lane, ``_done`` after each, where each lane's start), and this lane's index (``_done_at``).
+        self._block: tuple[_Entries, int] = (_NO_ENTRIES, 0)
         #: What ``cursor`` reads instead of the live counters while rows cut ahead are handed out one microbatch at a
         #: time (``Block.snapshots``, ``zephon.executor.estimated.LaneBatches``): the counters as they were then.
         self.held: tuple[Snapshot, int] | None = None
@@ -142,10 +145,12 @@ class Lane:
     def _done_at(self, block: int, rows: int, done: int | None) -> int | None:
         """``_done`` as it was when ``rows`` rows of ``block`` were cut, ``done`` being its value then (set only
         once the whole block is cut: the lane's rows of the block before ``rows`` may have changed it since)."""
-        if self._block[0] == block:
-            k = int(np.searchsorted(self._block[1], rows))  # its entries of rows before ``rows``
-            if k:
-                return int(self._block[2][k - 1])
+        (cut, rows_of, done_of, bounds), k = self._block
+        if cut == block:
+            a, b = bounds[k], bounds[k + 1]
+            j = a + int(np.searchsorted(rows_of[a:b], rows))  # its entries of rows before ``rows``
+            if j > a:
+                return int(done_of[j - 1])
         return done
 
     def _at_rest(self, done: int | None) -> tuple[int, int]:
@@ -258,16 +263,16 @@ def cut_block(lanes: list[Lane], order: np.ndarray, fill: Callable[[], bool] | N
         ends, done = end.tolist(), [lane._done for lane in lanes]
         snapshots = [(a, ends, done, block, m) for a, m in zip(at, marks, strict=True)]
     keys = np.array([lane._key for lane in lanes], dtype=np.int64)[order]
-    for lane, b in zip(lanes, np.minimum(nxt + per_lane * width, end).tolist(), strict=True):
-        lane._next = b
+    after = np.minimum(nxt + per_lane * width, end).tolist()  # each lane's _next once its rows are cut
     lengths = hi - lo
-    short = [(int(r), int(lengths[r])) for r in np.flatnonzero(lengths < width)] if lengths.min() < width else []
+    short = [(int(r), int(lengths[r])) for r in np.flatnonzero(lengths < width)] if n and lengths.min() < width else []
     tokens = np.empty((n, width), dtype=lanes[0].dtype)
     doc_start = np.zeros((n, width), dtype=bool)
     stores = [lane.store for lane in lanes]
     if all(store is stores[0] for store in stores):
         bounds = np.array((keys + lo, keys + hi))
-        pieces = _cut(stores[0], lanes, order, None, bounds, short, tokens, doc_start, block, (by_lane, per_lane))
+        grouping = (by_lane, per_lane)
+        pieces = _cut(stores[0], lanes, order, None, bounds, short, tokens, doc_start, block, after, grouping)
     else:  # lanes of several stores (lanes made one by one): each store's rows, then the pieces in row order
         parts, lane_at = [], np.empty(count, dtype=np.int64)
         for store in {id(s): s for s in stores}.values():
@@ -278,7 +283,8 @@ def cut_block(lanes: list[Lane], order: np.ndarray, fill: Callable[[], bool] | N
             empty = [(where[r], m) for r, m in short if r in where]
             bounds = np.array((keys[mine] + lo[mine], keys[mine] + hi[mine]))
             own_lanes = [lanes[k] for k in own]
-            parts.append(_cut(store, own_lanes, lane_at[order[mine]], mine, bounds, empty, tokens, doc_start, block))
+            rows, nexts = lane_at[order[mine]], [after[k] for k in own]
+            parts.append(_cut(store, own_lanes, rows, mine, bounds, empty, tokens, doc_start, block, nexts))
         pieces = np.concatenate(parts)
         pieces = pieces[np.argsort(pieces["row"], kind="stable")]
     for r, m in short:  # padding: the end of the plan only
@@ -307,15 +313,15 @@ def _pad(dtype: np.dtype, pad_id: int) -> np.ndarray | int:
 
 def _cut(
     store: LaneStore, lanes: list[Lane], order: np.ndarray, rows: np.ndarray | None, bounds: np.ndarray,
-    short: list[tuple[int, int]], out: np.ndarray, doc_start: np.ndarray, block: int,
+    short: list[tuple[int, int]], out: np.ndarray, doc_start: np.ndarray, block: int, after: list[int],
     grouping: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:  # fmt: skip
     """The pieces of the rows of ``lanes`` (row ``k`` is ``lanes[order[k]]``'s; row ``rows[k]`` of ``out``, None:
     row ``k``) cut from the keys ``bounds`` (``slot << SHIFT | stream index``: row ``k`` is ``[bounds[0, k],
     bounds[1, k])``), all in ``store``; their ids copied into ``out`` and their document starts marked in
-    ``doc_start``; ``short``: the rows shorter than a full row, with their lengths; ``grouping``: the rows sorted
-    by lane (stably) and each lane's count of rows, when known. Each lane's cursor, kept index and done entries of
-    ``block`` are updated."""
+    ``doc_start``; ``short``: the rows shorter than a full row, with their lengths; ``after``: each lane's
+    ``_next`` once its rows are cut; ``grouping``: the rows sorted by lane (stably) and each lane's count of rows,
+    when known. Each lane's next and kept indices, cursor and done entries of ``block`` are updated."""
     key, at, size, position = store.arrays()
     width, n = out.shape[1], len(order)
     label = _upto(n) if rows is None else rows  # each row's row in ``out``
@@ -369,17 +375,15 @@ def _cut(
         cur = zip(position[held].tolist(), (key[held] & MASK).tolist(), strict=True)
     grouped = by_lane[counts[by_lane] > 0]  # the rows with pieces, by lane, in row order
     done = of[ends[grouped] - 1] + 1 if total else _EMPTY
-    upto = np.bincount(order[grouped], minlength=len(lanes)).cumsum().tolist()
-    rows_of, done_of, has_rows = label[grouped], done, (per_lane > 0).tolist()
-    a = 0
-    for k, lane in enumerate(lanes):
+    upto = np.bincount(order[grouped], minlength=len(lanes)).cumsum()
+    last = np.where(upto > np.concatenate(([0], upto[:-1])), done[np.maximum(upto - 1, 0)] if total else -1, -1)
+    entries = (block, label[grouped], done, [0, *upto.tolist()])  # every lane's rows with pieces and done after
+    for k, (lane, has, d, b) in enumerate(zip(lanes, (per_lane > 0).tolist(), last.tolist(), after, strict=True)):
         c = next(cur) if cur is not None else (0, 0)
-        if has_rows[k]:
+        if has:
             lane._cur = c
-        lane._kept = lane._next
-        b = upto[k]
-        lane._block = (block, rows_of[a:b], done_of[a:b])
-        if b > a:
-            lane._done = int(done_of[b - 1])
-        a = b
+        lane._next = lane._kept = b
+        lane._block = (entries, k)
+        if d >= 0:
+            lane._done = d
     return pieces
