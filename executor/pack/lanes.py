@@ -38,6 +38,7 @@ document is past the empty ones before it: a resumed run never hands one out twi
 
 from __future__ import annotations
 
+import bisect
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -61,8 +62,8 @@ _ARANGE = np.arange(4096, dtype=np.int64)  # 0, 1, 2, ... for the usual sizes wi
 _ARANGE.flags.writeable = False
 _EMPTY = np.empty(0, dtype=np.int64)
 #: A block's rows with pieces by lane (``Lane._block``): the block, their rows, ``_done`` after each, bounds by lane.
-_Entries = tuple[int, np.ndarray, np.ndarray, list[int]]
-_NO_ENTRIES: _Entries = (-1, _EMPTY, _EMPTY, [0, 0])
+_Entries = tuple[int, list[int], list[int], list[int]]
+_NO_ENTRIES: _Entries = (-1, [], [], [0, 0])
 
 
 class Lane:
@@ -147,10 +148,9 @@ class Lane:
         once the whole block is cut: the lane's rows of the block before ``rows`` may have changed it since)."""
         (cut, rows_of, done_of, bounds), k = self._block
         if cut == block:
-            a, b = bounds[k], bounds[k + 1]
-            j = a + int(np.searchsorted(rows_of[a:b], rows))  # its entries of rows before ``rows``
-            if j > a:
-                return int(done_of[j - 1])
+            j = bisect.bisect_left(rows_of, rows, bounds[k], bounds[k + 1])  # past its entries of rows before
+            if j > bounds[k]:
+                return done_of[j - 1]
         return done
 
     def _at_rest(self, done: int | None) -> tuple[int, int]:
@@ -377,7 +377,7 @@ def _cut(
     done = of[ends[grouped] - 1] + 1 if total else _EMPTY
     upto = np.bincount(order[grouped], minlength=len(lanes)).cumsum()
     last = np.where(upto > np.concatenate(([0], upto[:-1])), done[np.maximum(upto - 1, 0)] if total else -1, -1)
-    entries = (block, label[grouped], done, [0, *upto.tolist()])  # every lane's rows with pieces and done after
+    entries = (block, label[grouped].tolist(), done.tolist(), [0, *upto.tolist()])  # rows with pieces, done after
     for k, (lane, has, d, b) in enumerate(zip(lanes, (per_lane > 0).tolist(), last.tolist(), after, strict=True)):
         c = next(cur) if cur is not None else (0, 0)
         if has:
