@@ -375,15 +375,15 @@ def _cut(
         cur = zip(position[held].tolist(), (key[held] & MASK).tolist(), strict=True)
     grouped = by_lane[counts[by_lane] > 0]  # the rows with pieces, by lane, in row order
     done = of[ends[grouped] - 1] + 1 if total else _EMPTY
-    upto = np.bincount(order[grouped], minlength=len(lanes)).cumsum()
-    last = np.where(upto > np.concatenate(([0], upto[:-1])), done[np.maximum(upto - 1, 0)] if total else -1, -1)
-    entries = (block, label[grouped].tolist(), done.tolist(), [0, *upto.tolist()])  # rows with pieces, done after
-    for k, (lane, has, d, b) in enumerate(zip(lanes, (per_lane > 0).tolist(), last.tolist(), after, strict=True)):
+    limits = [0, *np.bincount(order[grouped], minlength=len(lanes)).cumsum().tolist()]  # each lane's entries
+    done_after = done.tolist()
+    entries = (block, label[grouped].tolist(), done_after, limits)  # the rows with pieces, ``_done`` after each
+    for k, (lane, has, b) in enumerate(zip(lanes, (per_lane > 0).tolist(), after, strict=True)):
         c = next(cur) if cur is not None else (0, 0)
         if has:
             lane._cur = c
         lane._next = lane._kept = b
         lane._block = (entries, k)
-        if d >= 0:
-            lane._done = d
+        if limits[k + 1] > limits[k]:  # its last row with pieces
+            lane._done = done_after[limits[k + 1] - 1]
     return pieces
