@@ -95,11 +95,13 @@ from zephon.executor.step_arithmetic import lane_of
 from zephon.executor.worker_share import WorkerShare
 
 #: ``LaneBatches`` pops the rows of several microbatches together, enough for this many tokens (at most
-#: ``MAX_BLOCK`` microbatches; one microbatch of this many or more): cutting costs ~40 NumPy calls whatever the
-#: rows (4 rows of 2,049: 74 µs a microbatch popped alone, 19 µs in blocks of 8; docs/performance.md, Executor,
-#: "Not done here"), and a block's rows are buffered at once (8 blocks of 8 × 2,049 here: ~0.7 MB).
-BLOCK_TOKENS = 1 << 17
-MAX_BLOCK = 16
+#: ``MAX_BLOCK`` microbatches; one microbatch of this many or more): cutting a block costs ~40 NumPy calls and a
+#: few passes over the lanes whatever its rows, so the caller's work a microbatch falls with longer blocks — on
+#: the samples plan (8 × 2,049, DeepSeek V4, the consumer alone) 180 µs a microbatch in blocks of 16, 123 in
+#: blocks of 64, no lower in blocks of 128 (docs/performance.md, Executor). A block's rows are buffered at once:
+#: 64 microbatches of 8 × 2,049 are ~5 MB (int32 ids and a bool a token).
+BLOCK_TOKENS = 1 << 19
+MAX_BLOCK = 64
 
 # -- the values handed from stage to stage ------------------------------------------------------------------
 
@@ -464,27 +466,27 @@ class LaneBatches:
             deal.hold()
             running = progress.running
             size, blocks = (1, blocks + 1) if not blocks else (self._block_size(running), blocks)  # first: a batch soon
-            block = []  # per microbatch of the block: its sequences, their lanes, the rows of lanes this worker packs
-            for r in range(running, running + size):
-                step, index = divmod(r, progress.accumulation)
-                ids = self.geometry.microbatch_sequences(step, index)
-                lanes = lane_of(ids, num_lanes)
-                block.append((ids, lanes, np.flatnonzero(self._held[lanes])))
-            ends = np.cumsum([len(held) for _, _, held in block]).tolist()
-            spans = self._spans(block, ends, running)
+            # Row k of each: microbatch running + k's sequences, their lanes, whether this worker packs that lane.
+            ids = self.geometry.block_sequences(running, size)
+            lanes = lane_of(ids, num_lanes)
+            held = self._held[lanes]
+            ends = np.cumsum(np.count_nonzero(held, axis=1)).tolist()  # the block's rows up to each microbatch's end
+            spans = self._spans(held, ends, running)
             rows, failed = None, None  # the rows of the whole block, popped together; an error reading for them
             snapshots: list[Snapshot] = []  # the lanes' counters where each microbatch but the last ends
-            handed: list[tuple[PackedRows, tuple[list[int], list[int]]] | None] = [None] * len(block)
+            handed: list[tuple[PackedRows, tuple[list[int], list[int]]] | None] = [None] * size
+            shorts = [0] * size  # per microbatch: its rows shorter than max_length
             if ends[-1]:
-                cut = deal.rows(np.concatenate([lanes[held] for _, lanes, held in block]), ends[:-1])
+                cut = deal.rows(lanes[held], ends[:-1])
                 rows, failed, snapshots = cut.rows, cut.failed, cut.snapshots
                 handed = split_block(rows, spans, deal.dataset_of, len(deal.dataset_names))
-            for k, (ids, lanes, held) in enumerate(block):
+                below = np.concatenate(([0], np.cumsum(rows.lengths < self.max_length)))[[0, *ends]]
+                shorts = np.diff(below).tolist()
+            for k in range(size):
                 if failed is not None and failed[0] < ends[k]:  # the microbatch whose rows needed it
                     raise failed[1]
                 at = progress.advance()
-                begin = ends[k] - len(held)
-                short = 0 if rows is None else int(np.count_nonzero(rows.lengths[begin : ends[k]] < self.max_length))
+                short = shorts[k]
                 if self.num_steps is None and self.drop_last and short:
                     deal.count_all_skipped()  # the plan is read to the end
                     return
@@ -499,23 +501,30 @@ class LaneBatches:
                     (lo, hi), (packed, counted) = span[0], got
                     assert packed.pieces is not None
                     if deal.pending:
-                        deal.count_skipped(lanes[lo:hi][packed.pieces["row"]], packed.pieces["position"])
-                    yield LaneMicrobatch(at=at, sequences=ids[lo:hi], rows=packed, counted=counted)
+                        deal.count_skipped(lanes[k, lo:hi][packed.pieces["row"]], packed.pieces["position"])
+                    yield LaneMicrobatch(at=at, sequences=ids[k, lo:hi], rows=packed, counted=counted)
 
-    def _spans(self, block: list[tuple[np.ndarray, np.ndarray, np.ndarray]], ends: list[int], running: int) -> list[
+    def _spans(self, held: np.ndarray, ends: list[int], running: int) -> list[
         tuple[tuple[int, int], tuple[int, int]] | None]:  # fmt: skip
-        """Per microbatch of a block (the ``running`` one first): the sequences ``[lo, hi)`` of it this worker
-        yields and the rows of the block that hold them, or None (``WorkerShare.rows``; without a share, all)."""
+        """Per microbatch of a block (the ``running`` one first; ``held[k]``: which of its sequences' lanes this
+        worker packs): the sequences ``[lo, hi)`` of it this worker yields and the rows of the block that hold
+        them, or None (``WorkerShare.rows``; without a share, all — every lane held, microbatch ``k`` is the
+        block's rows ``[k·B, (k+1)·B)``)."""
+        b = held.shape[1]
+        if self.share is None:
+            assert held.all()
+            return [((0, b), (k * b, (k + 1) * b)) for k in range(len(ends))]
         spans: list[tuple[tuple[int, int], tuple[int, int]] | None] = []
-        for k, (ids, _, held) in enumerate(block):
-            piece = (0, len(ids)) if self.share is None else self.share.rows(running + k)
+        for k in range(len(ends)):
+            piece = self.share.rows(running + k)
             if piece is None:
                 spans.append(None)
                 continue
             lo, hi = piece
-            at = int(np.searchsorted(held, lo))  # the piece's rows are held (the worker packs their lanes)
-            assert held[at : at + hi - lo].tolist() == list(range(lo, hi))
-            first = ends[k] - len(held) + at
+            mine = np.flatnonzero(held[k])
+            at = int(np.searchsorted(mine, lo))  # the piece's rows are held (the worker packs their lanes)
+            assert mine[at : at + hi - lo].tolist() == list(range(lo, hi))
+            first = ends[k] - len(mine) + at
             spans.append(((lo, hi), (first, first + hi - lo)))
         return spans
 

@@ -92,6 +92,13 @@ class Geometry:
         first = step_start + self.dp_rank + index * self.microbatch * self.dp_size
         return first + self.dp_size * np.arange(self.microbatch, dtype=np.int64)
 
+    def block_sequences(self, running: int, count: int) -> np.ndarray:
+        """``(count, B)``: row ``k`` is ``microbatch_sequences`` of this rank's microbatch ``running + k`` (``step·A +
+        index``), all in one call."""
+        step, index = np.divmod(np.arange(running, running + count, dtype=np.int64), self.accumulation)
+        first = step * self.global_batch + self.dp_rank + index * (self.microbatch * self.dp_size)
+        return first[:, None] + self.dp_size * np.arange(self.microbatch, dtype=np.int64)
+
 
 def packing_lanes(*, exact: bool, plan_lanes: int | None, global_batch: int) -> int | None:
     """The lanes a run packs: None for an exact plan; the plan's fixed lanes; else one per row of a step (G)."""

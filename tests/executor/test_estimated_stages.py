@@ -260,6 +260,18 @@ def test_drop_last_stops_before_the_first_padded_microbatch(example, encoder) ->
     assert [m.at for m in got] == [MicrobatchAt(step=0, index=0)]
 
 
+def test_block_sequences_are_each_microbatchs_sequences_stacked() -> None:
+    """``Geometry.block_sequences`` (one call for a block of ``LaneBatches``) against ``microbatch_sequences`` one
+    microbatch at a time, across steps, ranks and accumulation."""
+    for b, g, dp in ((2, 2, 1), (2, 12, 2), (3, 18, 3), (4, 8, 2), (1, 6, 1)):
+        for rank in range(dp):
+            geometry = Geometry(microbatch=b, global_batch=g, dp_size=dp, dp_rank=rank, lanes=g)
+            for running, count in ((0, 1), (0, 7), (5, 4), (11, 9)):
+                want = [geometry.microbatch_sequences(*divmod(r, geometry.accumulation)) for r in range(running, running + count)]
+                got = geometry.block_sequences(running, count)
+                assert got.shape == (count, b) and got.tolist() == np.stack(want).tolist()
+
+
 # -- WorkerShare: DataLoader worker w of N yields microbatches w, w + N, ... of the iteration -------------------
 
 
