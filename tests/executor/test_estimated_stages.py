@@ -267,7 +267,10 @@ def test_block_sequences_are_each_microbatchs_sequences_stacked() -> None:
         for rank in range(dp):
             geometry = Geometry(microbatch=b, global_batch=g, dp_size=dp, dp_rank=rank, lanes=g)
             for running, count in ((0, 1), (0, 7), (5, 4), (11, 9)):
-                want = [geometry.microbatch_sequences(*divmod(r, geometry.accumulation)) for r in range(running, running + count)]
+                want = [
+                    geometry.microbatch_sequences(*divmod(r, geometry.accumulation))
+                    for r in range(running, running + count)
+                ]
                 got = geometry.block_sequences(running, count)
                 assert got.shape == (count, b) and got.tolist() == np.stack(want).tolist()
 
