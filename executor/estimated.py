@@ -317,6 +317,9 @@ class DealLanes:
         self._all = list(lanes.values())  # the lanes in ``lanes``' order: a block's snapshots list each one
         self._index = np.full(max(lanes, default=0) + 1, -1, dtype=np.int64)  # lane id -> index in _all
         self._index[list(lanes)] = np.arange(len(lanes))
+        self._hold: list[Snapshot | None] = [None]  # every lane's ``held`` cell: the snapshot their cursors read
+        for i, lane in enumerate(self._all):
+            lane.held = (self._hold, i)
 
     @property
     def pending(self) -> bool:
@@ -327,6 +330,11 @@ class DealLanes:
     def empty(self) -> bool:
         """No lane holds a token."""
         return all(lane.buffered == 0 for lane in self.lanes.values())
+
+    def hold_at(self, snapshot: Snapshot | None) -> None:
+        """Every lane's cursor read from ``snapshot`` (``Block.snapshots``: the counters where a microbatch of a
+        block ended, while it is the last handed out), or from the lanes' own counters (None)."""
+        self._hold[0] = snapshot
 
     def rows(self, lanes: np.ndarray, marks: list[int]) -> Block:
         """The next row of each of ``lanes`` (lane ids, in order), in one buffer (``pack.lanes.cut_block``, with
@@ -492,9 +500,7 @@ class LaneBatches:
                     return
                 if self.num_steps is not None and self.drop_last and short and deal.stats is not None:
                     deal.stats.short_rows += short  # a lane ran out before the estimated end
-                earlier = snapshots[k] if k < len(snapshots) else None  # None: the lanes' own counters are its state
-                for i, lane in enumerate(deal.lanes.values()):
-                    lane.held = None if earlier is None else (earlier, i)
+                deal.hold_at(snapshots[k] if k < len(snapshots) else None)  # None: the lanes' own counters
                 span, got = spans[k], handed[k]
                 if span is not None:
                     assert got is not None
@@ -508,11 +514,11 @@ class LaneBatches:
         tuple[tuple[int, int], tuple[int, int]] | None]:  # fmt: skip
         """Per microbatch of a block (the ``running`` one first; ``held[k]``: which of its sequences' lanes this
         worker packs): the sequences ``[lo, hi)`` of it this worker yields and the rows of the block that hold
-        them, or None (``WorkerShare.rows``; without a share, all — every lane held, microbatch ``k`` is the
-        block's rows ``[k·B, (k+1)·B)``)."""
+        them, or None (``WorkerShare.rows``; without a share or with one worker, all — every lane held,
+        microbatch ``k`` is the block's rows ``[k·B, (k+1)·B)``)."""
         b = held.shape[1]
-        if self.share is None:
-            assert held.all()
+        if self.share is None or self.share.workers == 1:
+            assert held.all() and (self.share is None or self.share.pieces == 1)
             return [((0, b), (k * b, (k + 1) * b)) for k in range(len(ends))]
         spans: list[tuple[tuple[int, int], tuple[int, int]] | None] = []
         for k in range(len(ends)):

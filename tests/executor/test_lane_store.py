@@ -128,7 +128,8 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
             order = rng.integers(0, num_lanes, size=int(rng.integers(1, 7))).tolist()  # lanes repeat
             at = int(rng.integers(0, len(order) + 1))  # a microbatch of the block ends after this many rows
             block = cut_block(list(lanes.values()), np.array(order), marks=[at])
-            rows, snapshots = block.rows, {k: (block.snapshots[0], i) for i, k in enumerate(lanes)}
+            cell: list = [block.snapshots[0]]  # one cell for every lane, as DealLanes holds them
+            rows, snapshots = block.rows, {k: (cell, i) for i, k in enumerate(lanes)}
             then = _check(rows, refs, order, width, dtype == FLAGGED, at)
             now = {k: r.cursor() for k, r in refs.items()}
             assert {k: lane.cursor() for k, lane in lanes.items()} == now
@@ -137,6 +138,8 @@ def test_shared_store_rows_match_the_reference_packer_through_compactions_and_re
                 lane.held = snapshots[k]
             assert dict(zip(lanes, cursors_of(list(lanes.values())), strict=True)) == then
             assert {k: lane.cursor() for k, lane in lanes.items()} == then
+            cell[0] = None  # the block's last microbatch: every lane's own counters again
+            assert {k: lane.cursor() for k, lane in lanes.items()} == now
             for lane in lanes.values():
                 lane.held = None
         if dealt >= resumed_at and resumed_at:  # resume every lane from its cursor, in a new store
