@@ -35,9 +35,13 @@ def split_block(
     hi = np.searchsorted(row, [b for _, (_, b) in taken]).tolist()
     sizes = np.subtract(hi, lo)
     owner = np.repeat(np.arange(len(taken)), sizes)  # each handed-out piece's microbatch (of ``taken``)
-    chosen = np.repeat(np.subtract(lo, np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
-    row[chosen] -= firsts[owner]
-    handed = pieces[chosen]
+    if int(sizes.sum()) == len(pieces):  # every piece is handed out, in order (no other worker's rows between)
+        row -= firsts[owner]
+        handed = pieces
+    else:
+        chosen = np.repeat(np.subtract(lo, np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+        row[chosen] -= firsts[owner]
+        handed = pieces[chosen]
     docs, toks = handed_counts(dataset_of(handed["position"]), handed, owner, len(taken), num_datasets)
     for j, (k, (a, b)) in enumerate(taken):
         tokens, starts, lengths = rows.tokens[a:b], rows.doc_start[a:b], rows.lengths[a:b]

@@ -363,11 +363,11 @@ def _cut(
     apart = delta[1:] != delta[:-1]
     if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
         apart |= rows[local[1:]] - rows[local[:-1]] > 1
-    breaks = (np.flatnonzero(apart) + 1).tolist()
-    dst_, end_, delta_ = dst.tolist(), (dst + length).tolist(), delta.tolist()
+    firsts = np.flatnonzero(np.concatenate(([total > 0], apart)))  # each run's first piece, then its last below
+    lasts = np.append(firsts[1:], total)[: len(firsts)] - 1
     flat, tokens = out.reshape(-1), store.tokens
-    for f, e in zip([0, *breaks], [*breaks, total], strict=True) if total else ():
-        a, b, d = dst_[f], end_[e - 1], delta_[f]
+    runs = dst[firsts].tolist(), (dst[lasts] + length[lasts]).tolist(), delta[firsts].tolist()
+    for a, b, d in zip(*runs, strict=True):
         flat[a:b] = tokens[a + d : b + d]
     doc_start.reshape(-1)[dst[skip == 0]] = True
     # Cursors, per lane from its last row: the document at that row's end token; and ``_done``, one past the

@@ -45,8 +45,9 @@ def alone(block: PackedRows, a: int, b: int, dataset: np.ndarray, names: list[st
     return block.tokens[a:b].tolist(), block.doc_start[a:b].tolist(), block.lengths[a:b].tolist(), mine, docs, toks
 
 
+@pytest.mark.parametrize("every", [False, True], ids=["some-another-workers", "every-microbatch-taken"])
 @pytest.mark.parametrize("seed", range(12))
-def test_split_block_equals_each_microbatch_sliced_and_counted_alone(seed: int) -> None:
+def test_split_block_equals_each_microbatch_sliced_and_counted_alone(seed: int, every: bool) -> None:
     rng = np.random.default_rng(seed)
     names = ["a", "b", "c"]
     dataset = rng.integers(0, len(names), 50).astype(np.int16)
@@ -55,7 +56,8 @@ def test_split_block_equals_each_microbatch_sliced_and_counted_alone(seed: int) 
     cuts = sorted({0, rows, *rng.integers(0, rows + 1, int(rng.integers(0, 8))).tolist()})
     spans: list = []
     for a, b in zip(cuts, [*cuts[1:], cuts[-1]], strict=True):  # the last: a microbatch of no rows
-        spans.append(None if rng.random() < 0.3 else ((0, b - a), (a, b)))  # None: another worker's
+        mine = every or rng.random() >= 0.3  # every: no gather (each piece handed out in order); else some None
+        spans.append(((0, b - a), (a, b)) if mine else None)  # None: another worker's
     before = block.pieces.copy()
     got = split_block(block, spans, lambda positions: dataset[positions], len(names))
     assert np.array_equal(block.pieces, before)  # the block's own pieces untouched
