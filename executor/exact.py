@@ -31,22 +31,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from zephon.errors import ConfigError, DatasetError, PlanFormatError
+from zephon.errors import DatasetError, PlanFormatError
 from zephon.executor.encode.flags import token_dtype
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.spot_check import EngineMismatch
-from zephon.executor.operators import describe as describe_operators
-from zephon.executor.operators import names as operator_names
 from zephon.executor.pack.exact_rows import cut_rows, split_rows
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 from zephon.executor.pack.spans import merge_tail, spread
 from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
-from zephon.executor.settings import ExecutorSpec
 from zephon.executor.sorted_sets import isin_sorted, unique_sorted
 from zephon.executor.step_arithmetic import sequence_tokens
-from zephon.plan.manifest_parts import STORES_ONLY
 
 if TYPE_CHECKING:
     from zephon.executor.encode.encoders import ChatEncoder, TextEncoder
@@ -195,13 +191,16 @@ class ExactSequences:
         ahead = ahead[ahead < self.num_sequences]
         return unique_sorted(self._pieces(ahead)["position"]) if len(ahead) else np.empty(0, dtype=np.int64)
 
-    def _fetch(self, ks: np.ndarray, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _fetch(
+        self, ks: np.ndarray, positions: np.ndarray, upcoming: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The document cache, holding at least ``positions`` (sorted, unique): positions, start and size of
         each document in the token array, and the array. Missing documents are read and tokenized in one
         batch, with those the next calls will need (``_upcoming``), and their counts checked against the
         plan; documents before ``positions`` are dropped (a document spanning several sequences, or several
         microbatches, is tokenized once). With ``background``, the documents of the calls after those are
-        read and tokenized on a thread meanwhile (``_schedule``)."""
+        read and tokenized on a thread meanwhile (``_schedule``; ``upcoming``: the next call's sequences, where
+        the caller knows them: ``_expect``)."""
         while self._jobs and (_ready(self._jobs[0][2]) or not isin_sorted(positions, self._cache[0]).all()):
             if not self._collect(positions):
                 break
@@ -216,8 +215,33 @@ class ExactSequences:
         else:
             self._prev = ks
         if self.background:
+            if upcoming is not None and self._stride is None:
+                self._expect(ks, upcoming, len(positions))
             self._schedule(ks)
         return self._cache
+
+    def _expect(self, ks: np.ndarray, upcoming: np.ndarray, needed: int) -> None:
+        """The next call's sequences, told by the caller (``exact_microbatches``) while the calls so far show no
+        steady stride — a run's first calls: one microbatch alone, then a chunk of them, each of which read its
+        documents inline (two chunks' reading and tokenizing on the caller's thread, ~0.35 CPU s of a 24 M-token
+        plan's ~0.9). The same number of sequences at one step from this call's: that step is the stride from
+        now on, and windows are scheduled from this call on (``_schedule``); else the next call's documents are
+        read ahead as one window. Either way only which thread reads, and when, changes: never the rows."""
+        step = upcoming - ks if len(upcoming) == len(ks) and len(ks) else None
+        if step is not None and step[0] > 0 and np.all(step == step[0]):
+            most = max(1, MAX_AHEAD_CALLS // self._microbatches)
+            self._stride = (int(step[0]), int(min(most, max(1, -(-READ_AHEAD // max(needed, 1))))))
+            self._reach = ks  # no call after this one covered yet
+            return
+        if len(self._jobs) < JOBS and len(upcoming):
+            self._submit(self._unread(unique_sorted(self._pieces(upcoming)["position"])))
+
+    def _unread(self, want: np.ndarray) -> np.ndarray:
+        """``want`` (sorted, unique positions) less those cached or in a window in flight."""
+        want = want[~isin_sorted(want, self._cache[0])]
+        for pending, _, _ in self._jobs:  # each job: (its positions, their samples rows, the read)
+            want = want[~isin_sorted(want, pending)]  # pending: a window's positions, sorted and unique
+        return want
 
     def _encode(self, shard_ids: np.ndarray, row_ids: np.ndarray, *, split: bool, texts: list | None = None) -> Encoded:
         """The documents at (shard, row), read (unless ``texts`` are given) and encoded; a spot-check mismatch
@@ -248,13 +272,16 @@ class ExactSequences:
         step, calls = self._stride
         if len(self._reach) != len(ks) or (int(self._reach[0]) - int(ks[0])) // step > calls * (JOBS - 1):
             return False
-        want = self._positions_of(self._reach, step, 1, calls)
-        want = want[~isin_sorted(want, self._cache[0])]
-        for pending, _, _ in self._jobs:  # each job: (its positions, their samples rows, the read)
-            want = want[~isin_sorted(want, pending)]  # pending: a window's positions, sorted and unique
+        want = self._unread(self._positions_of(self._reach, step, 1, calls))
         self._reach = self._reach + step * calls
+        self._submit(want)
+        return True
+
+    def _submit(self, want: np.ndarray) -> None:
+        """Read and tokenize the documents ``want`` (sorted, unique, not cached or pending) as one window: read on
+        the read-ahead thread, tokenized on an encode thread, taken back in order by ``_collect``."""
         if not len(want):
-            return True
+            return
         rows = self.samples.rows(want)  # here: the row-group index is not thread-safe
         if self._read_pool is None or self._encode_pool is None:
             self._read_pool = ThreadPoolExecutor(1, thread_name_prefix="zephon-read-ahead")
@@ -266,7 +293,6 @@ class ExactSequences:
             return encode_pool.submit(self._encode, shard_ids, row_ids, split=False, texts=texts)
 
         self._jobs.append((want, rows, self._read_pool.submit(read)))
-        return True
 
     def _collect(self, positions: np.ndarray) -> bool:
         """Wait for the oldest read-ahead job and add its documents to the cache; True when it succeeded. A job
@@ -331,13 +357,16 @@ class ExactSequences:
         """Packed rows of the sequences ``ks`` (in that order)."""
         return self.rows_many([np.asarray(ks, dtype=np.int64)])[0][0]
 
-    def rows_many(self, chunk: list[np.ndarray]) -> list[tuple[PackedRows, np.ndarray]]:
+    def rows_many(
+        self, chunk: list[np.ndarray], upcoming: np.ndarray | None = None
+    ) -> list[tuple[PackedRows, np.ndarray]]:
         """For each microbatch's sequences in ``chunk`` (each non-empty, in order): its packed rows and the dataset
-        of each of their pieces — found, fetched and cut for the whole chunk at once (``pack.exact_rows``)."""
+        of each of their pieces — found, fetched and cut for the whole chunk at once (``pack.exact_rows``).
+        ``upcoming``: the sequences of the next call, when the caller knows them (read ahead: ``_expect``)."""
         ks_array = np.concatenate(chunk) if len(chunk) > 1 else chunk[0]
         self._microbatches = len(chunk)
         pieces = self._pieces(ks_array)
-        cached, base, sizes, source = self._fetch(ks_array, unique_sorted(pieces["position"]))
+        cached, base, sizes, source = self._fetch(ks_array, unique_sorted(pieces["position"]), upcoming)
         doc = np.searchsorted(cached, pieces["position"])
         doc_start = pieces["doc_start"].astype(np.int64)
         outside = np.flatnonzero(doc_start + pieces["length"] > sizes[doc])
@@ -351,40 +380,3 @@ class ExactSequences:
             starts_all=self.algorithm == "best_fit",
         )  # fmt: skip
         return split_rows(packed, self._datasets[doc], [len(ks) for ks in chunk])
-
-
-def check_exact_plan(plan: PlanBundle, spec: ExecutorSpec, encoder: Encoder | TextEncoder | ChatEncoder) -> None:
-    """Refuse to run an exact plan with a tokenizer or packing other than the ones it was planned with."""
-    if spec.on_bad_document != "raise":
-        raise ConfigError(
-            f'on_bad_document must be "raise" for an exact plan, got {spec.on_bad_document!r} — its token counts, '
-            "offsets and packing include every document, so none can be skipped: fix or remove the bad documents "
-            "and re-plan, or plan without exact_tokens to skip them"
-        )
-    planned_ops = plan.manifest.config.get("operators")
-    ops = describe_operators(spec.operators) or None
-    if planned_ops != ops:
-        raise ConfigError(
-            f"an exact plan must run with the operators it was counted with, got {operator_names(ops)} (planned "
-            f"with {operator_names(planned_ops)}) — add the same map_transform/map_batch calls (same source and "
-            "version), or re-plan"
-        )
-    tok = plan.manifest.tokenizer
-    assert tok is not None  # read_manifest requires it of exact plans
-    packing = plan.manifest.exact_packing()
-    differences = []
-    # A plan of token stores only never tokenized (fingerprint STORES_ONLY): the run's tokenizer is checked against
-    # each store's recorded identity instead (zephon.executor.token_stores.identity) and every id against its vocab.
-    if tok.fingerprint != encoder.fingerprint and tok.fingerprint != STORES_ONLY:
-        differences.append(f"tokenizer {spec.tokenize.tokenizer_id!r} (planned with {tok.id!r}; fingerprints differ)")
-    if tok.field != spec.tokenize.field:
-        differences.append(f"field {spec.tokenize.field!r} (planned {tok.field!r})")
-    if packing.max_length != spec.pack.max_length:
-        differences.append(f"max_length {spec.pack.max_length} (planned {packing.max_length})")
-    if packing.algorithm != spec.pack.algorithm:
-        differences.append(f"algorithm {spec.pack.algorithm!r} (planned {packing.algorithm!r})")
-    if differences:
-        raise ConfigError(
-            f"an exact plan must run with the settings it was planned with, got {'; '.join(differences)} — "
-            "use the planned settings or re-plan"
-        )

@@ -61,21 +61,29 @@ def exact_microbatches(
     ``rows`` None when every sequence ``ids`` is past the plan (then ``datasets`` is None too)."""
     end, n, a = steps * geometry.accumulation, sequences.num_sequences, geometry.accumulation
     most = 1 if remote.cache is not None else chunk_size(geometry.microbatch, sequences.max_length)
-    size = 1
-    while progress.running < end:
+
+    def chunk_from(scanned: int, size: int) -> tuple[list[tuple[int, np.ndarray, np.ndarray]], int]:
+        """This worker's next ``size`` microbatches from running number ``scanned`` on (running number, sequences,
+        those in the plan), and the running number after the last one scanned."""
         owned: list[tuple[int, np.ndarray, np.ndarray]] = []
-        scanned = progress.running
         while scanned < end and len(owned) < size:
             piece = share.rows(scanned)
             if piece is not None:
                 ids = geometry.microbatch_sequences(*divmod(scanned, a))[piece[0] : piece[1]]
                 owned.append((scanned, ids, ids[ids < n]))
             scanned += 1
+        return owned, scanned
+
+    owned, scanned = chunk_from(progress.running, 1)
+    while progress.running < end:
+        after, next_scanned = chunk_from(scanned, most)  # the next chunk: its sequences are read ahead
+        upcoming = [real for _, _, real in after if len(real)]
+        hint = np.concatenate(upcoming) if upcoming else None
         reals = [real for _, _, real in owned if len(real)]
         built: Iterator[tuple[PackedRows, np.ndarray]] | None = None
         if len(reals) > 1:
             try:
-                built = iter(sequences.rows_many(reals))
+                built = iter(sequences.rows_many(reals, upcoming=hint))
             except Exception:  # built again one microbatch at a time below: the error comes where it belongs
                 built = None
         for running, ids, real in owned:
@@ -90,8 +98,8 @@ def exact_microbatches(
                 if remote.cache is not None:
                     pieces = sequences.pieces(int(real[0]))
                     remote.advance(pieces[0].position if pieces else 0)
-                rows, datasets = sequences.rows_many([real])[0]
+                rows, datasets = sequences.rows_many([real], upcoming=hint if len(owned) == 1 else None)[0]
             yield at, ids, rows, datasets
         while progress.running < scanned:
             progress.advance()
-        size = most
+        owned, scanned = after, next_scanned

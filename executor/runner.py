@@ -39,7 +39,8 @@ from zephon.executor.encode.flags import filled, token_dtype, untag
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.spot_check import EngineMismatch
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, Tokenize
-from zephon.executor.exact import ExactSequences, check_exact_plan
+from zephon.executor.exact import ExactSequences
+from zephon.executor.exact_checks import check_exact_plan
 from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
@@ -91,8 +92,7 @@ class RankRunner:
         self.encoder = encoder
         self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
         self.exact = self.plan.manifest.exact
-        self.stats = stats
-        self.worker = worker
+        self.stats, self.worker = stats, worker
         manifest = self.plan.manifest
         lanes = packing_lanes(exact=manifest.exact, plan_lanes=manifest.lanes, global_batch=geometry.global_batch)
         if geometry.lanes != lanes:

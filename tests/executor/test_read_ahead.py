@@ -378,3 +378,41 @@ def test_exact_read_ahead_keeps_jobs_windows_in_flight(datasets, tmp_path, token
     # call 0 sets no stride; call 1 reads calls 2-3 inline and schedules the windows after them up to JOBS
     # windows ahead (JOBS - 1 jobs); from call 3 on, each window of calls used up is replaced at once
     assert in_flight[:4] == [0, exact.JOBS - 1, exact.JOBS - 1, exact.JOBS], in_flight
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_exact_chunks_tell_the_read_ahead_their_next_chunk(
+    datasets, tmp_path, tokenizer_dir, monkeypatch, workers
+) -> None:
+    """``exact_microbatches`` passes each call the next chunk's sequences (``ExactSequences._expect``): after the
+    first call (one microbatch, read inline for a first batch soon) no document is read on the caller's thread —
+    before, the first chunk after it (no stride yet) and the one after that were read inline. Also for each of 2
+    DataLoader workers' shares (pieces of every microbatch); the batches are those without read-ahead."""
+    from zephon.executor import exact_chunks
+    from zephon.executor.runner import RankRunner
+
+    monkeypatch.setattr(exact_chunks, "MAX_CHUNK", 4)  # chunks of 4 microbatches: many calls on a tiny plan
+    plan = _plan(datasets, tmp_path, tokenizer_dir, exact=True)
+    inline: list[int] = []  # documents read on the caller's thread, per call of ShardReader.texts
+    texts = ShardReader.texts
+
+    def counted(self, shard_ids, row_ids):
+        if threading.current_thread() is threading.main_thread():
+            inline.append(len(row_ids))
+        return texts(self, shard_ids, row_ids)
+
+    monkeypatch.setattr(ShardReader, "texts", counted)
+
+    def run(mode: str, worker: int) -> list[tuple[list, list]]:
+        monkeypatch.setenv(READ_AHEAD_ENV, mode)
+        pipe = _small_pipeline(plan, tokenizer_dir)
+        runner = RankRunner(plan, pipe.executor_spec(), pipe.geometry(), worker=(worker, workers), pieces=workers)
+        return [
+            (b.tokens.tolist(), None if b.pieces is None else b.pieces.tolist()) for b in runner
+        ]  # None: past the plan
+
+    for worker in range(workers):
+        inline.clear()
+        ahead = run("on", worker)
+        assert len(inline) == 1 and len(ahead) > 3 * 4, (inline, len(ahead))  # the first call only, of many
+        assert ahead == run("off", worker)
