@@ -173,17 +173,24 @@ class ExactSequences:
         stride (one rank, one DataLoader worker): read ahead so that each read is about ``READ_AHEAD``
         documents, not one microbatch's — Parquet reads and tokenizer calls have a fixed cost per call."""
         prev, self._prev = self._prev, ks
-        self._stride = None
-        if prev is None or len(prev) != len(ks) or not len(ks):
+        self._stride = None if prev is None else self._steady(prev, ks, needed)
+        if self._stride is None:
             return np.empty(0, dtype=np.int64)
-        step = ks - prev
+        step, calls = self._stride
+        self._reach = ks + step * calls
+        return self._positions_of(ks, step, 1, calls)
+
+    def _steady(self, ks: np.ndarray, then: np.ndarray, needed: int) -> tuple[int, int] | None:
+        """The stride from call ``ks`` to call ``then`` (the same number of sequences, each one step further on)
+        and how many calls to read ahead at it (about ``READ_AHEAD`` documents, ``needed`` a call, at most
+        ``MAX_AHEAD_CALLS`` microbatches); None when the calls do not step steadily."""
+        if len(ks) != len(then) or not len(ks):
+            return None
+        step = then - ks
         if step[0] <= 0 or np.any(step != step[0]):
-            return np.empty(0, dtype=np.int64)
+            return None
         most = max(1, MAX_AHEAD_CALLS // self._microbatches)
-        calls = int(min(most, max(1, -(-READ_AHEAD // max(needed, 1)))))
-        self._stride = (int(step[0]), calls)
-        self._reach = ks + step[0] * calls
-        return self._positions_of(ks, int(step[0]), 1, calls)
+        return int(step[0]), int(min(most, max(1, -(-READ_AHEAD // max(needed, 1)))))
 
     def _positions_of(self, ks: np.ndarray, step: int, first: int, last: int) -> np.ndarray:
         """The documents of calls ``first..last`` after ``ks`` at this stride (sorted, unique)."""
@@ -227,10 +234,8 @@ class ExactSequences:
         plan's ~0.9). The same number of sequences at one step from this call's: that step is the stride from
         now on, and windows are scheduled from this call on (``_schedule``); else the next call's documents are
         read ahead as one window. Either way only which thread reads, and when, changes: never the rows."""
-        step = upcoming - ks if len(upcoming) == len(ks) and len(ks) else None
-        if step is not None and step[0] > 0 and np.all(step == step[0]):
-            most = max(1, MAX_AHEAD_CALLS // self._microbatches)
-            self._stride = (int(step[0]), int(min(most, max(1, -(-READ_AHEAD // max(needed, 1))))))
+        self._stride = self._steady(ks, upcoming, needed)
+        if self._stride is not None:
             self._reach = ks  # no call after this one covered yet
             return
         if len(self._jobs) < JOBS and len(upcoming):
