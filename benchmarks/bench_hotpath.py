@@ -19,6 +19,11 @@ after (the machine may be shared: the ratios within a round are what to read).
 ``fastokens``), read from ``/proc/self/task`` at most every 0.1 s and at the end: a thread that ended between two
 readings (the producer's, which finish before the caller's last batches) counts up to its last one. On a machine
 whose speed swings run to run, which thread a change relieved is steadier than the run's wall time.
+Then the same by role, in CPU ns a token — caller, reader (read-ahead and decode threads), engine (the encode
+pool and the engine's helpers) — beside the raw engine's, and the ceiling they set: raw CPU ÷ their sum, the
+end-to-end ÷ raw of a run that kept the cores as busy as the raw engine does. E.g. caller 6.6, reader 4.1,
+engine 18.4 against raw 18.0 → ceiling 0.62: the engine costs what it costs raw, and 0.8 would leave the caller
+and the reader 4.5 ns a token together (docs/performance.md, eighteenth session).
 
 ``--producer`` adds a fourth process per round and estimated plan: the pipeline's producer alone — stages 1-3
 of ``zephon.executor.estimated`` (plan rows, texts, tokenizing on the read-ahead thread and the encode pool) with
@@ -81,6 +86,24 @@ def producer(plan: str, tokenizer: str, cores: int) -> dict:
     for _ in pipe:
         pass
     return got
+
+
+#: Threads that read (the rest, but the caller, tokenize: the encode pools and an engine's own helpers).
+READER_THREADS = ("zephon-read-ahead", "zephon-decode", "zephon-range")
+
+
+def budget(res: dict, raw: dict) -> str:
+    """A run's CPU ns a token by role — the caller (``MainThread``: packing, batching, ``to_training``), the reader
+    (``READER_THREADS``) and the engine (every other thread) — beside the raw engine's, and the ceiling they set on
+    a machine whose cores they fill: raw CPU ÷ (caller + reader + engine), the end-to-end ÷ raw a run would reach
+    if it kept the cores as busy as the raw engine does (module docstring, ``--threads``)."""
+    per = {"caller": 0.0, "reader": 0.0, "engine": 0.0}
+    for name, seconds in res["threads_cpu"].items():
+        role = "caller" if name == "MainThread" else "reader" if name in READER_THREADS else "engine"
+        per[role] += seconds * 1e9 / res["tokens"]
+    raw_ns = raw["cpu"] * 1e9 / raw["tokens"] if raw.get("cpu") else float("nan")
+    text = ", ".join(f"{k} {v:.1f}" for k, v in per.items())
+    return f"CPU ns a token: {text} (raw engine {raw_ns:.1f}); CPU-bound ceiling ÷ raw {raw_ns / sum(per.values()):.2f}"
 
 
 def main() -> None:
@@ -149,6 +172,7 @@ def main() -> None:
                 if "threads_cpu" in res:
                     ranked = sorted(res["threads_cpu"].items(), key=lambda kv: -kv[1])
                     print(f"    {label} CPU s by thread: " + ", ".join(f"{k} {v:.2f}" for k, v in ranked))
+                    print(f"    {label} {budget(res, got['raw'])}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("\nbest of the rounds (Mtok/s after the first batch) and ratios:")
     for mode in args.plans.split(","):
