@@ -239,8 +239,8 @@ class RankRunner:
         return self._access
 
     @property
-    def pins(self) -> int:  # shard cache entries held pinned (0 for local shards or none open)
-        return self._access.reader.pins if self._access is not None else 0
+    def reader(self) -> ShardReader | None:  # the shard reader while the access is open (pins, decoded row groups)
+        return self._access.reader if self._access is not None else None
 
     def close(self) -> None:
         """Release the shard access (open shards, shard cache pins): at the end of an iteration, or after a

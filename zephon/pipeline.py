@@ -32,6 +32,7 @@ from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
 from zephon.executor.operators import Operator
 from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.records.batch import RecordBatch
 from zephon.executor.records.collate import Collate, check_collate
 from zephon.executor.records.runner import RecordRunner
@@ -335,11 +336,11 @@ class Pipeline:
         runner = kept.take(self.executor_spec(), self._fresh(), self._pending_state, self._stats) if kept else None
         return runner if runner is not None else self._make_runner()
 
-    def _drop_kept(self) -> None:
-        """Close the runner ``num_steps()`` kept (its decoded shards), if any."""
+    def _drop_kept(self, publish: SharedRowGroups | None = None) -> int:
+        """Close the runner ``num_steps()`` kept (its decoded shards), if any; with ``publish``, its decoded row
+        groups published there first (``KeptRunner.close``): how many."""
         kept, self._kept = self._kept, None
-        if kept is not None:
-            kept.close()
+        return kept.close(publish) if kept is not None else 0
 
     def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()

@@ -30,6 +30,7 @@ from zephon.errors import ConfigError
 from zephon.executor.encode.encoders import AnyEncoder, make_encoder
 from zephon.executor.geometry import Geometry
 from zephon.executor.plan_reader import PlanBundle
+from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.records.runner import RecordRunner
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
@@ -137,7 +138,7 @@ class KeptRunner:
         """``runner`` kept, or None (closed) for a record runner, which calibrates nothing, and for one holding
         shard cache pins: a ``num_steps()`` alone must leave the shared cache free to evict (the next iteration
         then downloads nothing again, it only reopens its copies)."""
-        if not isinstance(runner, RankRunner) or runner.pins:
+        if not isinstance(runner, RankRunner) or (runner.reader is not None and runner.reader.pins):
             runner.close()
             return None
         return cls(runner=runner, start=start, pid=os.getpid())
@@ -163,7 +164,15 @@ class KeptRunner:
         self.close()
         return None
 
-    def close(self) -> None:
-        """Release the runner's open shards and pins (not in another process: they are its parent's)."""
+    def close(self, publish: SharedRowGroups | None = None) -> int:
+        """Release the runner's open shards and pins (not in another process: they are its parent's). With
+        ``publish`` (the share of the DataLoader workers about to start), the Parquet row groups the calibration
+        decoded are published to it first, so the workers map them instead of decoding them again
+        (``ShardReader.publish_decoded``); returns how many were published."""
+        published = 0
         if self.pid == os.getpid():
+            reader = self.runner.reader
+            if publish is not None and reader is not None:
+                published = reader.publish_decoded(publish)
             self.runner.close()
+        return published

@@ -22,7 +22,11 @@ Hand-over: a worker writes each piece's tensors into a slot of a shared-memory r
 where they lie; the loader copies them out (into the joined or page-locked tensors it hands out) and frees the
 slot (``zephon.worker_slots``): no pipe carries the ids, ~0.5 ms of the loader's CPU saved per 400 KB piece.
 With 2 or more workers they also decode each Parquet row group once between them, through a directory of
-``/dev/shm`` this loader makes and removes (``zephon.executor.read.shared_groups``).
+``/dev/shm`` this loader makes and removes (``zephon.executor.read.shared_groups``); the row groups
+``num_steps()`` decoded in the loader's process are published there before the workers start, so their first
+reads map them instead of decoding them again (a worker's first piece came after 0.7-0.9 s, ~0.45 s of it
+decoding, on ``bench_workers.py``'s plan; 0.3-0.4 s with them published), and unlinked once every worker has
+handed over its first piece (a worker needing one later decodes it, or maps another worker's copy).
 
 State: each piece carries its worker's state after it (its lanes' cursors); ``state_dict()`` merges them into
 the rank's state after the last microbatch handed out — the state ``Pipeline.state_dict()`` gives after the
@@ -40,7 +44,8 @@ Without workers and without ``pin_memory`` the loader takes the pieces from its 
 would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``) — and its
 iteration starts on the runner ``num_steps()`` calibrated, if any (``zephon.run.KeptRunner``: the pipeline's, handed
 to the loader when it is made), reading the shards that calibration decoded. With workers that runner is closed
-once the steps are known: each worker reads its own shards.
+once the steps are known, its decoded row groups published first (2 or more workers): each worker reads its own
+shards.
 
 ``pin_memory``: with ``c = 1`` the DataLoader's pinning thread pins the pieces; with ``c > 1`` the loader
 concatenates straight into page-locked buffers. Without an accelerator it does nothing (torch's warning).
@@ -167,19 +172,25 @@ class PipelineLoader:
         self._handed: Handed | None = None
         #: How the pieces of the last iteration crossed from the workers: through slots or pickled (a diagnostic).
         self.handover = {"slots": 0, "pickled": 0}
+        #: The row groups ``num_steps()`` decoded here, published for the workers' first reads (2+ workers), and
+        #: unlinked once every worker has handed over its first item (``_unpublish``).
+        self._published: SharedRowGroups | None = None
 
     def _torch_loader(self) -> tuple[DataLoader, PieceDataset]:
         if self._loader is None or self._dataset is None:
             o = self.options
             self._pipeline._pending_state = self._state
-            if o.num_workers:  # once, here: the workers start from it instead of each calibrating
-                read_ahead_enabled()  # a bad ZEPHON_READ_AHEAD: its one line here, not wrapped by a worker's traceback
-                self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
-                self._pipeline._drop_kept()  # the workers read their own shards: this process's are released
-            in_flight = o.prefetch_factor if o.prefetch_factor is not None else 2  # torch's default
             share = make_share_directory() if o.num_workers > 1 else None
             if share is not None:  # removed with this loader, whatever the workers left in it
                 weakref.finalize(self, remove_share_directory, share)
+                self._published = SharedRowGroups(share)
+            if o.num_workers:  # once, here: the workers start from it instead of each calibrating
+                read_ahead_enabled()  # a bad ZEPHON_READ_AHEAD: its one line here, not wrapped by a worker's traceback
+                self._pipeline.num_steps()  # (without workers the runner calibrates on the shards it then reads)
+                # the workers read their own shards: this process's are released, their decoded row groups
+                # published first (with a share), which the workers then map instead of decoding them again
+                self._pipeline._drop_kept(self._published)
+            in_flight = o.prefetch_factor if o.prefetch_factor is not None else 2  # torch's default
             self._dataset = PieceDataset(
                 self._pipeline,
                 self.training,
@@ -231,6 +242,7 @@ class PipelineLoader:
         finals: dict[int, RunStats] = {}  # each worker's stats after its run, with its last item
         if o.num_workers:
             items = in_order(items, o.num_workers, finals)  # type: ignore[arg-type]
+            items = self._unpublish_after(items, o.num_workers)  # type: ignore[arg-type]
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         ended = False
         try:
@@ -245,6 +257,23 @@ class PipelineLoader:
                 stop = getattr(source, "_shutdown_workers", None)
                 if stop is not None:
                     stop()
+
+    def _unpublish_after(self, items: Iterator[WorkerPiece], count: int) -> Iterator[WorkerPiece]:
+        """``items``; the row groups published for the workers' start unlinked once ``count`` items have come —
+        one from each worker, in turn — or when the iteration ends first. A worker that needs one of them later
+        decodes it (or maps another worker's copy): the share's protocol when a file is absent."""
+        try:
+            for k, item in enumerate(items, 1):
+                yield item
+                if k == count:
+                    self._unpublish()
+        finally:
+            self._unpublish()
+
+    def _unpublish(self) -> None:
+        published, self._published = self._published, None
+        for shard in list(published.written) if published is not None else []:
+            published.forget(shard)  # type: ignore[union-attr]
 
     def _hand_out(self, items: Iterator[WorkerPiece], handed: Handed) -> Iterator[Tensors]:
         """The training dicts of ``items`` (the pieces in order), each microbatch's pieces joined."""

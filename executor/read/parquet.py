@@ -258,6 +258,19 @@ class ParquetShard:
             parts.append((picked, self._group(g).take(pa.array(rows[picked] - self.rg_starts[g])).to_pylist()))
         return in_index_order(len(rows), parts)
 
+    def publish_decoded(self, share: SharedRowGroups) -> int:
+        """Publish the row groups decoded so far to ``share`` (each one another process has not claimed), for the
+        DataLoader workers about to start; how many. Local files only (range mode decodes on one reader)."""
+        if self._path is None:
+            return 0
+        published = 0
+        for g, column in enumerate(self.groups):
+            fd = share.claim(self.ref.shard_id, g) if column is not None else None
+            if fd is not None and column is not None:
+                share.publish(self.ref.shard_id, g, fd, column)
+                published += 1
+        return published
+
     def close(self) -> None:
         """Drop the decoded row groups (the reader then returns the freed memory: ``memory_release``), and the
         files this worker published for the others (their mapped copies stay valid)."""

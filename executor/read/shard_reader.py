@@ -175,6 +175,12 @@ class ShardReader:
         (``zephon.executor.read.shared_groups``); None: not shared."""
         self._share = share
 
+    def publish_decoded(self, share: SharedRowGroups) -> int:
+        """Publish the decoded row groups of the open Parquet shards to ``share`` (``ParquetShard.publish_decoded``:
+        a calibration's, for the DataLoader workers about to start); how many."""
+        shards = [s.text for s in self._open.values() if isinstance(s.text, ParquetShard)]
+        return sum(shard.publish_decoded(share) for shard in shards)
+
     def attach_ranges(self, read_ahead_bytes: int) -> None:
         """Read object-store shards by range requests from now on (``StoreOptions(remote_read="range")``)."""
         self._range_bytes = read_ahead_bytes

@@ -28,7 +28,9 @@ decode the row group itself; a corrupt row group raises from the worker's own de
 
 Lifetime: the loader makes ``D`` (``make_share_directory``) and removes it when it is closed or collected; a
 publisher unlinks its files when it closes their shard (its reader's LRU), and mapped copies stay valid until
-their last user drops them. ``ZEPHON_SHARE_ROW_GROUPS=off`` turns sharing off.
+their last user drops them. The loader's process publishes too, before its workers start: the row groups its
+``num_steps()`` decoded (``ShardReader.publish_decoded``), unlinked once every worker has handed over its first
+piece (``zephon.torch_loader``). ``ZEPHON_SHARE_ROW_GROUPS=off`` turns sharing off.
 
 Example: 2 workers, a chunk whose rows lie in row groups 0 and 1 of a new shard. Worker 0 claims both and decodes
 them; worker 1, a moment later, claims neither, waits on 0's lock, and maps both files: 2 decodes instead of 4.

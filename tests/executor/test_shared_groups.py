@@ -167,3 +167,26 @@ def test_the_loaders_directory_and_its_removal(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("ZEPHON_SHARE_ROW_GROUPS", "maybe")
     with pytest.raises(ConfigError, match='ZEPHON_SHARE_ROW_GROUPS must be "on" or "off", got \'maybe\''):
         share_enabled()
+
+
+def test_a_calibrations_decoded_row_groups_are_published_for_the_workers(tmp_path) -> None:
+    """The loader's process publishes what its ``num_steps()`` decoded (``ShardReader.publish_decoded``): a
+    worker's reader maps those row groups instead of decoding them, and gets the same texts."""
+    ref = shard(tmp_path)
+    calibrated = reader(ref, None)
+    first = np.arange(0, 120, 3)  # rows of row groups 0-2
+    assert texts(calibrated, first) == expected(first)
+    directory = tmp_path / "share"
+    directory.mkdir()
+    loader = SharedRowGroups(str(directory))
+    assert calibrated.publish_decoded(loader) == 3
+    assert calibrated.publish_decoded(SharedRowGroups(str(directory))) == 0  # claimed already: never twice
+    worker = SharedRowGroups(str(directory))
+    w = reader(ref, worker)
+    rows = np.arange(0, 300, 5)  # row groups 0-5: 0-2 published, 3-5 this worker's own
+    assert texts(w, rows) == expected(rows)
+    assert worker.counts == {"decoded": 3, "mapped": 3, "unshared": 0}
+    for shard_id in list(loader.written):
+        loader.forget(shard_id)  # what the loader does once every worker has handed over its first item
+    assert sorted(os.listdir(directory)) == [f"3-{g}.{kind}" for g in (3, 4, 5) for kind in ("arrow", "claim")]
+    assert texts(w, rows) == expected(rows)  # the worker's mapped copies stay valid
