@@ -183,6 +183,7 @@ class PipelineLoader:
             share = make_share_directory() if o.num_workers > 1 else None
             if share is not None:  # removed with this loader, whatever the workers left in it
                 weakref.finalize(self, remove_share_directory, share)
+                self._unpublish()  # a loader made again (a state loaded): what it published before, unlinked
                 self._published = SharedRowGroups(share)
             if o.num_workers:  # once, here: the workers start from it instead of each calibrating
                 read_ahead_enabled()  # a bad ZEPHON_READ_AHEAD: its one line here, not wrapped by a worker's traceback
