@@ -336,11 +336,12 @@ class Pipeline:
         runner = kept.take(self.executor_spec(), self._fresh(), self._pending_state, self._stats) if kept else None
         return runner if runner is not None else self._make_runner()
 
-    def _drop_kept(self, publish: SharedRowGroups | None = None) -> int:
+    def _drop_kept(self, publish: SharedRowGroups | None = None) -> None:
         """Close the runner ``num_steps()`` kept (its decoded shards), if any; with ``publish``, its decoded row
-        groups published there first (``KeptRunner.close``): how many."""
+        groups published there first (``KeptRunner.close``)."""
         kept, self._kept = self._kept, None
-        return kept.close(publish) if kept is not None else 0
+        if kept is not None:
+            kept.close(publish)
 
     def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()

@@ -164,15 +164,13 @@ class KeptRunner:
         self.close()
         return None
 
-    def close(self, publish: SharedRowGroups | None = None) -> int:
+    def close(self, publish: SharedRowGroups | None = None) -> None:
         """Release the runner's open shards and pins (not in another process: they are its parent's). With
         ``publish`` (the share of the DataLoader workers about to start), the Parquet row groups the calibration
         decoded are published to it first, so the workers map them instead of decoding them again
-        (``ShardReader.publish_decoded``); returns how many were published."""
-        published = 0
+        (``ShardReader.publish_decoded``)."""
         if self.pid == os.getpid():
             reader = self.runner.reader
             if publish is not None and reader is not None:
-                published = reader.publish_decoded(publish)
+                reader.publish_decoded(publish)
             self.runner.close()
-        return published

@@ -53,6 +53,7 @@ concatenates straight into page-locked buffers. Without an accelerator it does n
 
 from __future__ import annotations
 
+import itertools
 import warnings
 import weakref
 from collections.abc import Iterator
@@ -264,17 +265,16 @@ class PipelineLoader:
         one from each worker, in turn — or when the iteration ends first. A worker that needs one of them later
         decodes it (or maps another worker's copy): the share's protocol when a file is absent."""
         try:
-            for k, item in enumerate(items, 1):
-                yield item
-                if k == count:
-                    self._unpublish()
+            yield from itertools.islice(items, count)
+            self._unpublish()
+            yield from items  # the rest delegated as they come: nothing more done a piece
         finally:
             self._unpublish()
 
     def _unpublish(self) -> None:
         published, self._published = self._published, None
-        for shard in list(published.written) if published is not None else []:
-            published.forget(shard)  # type: ignore[union-attr]
+        if published is not None:
+            published.forget_all()
 
     def _hand_out(self, items: Iterator[WorkerPiece], handed: Handed) -> Iterator[Tensors]:
         """The training dicts of ``items`` (the pieces in order), each microbatch's pieces joined."""

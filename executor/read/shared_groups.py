@@ -215,6 +215,11 @@ class SharedRowGroups:
             self.counts["unshared"] += 1
         return column
 
+    def forget_all(self) -> None:
+        """``forget`` every shard this process published for."""
+        for shard_id in list(self.written):
+            self.forget(shard_id)
+
     def forget(self, shard_id: int) -> None:
         """Unlink the files this process published for a shard it closed (mapped copies stay valid)."""
         with self._lock:

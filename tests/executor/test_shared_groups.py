@@ -186,7 +186,6 @@ def test_a_calibrations_decoded_row_groups_are_published_for_the_workers(tmp_pat
     rows = np.arange(0, 300, 5)  # row groups 0-5: 0-2 published, 3-5 this worker's own
     assert texts(w, rows) == expected(rows)
     assert worker.counts == {"decoded": 3, "mapped": 3, "unshared": 0}
-    for shard_id in list(loader.written):
-        loader.forget(shard_id)  # what the loader does once every worker has handed over its first item
+    loader.forget_all()  # what the loader does once every worker has handed over its first item
     assert sorted(os.listdir(directory)) == [f"3-{g}.{kind}" for g in (3, 4, 5) for kind in ("arrow", "claim")]
     assert texts(w, rows) == expected(rows)  # the worker's mapped copies stay valid
