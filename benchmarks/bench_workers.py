@@ -1,7 +1,7 @@
 """DataLoader workers: tokens per second and CPU seconds for 0, 1 and 2 workers of ``Pipeline.dataloader``.
 
 Run: python benchmarks/bench_workers.py [--text local|demo] [--tokenizer deepseek-v4|demo] [--documents 10000]
-[--max-length 2049] [--microbatch 8] [--rounds 3] [--python PY ...]
+[--max-length 2049] [--microbatch 8] [--rounds 3] [--workers 0 1 2] [--cores N] [--python PY ...]
 
 Text: ``local`` (default) is this machine's own files (``local_corpus.py``: prose 0.5, code 0.2, docstrings 0.3),
 planned as an estimated sample mixture of ``--documents`` documents (the plan of ``bench_integrations.py``);
@@ -15,7 +15,8 @@ and takes every training dict of the rank's share (``dp_size`` 1, global batch =
 workers each build half of every microbatch's rows and the loader joins them). It reports the wall seconds to the
 first dict ("first") and to the last ("run"), the real tokens (``attention_mask``), and the CPU seconds of the
 run — its own and its workers' (``RUSAGE_CHILDREN`` once they are joined) — and of its own process alone ("main":
-with workers, receiving and joining the pieces). ``--rounds`` rounds run every
+with workers, receiving and joining the pieces). ``--cores N`` pins each measurement to the first ``N`` cores it may
+use (its workers inherit that): the bars' "2 cores" on a larger machine. ``--rounds`` rounds run every
 (interpreter, workers) variant once each, in an order rotated per round, so a busy minute of a shared machine
 hits every variant; with ``--python`` several interpreters (e.g. another checkout's venv, as "before") alternate in
 the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 workers ≥ 1.6 × 1 worker and ≥ 0
@@ -51,7 +52,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from bench_executor import task_cpu  # noqa: E402  (a sibling script: its directory on the path first)
+from bench_executor import _pin, task_cpu  # noqa: E402  (a sibling script: its directory on the path first)
 
 
 def demo_plan(root: Path, max_length: int, tokenizer_id: str, name: str) -> Path:
@@ -157,9 +158,13 @@ def child(
     workers: int,
     prefetch: int | None = None,
     threads: bool = False,
+    cores: int | None = None,
 ) -> dict[str, Any]:
     """One measurement (module docstring), in this process."""
     from zephon import Pipeline
+
+    if cores:
+        _pin(cores)  # before any thread or worker starts: they inherit it
 
     pipeline = (
         Pipeline.from_plan(plan)
@@ -219,6 +224,8 @@ def measure(python: str, args: argparse.Namespace, plan: Path, tokenizer: str, w
         command += ["--prefetch-factor", str(args.prefetch_factor)]
     if args.threads:
         command += ["--threads"]
+    if args.cores:
+        command += ["--cores", str(args.cores)]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{python} with {workers} workers failed:\n{done.stderr[-3000:]}")
@@ -236,12 +243,22 @@ def main() -> None:
     parser.add_argument("--prefetch-factor", type=int, help="the DataLoader's, with workers (default: the loader's)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", action="store_true", help="CPU seconds by role after the first dict (docstring)")
+    parser.add_argument("--cores", type=int, help="pin each measurement to its first N allowed cores (default: all)")
     parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters to alternate")
     parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         plan, tokenizer, workers = args.child
-        got = child(plan, tokenizer, args.max_length, args.microbatch, int(workers), args.prefetch_factor, args.threads)
+        got = child(
+            plan,
+            tokenizer,
+            args.max_length,
+            args.microbatch,
+            int(workers),
+            args.prefetch_factor,
+            threads=args.threads,
+            cores=args.cores,
+        )
         print(json.dumps(got))
         return
     root = Path(os.environ.get("ZEPHON_BENCH_DIR") or tempfile.mkdtemp(prefix="zephon-bench-workers-"))
@@ -257,9 +274,10 @@ def main() -> None:
             runs[v].append(measure(v[0], args, plan, tokenizer, v[1]))
         loads.append(os.getloadavg()[0])
     first = runs[variants[0]][0]
+    cores = args.cores or len(os.sched_getaffinity(0))
     print(
         f"{args.text} text, {args.tokenizer} tokenizer, {first['steps']} steps of {args.microbatch} × "
-        f"{args.max_length}, {first['tokens']:,} real tokens, {args.rounds} rounds, {os.cpu_count()} cores, "
+        f"{args.max_length}, {first['tokens']:,} real tokens, {args.rounds} rounds, {cores} cores, "
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
     print(
