@@ -36,10 +36,17 @@ TRAINING: dict[str, bool] = {
 
 @pytest.fixture(scope="module")
 def plans(tmp_path_factory, tokenizer_dir) -> dict[str, Path]:
-    """An estimated plan (one lane per row of the global batch) and an exact plan over a slice of the demo corpus."""
+    """An estimated plan (one lane per row of the global batch) and an exact plan over a slice of the demo corpus.
+
+    With ``ZEPHON_TEST_PLANS_DIR`` set, the demo data and both plans are written there and reused by later sessions:
+    how this module runs on a machine without the planner's libraries (an accelerator's, for the pinned checks) —
+    write them on a machine with the planner, copy the directory to the same path there."""
     from zephon.demo import write_demo_dataset
 
-    root = tmp_path_factory.mktemp("workers")
+    given = os.environ.get("ZEPHON_TEST_PLANS_DIR")
+    root = Path(given) if given else tmp_path_factory.mktemp("workers")
+    if given and all((root / kind / "plan.json").is_file() for kind in ("estimated", "exact")):
+        return {kind: root / kind for kind in ("estimated", "exact")}
     os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
     write_demo_dataset(root / "data")
     datasets = [
