@@ -35,11 +35,12 @@ def split_block(
     hi = np.searchsorted(row, [b for _, (_, b) in taken]).tolist()
     sizes = np.subtract(hi, lo)
     owner = np.repeat(np.arange(len(taken)), sizes)  # each handed-out piece's microbatch (of ``taken``)
-    if int(sizes.sum()) == len(pieces):  # every piece is handed out, in order (no other worker's rows between)
+    handed_out = int(sizes.sum())
+    if handed_out == len(pieces):  # every piece is handed out, in order (no other worker's rows between)
         row -= firsts[owner]
         handed = pieces
     else:
-        chosen = np.repeat(np.subtract(lo, np.cumsum(sizes) - sizes), sizes) + np.arange(int(sizes.sum()))
+        chosen = np.repeat(np.subtract(lo, np.cumsum(sizes) - sizes), sizes) + np.arange(handed_out)
         row[chosen] -= firsts[owner]
         handed = pieces[chosen]
     docs, toks = handed_counts(dataset_of(handed["position"]), handed, owner, len(taken), num_datasets)

@@ -42,7 +42,7 @@ from typing import Protocol
 
 import numpy as np
 
-__all__ = ["MASK", "SHIFT", "LaneStore"]
+__all__ = ["MASK", "SHIFT", "LaneStore", "run_bounds"]
 
 #: Bits of a key below the lane's slot: stream indices and plan positions stay below 2**40.
 SHIFT = 40
@@ -52,6 +52,15 @@ MIN_ROOM = 64
 #: Spare entries of all lanes after a layout, at least (besides 1.5 × the live documents).
 PERIOD = 4096
 _EMPTY = np.empty(0, dtype=np.int64)
+
+
+def run_bounds(apart: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first and the last index of each run of ``n`` items in a row, where ``apart[i]`` tells that items ``i``
+    and ``i + 1`` lie in different runs (``n - 1`` flags; no item, no run): one slice a run instead of one an item,
+    for the store's compaction and ``pack.lanes``' cut. Example: ``apart`` [F, T, F], ``n`` 4 → firsts [0, 2],
+    lasts [1, 3]."""
+    firsts = np.flatnonzero(np.concatenate(([n > 0], apart)))
+    return firsts, np.append(firsts[1:], n)[: len(firsts)] - 1
 
 
 class Lane(Protocol):
@@ -200,9 +209,8 @@ class LaneStore:
         dst = np.empty_like(src)
         dst[order] = np.cumsum(length_sorted) - length_sorted
         # one slice per run of documents contiguous in the array (a lane's documents of one chunk)
-        breaks = np.flatnonzero(src_sorted[1:] != src_sorted[:-1] + length_sorted[:-1]) + 1
-        firsts = order[np.r_[0, breaks]] if len(src) else _EMPTY
-        lasts = order[np.r_[breaks, len(src)] - 1] if len(src) else _EMPTY
+        firsts, lasts = run_bounds(src_sorted[1:] != src_sorted[:-1] + length_sorted[:-1], len(src))
+        firsts, lasts = order[firsts], order[lasts]
         tokens = self.tokens
         froms, tos = src[firsts].tolist(), (src[lasts] + length[lasts]).tolist()
         for a, b, d in zip(froms, tos, dst[firsts].tolist(), strict=True):

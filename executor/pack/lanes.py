@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from zephon.executor.encode.flags import ID
-from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore
+from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore, run_bounds
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
 __all__ = ["Block", "Held", "Lane", "LaneStore", "Snapshot", "cursors_of", "cut_block", "pop_rows"]
@@ -363,8 +363,7 @@ def _cut(
     apart = delta[1:] != delta[:-1]
     if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
         apart |= rows[local[1:]] - rows[local[:-1]] > 1
-    firsts = np.flatnonzero(np.concatenate(([total > 0], apart)))  # each run's first piece, then its last below
-    lasts = np.append(firsts[1:], total)[: len(firsts)] - 1
+    firsts, lasts = run_bounds(apart, total)  # each run's first piece and its last
     flat, tokens = out.reshape(-1), store.tokens
     runs = dst[firsts].tolist(), (dst[lasts] + length[lasts]).tolist(), delta[firsts].tolist()
     for a, b, d in zip(*runs, strict=True):
