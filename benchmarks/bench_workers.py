@@ -247,6 +247,9 @@ def main() -> None:
     parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters to alternate")
     parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    allowed = len(os.sched_getaffinity(0))
+    if args.cores is not None and not 1 <= args.cores <= allowed:
+        parser.error(f"--cores must be 1 to {allowed} (the cores this process may use), got {args.cores} — lower it")
     if args.child:
         plan, tokenizer, workers = args.child
         got = child(
@@ -274,7 +277,7 @@ def main() -> None:
             runs[v].append(measure(v[0], args, plan, tokenizer, v[1]))
         loads.append(os.getloadavg()[0])
     first = runs[variants[0]][0]
-    cores = args.cores or len(os.sched_getaffinity(0))
+    cores = args.cores or allowed
     print(
         f"{args.text} text, {args.tokenizer} tokenizer, {first['steps']} steps of {args.microbatch} × "
         f"{args.max_length}, {first['tokens']:,} real tokens, {args.rounds} rounds, {cores} cores, "
