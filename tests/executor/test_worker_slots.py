@@ -55,6 +55,36 @@ def test_pieces_round_trip_and_the_ring_travels_with_the_first_only() -> None:
         )  # its own memory, not the slot's
 
 
+def test_a_piece_is_copied_out_once_into_one_buffer_pinned_or_not(monkeypatch) -> None:
+    """``take`` copies a piece's tensors out of its slot together: one new buffer, each tensor a view of its part
+    (every dtype, the bool mask and bfloat16 included) — page-locked with ``pin_memory``. Pinning needs an
+    accelerator: here the one page-locked allocation is recorded and made as plain memory."""
+    asked: list[tuple[int, bool]] = []
+    empty = torch.empty
+
+    def recording_empty(*size, pin_memory=False, **kw):  # type: ignore[no-untyped-def]
+        asked.append((size[0], pin_memory))
+        return empty(*size, **kw)
+
+    writer, reader = SlotWriter(in_flight=1, group=1), SlotReader()
+    for k in range(4):
+        made = {**piece(k), "weights": torch.rand((4, 8)).to(torch.bfloat16)}
+        slot = writer.put(made)
+        assert slot is not None
+        pin = k % 2 == 1
+        monkeypatch.setattr(torch, "empty", recording_empty if pin else empty)
+        got = reader.take(slot, pin_memory=pin)
+        monkeypatch.setattr(torch, "empty", empty)
+        assert equal(got, made)
+        tensors = [v for v in got.values() if isinstance(v, torch.Tensor)]
+        first, last = min(p[3] for p in slot.placed), max(p[3] + p[4] for p in slot.placed)
+        if pin:  # one page-locked buffer, the slot's span, its views sharing its storage
+            assert asked[-1:] == [(last - first, True)] and len(asked) == k // 2 + 1
+            assert len({v.untyped_storage().data_ptr() for v in tensors}) == 1
+        bases = sorted(v.data_ptr() for v in tensors)
+        assert bases[-1] - bases[0] < last - first  # all inside one buffer of the span's size
+
+
 def test_views_read_every_dtype_back_numpy_has_or_not() -> None:
     """The loader's views are NumPy views made tensors where NumPy has the dtype, torch's own where it has not
     (bfloat16): the same values, dtypes and shapes as ``take`` and as the piece written."""
