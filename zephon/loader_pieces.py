@@ -25,6 +25,7 @@ from zephon import errors
 from zephon.errors import ZephonError
 from zephon.executor.settings import RunStats
 from zephon.loader_stats import HandedStats, StatsPiece
+from zephon.tuple_pickling import tuple_pickled
 from zephon.worker_slots import SlotPiece, SlotWriter
 
 __all__ = ["Handed", "PieceGroup", "Tensors", "WorkerError", "WorkerPiece", "in_order"]
@@ -32,6 +33,7 @@ __all__ = ["Handed", "PieceGroup", "Tensors", "WorkerError", "WorkerPiece", "in_
 Tensors = dict[str, torch.Tensor | int]
 
 
+@tuple_pickled
 @dataclass(frozen=True, slots=True)
 class WorkerError:
     """A Zephon error a DataLoader worker raised, carried to the loader as an item so that the loader raises it as
@@ -125,6 +127,7 @@ class WorkerPiece:
         return replace(self, arrays=pinned)
 
 
+@tuple_pickled
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PieceGroup:
     """What a worker yields as one DataLoader item: its next ``pieces``, in order (``zephon.worker_slots``:

@@ -28,10 +28,12 @@ import dataclasses
 from dataclasses import dataclass
 
 from zephon.executor.settings import RunStats
+from zephon.tuple_pickling import tuple_pickled
 
 __all__ = ["HandedStats", "StatsPiece", "StatsSender", "copy_stats", "merge_stats"]
 
 
+@tuple_pickled
 @dataclass(frozen=True, slots=True)
 class StatsPiece:
     """A worker's counts after one of its pieces: documents and tokens per dataset (the ``RunStats`` dicts' values,

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from zephon.executor.read.shared_groups import free_bytes
+from zephon.tuple_pickling import tuple_pickled
 
 #: Bytes before the first slot: the ``taken`` counter (int64) and padding to a cache line.
 HEADER = 64
@@ -75,6 +76,7 @@ def _aligned(n: int) -> int:
 Placed = tuple[str, torch.dtype, tuple[int, ...], int, int]
 
 
+@tuple_pickled
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SlotPiece:
     """What crosses the DataLoader's queue for a piece written into a ring (see the module docstring).
