@@ -1,7 +1,7 @@
 """DataLoader workers: tokens per second and CPU seconds for 0, 1 and 2 workers of ``Pipeline.dataloader``.
 
 Run: python benchmarks/bench_workers.py [--text local|demo] [--tokenizer deepseek-v4|demo] [--documents 10000]
-[--max-length 2049] [--microbatch 8] [--rounds 3] [--workers 0 1 2] [--cores N] [--python PY ...]
+[--max-length 2049] [--microbatch 8] [--accumulation 1] [--rounds 3] [--workers 0 1 2] [--cores N] [--python PY ...]
 
 Text: ``local`` (default) is this machine's own files (``local_corpus.py``: prose 0.5, code 0.2, docstrings 0.3),
 planned as an estimated sample mixture of ``--documents`` documents (the plan of ``bench_integrations.py``);
@@ -11,10 +11,11 @@ to ``$ZEPHON_BENCH_DIR`` (reused) or a temporary directory.
 
 Every measurement is a child process of its own (``--child``): it builds the pipeline, computes ``num_steps()``
 (timed apart: "steps"; a trainer asks for it before its loader), then makes ``pipeline.dataloader(num_workers=N)``
-and takes every training dict of the rank's share (``dp_size`` 1, global batch = ``--microbatch``: A = 1, so 2
-workers each build half of every microbatch's rows and the loader joins them). It reports the wall seconds to the
-first dict ("first") and to the last ("run"), the real tokens (``attention_mask``), and the CPU seconds of the
-run — its own and its workers' (``RUSAGE_CHILDREN`` once they are joined) — and of its own process alone ("main":
+and takes every training dict of the rank's share (``dp_size`` 1, global batch = ``--accumulation`` ×
+``--microbatch``: by default A = 1, so 2 workers each build half of every microbatch's rows and the loader joins
+them; with A a multiple of the workers each worker builds whole microbatches, nothing joined). It reports the wall
+seconds to the first dict ("first") and to the last ("run"), the real tokens (``attention_mask``), and the CPU seconds
+of the run — its own and its workers' (``RUSAGE_CHILDREN`` once they are joined) — and of its own process alone ("main":
 with workers, receiving and joining the pieces). ``--cores N`` pins each measurement to the first ``N`` cores it may
 use (its workers inherit that): the bars' "2 cores" on a larger machine. ``--rounds`` rounds run every
 (interpreter, workers) variant once each, in an order rotated per round, so a busy minute of a shared machine
@@ -157,6 +158,7 @@ def child(
     microbatch: int,
     workers: int,
     prefetch: int | None = None,
+    accumulation: int = 1,
     threads: bool = False,
     cores: int | None = None,
 ) -> dict[str, Any]:
@@ -171,7 +173,7 @@ def child(
         .options(dp_rank=0, dp_size=1)
         .tokenize(tokenizer_id=tokenizer)
         .pack_flat(max_length=max_length)
-        .batch(microbatch_size=microbatch)
+        .batch(microbatch_size=microbatch, global_batch_size=accumulation * microbatch)
     )
     cpu, wall = cpu_seconds(), time.perf_counter()
     steps = pipeline.num_steps()
@@ -220,6 +222,7 @@ def child(
 def measure(python: str, args: argparse.Namespace, plan: Path, tokenizer: str, workers: int) -> dict[str, Any]:
     command = [python, str(Path(__file__).resolve()), "--child", str(plan), tokenizer, str(workers)]
     command += ["--max-length", str(args.max_length), "--microbatch", str(args.microbatch)]
+    command += ["--accumulation", str(args.accumulation)]
     if args.prefetch_factor:
         command += ["--prefetch-factor", str(args.prefetch_factor)]
     if args.threads:
@@ -239,6 +242,7 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=10_000, help="documents of the local plan")
     parser.add_argument("--max-length", type=int, default=2049)
     parser.add_argument("--microbatch", type=int, default=8)
+    parser.add_argument("--accumulation", type=int, default=1, help="microbatches a global batch (A)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--prefetch-factor", type=int, help="the DataLoader's, with workers (default: the loader's)")
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
@@ -248,6 +252,8 @@ def main() -> None:
     parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     allowed = len(os.sched_getaffinity(0))
+    if args.accumulation < 1:
+        parser.error(f"--accumulation must be 1 or more (microbatches a global batch), got {args.accumulation} — fix")
     if args.cores is not None and not 1 <= args.cores <= allowed:
         parser.error(f"--cores must be 1 to {allowed} (the cores this process may use), got {args.cores} — lower it")
     if args.child:
@@ -259,6 +265,7 @@ def main() -> None:
             args.microbatch,
             int(workers),
             args.prefetch_factor,
+            args.accumulation,
             threads=args.threads,
             cores=args.cores,
         )
@@ -280,8 +287,8 @@ def main() -> None:
     cores = args.cores or allowed
     print(
         f"{args.text} text, {args.tokenizer} tokenizer, {first['steps']} steps of {args.microbatch} × "
-        f"{args.max_length}, {first['tokens']:,} real tokens, {args.rounds} rounds, {cores} cores, "
-        f"load average {min(loads):.1f}-{max(loads):.1f}"
+        f"{args.max_length} (A = {args.accumulation}), {first['tokens']:,} real tokens, {args.rounds} rounds, "
+        f"{cores} cores, load average {min(loads):.1f}-{max(loads):.1f}"
     )
     print(
         f"{'interpreter':<34}{'workers':>8}{'steps CPU s':>12}{'first s':>9}{'run s':>8}{'CPU s':>8}{'main CPU s':>11}"
