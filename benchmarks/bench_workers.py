@@ -255,7 +255,7 @@ def main() -> None:
     if args.accumulation < 1:
         parser.error(f"--accumulation must be 1 or more (microbatches a global batch), got {args.accumulation} — fix")
     if args.cores is not None and not 1 <= args.cores <= allowed:
-        parser.error(f"--cores must be 1 to {allowed} (the cores this process may use), got {args.cores} — lower it")
+        parser.error(f"--cores must be 1 to {allowed} (the cores this process may use), got {args.cores} — fix")
     if args.child:
         plan, tokenizer, workers = args.child
         got = child(
