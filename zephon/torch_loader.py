@@ -22,11 +22,12 @@ Hand-over: a worker writes each piece's tensors into a slot of a shared-memory r
 where they lie; the loader copies them out (into the joined or page-locked tensors it hands out) and frees the
 slot (``zephon.worker_slots``): no pipe carries the ids, ~0.5 ms of the loader's CPU saved per 400 KB piece.
 With 2 or more workers they also decode each Parquet row group once between them, through a directory of
-``/dev/shm`` this loader makes and removes (``zephon.executor.read.shared_groups``); the row groups
-``num_steps()`` decoded in the loader's process are published there before the workers start, so their first
-reads map them instead of decoding them again (a worker's first piece came after 0.7-0.9 s, ~0.45 s of it
-decoding, on ``bench_workers.py``'s plan; 0.3-0.4 s with them published), and unlinked once every worker has
-handed over its first piece (a worker needing one later decodes it, or maps another worker's copy).
+``/dev/shm`` this loader makes and removes (``zephon.executor.read.shared_groups``). With any number of workers,
+one included, the row groups ``num_steps()`` decoded in the loader's process are published there before the
+workers start, so their first reads map them instead of decoding them again (a worker's first piece came after
+0.7-0.9 s, ~0.45 s of it decoding, on ``bench_workers.py``'s plan; 0.3-0.4 s with them published), and unlinked
+once every worker has handed over its first piece (a worker needing one later decodes it, or maps another
+worker's copy). A lone worker only maps: it publishes nothing, there being nobody to map it.
 
 State: each piece carries its worker's state after it (its lanes' cursors); ``state_dict()`` merges them into
 the rank's state after the last microbatch handed out — the state ``Pipeline.state_dict()`` gives after the
@@ -44,8 +45,7 @@ Without workers and without ``pin_memory`` the loader takes the pieces from its 
 would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``) — and its
 iteration starts on the runner ``num_steps()`` calibrated, if any (``zephon.run.KeptRunner``: the pipeline's, handed
 to the loader when it is made), reading the shards that calibration decoded. With workers that runner is closed
-once the steps are known, its decoded row groups published first (2 or more workers): each worker reads its own
-shards.
+once the steps are known, its decoded row groups published first: each worker reads its own shards.
 
 ``pin_memory``: with ``c = 1`` the DataLoader's pinning thread pins the pieces; with ``c > 1`` the loader
 concatenates straight into page-locked buffers. Without an accelerator it does nothing (torch's warning).
@@ -119,7 +119,8 @@ class PieceDataset(IterableDataset):
             return self._pieces(self.pipeline._iteration_runner(), WorkerPiece.local)
         runner = self.pipeline._make_runner(worker, self.pieces)
         if self.row_groups is not None and isinstance(runner, RankRunner):
-            runner.shared_groups = SharedRowGroups(self.row_groups)  # decoded by one worker, mapped by the rest
+            # decoded by one worker, mapped by the rest; a lone worker maps what the loader published, nothing more
+            runner.shared_groups = SharedRowGroups(self.row_groups, alone=info.num_workers == 1)
         writer = SlotWriter(self.in_flight, group=self.group)
         return self._groups(self._pieces(runner, WorkerPiece.slotted(writer), writer, info.id), info.id)
 
@@ -173,7 +174,7 @@ class PipelineLoader:
         self._handed: Handed | None = None
         #: How the pieces of the last iteration crossed from the workers: through slots or pickled (a diagnostic).
         self.handover = {"slots": 0, "pickled": 0}
-        #: The row groups ``num_steps()`` decoded here, published for the workers' first reads (2+ workers), and
+        #: The row groups ``num_steps()`` decoded here, published for the workers' first reads, and
         #: unlinked once every worker has handed over its first item (``_unpublish``).
         self._published: SharedRowGroups | None = None
 
@@ -181,7 +182,7 @@ class PipelineLoader:
         if self._loader is None or self._dataset is None:
             o = self.options
             self._pipeline._pending_state = self._state
-            share = make_share_directory() if o.num_workers > 1 else None
+            share = make_share_directory() if o.num_workers else None
             if share is not None:  # removed with this loader, whatever the workers left in it
                 weakref.finalize(self, remove_share_directory, share)
                 self._unpublish()  # a loader made again (a state loaded): what it published before, unlinked

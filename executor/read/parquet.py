@@ -194,8 +194,15 @@ class ParquetShard:
         if self.share is not None and self.ranges is None:
             shared = self._shared(todo, self.share)
             if shared is not None:
-                yield from shared
+                rest = [g for g in todo if g not in shared]  # a lone worker's: not published, decoded below
+                decoded = dict(zip(rest, self._decoded_here(rest), strict=True)) if rest else {}
+                for g in todo:
+                    yield shared[g] if g in shared else decoded[g]
                 return
+        yield from self._decoded_here(todo)
+
+    def _decoded_here(self, todo: list[int]) -> Iterator[pa.Array]:
+        """Row groups ``todo`` decoded in this process, in order (several at once on the decode pool)."""
         pool = decode_pool() if self._path is not None and len(todo) > 1 else None
         if pool is None:
             yield from map(self.row_group, todo)
@@ -208,11 +215,13 @@ class ParquetShard:
             for future in futures:
                 future.cancel()
 
-    def _shared(self, todo: list[int], share: SharedRowGroups) -> list[pa.Array] | None:
-        """Row groups ``todo`` through the share: mapped where published, claimed and decoded (then published)
-        where this worker is first, and waited for where another is decoding them — claims first, decodes next,
-        waits last, so a claimant never waits (``zephon.executor.read.shared_groups``). None when a decode fails:
-        the caller decodes them all as without a share, so the first bad row group raises as it would."""
+    def _shared(self, todo: list[int], share: SharedRowGroups) -> dict[int, pa.Array] | None:
+        """Row groups ``todo`` through the share, by row group: mapped where published, claimed and decoded (then
+        published) where this worker is first, and waited for where another is decoding them — claims first,
+        decodes next, waits last, so a claimant never waits (``zephon.executor.read.shared_groups``). A lone
+        worker's (``share.alone``) unpublished row groups are left out: the caller decodes them as without a
+        share. None when a decode fails: the caller decodes them all as without a share, so the first bad row
+        group raises as it would."""
         shard = self.ref.shard_id
         got: dict[int, pa.Array] = {}
         mine: list[tuple[int, int]] = []
@@ -237,12 +246,14 @@ class ParquetShard:
                     return None
                 raise
             got[g] = share.publish(shard, g, fd, column)  # the published file, mapped: one copy for the rank
+        if share.alone:  # nobody else decodes: nothing to wait for
+            return got
         for g in theirs:
             column = share.wait(shard, g)
             if column is None:  # its claimant did not publish it (counted by the share)
                 column = self.row_group(g)
             got[g] = column
-        return [got[g] for g in todo]
+        return got
 
     def values(self, rows: np.ndarray) -> list[object]:
         """The raw values of ``rows`` (strings, None for a null; records as dicts), in the order given: one

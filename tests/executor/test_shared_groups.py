@@ -127,6 +127,28 @@ def test_two_readers_of_one_shard_decode_each_row_group_once(tmp_path, monkeypat
     assert os.listdir(share_dir) == []
 
 
+def test_a_lone_reader_maps_what_was_published_and_decodes_the_rest_without_claiming(tmp_path) -> None:
+    """``alone`` (``num_workers=1``): the loader's published row groups mapped; the others decoded on the decode
+    pool as without a share — no claim, no publish, no wait — and an error raised as a reader without one."""
+    ref = shard(tmp_path)
+    share_dir = tmp_path / "share"
+    share_dir.mkdir()
+    loader = SharedRowGroups(str(share_dir))
+    first = reader(ref, None)  # the loader's calibration: row groups 0 and 1 decoded, then published
+    assert texts(first, np.arange(0, 100)) == expected(np.arange(0, 100))
+    assert first.publish_decoded(loader) == 2
+    lone = SharedRowGroups(str(share_dir), alone=True)
+    assert lone.claim(3, 4) is None
+    r = reader(ref, lone)
+    rows = np.arange(300)[::-1].copy()
+    assert texts(r, rows) == expected(rows)
+    assert lone.counts == {"decoded": 0, "mapped": 2, "unshared": 0}
+    assert sorted(os.listdir(share_dir)) == ["3-0.arrow", "3-0.claim", "3-1.arrow", "3-1.claim"]  # the loader's
+    r.close()
+    loader.forget_all()
+    assert os.listdir(share_dir) == []
+
+
 def test_a_corrupt_row_group_raises_the_error_of_a_reader_without_a_share(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("ZEPHON_DECODE_THREADS", "1")
     ref = shard(tmp_path)

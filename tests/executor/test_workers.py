@@ -365,9 +365,11 @@ def test_a_plain_dataloader_repeats_tokenizing_when_workers_do_not_divide_the_ac
 # -- row groups decoded once for the rank's workers ----------------------------------------------------------------
 
 
-def decoded_per_process(p: Pipeline, folder: Path, want: list[Tensors], monkeypatch) -> dict[int, list[tuple[int, int]]]:
-    """The (shard, row group) pairs each worker decoded while a 2-worker loader ran (the real decode,
-    ``ParquetShard.row_group``, logging ``pid shard group`` first), and the loader's share directory."""
+def decoded_per_process(
+    p: Pipeline, folder: Path, want: list[Tensors], monkeypatch, workers: int = 2
+) -> dict[int, list[tuple[int, int]]]:
+    """The (shard, row group) pairs each process decoded while a loader of ``workers`` ran (the real decode,
+    ``ParquetShard.row_group``, logging ``pid shard group`` first); the loader's share directory is gone after."""
     from zephon.executor.read.parquet import ParquetShard
 
     folder.mkdir(parents=True)
@@ -381,7 +383,7 @@ def decoded_per_process(p: Pipeline, folder: Path, want: list[Tensors], monkeypa
 
     with monkeypatch.context() as m:
         m.setattr(ParquetShard, "row_group", counted)
-        loader = p.dataloader(num_workers=2)
+        loader = p.dataloader(num_workers=workers)
         got = list(loader)
         assert same(got, want)
         share = loader._dataset.row_groups  # type: ignore[union-attr]
@@ -413,6 +415,39 @@ def test_two_workers_decode_each_row_group_once_between_them(plans, tokenizer_di
     # forgotten and needed again, or one published after a worker's first item, is rare)
     assert len(total) + len(calibrated) <= len(each[0]) + 2, (shared, calibrated)
     assert len(set(total) & set(calibrated)) <= 2, (shared, calibrated)
+
+
+def test_a_lone_worker_maps_the_calibrations_row_groups_and_publishes_nothing(
+    plans, tokenizer_dir, tmp_path, monkeypatch
+) -> None:
+    """``num_workers=1``: the row groups ``num_steps()`` decoded in the loader are published for the worker's start
+    as for more workers, so it does not decode them again; it publishes none of its own (nobody would map them)."""
+    from zephon.executor.read.shared_groups import SharedRowGroups
+
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    want = [b.to_training() for b in p]
+    monkeypatch.setenv("ZEPHON_SHARE_ROW_GROUPS", "off")
+    off = decoded_per_process(p, tmp_path / "off", want, monkeypatch, workers=1)
+    off.pop(os.getpid())
+    (worker_off,) = off.values()  # without a share the worker decodes every row group the calibration did
+    monkeypatch.setenv("ZEPHON_SHARE_ROW_GROUPS", "on")
+    log = tmp_path / "published.txt"
+    publish = SharedRowGroups.publish
+
+    def recorded(self, shard_id, group, fd, column):
+        with open(log, "a") as out:  # a file: the forked worker's appends to a list would stay in the worker
+            out.write(f"{os.getpid()}\n")
+        return publish(self, shard_id, group, fd, column)
+
+    monkeypatch.setattr(SharedRowGroups, "publish", recorded)
+    on = decoded_per_process(p, tmp_path / "on", want, monkeypatch, workers=1)
+    calibrated = on.pop(os.getpid())
+    assert calibrated and set(calibrated) <= set(worker_off)
+    worker_on = [k for v in on.values() for k in v]
+    assert not set(worker_on) & set(calibrated), (worker_on, calibrated)  # mapped, not decoded again
+    assert sorted(set(worker_on) | set(calibrated)) == sorted(set(worker_off))  # the same row groups, read
+    publishers = set(map(int, log.read_text().split()))
+    assert publishers == {os.getpid()}  # the loader published (num_steps()'s row groups); the worker nothing
 
 
 def test_the_calibrations_row_groups_are_unlinked_once_every_worker_has_started(plans, tokenizer_dir) -> None:
