@@ -202,6 +202,9 @@ def test_dataloader_with_spawned_workers_gives_the_same_batches(plans, tokenizer
     want = [b.to_training(return_position_ids=True) for b in p]
     assert same(list(loader), want)
     assert loader.handover == {"slots": 2 * len(want), "pickled": 0}  # the rings crossed to a spawned process
+    lone = p.dataloader(num_workers=1, multiprocessing_context="spawn", return_position_ids=True)
+    assert same(list(lone), want)  # a spawned lone worker maps the loader's published row groups by path
+    assert lone._published is None and lone.handover == {"slots": len(want), "pickled": 0}
 
 
 def test_persistent_workers_give_the_same_batches_every_epoch(plans, tokenizer_dir) -> None:
