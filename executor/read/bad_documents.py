@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.encode.chat_render import CHAT_SKIP_REASONS
+from zephon.executor.read.arrow_values import NotUTF8
 from zephon.plan.records import ShardRef
 
 # The skip warnings keep the logger they had before this module was split out of the shard reader.
@@ -114,10 +115,21 @@ class BadDocuments:
 
     def text(self, ref: ShardRef, row: int, value: object) -> Any:
         """``value`` when it is a string (in record mode: the record, a dict, converted later by
-        ``convert.convert_all``); otherwise a bad document (None when skipped)."""
-        if self.convert is not None:
-            return value
+        ``convert.convert_all``); otherwise a bad document (None when skipped): bytes that are not UTF-8
+        (``NotUTF8``: any mode), a null or another type."""
         if isinstance(value, str):
+            return value
+        if isinstance(value, NotUTF8):
+            self.report(
+                ref,
+                row,
+                "not_utf8",
+                f"dataset {ref.dataset!r}: shard {ref.uri} row {row} must be UTF-8 text, got byte 0x{value.byte:02x} "
+                f"at byte {value.offset} of {'the record' if self.convert is not None else f'field {self.field!r}'} — "
+                "write the column again as UTF-8, fix or remove that row",
+            )
+            return None
+        if self.convert is not None:
             return value
         reason, got = ("null_text", "null") if value is None else ("not_text", type(value).__name__)
         self.report(

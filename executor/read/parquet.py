@@ -35,6 +35,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, ZephonError, one_line
+from zephon.executor.read.arrow_values import python_values
 from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
 from zephon.executor.read.decode_pool import decode_pool
 from zephon.executor.read.memory_release import release_now_and_then
@@ -262,12 +263,20 @@ class ParquetShard:
         first = int(groups[0]) if len(groups) else 0
         if not len(groups) or (groups == first).all():  # the common case: one row group
             local = rows - self.rg_starts[first]
-            return self._group(first).take(pa.array(local)).to_pylist() if len(rows) else []
+            return self._python(self._group(first).take(pa.array(local))) if len(rows) else []
         parts = []
         for g in np.unique(groups).tolist():
             picked = np.flatnonzero(groups == g)
-            parts.append((picked, self._group(g).take(pa.array(rows[picked] - self.rg_starts[g])).to_pylist()))
+            parts.append((picked, self._python(self._group(g).take(pa.array(rows[picked] - self.rg_starts[g])))))
         return in_index_order(len(rows), parts)
+
+    def _python(self, array: pa.Array) -> list[object]:
+        """``array``'s values as Python values (``arrow_values``); one whose bytes are not UTF-8 is a ``NotUTF8``,
+        and this shard's rows are checked one by one from then on (``read``), so it is reported."""
+        values, bad = python_values(array)
+        if bad:
+            self.nulls = True
+        return values
 
     def publish_decoded(self, share: SharedRowGroups) -> int:
         """Publish the row groups decoded so far to ``share`` (each one another process has not claimed), for the
@@ -308,7 +317,8 @@ class ParquetShard:
         for g in range(self.file.metadata.num_row_groups):
             column = self.row_group(g)
             first = int(self.rg_starts[g])
-            yield [self._documents.text(self.ref, first + i, v) for i, v in enumerate(column.to_pylist())]
+            values, _ = python_values(column)
+            yield [self._documents.text(self.ref, first + i, v) for i, v in enumerate(values)]
 
 
 def in_index_order(n: int, parts: list[tuple[np.ndarray, list[Any]]]) -> list[Any]:

@@ -194,6 +194,32 @@ def test_null_parquet_text_is_a_document_error_and_skippable(tmp_path, tokenizer
     assert pipe.stats().skipped == {"null_text": 1}
 
 
+def string_column(values: list[bytes | None]) -> pa.Array:
+    """A Parquet-bound string column holding exactly these bytes (pyarrow's writer and reader do not check UTF-8,
+    so a column some other writer filled with bad bytes reads back like this)."""
+    offsets = np.cumsum([0] + [len(v or b"") for v in values]).astype(np.int32)
+    validity = pa.array([v is not None for v in values]).buffers()[1]
+    data = pa.py_buffer(b"".join(v or b"" for v in values))
+    return pa.Array.from_buffers(pa.string(), len(values), [validity, pa.py_buffer(offsets.tobytes()), data])
+
+
+def test_parquet_text_that_is_not_utf8_is_a_document_error_and_skippable(tmp_path, tokenizer_dir) -> None:
+    (tmp_path / "web").mkdir()
+    shard = tmp_path / "web" / "part-0.parquet"
+    column = string_column([b"one two", b"caf\xe9 latin-1", None, b"three"])
+    pq.write_table(pa.table({"text": column}), shard, row_group_size=2)
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 must be UTF-8 text, got byte 0xe9 at byte 3 of "
+        r"field 'text' — write the column again as UTF-8, fix or remove that row, " + FIX_SKIP,
+    ):
+        list(pipeline(plan, tokenizer_dir))
+    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    assert stream(pipe) == encode(tokenizer_dir, ["one two", "three"])
+    assert pipe.stats().skipped == {"not_utf8": 1, "null_text": 1}
+
+
 # ---------------------------------------------------------------- a shard is not a document: always an error
 def test_shard_level_problems_stay_errors_under_skip(tmp_path, tokenizer_dir) -> None:
     (tmp_path / "a").mkdir()
