@@ -58,7 +58,7 @@ class ParquetShard:
     """One open Parquet shard: its file, row group starts, and the texts of the row groups decoded so far.
 
     State: ``groups`` (per row group: its decoded text column, None until decoded) and ``nulls`` (a decoded row
-    group holds a null, or records are read: rows must be checked one by one).
+    group holds a null, records are read, or a value read was not UTF-8: rows must be checked one by one).
     """
 
     __slots__ = (
@@ -304,8 +304,8 @@ class ParquetShard:
         return column
 
     def read(self, rows: np.ndarray) -> list[object]:
-        """Texts of ``rows`` in the order given; each checked when the shard has nulls (or records), so a bad
-        document is reported (None when skipped)."""
+        """Texts of ``rows`` in the order given; each checked when the shard has nulls (or records, or bytes that are
+        not UTF-8), so a bad document is reported (None when skipped)."""
         values = self.values(rows)
         if not self.nulls:
             return values  # strings, every one
