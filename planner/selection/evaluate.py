@@ -83,6 +83,8 @@ MEMORY_LIMIT = os.environ.get("ZEPHON_SELECT_MEMORY", "2GB")
 _DIRECTION = re.compile(r"\s+(asc|desc)\s*$", re.IGNORECASE)
 _NO_ROOM = re.compile(r"no space left|file too large|disk quota", re.IGNORECASE)
 _UNKNOWN = re.compile(r'Referenced column "([^"]+)" not found', re.IGNORECASE)
+#: DuckDB checks the UTF-8 of the Parquet strings a query reads (pyarrow's reader does not): a fault of the data.
+_NOT_UTF8 = re.compile(r'Invalid string encoding found in Parquet file "([^"]+)": value "(.*?)" is not valid UTF8')
 
 
 def _columns(dataset: str, refs: tuple[ShardRef, ...]) -> list[str]:
@@ -127,9 +129,16 @@ def _spilled(exc: duckdb.Error, spill: str) -> bool:
 
 def _fail(
     selection: Selection, exc: duckdb.Error, field: str, text: str, columns: list[str], limit: str
-) -> ConfigError:
-    """The one-line error of a query DuckDB refused."""
+) -> ConfigError | DatasetError:
+    """The one-line error of a query DuckDB refused: the expression's fault, or the data's (strings that are not
+    UTF-8 in a file the query reads)."""
     name = selection.dataset
+    bad = _NOT_UTF8.search(str(exc))
+    if bad:
+        return DatasetError(
+            f"dataset {name!r}: {bad.group(1)} must hold UTF-8 strings in the columns {field}={text!r} reads, got "
+            f'the value "{bad.group(2)}" — write those columns again as UTF-8, or select on other columns'
+        )
     unknown = _UNKNOWN.search(str(exc))
     if unknown:
         return ConfigError(

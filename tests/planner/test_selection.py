@@ -6,6 +6,7 @@ Every check recomputes the expected rows from the Parquet files with pyarrow, no
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -190,6 +191,28 @@ def test_bad_selections_fail_in_one_line(corpus, kw, message) -> None:
     with pytest.raises((ConfigError, DatasetError), match=message) as info:
         prepare(_source(Dataset.from_path("web", corpus / "web", **kw)))
     assert "\n" not in str(info.value)
+
+
+def test_strings_that_are_not_utf8_are_blamed_on_the_data_not_the_expression(tmp_path) -> None:
+    """DuckDB checks the UTF-8 of the strings a selection reads: one line naming the file and the value, with the
+    data's fix (the expression is right) — whether the bad column is the dataset's or the sidecar's."""
+    (tmp_path / "web").mkdir()
+    langs = [b"en", b"fr", b"e\xffn", b"en"]
+    offsets = pa.py_buffer(np.cumsum([0] + [len(v) for v in langs]).astype(np.int32).tobytes())
+    lang = pa.Array.from_buffers(pa.string(), 4, [None, offsets, pa.py_buffer(b"".join(langs))])
+    shard = tmp_path / "web" / "0.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["t"] * 4, "lang": lang}), shard)
+    message = "^" + re.escape(
+        f"dataset 'web': {shard} must hold UTF-8 strings in the columns where=\"lang = 'en'\" reads, got the value "
+        '"e\\xFFn" — write those columns again as UTF-8, or select on other columns'
+    )
+    with pytest.raises(DatasetError, match=message):
+        prepare(_source(Dataset.from_path("web", tmp_path / "web", where="lang = 'en'")))
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["t"] * 4}), shard)
+    side = tmp_path / "side.parquet"
+    pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "lang": lang}), side)
+    with pytest.raises(DatasetError, match=rf"^dataset 'web': {re.escape(str(side))} must hold UTF-8 strings"):
+        prepare(_source(Dataset.from_path("web", tmp_path / "web", metadata=side, key="id", where="lang = 'en'")))
 
 
 def test_sidecar_key_missing_and_column_clash_are_refused(corpus, tmp_path) -> None:
