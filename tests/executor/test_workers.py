@@ -214,6 +214,8 @@ def test_persistent_workers_give_the_same_batches_every_epoch(plans, tokenizer_d
     assert same(list(loader), want)
     assert same(list(loader), want)  # the same worker processes, the plan from its start again
     assert loader.handover == {"slots": 2 * len(want), "pickled": 0}  # a new ring for each worker's new iteration
+    lone = p.dataloader(num_workers=1, persistent_workers=True, **TRAINING)
+    assert same(list(lone), want) and same(list(lone), want)  # the start-up share in the first epoch only
 
 
 def test_pin_memory_gives_the_same_batches(plans, tokenizer_dir) -> None:
