@@ -146,9 +146,12 @@ class TextField:
         if isinstance(value, str):
             return value
         if self.field not in record:
-            raise BadRecord("missing_field", f"field {self.field!r} must be in the record, got keys {sorted(record)}")
+            raise BadRecord(
+                "missing_field",
+                f"field {self.field!r} must be in the record, got keys {sorted(record)} — fix the record",
+            )
         reason = "null_text" if value is None else "not_text"
-        raise BadRecord(reason, f"field {self.field!r} must be a string, got {type(value).__name__}")
+        raise BadRecord(reason, f"field {self.field!r} must be a string, got {type(value).__name__} — fix the record")
 
 
 class RecordConverter:
@@ -186,6 +189,6 @@ class RecordConverter:
             try:
                 out.append(self.final(value))
             except BadRecord as exc:
-                documents.report(w.ref, w.row, exc.reason, f"{w}: {exc.expected} — fix the record")
+                documents.report(w.ref, w.row, exc.reason, f"{w}: {exc.expected}")  # it names its own fix
                 out.append(None)
         return out

@@ -10,7 +10,10 @@ In range mode a plain ``.jsonl`` object whose line index is known is a ``JsonlLi
 asked for are fetched, by byte ranges.
 
 A row's text is its JSON object's ``field``; a line that is not UTF-8, not JSON, not an object, lacks the field
-or holds no string there is a bad document, handed to the reader's ``BadDocuments`` policy.
+or holds no string there is a bad document, handed to the reader's ``BadDocuments`` policy. So is a text that
+UTF-8 cannot encode (reason ``not_utf8`` too): JSON's ``"\\ud800"`` escape without its pair parses to a lone
+surrogate, which no tokenizer engine takes (``zephon.executor.encode.surrogates``). Only a line holding a
+``\\ud``/``\\uD`` escape can give one, so the others pay one substring search.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import DatasetError, one_line
+from zephon.executor.encode.surrogates import lone_surrogate
 from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
 from zephon.plan.records import ShardRef
 from zephon.storage.jsonl import decompress, line_spans
@@ -123,7 +127,18 @@ class JsonlShard:
                 f"another text field ({FIELD_HINT})",
             )
             return None
-        return documents.text(ref, row, record[field])
+        value = record[field]
+        lone = lone_surrogate(value) if isinstance(value, str) and ("\\ud" in text or "\\uD" in text) else None
+        if lone is not None:
+            documents.report(
+                ref,
+                row,
+                "not_utf8",
+                f"{where} field {field!r} must be text UTF-8 can encode, got a lone surrogate U+{lone:04X} (a JSON "
+                "\\u escape without its pair) — fix or remove that line",
+            )
+            return None
+        return documents.text(ref, row, value)
 
 
 def _excerpt(text: str, limit: int = 60) -> str:

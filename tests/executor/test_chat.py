@@ -233,7 +233,12 @@ def build_text(tok: Path, *, layout: str, record: dict) -> str:
         ),
         (
             {"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "a"}]},
-            r"row 1: field .messages. message 0 content must be a string, got int",
+            r"row 1: field .messages. message 0 content must be a string, got int — fix the record, or skip",
+        ),
+        (  # a cut emoji: JSON's "\ud83d" escape without its pair, which no engine can encode
+            {"messages": [{"role": "user", "content": "cut \ud83d emoji"}, {"role": "assistant", "content": "a"}]},
+            r"row 1: field 'messages' message 0 content must be text UTF-8 can encode, got a lone surrogate U\+D83D "
+            r"\(a JSON \\u escape without its pair\) — fix the record, or skip and count",
         ),
     ],
 )

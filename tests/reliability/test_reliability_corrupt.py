@@ -194,6 +194,24 @@ def test_null_parquet_text_is_a_document_error_and_skippable(tmp_path, tokenizer
     assert pipe.stats().skipped == {"null_text": 1}
 
 
+def test_a_jsonl_text_with_a_lone_surrogate_is_a_document_error_and_skippable(tmp_path, tokenizer_dir) -> None:
+    """JSON's "\\ud800" escape without its pair parses to a string no engine can encode (tokenizers raised a
+    TypeError naming nothing): a bad document, not_utf8. An escaped pair is one character and reads as it is."""
+    lines = [json.dumps({"text": t}).encode() for t in ["one two", "cut \ud83d emoji", "pair \U0001f600 ok"]]
+    assert b"\\ud83d\\ude00" in lines[2] and b"\\ud83d" in lines[1]  # json.dumps escapes them (ensure_ascii)
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", lines)
+    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 field 'text' must be text UTF-8 can encode, got "
+        r"a lone surrogate U\+D83D \(a JSON \\u escape without its pair\) — fix or remove that line, " + FIX_SKIP,
+    ):
+        list(pipeline(plan, tokenizer_dir))
+    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    assert stream(pipe) == encode(tokenizer_dir, ["one two", "pair \U0001f600 ok"])
+    assert pipe.stats().skipped == {"not_utf8": 1}
+
+
 def string_column(values: list[bytes | None]) -> pa.Array:
     """A Parquet-bound string column holding exactly these bytes (pyarrow's writer and reader do not check UTF-8,
     so a column some other writer filled with bad bytes reads back like this)."""
