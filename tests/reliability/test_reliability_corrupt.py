@@ -179,19 +179,27 @@ def test_skip_resumes_exactly_from_a_state(tmp_path, tokenizer_dir) -> None:
     assert [b.tokens.tolist() for b in head + rest] == [b.tokens.tolist() for b in batches]
 
 
+def bad_then_skipped(
+    shard: Path, tokenizer_dir: str, plan_dir: Path, *, error: str, kept: list[str], skipped: dict[str, int]
+) -> None:
+    """A plan of ``shard``'s dataset 'web' fails in one line (``error``: the regex after "dataset 'web': shard
+    SHARD "), and under the skip policy gives the tokens of ``kept`` with ``skipped`` counted."""
+    plan = one_lane_source(shard.parent).plan(plan_dir)
+    with pytest.raises(DatasetError, match=rf"^dataset 'web': shard {re.escape(str(shard))} {error}"):
+        list(pipeline(plan, tokenizer_dir))
+    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
+    assert stream(pipe) == encode(tokenizer_dir, kept)
+    assert pipe.stats().skipped == skipped
+
+
 def test_null_parquet_text_is_a_document_error_and_skippable(tmp_path, tokenizer_dir) -> None:
     (tmp_path / "web").mkdir()
     shard = tmp_path / "web" / "part-0.parquet"
     pq.write_table(pa.table({"text": ["one two", None, "", "three"]}), shard, row_group_size=2)
-    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
-    with pytest.raises(
-        DatasetError,
-        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 field 'text' must be a string, got null — clean the data",
-    ):
-        list(pipeline(plan, tokenizer_dir))
-    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
-    assert stream(pipe) == encode(tokenizer_dir, ["one two", "", "three"])
-    assert pipe.stats().skipped == {"null_text": 1}
+    error = r"row 1 field 'text' must be a string, got null — clean the data"
+    bad_then_skipped(
+        shard, tokenizer_dir, tmp_path / "plan", error=error, kept=["one two", "", "three"], skipped={"null_text": 1}
+    )
 
 
 def test_a_jsonl_text_with_a_lone_surrogate_is_a_document_error_and_skippable(tmp_path, tokenizer_dir) -> None:
@@ -200,16 +208,12 @@ def test_a_jsonl_text_with_a_lone_surrogate_is_a_document_error_and_skippable(tm
     lines = [json.dumps({"text": t}).encode() for t in ["one two", "cut \ud83d emoji", "pair \U0001f600 ok"]]
     assert b"\\ud83d\\ude00" in lines[2] and b"\\ud83d" in lines[1]  # json.dumps escapes them (ensure_ascii)
     shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", lines)
-    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
-    with pytest.raises(
-        DatasetError,
-        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 field 'text' must be text UTF-8 can encode, got "
-        r"a lone surrogate U\+D83D \(a JSON \\u escape without its pair\) — fix or remove that line, " + FIX_SKIP,
-    ):
-        list(pipeline(plan, tokenizer_dir))
-    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
-    assert stream(pipe) == encode(tokenizer_dir, ["one two", "pair \U0001f600 ok"])
-    assert pipe.stats().skipped == {"not_utf8": 1}
+    error = (
+        r"row 1 field 'text' must be text UTF-8 can encode, got a lone surrogate U\+D83D \(a JSON \\u escape "
+        r"without its pair\) — fix or remove that line, " + FIX_SKIP
+    )
+    kept = ["one two", "pair \U0001f600 ok"]
+    bad_then_skipped(shard, tokenizer_dir, tmp_path / "plan", error=error, kept=kept, skipped={"not_utf8": 1})
 
 
 def string_column(values: list[bytes | None]) -> pa.Array:
@@ -226,16 +230,12 @@ def test_parquet_text_that_is_not_utf8_is_a_document_error_and_skippable(tmp_pat
     shard = tmp_path / "web" / "part-0.parquet"
     column = string_column([b"one two", b"caf\xe9 latin-1", None, b"three"])
     pq.write_table(pa.table({"text": column}), shard, row_group_size=2)
-    plan = one_lane_source(shard.parent).plan(tmp_path / "plan")
-    with pytest.raises(
-        DatasetError,
-        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 must be UTF-8 text, got byte 0xe9 at byte 3 of "
-        r"field 'text' — write the column again as UTF-8, fix or remove that row, " + FIX_SKIP,
-    ):
-        list(pipeline(plan, tokenizer_dir))
-    pipe = pipeline(plan, tokenizer_dir, on_bad_document="skip")
-    assert stream(pipe) == encode(tokenizer_dir, ["one two", "three"])
-    assert pipe.stats().skipped == {"not_utf8": 1, "null_text": 1}
+    error = (
+        r"row 1 must be UTF-8 text, got byte 0xe9 at byte 3 of field 'text' — write the column again as UTF-8, fix "
+        r"or remove that row, " + FIX_SKIP
+    )
+    skipped = {"not_utf8": 1, "null_text": 1}
+    bad_then_skipped(shard, tokenizer_dir, tmp_path / "plan", error=error, kept=["one two", "three"], skipped=skipped)
 
 
 # ---------------------------------------------------------------- a shard is not a document: always an error
