@@ -44,7 +44,6 @@ from jinja2 import TemplateError, nodes
 from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from zephon.executor.encode.surrogates import lone_surrogate
 from zephon.specs import ChatSpec
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -91,13 +90,6 @@ def _kind(value: object) -> str:
 def _content(value: object, where: str) -> str:
     if not isinstance(value, str):
         raise BadRecord("bad_messages", f"{where} must be a string, got {_kind(value)} — fix the record")
-    lone = lone_surrogate(value)
-    if lone is not None:
-        raise BadRecord(
-            "not_utf8",
-            f"{where} must be text UTF-8 can encode, got a lone surrogate U+{lone:04X} (a JSON \\u escape without "
-            "its pair) — fix the record",
-        )
     return value
 
 

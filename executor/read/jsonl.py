@@ -12,8 +12,9 @@ asked for are fetched, by byte ranges.
 A row's text is its JSON object's ``field``; a line that is not UTF-8, not JSON, not an object, lacks the field
 or holds no string there is a bad document, handed to the reader's ``BadDocuments`` policy. So is a text that
 UTF-8 cannot encode (reason ``not_utf8`` too): JSON's ``"\\ud800"`` escape without its pair parses to a lone
-surrogate, which no tokenizer engine takes (``zephon.executor.encode.surrogates``). Only a line holding a
-``\\ud``/``\\uD`` escape can give one, so the others pay one substring search.
+surrogate, which no tokenizer engine takes — the text field's, or in record mode (chat, operators) any string of
+the record (``zephon.executor.encode.surrogates``). Only a line holding a ``\\ud``/``\\uD`` escape can give one,
+so the others pay one substring search.
 """
 
 from __future__ import annotations
@@ -116,6 +117,17 @@ class JsonlShard:
                 f"{where} must be a JSON object, got a JSON {_json_kind(record)} — fix or remove that line",
             )
             return None
+        if "\\ud" in text or "\\uD" in text:  # only such a line can hold a lone surrogate (encode.surrogates)
+            lone = lone_surrogate(record if documents.convert is not None else record.get(field), field)
+            if lone is not None:
+                documents.report(
+                    ref,
+                    row,
+                    "not_utf8",
+                    f"{where} field {lone[0]!r} must be text UTF-8 can encode, got a lone surrogate U+{lone[1]:04X} "
+                    "(a JSON \\u escape without its pair) — fix or remove that line",
+                )
+                return None
         if documents.convert is not None:  # record mode (chat): the whole record, converted
             return record
         if field not in record:
@@ -127,18 +139,7 @@ class JsonlShard:
                 f"another text field ({FIELD_HINT})",
             )
             return None
-        value = record[field]
-        lone = lone_surrogate(value) if isinstance(value, str) and ("\\ud" in text or "\\uD" in text) else None
-        if lone is not None:
-            documents.report(
-                ref,
-                row,
-                "not_utf8",
-                f"{where} field {field!r} must be text UTF-8 can encode, got a lone surrogate U+{lone:04X} (a JSON "
-                "\\u escape without its pair) — fix or remove that line",
-            )
-            return None
-        return documents.text(ref, row, value)
+        return documents.text(ref, row, record[field])
 
 
 def _excerpt(text: str, limit: int = 60) -> str:

@@ -237,8 +237,8 @@ def build_text(tok: Path, *, layout: str, record: dict) -> str:
         ),
         (  # a cut emoji: JSON's "\ud83d" escape without its pair, which no engine can encode
             {"messages": [{"role": "user", "content": "cut \ud83d emoji"}, {"role": "assistant", "content": "a"}]},
-            r"row 1: field 'messages' message 0 content must be text UTF-8 can encode, got a lone surrogate U\+D83D "
-            r"\(a JSON \\u escape without its pair\) — fix the record, or skip and count",
+            r"row 1 field 'messages' must be text UTF-8 can encode, got a lone surrogate U\+D83D \(a JSON \\u escape "
+            r"without its pair\) — fix or remove that line, or skip and count",
         ),
     ],
 )
