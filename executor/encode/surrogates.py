@@ -9,8 +9,9 @@ scan of every non-ASCII string would cost ~3 CPU ns a character (Parquet strings
 cannot hold one: ``zephon.executor.read.arrow_values``).
 
 Invariant: a string without a surrogate encodes to UTF-8 (``json`` joins an escaped pair into one character, so
-any surrogate left in a parsed string is alone). Example: ``lone_surrogate({"messages": [{"content": "ok
-\\ud83d"}]})`` → ``("messages", 0xD83D)``; ``lone_surrogate("ok 😀")`` → None.
+any surrogate left in a parsed string is alone). Example:
+``lone_surrogate({"id": 7, "messages": [{"content": "ok \\ud83d"}]})`` → ``("messages", 0xD83D)``;
+``lone_surrogate("ok \\ud83d", "text")`` → ``("text", 0xD83D)``; ``lone_surrogate("ok 😀")`` → None.
 """
 
 from __future__ import annotations

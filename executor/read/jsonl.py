@@ -118,7 +118,8 @@ class JsonlShard:
             )
             return None
         if "\\ud" in text or "\\uD" in text:  # only such a line can hold a lone surrogate (encode.surrogates)
-            lone = lone_surrogate(record if documents.convert is not None else record.get(field), field)
+            # a record run reads every string of the record (named by its top-level key); a text run its field's
+            lone = lone_surrogate(record) if documents.convert is not None else lone_surrogate(record.get(field), field)
             if lone is not None:
                 documents.report(
                     ref,

@@ -240,6 +240,10 @@ def build_text(tok: Path, *, layout: str, record: dict) -> str:
             r"row 1 field 'messages' must be text UTF-8 can encode, got a lone surrogate U\+D83D \(a JSON \\u escape "
             r"without its pair\) — fix or remove that line, or skip and count",
         ),
+        (  # in a record run every string of the record is read: the field that holds it is named
+            {"messages": conversation(1), "source": ["ok", "cut \udc00 tail"]},
+            r"row 1 field 'source' must be text UTF-8 can encode, got a lone surrogate U\+DC00",
+        ),
     ],
 )
 def test_a_bad_conversation_is_one_line_naming_dataset_shard_and_row(tmp_path, chat_tokenizers, record, message):
