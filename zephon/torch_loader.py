@@ -120,7 +120,7 @@ class PieceDataset(IterableDataset):
         runner = self.pipeline._make_runner(worker, self.pieces)
         if self.row_groups is not None and isinstance(runner, RankRunner):
             # decoded by one worker, mapped by the rest; a lone worker maps what the loader published, nothing more
-            runner.shared_groups = SharedRowGroups(self.row_groups, alone=info.num_workers == 1)
+            runner.shared_groups = SharedRowGroups(self.row_groups, closed=info.num_workers == 1)
         writer = SlotWriter(self.in_flight, group=self.group)
         return self._groups(self._pieces(runner, WorkerPiece.slotted(writer), writer, info.id), info.id)
 

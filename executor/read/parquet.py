@@ -195,7 +195,7 @@ class ParquetShard:
         if self.share is not None and self.ranges is None:
             shared = self._shared(todo, self.share)
             if shared is not None:
-                rest = [g for g in todo if g not in shared]  # a lone worker's: not published, decoded below
+                rest = [g for g in todo if g not in shared]  # published by nobody: decoded here, on the pool
                 decoded = dict(zip(rest, self._decoded_here(rest), strict=True)) if rest else {}
                 for g in todo:
                     yield shared[g] if g in shared else decoded[g]
@@ -219,10 +219,10 @@ class ParquetShard:
     def _shared(self, todo: list[int], share: SharedRowGroups) -> dict[int, pa.Array] | None:
         """Row groups ``todo`` through the share, by row group: mapped where published, claimed and decoded (then
         published) where this worker is first, and waited for where another is decoding them — claims first,
-        decodes next, waits last, so a claimant never waits (``zephon.executor.read.shared_groups``). A lone
-        worker's (``share.alone``) unpublished row groups are left out: the caller decodes them as without a
-        share. None when a decode fails: the caller decodes them all as without a share, so the first bad row
-        group raises as it would."""
+        decodes next, waits last, so a claimant never waits (``zephon.executor.read.shared_groups``). Those nobody
+        publishes (a claimant that failed, or a share that publishes nothing: no room, or a lone worker) are left
+        out: the caller decodes them together on the decode pool, as without a share. None when a decode fails:
+        the caller decodes them all as without a share, so the first bad row group raises as it would."""
         shard = self.ref.shard_id
         got: dict[int, pa.Array] = {}
         mine: list[tuple[int, int]] = []
@@ -247,13 +247,10 @@ class ParquetShard:
                     return None
                 raise
             got[g] = share.publish(shard, g, fd, column)  # the published file, mapped: one copy for the rank
-        if share.alone:  # nobody else decodes: nothing to wait for
-            return got
         for g in theirs:
-            column = share.wait(shard, g)
-            if column is None:  # its claimant did not publish it (counted by the share)
-                column = self.row_group(g)
-            got[g] = column
+            column = share.wait(shard, g)  # at once when nobody holds its claim
+            if column is not None:  # else nobody published it (counted by the share): the caller decodes it
+                got[g] = column
         return got
 
     def values(self, rows: np.ndarray) -> list[object]:

@@ -30,9 +30,9 @@ Lifetime: the loader makes ``D`` (``make_share_directory``) and removes it when 
 publisher unlinks its files when it closes their shard (its reader's LRU), and mapped copies stay valid until
 their last user drops them. The loader's process publishes too, before its workers start: the row groups its
 ``num_steps()`` decoded (``ShardReader.publish_decoded``), unlinked once every worker has handed over its first
-piece (``zephon.torch_loader``). A lone worker (``num_workers=1``) is ``alone``: it maps what the loader published
-and decodes the rest itself, as without a share — it claims, publishes and waits for nothing, since no other
-worker would map its files. ``ZEPHON_SHARE_ROW_GROUPS=off`` turns sharing off.
+piece (``zephon.torch_loader``). A lone worker (``num_workers=1``) is ``closed`` from its start: no other worker
+would map its files, so it maps what the loader published and decodes the rest itself (a row group nobody
+claimed is not waited for). ``ZEPHON_SHARE_ROW_GROUPS=off`` turns sharing off.
 
 Example: 2 workers, a chunk whose rows lie in row groups 0 and 1 of a new shard. Worker 0 claims both and decodes
 them; worker 1, a moment later, claims neither, waits on 0's lock, and maps both files: 2 decodes instead of 4.
@@ -103,8 +103,7 @@ class SharedRowGroups:
     """One worker's side of a share directory (see the module docstring).
 
     ``counts``: row groups this process ``decoded`` and published, ``mapped`` from another's file, and
-    ``unshared`` (decoded but not published, or decoded again after a failed wait). ``alone``: the rank's only
-    worker — it only maps (``claim`` gives None; its reader decodes what is not published without waiting).
+    ``unshared`` (decoded but not published, or decoded again after a failed wait).
     """
 
     directory: str
@@ -112,10 +111,9 @@ class SharedRowGroups:
     counts: dict[str, int] = field(default_factory=lambda: {"decoded": 0, "mapped": 0, "unshared": 0})
     #: Files this process published, per shard id (unlinked by ``forget``).
     written: dict[int, list[str]] = field(default_factory=dict)
-    #: No more publishing (no room, or the directory is gone): reads still map what others published.
+    #: No more publishing (no room, the directory is gone, or the rank's only worker: nobody would map its files):
+    #: reads still map what others published.
     closed: bool = False
-    #: The rank's only worker: maps what the loader published, claims and waits for nothing.
-    alone: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def _path(self, shard_id: int, group: int, kind: str) -> str:
@@ -140,8 +138,8 @@ class SharedRowGroups:
 
     def claim(self, shard_id: int, group: int) -> int | None:
         """A locked descriptor when this process now holds the row group's claim, else None (another does, or
-        this process publishes nothing: closed, or alone)."""
-        if self.closed or self.alone:
+        this process publishes nothing any more)."""
+        if self.closed:
             return None
         temporary = self._path(shard_id, group, f"{os.getpid()}-{threading.get_ident()}.lock")
         try:

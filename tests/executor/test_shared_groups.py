@@ -128,8 +128,8 @@ def test_two_readers_of_one_shard_decode_each_row_group_once(tmp_path, monkeypat
 
 
 def test_a_lone_reader_maps_what_was_published_and_decodes_the_rest_without_claiming(tmp_path) -> None:
-    """``alone`` (``num_workers=1``): the loader's published row groups mapped; the others decoded on the decode
-    pool as without a share — no claim, no publish, no wait — and an error raised as a reader without one."""
+    """A lone worker (``num_workers=1``, ``closed`` from its start): the loader's published row groups mapped; the
+    others decoded on the decode pool as without a share — no claim, no publish, no wait."""
     ref = shard(tmp_path)
     share_dir = tmp_path / "share"
     share_dir.mkdir()
@@ -137,12 +137,12 @@ def test_a_lone_reader_maps_what_was_published_and_decodes_the_rest_without_clai
     first = reader(ref, None)  # the loader's calibration: row groups 0 and 1 decoded, then published
     assert texts(first, np.arange(0, 100)) == expected(np.arange(0, 100))
     assert first.publish_decoded(loader) == 2
-    lone = SharedRowGroups(str(share_dir), alone=True)
+    lone = SharedRowGroups(str(share_dir), closed=True)
     assert lone.claim(3, 4) is None
     r = reader(ref, lone)
     rows = np.arange(300)[::-1].copy()
     assert texts(r, rows) == expected(rows)
-    assert lone.counts == {"decoded": 0, "mapped": 2, "unshared": 0}
+    assert lone.counts == {"decoded": 0, "mapped": 2, "unshared": 4}  # the other 4 decoded here, published by none
     assert sorted(os.listdir(share_dir)) == ["3-0.arrow", "3-0.claim", "3-1.arrow", "3-1.claim"]  # the loader's
     r.close()
     loader.forget_all()
