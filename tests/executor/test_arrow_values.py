@@ -6,18 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from support.raw_strings import raw_strings
 
 from zephon.executor.read.arrow_values import NotUTF8, python_values
-
-
-def strings(values: list[bytes | None], kind: pa.DataType | None = None) -> pa.Array:
-    """A string array holding exactly these bytes (Arrow checks none of them)."""
-    kind = pa.string() if kind is None else kind
-    width = np.int64 if kind == pa.large_string() else np.int32
-    offsets = np.cumsum([0] + [len(v or b"") for v in values]).astype(width)
-    validity = pa.array([v is not None for v in values]).buffers()[1]
-    data = pa.py_buffer(b"".join(v or b"" for v in values))
-    return pa.Array.from_buffers(kind, len(values), [validity, pa.py_buffer(offsets.tobytes()), data])
 
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
@@ -39,7 +30,7 @@ def test_other_types_and_chunked_arrays_are_to_pylists_values() -> None:
 
 @pytest.mark.parametrize("kind", [pa.string(), pa.large_string()])
 def test_bytes_that_are_not_utf8_become_not_utf8_in_their_place(kind) -> None:
-    array = strings([b"ok", b"caf\xe9", None, b"\xff\xfe", b"fine"], kind)
+    array = raw_strings([b"ok", b"caf\xe9", None, b"\xff\xfe", b"fine"], kind)
     with pytest.raises(UnicodeDecodeError):
         array.to_pylist()  # what the reader used to let out as a traceback
     got, bad = python_values(array)
@@ -49,7 +40,7 @@ def test_bytes_that_are_not_utf8_become_not_utf8_in_their_place(kind) -> None:
 
 
 def test_a_record_holding_bytes_that_are_not_utf8_is_one_not_utf8() -> None:
-    text = strings([b"good", b"\xc3("])
+    text = raw_strings([b"good", b"\xc3("])
     records = pa.StructArray.from_arrays([text, pa.array([1, 2])], names=["text", "n"])
     got, bad = python_values(records)
     assert bad and got == [{"text": "good", "n": 1}, NotUTF8(byte=0xC3, offset=0)]
@@ -66,7 +57,7 @@ def test_the_shard_reader_reports_the_row_in_reads_and_in_a_whole_shards_pass(tm
 
     path = tmp_path / "web" / "part-0.parquet"
     path.parent.mkdir()
-    pq.write_table(pa.table({"text": strings([b"a b", b"c", b"d\x80", b"e"])}), path, row_group_size=2)
+    pq.write_table(pa.table({"text": raw_strings([b"a b", b"c", b"d\x80", b"e"])}), path, row_group_size=2)
     ref = ShardRef(shard_id=0, dataset_id=0, dataset="web", uri=str(path), format="parquet", rows=4,
                    bytes=path.stat().st_size, fingerprint="")  # fmt: skip
     raising = ShardReader([ref], "text", capacity=1)

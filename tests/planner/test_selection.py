@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.raw_strings import raw_strings
 from tokenizers import Tokenizer
 
 from zephon.config_file import load_work_source
@@ -197,9 +198,7 @@ def test_strings_that_are_not_utf8_are_blamed_on_the_data_not_the_expression(tmp
     """DuckDB checks the UTF-8 of the strings a selection reads: one line naming the file and the value, with the
     data's fix (the expression is right) — whether the bad column is the dataset's or the sidecar's."""
     (tmp_path / "web").mkdir()
-    langs = [b"en", b"fr", b"e\xffn", b"en"]
-    offsets = pa.py_buffer(np.cumsum([0] + [len(v) for v in langs]).astype(np.int32).tobytes())
-    lang = pa.Array.from_buffers(pa.string(), 4, [None, offsets, pa.py_buffer(b"".join(langs))])
+    lang = raw_strings([b"en", b"fr", b"e\xffn", b"en"])
     shard = tmp_path / "web" / "0.parquet"
     pq.write_table(pa.table({"id": ["a", "b", "c", "d"], "text": ["t"] * 4, "lang": lang}), shard)
     message = "^" + re.escape(

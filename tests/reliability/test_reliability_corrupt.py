@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from support.raw_strings import raw_strings
 from tokenizers import Tokenizer
 
 from zephon import Pipeline
@@ -216,19 +217,10 @@ def test_a_jsonl_text_with_a_lone_surrogate_is_a_document_error_and_skippable(tm
     bad_then_skipped(shard, tokenizer_dir, tmp_path / "plan", error=error, kept=kept, skipped={"not_utf8": 1})
 
 
-def string_column(values: list[bytes | None]) -> pa.Array:
-    """A Parquet-bound string column holding exactly these bytes (pyarrow's writer and reader do not check UTF-8,
-    so a column some other writer filled with bad bytes reads back like this)."""
-    offsets = np.cumsum([0] + [len(v or b"") for v in values]).astype(np.int32)
-    validity = pa.array([v is not None for v in values]).buffers()[1]
-    data = pa.py_buffer(b"".join(v or b"" for v in values))
-    return pa.Array.from_buffers(pa.string(), len(values), [validity, pa.py_buffer(offsets.tobytes()), data])
-
-
 def test_parquet_text_that_is_not_utf8_is_a_document_error_and_skippable(tmp_path, tokenizer_dir) -> None:
     (tmp_path / "web").mkdir()
     shard = tmp_path / "web" / "part-0.parquet"
-    column = string_column([b"one two", b"caf\xe9 latin-1", None, b"three"])
+    column = raw_strings([b"one two", b"caf\xe9 latin-1", None, b"three"])
     pq.write_table(pa.table({"text": column}), shard, row_group_size=2)
     error = (
         r"row 1 must be UTF-8 text, got byte 0xe9 at byte 3 of field 'text' — write the column again as UTF-8, fix "
