@@ -78,7 +78,7 @@ from zephon.executor.block_split import split_block
 from zephon.executor.chunk_sizes import CHUNK_UNITS, GROW
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.geometry import Geometry
 from zephon.executor.pack.lanes import Block, Lane, Snapshot, cursors_of, cut_block
 from zephon.executor.pack.rows import PackedRows
@@ -263,10 +263,10 @@ class Tokenize:
         return ChunkTokens(chunk=got.chunk, keep=got.keep, encoded=encoded, skipped=got.skipped)
 
     def _encode(self, got: ChunkTexts, *, split: bool) -> Encoded:
-        """The chunk's texts encoded; a spot-check mismatch names the document's dataset, shard and row."""
+        """The chunk's texts encoded; an error about one document (``AtDocument``) names its dataset, shard and row."""
         try:
             return encode_in_slices(self.encoder, got.texts, split=split)
-        except EngineMismatch as exc:
+        except AtDocument as exc:
             i = int(got.keep[exc.index])
             shard, row = int(got.chunk.shard_id[i]), int(got.chunk.row[i])
             raise exc.located(self.texts.reader.ref(shard), row) from None

@@ -35,7 +35,7 @@ from zephon.errors import DatasetError, PlanFormatError
 from zephon.executor.encode.flags import token_dtype
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.pack.exact_rows import cut_rows, split_rows
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 from zephon.executor.pack.spans import merge_tail, spread
@@ -249,13 +249,13 @@ class ExactSequences:
         return want
 
     def _encode(self, shard_ids: np.ndarray, row_ids: np.ndarray, *, split: bool, texts: list | None = None) -> Encoded:
-        """The documents at (shard, row), read (unless ``texts`` are given) and encoded; a spot-check mismatch
-        names the document's dataset, shard and row."""
+        """The documents at (shard, row), read (unless ``texts`` are given) and encoded; an error about one
+        document (``AtDocument``) names its dataset, shard and row."""
         try:
             return encode_in_slices(
                 self.encoder, texts if texts is not None else self.reader.texts(shard_ids, row_ids), split=split
             )
-        except EngineMismatch as exc:
+        except AtDocument as exc:
             i = exc.index
             raise exc.located(self.reader.ref(int(shard_ids[i])), int(row_ids[i])) from None
 

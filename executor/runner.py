@@ -37,7 +37,7 @@ from zephon.executor.batch import Batch
 from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder
 from zephon.executor.encode.flags import filled, token_dtype, untag
 from zephon.executor.encode.slices import encode_in_slices
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.estimated import DealLanes, FetchTexts, LaneBatches, ReadPlanRows, Tokenize
 from zephon.executor.exact import ExactSequences
 from zephon.executor.exact_checks import check_exact_plan
@@ -224,7 +224,7 @@ class RankRunner:
         for k in range(0, len(docs), step):
             try:
                 sizes.append(encode_in_slices(self.encoder, docs[k : k + step]).sizes)  # type: ignore[arg-type]
-            except EngineMismatch as exc:  # the spot check: name the document
+            except AtDocument as exc:  # the spot check or a lone surrogate: name the document
                 i = kept[k + exc.index]
                 raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None
         real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)

@@ -16,6 +16,7 @@ from zephon.errors import TokenizerError
 from zephon.executor.encode.chat_render import BadRecord, ChatRenderer, RenderedChat, to_messages
 from zephon.executor.encode.flags import FLAGGED, ID, tag
 from zephon.executor.encode.parts import PLAIN_SETTINGS, OnBaseEncoder, RecordConverter, reshape, settings_digest
+from zephon.executor.encode.surrogates import UnencodableText
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.offsets import ByteOffsets
 from zephon.specs import TokenizeSpec
@@ -212,7 +213,12 @@ class ChatEncoder(OnBaseEncoder):
     def _with_tokenizers(self, chats: list[RenderedChat]) -> list[np.ndarray]:
         """Each conversation's masked ids, ids and offsets from ``tokenizers`` (a Python step per conversation:
         chat data is small next to pretraining text)."""
-        encodings = self.tokenizer.encode_batch([c.text for c in chats], add_special_tokens=False)
+        texts = [c.text for c in chats]
+        try:
+            encodings = self.tokenizer.encode_batch(texts, add_special_tokens=False)
+        except Exception:  # a lone surrogate is named, as on the engine's path (encode.surrogates)
+            UnencodableText.raise_found(texts)
+            raise
         parts = []
         for chat, enc in zip(chats, encodings, strict=True):
             ids = np.asarray(enc.ids, dtype=ID)

@@ -37,7 +37,7 @@ import numpy as np
 
 from zephon.executor.encode.flags import FLAGGED, as_ids, join, tag, token_dtype
 from zephon.executor.encode.text import Encoded
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.token_stores.store import TokenDocuments
 
 #: Characters per engine call (``encode_in_slices``): ~250 K tokens of English or code, a few ms of work
@@ -85,7 +85,7 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
     for a, b in bounds:
         try:
             parts.append(encoder.encode_flat(texts[a:b], split=split))
-        except EngineMismatch as exc:  # the spot check's index, in the caller's texts
+        except AtDocument as exc:  # its index in the caller's texts
             raise exc.at(a + exc.index) from None
     return Encoded(join([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]))
 
@@ -101,7 +101,7 @@ def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_ch
     if at:
         try:
             encoded = encode_in_slices(encoder, [docs[i] for i in at], split=split, max_chars=max_chars)
-        except EngineMismatch as exc:  # the spot check's index, in the caller's documents
+        except AtDocument as exc:  # its index in the caller's documents
             raise exc.at(at[exc.index]) from None
         sizes[at] = encoded.sizes
     for i, s in enumerate(stored):

@@ -8,17 +8,28 @@ user operators). Only a line holding a ``\\ud``/``\\uD`` escape can give one, so
 scan of every non-ASCII string would cost ~3 CPU ns a character (Parquet strings, checked as UTF-8 when converted,
 cannot hold one: ``zephon.executor.read.arrow_values``).
 
+What is left comes from a user operator's output (``map_transform`` / ``map_batch``). Checking every output
+would cost ~0.6-2 CPU ns a non-ASCII character, so the encoder looks only once the engine and ``tokenizers``
+have both refused a batch (``UnencodableText.find``): a good run pays nothing, and the error names the row
+(``zephon.executor.engines.at_document``). It is raised under either ``on_bad_document`` policy, the texts
+being past the reader's skip decisions when it is found.
+
 Invariant: a string without a surrogate encodes to UTF-8 (``json`` joins an escaped pair into one character, so
 any surrogate left in a parsed string is alone). Example:
 ``lone_surrogate({"id": 7, "messages": [{"content": "ok \\ud83d"}]})`` → ``("messages", 0xD83D)``;
-``lone_surrogate("ok \\ud83d", "text")`` → ``("text", 0xD83D)``; ``lone_surrogate("ok 😀")`` → None.
+``lone_surrogate("ok \\ud83d", "text")`` → ``("text", 0xD83D)``; ``lone_surrogate("ok 😀")`` → None;
+``UnencodableText.find(["ok", "a\\ud800"])`` → document 1, U+D800 at character 1.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-__all__ = ["lone_surrogate"]
+from zephon.errors import DatasetError
+from zephon.executor.engines.at_document import AtDocument
+
+__all__ = ["UnencodableText", "lone_surrogate"]
 
 _SURROGATE = re.compile("[\\ud800-\\udfff]")
 
@@ -40,3 +51,34 @@ def lone_surrogate(value: object, key: str = "") -> tuple[str, int] | None:
             if got is not None:
                 return got
     return None
+
+
+class UnencodableText(DatasetError, AtDocument):
+    """Document ``index``'s text holds a lone surrogate (``codepoint``) at character ``position``."""
+
+    def __init__(self, where: str, *, index: int, codepoint: int, position: int) -> None:
+        super().__init__(
+            f"{where}: the text to tokenize must be encodable as UTF-8, got a lone surrogate U+{codepoint:04X} at "
+            f"character {position} — if a map_transform/map_batch made it, fix the function "
+            "(text.encode('utf-8', 'replace').decode() replaces them); else fix or remove that row"
+        )
+        self.index, self.codepoint, self.position = index, codepoint, position
+
+    def relabel(self, where: str, index: int) -> UnencodableText:
+        return UnencodableText(where, index=index, codepoint=self.codepoint, position=self.position)
+
+    @classmethod
+    def find(cls, texts: Sequence[object]) -> UnencodableText | None:
+        """The first of ``texts`` holding a lone surrogate (values that are not strings are passed over), or None."""
+        for i, text in enumerate(texts):
+            found = None if not isinstance(text, str) or text.isascii() else _SURROGATE.search(text)
+            if found is not None:
+                return cls(f"document {i} of a batch", index=i, codepoint=ord(found.group()), position=found.start())
+        return None
+
+    @classmethod
+    def raise_found(cls, texts: Sequence[object]) -> None:
+        """Raise ``find(texts)`` when there is one (in an ``except`` block: the error it replaces is not chained)."""
+        found = cls.find(texts)
+        if found is not None:
+            raise found from None

@@ -45,7 +45,9 @@ from zephon.errors import TokenizerError
 from zephon.executor.cores import usable_cores
 from zephon.executor.encode.flags import ID
 from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer, tokenizer_config
+from zephon.executor.encode.surrogates import UnencodableText
 from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.engines.base import encode_timed
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
 from zephon.specs import TokenizeSpec
@@ -203,7 +205,7 @@ class Encoder:
             texts = [texts[i] for i in order.tolist()]
         try:
             return _frame(self._ids(texts, split), self.prefix, self.eos_id)
-        except EngineMismatch as exc:  # the index of the caller's texts
+        except AtDocument as exc:  # the index of the caller's texts
             if order is None:
                 raise
             raise exc.at(int(order[exc.index])) from None
@@ -230,9 +232,14 @@ class Encoder:
         try:
             got, cpu = encode_timed(engine, texts, threads, pool)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
-            if engine is choice.fallback:
-                raise
-            return choice.fallback.encode(texts)
+            if engine is not choice.fallback:
+                try:
+                    return choice.fallback.encode(texts)
+                except Exception:
+                    UnencodableText.raise_found(texts)
+                    raise
+            UnencodableText.raise_found(texts)  # looked for only now: a good run pays nothing
+            raise
         if engine is not choice.fallback:  # its CPU: the thread CPU of every slice, which the check's budget shares
             self.spot_check.encoded(cpu)
             try:

@@ -45,8 +45,8 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from zephon.errors import TokenizerError
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.engines.base import TokenIds
-from zephon.plan.records import ShardRef
 
 #: Share of the documents picked (each independently with this probability).
 FRACTION = 1 / 256
@@ -75,7 +75,7 @@ def _offset(count: int, tokens: int) -> int:
     return (x ^ (x >> 29)) % PERIOD
 
 
-class EngineMismatch(TokenizerError):
+class EngineMismatch(TokenizerError, AtDocument):
     """The engine's ids for document ``index`` of a batch differ from ``tokenizers``'. The executor adds where
     the document comes from (``located``)."""
 
@@ -83,19 +83,9 @@ class EngineMismatch(TokenizerError):
         super().__init__(message)
         self.engine, self.index, self.detail = engine, index, detail
 
-    def at(self, index: int) -> EngineMismatch:
-        """The same mismatch at another index (the caller's order of the batch)."""
-        where = f"document {index} of a batch"
-        return EngineMismatch(
-            mismatch_message(self.engine, where, self.detail), engine=self.engine, index=index, detail=self.detail
-        )
-
-    def located(self, ref: ShardRef, row: int) -> EngineMismatch:
-        """The same mismatch, its message naming the document: dataset, shard and row."""
-        where = f"dataset {ref.dataset!r}: shard {ref.uri} row {row}"
-        return EngineMismatch(
-            mismatch_message(self.engine, where, self.detail), engine=self.engine, index=self.index, detail=self.detail
-        )
+    def relabel(self, where: str, index: int) -> EngineMismatch:
+        message = mismatch_message(self.engine, where, self.detail)
+        return EngineMismatch(message, engine=self.engine, index=index, detail=self.detail)
 
 
 def mismatch_message(engine: str, where: str, detail: str) -> str:

@@ -33,7 +33,7 @@ from zephon.checks import is_number
 from zephon.errors import ConfigError
 from zephon.executor.encode.encoders import TextEncoder
 from zephon.executor.encode.text import Encoder
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
 from zephon.planner.counts.lengths import byte_lengths, cache_byte_lengths
@@ -168,7 +168,7 @@ def _measure(
             batch = texts[start : start + CALIBRATION_BATCH]
             try:
                 tokens += int((encoder.lengths(batch) - specials).sum())
-            except EngineMismatch as exc:  # the spot check: name the document
+            except AtDocument as exc:  # the spot check or a lone surrogate: name the document
                 i = start + exc.index
                 raise exc.located(reader.ref(int(shard_ids[i])), int(local_rows[i])) from None
             bar.update(len(batch))

@@ -16,7 +16,7 @@ import numpy as np
 
 from zephon.errors import ZephonError
 from zephon.executor.encode.encoders import AnyEncoder, converter_of, make_encoder
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
 from zephon.specs import TokenizeSpec
@@ -36,7 +36,7 @@ def count_shard(ref: ShardRef, field: str, encoder: AnyEncoder, *, split: bool =
         try:
             if kept:
                 counts[kept] = encoder.lengths([values[i] for i in kept], split=split)
-        except EngineMismatch as exc:  # the spot check: name the document
+        except AtDocument as exc:  # the spot check or a lone surrogate: name the document
             raise exc.located(ref, first + kept[exc.index]) from None
         parts.append(counts)
         first += len(values)

@@ -26,7 +26,7 @@ import numpy as np
 
 from zephon.errors import ConfigError, DatasetError, StorageError
 from zephon.executor.encode.encoders import AnyEncoder, carries_flags, converter_of
-from zephon.executor.engines.spot_check import EngineMismatch
+from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.executor.token_stores.megatron_writer import MegatronWriter, temporary_path
 from zephon.plan.records import ShardRef
@@ -87,7 +87,7 @@ def write_shard_store(
                 raise DatasetError(f"dataset {ref.dataset!r}: shard {ref.uri} row {row} must be a document, got none")
             try:
                 encoded = encoder.encode_flat(values, split=split)
-            except EngineMismatch as exc:  # the spot check: name the document
+            except AtDocument as exc:  # the spot check or a lone surrogate: name the document
                 raise exc.located(ref, first + exc.index) from None
             writer.add(encoded.ids, encoded.sizes, where=f"dataset {ref.dataset!r}: shard {ref.uri} rows {first}..")
             first += len(values)

@@ -14,7 +14,8 @@ from demo_grammar import generate_demo_documents
 from tokenizers import Tokenizer
 
 from zephon.demo import DEMO_KINDS
-from zephon.errors import ConfigError, TokenizerError
+from zephon.errors import ConfigError, DatasetError, TokenizerError
+from zephon.executor.encode.surrogates import UnencodableText
 from zephon.executor.encode.text import ENGINE_ENV, Encoded, Encoder
 from zephon.executor.engines import builders, choose, tiktoken_derive, vendors
 from zephon.executor.engines.tiktoken import TiktokenEngine
@@ -278,16 +279,25 @@ def test_threads_do_not_change_ids(tokenizer_dir: str) -> None:
     assert_identical(one, three.encode_flat(texts))
 
 
-def test_a_batch_the_engine_cannot_encode_gets_tokenizers_own_error(tokenizer_dir: str) -> None:
-    """A lone surrogate (a JSONL ``"\\ud800"`` escape): every engine refuses it, and so does tokenizers."""
+def test_a_batch_the_engine_cannot_encode_names_the_lone_surrogate(tokenizer_dir: str) -> None:
+    """A lone surrogate (an operator's output): every engine refuses it, and so does tokenizers (a TypeError that
+    names nothing); the encoder then names the document, its code point and character, on any engine."""
     texts = ["fine", "bad \ud800 text"]
-    with pytest.raises(TypeError) as reference:
-        Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers").encode(texts)
+    with pytest.raises(TypeError):
+        Tokenizer.from_file(str(Path(tokenizer_dir) / "tokenizer.json")).encode_batch_fast(texts)
     fast = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
     fast.encode(["first batch"])
-    with pytest.raises(TypeError) as ours:
-        fast.encode(texts)
-    assert str(ours.value) == str(reference.value)
+    for encoder in (fast, Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), engine="tokenizers")):
+        with pytest.raises(UnencodableText, match=r"^document 1 of a batch: .* lone surrogate U\+D800 at character 4 ") as got:
+            encoder.encode(texts)
+        assert got.value.index == 1 and isinstance(got.value, DatasetError)
+
+
+def test_a_batch_refused_for_another_reason_keeps_tokenizers_own_error(tokenizer_dir: str) -> None:
+    fast = Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    fast.encode(["first batch"])
+    with pytest.raises(TypeError):
+        fast.encode(["fine", b"bytes are not text"])  # type: ignore[list-item]
 
 
 def test_encoder_pickles_without_its_threads(tokenizer_dir: str) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from conftest import doc_text
 from support.chat_data import build_tokenizer
 
 from zephon import Pipeline
@@ -170,6 +171,54 @@ def test_an_operator_that_raises_is_one_line_with_dataset_shard_row(tmp_path, to
     skipping = pipe(planned, tok, explode).options(on_bad_document="skip")
     list(skipping)
     assert skipping.stats().skipped == {"operator_error": 1}
+
+
+def cut_emoji_at(target: str):
+    """An operator that leaves half an emoji (a lone surrogate, U+D83D) at the end of one record's text."""
+
+    def cut_emoji(record: dict) -> dict:
+        return {**record, "text": record["text"] + " \ud83d"} if record["id"] == target else record
+
+    return cut_emoji
+
+
+def test_an_operator_output_no_engine_can_encode_is_one_line_with_dataset_shard_row(tmp_path, tok, make_parquet) -> None:
+    """Looked for only once the engine and tokenizers refuse a batch (encode.surrogates): a document among the
+    calibration's first ones, one deep in the run's chunks, in a DataLoader worker, under the skip policy, and in an
+    exact plan's count pass — each named by dataset, shard and row, never tokenizers' TypeError."""
+    path = make_parquet("docs", [1500, 1500], row_group_size=500)
+    planned = source(path).plan(tmp_path / "plan")
+    table = pq.read_table(planned / "samples.parquet", columns=["shard_id", "row"])
+    shard_of = {s: i for i, s in enumerate(sorted(set(table["shard_id"].to_pylist())))}
+
+    def expected(position: int) -> tuple[str, str]:
+        shard, row = shard_of[table["shard_id"][position].as_py()], table["row"][position].as_py()
+        text = doc_text("docs", shard, row)
+        return f"docs-{shard}-{row}", (
+            rf"^dataset 'docs': shard \S+part-{shard:05d}.parquet row {row}: the text to tokenize must be encodable as "
+            rf"UTF-8, got a lone surrogate U\+D83D at character {len(text) + 1} — if a map_transform/map_batch made "
+            r"it, fix the function \(text.encode\('utf-8', 'replace'\).decode\(\) replaces them\); else fix or remove"
+        )
+
+    for position in (5, len(table) - 1):  # among the calibration's 2,048 documents, and past them
+        target, message = expected(position)
+        with pytest.raises(DatasetError, match=message):
+            list(pipe(planned, tok, cut_emoji_at(target)))
+        with pytest.raises(DatasetError, match=message):  # found after the reader's skip decisions: raised
+            list(pipe(planned, tok, cut_emoji_at(target)).options(on_bad_document="skip"))
+    with pytest.raises(DatasetError, match=message):
+        list(pipe(planned, tok, cut_emoji_at(target)).dataloader(num_workers=1))
+
+    from zephon.executor.operators import Operator
+
+    exact = source(path, exact=True)
+    with pytest.raises(DatasetError, match=message):  # the count pass
+        exact.plan(
+            tmp_path / "exact",
+            tokenize=TokenizeSpec(tokenizer_id=tok),
+            pack=PackSpec(max_length=MAX_LENGTH),
+            operators=(Operator.of("map_transform", cut_emoji_at(target)),),
+        )
 
 
 def test_without_operators_nothing_changes(tmp_path, tokenizer_dir, make_parquet) -> None:
