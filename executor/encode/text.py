@@ -232,14 +232,13 @@ class Encoder:
         try:
             got, cpu = encode_timed(engine, texts, threads, pool)
         except Exception:  # e.g. a lone surrogate: tokenizers gives its own ids, or its own error
-            if engine is not choice.fallback:
-                try:
-                    return choice.fallback.encode(texts)
-                except Exception:
-                    UnencodableText.raise_found(texts)
+            try:
+                if engine is choice.fallback:
                     raise
-            UnencodableText.raise_found(texts)  # looked for only now: a good run pays nothing
-            raise
+                return choice.fallback.encode(texts)
+            except Exception:
+                UnencodableText.raise_found(texts)  # looked for only now: a good run pays nothing
+                raise
         if engine is not choice.fallback:  # its CPU: the thread CPU of every slice, which the check's budget shares
             self.spot_check.encoded(cpu)
             try:

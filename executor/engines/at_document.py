@@ -32,4 +32,3 @@ class AtDocument(ZephonError):
     def located(self, ref: ShardRef, row: int) -> Self:
         """The same error, its message naming the document: dataset, shard and row."""
         return self.relabel(f"dataset {ref.dataset!r}: shard {ref.uri} row {row}", self.index)
-
