@@ -43,6 +43,7 @@ from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
 from zephon.run import KeptRunner, OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
+from zephon.user_functions import require_picklable
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -87,6 +88,7 @@ class Pipeline:
         self._kept: KeptRunner | None = None  # the runner num_steps() calibrated, for the next iteration
 
     def __getstate__(self) -> dict[str, Any]:
+        require_picklable(self._spec)  # a lambda operator: one line here, not pickle's from a worker's start
         state = dict(self.__dict__)
         state["_opened"] = None  # another process (a DataLoader worker) opens its own
         state["_kept"] = None

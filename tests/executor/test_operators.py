@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 from pathlib import Path
 
@@ -219,6 +220,31 @@ def test_an_operator_output_no_engine_can_encode_is_one_line_with_dataset_shard_
             pack=PackSpec(max_length=MAX_LENGTH),
             operators=(Operator.of("map_transform", cut_emoji_at(target)),),
         )
+
+
+def test_an_operator_pickle_cannot_send_to_a_spawned_worker_is_one_line(tmp_path, tok, make_parquet) -> None:
+    """A lambda or a function defined inside another cannot reach a worker started by spawn (the pipeline goes
+    pickled): refused naming the operator as the pipeline is pickled, before any worker starts; a module-level
+    function is sent, and a forked worker pickles nothing."""
+    planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
+
+    def local_clean(record: dict) -> dict:
+        return record
+
+    for fn, name in ((lambda r: r, r"<lambda>"), (local_clean, r"local_clean")):
+        message = (
+            rf"^map_transform test_operators\.test_an_operator_pickle_cannot_send_to_a_spawned_worker_is_one_line\."
+            rf"<locals>\.{name} must be picklable to reach another process \(a DataLoader worker started by spawn or "
+            r"forkserver\), got \w+: .* — define it at module level \(not a lambda, not a function inside another\), "
+            r"or use num_workers=0 or multiprocessing_context='fork'$"
+        )
+        with pytest.raises(ConfigError, match=message):
+            pickle.dumps(pipe(planned, tok, fn))
+        with pytest.raises(ConfigError, match=message):
+            next(iter(pipe(planned, tok, fn).dataloader(num_workers=1, multiprocessing_context="spawn")))
+        assert len(list(pipe(planned, tok, fn).dataloader(num_workers=1))) > 0  # forked: nothing pickled
+    again = pickle.loads(pickle.dumps(pipe(planned, tok, keep_even_upper)))
+    assert stream(again) == stream(pipe(planned, tok, keep_even_upper))
 
 
 def test_without_operators_nothing_changes(tmp_path, tokenizer_dir, make_parquet) -> None:

@@ -210,6 +210,19 @@ def test_a_collate_that_changes_structure_is_one_line_naming_the_path(two: Path)
         list(flip)
 
 
+def test_a_collate_pickle_cannot_send_to_a_spawned_worker_is_one_line(two: Path):
+    from torch.utils.data import DataLoader
+
+    dataset = records(two, b=1, collate=lambda rs: [r["id"] for r in rs]).to_torch_dataset()
+    loader = DataLoader(dataset, batch_size=None, num_workers=1, multiprocessing_context="spawn")
+    with pytest.raises(
+        ConfigError,
+        match=r"^collate test_records\.test_a_collate_pickle_cannot_send_to_a_spawned_worker_is_one_line\.<locals>\."
+        r"<lambda> must be picklable to reach another process .* or multiprocessing_context='fork'$",
+    ):
+        next(iter(loader))
+
+
 def test_seeded_transforms_draw_the_same_numbers_after_resume_and_at_any_dp_size(two: Path):
     def crop(record: dict, rng: np.random.Generator) -> dict:
         return {**record, "crop": int(rng.integers(0, 1000))}
