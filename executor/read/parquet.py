@@ -48,10 +48,18 @@ from zephon.storage.scan import parquet_fingerprint
 _ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
 
 
+#: View columns (Arrow's ``string_view`` / ``binary_view``, what Polars and DuckDB may hand pyarrow to write) as the
+#: offset layout Arrow's ``take`` has kernels for (pyarrow 26 has none for views): the same values.
+_VIEWS = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
+
+
 def as_strings(column: pa.Array) -> pa.Array:
-    """A text column as plain strings: a dictionary of strings (what pandas writes for a ``category`` column)
-    decoded, anything else as it is."""
-    return column.dictionary_decode() if isinstance(column, pa.DictionaryArray) else column
+    """A column as the reader takes rows from it: a dictionary of strings (what pandas writes for a ``category``
+    column) decoded, a view column cast to its offset layout (``_VIEWS``), anything else as it is."""
+    if isinstance(column, pa.DictionaryArray):
+        column = column.dictionary_decode()
+    view = _VIEWS.get(column.type)
+    return column.cast(view) if view is not None else column
 
 
 class ParquetShard:
@@ -130,7 +138,8 @@ class ParquetShard:
         kind = schema.field(field).type if self._columns is None else pa.string()
         if pa.types.is_dictionary(kind):  # pandas' ``category``: strings, stored once each (read decoded)
             kind = kind.value_type
-        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)):
+        text = pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_string_view(kind)
+        if not (text or pa.types.is_null(kind)):
             raise DatasetError(
                 f"{where} column {field!r} must hold strings, got {kind} — choose a text column as the text field "
                 f"({FIELD_HINT}), or convert the column to strings"
@@ -150,7 +159,8 @@ class ParquetShard:
                 file = pq.ParquetFile(self._path, metadata=self.file.metadata, pre_buffer=False)
             if self._columns is not None:  # record mode: one struct per row
                 table = file.read_row_group(g, columns=self._columns, use_threads=False)
-                return pa.StructArray.from_arrays([c.combine_chunks() for c in table.columns], names=self._columns)
+                columns = [as_strings(c.combine_chunks()) for c in table.columns]
+                return pa.StructArray.from_arrays(columns, names=self._columns)
             table = file.read_row_group(g, columns=[self._documents.field], use_threads=False)
             return as_strings(table.column(0).combine_chunks())
         except ZephonError:
