@@ -55,6 +55,11 @@ def source_hash(fn: Callable[..., Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def qualified_name(fn: Callable[..., Any]) -> str:
+    """``module.qualname`` of a function (of its type for another callable): how operators and collates are named."""
+    return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Operator:
     """One user operator: ``kind`` (``map_transform`` or ``map_batch``), the function, its qualified ``name``,
@@ -76,7 +81,7 @@ class Operator:
             raise ConfigError(f"operator kind must be one of {', '.join(KINDS)}, got {kind!r}")
         if not callable(fn):
             raise ConfigError(f"{kind} must be given a function, got {type(fn).__name__} — pass a def or lambda")
-        name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', type(fn).__name__)}"
+        name = qualified_name(fn)
         if not isinstance(seeded, bool):
             raise ConfigError(f"{kind} seeded must be True or False, got {seeded!r}")
         return cls(

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -43,7 +44,7 @@ from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
 from zephon.run import KeptRunner, OpenedRun
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
-from zephon.user_functions import require_picklable
+from zephon.user_functions import reduce_for_process
 
 if TYPE_CHECKING:
     from zephon.torch_data import PipelineDataset
@@ -88,7 +89,6 @@ class Pipeline:
         self._kept: KeptRunner | None = None  # the runner num_steps() calibrated, for the next iteration
 
     def __getstate__(self) -> dict[str, Any]:
-        require_picklable(self._spec)  # a lambda operator: one line here, not pickle's from a worker's start
         state = dict(self.__dict__)
         state["_opened"] = None  # another process (a DataLoader worker) opens its own
         state["_kept"] = None
@@ -435,3 +435,7 @@ class Pipeline:
             timeout=timeout,
         )
         return PipelineLoader(self, options, training)
+
+
+# Sent to a spawned or forkserver DataLoader worker: its user functions checked first (zephon.user_functions).
+ForkingPickler.register(Pipeline, reduce_for_process)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import pickle
 import random
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 
 import numpy as np
@@ -224,8 +226,8 @@ def test_an_operator_output_no_engine_can_encode_is_one_line_with_dataset_shard_
 
 def test_an_operator_pickle_cannot_send_to_a_spawned_worker_is_one_line(tmp_path, tok, make_parquet) -> None:
     """A lambda or a function defined inside another cannot reach a worker started by spawn (the pipeline goes
-    pickled): refused naming the operator as the pipeline is pickled, before any worker starts; a module-level
-    function is sent, and a forked worker pickles nothing."""
+    through multiprocessing's pickler): refused naming the operator as it is pickled, before any worker starts; a
+    module-level function is sent; copying the pipeline, a plain pickle and a forked worker are left as they were."""
     planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
 
     def local_clean(record: dict) -> dict:
@@ -239,11 +241,12 @@ def test_an_operator_pickle_cannot_send_to_a_spawned_worker_is_one_line(tmp_path
             r"or use num_workers=0 or multiprocessing_context='fork'$"
         )
         with pytest.raises(ConfigError, match=message):
-            pickle.dumps(pipe(planned, tok, fn))
+            ForkingPickler.dumps(pipe(planned, tok, fn))
         with pytest.raises(ConfigError, match=message):
             next(iter(pipe(planned, tok, fn).dataloader(num_workers=1, multiprocessing_context="spawn")))
         assert len(list(pipe(planned, tok, fn).dataloader(num_workers=1))) > 0  # forked: nothing pickled
-    again = pickle.loads(pickle.dumps(pipe(planned, tok, keep_even_upper)))
+        assert stream(copy.deepcopy(pipe(planned, tok, fn))) == stream(pipe(planned, tok, fn))
+    again = pickle.loads(ForkingPickler.dumps(pipe(planned, tok, keep_even_upper)))
     assert stream(again) == stream(pipe(planned, tok, keep_even_upper))
 
 
