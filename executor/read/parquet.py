@@ -49,7 +49,9 @@ _ARROW_ERRORS = (OSError, ValueError, pa.ArrowException)
 
 
 #: View columns (Arrow's ``string_view`` / ``binary_view``, what Polars and DuckDB may hand pyarrow to write) as the
-#: offset layout Arrow's ``take`` has kernels for (pyarrow 26 has none for views): the same values.
+#: offset layout Arrow's ``take`` has kernels for (pyarrow 26 has none for views): the same values. Top-level
+#: columns only: pyarrow 26 cannot write a nested view ("Slicing not implemented for StringView") and Polars writes
+#: nested strings as ``large_string``, so no Parquet file holds one.
 _VIEWS = {pa.string_view(): pa.large_string(), pa.binary_view(): pa.large_binary()}
 
 
