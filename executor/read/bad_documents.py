@@ -17,7 +17,7 @@ estimated plan; exact plans refuse it, and planning and ``zephon show`` cannot s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any, Protocol
 
 from zephon.errors import ConfigError, DatasetError
@@ -47,6 +47,19 @@ SKIP_REASONS = (
 #: How to choose the text field, in every caller's words (the shard readers' missing-column messages).
 FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show"
 _SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip")'
+
+
+def nested_hint(field: str, names: Container[str]) -> str:
+    """For a text field named like a path into a nested column (``meta.text`` where ``meta`` is a column or key):
+    how to lift it, as a clause to append to a missing-field message; else ""."""
+    head, _, rest = field.partition(".")
+    if not rest or head not in names:
+        return ""
+    path = "".join(f"[{part!r}]" for part in field.split("."))
+    return (
+        f"; {field!r} reads as a field inside {head!r}, which fields do not reach — lift it with a map_transform "
+        f"returning {{**record, 'text': record{path}}} and tokenize field 'text'"
+    )
 
 
 class RecordConverter(Protocol):

@@ -28,7 +28,7 @@ import numpy as np
 
 from zephon.errors import DatasetError, one_line
 from zephon.executor.encode.surrogates import lone_surrogate
-from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
+from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments, nested_hint
 from zephon.plan.records import ShardRef
 from zephon.storage.jsonl import decompress, line_spans
 from zephon.storage.scan import jsonl_fingerprint
@@ -137,7 +137,7 @@ class JsonlShard:
                 row,
                 "missing_field",
                 f"{where} must have the field {field!r}, got keys {sorted(record)} — fix the data or choose "
-                f"another text field ({FIELD_HINT})",
+                f"another text field ({FIELD_HINT}){nested_hint(field, record)}",
             )
             return None
         return documents.text(ref, row, record[field])

@@ -36,7 +36,7 @@ import pyarrow.parquet as pq
 
 from zephon.errors import DatasetError, ZephonError, one_line
 from zephon.executor.read.arrow_values import python_values
-from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments
+from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments, nested_hint
 from zephon.executor.read.decode_pool import decode_pool
 from zephon.executor.read.memory_release import release_now_and_then
 from zephon.executor.read.shared_groups import SharedRowGroups
@@ -135,7 +135,7 @@ class ParquetShard:
         elif field not in schema.names:
             raise DatasetError(
                 f"{where} must have the column {field!r}, got columns {schema.names} — choose one of them as the "
-                f"text field: {FIELD_HINT}"
+                f"text field: {FIELD_HINT}{nested_hint(field, schema.names)}"
             )
         kind = schema.field(field).type if self._columns is None else pa.string()
         if pa.types.is_dictionary(kind):  # pandas' ``category``: strings, stored once each (read decoded)

@@ -253,6 +253,39 @@ def test_shard_level_problems_stay_errors_under_skip(tmp_path, tokenizer_dir) ->
         list(pipeline(plan, tokenizer_dir, on_bad_document="skip"))
 
 
+def lift_meta_text(record: dict) -> dict:
+    return {**record, "text": record["meta"]["text"]}
+
+
+def test_a_dotted_field_into_a_nested_column_says_how_to_lift_it(tmp_path, tokenizer_dir) -> None:
+    """``meta.text`` names no column or key; where ``meta`` is one, the error says to lift the field with a
+    map_transform — and the map_transform it spells out gives the batches of the same texts in a plain column."""
+    texts = ["one two", "three"]
+    for kind in ("pq", "js", "plain"):
+        (tmp_path / kind).mkdir()
+    meta = pa.StructArray.from_arrays([pa.array(texts), pa.array([1, 2])], names=["text", "n"])
+    pq.write_table(pa.table({"meta": meta}), tmp_path / "pq" / "p.parquet")
+    (tmp_path / "js" / "p.jsonl").write_text("".join(json.dumps({"meta": {"text": t}}) + "\n" for t in texts))
+    pq.write_table(pa.table({"text": texts}), tmp_path / "plain" / "p.parquet")
+    want = stream(pipeline(one_lane_source(tmp_path / "plain").plan(tmp_path / "plan-plain"), tokenizer_dir))
+    lift = r"; 'meta\.text' reads as a field inside 'meta', which fields do not reach — lift it with a map_transform "
+    lift += r"returning \{\*\*record, 'text': record\['meta'\]\['text'\]\} and tokenize field 'text'"
+    told = {
+        "pq": r"must have the column 'meta\.text', got columns \['meta'\] — .*",
+        "js": r"must have the field 'meta\.text', got keys \['meta'\] — .*",
+    }
+    for kind, message in told.items():
+        plan = one_lane_source(tmp_path / kind).plan(tmp_path / f"plan-{kind}")
+        nested = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir, field="meta.text")
+        with pytest.raises(DatasetError, match=message + lift):
+            list(nested.pack_flat(max_length=16).batch(microbatch_size=2))
+        lifted = Pipeline.from_plan(plan).map_transform(lift_meta_text).tokenize(tokenizer_id=tokenizer_dir)
+        assert want and stream(lifted.pack_flat(max_length=16).batch(microbatch_size=2)) == want
+    with pytest.raises(DatasetError) as plain:  # no dotted name: the message as before
+        list(pipeline(one_lane_source(tmp_path / "pq").plan(tmp_path / "plan-pq-text"), tokenizer_dir))
+    assert "must have the column 'text', got columns ['meta']" in str(plain.value) and "lift it" not in str(plain.value)
+
+
 def test_truncated_parquet_is_refused_at_plan_and_at_run_time(tmp_path, tokenizer_dir) -> None:
     (tmp_path / "web").mkdir()
     shard = tmp_path / "web" / "p.parquet"
