@@ -49,7 +49,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from zephon.errors import ConfigError
+
 IGNORE_INDEX = -100
+
+
+def check_ids_dtype(dtype: object) -> None:
+    """``to_training``'s ``ids_dtype`` must be a torch dtype (a string would reach torch as a device name)."""
+    if not isinstance(dtype, torch.dtype):
+        raise ConfigError(f"ids_dtype must be a torch dtype, got {dtype!r} — pass e.g. torch.int32 or torch.int64")
 
 
 #: ``allocate(shape, dtype)``: a NumPy array of that shape and dtype to write an output into (``to_training``).
@@ -119,6 +127,8 @@ class Batch:
         ``input_ids`` and ``labels`` as int32 (``input_ids`` then a view of the batch's ids: no copy).
         ``allocate(shape, dtype)``: where the fixed-size outputs are written instead of new memory (a DataLoader
         worker's shared-memory slot, ``zephon.worker_slots``; not with ``pin_memory``) — the same values."""
+        if ids_dtype not in _NUMPY:
+            check_ids_dtype(ids_dtype)
         new = _Outputs(allocate if not pin_memory else None, pin_memory)
         width = self.tokens.shape[1]
         span = width - 1 if return_labels else width

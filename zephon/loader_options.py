@@ -4,7 +4,7 @@ when the loader is made, in one line, rather than by ``torch`` once its workers 
 from __future__ import annotations
 
 import multiprocessing
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from zephon.checks import is_int
@@ -54,3 +54,7 @@ class LoaderOptions:
             )
         if isinstance(self.timeout, bool) or not isinstance(self.timeout, int | float) or self.timeout < 0:
             raise ConfigError(f"timeout must be a number of seconds ≥ 0, got {self.timeout!r} — pass 0 to wait forever")
+
+
+#: The DataLoader settings ``Pipeline.dataloader`` takes (besides ``to_training``'s options).
+LOADER_SETTINGS = tuple(f.name for f in fields(LoaderOptions))

@@ -22,6 +22,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from zephon.executor.batch import Batch
 from zephon.executor.cores import share_cores
+from zephon.training_options import check_training_options
 
 #: Makes the runner of one DataLoader worker, given ``(worker_id, num_workers)``: ``Pipeline._make_runner``.
 RunnerFactory = Callable[[tuple[int, int]], Iterable[Batch]]
@@ -31,6 +32,7 @@ class PipelineDataset(IterableDataset):
     """Yields ``batch.to_training(**training)`` for this rank's microbatches (see the module docstring)."""
 
     def __init__(self, make_runner: RunnerFactory, training: dict[str, Any]) -> None:
+        check_training_options(training, what="to_torch_dataset()")
         super().__init__()
         self.make_runner = make_runner
         self.training = training

@@ -71,9 +71,10 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import RunStats
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
-from zephon.loader_options import LoaderOptions
+from zephon.loader_options import LOADER_SETTINGS, LoaderOptions
 from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
 from zephon.loader_stats import StatsSender
+from zephon.training_options import check_training_options
 from zephon.worker_slots import SlotReader, SlotWriter, group_size
 
 #: A ``zephon.Pipeline`` (not imported: the pipeline imports this module, and no import may cycle).
@@ -159,6 +160,7 @@ class PipelineLoader:
     """Iterates ``to_training`` dicts of a pipeline through a ``torch`` DataLoader (see the module docstring)."""
 
     def __init__(self, pipeline: Pipeline, options: LoaderOptions, training: dict[str, Any]) -> None:
+        check_training_options(training, what="dataloader()", settings=LOADER_SETTINGS)
         self.options = options
         self.training = dict(training)
         self._pipeline = pipeline._with()  # the loader's own copy: the same plan, settings and encoder

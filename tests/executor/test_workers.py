@@ -175,6 +175,43 @@ def test_bad_loader_options_are_refused_in_one_line_before_any_worker_starts(opt
         LoaderOptions(**options)
 
 
+@pytest.mark.parametrize(
+    ("training", "fix"),
+    [
+        ({"batch_size": 8}, r"the microbatch is \.batch\(microbatch_size=\.\.\.\)"),
+        ({"shuffle": True}, r"the plan fixes the order \(its seed shuffles it\)"),
+        ({"collate_fn": print}, r"to_training builds the dict \(its return_\* options\); a record pipeline takes"),
+        ({"drop_last": True}, r"drop the plan's last, incomplete step with \.batch\(drop_last=True\)"),
+        ({"return_lables": True}, r"drop it or fix its name"),
+    ],
+)
+def test_a_dataloader_argument_the_loader_does_not_take_is_one_line_naming_what_does(plans, tokenizer_dir, training, fix):
+    """torch's DataLoader arguments, passed by habit, and misspelt to_training options are refused when the loader
+    is made — not as to_training's TypeError at the first batch (in a worker: its traceback)."""
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    key, value = next(iter(training.items()))
+    with pytest.raises(
+        ConfigError,
+        match=r"^dataloader\(\) options must be DataLoader settings it passes on \(num_workers, pin_memory, "
+        r"persistent_workers, prefetch_factor, multiprocessing_context, timeout\) or to_training options "
+        rf"\(return_labels, .*, ids_dtype\), got {key}={value!r} — {fix}",
+    ):
+        p.dataloader(num_workers=2, **training)
+    with pytest.raises(ConfigError, match=rf"^to_torch_dataset\(\) options must be to_training options \(.*\), got {key}="):
+        p.to_torch_dataset(**training)
+
+
+def test_an_ids_dtype_that_is_not_a_torch_dtype_is_one_line(plans, tokenizer_dir) -> None:
+    """A string reached torch as a device name ("Invalid device string: 'int32'")."""
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    message = r"^ids_dtype must be a torch dtype, got 'int32' — pass e\.g\. torch\.int32 or torch\.int64$"
+    with pytest.raises(ConfigError, match=message):
+        p.dataloader(ids_dtype="int32")
+    with pytest.raises(ConfigError, match=message):
+        next(iter(p)).to_training(ids_dtype="int32")
+    assert next(iter(p.dataloader(ids_dtype=torch.int32)))["input_ids"].dtype == torch.int32
+
+
 # -- Pipeline.dataloader: the pipeline's batches, whatever the workers ------------------------------------------
 
 
