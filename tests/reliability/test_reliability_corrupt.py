@@ -141,6 +141,30 @@ def test_a_utf8_byte_order_mark_and_crlf_are_not_errors(tmp_path) -> None:
     assert read_all(refs_of(shard)) == ["first", "second"]
 
 
+@pytest.mark.parametrize(
+    ("encoding", "suffix", "told"),
+    [
+        ("utf-16", ".jsonl", r"UTF-16 text \(byte order mark FF FE\), not UTF-8: convert it with iconv -f UTF-16 -t UTF-8"),
+        ("utf-16-le", ".jsonl", r"UTF-16 text without a byte order mark \(a NUL byte beside the first character\), not "
+         r"UTF-8: convert it with iconv -f UTF-16LE -t UTF-8"),
+        ("utf-16-be", ".jsonl", r"UTF-16 text without a byte order mark .* iconv -f UTF-16BE -t UTF-8"),
+        ("utf-32", ".jsonl", r"UTF-32 text \(byte order mark FF FE 00 00\), not UTF-8: convert it with iconv -f UTF-32"),
+        ("utf-16", ".jsonl.gz", r"UTF-16 text \(byte order mark FF FE\), not UTF-8"),
+    ],
+)
+def test_a_utf16_or_utf32_jsonl_is_refused_when_planned_not_skipped_line_by_line(
+    tmp_path, tokenizer_dir, encoding, suffix, told
+) -> None:
+    """Split on its 0A bytes, such a file is lines of NULs, each invalid JSON: the skip policy would have counted the
+    whole file away. It is refused as a file, at planning, in one line naming the encoding and the conversion."""
+    text = "".join(json.dumps({"text": f"document {i}"}) + "\n" for i in range(6)).encode(encoding)
+    shard = tmp_path / "web" / f"part-0{suffix}"
+    shard.parent.mkdir(parents=True)
+    shard.write_bytes(gzip.compress(text) if suffix.endswith(".gz") else text)
+    with pytest.raises(DatasetError, match=rf"^dataset 'web': shard {re.escape(str(shard))} must be readable jsonl(\.gz)?, got {told}"):
+        one_lane_source(shard.parent).plan(tmp_path / "plan")
+
+
 def test_skip_end_to_end_no_tokens_for_skipped_documents_and_stats_by_reason_and_shard(tmp_path, tokenizer_dir) -> None:
     shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", LINES)
     plan = one_lane_source(shard.parent).plan(tmp_path / "plan")

@@ -5,6 +5,13 @@ and a last line without a newline still counts. Empty lines are not rows (many w
 a line of only spaces is a row, and fails JSON decoding when read, with its row number.
 
 Worked example: ``b'{"a":1}\\n\\n{"a":2}\\r\\n{"a":3}'`` has rows at byte spans (0, 7), (9, 16), (18, 25).
+
+JSONL is UTF-8 (a UTF-8 byte order mark is skipped by the reader). A file saved as UTF-16 or UTF-32 (what Windows
+tools call "Unicode") splits on its ``0A`` bytes into lines full of NULs, every one of them invalid JSON — a
+whole file of bad documents, which the skip policy would count away. ``decompress`` refuses such a file instead,
+as it refuses a truncated stream: by its byte order mark, or, without one, by a NUL byte beside the first
+character (no UTF-8 JSON text starts with a NUL). Example: ``b"\\xff\\xfe{\\x00"`` → ValueError "UTF-16 text (byte
+order mark FF FE), not UTF-8: convert it with iconv -f UTF-16 -t UTF-8".
 """
 
 from __future__ import annotations
@@ -14,26 +21,54 @@ import zlib
 
 import numpy as np
 
+#: Byte order marks of the wide Unicode encodings, UTF-32 LE's before the UTF-16 LE one it begins with.
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
+
 
 def decompress(data: bytes, fmt: str) -> bytes:
     """Decompress a whole JSONL shard given its format (``jsonl``, ``jsonl.gz`` or ``jsonl.zst``).
 
     Every stream must be complete: a truncated or corrupt gzip or zstd stream raises ``ValueError`` with a
     one-line description (the callers add the dataset, the shard and the fix), never a partial result.
-    Concatenated gzip members and zstd frames are all read.
+    Concatenated gzip members and zstd frames are all read. Text that is UTF-16 or UTF-32 raises too (module
+    docstring).
     """
     if fmt == "jsonl":
-        return data
-    if fmt == "jsonl.gz":
+        text = data
+    elif fmt == "jsonl.gz":
         try:
-            return gzip.decompress(data)
+            text = gzip.decompress(data)
         except EOFError as exc:
             raise ValueError("a truncated gzip stream (it ends before the end-of-stream marker)") from exc
         except (OSError, zlib.error) as exc:
             raise ValueError(f"a corrupt gzip stream ({exc})") from exc
-    if fmt == "jsonl.zst":
-        return _zstd_frames(data)
-    raise ValueError(f"JSONL format must be jsonl, jsonl.gz or jsonl.zst, got {fmt!r}")
+    elif fmt == "jsonl.zst":
+        text = _zstd_frames(data)
+    else:
+        raise ValueError(f"JSONL format must be jsonl, jsonl.gz or jsonl.zst, got {fmt!r}")
+    return _utf8(text)
+
+
+def _utf8(data: bytes) -> bytes:
+    """``data``, unless it is UTF-16 or UTF-32 text (``ValueError``, module docstring)."""
+    for bom, name in _WIDE_BOMS:
+        if data.startswith(bom):
+            raise ValueError(
+                f"{name} text (byte order mark {bom.hex(' ').upper()}), not UTF-8: convert it with iconv -f {name} "
+                "-t UTF-8"
+            )
+    if len(data) >= 2 and (data[0] == 0) != (data[1] == 0):
+        order = "BE" if data[0] == 0 else "LE"
+        raise ValueError(
+            f"UTF-16 text without a byte order mark (a NUL byte beside the first character), not UTF-8: convert it "
+            f"with iconv -f UTF-16{order} -t UTF-8"
+        )
+    return data
 
 
 def _zstd_frames(data: bytes) -> bytes:
