@@ -58,7 +58,8 @@ def nested_hint(field: str, names: Container[str]) -> str:
     path = "".join(f"[{part!r}]" for part in field.split("."))
     return (
         f"; {field!r} reads as a field inside {head!r}, which fields do not reach — lift it with a map_transform "
-        f"returning {{**record, 'text': record{path}}} and tokenize field 'text'"
+        f"returning {{**record, 'text': record{path}}} and tokenize field 'text' (Python), or write it to a column "
+        "of its own"
     )
 
 

@@ -293,7 +293,8 @@ def test_a_dotted_field_into_a_nested_column_says_how_to_lift_it(tmp_path, token
     pq.write_table(pa.table({"text": texts}), tmp_path / "plain" / "p.parquet")
     want = stream(pipeline(one_lane_source(tmp_path / "plain").plan(tmp_path / "plan-plain"), tokenizer_dir))
     lift = r"; 'meta\.text' reads as a field inside 'meta', which fields do not reach — lift it with a map_transform "
-    lift += r"returning \{\*\*record, 'text': record\['meta'\]\['text'\]\} and tokenize field 'text'"
+    lift += r"returning \{\*\*record, 'text': record\['meta'\]\['text'\]\} and tokenize field 'text' \(Python\), or "
+    lift += r"write it to a column of its own"
     told = {
         "pq": r"must have the column 'meta\.text', got columns \['meta'\] — .*",
         "js": r"must have the field 'meta\.text', got keys \['meta'\] — .*",
