@@ -251,13 +251,27 @@ class ExactSequences:
     def _encode(self, shard_ids: np.ndarray, row_ids: np.ndarray, *, split: bool, texts: list | None = None) -> Encoded:
         """The documents at (shard, row), read (unless ``texts`` are given) and encoded; an error about one
         document (``AtDocument``) names its dataset, shard and row."""
+        docs = texts if texts is not None else self.reader.texts(shard_ids, row_ids)
+        if isinstance(docs, list):  # (by identity: a token store's documents are arrays, which == would compare)
+            dropped = next((i for i, doc in enumerate(docs) if doc is None), None)
+            if dropped is not None:  # the exact plan has no skip policy: only an operator drops one
+                self._dropped(shard_ids, row_ids, dropped)
         try:
-            return encode_in_slices(
-                self.encoder, texts if texts is not None else self.reader.texts(shard_ids, row_ids), split=split
-            )
+            return encode_in_slices(self.encoder, docs, split=split)
         except AtDocument as exc:
             i = exc.index
             raise exc.located(self.reader.ref(int(shard_ids[i])), int(row_ids[i])) from None
+
+    def _dropped(self, shard_ids: np.ndarray, row_ids: np.ndarray, i: int) -> None:
+        """Refuse document ``i`` of a read, which the operators dropped now but not when the plan counted its
+        tokens (a document they dropped then has 0 tokens and is in no sequence, so it is never read)."""
+        ref = self.reader.ref(int(shard_ids[i]))
+        raise DatasetError(
+            f"dataset {ref.dataset!r}: shard {ref.uri} row {int(row_ids[i])} must be a document, as when the exact "
+            "plan counted its tokens, got it dropped by the operators now — operators must give the same output in "
+            "every process: make their choices from the record with a stable hash (hashlib), not Python's hash() "
+            "of a string, which changes from process to process"
+        )
 
     def _schedule(self, ks: np.ndarray) -> None:
         """Keep up to ``JOBS`` windows ahead: start reading the calls after those already covered
@@ -336,7 +350,7 @@ class ExactSequences:
             raise DatasetError(
                 f"dataset {ref.dataset!r}: shard {ref.uri} row {int(rows['row'][i])} (plan position "
                 f"{int(want[i])}) must have {int(rows['tokens'][i])} tokens as counted at planning, got "
-                f"{int(new_size[i])} — the data or tokenizer changed; re-plan"
+                f"{int(new_size[i])} — the data, the tokenizer or an operator's output changed; re-plan"
             )
         keep = np.flatnonzero((cached >= positions[0]) & ~isin_sorted(cached, want))
         if len(keep) > 8 * READ_AHEAD:  # calls jumped around: keep what this call needs

@@ -129,6 +129,46 @@ def test_a_filter_in_an_exact_plan_is_in_the_count_pass(tmp_path, tok, make_json
         list(pipe(planned, tok, upper_all_one))
 
 
+#: What ``per_process`` does differs between processes, as a choice made with Python's salted hash() would.
+PROCESS = {"drop_odd": False, "shout": False}
+
+
+def per_process(record: dict) -> dict | None:
+    if PROCESS["drop_odd"] and int(str(record["id"])[-1]) % 2:
+        return None
+    return {**record, "text": record["text"].upper()} if PROCESS["shout"] else record
+
+
+def test_an_exact_plan_whose_operators_act_otherwise_in_training_is_refused_naming_the_row(
+    tmp_path, tok, make_jsonl, monkeypatch
+) -> None:
+    """Same source, same fingerprint, other output (the start-up check runs in one process, so it cannot see
+    it): a planned document dropped now, or given other tokens, is one line naming its row — not a TypeError
+    from the engine on a None text."""
+    from zephon.executor.operators import Operator
+
+    planned = source(make_jsonl("docs", [12]), exact=True).plan(
+        tmp_path / "plan",
+        tokenize=TokenizeSpec(tokenizer_id=tok),
+        pack=PackSpec(max_length=MAX_LENGTH),
+        operators=(Operator.of("map_transform", per_process),),
+    )
+    assert stream(pipe(planned, tok, per_process))  # as planned: runs
+    monkeypatch.setitem(PROCESS, "drop_odd", True)
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'docs': shard \S+part-00000.jsonl row \d*[13579] must be a document, as when the exact plan "
+        r"counted its tokens, got it dropped by the operators now — operators must give the same output in every "
+        r"process: make their choices from the record with a stable hash \(hashlib\), not Python's hash\(\)",
+    ):
+        list(pipe(planned, tok, per_process))
+    monkeypatch.setitem(PROCESS, "drop_odd", False)
+    monkeypatch.setitem(PROCESS, "shout", True)
+    with pytest.raises(DatasetError, match=r"tokens as counted at planning, got \d+ — the data, the tokenizer or an "
+                       r"operator's output changed; re-plan$"):
+        list(pipe(planned, tok, per_process))
+
+
 def test_a_nondeterministic_map_transform_is_refused_at_start_up(tmp_path, tok, make_parquet) -> None:
     planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
     with pytest.raises(ConfigError, match=r"^map_transform test_operators.noisy must be deterministic .* at dataset"):
