@@ -36,6 +36,7 @@ from zephon.executor.encode.flags import token_dtype
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.encode.text import Encoded, Encoder
 from zephon.executor.engines.at_document import AtDocument
+from zephon.executor.operators import dropped_since_planning
 from zephon.executor.pack.exact_rows import cut_rows, split_rows
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 from zephon.executor.pack.spans import merge_tail, spread
@@ -252,26 +253,16 @@ class ExactSequences:
         """The documents at (shard, row), read (unless ``texts`` are given) and encoded; an error about one
         document (``AtDocument``) names its dataset, shard and row."""
         docs = texts if texts is not None else self.reader.texts(shard_ids, row_ids)
-        if isinstance(docs, list):  # (by identity: a token store's documents are arrays, which == would compare)
-            dropped = next((i for i, doc in enumerate(docs) if doc is None), None)
-            if dropped is not None:  # the exact plan has no skip policy: only an operator drops one
-                self._dropped(shard_ids, row_ids, dropped)
+        # no skip policy in an exact plan: only an operator drops a document (found by identity: a store's are arrays)
+        dropped = next((i for i, doc in enumerate(docs) if doc is None), None) if isinstance(docs, list) else None
+        if dropped is not None:
+            ref = self.reader.ref(int(shard_ids[dropped]))
+            raise dropped_since_planning(f"dataset {ref.dataset!r}: shard {ref.uri} row {int(row_ids[dropped])}")
         try:
             return encode_in_slices(self.encoder, docs, split=split)
         except AtDocument as exc:
             i = exc.index
             raise exc.located(self.reader.ref(int(shard_ids[i])), int(row_ids[i])) from None
-
-    def _dropped(self, shard_ids: np.ndarray, row_ids: np.ndarray, i: int) -> None:
-        """Refuse document ``i`` of a read, which the operators dropped now but not when the plan counted its
-        tokens (a document they dropped then has 0 tokens and is in no sequence, so it is never read)."""
-        ref = self.reader.ref(int(shard_ids[i]))
-        raise DatasetError(
-            f"dataset {ref.dataset!r}: shard {ref.uri} row {int(row_ids[i])} must be a document, as when the exact "
-            "plan counted its tokens, got it dropped by the operators now — operators must give the same output in "
-            "every process: make their choices from the record with a stable hash (hashlib), not Python's hash() "
-            "of a string, which changes from process to process"
-        )
 
     def _schedule(self, ks: np.ndarray) -> None:
         """Keep up to ``JOBS`` windows ahead: start reading the calls after those already covered

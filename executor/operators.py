@@ -112,6 +112,17 @@ class Operator:
         return out
 
 
+def dropped_since_planning(where: str) -> DatasetError:
+    """The error for a document an exact plan counted and the operators drop now (``where``: dataset, shard,
+    row): operators whose output differs between processes, which the start-up check, in one process, cannot see.
+    A document they dropped at planning has 0 tokens and is in no sequence, so it is never read."""
+    return DatasetError(
+        f"{where} must be a document, as when the exact plan counted its tokens, got it dropped by the operators "
+        "now — operators must give the same output in every process: make their choices from the record with a "
+        "stable hash (hashlib), not Python's hash() of a string, which changes from process to process"
+    )
+
+
 def describe(operators: tuple[Operator, ...]) -> list[dict[str, str | None]]:
     return [op.describe() for op in operators]
 
