@@ -34,11 +34,16 @@ __all__ = ["UnencodableText", "lone_surrogate"]
 _SURROGATE = re.compile("[\\ud800-\\udfff]")
 
 
+def _first(text: str) -> re.Match[str] | None:
+    """The first surrogate of ``text``; an ASCII string (the common case, checked in C) is not scanned."""
+    return None if text.isascii() else _SURROGATE.search(text)
+
+
 def lone_surrogate(value: object, key: str = "") -> tuple[str, int] | None:
     """The first lone surrogate in a parsed JSON value's strings (dict keys too) — the top-level key it lies under
     (``key`` for a bare string) and its code point — or None. ASCII strings are not scanned."""
     if isinstance(value, str):
-        found = None if value.isascii() else _SURROGATE.search(value)
+        found = _first(value)
         return (key, ord(found.group())) if found else None
     if isinstance(value, dict):
         for k, v in value.items():
@@ -71,7 +76,7 @@ class UnencodableText(DatasetError, AtDocument):
     def find(cls, texts: Sequence[object]) -> UnencodableText | None:
         """The first of ``texts`` holding a lone surrogate (values that are not strings are passed over), or None."""
         for i, text in enumerate(texts):
-            found = None if not isinstance(text, str) or text.isascii() else _SURROGATE.search(text)
+            found = _first(text) if isinstance(text, str) else None
             if found is not None:
                 return cls(f"document {i} of a batch", index=i, codepoint=ord(found.group()), position=found.start())
         return None
