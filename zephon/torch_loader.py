@@ -73,6 +73,7 @@ from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
 from zephon.loader_options import LOADER_SETTINGS, LoaderOptions
 from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
+from zephon.loader_shutdown import wait_for_feeders
 from zephon.loader_stats import StatsSender
 from zephon.training_options import check_training_options
 from zephon.worker_slots import SlotReader, SlotWriter, group_size
@@ -262,6 +263,8 @@ class PipelineLoader:
                 stop = getattr(source, "_shutdown_workers", None)
                 if stop is not None:
                     stop()
+            if o.num_workers and not o.persistent_workers:  # nothing printed at exit (zephon.loader_shutdown)
+                wait_for_feeders(source)
 
     def _unpublish_after(self, items: Iterator[WorkerPiece], count: int) -> Iterator[WorkerPiece]:
         """``items``; the row groups published for the workers' start unlinked once ``count`` items have come —

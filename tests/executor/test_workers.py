@@ -4,6 +4,7 @@ resumes, and — through ``Pipeline.dataloader`` — every document tokenized by
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from collections import defaultdict
 from pathlib import Path
@@ -237,7 +238,11 @@ def test_dataloader_with_spawned_workers_gives_the_same_batches(plans, tokenizer
     p = pipeline(plans["estimated"], tokenizer_dir, 8)
     loader = p.dataloader(num_workers=2, multiprocessing_context="spawn", return_position_ids=True)
     want = [b.to_training(return_position_ids=True) for b in p]
+    before = set(threading.enumerate())
     assert same(list(loader), want)
+    # Its queues' feeder threads are gone once the iteration has ended: one still freeing its semaphores as a
+    # script exits makes Python print a "leaked semaphore" warning (zephon.loader_shutdown).
+    assert [t.name for t in set(threading.enumerate()) - before if t.name == "QueueFeederThread"] == []
     assert loader.handover == {"slots": 2 * len(want), "pickled": 0}  # the rings crossed to a spawned process
     lone = p.dataloader(num_workers=1, multiprocessing_context="spawn", return_position_ids=True)
     assert same(list(lone), want)  # a spawned lone worker maps the loader's published row groups by path
@@ -508,3 +513,21 @@ def test_the_calibrations_row_groups_are_unlinked_once_every_worker_has_started(
     next(got)  # the second asks the workers again: every worker has started
     assert loader._published is None and not any(os.path.exists(path) for path in paths)
     assert same([*list(got)], reference(p)[2:])
+
+
+def test_the_feeder_threads_of_a_shut_down_iterator_are_joined_and_a_running_ones_left_alone() -> None:
+    """``wait_for_feeders``: a spawn-context queue's feeder thread (what frees its named semaphores) is gone once
+    it returns for an iterator torch shut down; an iterator still running (persistent workers) is not waited for."""
+    import multiprocessing
+    from types import SimpleNamespace
+
+    from zephon.loader_shutdown import wait_for_feeders
+
+    queue = multiprocessing.get_context("spawn").Queue()
+    queue.put(1)  # starts the feeder thread
+    running = SimpleNamespace(_shutdown=False, _index_queues=[queue], _worker_result_queue=None)
+    wait_for_feeders(running)
+    assert queue._thread.is_alive()  # type: ignore[attr-defined]  # (open: it waits for more, never joined)
+    queue.close()
+    wait_for_feeders(SimpleNamespace(_shutdown=True, _index_queues=[queue], _worker_result_queue=None))
+    assert not queue._thread.is_alive()  # type: ignore[attr-defined]

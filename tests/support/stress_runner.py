@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader
 from zephon import Pipeline
 from zephon.errors import TokenizerError
 from zephon.io import Dataset
+from zephon.loader_shutdown import wait_for_feeders
 from zephon.work import MixtureSpec, StaticMixtureWorkSource, TokenEstimation
 
 PACK = 65
@@ -158,12 +159,16 @@ def chat(config: dict[str, Any]) -> Iterable[dict[str, torch.Tensor | int]]:
 
 
 def loader(config: dict[str, Any], context: str) -> Iterable[dict[str, torch.Tensor | int]]:
-    """A torch DataLoader with 2 workers (the plan is made in this process first, as a training script does)."""
+    """A torch DataLoader with 2 workers (the plan is made in this process first, as a training script does); its
+    feeder threads waited for at the end, as docs/training.md says for a DataLoader of one's own, since the
+    process exits right after (a "leaked semaphore" warning otherwise, now and then: zephon.loader_shutdown)."""
     os.environ.pop("ZEPHON_READ_AHEAD", None)
     pipe = samples_pipeline(config)
     pipe.plan_dir  # noqa: B018  (plans now, in this process)
     dataset = pipe.to_torch_dataset(**TRAINING)
-    return DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context)
+    items = iter(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context))
+    yield from items
+    wait_for_feeders(items)
 
 
 def loader_fork(config: dict[str, Any]) -> Iterable[dict[str, torch.Tensor | int]]:
