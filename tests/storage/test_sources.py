@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,17 @@ def test_missing_path_and_empty_glob_are_refused(tmp_path: Path) -> None:
         Dataset.from_path("web", tmp_path / "nope")
     with pytest.raises(DatasetError, match="must match at least one file"):
         Dataset.from_path("web", str(tmp_path / "*.parquet"))
+
+
+@pytest.mark.parametrize("path", ["", "  ", None, b"/data/web", 3])
+def test_a_path_that_is_not_a_path_is_one_line_before_anything_is_listed(tmp_path, monkeypatch, path) -> None:
+    """An empty path is not the working directory (its files would be listed as the dataset's), and None or
+    bytes are not the relative path their str() makes."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a.parquet").write_bytes(b"")
+    want = rf"^dataset 'web': path must be a non-empty string or pathlib.Path, got {re.escape(repr(path))} — pass"
+    with pytest.raises(ConfigError, match=want):
+        Dataset.from_path("web", path)
 
 
 def test_truncated_parquet_is_refused_with_the_file_named(tmp_path) -> None:

@@ -132,6 +132,11 @@ class Dataset:
         store_options: tuple[str | None, str | None, str | None, str | None, int | None, int | None],
     ) -> Dataset:
         fmt, tokenizer, tokens_field, dtype, eos_token_id, bos_token_id = store_options
+        if not isinstance(path, str | os.PathLike) or not str(path).strip():
+            raise ConfigError(
+                f"dataset {name!r}: path must be a non-empty string or pathlib.Path, got {path!r} — pass where its "
+                "shards are: a directory, a glob, one file, or an hf://, s3://, gs:// or az:// path"
+            )
         store = None
         if fmt is not None and fmt in ("parquet", "jsonl") and tokens_field is None:
             fmt = None  # raw text of that format: the shards' own names say it
