@@ -63,6 +63,11 @@ class OlmoPart:
         self._offset = 0
         if header is not None:
             self._offset, found = header
+            if found.kind not in "iu":
+                raise DatasetError(
+                    f"{data.name} must hold integer token ids, got a {found} array — save the ids as integers "
+                    "(ids.astype(np.uint32)), or a headerless file of them"
+                )
             if dtype is not None and np.dtype(dtype) != found:
                 raise DatasetError(f"dtype of {data.name} must be {found} as its header says, got {np.dtype(dtype)}")
             dtype = found

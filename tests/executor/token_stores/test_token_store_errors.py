@@ -135,6 +135,15 @@ def test_olmo_needs_its_dtype_and_a_way_to_find_documents(tmp_path: Path) -> Non
         open_token_store(str(tmp_path / "x.npy"), dtype="uint16")
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bool"])
+def test_a_numpy_file_saved_with_a_non_integer_dtype_is_refused(tmp_path: Path, dtype: str) -> None:
+    """``np.save`` of float ids (or a mask) records its dtype in the header, which the reader then uses: such a
+    file is refused by name (it was read as it is: a store of float32 "ids" reached the packer)."""
+    np.save(tmp_path / "x.npy", np.arange(6).astype(dtype))
+    with pytest.raises(DatasetError, match=rf"x\.npy must hold integer token ids, got a {dtype} array — save the ids"):
+        open_token_store(str(tmp_path / "x.npy"), eos_token_id=2)
+
+
 def test_an_olmo_sidecar_past_its_data_is_refused(tmp_path: Path) -> None:
     import gzip
 
