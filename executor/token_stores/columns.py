@@ -64,12 +64,23 @@ def _field(blob: Blob, schema: pa.Schema, wanted: str | None) -> tuple[str, np.d
 
 def _lengths(blob: Blob, field: str, column: pa.ChunkedArray, first_row: int) -> np.ndarray:
     lengths = pc.list_value_length(column)
-    if lengths.null_count or pc.sum(pc.list_flatten(column).is_null()).as_py():
-        nulls = np.flatnonzero(lengths.is_null().to_numpy(zero_copy_only=False))
-        row = first_row + (int(nulls[0]) if len(nulls) else 0)
+    if lengths.null_count:
+        row = first_row + int(np.flatnonzero(lengths.is_null().to_numpy(zero_copy_only=False))[0])
+        missing = " (null, or a line without that key)" if blob.name.endswith((".jsonl", ".gz", ".zst")) else ""
         raise DatasetError(
-            f"token column {field!r} of {blob.name} must hold a list of ids in every row, got a null near row {row} — "
-            "drop or fix that row"
+            f"token column {field!r} of {blob.name} must hold a list of ids in every row, got none at row {row}"
+            f"{missing} — drop or fix that row"
+        )
+    ids = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    flat = pc.list_flatten(ids)
+    if flat.null_count:
+        at = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
+        row = int(pc.list_parent_indices(ids)[at].as_py())
+        offsets = ids.offsets
+        k = at - (offsets[row].as_py() - offsets[0].as_py())
+        raise DatasetError(
+            f"token column {field!r} of {blob.name} must hold integer ids only, got a null at row {first_row + row} "
+            f"(id {k}) — drop or fix that row"
         )
     return lengths.to_numpy(zero_copy_only=False).astype(np.int64)
 

@@ -8,6 +8,8 @@ import struct
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from zephon.errors import ConfigError, DatasetError
@@ -232,3 +234,28 @@ def test_bad_options_are_config_errors(tmp_path: Path) -> None:
         open_token_store(path, dtype="uint16", eos_token_id=-1)
     with pytest.raises(DatasetError, match=r"must name a file, a file prefix or a folder, got nothing there"):
         open_token_store(str(tmp_path / "nothing"))
+
+
+@pytest.mark.parametrize(
+    ("rows", "want"),
+    [
+        ([[1, 2]] * 7 + [[3, None, 4]] + [[5]] * 3, r"must hold integer ids only, got a null at row 7 \(id 1\)"),
+        ([[1, 2]] * 7 + [None] + [[5]] * 3, r"must hold a list of ids in every row, got none at row 7 — drop"),
+    ],
+)
+def test_a_null_in_a_parquet_token_column_names_its_row_across_row_groups(tmp_path: Path, rows, want) -> None:
+    """Row groups of 3 rows: the row is the file's (7), not the group's (1); a null id also names its place."""
+    pq.write_table(pa.table({"ids": pa.array(rows, pa.list_(pa.int32()))}), tmp_path / "t.parquet", row_group_size=3)
+    with pytest.raises(DatasetError, match=rf"^token column 'ids' of .*t\.parquet {want}"):
+        open_token_store(str(tmp_path / "t.parquet"), fmt="parquet", tokens_field="ids")
+
+
+def test_a_jsonl_token_line_without_the_key_or_with_a_null_id_names_its_row(tmp_path: Path) -> None:
+    lines = [{"ids": [1]}] * 4 + [{"text": "no ids"}] + [{"ids": [2]}]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with pytest.raises(DatasetError, match=r"got none at row 4 \(null, or a line without that key\) — drop or fix"):
+        open_token_store(str(tmp_path / "a.jsonl"), fmt="jsonl", tokens_field="ids")
+    lines[4] = {"ids": [1, 2, None]}
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    with pytest.raises(DatasetError, match=r"must hold integer ids only, got a null at row 4 \(id 2\) — drop"):
+        open_token_store(str(tmp_path / "a.jsonl"), fmt="jsonl", tokens_field="ids")
