@@ -108,6 +108,42 @@ def test_a_member_without_its_partner_is_one_line_naming_shard_and_key(tmp_path:
         plan_of(folder, tmp_path / "plan")
 
 
+def test_a_member_without_an_extension_is_one_line_naming_it(tmp_path: Path):
+    """A name without a dot has no key/extension split: it was a sample of its own with extension '' (and the
+    partner error then printed an empty extension list)."""
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    write_shard(folder / "000.tar", 0)
+    with tarfile.open(folder / "000.tar", "a") as tar:
+        info = tarfile.TarInfo("README")
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'pairs': shard .*000.tar member 'README' must be named KEY.EXTENSION \(.*\), got no extension — ",
+    ):
+        plan_of(folder, tmp_path / "plan")
+
+
+def test_an_empty_tar_is_a_shard_of_no_samples(tmp_path: Path):
+    """A tar of no members (or only directories) beside others adds no samples; alone it is the empty-dataset
+    line — it was a NumPy reshape error."""
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    with tarfile.open(folder / "001.tar", "w") as tar:
+        info = tarfile.TarInfo("images")
+        info.type = tarfile.DIRTYPE
+        tar.addfile(info)
+    with pytest.raises(DatasetError, match=r"^dataset 'pairs' must have at least one row, got 0 rows in 1 shard"):
+        plan_of(folder, tmp_path / "plan")
+    write_shard(folder / "000.tar", 0)
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("pairs", str(folder))], mixture=MixtureSpec({"pairs": 1.0}), seed=5
+    )
+    keys = [k for b in Pipeline(source).batch(microbatch_size=2) for k in b.data["__key__"]]
+    assert sorted(keys) == [f"000{i:04d}" for i in range(5)]
+
+
 def test_a_truncated_tar_is_one_line_naming_the_shard_and_member(tmp_path: Path):
     folder = tmp_path / "wds"
     folder.mkdir()

@@ -3,7 +3,9 @@
 A WebDataset shard is a tar whose members are grouped into samples by *key*: the member's name up to the first
 ``.`` of its base name (``000123.jpg``, ``000123.txt``, ``000123.json`` → key ``000123``, extensions ``jpg``,
 ``txt``, ``json``; ``a/b/000123.seg.png`` → key ``a/b/000123``, extension ``seg.png``). Members of one key must
-be consecutive, as webdataset writes them. A sample is one row of the shard, in order of first appearance.
+be consecutive, as webdataset writes them, and each file member must have an extension (a name without a dot
+is refused: webdataset drops it silently). A sample is one row of the shard, in order of first appearance; a tar
+of no file members is a shard of no rows.
 
 ``tar_index(file)`` walks the headers: it reads each 512-byte header (and the GNU/PAX extension blocks that
 carry long names) and seeks past the payload, so indexing reads about 512 bytes per member whatever the payload
@@ -148,6 +150,11 @@ def _index(members: list[tuple[str, int, int, bool]], end: int, size: int, where
                 f"member ends at {offset + length}) — restore the shard"
             )
         key, ext = split_name(name)
+        if not ext:
+            raise DatasetError(
+                f"{where} member {name!r} must be named KEY.EXTENSION (a sample's members are grouped by key), got no "
+                "extension — rename or remove that member"
+            )
         listing.update(f"{name}\0{offset}\0{length}\n".encode())
         if not keys or keys[-1] != key:
             keys.append(key)
@@ -182,8 +189,8 @@ def _index(members: list[tuple[str, int, int, bool]], end: int, size: int, where
                 f"{where} key {key!r} must have the members {', '.join(extensions)} like the shard's first key, got "
                 f"{got} — add its partner or remove the member"
             )
-    offsets = np.array([[row[e][0] for e in extensions] for row in rows], np.int64).reshape(len(rows), -1)
-    sizes = np.array([[row[e][1] for e in extensions] for row in rows], np.int64).reshape(len(rows), -1)
+    offsets = np.array([[row[e][0] for e in extensions] for row in rows], np.int64).reshape(len(rows), len(extensions))
+    sizes = np.array([[row[e][1] for e in extensions] for row in rows], np.int64).reshape(len(rows), len(extensions))
     return TarIndex(
         keys=tuple(keys),
         extensions=extensions,
