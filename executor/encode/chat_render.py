@@ -89,6 +89,12 @@ def _kind(value: object) -> str:
 
 def _content(value: object, where: str) -> str:
     if not isinstance(value, str):
+        if isinstance(value, list) and value and all(isinstance(p, dict) and "type" in p for p in value):
+            raise BadRecord(  # the OpenAI / Hugging Face multimodal shape: its text is for the user to join
+                "bad_messages",
+                f"{where} must be a string, got a list of {len(value)} content part(s) ({{type, ...}}) — join the "
+                "text parts into one string in a map_transform (docs/operators.md, content parts)",
+            )
         raise BadRecord("bad_messages", f"{where} must be a string, got {_kind(value)} — fix the record")
     return value
 
@@ -107,6 +113,13 @@ def to_messages(record: dict[str, Any], spec: ChatSpec, field: str) -> list[dict
     key_role, key_content = ("from", "value") if spec.layout == "sharegpt" else ("role", "content")
     shape = f"a list of {{{key_role}, {key_content}}} objects"
     if not isinstance(turns, list):
+        if turns is None and field not in record:
+            raise BadRecord(
+                "bad_messages",
+                f"field {field!r} must be {shape}, got a record without it (keys {sorted(record)}) — name the "
+                "conversation's key as the chat field (field=), or choose the layout that fits it (layout='sharegpt' "
+                "for turns of {from, value})",
+            )
         raise BadRecord("bad_messages", f"field {field!r} must be {shape}, got {_kind(turns)} — fix the record")
     if not turns:
         raise BadRecord(
@@ -120,7 +133,7 @@ def to_messages(record: dict[str, Any], spec: ChatSpec, field: str) -> list[dict
             raise BadRecord(
                 "bad_messages",
                 f"field {field!r} message {i} must be {{{key_role}, {key_content}}}, got {got} — fix the record "
-                "or the layout",
+                + ("or use layout='sharegpt'" if got == ["from", "value"] else "or the layout"),
             )
         role = turn[key_role]
         if spec.layout == "sharegpt":

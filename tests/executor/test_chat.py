@@ -235,6 +235,21 @@ def build_text(tok: Path, *, layout: str, record: dict) -> str:
             {"messages": [{"role": "user", "content": 3}, {"role": "assistant", "content": "a"}]},
             r"row 1: field .messages. message 0 content must be a string, got int — fix the record, or skip",
         ),
+        (  # content parts (OpenAI / Hugging Face multimodal shape): the fix is named, not "fix the record"
+            {"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}, {"role": "assistant", "content": "a"}]},
+            r"row 1: field 'messages' message 0 content must be a string, got a list of 1 content part\(s\) "
+            r"\(\{type, \.\.\.\}\) — join the text parts into one string in a map_transform",
+        ),
+        (  # the conversation under another key: the record's keys are named
+            {"conversations": [{"from": "human", "value": "x"}]},
+            r"row 1: field 'messages' must be a list of \{role, content\} objects, got a record without it \(keys "
+            r"\['conversations'\]\) — name",
+        ),
+        (
+            {"messages": [{"from": "human", "value": "x"}]},
+            r"row 1: field 'messages' message 0 must be \{role, content\}, got \['from', 'value'\] — fix the record or "
+            r"use layout='sharegpt'",
+        ),
         (  # a cut emoji: JSON's "\ud83d" escape without its pair, which no engine can encode
             {"messages": [{"role": "user", "content": "cut \ud83d emoji"}, {"role": "assistant", "content": "a"}]},
             r"row 1 field 'messages' must be text UTF-8 can encode, got a lone surrogate U\+D83D \(a JSON \\u escape "
