@@ -405,7 +405,7 @@ class Pipeline:
         (``zephon.torch_data``)."""
         from zephon.torch_data import PipelineDataset
 
-        return PipelineDataset(self._make_runner, training)
+        return PipelineDataset(self._make_runner, training, records=self._spec.records)
 
     def dataloader(
         self,

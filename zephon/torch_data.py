@@ -31,8 +31,8 @@ RunnerFactory = Callable[[tuple[int, int]], Iterable[Batch]]
 class PipelineDataset(IterableDataset):
     """Yields ``batch.to_training(**training)`` for this rank's microbatches (see the module docstring)."""
 
-    def __init__(self, make_runner: RunnerFactory, training: dict[str, Any]) -> None:
-        check_training_options(training, what="to_torch_dataset()")
+    def __init__(self, make_runner: RunnerFactory, training: dict[str, Any], *, records: bool = False) -> None:
+        check_training_options(training, what="to_torch_dataset()", records=records)
         super().__init__()
         self.make_runner = make_runner
         self.training = training

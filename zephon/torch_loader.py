@@ -161,7 +161,9 @@ class PipelineLoader:
     """Iterates ``to_training`` dicts of a pipeline through a ``torch`` DataLoader (see the module docstring)."""
 
     def __init__(self, pipeline: Pipeline, options: LoaderOptions, training: dict[str, Any]) -> None:
-        check_training_options(training, what="dataloader()", settings=LOADER_SETTINGS)
+        check_training_options(
+            training, what="dataloader()", settings=LOADER_SETTINGS, records=pipeline._spec.records
+        )
         self.options = options
         self.training = dict(training)
         self._pipeline = pipeline._with()  # the loader's own copy: the same plan, settings and encoder

@@ -38,10 +38,17 @@ _INSTEAD = {
 _OPTIONS = tuple(name for name in inspect.signature(Batch.to_training).parameters if name not in ("self", "allocate"))
 
 
-def check_training_options(training: dict[str, Any], *, what: str, settings: tuple[str, ...] = ()) -> None:
+def check_training_options(
+    training: dict[str, Any], *, what: str, settings: tuple[str, ...] = (), records: bool = False
+) -> None:
     """Refuse, in one line, an option of ``training`` that ``to_training`` does not take (``what`` names the
-    call, ``settings`` the DataLoader settings it takes besides), and an ``ids_dtype`` that is not a torch dtype."""
+    call, ``settings`` the DataLoader settings it takes besides; a record pipeline's ``to_training`` takes none),
+    and an ``ids_dtype`` that is not a torch dtype."""
     for key, value in training.items():
+        if records:  # a record batch's to_training takes no option at all
+            allowed = f"DataLoader settings it passes on ({', '.join(settings)})" if settings else "none"
+            fix = _INSTEAD.get(key, "shape the batch in map_transform or .batch(collate=fn)")
+            raise ConfigError(f"{what} options must be {allowed} for a record pipeline, got {key}={value!r} — {fix}")
         if key not in _OPTIONS:
             taken = f"DataLoader settings it passes on ({', '.join(settings)}) or " if settings else ""
             fix = _INSTEAD.get(key, "drop it or fix its name")

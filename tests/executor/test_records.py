@@ -223,6 +223,18 @@ def test_a_collate_pickle_cannot_send_to_a_spawned_worker_is_one_line(two: Path)
         next(iter(loader))
 
 
+def test_loader_options_of_a_record_pipeline_are_refused_when_the_loader_is_made(two: Path):
+    """A record batch's to_training takes no option: a text option (or a DataLoader's own argument) is refused as
+    the loader is made, naming what a record pipeline does take — not at the first batch, in a worker."""
+    pipe = records(two)
+    with pytest.raises(ConfigError, match=r"^to_torch_dataset\(\) options must be none for a record pipeline, got "
+                       r"return_labels=True — shape the batch in map_transform or \.batch\(collate=fn\)$"):
+        pipe.to_torch_dataset(return_labels=True)
+    with pytest.raises(ConfigError, match=r"^dataloader\(\) options must be DataLoader settings it passes on "
+                       r"\(num_workers, .*\) for a record pipeline, got batch_size=8 — the microbatch is \.batch"):
+        pipe.dataloader(num_workers=1, batch_size=8)
+
+
 def test_seeded_transforms_draw_the_same_numbers_after_resume_and_at_any_dp_size(two: Path):
     def crop(record: dict, rng: np.random.Generator) -> dict:
         return {**record, "crop": int(rng.integers(0, 1000))}
