@@ -101,13 +101,13 @@ class JsonlShard:
         try:
             record = json.loads(text)
         except ValueError as exc:
-            documents.report(
-                ref,
-                row,
-                "invalid_json",
-                f"{where} must be a JSON object, got invalid JSON ({one_line(exc)}) in {_excerpt(text)} — fix or "
-                "remove that line",
+            got = (
+                f"a line of only whitespace {_excerpt(text)} — remove it (an empty line is not a row; one of spaces "
+                "or tabs is)"
+                if not text.strip()
+                else f"invalid JSON ({one_line(exc)}) in {_excerpt(text)} — fix or remove that line"
             )
+            documents.report(ref, row, "invalid_json", f"{where} must be a JSON object, got {got}")
             return None
         if not isinstance(record, dict):
             documents.report(

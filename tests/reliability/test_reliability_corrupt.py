@@ -121,6 +121,18 @@ def test_each_bad_document_kind_names_dataset_shard_row_and_fix(tmp_path, row) -
         read_all(refs, skippable=True)  # a run of an estimated plan: the skip policy is suggested
 
 
+def test_a_line_of_only_whitespace_is_named_as_such(tmp_path) -> None:
+    """An empty line is not a row; a line of spaces or tabs is one, and json's "Expecting value" said nothing of
+    what was wrong with it."""
+    shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", [LINES[0], b" \t "])
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': shard {re.escape(str(shard))} row 1 must be a JSON object, got a line of only "
+        r"whitespace ' \\t ' — remove it \(an empty line is not a row; one of spaces or tabs is\), " + FIX_SKIP,
+    ):
+        read_all(refs_of(shard), skippable=True)
+
+
 def test_skip_policy_returns_none_for_bad_documents_and_counts_each_by_reason(tmp_path, caplog) -> None:
     shard = write_jsonl(tmp_path / "web" / "part-0.jsonl", LINES)
     seen: list[tuple[str, int, str]] = []
