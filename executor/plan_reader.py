@@ -13,7 +13,7 @@ from zephon.errors import PlanFormatError
 from zephon.executor.sorted_sets import non_decreasing
 from zephon.plan.bundle import CheckedBundle, CheckedFile, open_bundle, read_row_group
 from zephon.plan.format import COPIES_DIR, deal_column
-from zephon.plan.manifest import Manifest
+from zephon.plan.manifest import Manifest, plan_dir_path
 from zephon.plan.records import ShardRef, shard_refs
 from zephon.plan.row_groups import RowGroups
 
@@ -60,7 +60,7 @@ class PlanBundle:
     def __init__(self, plan_dir: str | Path) -> None:
         #: the bundle's files as they were when it was checked (``stamp``): a holder of the bundle checks it
         #: again when they change (``changed``)
-        self.stamp = bundle_stamp(plan_dir)
+        self.stamp = bundle_stamp(plan_dir_path(plan_dir))
         self.checked: CheckedBundle = open_bundle(plan_dir)
         self.path = self.checked.path
         self.manifest: Manifest = self.checked.manifest

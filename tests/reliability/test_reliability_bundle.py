@@ -275,6 +275,28 @@ def test_pipeline_from_plan_raises_one_plan_format_error(damaged) -> None:
     _one_line(str(refused.value) + "\n", expected, prefix)
 
 
+def test_a_plan_path_that_is_not_a_plan_directory_says_what_is_there(tmp_path, monkeypatch, plans) -> None:
+    """A file, nothing, or an empty directory each named as such; None, "" and a number are not paths ("" was the
+    working directory, whose plan.json was then read)."""
+    shutil.copy(plans["samples"] / "plan.json", tmp_path / "plan.json")  # a plan.json "" would have found
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    fix = " — pass a directory written by `zephon plan` or work_source.plan(DIR)"
+    cases = {
+        tmp_path / "notes.txt": f"must contain plan.json, got a file at {tmp_path / 'notes.txt'}",
+        tmp_path / "nope": f"must contain plan.json, got nothing at {tmp_path / 'nope'}",
+        tmp_path / "empty": f"must contain plan.json, got none at {tmp_path / 'empty' / 'plan.json'}",
+        None: "must be a path, got None",
+        "": "must be a path, got ''",
+        3: "must be a path, got 3",
+    }
+    for path, expected in cases.items():
+        with pytest.raises(PlanFormatError) as refused:
+            Pipeline.from_plan(path)  # type: ignore[arg-type]
+        assert str(refused.value) == f"plan directory {expected}{fix}", path
+
+
 def test_a_bundle_damaged_after_from_plan_is_refused_when_iterated(plans, tmp_path, tokenizer_dir) -> None:
     plan = tmp_path / "plan"
     shutil.copytree(plans["samples"], plan)

@@ -26,6 +26,7 @@ the format version.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -232,13 +233,32 @@ def read_manifest(plan_dir: str | Path) -> Manifest:
     return parse_manifest(data, path)
 
 
+def plan_dir_path(plan_dir: object) -> Path:
+    """``plan_dir`` as a ``Path``; anything but a non-empty path (``None``, ``""``: not the working directory) is
+    one line."""
+    if not isinstance(plan_dir, str | os.PathLike) or not str(plan_dir).strip():
+        raise PlanFormatError(
+            f"plan directory must be a path, got {plan_dir!r} — pass a directory written by `zephon plan` or "
+            "work_source.plan(DIR)"
+        )
+    return Path(plan_dir)
+
+
 def read_plan_json(plan_dir: str | Path) -> tuple[object, Path]:
     """``plan.json`` of a bundle as parsed JSON, with its path (missing or not JSON: one line naming it)."""
-    path = Path(plan_dir) / PLAN_JSON
+    path = plan_dir_path(plan_dir) / PLAN_JSON
     if not path.is_file():
+        there = Path(plan_dir)
+        got = (
+            f"a file at {there}"
+            if there.is_file()
+            else f"none at {path}"
+            if there.is_dir()
+            else f"nothing at {there}"
+        )
         raise PlanFormatError(
-            f"plan directory must contain {PLAN_JSON}, got none at {path} — "
-            "pass a directory written by `zephon plan` or work_source.plan(DIR)"
+            f"plan directory must contain {PLAN_JSON}, got {got} — pass a directory written by `zephon plan` or "
+            "work_source.plan(DIR)"
         )
     try:
         text = path.read_text(encoding="utf-8")
