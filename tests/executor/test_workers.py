@@ -234,7 +234,8 @@ def test_dataloader_gives_the_pipelines_batches_for_0_1_2_3_workers(plans, token
     assert pieces == (1 if kind == "exact" else 3)  # N / gcd(N, A): 3 for A = 1 and A = 2
 
 
-def test_dataloader_with_spawned_workers_gives_the_same_batches(plans, tokenizer_dir) -> None:
+def test_dataloader_with_spawned_workers_gives_the_same_batches(plans, tokenizer_dir, monkeypatch) -> None:
+    monkeypatch.setattr("zephon.loader_shutdown.FEEDER_WAIT_S", 60.0)  # a loaded CI machine: waits, never cut short
     p = pipeline(plans["estimated"], tokenizer_dir, 8)
     loader = p.dataloader(num_workers=2, multiprocessing_context="spawn", return_position_ids=True)
     want = [b.to_training(return_position_ids=True) for b in p]
@@ -515,7 +516,7 @@ def test_the_calibrations_row_groups_are_unlinked_once_every_worker_has_started(
     assert same([*list(got)], reference(p)[2:])
 
 
-def test_the_feeder_threads_of_a_shut_down_iterator_are_joined_and_a_running_ones_left_alone() -> None:
+def test_the_feeder_threads_of_a_shut_down_iterator_are_joined_and_a_running_ones_left_alone(monkeypatch) -> None:
     """``wait_for_feeders``: a spawn-context queue's feeder thread (what frees its named semaphores) is gone once
     it returns for an iterator torch shut down; an iterator still running (persistent workers) is not waited for."""
     import multiprocessing
@@ -523,6 +524,7 @@ def test_the_feeder_threads_of_a_shut_down_iterator_are_joined_and_a_running_one
 
     from zephon.loader_shutdown import wait_for_feeders
 
+    monkeypatch.setattr("zephon.loader_shutdown.FEEDER_WAIT_S", 60.0)  # a loaded CI machine: waits, never cut short
     queue = multiprocessing.get_context("spawn").Queue()
     queue.put(1)  # starts the feeder thread
     running = SimpleNamespace(_shutdown=False, _index_queues=[queue], _worker_result_queue=None)
