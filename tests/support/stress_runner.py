@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from zephon import Pipeline
+from zephon import Pipeline, loader_shutdown
 from zephon.errors import TokenizerError
 from zephon.io import Dataset
 from zephon.loader_shutdown import wait_for_feeders
@@ -168,6 +168,7 @@ def loader(config: dict[str, Any], context: str) -> Iterable[dict[str, torch.Ten
     dataset = pipe.to_torch_dataset(**TRAINING)
     items = iter(DataLoader(dataset, batch_size=None, num_workers=2, multiprocessing_context=context))
     yield from items
+    loader_shutdown.FEEDER_WAIT_S = 60.0  # a loaded CI machine: the feeders must exit, however slowly
     wait_for_feeders(items)
 
 
