@@ -61,6 +61,8 @@ SHAREGPT_ROLES = {
 CHAT_SKIP_REASONS = ("bad_messages", "unknown_role", "empty_conversation", "no_assistant_turn", "template_error")
 _OPEN, _CLOSE = "\ue000", "\ue001"
 _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+#: A word of a message's content, looked for in its rendering (``_shows_content``).
+_WORD = re.compile(r"\w{3,}")
 #: ``strftime_now`` in templates formats this fixed instant: a rendering must not depend on the day it runs.
 FIXED_NOW = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -220,6 +222,13 @@ class ChatRenderer:
         """The conversation's text and loss spans (``loss_on="all"``: the whole text)."""
         raw = self._render(messages, False)
         text, spans = _unfence(raw)
+        if not _shows_content(messages, text):
+            raise BadRecord(
+                "template_error",
+                f"the chat template must render the messages' content, got a rendering without any of it "
+                f"({text[:60]!r}) — does it read another key (m.text for m.content, which Jinja renders as "
+                "nothing)? fix the template",
+            )
         if self.spec.loss_on == "all":
             return RenderedChat(text, ((0, len(text)),) if text else ())
         if not any(m["role"] == "assistant" for m in messages):
@@ -262,6 +271,16 @@ class ChatRenderer:
             end = len(upto.rstrip())
             spans.append((len(before), max(end, len(before))))
         return tuple(spans)
+
+
+def _shows_content(messages: list[dict[str, str]], text: str) -> bool:
+    """Whether ``text`` holds a word (3 or more word characters, case aside) of some message's content — what any
+    template that renders the conversation does, whatever it trims or drops; True when no message has such a word.
+    A template reading a key the messages lack renders nothing for it and fails this."""
+    folded = text.casefold()
+    words = (w.group() for m in messages for w in _WORD.finditer(m["content"].casefold()))
+    first = next(words, None)
+    return first is None or first in folded or any(w in folded for w in words)
 
 
 def _unfence(raw: str) -> tuple[str, tuple[tuple[int, int], ...]]:

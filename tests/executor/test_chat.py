@@ -365,3 +365,26 @@ def test_an_exact_plan_from_a_hand_built_sharegpt_spec_trains_on_the_replies(tmp
         (run,) = masked_runs(tokens, mask)
         replies.add(decoder.decode(run.tolist(), skip_special_tokens=False))
     assert replies == {f"Yo {i}!<|im_end|>" for i in range(8)}
+
+
+def test_a_template_that_renders_none_of_the_content_is_refused_and_one_that_reshapes_it_is_not() -> None:
+    """Jinja renders a key the messages lack as nothing: a template reading ``m.text`` rendered the role tags only,
+    and the run trained on them. Any word of any message in the rendering passes (case aside), so templates that
+    trim, upper-case or drop a turn's reasoning still render."""
+    from zephon.executor.encode.chat_render import BadRecord, ChatRenderer
+
+    messages = [{"role": "user", "content": "What is two plus two?"}, {"role": "assistant", "content": "<think>sum</think>Four."}]
+    typo = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.text }}<|im_end|>\n{% endfor %}"
+    for loss_on in ("assistant", "all"):
+        with pytest.raises(BadRecord, match=r"^the chat template must render the messages' content, got a rendering "
+                           r"without any of it \('<\|im_start\|>user\\n<\|im_end\|>.*'\) — does it read another key"):
+            ChatRenderer(typo, ChatSpec(loss_on=loss_on), {}).render(messages)
+    upper = "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n{% endfor %}"
+    drops = (  # a reasoning template's history: what precedes </think> left out
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content.split('</think>')[-1] }}<|im_end|>\n"
+        "{% endfor %}"
+    )
+    for template in (CHATML, upper, drops):
+        assert ChatRenderer(template, ChatSpec(), {}).render(messages).spans
+    short = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok"}]  # no word of 3: not checked
+    assert ChatRenderer(typo, ChatSpec(loss_on="all"), {}).render(short).text.startswith("<|im_start|>user")
