@@ -152,6 +152,16 @@ class Where:
         return f"dataset {self.ref.dataset!r}: shard {self.ref.uri} row {self.row}{key}"
 
 
+def _check_count(op: Operator, expected: int, got: Any, first: Where) -> None:
+    """A ``map_batch`` output must be a list of one output per input record."""
+    if not isinstance(got, list) or len(got) != expected:
+        size = len(got) if isinstance(got, list) else type(got).__name__
+        raise DatasetError(
+            f"{first}: map_batch {op.name} must return a list of {expected} records (one per record, None to drop "
+            f"one), got {size} — return one output per input"
+        )
+
+
 class OperatorChain:
     """Runs the operators over a list of records, in order; see the module docstring.
 
@@ -229,12 +239,7 @@ class OperatorChain:
                 f"{first} and the {len(live) - 1} records after it: map_batch {op.name} must return a list of "
                 f"records, got {type(exc).__name__}: {one_line(exc)} — fix the function"
             ) from exc
-        if not isinstance(got, list) or len(got) != len(live):
-            size = len(got) if isinstance(got, list) else type(got).__name__
-            raise DatasetError(
-                f"{first}: map_batch {op.name} must return a list of {len(live)} records (one per record, None to "
-                f"drop one), got {size} — return one output per input"
-            )
+        _check_count(op, len(live), got, first)
         out = list(values)
         for i, v in zip(live, got, strict=True):
             if v is not None and not isinstance(v, dict):
@@ -247,19 +252,22 @@ class OperatorChain:
             out[i] = v
         return out
 
-    def _runs(self, op: Operator, k: int, sample: list[Any], positions: list[int]) -> list[Any]:
+    def _runs(self, op: Operator, k: int, sample: list[Any], positions: list[int], first: Where) -> list[Any]:
         """Operator ``k``'s outputs for copies of ``sample``, twice (``map_batch``: also on its two halves): the
-        start-up check compares them. A failure propagates (the run itself reports it with the record's location)."""
+        start-up check compares them. A failure propagates (the run itself reports it with the record's location);
+        a ``map_batch`` call that does not give one output per input is that ``DatasetError``, at ``first``."""
         if op.kind == "map_transform":
             return [
                 [self._call(op, k, copy.deepcopy(r), p) for r, p in zip(sample, positions, strict=True)]
                 for _ in range(2)
             ]
         half = len(sample) // 2
-        runs = [op.fn(copy.deepcopy(sample)), op.fn(copy.deepcopy(sample))]
-        if half:
-            runs.append(op.fn(copy.deepcopy(sample[:half])) + op.fn(copy.deepcopy(sample[half:])))
-        return runs
+        calls = [sample, sample, sample[:half], sample[half:]] if half else [sample, sample]
+        outs = []
+        for records in calls:  # each call one output per input, before any comparison (a miscount is no randomness)
+            outs.append(op.fn(copy.deepcopy(records)))
+            _check_count(op, len(records), outs[-1], first)
+        return outs[:2] + ([outs[2] + outs[3]] if half else [])
 
     def _check(self, records: list[Any], where: list[Where], positions: list[int] | None = None) -> None:
         """Run each operator twice on a sample (map_batch: also on its halves); refuse one whose outputs differ."""
@@ -268,7 +276,9 @@ class OperatorChain:
         at = [where[i] for i in idx]  # where each sample record came from, through the chain
         for k, op in enumerate(self.operators):
             try:
-                runs = self._runs(op, k, sample, [0] * len(sample))
+                runs = self._runs(op, k, sample, [0] * len(sample), at[0])
+            except DatasetError:
+                raise  # a map_batch that miscounts: said as such, not as randomness
             except Exception:
                 return  # the run itself reports the failure with the record's location
             if any(run != runs[0] for run in runs[1:]):

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, DatasetError
 from zephon.executor.operators import SAMPLE, Operator, OperatorChain, Where
 
 #: ``report(where, reason, message)``: a failed record (raises, or counts it under the skip policy).
@@ -102,11 +102,11 @@ class RecordOperators(OperatorChain):
         sample, at, pos = [records[i] for i in idx], [where[i] for i in idx], [positions[i] for i in idx]
         for k, op in enumerate(self.operators):
             try:
-                runs = self._runs(op, k, sample, pos)
+                runs = self._runs(op, k, sample, pos, at[0])
+            except DatasetError:
+                raise  # a map_batch that miscounts: said as such, not as randomness
             except Exception:
                 return  # the run itself reports the failure with the record's location
-            if not all(isinstance(run, list) and len(run) == len(runs[0]) for run in runs):
-                return  # the run reports a wrong number of outputs
             differs = [k2 for k2 in range(len(sample)) if any(not same(run[k2], runs[0][k2]) for run in runs[1:])]
             if differs:
                 raise ConfigError(

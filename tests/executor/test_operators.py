@@ -43,6 +43,10 @@ def by_batch_size(records: list[dict]) -> list[dict]:
     return [{**r, "text": f"{len(records)} {r['text']}"} for r in records]
 
 
+def all_but_last(records: list[dict]) -> list[dict]:
+    return records[:-1]
+
+
 def explode(record: dict) -> dict:
     if record["id"] in (3, "docs-0-3"):
         raise KeyError("missing 'title'")
@@ -177,6 +181,13 @@ def test_a_nondeterministic_map_transform_is_refused_at_start_up(tmp_path, tok, 
         ConfigError, match=r"map_batch test_operators.by_batch_size must be deterministic .* own record"
     ):
         list(pipe(planned, tok, by_batch_size, batch=True))
+    # One output short is a miscount, not randomness (its halves lose two: the start-up check saw them differ).
+    with pytest.raises(
+        DatasetError,
+        match=r"^dataset 'docs': shard \S+ row \d+: map_batch test_operators.all_but_last must return a list of \d+ "
+        r"records \(one per record, None to drop one\), got \d+ — return one output per input$",
+    ):
+        list(pipe(planned, tok, all_but_last, batch=True))
 
 
 def test_an_operator_fingerprint_mismatch_on_resume_is_refused(tmp_path, tok, make_parquet) -> None:
