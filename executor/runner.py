@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.errors import ConfigError, DatasetError
+from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder
 from zephon.executor.encode.flags import filled, token_dtype, untag
@@ -51,6 +51,7 @@ from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read.ahead import ReadAhead, read_ahead_enabled
+from zephon.executor.read.bad_documents import all_skipped
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.shared_groups import SharedRowGroups
@@ -373,20 +374,9 @@ class RankRunner:
             source.close()  # the producer stops first, then the encode pool it feeds
             tokens.close()
         if lanes.skipped and not lanes.dealt and self.from_start:
-            raise self._all_skipped(lanes.skipped)
-
-    def _all_skipped(self, skipped: dict[str, int]) -> DatasetError:
-        """The error of a rank whose whole share was skipped (``on_bad_document="skip"``; docs/training.md)."""
-        total = sum(skipped.values())
-        reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
-        g = self.geometry
-        share = f"dp_rank {g.dp_rank}'s share (dp_size {g.dp_size})" if g.dp_size > 1 else "the plan"
-        return DatasetError(
-            f'on_bad_document="skip" must leave documents to train on, got all {total} documents of {share} '
-            f"skipped ({reasons}) — check the text field {self.spec.tokenize.field!r} and the data; "
-            "Pipeline.stats().skipped_by_shard names the shards"
-        )
-
+            g = self.geometry
+            share = f"dp_rank {g.dp_rank}'s share (dp_size {g.dp_size})" if g.dp_size > 1 else "the plan"
+            raise all_skipped(lanes.skipped, share, self.spec.tokenize.field)
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
     """One rank (dp_size 1, global batch = microbatch) over the whole plan: the simplest use of RankRunner."""

@@ -154,3 +154,20 @@ class BadDocuments:
             f"— clean the data or choose another text field ({FIELD_HINT})",
         )
         return None
+
+
+def all_skipped(skipped: dict[str, int], share: str, field: str) -> DatasetError:
+    """The error of a run (or a rank: ``share``) whose every document was skipped — by the operators alone
+    (``dropped``: no policy involved) or by ``on_bad_document="skip"`` too (docs/training.md)."""
+    total = sum(skipped.values())
+    if set(skipped) == {"dropped"}:  # the user's operators returned None for everything
+        return DatasetError(
+            f"the operators must leave documents to train on, got all {total} documents of {share} dropped "
+            "(returned None) — check when the map_transform/map_batch functions return None"
+        )
+    reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
+    return DatasetError(
+        f'on_bad_document="skip" must leave documents to train on, got all {total} documents of {share} '
+        f"skipped ({reasons}) — check the text field {field!r} and the data; "
+        "Pipeline.stats().skipped_by_shard names the shards"
+    )

@@ -190,6 +190,21 @@ def test_a_nondeterministic_map_transform_is_refused_at_start_up(tmp_path, tok, 
         list(pipe(planned, tok, all_but_last, batch=True))
 
 
+def drop_everything(record: dict) -> None:
+    return None
+
+
+def test_operators_that_drop_every_document_say_so_without_naming_a_skip_policy(tmp_path, tok, make_parquet) -> None:
+    """No on_bad_document policy was set: the run's end names the operators, not the text field and the data."""
+    planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
+    with pytest.raises(
+        DatasetError,
+        match=r"^the operators must leave documents to train on, got all 8 documents of the plan dropped \(returned "
+        r"None\) — check when the map_transform/map_batch functions return None$",
+    ):
+        list(pipe(planned, tok, drop_everything))
+
+
 def test_an_operator_fingerprint_mismatch_on_resume_is_refused(tmp_path, tok, make_parquet) -> None:
     planned = source(make_parquet("docs", [16])).plan(tmp_path / "plan")
     first = pipe(planned, tok, keep_even_upper)
