@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, DatasetError
 from zephon.executor.operators import Operator
 from zephon.plan.format import (
     BINS_FILE,
@@ -165,6 +165,12 @@ def write_bundle(
             writer.abort()
             raise
         writer.close()
+        if dropped is not None and int(dropped.sum()) == int(totals.docs.sum()) > 0:
+            raise DatasetError(
+                f"the operators must leave documents to train on, got all {int(totals.docs.sum())} documents of the "
+                "plan dropped (returned None) when the exact plan counted them — check when the "
+                "map_transform/map_batch functions return None"
+            )
         closes = _sample_closes(prepared, totals, continued)
         bins = best_fit(prepared, totals.all_tokens(), totals.all_datasets(), closes) if packs else None
         _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)

@@ -196,13 +196,28 @@ def drop_everything(record: dict) -> None:
 
 def test_operators_that_drop_every_document_say_so_without_naming_a_skip_policy(tmp_path, tok, make_parquet) -> None:
     """No on_bad_document policy was set: the run's end names the operators, not the text field and the data."""
-    planned = source(make_parquet("docs", [8])).plan(tmp_path / "plan")
+    from zephon.executor.operators import Operator
+
+    data = make_parquet("docs", [8])
+    planned = source(data).plan(tmp_path / "plan")
     with pytest.raises(
         DatasetError,
         match=r"^the operators must leave documents to train on, got all 8 documents of the plan dropped \(returned "
         r"None\) — check when the map_transform/map_batch functions return None$",
     ):
         list(pipe(planned, tok, drop_everything))
+    with pytest.raises(  # an exact plan counts with the operators: refused as it is planned (a ZeroDivisionError)
+        DatasetError,
+        match=r"^the operators must leave documents to train on, got all 8 documents of the plan dropped \(returned "
+        r"None\) when the exact plan counted them — check when",
+    ):
+        source(data, exact=True).plan(
+            tmp_path / "exact",
+            tokenize=TokenizeSpec(tokenizer_id=tok),
+            pack=PackSpec(max_length=MAX_LENGTH),
+            operators=(Operator.of("map_transform", drop_everything),),
+        )
+    assert not (tmp_path / "exact").exists()
 
 
 def test_an_operator_fingerprint_mismatch_on_resume_is_refused(tmp_path, tok, make_parquet) -> None:
