@@ -118,6 +118,22 @@ def _nothing(_path: Path) -> bool:
     return False
 
 
+def _check_tokens(prepared: PreparedPlan, totals: Totals, dropped: np.ndarray | None) -> None:
+    """An exact plan must hold a token to train on (its packing has no row otherwise): one line saying why not."""
+    if not prepared.exact or totals.tokens is None or totals.tokens.sum() > 0 or not totals.documents:
+        return
+    n = totals.documents
+    if dropped is not None and int(dropped.sum()) == n:
+        raise DatasetError(
+            f"the operators must leave documents to train on, got all {n} documents of the plan dropped (returned "
+            "None) when the exact plan counted them — check when the map_transform/map_batch functions return None"
+        )
+    raise DatasetError(
+        f"an exact plan must hold tokens to train on, got 0 tokens in its {n} documents (empty texts, and no BOS or "
+        "EOS added) — check the text field and the data, or keep the special tokens"
+    )
+
+
 def write_bundle(
     prepared: PreparedPlan,
     out_dir: Path,
@@ -165,12 +181,7 @@ def write_bundle(
             writer.abort()
             raise
         writer.close()
-        if dropped is not None and int(dropped.sum()) == int(totals.docs.sum()) > 0:
-            raise DatasetError(
-                f"the operators must leave documents to train on, got all {int(totals.docs.sum())} documents of the "
-                "plan dropped (returned None) when the exact plan counted them — check when the "
-                "map_transform/map_batch functions return None"
-            )
+        _check_tokens(prepared, totals, dropped)
         closes = _sample_closes(prepared, totals, continued)
         bins = best_fit(prepared, totals.all_tokens(), totals.all_datasets(), closes) if packs else None
         _shards_frame(prepared).write_parquet(tmp / SHARDS_FILE, compression="zstd", statistics=True)

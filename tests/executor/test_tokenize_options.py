@@ -9,7 +9,7 @@ import pytest
 from support.chat_data import build_tokenizer
 
 from zephon import Pipeline
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, DatasetError
 from zephon.executor.encode.encoders import TextEncoder, make_encoder
 from zephon.executor.encode.flags import FLAGGED, SEGMENT
 from zephon.executor.encode.text import Encoder
@@ -126,3 +126,23 @@ def test_a_pad_token_at_id_0_is_the_pad_id_not_eos(tok) -> None:
     encoder = Encoder(TokenizeSpec(tokenizer_id=tok))  # the chat test tokenizer: <|endoftext|> (id 0) pads
     assert encoder.tokenizer.token_to_id("<|endoftext|>") == 0
     assert encoder.pad_id == 0 != encoder.eos_id
+
+
+def test_an_exact_plan_of_empty_texts_without_special_tokens_is_refused_as_it_is_written(tmp_path: Path, tok) -> None:
+    """Every document counted 0 tokens: the plan has no row to pack (its padding fraction divided by zero)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "empty").mkdir()
+    pq.write_table(pa.table({"text": [""] * 6}), tmp_path / "empty" / "a.parquet")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("empty", str(tmp_path / "empty"))],
+        mixture=MixtureSpec({"empty": 1.0}),
+        seed=2,
+        exact_tokens=True,
+    )
+    with pytest.raises(DatasetError, match=r"^an exact plan must hold tokens to train on, got 0 tokens in its 6 "
+                       r"documents \(empty texts, and no BOS or EOS added\) — check the text field"):
+        source.plan(tmp_path / "plan", tokenize=TokenizeSpec(tokenizer_id=tok, special_tokens="none"),
+                    pack=PackSpec(max_length=17))
+    assert not (tmp_path / "plan").exists()
