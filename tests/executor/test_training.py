@@ -103,6 +103,34 @@ def test_identity_comes_from_rank_and_world_size(plans, tokenizer_dir, monkeypat
     assert (g.dp_rank, g.dp_size) == (0, 1)
 
 
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"WORLD_SIZE": "2"}, r"got WORLD_SIZE=2 without RANK — launch with torchrun"),
+        ({"RANK": "3"}, r"got RANK=3 without WORLD_SIZE — launch with torchrun"),
+        ({"RANK": "2", "WORLD_SIZE": "2"}, r"^dp_rank must be in \[0, dp_size\) .* got rank 2 of 2 — fix the launcher"),
+        ({"RANK": "one", "WORLD_SIZE": "2"}, r"^RANK and WORLD_SIZE must be integers"),
+    ],
+)
+def test_a_launcher_env_that_would_duplicate_data_is_refused(plans, tokenizer_dir, monkeypatch, env, message) -> None:
+    """WORLD_SIZE without RANK made every process rank 0, and a RANK without WORLD_SIZE a world of one: each read
+    what the others read. WORLD_SIZE=1 alone, or RANK=0 alone, is one process: fine."""
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    p = Pipeline.from_plan(plans["exact"]).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=MAX_LENGTH)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=message):
+        p.batch(microbatch_size=4).geometry()
+    for alone in ({"WORLD_SIZE": "1"}, {"RANK": "0"}):
+        monkeypatch.delenv("RANK", raising=False)
+        monkeypatch.delenv("WORLD_SIZE", raising=False)
+        for key, value in alone.items():
+            monkeypatch.setenv(key, value)
+        g = p.batch(microbatch_size=4).geometry()
+        assert (g.dp_rank, g.dp_size) == (0, 1)
+
+
 def tokens_of(batches) -> list[bytes]:
     return [b.tokens.tobytes() + b.lengths.tobytes() for b in batches]
 
