@@ -19,7 +19,7 @@ def resolve_dp(dp_rank: int | None, dp_size: int | None) -> tuple[int, int]:
         raise ConfigError(
             f"dp_rank and dp_size must be given together, got dp_rank={dp_rank}, dp_size={dp_size} — pass both"
         )
-    fix = "pass Pipeline.options(dp_rank=..., dp_size=...)"
+    fix = "give each rank a dp_rank below dp_size ≥ 1"
     if dp_rank is not None and dp_size is not None:
         rank, size = dp_rank, dp_size
     else:

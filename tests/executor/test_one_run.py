@@ -112,7 +112,8 @@ def test_the_pipeline_holds_one_settings_object_checked_whichever_step_set_it(pl
         ({"read_chunk": 0}, r"^read_chunk must be an integer ≥ 1, got 0$"),
         ({"tokenizer_threads": 2.5}, r"^tokenizer_threads must be an integer ≥ 1 or None, got 2.5$"),
         ({"dp_rank": 1}, r"^dp_rank and dp_size must be given together, got dp_rank=1, dp_size=None — pass both$"),
-        ({"dp_rank": 2, "dp_size": 2}, r"^dp_rank must be in \[0, dp_size\) with dp_size ≥ 1, got rank 2 of 2$"),
+        ({"dp_rank": 2, "dp_size": 2}, r"^dp_rank must be in \[0, dp_size\) with dp_size ≥ 1, got rank 2 of 2 — give each rank a dp_rank below "
+         r"dp_size ≥ 1$"),
         ({"on_bad_document": "drop"}, r"^on_bad_document must be \"raise\" or \"skip\", got 'drop'$"),
         ({"io_options": "fast"}, r"^io_options must be zephon.io.StoreOptions, got str$"),
     ]:
