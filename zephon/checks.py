@@ -4,13 +4,16 @@ that must be at least 1.
 A boolean is never a number here (``True`` is an ``int`` to Python, never a count to a user). Example:
 ``require_positive(0, "read_chunk")`` raises ``ConfigError("read_chunk must be an integer ≥ 1, got 0")``;
 ``require_positive(0, "window", unit="steps", fix="pass e.g. --window 100")`` says
-``window must be an integer ≥ 1 (steps), got 0 — pass e.g. --window 100``.
+``window must be an integer ≥ 1 (steps), got 0 — pass e.g. --window 100``. A switch must be a real boolean:
+``require_bool("no", "drop_last")`` refuses the string a config file left quoted, which Python reads as true.
 """
 
 from __future__ import annotations
 
 import math
 from decimal import Decimal
+
+import numpy as np
 
 from zephon.errors import ConfigError
 
@@ -34,3 +37,12 @@ def require_positive(value: object, name: str, *, unit: str = "", fix: str = "",
     if not is_int(value) or value < 1:  # type: ignore[operator]
         what = f"an integer ≥ 1{f' ({unit})' if unit else ''}{' or None' if optional else ''}"
         raise ConfigError(f"{name} must be {what}, got {value!r}{f' — {fix}' if fix else ''}")
+
+
+def require_bool(value: object, name: str, *, optional: bool = False) -> None:
+    """Raise ``ConfigError`` unless ``value`` is ``True`` or ``False`` (or None, when ``optional``): a string such
+    as ``"false"`` is true to Python and would silently turn the switch on."""
+    if (optional and value is None) or isinstance(value, bool | np.bool_):
+        return
+    what = "True or False" + (" (or None)" if optional else "")
+    raise ConfigError(f"{name} must be {what}, got {value!r} ({type(value).__name__}) — pass a boolean")

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from zephon.checks import require_positive
+from zephon.checks import require_bool, require_positive
 from zephon.errors import ConfigError
 
 #: ``TokenizeSpec.special_tokens`` modes: BOS and EOS, one of them, none, or what the tokenizer itself adds.
@@ -87,6 +87,7 @@ class TokenizeSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.tokenizer_id, str) or not self.tokenizer_id:
             raise ConfigError(f"tokenizer_id must be a non-empty string, got {self.tokenizer_id!r}")
+        require_bool(self.add_bos, "add_bos", optional=True)
         if isinstance(self.chat, dict):  # a spec read back from JSON (count workers): its chat part too
             object.__setattr__(self, "chat", ChatSpec(**self.chat))
         if self.chat is not None and not isinstance(self.chat, ChatSpec):
@@ -211,6 +212,7 @@ class BatchSpec:
 
     def __post_init__(self) -> None:
         require_positive(self.microbatch_size, "microbatch_size")
+        require_bool(self.drop_last, "drop_last")
         g = self.global_batch_size
         if g is not None and (not isinstance(g, int) or g < self.microbatch_size):
             raise ConfigError(f"global_batch_size must be an integer ≥ microbatch_size, got {g!r}")
@@ -231,6 +233,7 @@ class CacheOptions:
     limit_bytes: int | None = None
 
     def __post_init__(self) -> None:
+        require_bool(self.enabled, "CacheOptions.enabled")
         if self.enabled and not self.root:
             raise ConfigError("CacheOptions.root must be a directory when enabled=True, got None — pass root=...")
         if self.limit_bytes is not None and self.limit_bytes <= 0:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
 
-from zephon.checks import is_int, is_number, require_positive
+from zephon.checks import is_int, is_number, require_bool, require_positive
 from zephon.errors import ConfigError
 from zephon.recipe.dataset import Dataset
 
@@ -97,6 +97,7 @@ class ShuffleSpec:
     window_shards: int = 4
 
     def __post_init__(self) -> None:
+        require_bool(self.enabled, "ShuffleSpec.enabled")
         require_positive(self.window_shards, "ShuffleSpec.window_shards")
 
 
@@ -221,6 +222,7 @@ class WorkSource:
     num_cost: int | None = None
 
     def __post_init__(self) -> None:
+        require_bool(self.exact_tokens, "exact_tokens")
         if not isinstance(self.mixture, MixtureSpec):
             raise ConfigError(
                 f"mixture must be a MixtureSpec, got {type(self.mixture).__name__} — wrap the weights in "

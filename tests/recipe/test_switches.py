@@ -1,0 +1,39 @@
+"""Switches are booleans: a string a config left quoted ("false", "no") is true to Python and would turn the switch on
+silently — drop the last step, force BOS, run the count pass, enable the shard cache."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from zephon.errors import ConfigError
+from zephon.io import Dataset
+from zephon.specs import BatchSpec, CacheOptions, TokenizeSpec
+from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource
+
+
+@pytest.mark.parametrize("value", ["false", "no", 0, 1, None])
+def test_a_switch_that_is_not_a_boolean_is_refused_in_one_line(tmp_path, make_parquet, value) -> None:
+    data = make_parquet("docs", [4])
+    made = {
+        "drop_last": lambda v: BatchSpec(microbatch_size=2, drop_last=v),
+        "CacheOptions.enabled": lambda v: CacheOptions(enabled=v, root=str(tmp_path)),
+        "ShuffleSpec.enabled": lambda v: ShuffleSpec(enabled=v),
+        "exact_tokens": lambda v: StaticMixtureWorkSource(
+            datasets=[Dataset.from_path("docs", str(data))], mixture=MixtureSpec({"docs": 1.0}), seed=0, exact_tokens=v
+        ),
+    }
+    for name, make in made.items():
+        with pytest.raises(ConfigError, match=rf"^{name} must be True or False, got {value!r} \(\w+\) — pass a boolean$"):
+            make(value)
+    if value is None:  # add_bos alone takes None: the tokenizer's convention
+        assert TokenizeSpec(tokenizer_id="t", add_bos=None).add_bos is None
+    else:
+        with pytest.raises(ConfigError, match=r"^add_bos must be True or False \(or None\), got "):
+            TokenizeSpec(tokenizer_id="t", add_bos=value)
+
+
+def test_python_and_numpy_booleans_are_switches() -> None:
+    assert BatchSpec(microbatch_size=2, drop_last=np.bool_(True)).drop_last
+    assert not ShuffleSpec(enabled=False).enabled
+    assert TokenizeSpec(tokenizer_id="t", add_bos=True).add_bos
