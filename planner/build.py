@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from zephon.checks import require_bool
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.operators import Operator
 from zephon.plan.format import (
@@ -260,6 +261,9 @@ class PlanOptions:
 
     def __post_init__(self) -> None:
         check_engine(self.engine)
+        require_bool(self.overwrite, "overwrite")  # a quoted "false" would replace an existing bundle
+        require_bool(self.progress, "progress", optional=True)
+        require_bool(self.materialize_selections, "materialize_selections")
 
     def prepare(self, source: WorkSource) -> PreparedPlan:
         """``source`` scanned, counted and normalized with these options (``prepare``)."""

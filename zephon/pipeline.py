@@ -27,7 +27,7 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zephon.checks import require_positive
+from zephon.checks import require_bool, require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
@@ -185,6 +185,9 @@ class Pipeline:
             )
         if "workers" in changes:
             require_positive(plan_workers, "plan_workers")
+        for key, name in (("progress", "plan_progress"), ("materialize_selections", "materialize_selections")):
+            if key in changes:
+                require_bool(changes[key], name)
         return self._with(**changes)
 
     def tokenize(

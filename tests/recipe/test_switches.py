@@ -33,6 +33,23 @@ def test_a_switch_that_is_not_a_boolean_is_refused_in_one_line(tmp_path, make_pa
             TokenizeSpec(tokenizer_id="t", add_bos=value)
 
 
+def test_planning_switches_are_refused_before_anything_is_written(tmp_path, make_parquet) -> None:
+    """overwrite="no" would have replaced an existing bundle; the pipeline's planning options say so at once."""
+    from zephon import Pipeline
+
+    data = make_parquet("docs", [4])
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("docs", str(data))], mixture=MixtureSpec({"docs": 1.0}), seed=0
+    )
+    for kw, name in (({"overwrite": "no"}, "overwrite"), ({"progress": "off"}, "progress"),
+                     ({"materialize_selections": 1}, "materialize_selections")):
+        with pytest.raises(ConfigError, match=rf"^{name} must be True or False"):
+            source.plan(tmp_path / "plan", **kw)
+        assert not (tmp_path / "plan").exists()
+    with pytest.raises(ConfigError, match=r"^plan_progress must be True or False, got 'no' \(str\)"):
+        Pipeline(source).options(plan_progress="no")
+
+
 def test_python_and_numpy_booleans_are_switches() -> None:
     assert BatchSpec(microbatch_size=2, drop_last=np.bool_(True)).drop_last
     assert not ShuffleSpec(enabled=False).enabled
