@@ -297,6 +297,15 @@ phases:
             r"^phases in steps need an exact plan",
         ),
         (dict(num_tokens=1000), r"^num_tokens=1000 needs a token mixture, got token_estimation=None"),
+        (  # a phase that would never begin (it was planned without it, silently)
+            dict(num_documents=10, phases=[Phase(start=10, unit="documents", mixture=ANNEAL)]),
+            r"^phase starts must lie inside the budget of 10 documents, got a phase at 10 documents, which would "
+            r"never begin — lower its start",
+        ),
+        (  # one Phase, not a list of them (a TypeError: 'Phase' object is not iterable)
+            dict(num_documents=10, phases=Phase(start=0.5, mixture=ANNEAL)),
+            r"^phases must be a list of zephon.work.Phase, got Phase — pass phases=\[Phase\(\.\.\.\), \.\.\.\]$",
+        ),
     ],
 )
 def test_phase_settings_are_checked_with_a_fix(demo, kw, message) -> None:

@@ -274,6 +274,11 @@ class WorkSource:
                 f"lanes must be None or an integer in [1, 4096], got {self.lanes!r} — leave it unset (one lane per "
                 "row of the global batch) or use e.g. 64"
             )
+        if isinstance(self.phases, Phase) or not isinstance(self.phases, Sequence):
+            raise ConfigError(
+                f"phases must be a list of zephon.work.Phase, got {type(self.phases).__name__} — pass "
+                "phases=[Phase(...), ...]"
+            )
         object.__setattr__(self, "phases", tuple(self.phases))
         self._check_phases(names)
         if self.on_exhaustion not in ("new_epoch", "stop"):
@@ -332,6 +337,12 @@ class WorkSource:
         if any(b <= a for a, b in pairwise(starts)):
             raise ConfigError(f"phase starts must strictly increase, got {starts} — order the phases")
         unit = units[0]
+        budget = {"documents": self.num_documents, "tokens": self.num_tokens, "cost": self.num_cost}.get(unit)
+        if budget is not None and starts[-1] >= budget:
+            raise ConfigError(
+                f"phase starts must lie inside the budget of {budget} {unit}, got a phase at {starts[-1]} {unit}, "
+                "which would never begin — lower its start, raise the budget, or drop the phase"
+            )
         if unit == "cost" and self.mixture_unit != "cost":
             raise ConfigError(
                 f"phases in cost need a cost mixture, got mixture_unit={self.mixture_unit!r} — set "
