@@ -6,6 +6,8 @@ A boolean is never a number here (``True`` is an ``int`` to Python, never a coun
 ``require_positive(0, "window", unit="steps", fix="pass e.g. --window 100")`` says
 ``window must be an integer ≥ 1 (steps), got 0 — pass e.g. --window 100``. A switch must be a real boolean:
 ``require_bool("no", "drop_last")`` refuses the string a config file left quoted, which Python reads as true.
+NumPy scalars are numbers too: ``plain_numbers`` turns a spec's ``np.int64(50)`` into ``50`` before it is checked
+(and hashed into a plan's config), as a budget computed with NumPy arrives.
 """
 
 from __future__ import annotations
@@ -46,3 +48,23 @@ def require_bool(value: object, name: str, *, optional: bool = False) -> None:
         return
     what = "True or False" + (" (or None)" if optional else "")
     raise ConfigError(f"{name} must be {what}, got {value!r} ({type(value).__name__}) — pass a boolean")
+
+
+def plain(value: object) -> object:
+    """``value`` with a NumPy scalar made the Python number it stands for (``np.int64(5)`` → ``5``); else as is."""
+    if isinstance(value, np.bool_):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, np.floating):
+        return float(value)
+    return value
+
+
+def plain_numbers(spec: object, *names: str) -> None:
+    """Replace the NumPy scalars among ``spec``'s attributes ``names`` with Python numbers (frozen dataclasses
+    too), so that every later check, comparison and JSON dump sees an ``int``/``float``/``bool``."""
+    for name in names:
+        value = getattr(spec, name)
+        if isinstance(value, np.generic):
+            object.__setattr__(spec, name, plain(value))

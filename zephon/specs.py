@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from zephon.checks import require_bool, require_positive
+from zephon.checks import plain_numbers, require_bool, require_positive
 from zephon.errors import ConfigError
 
 #: ``TokenizeSpec.special_tokens`` modes: BOS and EOS, one of them, none, or what the tokenizer itself adds.
@@ -87,6 +87,7 @@ class TokenizeSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.tokenizer_id, str) or not self.tokenizer_id:
             raise ConfigError(f"tokenizer_id must be a non-empty string, got {self.tokenizer_id!r}")
+        plain_numbers(self, "add_bos", "max_tokens")
         require_bool(self.add_bos, "add_bos", optional=True)
         if isinstance(self.chat, dict):  # a spec read back from JSON (count workers): its chat part too
             object.__setattr__(self, "chat", ChatSpec(**self.chat))
@@ -144,6 +145,7 @@ class PackSpec:
     oversize: str = "split"
 
     def __post_init__(self) -> None:
+        plain_numbers(self, "max_length")
         if not isinstance(self.max_length, int) or self.max_length < 2:
             raise ConfigError(f"max_length must be an integer ≥ 2, got {self.max_length!r} — use context + 1")
         if self.max_length > MAX_LENGTH_BOUND:
@@ -211,6 +213,7 @@ class BatchSpec:
     drop_last: bool = False
 
     def __post_init__(self) -> None:
+        plain_numbers(self, "microbatch_size", "global_batch_size", "drop_last")
         require_positive(self.microbatch_size, "microbatch_size")
         require_bool(self.drop_last, "drop_last")
         g = self.global_batch_size

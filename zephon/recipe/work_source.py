@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Literal
 
-from zephon.checks import is_int, is_number, require_bool, require_positive
+from zephon.checks import is_int, is_number, plain, plain_numbers, require_bool, require_positive
 from zephon.errors import ConfigError
 from zephon.recipe.dataset import Dataset
 
@@ -34,6 +34,8 @@ class MixtureSpec:
                 f"mixture must be a non-empty mapping of dataset name to weight, got {self.weights!r} — "
                 'pass e.g. MixtureSpec({"web": 0.7, "code": 0.3})'
             )
+        if isinstance(self.weights, Mapping):  # NumPy weights (weights computed with arrays) as Python floats
+            object.__setattr__(self, "weights", {name: plain(w) for name, w in self.weights.items()})
         for name, weight in self.weights.items():
             if not is_number(weight, finite=True):
                 raise ConfigError(f"mixture weight of {name!r} must be a finite number, got {weight!r} — fix it")
@@ -97,6 +99,7 @@ class ShuffleSpec:
     window_shards: int = 4
 
     def __post_init__(self) -> None:
+        plain_numbers(self, "enabled", "window_shards")
         require_bool(self.enabled, "ShuffleSpec.enabled")
         require_positive(self.window_shards, "ShuffleSpec.window_shards")
 
@@ -135,6 +138,7 @@ class Phase:
     global_batch_size: int | None = None
 
     def __post_init__(self) -> None:
+        plain_numbers(self, "start", "global_batch_size")
         if self.unit not in PHASE_UNITS:
             raise ConfigError(
                 f'Phase unit must be "fraction", "documents", "tokens", "cost" or "steps", got {self.unit!r} — pick one'
@@ -222,6 +226,7 @@ class WorkSource:
     num_cost: int | None = None
 
     def __post_init__(self) -> None:
+        plain_numbers(self, "seed", "num_documents", "epochs", "num_tokens", "num_cost", "lanes", "exact_tokens")
         require_bool(self.exact_tokens, "exact_tokens")
         if not isinstance(self.mixture, MixtureSpec):
             raise ConfigError(

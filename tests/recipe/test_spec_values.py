@@ -1,7 +1,10 @@
-"""Switches are booleans: a string a config left quoted ("false", "no") is true to Python and would turn the switch on
-silently — drop the last step, force BOS, run the count pass, enable the shard cache."""
+"""Spec values as users pass them. Switches are booleans: a string a config left quoted ("false", "no") is true to
+Python and would turn the switch on silently — drop the last step, force BOS, run the count pass, enable the shard
+cache. NumPy numbers are numbers: a budget or weights computed with arrays plan exactly as Python's."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -54,3 +57,30 @@ def test_python_and_numpy_booleans_are_switches() -> None:
     assert BatchSpec(microbatch_size=2, drop_last=np.bool_(True)).drop_last
     assert not ShuffleSpec(enabled=False).enabled
     assert TokenizeSpec(tokenizer_id="t", add_bos=True).add_bos
+
+
+def test_numpy_numbers_plan_the_same_bundle_as_python_numbers(tmp_path, make_parquet) -> None:
+    """np.int64 seeds and budgets, np.float32 weights, a np.float64 phase start, np.bool_ switches: refused before
+    ("seed must be a non-negative integer, got np.int64(5)"), now the very plan of their Python values."""
+    from zephon.work import Phase
+
+    data = make_parquet("docs", [6]), make_parquet("more", [6])
+
+    def source(seed, n, weight, start, exact):
+        return StaticMixtureWorkSource(
+            datasets=[Dataset.from_path("docs", str(data[0])), Dataset.from_path("more", str(data[1]))],
+            mixture=MixtureSpec({"docs": weight, "more": 1.0}),
+            seed=seed,
+            num_documents=n,
+            phases=[Phase(start=start, mixture=MixtureSpec({"docs": 1.0}))],
+            shuffle=ShuffleSpec(enabled=exact, window_shards=np.int64(2)),
+        )
+
+    made = source(np.int64(5), np.int64(10), np.float32(0.75), np.float64(0.5), np.bool_(True)).plan(tmp_path / "np")
+    want = source(5, 10, 0.75, 0.5, True).plan(tmp_path / "py")
+    assert json.loads((made / "plan.json").read_text())["config_hash"] == json.loads(
+        (want / "plan.json").read_text()
+    )["config_hash"]
+    assert (made / "samples.parquet").read_bytes() == (want / "samples.parquet").read_bytes()
+    spec = BatchSpec(microbatch_size=np.int64(2), global_batch_size=np.int32(4), drop_last=np.bool_(False))
+    assert (type(spec.microbatch_size), type(spec.global_batch_size), type(spec.drop_last)) == (int, int, bool)
