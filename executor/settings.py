@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.checks import require_positive
+from zephon.checks import plain_numbers, require_positive
 from zephon.errors import ConfigError
 from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
@@ -68,6 +68,7 @@ class ExecutorSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.io, StoreOptions):
             raise ConfigError(f"io_options must be zephon.io.StoreOptions, got {type(self.io).__name__}")
+        plain_numbers(self, "read_chunk", "tokenizer_threads", "dp_rank", "dp_size")
         require_positive(self.read_chunk, "read_chunk")
         require_positive(self.tokenizer_threads, "tokenizer_threads", optional=True)
         if self.on_bad_document not in ON_BAD_DOCUMENT:

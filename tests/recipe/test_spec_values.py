@@ -84,3 +84,11 @@ def test_numpy_numbers_plan_the_same_bundle_as_python_numbers(tmp_path, make_par
     assert (made / "samples.parquet").read_bytes() == (want / "samples.parquet").read_bytes()
     spec = BatchSpec(microbatch_size=np.int64(2), global_batch_size=np.int32(4), drop_last=np.bool_(False))
     assert (type(spec.microbatch_size), type(spec.global_batch_size), type(spec.drop_last)) == (int, int, bool)
+
+
+def test_numpy_execution_settings_are_python_numbers() -> None:
+    from zephon.executor.settings import ExecutorSpec
+
+    spec = ExecutorSpec(read_chunk=np.int64(7), tokenizer_threads=np.int32(2), dp_rank=np.int64(1), dp_size=np.int64(2))
+    assert (spec.read_chunk, spec.tokenizer_threads, spec.rank()) == (7, 2, (1, 2))
+    assert all(type(v) is int for v in (spec.read_chunk, spec.tokenizer_threads, spec.dp_rank, spec.dp_size))
