@@ -123,6 +123,16 @@ def dropped_since_planning(where: str) -> DatasetError:
     )
 
 
+def all_dropped(total: int, share: str, *, counted: bool = False) -> DatasetError:
+    """The error for operators that dropped (returned None for) every one of ``total`` documents of ``share`` — in
+    a run, or (``counted``) when an exact plan counted them."""
+    when = " when the exact plan counted them" if counted else ""
+    return DatasetError(
+        f"the operators must leave documents to train on, got all {total} documents of {share} dropped (returned "
+        f"None){when} — check when the map_transform/map_batch functions return None"
+    )
+
+
 def describe(operators: tuple[Operator, ...]) -> list[dict[str, str | None]]:
     return [op.describe() for op in operators]
 

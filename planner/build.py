@@ -20,7 +20,7 @@ import polars as pl
 
 from zephon.checks import require_bool
 from zephon.errors import ConfigError, DatasetError
-from zephon.executor.operators import Operator
+from zephon.executor.operators import Operator, all_dropped
 from zephon.plan.format import (
     BINS_FILE,
     BINS_ROW_GROUP,
@@ -125,10 +125,7 @@ def _check_tokens(prepared: PreparedPlan, totals: Totals, dropped: np.ndarray | 
         return
     n = totals.documents
     if dropped is not None and int(dropped.sum()) == n:
-        raise DatasetError(
-            f"the operators must leave documents to train on, got all {n} documents of the plan dropped (returned "
-            "None) when the exact plan counted them — check when the map_transform/map_batch functions return None"
-        )
+        raise all_dropped(n, "the plan", counted=True)
     raise DatasetError(
         f"an exact plan must hold tokens to train on, got 0 tokens in its {n} documents (empty texts, and no BOS or "
         "EOS added) — check the text field and the data, or keep the special tokens"

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from zephon.errors import ConfigError, DatasetError
 from zephon.executor.encode.chat_render import CHAT_SKIP_REASONS
+from zephon.executor.operators import all_dropped
 from zephon.executor.read.arrow_values import NotUTF8
 from zephon.plan.records import ShardRef
 
@@ -161,10 +162,7 @@ def all_skipped(skipped: dict[str, int], share: str, field: str) -> DatasetError
     (``dropped``: no policy involved) or by ``on_bad_document="skip"`` too (docs/training.md)."""
     total = sum(skipped.values())
     if set(skipped) == {"dropped"}:  # the user's operators returned None for everything
-        return DatasetError(
-            f"the operators must leave documents to train on, got all {total} documents of {share} dropped "
-            "(returned None) — check when the map_transform/map_batch functions return None"
-        )
+        return all_dropped(total, share)
     reasons = ", ".join(f"{reason} {n}" for reason, n in sorted(skipped.items(), key=lambda kv: (-kv[1], kv[0])))
     return DatasetError(
         f'on_bad_document="skip" must leave documents to train on, got all {total} documents of {share} '

@@ -62,18 +62,18 @@ def _field(blob: Blob, schema: pa.Schema, wanted: str | None) -> tuple[str, np.d
     return names[0], np.dtype(kind.value_type.to_pandas_dtype())
 
 
-def _lengths(blob: Blob, field: str, column: pa.ChunkedArray, first_row: int) -> np.ndarray:
+def _lengths(blob: Blob, field: str, column: pa.ChunkedArray, first_row: int, *, jsonl: bool = False) -> np.ndarray:
     lengths = pc.list_value_length(column)
     if lengths.null_count:
         row = first_row + int(np.flatnonzero(lengths.is_null().to_numpy(zero_copy_only=False))[0])
-        missing = " (null, or a line without that key)" if blob.name.endswith((".jsonl", ".gz", ".zst")) else ""
+        missing = " (null, or a line without that key)" if jsonl else ""
         raise DatasetError(
             f"token column {field!r} of {blob.name} must hold a list of ids in every row, got none at row {row}"
             f"{missing} — drop or fix that row"
         )
-    ids = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    flat = pc.list_flatten(ids)
-    if flat.null_count:
+    if pc.list_flatten(column).null_count:  # (the chunks combined only to name the row)
+        ids = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        flat = pc.list_flatten(ids)
         at = int(np.flatnonzero(flat.is_null().to_numpy(zero_copy_only=False))[0])
         row = int(pc.list_parent_indices(ids)[at].as_py())
         offsets = ids.offsets
@@ -112,7 +112,7 @@ class ColumnPart(CountedPart):
                 raise DatasetError(f"{blob.name} must be JSON lines, got {str(exc)[:160]} — fix the file") from None
             self.field, self.dtype = _field(blob, table.schema, tokens_field)
             self._table = table.select([self.field])
-            self.counts = _lengths(blob, self.field, self._table[self.field], 0)
+            self.counts = _lengths(blob, self.field, self._table[self.field], 0, jsonl=True)
             self.group_starts = np.asarray([0, len(self.counts)], np.int64)
 
     def read(self, start: int, stop: int) -> np.ndarray:
