@@ -20,6 +20,7 @@ prefixes ``OUT/prose/prose-00000`` … ``OUT/short/short-00000``; run again, all
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -150,10 +151,17 @@ def tokenize_datasets(
     groups = _scan(datasets, progress, engine, workers)
     absolute = Path(os.path.abspath(out))  # "-o ." has no name to put a lock beside
     absolute.parent.mkdir(parents=True, exist_ok=True)
+    made = [d for d in (absolute, *(absolute / ds.name for ds in datasets)) if not d.exists()]
     with claimed(absolute, "the token stores"):
-        tasks, kept = _resume(datasets, groups, out, spec, encoder, str(dtype), overwrite)
-        todo = [t for t, k in zip(tasks, kept, strict=True) if k is None]
-        written = _write(todo, spec, encoder, dtype, workers=workers, engine=engine, progress=progress)
+        try:
+            tasks, kept = _resume(datasets, groups, out, spec, encoder, str(dtype), overwrite)
+            todo = [t for t, k in zip(tasks, kept, strict=True) if k is None]
+            written = _write(todo, spec, encoder, dtype, workers=workers, engine=engine, progress=progress)
+        except BaseException:  # a bad document, a wrong field: the folders this run made and left empty go
+            for folder in reversed(made):  # (a store or temporary written in one keeps it, for the rerun)
+                with contextlib.suppress(OSError):
+                    folder.rmdir()
+            raise
     by_prefix = {r.shard: r for r in [*(k for k in kept if k is not None), *written]}
     summaries = []
     for ds, refs in zip(datasets, groups, strict=True):

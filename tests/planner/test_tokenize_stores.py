@@ -161,6 +161,20 @@ def test_a_bad_document_is_one_line_naming_its_row_and_nothing_is_half_written(t
     with pytest.raises(DatasetError, match=r"bad\.parquet row 1 .*null"):
         tokenize_datasets([Dataset.from_path("bad", str(data))], spec(), tmp_path / "out", workers=1)
     assert tree(tmp_path / "out") == {}
+    assert not (tmp_path / "out").exists()  # nor the folders the failed run made (they were left empty)
+
+
+def test_a_failed_run_removes_only_the_empty_folders_it_made(demo, tmp_path) -> None:
+    """A wrong --field fails in the workers: the run's own empty folders go, a folder of the user's stays whole."""
+    with pytest.raises(DatasetError, match="must have the column 'body'"):
+        tokenize_datasets(datasets(demo, "short"), spec(field="body"), tmp_path / "new", workers=1)
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine" / "notes").mkdir(parents=True)
+    (tmp_path / "mine" / "notes" / "a.txt").write_text("mine")
+    with pytest.raises(DatasetError, match="must have the column 'body'"):
+        tokenize_datasets(datasets(demo, "short"), spec(field="body"), tmp_path / "mine", workers=1)
+    assert tree(tmp_path / "mine") == {"notes/a.txt": b"mine"}
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes"]
 
 
 def test_settings_a_megatron_store_cannot_hold_are_refused(demo, tmp_path) -> None:
