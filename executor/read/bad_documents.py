@@ -46,7 +46,9 @@ SKIP_REASONS = (
     "dropped",
 )
 #: How to choose the text field, in every caller's words (the shard readers' missing-column messages).
-FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show"
+FIELD_HINT = (
+    "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show and zephon tokenize"
+)
 _SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip")'
 
 

@@ -50,7 +50,7 @@ MESSAGES = [
     r"row 2 must be a JSON object, got invalid JSON \(Unterminated string .*\) in '\{\"text\": \"broken' — fix or remove that line",
     r"row 3 must be a JSON object, got a JSON array — fix or remove that line",
     r"row 4 must have the field 'text', got keys \['body'\] — fix the data or choose another text field "
-    r"\(tokenize\(field=\.\.\.\) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show\)",
+    r"\(tokenize\(field=\.\.\.\) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show and zephon tokenize\)",
     r"row 5 field 'text' must be a string, got null — clean the data",
     r"row 6 field 'text' must be a string, got int — clean the data",
 ]

@@ -32,7 +32,7 @@ from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, ShuffleSpec, StaticMixtureWorkSource, TokenEstimation
 
-FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show"
+FIELD_HINT = "tokenize(field=...) in Python, `field:` under `tokenizer:` in CONFIG, --field for zephon show and zephon tokenize"
 SKIP_HINT = 'or skip and count such documents with Pipeline.options(on_bad_document="skip")'
 
 
