@@ -92,6 +92,7 @@ from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.read.skipped_documents import SkippedDocument, SkipReports
 from zephon.executor.settings import RunStats
 from zephon.executor.step_arithmetic import lane_of
+from zephon.executor.truncations import Truncations
 from zephon.executor.worker_share import WorkerShare
 
 #: ``LaneBatches`` pops the rows of several microbatches together, enough for this many tokens (at most
@@ -299,8 +300,10 @@ class DealLanes:
         dataset_names: list[str],
         stats: RunStats | None,
         log: ProvenanceLog | None,
+        truncations: Truncations | None = None,
     ) -> None:
         self.source = source
+        self.truncations = truncations  # the documents max_tokens cut, held until handed out (with stats)
         self.lanes = lanes
         self.exhausted = False
         self.num_documents = num_documents
@@ -362,6 +365,8 @@ class DealLanes:
     def hold(self) -> None:
         """Keep the datasets of positions from the earliest lane cursor on: no later row reaches before it."""
         self._keep_from = min((position for position, _ in cursors_of(list(self.lanes.values()))), default=0)
+        if self.truncations is not None:
+            self.truncations.drop_before(self._keep_from)
 
     def dataset_of(self, positions: np.ndarray) -> np.ndarray:
         """The dataset of each plan position (dealt, and not before the cursors at the last ``hold``)."""
@@ -415,6 +420,8 @@ class DealLanes:
         chunk, keep, sizes = got.chunk, got.keep, encoded.sizes
         assert chunk.lane is not None
         lane_of = chunk.lane[keep]
+        if self.truncations is not None and self.stats is not None:
+            self.truncations.add(chunk.start + keep, chunk.dataset_id[keep], encoded.cut)
         ends = np.cumsum(sizes)
         cuts = np.flatnonzero(np.diff(lane_of)) + 1  # keep is grouped by lane: one slice per lane
         firsts, lasts = [0, *cuts.tolist()], [*cuts.tolist(), len(keep)]

@@ -44,6 +44,7 @@ from zephon.executor.plan_reader import PlanBundle, RowGroupIndex
 from zephon.executor.read.shard_reader import ShardReader
 from zephon.executor.sorted_sets import isin_sorted, unique_sorted
 from zephon.executor.step_arithmetic import sequence_tokens
+from zephon.executor.truncations import Truncations
 
 if TYPE_CHECKING:
     from zephon.executor.encode.encoders import ChatEncoder, TextEncoder
@@ -91,8 +92,10 @@ class ExactSequences:
         pad_id: int,
         *,
         background: bool = False,
+        truncations: Truncations | None = None,
     ) -> None:
         packing = plan.manifest.exact_packing()
+        self.truncations = truncations  # the documents max_tokens cut, held until handed out (runner's stats)
         self.plan = plan
         self.max_length = packing.max_length
         self.algorithm = packing.algorithm
@@ -343,6 +346,9 @@ class ExactSequences:
                 f"{int(want[i])}) must have {int(rows['tokens'][i])} tokens as counted at planning, got "
                 f"{int(new_size[i])} — the data, the tokenizer or an operator's output changed; re-plan"
             )
+        if self.truncations is not None:
+            self.truncations.drop_before(int(positions[0]))  # as the cache does (below)
+            self.truncations.add(want, rows["dataset_id"], encoded.cut)
         keep = np.flatnonzero((cached >= positions[0]) & ~isin_sorted(cached, want))
         if len(keep) > 8 * READ_AHEAD:  # calls jumped around: keep what this call needs
             keep = keep[isin_sorted(cached[keep], positions)]

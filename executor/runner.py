@@ -61,6 +61,7 @@ from zephon.executor.shard_access import ShardAccess
 from zephon.executor.state import check_resumed_step, check_state, check_state_fields, rank_state, state_plan
 from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_stores.identity import check_store_tokenizers
+from zephon.executor.truncations import Truncations
 from zephon.executor.worker_share import WorkerShare, worker_share
 
 
@@ -116,6 +117,7 @@ class RankRunner:
         self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
         self.shared_groups: SharedRowGroups | None = None  # a DataLoader worker's row groups, shared with the rest
         self._release: weakref.finalize | None = None
+        self.truncations = Truncations()  # documents max_tokens cut, counted as handed out (each iteration anew)
         cursors: dict[str, list[int]] = {}
         if state is not None:
             check_state_fields(state, documents=self.plan.num_documents)
@@ -255,6 +257,7 @@ class RankRunner:
         if self.stats is not None:
             self.stats.include(self.plan.dataset_names)
         access = self._shards()  # already open if num_steps() calibrated: the run reuses its decoded shards
+        self.truncations = Truncations()
         if self.spec.provenance_dir is not None:
             header = LogHeader(
                 plan=self.identity()["plan"],
@@ -286,7 +289,9 @@ class RankRunner:
 
     def _exact(self, reader: ShardReader, remote: RemoteAccess) -> Iterator[Batch]:
         background = read_ahead_enabled() and remote.cache is None  # remote shards: the reader stays on one thread
-        sequences = ExactSequences(self.plan, self.encoder, reader, self.pad, background=background)
+        sequences = ExactSequences(
+            self.plan, self.encoder, reader, self.pad, background=background, truncations=self.truncations
+        )
         try:
             yield from self._exact_loop(sequences, remote)
         finally:
@@ -335,6 +340,7 @@ class RankRunner:
                 self._note_engine()
             if pieces is not None and datasets is not None:
                 self.stats.handed_out(self.names, datasets, pieces)
+                self.truncations.count(self.stats, self.names, pieces)
         return batch
 
     def _estimated(self, reader: ShardReader, remote: RemoteAccess, reports: SkipReports) -> Iterator[Batch]:
@@ -357,6 +363,7 @@ class RankRunner:
             dataset_names=self.plan.dataset_names,
             stats=self.stats,
             log=self.log,
+            truncations=self.truncations,
         )
         batches = LaneBatches(
             lanes,

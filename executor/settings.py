@@ -175,12 +175,18 @@ class RunStats:
     ``skipped_by_shard`` by shard URI, then reason; a skipped document is in neither ``documents`` nor
     ``tokens``. It is counted when a batch handed out holds a later document of its packing lane, or at the
     end of the plan.
+
+    With ``max_tokens`` and ``long_documents="truncate"``, ``truncated`` counts the documents cut to the limit
+    and ``truncated_tokens`` the tokens cut from them, per dataset (present once one is cut), when the batch
+    holding the document's first token is handed out (``zephon.executor.truncations``).
     """
 
     documents: dict[str, int] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
     skipped_by_shard: dict[str, dict[str, int]] = field(default_factory=dict)
+    truncated: dict[str, int] = field(default_factory=dict)
+    truncated_tokens: dict[str, int] = field(default_factory=dict)
     #: The tokenizer engine that encoded (``zephon.executor.engines``), set at the first batch handed out.
     tokenizer_engine: str = ""
     #: Faster engines refused for this tokenizer: name → reason (not installed, ids differ on a probe, ...).
@@ -201,6 +207,11 @@ class RunStats:
         self.skipped[reason] = self.skipped.get(reason, 0) + 1
         shard = self.skipped_by_shard.setdefault(ref.uri, {})
         shard[reason] = shard.get(reason, 0) + 1
+
+    def truncate(self, name: str, cut: int) -> None:
+        """Count one document of dataset ``name`` that ``long_documents="truncate"`` cut by ``cut`` tokens."""
+        self.truncated[name] = self.truncated.get(name, 0) + 1
+        self.truncated_tokens[name] = self.truncated_tokens.get(name, 0) + cut
 
     def include(self, names: list[str]) -> None:
         """Make every dataset of the plan present (0 until counted)."""

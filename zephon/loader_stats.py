@@ -7,8 +7,9 @@ its worker's counts *after* it, and the loader takes them when it hands the piec
 Algorithm: a worker's ``StatsSender`` gives each piece a ``StatsPiece`` — the worker's cumulative documents and
 tokens per dataset (two tuples in the plan's dataset order: every runner ``include``s every dataset, so the order
 is the same in every worker) and, only when any of the rarer counts changed since its previous piece (skipped
-documents, short rows, the engine, the spot check), a copy of its whole ``RunStats``. ``HandedStats`` keeps, per
-worker, the counts of the last piece handed out and the last copy seen; ``stats()`` sums them over the workers.
+or truncated documents, short rows, the engine, the spot check), a copy of its whole ``RunStats``. ``HandedStats``
+keeps, per worker, the counts of the last piece handed out and the last copy seen; ``stats()`` sums them over the
+workers.
 The counts a runner makes after its last batch (documents skipped at the end of the plan, ``lanes_cut``, the
 spot check's totals) come with the worker's last item (``final``) and count once the iteration has ended.
 Cost: two tuples a piece (~1 µs to copy and pickle); a full copy only when a rare count changed.
@@ -51,6 +52,8 @@ def copy_stats(stats: RunStats) -> RunStats:
         documents=dict(stats.documents),
         tokens=dict(stats.tokens),
         skipped=dict(stats.skipped),
+        truncated=dict(stats.truncated),
+        truncated_tokens=dict(stats.truncated_tokens),
         skipped_by_shard={uri: dict(reasons) for uri, reasons in stats.skipped_by_shard.items()},
         refused_engines=dict(stats.refused_engines),
     )
@@ -60,6 +63,7 @@ def _rare(stats: RunStats) -> tuple[object, ...]:
     """What changes when a rarer count does (``skipped_by_shard`` changes with ``skipped``)."""
     return (
         sum(stats.skipped.values()),
+        sum(stats.truncated.values()),
         stats.short_rows,
         stats.lanes_cut,
         stats.tokenizer_engine,
@@ -86,11 +90,17 @@ class StatsSender:
 
 def merge_stats(parts: list[RunStats]) -> RunStats:
     """The counts of several workers' ``RunStats`` together: documents, tokens, skipped documents (by reason and
-    shard), short rows, cut lanes and spot-checked documents summed; the engine and its refusals are every worker's
-    own (the same tokenizer and engines), taken from the first that has them."""
+    shard), truncated documents and tokens, short rows, cut lanes and spot-checked documents summed; the engine and
+    its refusals are every worker's own (the same tokenizer and engines), taken from the first that has them."""
     out = RunStats()
     for part in parts:
-        for mine, theirs in ((out.documents, part.documents), (out.tokens, part.tokens), (out.skipped, part.skipped)):
+        for mine, theirs in (
+            (out.documents, part.documents),
+            (out.tokens, part.tokens),
+            (out.skipped, part.skipped),
+            (out.truncated, part.truncated),
+            (out.truncated_tokens, part.truncated_tokens),
+        ):
             for key, value in theirs.items():
                 mine[key] = mine.get(key, 0) + value
         for uri, reasons in part.skipped_by_shard.items():

@@ -61,7 +61,12 @@ def reshape(
     if flagged:
         later = out_starts[(index > 0) & (out_len > 0)]
         out["flags"][later] |= SEGMENT
-    return Encoded(out, np.bincount(owner, weights=out_len, minlength=docs).astype(np.int64))
+    cut = np.maximum(sizes - cap, 0) if cap is not None and not split else None  # truncated: tokens cut
+    return Encoded(
+        out,
+        np.bincount(owner, weights=out_len, minlength=docs).astype(np.int64),
+        cut if cut is not None and cut.any() else None,
+    )
 
 
 def text_bodies(encoded: Encoded, head: int, tail: int) -> tuple[np.ndarray, np.ndarray]:

@@ -87,7 +87,10 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
             parts.append(encoder.encode_flat(texts[a:b], split=split))
         except AtDocument as exc:  # its index in the caller's texts
             raise exc.at(a + exc.index) from None
-    return Encoded(join([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]))
+    cut = None
+    if any(p.cut is not None for p in parts):  # tokens truncation cut, per document of the whole call
+        cut = np.concatenate([p.cut if p.cut is not None else np.zeros(len(p), np.int64) for p in parts])
+    return Encoded(join([p.ids for p in parts]), np.concatenate([p.sizes for p in parts]), cut)
 
 
 def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_chars: int | None = None) -> Encoded:
@@ -120,4 +123,8 @@ def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_ch
     ids = join(pieces)
     if token_dtype(encoder) == FLAGGED and ids.dtype != FLAGGED:  # every document stored: ids beside no flags
         ids = tag(ids)
-    return Encoded(ids, sizes)
+    cut = None
+    if encoded is not None and encoded.cut is not None:  # the texts' cuts in their places (stored ids: never cut)
+        cut = np.zeros(len(docs), dtype=np.int64)
+        cut[at] = encoded.cut
+    return Encoded(ids, sizes, cut)

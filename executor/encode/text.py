@@ -68,7 +68,10 @@ def tokenizer_threads(setting: int | None = None) -> int:
 class Encoded(TokenIds):
     """Token ids of a batch of documents, framed: ``ids`` (int32, or ``flags.FLAGGED`` records) holds every
     document's ids (prefix, text, EOS) one after the other, ``sizes`` how many each has (``split`` gives one view
-    per document)."""
+    per document); ``cut`` how many tokens ``long_documents="truncate"`` cut from each (int64), None when it cut
+    none (``zephon.executor.truncations`` counts them as they are handed out)."""
+
+    cut: np.ndarray | None = None
 
 
 def _frame(got: TokenIds, prefix: list[int], eos: int) -> Encoded:

@@ -50,6 +50,9 @@ class StoreRecord:
     documents: int
     tokens: int
     idx_sha256: str = ""
+    #: Documents ``max_tokens`` cut (``long_documents: truncate``) and the tokens cut from them: never silent.
+    truncated: int = 0
+    truncated_tokens: int = 0
     bin_bytes: int = 0
     format: str = FORMAT
     version: int = VERSION

@@ -49,13 +49,16 @@ __all__ = ["DatasetStores", "TokenizeReport", "tokenize_datasets"]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DatasetStores:
-    """One dataset's stores: the folder, its prefixes (in shard order), their documents and tokens."""
+    """One dataset's stores: the folder, its prefixes (in shard order), their documents and tokens, and the
+    documents ``max_tokens`` cut (``long_documents: truncate``) with the tokens cut from them."""
 
     dataset: str
     folder: str
     prefixes: tuple[str, ...]
     documents: int
     tokens: int
+    truncated: int = 0
+    truncated_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -174,6 +177,8 @@ def tokenize_datasets(
                 prefixes=prefixes,
                 documents=sum(r.documents for r in records),
                 tokens=sum(r.tokens for r in records),
+                truncated=sum(r.truncated for r in records),
+                truncated_tokens=sum(r.truncated_tokens for r in records),
             )
         )
     return TokenizeReport(written=len(todo), kept=len(tasks) - len(todo), dtype=str(dtype), datasets=tuple(summaries))

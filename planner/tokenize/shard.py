@@ -81,6 +81,7 @@ def write_shard_store(
     reader = ShardReader([ref], spec.field, capacity=1, cache=planning_cache(), convert=converter_of(encoder))
     with MegatronWriter(prefix, dtype) as writer:
         first = 0  # the shard's row of the batch's first text
+        truncated = [0, 0]  # documents max_tokens cut, tokens cut from them
         for values in reader.iter_shard(ref.shard_id):
             if any(v is None for v in values):  # only a user operator drops a record; none run here
                 row = first + next(i for i, v in enumerate(values) if v is None)
@@ -90,6 +91,9 @@ def write_shard_store(
             except AtDocument as exc:  # the spot check or a lone surrogate: name the document
                 raise exc.located(ref, first + exc.index) from None
             writer.add(encoded.ids, encoded.sizes, where=f"dataset {ref.dataset!r}: shard {ref.uri} rows {first}..")
+            if encoded.cut is not None:
+                truncated[0] += int(np.count_nonzero(encoded.cut))
+                truncated[1] += int(encoded.cut.sum())
             first += len(values)
             if on_rows is not None:
                 on_rows(len(values))
@@ -112,6 +116,8 @@ def write_shard_store(
             documents=writer.documents,
             tokens=writer.tokens,
             idx_sha256=hashlib.sha256(index).hexdigest(),
+            truncated=truncated[0],
+            truncated_tokens=truncated[1],
             bin_bytes=writer.tokens * np.dtype(dtype).itemsize,
         )
         bin_, idx, record_path = prefix_files(prefix)

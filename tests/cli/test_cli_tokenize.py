@@ -55,6 +55,23 @@ def test_a_config_s_datasets_and_tokenizer_section_apply(project, tokenizer_dir)
     assert open_token_store("out/code").read(0, 1).to_lists()[0][-1] != 0
 
 
+def test_documents_cut_by_max_tokens_are_counted_on_the_dataset_s_line(project, tokenizer_dir) -> None:
+    (project / "cut.yaml").write_text(
+        (project / "c.yaml").read_text().replace("special_tokens: none}", "special_tokens: none, max_tokens: 64}")
+    )
+    result = run("cut.yaml", "-o", "out", "--workers", "1")
+    assert result.exit_code == 0, result.output
+    line = result.output.splitlines()[1]
+    store = open_token_store("out/code")
+    counts = store.token_counts()
+    cut = int(line.split("(")[1].split(" tokens cut")[0])
+    assert line.startswith(f"  code  stores 2  documents 600  tokens {int(counts.sum())}  truncated ")
+    assert run("c.yaml", "-o", "whole", "--workers", "1").exit_code == 0
+    whole = open_token_store("whole/code").token_counts()
+    assert f"truncated {int((whole > 64).sum())} ({int((whole - 64).clip(0).sum())} tokens cut by max_tokens)" in line
+    assert int(counts.sum()) + cut == int(whole.sum()) == 161924
+
+
 def test_the_text_field_is_an_option(project, tokenizer_dir) -> None:
     pq.write_table(pa.table({"body": ["one two", "three"]}), project / "notes.parquet")
     missing = run("notes.parquet", "--tokenizer", tokenizer_dir, "-o", "out")

@@ -177,6 +177,23 @@ def test_a_failed_run_removes_only_the_empty_folders_it_made(demo, tmp_path) -> 
     assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes"]
 
 
+def test_documents_max_tokens_cuts_are_counted_in_the_records_and_the_report(demo, tmp_path) -> None:
+    plain = Encoder(spec())
+    whole = [len(ids) for texts in texts_of(demo["prose"]) for ids in plain.encode(texts)]  # BOS? + text + EOS
+    report = tokenize_datasets(datasets(demo, "prose"), spec(max_tokens=200), tmp_path / "o", workers=1)
+    (prose,) = report.datasets
+    longer = [n for n in whole if n > 200]
+    assert 0 < len(longer) < len(whole)
+    assert (prose.truncated, prose.truncated_tokens) == (len(longer), sum(n - 200 for n in longer))
+    assert prose.tokens + prose.truncated_tokens == sum(whole)
+    records = [json.loads(p.read_text()) for p in sorted((tmp_path / "o" / "prose").glob("*.zephon.json"))]
+    assert sum(r["truncated"] for r in records) == len(longer)
+    kept = tokenize_datasets(datasets(demo, "prose"), spec(max_tokens=200), tmp_path / "o", workers=1)
+    assert kept.kept == len(records) and kept.datasets == report.datasets  # a rerun reads them from the records
+    untouched = tokenize_datasets(datasets(demo, "prose"), spec(), tmp_path / "p", workers=1)
+    assert (untouched.datasets[0].truncated, untouched.datasets[0].truncated_tokens) == (0, 0)
+
+
 def test_settings_a_megatron_store_cannot_hold_are_refused(demo, tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"must write plain token ids, got long_documents: split"):
         tokenize_datasets(datasets(demo, "short"), spec(max_tokens=64, long_documents="split"), tmp_path / "o")

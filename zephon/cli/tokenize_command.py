@@ -82,8 +82,9 @@ def tokenize(
     )
     width = max(len(d.dataset) for d in report.datasets)
     for d in report.datasets:
+        cut = f"  truncated {d.truncated} ({d.truncated_tokens} tokens cut by max_tokens)" if d.truncated else ""
         click.echo(
-            f"  {d.dataset:<{width}}  stores {len(d.prefixes)}  documents {d.documents}  tokens {d.tokens}  "
+            f"  {d.dataset:<{width}}  stores {len(d.prefixes)}  documents {d.documents}  tokens {d.tokens}{cut}  "
             f"→ {out_dir / d.dataset}"
         )
 
