@@ -231,7 +231,7 @@ class RankRunner:
                 i = kept[k + exc.index]
                 raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None
         real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
-        return TokensPerUnit.measure(real.astype(np.float64), first.units[kept].astype(np.float64))
+        return TokensPerUnit.measure(real, first.units[kept], field=self.spec.tokenize.field)
 
     def _shards(self) -> ShardAccess:
         """The run's shard reader and remote access, opened on first use (see ``close``)."""

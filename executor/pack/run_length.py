@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.errors import DatasetError
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.step_arithmetic import steps_in
 from zephon.plan.bundle import read_row_group
@@ -65,13 +66,27 @@ class TokensPerUnit:
     units: float
 
     @classmethod
-    def measure(cls, real: np.ndarray, units: np.ndarray) -> TokensPerUnit:
-        """From each calibration document's real tokens and planned units."""
+    def measure(cls, real: np.ndarray, units: np.ndarray, *, field: str = "text") -> TokensPerUnit:
+        """From each calibration document's real tokens and planned units; documents that all tokenized to
+        nothing are refused (``nothing_to_measure``, naming the text ``field``)."""
+        real, units = real.astype(np.float64), units.astype(np.float64)
+        if len(real) and not real.any():
+            raise nothing_to_measure(len(real), field)
         if not len(real) or not units.sum():
             return cls(ratio=0.0, residual=0.0, documents=0, units=0.0)
         ratio = float(real.sum()) / float(units.sum())
         residual = float(np.sqrt(np.mean((real - ratio * units) ** 2)))
         return cls(ratio=ratio, residual=residual, documents=len(real), units=float(units.sum()))
+
+
+def nothing_to_measure(documents: int, field: str) -> DatasetError:
+    """The calibration's ``documents`` all tokenized to nothing (empty texts, no BOS or EOS): ``r`` would be 0 and
+    the run 0 steps — nothing handed out, silently; refused instead."""
+    return DatasetError(
+        f"an estimated plan's first {documents} documents must hold tokens to measure the run's length on, got 0 "
+        "tokens (empty texts, and no BOS or EOS added) — check the text field "
+        f"{field!r} and the data, or plan with exact_tokens=True (its documents are counted, not measured)"
+    )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -146,3 +146,32 @@ def test_an_exact_plan_of_empty_texts_without_special_tokens_is_refused_as_it_is
         source.plan(tmp_path / "plan", tokenize=TokenizeSpec(tokenizer_id=tok, special_tokens="none"),
                     pack=PackSpec(max_length=17))
     assert not (tmp_path / "plan").exists()
+
+
+def test_an_estimated_run_of_empty_texts_without_special_tokens_is_refused_not_zero_steps(tmp_path: Path, tok) -> None:
+    """Every calibration document tokenized to nothing: the run's length measured 0 steps, and it ended silently."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "empty").mkdir()
+    pq.write_table(pa.table({"text": [""] * 6}), tmp_path / "empty" / "a.parquet")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path("empty", str(tmp_path / "empty"))], mixture=MixtureSpec({"empty": 1.0}), seed=2
+    )
+    spec = TokenizeSpec(tokenizer_id=tok, special_tokens="none")
+    plan = source.plan(tmp_path / "plan", tokenize=spec, pack=PackSpec(max_length=17))
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tok, special_tokens="none").pack_flat(max_length=17).batch(
+        microbatch_size=2
+    )
+    message = (
+        r"^an estimated plan's first 6 documents must hold tokens to measure the run's length on, got 0 tokens "
+        r"\(empty texts, and no BOS or EOS added\) — check the text field 'text' and the data, or plan with "
+        r"exact_tokens=True"
+    )
+    with pytest.raises(DatasetError, match=message):
+        pipe.num_steps()
+    with pytest.raises(DatasetError, match=message):
+        next(iter(pipe))
+    with_eos = Pipeline.from_plan(plan).tokenize(tokenizer_id=tok, special_tokens="eos").pack_flat(max_length=17)
+    with_eos = with_eos.batch(microbatch_size=2)
+    assert sum(int(b.lengths.sum()) for b in with_eos) == 6  # one EOS a document: a run, as before
