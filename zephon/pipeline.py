@@ -358,7 +358,8 @@ class Pipeline:
     def stats(self) -> RunStats:
         """What this rank handed out in the latest iteration, for every plan kind: documents and tokens per
         dataset, counted as each batch is yielded (never what was read ahead), and the documents skipped under
-        ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``). See ``RunStats`` and
+        ``on_bad_document="skip"`` (``skipped``: by reason; ``skipped_by_shard``) and those ``max_tokens`` cut
+        (``truncated``, ``truncated_tokens``: per dataset). See ``RunStats`` and
         docs/training.md. Through ``Pipeline.dataloader()``, once its loader iterates: what the loader handed
         out, from every worker (``zephon.loader_stats``)."""
         return self._stats_from.stats() if self._stats_from is not None else self._stats
