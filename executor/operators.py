@@ -32,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 
@@ -121,6 +123,47 @@ def dropped_since_planning(where: str) -> DatasetError:
         "now — operators must give the same output in every process: make their choices from the record with a "
         "stable hash (hashlib), not Python's hash() of a string, which changes from process to process"
     )
+
+
+def outputs_digest(kept: list[int], tokens: np.ndarray) -> str:
+    """What the operators made of an estimated run's calibration documents — which they kept, and the tokens of
+    each kept one — in 16 hex digits: the same in every process while the operators depend on their records only.
+    A state carries it (``num_steps.outputs``), so a resume in another process, or the merge of the ranks'
+    states, shows a difference the start-up check (one process) cannot see."""
+    digest = hashlib.sha256(np.asarray(kept, dtype=np.int64).tobytes())
+    digest.update(np.asarray(tokens, dtype=np.int64).tobytes())
+    return digest.hexdigest()[:16]
+
+
+def differing_outputs(other: str) -> ConfigError:
+    """The error when ``outputs_digest`` differs from ``other``'s (another process's)."""
+    return ConfigError(
+        "the map_transform/map_batch operators must make the same documents of the plan's first documents in every "
+        f"process, got other documents or token counts than {other} — an operator depends on more than its record "
+        "(Python's hash() of a string changes from process to process: use hashlib or zlib.crc32; random without "
+        "a seed derived from the record): fix it and start the run afresh"
+    )
+
+
+def resumed_length(known: dict[str, Any], outputs: str | None) -> tuple[int | None, str | None]:
+    """From a state's ``num_steps`` (of this plan and ``drop_last``): the run's steps to adopt (None: measure them
+    again) and what the operators made of the calibration documents (``operators.outputs_digest``) to expect.
+    ``outputs``: what they made in this process, if measured already. The state's outputs, when it has any, are
+    compared with this process's — now, or once measured (its steps are not adopted until then)."""
+    saved = known.get("outputs")
+    if saved is None or saved == outputs:
+        return int(known["steps"]), outputs
+    if outputs is not None:
+        raise differing_outputs("the run this state was saved from")
+    return None, saved
+
+
+def expect_outputs(expected: str | None, made: str) -> str:
+    """``made`` (``operators.outputs_digest`` of this process's calibration), refused unless it is ``expected``
+    (a resumed state's; None: nothing to compare with)."""
+    if expected not in (None, made):
+        raise differing_outputs("the run this state was saved from")
+    return made
 
 
 def all_dropped(total: int, share: str, *, counted: bool = False) -> DatasetError:

@@ -44,6 +44,7 @@ from zephon.executor.exact_checks import check_exact_plan
 from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
+from zephon.executor.operators import expect_outputs, outputs_digest, resumed_length
 from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of
 from zephon.executor.pack.rows import PackedRows
 from zephon.executor.pack.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
@@ -80,12 +81,13 @@ class RankRunner:
         worker: tuple[int, int] = (0, 1),
         pieces: int = 1,
         known_steps: int | None = None,
+        known_outputs: str | None = None,
     ) -> None:
-        """``known_steps``: ``num_steps()`` as an earlier runner of the same plan, spec and geometry computed it
-        (``Pipeline.num_steps()`` then iterating: the calibration runs once). ``plan_dir`` may be a bundle
-        already opened and ``encoder`` one already built for ``spec`` (a pipeline opens each once per process).
-        ``worker`` is ``(w, N)`` of a DataLoader worker and ``pieces`` the items per microbatch: the runner
-        builds and yields only that worker's ``WorkerShare`` (``zephon.executor.worker_share``)."""
+        """``known_steps``, ``known_outputs``: ``num_steps()`` and ``outputs`` as an earlier runner of the same plan,
+        spec and geometry measured them (``Pipeline.num_steps()`` then iterating: the calibration runs once).
+        ``plan_dir`` may be a bundle already opened and ``encoder`` one already built for ``spec`` (a pipeline opens
+        each once per process). ``worker`` is ``(w, N)`` of a DataLoader worker and ``pieces`` the items per
+        microbatch: the runner builds and yields only that worker's share (``zephon.executor.worker_share``)."""
         self.plan = plan_dir if isinstance(plan_dir, PlanBundle) else PlanBundle(plan_dir)
         self.spec = spec = spec.ready()
         self.geometry = geometry
@@ -113,6 +115,8 @@ class RankRunner:
         self.progress = Progress(accumulation=geometry.accumulation)
         self.names = self.plan.dataset_names
         self._num_steps: int | None = known_steps
+        #: What the operators made of the calibration documents (``operators.outputs_digest``), once measured.
+        self.outputs: str | None = known_outputs
         self._identity: dict[str, Any] | None = None
         self._access: ShardAccess | None = None  # opened on first use: calibration and run share it
         self.shared_groups: SharedRowGroups | None = None  # a DataLoader worker's row groups, shared with the rest
@@ -132,7 +136,7 @@ class RankRunner:
             known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
             own = state.get("plan") == manifest.config_hash  # a parent's state (continued plan) knows another length
             if not self.exact and own and isinstance(known, dict) and known.get("drop_last") == spec.batch.drop_last:
-                self._num_steps = int(known["steps"])
+                self._num_steps, self.outputs = resumed_length(known, self.outputs)
         #: Whether this run starts at the beginning of the plan (the all-skipped check needs the whole share).
         self.from_start = self.progress.step == 0 and self.progress.microbatch == 0
         #: This DataLoader worker's part of the rank's run, counted from where the run starts.
@@ -191,7 +195,8 @@ class RankRunner:
         """``num_steps`` for a state of an estimated plan, once computed (a resume then skips computing it)."""
         if self.exact or self._num_steps is None:
             return {}
-        return {"num_steps": {"steps": self._num_steps, "drop_last": self.spec.batch.drop_last}}
+        outputs = {"outputs": self.outputs} if self.outputs is not None else {}
+        return {"num_steps": {"steps": self._num_steps, "drop_last": self.spec.batch.drop_last, **outputs}}
 
     def num_steps(self) -> int:
         """Global steps of the run, the same on every rank: an exact plan's sequences over the global batch; an
@@ -231,6 +236,8 @@ class RankRunner:
                 i = kept[k + exc.index]
                 raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None
         real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        if self.spec.operators:  # what they made of these documents, as in the state's process? (outputs_digest)
+            self.outputs = expect_outputs(self.outputs, outputs_digest(kept, real))
         return TokensPerUnit.measure(real, first.units[kept], field=self.spec.tokenize.field)
 
     def _shards(self) -> ShardAccess:
@@ -357,23 +364,13 @@ class RankRunner:
         tokens = Tokenize(texts, self.encoder, threads=self.encoder.threads if threaded else None)
         source = ReadAhead(tokens.next, threaded=threaded)
         lanes = DealLanes(
-            source,
-            self.lanes,
-            num_documents=self.plan.num_documents,
-            dataset_names=self.plan.dataset_names,
-            stats=self.stats,
-            log=self.log,
-            truncations=self.truncations,
-        )
+            source, self.lanes, num_documents=self.plan.num_documents, dataset_names=self.plan.dataset_names,
+            stats=self.stats, log=self.log, truncations=self.truncations,
+        )  # fmt: skip
         batches = LaneBatches(
-            lanes,
-            self.geometry,
-            self.progress,
-            drop_last=self.spec.batch.drop_last,
-            max_length=self.spec.pack.max_length,
-            num_steps=steps,
-            share=self.share,
-        )
+            lanes, self.geometry, self.progress, drop_last=self.spec.batch.drop_last,
+            max_length=self.spec.pack.max_length, num_steps=steps, share=self.share,
+        )  # fmt: skip
         try:
             for microbatch in batches:
                 yield self._batch(microbatch.at, microbatch.sequences, microbatch.rows, microbatch.counted)

@@ -4,7 +4,9 @@ A state records where training is in the plan — completed global steps, microb
 step, and for estimated plans each packing lane's cursor ``(position, skip)`` — plus what it is valid
 for: the plan's ``config_hash``, the tokenizer fingerprint, field, ``max_length``, packing algorithm,
 global batch and lanes. An estimated plan's state also carries the run's length (``num_steps``, with the
-``drop_last`` it was computed for), so a resumed run does not measure it again (``zephon.executor.pack.run_length``).
+``drop_last`` it was computed for), so a resumed run does not measure it again (``zephon.executor.pack.run_length``)
+— with user operators, also what they made of the documents it was measured on (``outputs``), which a resume
+measures again and compares (``zephon.executor.operators.outputs_digest``).
 Loading a state made for anything else is refused with a message naming what
 differs. Resuming seeks (row-group statistics, lane cursors); it never replays the plan.
 
@@ -28,6 +30,7 @@ from typing import Any
 
 from zephon.checks import is_int
 from zephon.errors import ConfigError, PlanWarning
+from zephon.executor.operators import differing_outputs
 from zephon.executor.operators import names as operator_names
 from zephon.plan.manifest import Manifest
 
@@ -210,6 +213,9 @@ def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
                 f"states must be taken at the same point, got step {first['step']} microbatch {first['microbatch']} "
                 f"and step {other['step']} microbatch {other['microbatch']} — checkpoint all ranks together"
             )
+    made = {s["num_steps"].get("outputs") for s in states if isinstance(s.get("num_steps"), dict)} - {None}
+    if len(made) > 1:  # the ranks' operators made other documents of the calibration (operators.outputs_digest)
+        raise differing_outputs("on another rank (the states merged)")
     cursors: dict[str, list[int]] = {}
     for state in states:
         for lane, cursor in state["lane_cursors"].items():

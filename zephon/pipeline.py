@@ -84,7 +84,7 @@ class Pipeline:
         self._stats_from: HandedStats | None = None
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
         #: ones starts from it instead of calibrating again.
-        self._known_steps: tuple[ExecutorSpec, Geometry, int] | None = None
+        self._known_steps: tuple[ExecutorSpec, Geometry, int, str | None] | None = None
         self._opened: OpenedRun | None = None
         self._kept: KeptRunner | None = None  # the runner num_steps() calibrated, for the next iteration
 
@@ -375,7 +375,8 @@ class Pipeline:
         except BaseException:
             runner.close()  # the calibration's open shards and shard cache pins
             raise
-        self._known_steps = (runner.spec, runner.geometry, steps)  # the next iteration does not calibrate again
+        outputs = getattr(runner, "outputs", None)  # what its operators made of the calibration documents
+        self._known_steps = (runner.spec, runner.geometry, steps, outputs)  # the next iteration: not calibrated again
         self._kept = KeptRunner.of(runner, self._pending_state)
         return steps
 

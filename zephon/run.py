@@ -99,7 +99,7 @@ class OpenedRun:
         stats: RunStats,
         worker: tuple[int, int] = (0, 1),
         pieces: int = 1,
-        known: tuple[ExecutorSpec, Geometry, int] | None = None,
+        known: tuple[ExecutorSpec, Geometry, int, str | None] | None = None,
     ) -> RankRunner | RecordRunner:
         """This process's runner of ``spec`` over the opened bundle, from ``state``; ``known``: a ``num_steps()``
         an earlier runner of the same spec and geometry computed (then not calibrated again)."""
@@ -111,6 +111,7 @@ class OpenedRun:
                     "record pipeline — use DataLoader(pipeline.to_torch_dataset(), batch_size=None, num_workers=N)"
                 )
             return RecordRunner(self.plan, spec, geometry, state=state, stats=stats, worker=worker)
+        same = known is not None and known[:2] == (spec, geometry)
         return RankRunner(
             self.plan,
             spec,
@@ -120,7 +121,8 @@ class OpenedRun:
             stats=stats,
             worker=worker,
             pieces=pieces,
-            known_steps=known[2] if known is not None and known[:2] == (spec, geometry) else None,
+            known_steps=known[2] if same else None,
+            known_outputs=known[3] if same else None,
         )
 
 
