@@ -40,6 +40,7 @@ from zephon.executor.records.runner import RecordRunner
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import gather_states
+from zephon.keywords import known_keywords
 from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
 from zephon.run import KeptRunner, OpenedRun
@@ -132,6 +133,7 @@ class Pipeline:
         new._opened = self._opened  # the same bundle; the encoder is reused only for the same settings
         return new
 
+    @known_keywords
     def options(
         self,
         *,
@@ -190,6 +192,7 @@ class Pipeline:
                 require_bool(changes[key], name)
         return self._with(**changes)
 
+    @known_keywords
     def tokenize(
         self,
         *,
@@ -217,6 +220,7 @@ class Pipeline:
         )
         return self._with(tokenize=spec)
 
+    @known_keywords
     def tokenize_chat(
         self,
         *,
@@ -245,6 +249,7 @@ class Pipeline:
         )
         return self._with(tokenize=spec)
 
+    @known_keywords
     def map_transform(
         self, fn: Callable[..., dict[str, Any] | None], *, version: str | int | None = None, seeded: bool = False
     ) -> Pipeline:
@@ -259,6 +264,7 @@ class Pipeline:
         size."""
         return self._with(operators=(*self._spec.operators, Operator.of("map_transform", fn, version, seeded=seeded)))
 
+    @known_keywords
     def map_batch(
         self, fn: Callable[[list[dict[str, Any]]], list[dict[str, Any] | None]], *, version: str | int | None = None
     ) -> Pipeline:
@@ -267,6 +273,7 @@ class Pipeline:
         start-up like determinism (docs/operators.md)."""
         return self._with(operators=(*self._spec.operators, Operator.of("map_batch", fn, version)))
 
+    @known_keywords
     def pack_flat(
         self, *, max_length: int, algorithm: str = "wrap", pad_token_id: int | None = None, oversize: str = "split"
     ) -> Pipeline:
@@ -274,10 +281,12 @@ class Pipeline:
         spec = PackSpec(max_length=max_length, algorithm=algorithm, pad_token_id=pad_token_id, oversize=oversize)
         return self._with(pack=spec)
 
+    @known_keywords
     def pack_samples(self, *, max_cost: int, algorithm: str = "best_fit", oversize: str = "refuse") -> Pipeline:
         """Records grouped into rows at plan time, none costing over ``max_cost`` (docs/records.md)."""
         return self._with(sample_pack=SamplePackSpec(max_cost=max_cost, algorithm=algorithm, oversize=oversize))
 
+    @known_keywords
     def batch(
         self,
         *,

@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from zephon.checks import plain_numbers, require_bool, require_positive
 from zephon.errors import ConfigError
+from zephon.keywords import known_keywords
 
 #: ``TokenizeSpec.special_tokens`` modes: BOS and EOS, one of them, none, or what the tokenizer itself adds.
 SPECIAL_TOKENS = ("bos_eos", "bos", "eos", "none", "tokenizer_default")
@@ -29,6 +30,7 @@ CHAT_FIELDS = {"messages": "messages", "alpaca": "instruction", "sharegpt": "con
 LOSS_ON = ("assistant", "all")
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ChatSpec:
     """Settings of ``Pipeline.tokenize_chat`` (``zephon.executor.encode.chat_render``).
@@ -55,6 +57,7 @@ class ChatSpec:
             raise ConfigError(f"chat_template must be a non-empty Jinja string or None, got {self.chat_template!r}")
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenizeSpec:
     """Settings of ``Pipeline.tokenize`` (and ``Pipeline.tokenize_chat``, with ``chat`` set).
@@ -123,6 +126,7 @@ class TokenizeSpec:
 MAX_LENGTH_BOUND = 2**24
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PackSpec:
     """Settings of ``Pipeline.pack_flat``.
@@ -165,6 +169,7 @@ class PackSpec:
 SAMPLE_OVERSIZE = ("refuse", "drop")
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class SamplePackSpec:
     """Settings of ``Pipeline.pack_samples``: samples grouped into rows at plan time by their costs.
@@ -197,6 +202,7 @@ class SamplePackSpec:
         return {"algorithm": self.algorithm, "max_cost": self.max_cost, "oversize": self.oversize}
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class BatchSpec:
     """Settings of ``Pipeline.batch``.
@@ -221,6 +227,7 @@ class BatchSpec:
             raise ConfigError(f"global_batch_size must be an integer ≥ microbatch_size, got {g!r}")
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CacheOptions:
     """The local shard cache that remote shards are downloaded into before they are read.
@@ -266,6 +273,7 @@ _PREFIX = re.compile(r"^(s3|gs|gcs|az|abfs|abfss)://[^/]+(/.*)?$")
 READ_MODES = ("auto", "cache", "range")
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StoreCredentials:
     """Credentials or an endpoint for the objects under one URL prefix, replacing the environment there.
@@ -303,6 +311,7 @@ class StoreCredentials:
         return f"StoreCredentials(prefix={self.prefix!r}, env=<{', '.join(sorted(self.env)) or 'empty'}>)"
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StoreOptions:
     """How the executor reaches shards.

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from zephon.keywords import known_keywords
 from zephon.recipe.work_source import (
     MixtureSpec,
     OnExhaustion,
@@ -38,6 +39,7 @@ class StaticMixtureWorkSource(WorkSource):
     __doc__ = WorkSource.__doc__
     __slots__ = ()
 
+    @known_keywords
     def plan(
         self,
         out_dir: str | Path,

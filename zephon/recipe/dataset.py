@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from zephon.errors import ConfigError, DatasetError
+from zephon.keywords import known_keywords
 from zephon.plan.records import ShardInfo
 from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.selection import Selection
@@ -67,6 +68,7 @@ class Dataset:
             )
 
     @classmethod
+    @known_keywords
     def from_path(
         cls,
         name: str,

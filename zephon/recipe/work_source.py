@@ -16,9 +16,11 @@ from typing import Literal
 
 from zephon.checks import is_int, is_number, plain, plain_numbers, require_bool, require_positive
 from zephon.errors import ConfigError
+from zephon.keywords import known_keywords
 from zephon.recipe.dataset import Dataset
 
 
+@known_keywords
 @dataclass(frozen=True, slots=True)
 class MixtureSpec:
     """Target proportions per dataset name, e.g. ``MixtureSpec({"web": 0.7, "code": 0.3})``.
@@ -47,6 +49,7 @@ class MixtureSpec:
         object.__setattr__(self, "weights", dict(self.weights))
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokenEstimation:
     """Mix by tokens instead of documents, estimating each document's tokens (see docs/plans.md).
@@ -84,6 +87,7 @@ class TokenEstimation:
             )
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ShuffleSpec:
     """How documents are shuffled, per dataset and epoch, from the work source's seed.
@@ -108,6 +112,7 @@ PhaseUnit = Literal["fraction", "documents", "tokens", "steps", "cost"]
 PHASE_UNITS: tuple[str, ...] = ("fraction", "documents", "tokens", "steps", "cost")
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Phase:
     """From ``start`` on, the plan mixes by ``mixture`` (until the next phase or the end of the plan).
@@ -177,6 +182,7 @@ class Phase:
 OnExhaustion = Literal["new_epoch", "stop"]
 
 
+@known_keywords
 @dataclass(frozen=True, kw_only=True, slots=True)
 class WorkSource:
     """A fixed mixture of datasets, interleaved so that every prefix of the plan holds the proportions.
