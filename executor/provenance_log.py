@@ -29,9 +29,37 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
 from zephon.executor.read.skipped_documents import SkippedDocument
+
+
+def _claim(path: Path, plan: str) -> None:
+    """Refuse to replace what is at ``path`` unless it is a log of this ``plan`` — the same steps logged again — or
+    a log a crash cut short (Parquet's opening ``PAR1`` and no footer: unreadable, so nothing is lost). Another
+    plan's log, or any other file, is never overwritten (``provenance_dir`` shared by two runs, or pointed at a
+    folder of the user's)."""
+    if not (path.exists() or path.is_symlink()):
+        return
+    what = "not a Zephon provenance log"
+    if path.is_file() and not path.is_symlink():
+        try:
+            theirs = (pq.read_schema(path).metadata or {}).get(b"zephon.plan")
+        except (OSError, pa.ArrowInvalid):
+            with path.open("rb") as f:
+                if f.read(4) == b"PAR1":
+                    return
+        else:
+            if theirs == plan.encode():
+                return
+            if theirs is not None:
+                what = f"a log of another plan (config_hash {theirs.decode(errors='replace')[:16]}…)"
+    raise ConfigError(
+        f"provenance_dir must hold this plan's logs only, got {path}: {what} — choose another provenance_dir, "
+        "or move that file away (nothing was replaced)"
+    )
+
 
 LOG_SCHEMA = pa.schema(
     [
@@ -93,6 +121,8 @@ class ProvenanceLog:
             meta["zephon.unit"] = header.unit
         self.path = directory / name
         self.skipped_path = directory / f"skipped-{name}"
+        for path in (self.path, self.skipped_path):
+            _claim(path, header.plan)
         self._meta = meta
         self._writer = pq.ParquetWriter(self.path, LOG_SCHEMA.with_metadata(meta), compression="zstd")
         self._parts: list[pa.Table] = []

@@ -162,3 +162,30 @@ def test_documents_skipped_by_the_policy_are_reported_not_mismatched(tokenizer_d
     bad = check_log(plan, log)
     assert not bad.ok
     assert bad.mismatches[0].startswith(f"position {logged} was skipped (null_text), got its tokens in sequence")
+
+
+def test_a_log_is_replaced_only_by_a_log_of_its_own_plan(plans, tokenizer_dir, tmp_path) -> None:
+    """provenance_dir shared by two runs, or pointed at a folder of the user's: nothing but this plan's own log (or
+    one a crash left without its footer) is overwritten."""
+    import pytest as _pytest
+
+    from zephon.errors import ConfigError
+
+    log = tmp_path / "log"
+    run(plans["wrap"], tokenizer_dir, log, ranks=1)
+    (first,) = sorted(log.glob("rank-*.parquet"))
+    before = first.read_bytes()
+    run(plans["wrap"], tokenizer_dir, log, ranks=1)  # the same plan's steps logged again: replaced
+    assert check_log(plans["wrap"], log).ok and first.read_bytes() == before
+    with _pytest.raises(ConfigError, match=rf"^provenance_dir must hold this plan's logs only, got {first}: a log of "
+                        r"another plan \(config_hash [0-9a-f]{16}…\) — choose another provenance_dir, or move that "
+                        r"file away \(nothing was replaced\)$"):
+        run(plans["best_fit"], tokenizer_dir, log, ranks=1, algorithm="best_fit")
+    assert first.read_bytes() == before
+    first.write_text("my notes\n")  # a file of the user's under that name
+    with _pytest.raises(ConfigError, match=r"got \S+: not a Zephon provenance log — "):
+        run(plans["wrap"], tokenizer_dir, log, ranks=1)
+    assert first.read_text() == "my notes\n"
+    first.write_bytes(before[: len(before) // 2])  # a log a crash cut short: PAR1 and no footer
+    run(plans["wrap"], tokenizer_dir, log, ranks=1)
+    assert first.read_bytes() == before
