@@ -158,3 +158,30 @@ def test_held_documents_are_counted_once_and_dropped_when_passed() -> None:
     assert (stats.truncated, stats.truncated_tokens) == ({"code": 1, "web": 1}, {"code": 8, "web": 3})
     held.drop_before(7)  # 6's first token was another process's: forgotten
     assert len(held) == 0
+
+
+def test_a_chat_run_counts_the_conversations_cut_too(tmp_path) -> None:
+    from support.chat_data import conversation, write_jsonl
+
+    from zephon.specs import ChatSpec
+
+    tok = build_tokenizer(tmp_path / "chat-tok")
+    data = write_jsonl(tmp_path / "chat", [{"messages": conversation(i)} for i in range(40)])
+    source = StaticMixtureWorkSource(datasets=[Dataset.from_path("chat", str(data))], mixture=MixtureSpec({"chat": 1}), seed=3)
+    chat = TokenizeSpec(tokenizer_id=str(tok), field="messages", chat=ChatSpec())
+    plan = source.plan(tmp_path / "plan", tokenize=chat, pack=PackSpec(max_length=48))
+    whole = make_encoder(chat)
+    rows = [json.loads(line) for f in sorted(data.glob("*.jsonl")) for line in f.read_text().splitlines()]
+    sizes = whole.encode_flat([whole.converter.final(r) for r in rows]).sizes
+    limit = int(sorted(sizes)[len(sizes) // 2])  # about half the conversations are longer
+    pipe = (
+        Pipeline.from_plan(plan)
+        .tokenize_chat(tokenizer_id=str(tok), max_tokens=limit)
+        .pack_flat(max_length=48)
+        .batch(microbatch_size=2, drop_last=False)
+    )
+    for _ in pipe:
+        pass
+    longer = sizes[sizes > limit]
+    assert 0 < len(longer) < len(sizes)
+    assert _counts(pipe) == {"chat": (len(longer), int((longer - limit).sum()))}
