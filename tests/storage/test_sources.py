@@ -72,6 +72,29 @@ def test_unknown_format_is_refused(tmp_path) -> None:
         Dataset.from_path("web", tmp_path / "d")
 
 
+def test_files_beside_the_shards_that_look_like_data_are_named_in_a_warning(make_parquet, make_jsonl) -> None:
+    import warnings
+
+    from zephon.errors import ZephonWarning
+
+    directory = make_parquet("web", [2, 3])
+    for side in ("README.md", "dataset_info.json", "state.json", "LICENSE", "checksums.sha256"):
+        (directory / side).write_text("metadata")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # metadata beside the shards: no warning
+        assert len(Dataset.from_path("web", directory).files) == 2
+    (directory / "data-00000-of-00001.arrow").write_bytes(b"ARROW1")  # datasets.save_to_disk's
+    (directory / "more.json").write_text('{"text": "a"}\n')
+    with pytest.warns(ZephonWarning, match=r"^dataset 'web': 2 file\(s\) beside its shards are not read, in a format "
+                      r"Zephon does not read: '\S+data-00000-of-00001.arrow', '\S+more.json' — convert them to "
+                      r"Parquet or JSONL if they are data, or move them out of the dataset's folder$"):
+        assert len(Dataset.from_path("web", directory).files) == 2
+    lines = make_jsonl("code", [2])
+    (lines / "part-00001.jsonl.bz2").write_bytes(b"BZh9")  # a compression Zephon does not read
+    with pytest.warns(ZephonWarning, match=rf"1 file\(s\) .*'\S+part-00001.jsonl.bz2' — .* move them out of {lines}$"):
+        assert len(Dataset.from_path("code", lines).files) == 1
+
+
 def test_mixed_formats_are_refused(make_parquet, tmp_path) -> None:
     directory = make_parquet("web", [2])
     (directory / "extra.jsonl").write_text('{"text": "a"}\n')

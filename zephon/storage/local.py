@@ -12,8 +12,10 @@ a plan written into a dataset's folder is never read back as its data), and a sy
 already listed (a link to an ancestor, or a second path to the same files). Other links to directories are
 followed, so a folder of links to shard folders is a dataset.
 Parquet, JSONL and tar cannot be mixed in one dataset; JSONL files may mix compressions. In a directory, files
-of other formats (README.md, checksums) are ignored when shards are present; a file named directly or
-matched by a glob must be a shard.
+of other formats (README.md, checksums) are ignored when shards are present — those that look like data
+(``_data_like``: an ``.arrow`` of ``datasets.save_to_disk``, a ``.json`` of JSON lines, a ``.jsonl.bz2``) are
+named in a ``ZephonWarning``, never left out silently; a file named directly or matched by a glob must be a
+shard.
 
 Errors show a path in its absolute, normalized form (``display_path``: ``/a/bad/../data/nope`` is shown as
 ``/a/data/nope``), so the message names the place that was looked at, whatever the working directory was.
@@ -44,6 +46,12 @@ _SUFFIXES: tuple[tuple[str, str], ...] = (
     (".tar", "tar"),
 )
 SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
+#: Files beside shards that look like data in a format Zephon does not read (``_data_like``): left out, as every
+#: other file of a directory is, but named in a warning — data is never left out silently.
+_DATA_MARKS = (".jsonl", ".ndjson", ".parquet", ".arrow", ".feather", ".csv", ".tsv", ".avro", ".orc", ".tar")
+_DATA_ENDS = (".json", ".json.gz", ".json.zst", ".json.zstd", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx")
+#: Metadata datasets carry beside their data (Hugging Face's save_to_disk folders and Hub dataset repos, MDS).
+_METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", "index.json"})
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,6 +99,15 @@ def detect_format(name: str) -> str | None:
         if lower.endswith(suffix):
             return fmt
     return None
+
+
+def _data_like(uri: str) -> bool:
+    """Whether a file of no supported format looks like data by its name (``_DATA_MARKS``, ``_DATA_ENDS``): a
+    ``.jsonl.bz2``, an ``.arrow`` of ``datasets.save_to_disk``, a ``.json`` of JSON lines; not metadata."""
+    name = uri.rsplit("/", 1)[-1].lower()
+    if name in _METADATA or name.endswith(".zephon.json"):
+        return False
+    return any(mark in name for mark in _DATA_MARKS) or name.endswith(_DATA_ENDS)
 
 
 def family(fmt: str) -> str:
@@ -279,6 +296,14 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
             f"got unknown format for {unknown[0]!r}"
             + (f" and {len(unknown) - 1} more" if len(unknown) > 1 else "")
             + " — convert them or point the path at the data files"
+        )
+    data = [uri for uri in unknown if _data_like(uri)]
+    if data:
+        where = os.path.dirname(data[0]) if len(data) == 1 else "the dataset's folder"
+        warn(
+            f"dataset {dataset!r}: {len(data)} file(s) beside its shards are not read, in a format Zephon does not "
+            f"read: {', '.join(map(repr, data[:3]))}{' …' if len(data) > 3 else ''} — convert them to Parquet or "
+            f"JSONL if they are data, or move them out of {where}"
         )
     families = sorted({family(f.format) for f in found})
     if len(families) > 1:
