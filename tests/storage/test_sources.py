@@ -70,6 +70,13 @@ def test_unknown_format_is_refused(tmp_path) -> None:
     (tmp_path / "d" / "data.csv").write_text("a,b\n")
     with pytest.raises(DatasetError, match="must be Parquet or JSONL .* got unknown format for .*data.csv"):
         Dataset.from_path("web", tmp_path / "d")
+    (tmp_path / "saved").mkdir()  # what datasets.save_to_disk writes: the refusal says how to convert it
+    (tmp_path / "saved" / "data-00000-of-00001.arrow").write_bytes(b"ARROW1")
+    (tmp_path / "saved" / "state.json").write_text("{}")
+    with pytest.raises(DatasetError, match=r"data-00000-of-00001.arrow' and 1 more — convert them or point the path "
+                       r"at the data files \(Arrow files of datasets.save_to_disk: datasets.load_from_disk\(DIR\)"
+                       r".to_parquet\('web.parquet'\)\)$"):
+        Dataset.from_path("web", tmp_path / "saved")
 
 
 def test_files_beside_the_shards_that_look_like_data_are_named_in_a_warning(make_parquet, make_jsonl) -> None:

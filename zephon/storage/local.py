@@ -101,6 +101,10 @@ def detect_format(name: str) -> str | None:
     return None
 
 
+#: The refusal of ``.arrow`` files (what ``datasets.save_to_disk`` writes) says how to convert them.
+_ARROW_HINT = " (Arrow files of datasets.save_to_disk: datasets.load_from_disk(DIR).to_parquet('web.parquet'))"
+
+
 def _data_like(uri: str) -> bool:
     """Whether a file of no supported format looks like data by its name (``_DATA_MARKS``, ``_DATA_ENDS``): a
     ``.jsonl.bz2``, an ``.arrow`` of ``datasets.save_to_disk``, a ``.json`` of JSON lines; not metadata."""
@@ -296,6 +300,7 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
             f"got unknown format for {unknown[0]!r}"
             + (f" and {len(unknown) - 1} more" if len(unknown) > 1 else "")
             + " — convert them or point the path at the data files"
+            + (_ARROW_HINT if any(u.lower().endswith(".arrow") for u in unknown) else "")
         )
     data = [uri for uri in unknown if _data_like(uri)]
     if data:
