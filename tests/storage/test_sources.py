@@ -31,6 +31,48 @@ def test_jsonl_formats_are_detected_and_counted(make_jsonl, compression) -> None
     assert [s.rows for s in ds.shards()] == [5, 2]
 
 
+@pytest.mark.parametrize("suffix", [".json.gz", ".json.zst"])
+def test_json_lines_named_json_gz_or_zst_are_read_as_jsonl(tmp_path, tokenizer_dir, suffix) -> None:
+    """C4 (``c4-train.00000-of-01024.json.gz``) and Dolma (``.json.gz``, ``.json.zst``) name JSON lines so: the
+    same batches as the same lines named ``.jsonl.gz``."""
+    import gzip
+    import json
+
+    import zstandard
+
+    from zephon import Pipeline
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    lines = "".join(json.dumps({"text": f"document {i} " * (i % 7 + 1), "url": f"u{i}"}) + "\n" for i in range(30))
+    pack = gzip.compress if suffix == ".json.gz" else zstandard.ZstdCompressor().compress
+    runs = []
+    for folder, name in (("named", f"c4-train.00000-of-00002{suffix}"), ("jsonl", f"part-0{suffix.replace('json', 'jsonl')}")):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / name).write_bytes(pack(lines.encode()))
+        ds = Dataset.from_path("web", tmp_path / folder)
+        assert [f.format for f in ds.files] == [f"jsonl{suffix[5:]}"] and [s.rows for s in ds.shards()] == [30]
+        src = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"web": 1.0}), seed=3)
+        pipe = Pipeline(src).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33).batch(microbatch_size=2)
+        runs.append([b.tokens.tolist() for b in pipe])
+    assert runs[0] == runs[1] and len(runs[0]) > 3
+
+
+@pytest.mark.parametrize("text", ['[\n  {"text": "a"},\n  {"text": "b"}\n]\n', '[{"text": "a"}, {"text": "b"}]'])
+def test_one_json_array_in_place_of_json_lines_is_refused_as_the_whole_file(tmp_path, text) -> None:
+    """``json.dump`` of a list (Alpaca's data): every line, or its one line, would be a bad document."""
+    import gzip
+
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "alpaca.json.gz").write_bytes(gzip.compress(text.encode()))
+    with pytest.raises(DatasetError, match=r"^dataset 'web': shard \S+alpaca.json.gz must be readable jsonl.gz, got one "
+                       r"JSON array, not JSON lines \(one object per line\): convert it with jq -c '\.\[\]' FILE > "
+                       r"FILE.jsonl — re-export or remove the file$"):
+        Dataset.from_path("web", tmp_path / "d").shards()
+    (tmp_path / "d" / "alpaca.json.gz").unlink()
+    (tmp_path / "d" / "ok.jsonl").write_text('[1, 2]\n{"text": "a"}\n')  # a JSONL whose first row is bad: a row
+    assert [s.rows for s in Dataset.from_path("web", tmp_path / "d").shards()] == [2]
+
+
 def test_jsonl_blank_lines_and_crlf_are_handled(tmp_path) -> None:
     f = tmp_path / "a.jsonl"
     f.write_bytes(b'{"text":"a"}\r\n\n{"text":"b"}\n{"text":"c"}')

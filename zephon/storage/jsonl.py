@@ -11,16 +11,19 @@ tools call "Unicode") splits on its ``0A`` bytes into lines full of NULs, every 
 whole file of bad documents, which the skip policy would count away. ``decompress`` refuses such a file instead,
 as it refuses a truncated stream: by its byte order mark, or, without one, by a NUL byte beside the first
 character (no UTF-8 JSON text starts with a NUL). Example: ``b"\\xff\\xfe{\\x00"`` → ValueError "UTF-16 text (byte
-order mark FF FE), not UTF-8: convert it with iconv -f UTF-16 -t UTF-8".
+order mark FF FE), not UTF-8: convert it with iconv -f UTF-16 -t UTF-8". So is one JSON array in place of JSON
+lines (a ``.json`` dump of a list): ``b'[\n  {"text": "a"}\n]'`` → ValueError "one JSON array, not JSON lines".
 """
 
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 
 import numpy as np
 
+_VISIBLE = re.compile(rb"\S")
 #: Byte order marks of the wide Unicode encodings, UTF-32 LE's before the UTF-16 LE one it begins with.
 _WIDE_BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32"),
@@ -68,7 +71,23 @@ def _utf8(data: bytes) -> bytes:
             f"UTF-16 text without a byte order mark (a NUL byte beside the first character), not UTF-8: convert it "
             f"with iconv -f UTF-16{order} -t UTF-8"
         )
+    _not_an_array(data)
     return data
+
+
+def _not_an_array(data: bytes) -> None:
+    """Refuse one JSON array (``[{...}, {...}]``, what ``json.dump`` of a list writes: Alpaca's data, for one) in
+    place of JSON lines — pretty-printed (its first line ``[``) or on one line — a whole file whose every line the
+    skip policy would count away, or one bad row."""
+    found = _VISIBLE.search(data, 0, 1 << 16)  # (no copy of the data: a shard may be large)
+    if found is None or data[found.start() : found.start() + 1] != b"[":
+        return
+    end = data.find(b"\n", found.start())
+    one_line = end < 0 or _VISIBLE.search(data, end) is None
+    if one_line or data[found.start() : end].strip() == b"[":
+        raise ValueError(
+            "one JSON array, not JSON lines (one object per line): convert it with jq -c '.[]' FILE > FILE.jsonl"
+        )
 
 
 def _zstd_frames(data: bytes) -> bytes:

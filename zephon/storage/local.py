@@ -1,10 +1,11 @@
 """Finding the shards of a local dataset path: a directory, a glob or a single file.
 
 Formats are detected from file names: ``.parquet``/``.pq`` → parquet; ``.jsonl``/``.ndjson`` → jsonl;
-``.jsonl.gz``/``.ndjson.gz`` → jsonl.gz; ``.jsonl.zst``/``.jsonl.zstd`` → jsonl.zst; ``.tar`` → tar and
-``.tar.gz``/``.tgz`` → tar.gz (WebDataset shards, record pipelines: docs/records.md). A directory is listed
-recursively (hidden files and names starting with ``_`` or ``.`` are skipped, as Spark and Hive writers
-use them for markers); shards are sorted by path, so the shard order never depends on the file system.
+``.jsonl.gz``/``.ndjson.gz`` → jsonl.gz; ``.jsonl.zst``/``.jsonl.zstd`` → jsonl.zst (and ``.json.gz``,
+``.json.zst``: JSON lines by the name C4 and Dolma give them; a plain ``.json`` is left alone, as metadata often is
+one); ``.tar`` → tar and ``.tar.gz``/``.tgz`` → tar.gz (WebDataset shards, record pipelines: docs/records.md). A
+directory is listed recursively (hidden files and names starting with ``_`` or ``.`` are skipped, as Spark and Hive
+writers use them for markers); shards are sorted by path, so the shard order never depends on the file system.
 
 Two kinds of subdirectory are not listed, each named in a ``ZephonWarning``: a Zephon plan bundle (plan.json
 with a ``format_version`` beside shards.parquet and samples.parquet, ``zephon.plan.format.BUNDLE_MARKER``:
@@ -37,6 +38,9 @@ _SUFFIXES: tuple[tuple[str, str], ...] = (
     (".ndjson.gz", "jsonl.gz"),
     (".jsonl.zst", "jsonl.zst"),
     (".jsonl.zstd", "jsonl.zst"),
+    (".json.gz", "jsonl.gz"),  # JSON lines by another name: C4's and Dolma's documents
+    (".json.zst", "jsonl.zst"),
+    (".json.zstd", "jsonl.zst"),
     (".parquet", "parquet"),
     (".pq", "parquet"),
     (".jsonl", "jsonl"),
@@ -49,7 +53,7 @@ SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
 #: Files beside shards that look like data in a format Zephon does not read (``_data_like``): left out, as every
 #: other file of a directory is, but named in a warning — data is never left out silently.
 _DATA_MARKS = (".jsonl", ".ndjson", ".parquet", ".arrow", ".feather", ".csv", ".tsv", ".avro", ".orc", ".tar")
-_DATA_ENDS = (".json", ".json.gz", ".json.zst", ".json.zstd", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx")
+_DATA_ENDS = (".json", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx")
 #: Metadata datasets carry beside their data (Hugging Face's save_to_disk folders and Hub dataset repos, MDS).
 _METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", "index.json"})
 
