@@ -108,6 +108,25 @@ def test_a_member_without_its_partner_is_one_line_naming_shard_and_key(tmp_path:
         plan_of(folder, tmp_path / "plan")
 
 
+def test_a_partner_that_is_a_link_is_named_as_one(tmp_path: Path):
+    """A sample's member stored as a symbolic link (a deduplicated image): samples hold files, as webdataset reads
+    them, so the partner is missing — and the line says it is there as a link, not to add it."""
+    folder = tmp_path / "wds"
+    folder.mkdir()
+    write_shard(folder / "000.tar", 0, skip=("0000003", "jpg"))
+    with tarfile.open(folder / "000.tar", "a") as tar:
+        info = tarfile.TarInfo("0000003.jpg")
+        info.type, info.linkname = tarfile.SYMTYPE, "0000002.jpg"
+        tar.addfile(info)
+    with pytest.raises(
+        DatasetError,
+        match=r"key '0000003' must have the members jpg, json, txt like the shard's first key, got no jpg "
+        r"\(0000003.jpg is a link, not a file: samples hold files, as in webdataset\) — write the file itself "
+        r"\(tar --dereference\)$",
+    ):
+        plan_of(folder, tmp_path / "plan")
+
+
 def test_a_member_without_an_extension_is_one_line_naming_it(tmp_path: Path):
     """A name without a dot has no key/extension split: it was a sample of its own with extension '' (and the
     partner error then printed an empty extension list)."""

@@ -180,14 +180,19 @@ def _index(members: list[tuple[str, int, int, bool]], end: int, size: int, where
             "together (as webdataset does)"
         )
     extensions = tuple(sorted(rows[0])) if rows else ()
+    others = {name for name, _, _, is_file in members if not is_file}  # directories, links: not sample members
     for key, row in zip(keys, rows, strict=True):
         if tuple(sorted(row)) != extensions:
             missing = sorted(set(extensions) - set(row))
             extra = sorted(set(row) - set(extensions))
             got = f"no {', '.join(missing)}" if missing else f"an extra {', '.join(extra)}"
+            linked = next((f"{key}.{e}" for e in missing if f"{key}.{e}" in others), None)
+            if linked:  # there, but as a link or special member: samples hold files, as webdataset reads them
+                got += f" ({linked} is a link, not a file: samples hold files, as in webdataset)"
+            fix = "write the file itself (tar --dereference)" if linked else "add its partner or remove the member"
             raise DatasetError(
                 f"{where} key {key!r} must have the members {', '.join(extensions)} like the shard's first key, got "
-                f"{got} — add its partner or remove the member"
+                f"{got} — {fix}"
             )
     offsets = np.array([[row[e][0] for e in extensions] for row in rows], np.int64).reshape(len(rows), len(extensions))
     sizes = np.array([[row[e][1] for e in extensions] for row in rows], np.int64).reshape(len(rows), len(extensions))
