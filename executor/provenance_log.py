@@ -29,7 +29,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from zephon.errors import ConfigError
+from zephon.errors import ConfigError, one_line
 from zephon.executor.batch import Batch
 from zephon.executor.geometry import Geometry
 from zephon.executor.read.skipped_documents import SkippedDocument
@@ -108,7 +108,13 @@ class ProvenanceLog:
         g = header.geometry
         self.rank = g.dp_rank
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # a file where a folder must be, no permission, a full disk
+            raise ConfigError(
+                f"provenance_dir {str(directory)!r} must be a folder Zephon can make, got {one_line(exc)} — choose "
+                "another provenance_dir"
+            ) from None
         name = f"rank-{g.dp_rank:05d}-worker-{header.worker:02d}-from-{header.first_step:09d}.parquet"
         meta = {
             "zephon.plan": header.plan,

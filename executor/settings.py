@@ -75,6 +75,8 @@ class ExecutorSpec:
             raise ConfigError(f'on_bad_document must be "raise" or "skip", got {self.on_bad_document!r}')
         if self.dp_rank is not None or self.dp_size is not None:
             resolve_dp(self.dp_rank, self.dp_size)  # both or neither, rank in [0, size)
+        if self.provenance_dir is not None:
+            _check_log_dir(self.provenance_dir)
         if self.pack is None or self.batch is None:
             return
         cells = self.batch.microbatch_size * self.pack.max_length
@@ -155,6 +157,20 @@ def handed_counts(
     docs = np.bincount(cell, weights=pieces["doc_start"] == 0, minlength=size).astype(np.int64)
     toks = np.bincount(cell, weights=pieces["length"], minlength=size).astype(np.int64)
     return docs.reshape(batches, num_datasets).tolist(), toks.reshape(batches, num_datasets).tolist()
+
+
+def _check_log_dir(path: object) -> None:
+    """``provenance_dir``: a local folder, or a path where one can be made — not empty (the working directory), not
+    a URL (it would be a local folder named ``s3:``), not a file."""
+    if not isinstance(path, str) or not path.strip():
+        raise ConfigError(f"provenance_dir must name a local folder, got {path!r} — pass a path such as 'logs/run1'")
+    if "://" in path:
+        raise ConfigError(
+            f"provenance_dir must be a local folder, got {path!r} — logs are written where the rank runs: log to a "
+            "local folder and copy it to the store afterwards"
+        )
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise ConfigError(f"provenance_dir must be a folder, got a file at {path!r} — choose another provenance_dir")
 
 
 @dataclass(slots=True)

@@ -189,3 +189,30 @@ def test_a_log_is_replaced_only_by_a_log_of_its_own_plan(plans, tokenizer_dir, t
     first.write_bytes(before[: len(before) // 2])  # a log a crash cut short: PAR1 and no footer
     run(plans["wrap"], tokenizer_dir, log, ranks=1)
     assert first.read_bytes() == before
+
+
+def test_a_provenance_dir_that_cannot_be_a_local_folder_is_one_line(plans, tokenizer_dir, tmp_path) -> None:
+    """An empty path logged into the working directory; a URL into a local folder named 's3:'; a file was
+    FileExistsError; a file above it NotADirectoryError."""
+    import pytest as _pytest
+
+    from zephon.errors import ConfigError
+    from zephon.executor.settings import ExecutorSpec
+
+    (tmp_path / "afile").write_text("mine")
+    cases = [
+        ("", r"^provenance_dir must name a local folder, got '' — pass a path such as 'logs/run1'$"),
+        ("  ", r"^provenance_dir must name a local folder, got '  '"),
+        ("s3://bucket/logs", r"^provenance_dir must be a local folder, got 's3://bucket/logs' — logs are written where "
+         r"the rank runs: log to a local folder and copy it to the store afterwards$"),
+        (str(tmp_path / "afile"), r"^provenance_dir must be a folder, got a file at '\S+afile' — choose another"),
+    ]  # fmt: skip
+    for path, message in cases:
+        with _pytest.raises(ConfigError, match=message):  # refused as the option is given
+            ExecutorSpec(provenance_dir=path)
+        with _pytest.raises(ConfigError, match=message):
+            Pipeline.from_plan(plans["wrap"]).options(provenance_dir=path)
+    with _pytest.raises(ConfigError, match=r"^provenance_dir '\S+afile/sub' must be a folder Zephon can make, got "
+                        r"\[Errno 20\] Not a directory: .* — choose another provenance_dir$"):
+        run(plans["wrap"], tokenizer_dir, tmp_path / "afile" / "sub", ranks=1)
+    assert (tmp_path / "afile").read_text() == "mine"
