@@ -79,6 +79,9 @@ def _check_replaceable(out_dir: Path, overwrite: bool) -> None:
     user added notes to is refused, with the first foreign entry named.
     """
     if not out_dir.exists() and not out_dir.is_symlink():
+        above = next((a for a in out_dir.absolute().parents if a.exists()), None)  # the nearest that exists
+        if above is not None and not above.is_dir():
+            raise ConfigError(f"plan output must be in a directory, got a file at {above} — choose another path")
         return
     if out_dir.is_symlink() or not out_dir.is_dir():
         raise ConfigError(

@@ -83,6 +83,30 @@ def test_overwrite_replaces_a_plan_bundle_and_an_output_that_is_a_file_is_refuse
     assert file.read_text(encoding="utf-8") == "mine"
 
 
+def test_an_out_dir_that_is_no_local_directory_is_refused_and_nothing_is_made(config, tmp_path, monkeypatch) -> None:
+    """An empty path was the working directory; a blank one a folder named by spaces (and a lock file beside it);
+    an s3:// URL a local folder named 's3:' and an ArrowInvalid; None a TypeError; a file above the output a
+    'File exists' storage error."""
+    config_file, _ = config
+    source = load_work_source(config_file)
+    (tmp_path / "file").write_text("mine", encoding="utf-8")
+    work = tmp_path / "cwd"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    cases = [
+        ("", r"^plan out_dir must name a local directory, got '' — pass a path such as 'plans/web'$"),
+        ("  ", r"^plan out_dir must name a local directory, got '  '"),
+        (None, r"^plan out_dir must name a local directory, got None"),
+        ("s3://bucket/plans/web", r"^plan out_dir must be a local directory, got 's3://bucket/plans/web' — a plan "
+         r"bundle is written locally; copy it where the ranks read it afterwards$"),
+        (tmp_path / "file" / "plan", rf"^plan output must be in a directory, got a file at {tmp_path / 'file'} — "),
+    ]  # fmt: skip
+    for out, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            source.plan(out)
+    assert list(work.iterdir()) == [] and (tmp_path / "file").read_text(encoding="utf-8") == "mine"
+
+
 def _dropping_a_file_while_planning(monkeypatch, out: Path) -> None:
     """A user's file put into ``out`` while the plan is being written (after the samples, before the rename)."""
     from zephon.planner import build
