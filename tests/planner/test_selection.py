@@ -183,7 +183,12 @@ def test_duplicate_sidecar_keys_are_refused_with_an_example(corpus, tmp_path) ->
         ({"dedup_on": "nada"}, r"dataset 'web': dedup_on names column 'nada'"),
         ({"where": "score > 100"}, r"selection must keep at least one row, got 0 of 240"),
         ({"metadata": "side"}, r"metadata= needs key= too"),
-        ({"where": "  "}, r"where must be a non-empty SQL string"),
+        ({"where": "  "}, r"where must be a non-empty SQL predicate, got '  ' — write e.g. where=\"int_score >= 3\""),
+        ({"metadata": "", "key": "id"}, r"metadata must be a non-empty path of a sidecar table, got '' — write e.g. "
+         r"metadata=\"scores/\*\.parquet\""),
+        ({"metadata": "side", "key": " "}, r"key must be a non-empty column name, got ' ' — write e.g. key=\"id\""),
+        ({"order_by": ""}, r"order_by must be a non-empty column or SQL expression, got '' — write e.g. "
+         r"order_by=\"quality DESC\""),
     ],
 )
 def test_bad_selections_fail_in_one_line(corpus, kw, message) -> None:

@@ -23,11 +23,22 @@ __all__ = ["NULLS_RULE", "Selection"]
 NULLS_RULE = "nulls last (ascending and descending)"
 
 
+#: What each selection field is, and an example of it, for the refusal of an empty or non-string one.
+_FIELDS = {
+    "where": ("SQL predicate", 'where="int_score >= 3"'),
+    "metadata": ("path of a sidecar table", 'metadata="scores/*.parquet"'),
+    "key": ("column name", 'key="id"'),
+    "order_by": ("column or SQL expression", 'order_by="quality DESC"'),
+    "dedup_on": ("column or SQL expression", 'dedup_on="url"'),
+}
+
+
 def _text(name: str, field: str, value: object) -> None:
     if value is not None and (not isinstance(value, str) or not value.strip()):
+        what, example = _FIELDS[field]
         raise ConfigError(
-            f"dataset {name!r}: {field} must be a non-empty SQL string, got {value!r} — write e.g. "
-            f'{field}="int_score >= 3" or leave it out'
+            f"dataset {name!r}: {field} must be a non-empty {what}, got {value!r} — write e.g. {example} or leave it "
+            "out"
         )
 
 
