@@ -92,3 +92,25 @@ def test_numpy_execution_settings_are_python_numbers() -> None:
     spec = ExecutorSpec(read_chunk=np.int64(7), tokenizer_threads=np.int32(2), dp_rank=np.int64(1), dp_size=np.int64(2))
     assert (spec.read_chunk, spec.tokenizer_threads, spec.rank()) == (7, 2, (1, 2))
     assert all(type(v) is int for v in (spec.read_chunk, spec.tokenizer_threads, spec.dp_rank, spec.dp_size))
+
+
+def test_a_cache_root_that_cannot_be_a_local_directory_is_one_line(tmp_path) -> None:
+    """An empty root (the working directory), a URL, a file; enabled without a root named None as it was given."""
+    import pytest as _pytest
+
+    from zephon.errors import ConfigError
+    from zephon.io import CacheOptions
+
+    (tmp_path / "afile").write_text("mine")
+    cases = [
+        (dict(enabled=True), r"^CacheOptions.root must be a local directory when enabled=True, got None — pass root="),
+        (dict(enabled=True, root=""), r"^CacheOptions.root must be a local directory when enabled=True, got ''"),
+        (dict(root="  "), r"^CacheOptions.root must be a local directory, got '  '"),
+        (dict(enabled=True, root="s3://b/cache"), r"^CacheOptions.root must be a local directory, got 's3://b/cache' "
+         r"— the cache holds local copies of remote shards: pass a local folder$"),
+        (dict(enabled=True, root=tmp_path / "afile"), r"^CacheOptions.root must be a directory, got a file at "),
+    ]  # fmt: skip
+    for options, message in cases:
+        with _pytest.raises(ConfigError, match=message):
+            CacheOptions(**options)
+    assert CacheOptions(enabled=True, root=tmp_path / "cache").root == str(tmp_path / "cache")  # a Path: its str
