@@ -89,8 +89,10 @@ class TokenizeSpec:
     chat: ChatSpec | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.tokenizer_id, os.PathLike):  # a local directory or file given as a Path: its str
+            object.__setattr__(self, "tokenizer_id", os.fspath(self.tokenizer_id))
         if not isinstance(self.tokenizer_id, str) or not self.tokenizer_id:
-            raise ConfigError(f"tokenizer_id must be a non-empty string, got {self.tokenizer_id!r}")
+            raise ConfigError(f"tokenizer_id must be a non-empty string or path, got {self.tokenizer_id!r}")
         plain_numbers(self, "add_bos", "max_tokens")
         require_bool(self.add_bos, "add_bos", optional=True)
         if isinstance(self.chat, dict):  # a spec read back from JSON (count workers): its chat part too

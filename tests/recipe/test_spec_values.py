@@ -114,3 +114,12 @@ def test_a_cache_root_that_cannot_be_a_local_directory_is_one_line(tmp_path) -> 
         with _pytest.raises(ConfigError, match=message):
             CacheOptions(**options)
     assert CacheOptions(enabled=True, root=tmp_path / "cache").root == str(tmp_path / "cache")  # a Path: its str
+
+
+def test_a_tokenizer_given_as_a_path_is_its_str(tokenizer_dir) -> None:
+    """``Path("tok")`` was refused (``tokenizer_id must be a non-empty string``); it is the same spec as ``"tok"``."""
+    from pathlib import Path
+
+    from zephon.specs import TokenizeSpec
+
+    assert TokenizeSpec(tokenizer_id=Path(tokenizer_dir)) == TokenizeSpec(tokenizer_id=str(tokenizer_dir))
