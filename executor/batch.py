@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from zephon.checks import require_bool
 from zephon.errors import ConfigError
 
 IGNORE_INDEX = -100
@@ -129,6 +130,11 @@ class Batch:
         worker's shared-memory slot, ``zephon.worker_slots``; not with ``pin_memory``) — the same values."""
         if ids_dtype not in _NUMPY:
             check_ids_dtype(ids_dtype)
+        switches = (return_labels, return_position_ids, return_cu_seqlens, return_loss_mask, return_attention_mask)
+        if not all(type(s) is bool for s in (*switches, return_num_valid_tokens, pin_memory)):
+            _check_switches(locals())  # a quoted "false" is true to Python: refused, not taken as True
+        if ignore_document_boundaries is not None:
+            require_bool(ignore_document_boundaries, "ignore_document_boundaries", optional=True)
         new = _Outputs(allocate if not pin_memory else None, pin_memory)
         width = self.tokens.shape[1]
         span = width - 1 if return_labels else width
@@ -195,6 +201,23 @@ class Batch:
                     converted = out[key].to(ids_dtype)  # type: ignore[union-attr]
                     out[key] = converted.pin_memory() if pin_memory else converted
         return out
+
+
+#: ``to_training``'s switches: each must be a boolean.
+_SWITCHES = (
+    "return_labels",
+    "return_position_ids",
+    "return_cu_seqlens",
+    "return_loss_mask",
+    "return_attention_mask",
+    "return_num_valid_tokens",
+    "pin_memory",
+)
+
+
+def _check_switches(options: dict[str, object]) -> None:
+    for name in _SWITCHES:
+        require_bool(options[name], name)
 
 
 class _Outputs:

@@ -7,7 +7,7 @@ import multiprocessing
 from dataclasses import dataclass, fields
 from typing import Any
 
-from zephon.checks import is_int
+from zephon.checks import is_int, require_bool
 from zephon.errors import ConfigError
 
 
@@ -34,6 +34,8 @@ class LoaderOptions:
     def __post_init__(self) -> None:
         if not is_int(self.num_workers) or self.num_workers < 0:
             raise ConfigError(f"num_workers must be an integer ≥ 0, got {self.num_workers!r} — pass 0, 1, 2, …")
+        require_bool(self.pin_memory, "pin_memory")
+        require_bool(self.persistent_workers, "persistent_workers")
         if self.persistent_workers and not self.num_workers:
             raise ConfigError("persistent_workers must go with num_workers ≥ 1, got num_workers=0 — drop one of them")
         # Checked here, in one line each, rather than by torch once its workers have started (an assertion and a

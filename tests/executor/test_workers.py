@@ -162,6 +162,8 @@ def test_a_bad_read_ahead_setting_is_refused_by_the_loader_not_inside_a_worker(p
         ),
         ({"prefetch_factor": 2}, r"^prefetch_factor must go with num_workers ≥ 1, got num_workers=0 — drop one"),
         ({"num_workers": 2, "timeout": -1}, r"^timeout must be a number of seconds ≥ 0, got -1 — pass 0 to wait"),
+        ({"pin_memory": "false"}, r"^pin_memory must be True or False, got 'false' \(str\) — pass a boolean$"),
+        ({"num_workers": 2, "persistent_workers": "no"}, r"^persistent_workers must be True or False, got 'no'"),
         (
             {"num_workers": 2, "multiprocessing_context": "nope"},
             r"^multiprocessing_context must be a start method of this platform \(.*fork.*\) or a context, got "
@@ -170,6 +172,7 @@ def test_a_bad_read_ahead_setting_is_refused_by_the_loader_not_inside_a_worker(p
     ],
 )
 def test_bad_loader_options_are_refused_in_one_line_before_any_worker_starts(options, message) -> None:
+    """(Switches: a quoted "false" is true to Python — it pinned memory or kept workers.)"""
     from zephon.loader_options import LoaderOptions
 
     with pytest.raises(ConfigError, match=message):
@@ -200,6 +203,21 @@ def test_a_dataloader_argument_the_loader_does_not_take_is_one_line_naming_what_
         p.dataloader(num_workers=2, **training)
     with pytest.raises(ConfigError, match=rf"^to_torch_dataset\(\) options must be to_training options \(.*\), got {key}="):
         p.to_torch_dataset(**training)
+
+
+def test_to_training_switches_must_be_booleans(plans, tokenizer_dir) -> None:
+    """``return_labels="no"`` is true to Python: the labels came anyway, in every batch."""
+    p = pipeline(plans["estimated"], tokenizer_dir, 8)
+    with pytest.raises(ConfigError, match=r"^return_labels must be True or False, got 'no' \(str\) — pass a boolean$"):
+        p.dataloader(return_labels="no")
+    with pytest.raises(ConfigError, match=r"^return_position_ids must be True or False, got 1 \(int\)"):
+        p.to_torch_dataset(return_position_ids=1)
+    batch = next(iter(p))
+    with pytest.raises(ConfigError, match=r"^return_cu_seqlens must be True or False, got 'false' \(str\)"):
+        batch.to_training(return_cu_seqlens="false")
+    with pytest.raises(ConfigError, match=r"^ignore_document_boundaries must be True or False \(or None\), got 'x'"):
+        batch.to_training(ignore_document_boundaries="x")
+    assert set(batch.to_training(return_labels=np.bool_(False))) == {"input_ids"}  # NumPy booleans are booleans
 
 
 def test_an_ids_dtype_that_is_not_a_torch_dtype_is_one_line(plans, tokenizer_dir) -> None:
