@@ -142,12 +142,14 @@ def test_only_truncation_reports_a_cut(tok) -> None:
         assert getattr(make_encoder(spec).encode_flat(texts), "cut", None) is None
 
 
-def test_held_documents_are_counted_once_and_dropped_when_passed() -> None:
+def test_held_documents_are_counted_once_and_dropped_when_passed(monkeypatch) -> None:
     import numpy as np
 
+    from zephon.executor import truncations
     from zephon.executor.pack.rows import make_pieces
     from zephon.executor.settings import RunStats
 
+    monkeypatch.setattr(truncations, "DROP_AT", 1)  # look for documents to forget as soon as 2 are held
     held, stats = Truncations(), RunStats()
     held.add(np.array([4, 5, 6]), np.array([0, 1, 0]), np.array([3, 0, 2]))
     held.add(np.array([6, 9]), np.array([0, 1]), np.array([2, 8]))  # 6 fetched again: held once
@@ -156,8 +158,13 @@ def test_held_documents_are_counted_once_and_dropped_when_passed() -> None:
     assert (stats.truncated, stats.truncated_tokens) == ({"code": 1}, {"code": 8})
     held.count(stats, ["web", "code"], make_pieces([(0, 0, 4, 0, 4)]))
     assert (stats.truncated, stats.truncated_tokens) == ({"code": 1, "web": 1}, {"code": 8, "web": 3})
-    held.drop_before(7)  # 6's first token was another process's: forgotten
-    assert len(held) == 0
+    held.drop_before(7)  # one held: below the limit, nothing looked at
+    assert len(held) == 1
+    held.add(np.array([8, 12]), np.array([1, 1]), np.array([1, 1]))
+    held.drop_before(9)  # 6's first token was another process's, 8's too: forgotten; 12 kept
+    assert len(held) == 1
+    held.count(stats, ["web", "code"], make_pieces([(0, 0, 12, 0, 4)]))
+    assert (stats.truncated, stats.truncated_tokens) == ({"code": 2, "web": 1}, {"code": 9, "web": 3})
 
 
 def test_a_chat_run_counts_the_conversations_cut_too(tmp_path) -> None:
