@@ -297,8 +297,9 @@ class RankRunner:
     def _exact(self, reader: ShardReader, remote: RemoteAccess) -> Iterator[Batch]:
         background = read_ahead_enabled() and remote.cache is None  # remote shards: the reader stays on one thread
         sequences = ExactSequences(
-            self.plan, self.encoder, reader, self.pad, background=background, truncations=self.truncations
-        )
+            self.plan, self.encoder, reader, self.pad, background=background,
+            truncations=self.truncations if self.stats is not None else None,  # counted in stats only
+        )  # fmt: skip
         try:
             yield from self._exact_loop(sequences, remote)
         finally:
