@@ -142,6 +142,11 @@ def test_files_beside_the_shards_that_look_like_data_are_named_in_a_warning(make
     (lines / "part-00001.jsonl.bz2").write_bytes(b"BZh9")  # a compression Zephon does not read
     with pytest.warns(ZephonWarning, match=rf"1 file\(s\) .*'\S+part-00001.jsonl.bz2' — .* move them out of {lines}$"):
         assert len(Dataset.from_path("code", lines).files) == 1
+    (lines / "part-00001.jsonl.bz2").unlink()
+    (lines / "web_text_document.bin").write_bytes(b"\0")  # Megatron's ids: a token store, said so
+    with pytest.warns(ZephonWarning, match=r"; token ids \(.bin/.idx, .npy\) are a token store: "
+                      r"Dataset.from_path\(NAME, PATH, fmt='megatron'\|'olmo'\)$"):
+        Dataset.from_path("code", lines)
 
 
 def test_mixed_formats_are_refused(make_parquet, tmp_path) -> None:

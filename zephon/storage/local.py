@@ -109,6 +109,10 @@ def detect_format(name: str) -> str | None:
 _ARROW_HINT = " (Arrow files of datasets.save_to_disk: datasets.load_from_disk(DIR).to_parquet('web.parquet'))"
 
 
+#: Token ids among them (Megatron's .bin/.idx, OLMo's .npy) are read as a token store of their own.
+_STORE_HINT = "; token ids (.bin/.idx, .npy) are a token store: Dataset.from_path(NAME, PATH, fmt='megatron'|'olmo')"
+
+
 def _data_like(uri: str) -> bool:
     """Whether a file of no supported format looks like data by its name (``_DATA_MARKS``, ``_DATA_ENDS``): a
     ``.jsonl.bz2``, an ``.arrow`` of ``datasets.save_to_disk``, a ``.json`` of JSON lines; not metadata."""
@@ -313,6 +317,7 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
             f"dataset {dataset!r}: {len(data)} file(s) beside its shards are not read, in a format Zephon does not "
             f"read: {', '.join(map(repr, data[:3]))}{' …' if len(data) > 3 else ''} — convert them to Parquet or "
             f"JSONL if they are data, or move them out of {where}"
+            + (_STORE_HINT if any(u.lower().endswith((".bin", ".idx", ".npy")) for u in data) else "")
         )
     families = sorted({family(f.format) for f in found})
     if len(families) > 1:
