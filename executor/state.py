@@ -200,8 +200,19 @@ def check_run_batch(manifest: Manifest, global_batch: int, *, records: bool = Fa
 
 def merge_states(states: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Combine the states of all data-parallel ranks (same step) into one that resumes any data-parallel size."""
+    if not isinstance(states, list | tuple):
+        raise ConfigError(
+            f"merge_states needs a list of every rank's state_dict(), got {type(states).__name__} — pass "
+            "[state_of_rank_0, state_of_rank_1, ...]"
+        )
     if not states:
         raise ConfigError("merge_states needs at least one state, got none — pass every rank's state_dict()")
+    odd = next((i for i, state in enumerate(states) if not isinstance(state, dict)), None)
+    if odd is not None:
+        raise ConfigError(
+            f"merge_states needs every rank's state_dict() (a dict each), got {type(states[odd]).__name__} at index "
+            f"{odd} — pass the dicts state_dict() returned (json.load a saved one)"
+        )
     first = states[0]
     for state in states:
         check_state(state, {k: state.get(k) for k in _IDENTITY})

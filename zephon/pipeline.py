@@ -22,6 +22,7 @@ docs point to; what it delegates lives in ``zephon.run`` and the executor.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Iterator
 from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
@@ -403,9 +404,14 @@ class Pipeline:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iteration resume where ``state`` was taken (validated now)."""
         if not isinstance(state, dict):
+            hint = ""  # a file's path, or its JSON text
+            if isinstance(state, str) and state.lstrip().startswith("{"):
+                hint = "; JSON text of one: json.loads(text)"
+            elif isinstance(state, str | os.PathLike):
+                hint = "; a file of one: json.load(open(path))"
             raise ConfigError(
                 f"state must be the dict that state_dict() returned, got {type(state).__name__} — pass a saved "
-                "pipeline.state_dict() (or merge_states([...]) of every rank's)"
+                f"pipeline.state_dict() (or merge_states([...]) of every rank's){hint}"
             )
         self._drop_kept()  # made for another start
         self._pending_state = state

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -43,6 +44,27 @@ def test_load_state_dict_refuses_what_is_not_a_state(make_parquet) -> None:
     for bad in (None, [], "state"):
         with pytest.raises(ConfigError, match=r"^state must be the dict that state_dict\(\) returned, got "):
             pipeline.load_state_dict(bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"got PosixPath — .*; a file of one: json.load\(open\(path\)\)$"):
+        pipeline.load_state_dict(Path("ckpt/state.json"))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"got str — .*; JSON text of one: json.loads\(text\)$"):
+        pipeline.load_state_dict('{"version": 1}')  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("states", "message"),
+    [
+        ("state", r"^merge_states needs a list of every rank's state_dict\(\), got str — pass \[state_of_rank_0"),
+        ({"version": 1}, r"^merge_states needs a list of every rank's state_dict\(\), got dict"),
+        ([{"version": 1}, None], r"^merge_states needs every rank's state_dict\(\) \(a dict each\), got NoneType at "
+         r"index 1 — pass the dicts state_dict\(\) returned \(json.load a saved one\)$"),
+    ],
+)
+def test_merge_states_refuses_what_is_not_a_list_of_states(states, message) -> None:
+    """A single state, or a None among them: AttributeError / KeyError from inside the merge."""
+    from zephon import merge_states
+
+    with pytest.raises(ConfigError, match=message):
+        merge_states(states)  # type: ignore[arg-type]
 
 
 def _small_plan(make_parquet, out) -> None:
