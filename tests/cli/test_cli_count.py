@@ -60,6 +60,23 @@ def test_count_counts_exactly_then_reuses_the_cache(config, tmp_path, tokenizer_
     assert again.output.splitlines()[0] == f"counted 0 shards (3 cached): {c['code'] + c['short']} tokens"
 
 
+def test_count_under_max_tokens_says_how_many_documents_reach_the_limit(config, tmp_path, tokenizer_dir) -> None:
+    """The counts are after the cut: the documents at the limit were cut (or are exactly that long) — said, so the
+    tokens are not taken for the corpus's."""
+    tok = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
+    cut = tmp_path / "cut.yaml"
+    cut.write_text(config.read_text().replace("field: text}", "field: text, max_tokens: 64}"))
+    result = CliRunner().invoke(cli, ["count", str(cut), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    for kind, line in zip(("code", "short"), result.output.splitlines()[1:], strict=True):
+        texts = [t for f in sorted((tmp_path / "data" / "demo").glob(f"{kind}-*.parquet"))
+                 for t in pq.read_table(f).column("text").to_pylist()]  # fmt: skip
+        sizes = [min(len(e.ids) + 1, 64) for e in tok.encode_batch(texts, add_special_tokens=False)]
+        assert line.endswith(f"tokens {sum(sizes)}  at max_tokens {sizes.count(64)}"), line
+    plain = CliRunner().invoke(cli, ["count", str(config), "--no-progress"])
+    assert "at max_tokens" not in plain.output
+
+
 def test_count_without_a_tokenizer_is_one_line_exit_1(tmp_path) -> None:
     write_demo_dataset(tmp_path / "data")
     cfg = tmp_path / "c.yaml"

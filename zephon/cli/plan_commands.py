@@ -286,9 +286,13 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
     it = iter(arrays)
     names = [ds.name for ds in loaded.source.datasets]
     width = max(map(len, names))
+    limit = loaded.tokenize.max_tokens if loaded.tokenize.long_documents == "truncate" else None
     for name, group in zip(names, groups, strict=True):
-        tokens = sum(int(next(it).sum()) for _ in group)
-        click.echo(f"  {name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}")
+        counts = [next(it) for _ in group]
+        tokens = sum(int(c.sum()) for c in counts)
+        # The counts are after the cut: the documents at the limit were cut (or are exactly that long).
+        at = f"  at max_tokens {sum(int((c == limit).sum()) for c in counts)}" if limit is not None else ""
+        click.echo(f"  {name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}{at}")
 
 
 def _compute_costs(source: WorkSource, workers: int | None, progress: bool | None, engine: str) -> None:
