@@ -57,6 +57,19 @@ def test_json_lines_named_json_gz_or_zst_are_read_as_jsonl(tmp_path, tokenizer_d
     assert runs[0] == runs[1] and len(runs[0]) > 3
 
 
+def test_a_json_gz_beside_parquet_shards_stays_a_side_file(make_parquet) -> None:
+    """Before .json.gz was read as JSON lines, a stats.json.gz beside Parquet shards was ignored: it still is (and
+    named in the warning), not a mixed-formats error that would break a plan that worked."""
+    import gzip
+
+    from zephon.errors import ZephonWarning
+
+    directory = make_parquet("web", [2, 3])
+    (directory / "stats.json.gz").write_bytes(gzip.compress(b'{"rows": 5}'))
+    with pytest.warns(ZephonWarning, match=r"1 file\(s\) beside its shards are not read, .*stats.json.gz"):
+        assert [f.format for f in Dataset.from_path("web", directory).files] == ["parquet", "parquet"]
+
+
 @pytest.mark.parametrize("text", ['[\n  {"text": "a"},\n  {"text": "b"}\n]\n', '[{"text": "a"}, {"text": "b"}]'])
 def test_one_json_array_in_place_of_json_lines_is_refused_as_the_whole_file(tmp_path, text) -> None:
     """``json.dump`` of a list (Alpaca's data): every line, or its one line, would be a bad document."""
