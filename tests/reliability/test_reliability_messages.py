@@ -37,6 +37,27 @@ def test_a_plain_dict_as_the_mixture_is_refused_with_the_fix(make_parquet) -> No
         StaticMixtureWorkSource(datasets=[web], mixture={"web": 1.0}, seed=0)  # type: ignore[arg-type]
 
 
+def test_a_work_source_s_parts_of_the_wrong_kind_are_one_line(make_parquet) -> None:
+    """shuffle=True and token_estimation=True were accepted (an AttributeError at planning, or a misleading
+    'needs a tokenizer'); one Dataset for datasets was a TypeError."""
+    from zephon.work import ShuffleSpec, TokenEstimation
+
+    web = Dataset.from_path("web", str(make_parquet("web", [4])))
+    base = dict(datasets=[web], mixture=MixtureSpec({"web": 1.0}), seed=0)
+    cases = [
+        ({"shuffle": True}, r"^shuffle must be a ShuffleSpec, got True — pass ShuffleSpec\(enabled=True\|False\)"),
+        ({"token_estimation": True}, r"^token_estimation must be a TokenEstimation or None, got True — pass "
+         r"TokenEstimation\(\) for a token mixture$"),
+        ({"datasets": web}, r"^datasets must be a list of Dataset, got one Dataset — pass datasets=\[Dataset"),
+        ({"datasets": "data/web"}, r"^datasets must be a list of Dataset, got str"),
+    ]  # fmt: skip
+    for change, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            StaticMixtureWorkSource(**{**base, **change})  # type: ignore[arg-type]
+    assert StaticMixtureWorkSource(**{**base, "datasets": (d for d in [web])}).datasets == (web,)  # any iterable
+    assert StaticMixtureWorkSource(**base, shuffle=ShuffleSpec(enabled=False), token_estimation=TokenEstimation())
+
+
 def test_load_state_dict_refuses_what_is_not_a_state(make_parquet) -> None:
     web = Dataset.from_path("web", str(make_parquet("web", [4])))
     source = StaticMixtureWorkSource(datasets=[web], mixture=MixtureSpec({"web": 1.0}), seed=0)

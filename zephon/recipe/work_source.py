@@ -239,6 +239,19 @@ class WorkSource:
                 f"mixture must be a MixtureSpec, got {type(self.mixture).__name__} — wrap the weights in "
                 "MixtureSpec({...})"
             )
+        if isinstance(self.datasets, Dataset | str | bytes | Mapping) or not hasattr(self.datasets, "__iter__"):
+            got = "one Dataset" if isinstance(self.datasets, Dataset) else type(self.datasets).__name__
+            raise ConfigError(f"datasets must be a list of Dataset, got {got} — pass datasets=[Dataset.from_path(...)]")
+        if not isinstance(self.shuffle, ShuffleSpec):
+            raise ConfigError(
+                f"shuffle must be a ShuffleSpec, got {self.shuffle!r} — pass ShuffleSpec(enabled=True|False) (the "
+                "default shuffles)"
+            )
+        if self.token_estimation is not None and not isinstance(self.token_estimation, TokenEstimation):
+            raise ConfigError(
+                f"token_estimation must be a TokenEstimation or None, got {self.token_estimation!r} — pass "
+                "TokenEstimation() for a token mixture"
+            )
         object.__setattr__(self, "datasets", tuple(self.datasets))
         if not self.datasets:
             raise ConfigError("datasets must hold at least one Dataset, got none — add Dataset.from_path(...)")
