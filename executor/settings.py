@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from zephon.checks import plain_numbers, require_positive
+from zephon.checks import local_directory, plain_numbers, require_positive
 from zephon.errors import ConfigError
 from zephon.executor.identity import resolve_dp
 from zephon.executor.operators import Operator
@@ -76,7 +76,10 @@ class ExecutorSpec:
         if self.dp_rank is not None or self.dp_size is not None:
             resolve_dp(self.dp_rank, self.dp_size)  # both or neither, rank in [0, size)
         if self.provenance_dir is not None:
-            _check_log_dir(self.provenance_dir)
+            local_directory(  # logs are written where the rank runs: not empty (the working directory), no URL
+                self.provenance_dir, "provenance_dir", example="'logs/run1'",
+                remote_fix="logs are written where the rank runs: log to a local folder and copy it afterwards",
+            )  # fmt: skip
         if self.pack is None or self.batch is None:
             return
         cells = self.batch.microbatch_size * self.pack.max_length
@@ -157,20 +160,6 @@ def handed_counts(
     docs = np.bincount(cell, weights=pieces["doc_start"] == 0, minlength=size).astype(np.int64)
     toks = np.bincount(cell, weights=pieces["length"], minlength=size).astype(np.int64)
     return docs.reshape(batches, num_datasets).tolist(), toks.reshape(batches, num_datasets).tolist()
-
-
-def _check_log_dir(path: object) -> None:
-    """``provenance_dir``: a local folder, or a path where one can be made — not empty (the working directory), not
-    a URL (it would be a local folder named ``s3:``), not a file."""
-    if not isinstance(path, str) or not path.strip():
-        raise ConfigError(f"provenance_dir must name a local folder, got {path!r} — pass a path such as 'logs/run1'")
-    if "://" in path:
-        raise ConfigError(
-            f"provenance_dir must be a local folder, got {path!r} — logs are written where the rank runs: log to a "
-            "local folder and copy it to the store afterwards"
-        )
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise ConfigError(f"provenance_dir must be a folder, got a file at {path!r} — choose another provenance_dir")
 
 
 @dataclass(slots=True)

@@ -7,12 +7,14 @@ A boolean is never a number here (``True`` is an ``int`` to Python, never a coun
 ``window must be an integer ≥ 1 (steps), got 0 — pass e.g. --window 100``. A switch must be a real boolean:
 ``require_bool("no", "drop_last")`` refuses the string a config file left quoted, which Python reads as true.
 NumPy scalars are numbers too: ``plain_numbers`` turns a spec's ``np.int64(50)`` into ``50`` before it is checked
-(and hashed into a plan's config), as a budget computed with NumPy arrives.
+(and hashed into a plan's config), as a budget computed with NumPy arrives. A folder Zephon writes to (a plan's
+``out_dir``, ``provenance_dir``, ``CacheOptions.root``) must be a local directory's path: ``local_directory``.
 """
 
 from __future__ import annotations
 
 import math
+import os
 from decimal import Decimal
 
 import numpy as np
@@ -68,3 +70,20 @@ def plain_numbers(spec: object, *names: str) -> None:
         value = getattr(spec, name)
         if isinstance(value, np.generic):
             object.__setattr__(spec, name, plain(value))
+
+
+def local_directory(path: object, name: str, *, example: str, remote_fix: str, file_ok: bool = False) -> str:
+    """``path`` as a local directory's path (a ``str`` or ``os.PathLike``), else one ``ConfigError``: empty or blank
+    (it would be the working directory, or a folder named by spaces), a URL (``s3://b/x`` would become a local
+    folder named ``s3:``; ``remote_fix`` says what to do instead), a file (unless ``file_ok``: the caller words it).
+    ``example`` is a path to suggest. Example: ``local_directory("", "provenance_dir", example="'logs/run1'",
+    remote_fix=...)`` → ``provenance_dir must name a local directory, got '' — pass a path such as 'logs/run1'``."""
+    if not isinstance(path, str | os.PathLike) or not str(path).strip():
+        raise ConfigError(f"{name} must name a local directory, got {path!r} — pass a path such as {example}")
+    text = os.fspath(path)
+    if "://" in str(text):
+        raise ConfigError(f"{name} must be a local directory, got {str(text)!r} — {remote_fix}")
+    if not file_ok and os.path.exists(text) and not os.path.isdir(text):
+        raise ConfigError(f"{name} must be a directory, got a file at {str(text)!r} — choose another {name}")
+    return str(text)
+

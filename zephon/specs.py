@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from zephon.checks import plain_numbers, require_bool, require_positive
+from zephon.checks import local_directory, plain_numbers, require_bool, require_positive
 from zephon.errors import ConfigError
 from zephon.keywords import known_keywords
 
@@ -247,31 +247,16 @@ class CacheOptions:
 
     def __post_init__(self) -> None:
         require_bool(self.enabled, "CacheOptions.enabled")
-        if self.enabled or self.root is not None:
-            _check_cache_root(self.root, self.enabled)
-            object.__setattr__(self, "root", os.fspath(self.root))  # type: ignore[arg-type]  # a Path as its str
+        if self.enabled or self.root is not None:  # a local directory (a Path: its str); needed when enabled
+            root = local_directory(
+                self.root, "CacheOptions.root", example="'/scratch/zephon-cache' (ranks of one node may share it)",
+                remote_fix="the cache holds local copies of remote shards: pass a local folder",
+            )  # fmt: skip
+            object.__setattr__(self, "root", root)
         if self.limit_bytes is not None and self.limit_bytes <= 0:
             raise ConfigError(
                 f"CacheOptions.limit_bytes must be > 0 or None, got {self.limit_bytes} — pass a size in bytes"
             )
-
-
-def _check_cache_root(root: object, enabled: bool) -> None:
-    """``CacheOptions.root``: a local directory's path — not empty (the working directory), not a URL (the cache
-    holds local copies of remote shards), not a file."""
-    if not isinstance(root, str | os.PathLike) or not str(root).strip():
-        when = " when enabled=True" if enabled else ""
-        raise ConfigError(
-            f"CacheOptions.root must be a local directory{when}, got {root!r} — pass root=... (e.g. "
-            "'/scratch/zephon-cache'; ranks of one node may share it)"
-        )
-    if "://" in str(root):
-        raise ConfigError(
-            f"CacheOptions.root must be a local directory, got {str(root)!r} — the cache holds local copies of "
-            "remote shards: pass a local folder"
-        )
-    if os.path.exists(root) and not os.path.isdir(root):
-        raise ConfigError(f"CacheOptions.root must be a directory, got a file at {str(root)!r} — choose another root")
 
 
 #: The variables an object store reads, by each cloud's own conventions (``StoreCredentials.env`` keys).

@@ -6,11 +6,10 @@ documented API's names and adds what joins a recipe to the planner: ``StaticMixt
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from zephon.errors import ConfigError
+from zephon.checks import local_directory
 from zephon.keywords import known_keywords
 from zephon.recipe.work_source import (
     MixtureSpec,
@@ -96,28 +95,17 @@ class StaticMixtureWorkSource(WorkSource):
             sample_pack=sample_pack,
             engine=engine,
         )
+        out = local_directory(  # a file there, or above it, planner.build refuses in its own words
+            out_dir, "plan out_dir", example="'plans/web'", file_ok=True,
+            remote_fix="a plan bundle is written locally; copy it where the ranks read it afterwards",
+        )  # fmt: skip
         return plan_source(
             self,
-            _output_dir(out_dir),
+            Path(out),
             options,
             continue_from=continue_from,
             at_step=at_step,
             global_batch=global_batch,
             state=state,
         )
-
-
-def _output_dir(out_dir: object) -> Path:
-    """``out_dir`` of ``plan()``: a local directory's path — not empty or blank (the working directory, a folder
-    named by spaces), not a URL (a bundle is a local directory: ``s3://b/p`` became a folder named ``s3:``)."""
-    if not isinstance(out_dir, str | os.PathLike) or not str(out_dir).strip():
-        raise ConfigError(
-            f"plan out_dir must name a local directory, got {out_dir!r} — pass a path such as 'plans/web'"
-        )
-    if "://" in str(out_dir):
-        raise ConfigError(
-            f"plan out_dir must be a local directory, got {str(out_dir)!r} — a plan bundle is written locally; copy it "
-            "where the ranks read it afterwards"
-        )
-    return Path(out_dir)
 

@@ -201,11 +201,12 @@ def test_a_provenance_dir_that_cannot_be_a_local_folder_is_one_line(plans, token
 
     (tmp_path / "afile").write_text("mine")
     cases = [
-        ("", r"^provenance_dir must name a local folder, got '' — pass a path such as 'logs/run1'$"),
-        ("  ", r"^provenance_dir must name a local folder, got '  '"),
-        ("s3://bucket/logs", r"^provenance_dir must be a local folder, got 's3://bucket/logs' — logs are written where "
-         r"the rank runs: log to a local folder and copy it to the store afterwards$"),
-        (str(tmp_path / "afile"), r"^provenance_dir must be a folder, got a file at '\S+afile' — choose another"),
+        ("", r"^provenance_dir must name a local directory, got '' — pass a path such as 'logs/run1'$"),
+        ("  ", r"^provenance_dir must name a local directory, got '  '"),
+        ("s3://bucket/logs", r"^provenance_dir must be a local directory, got 's3://bucket/logs' — logs are written "
+         r"where the rank runs: log to a local folder and copy it afterwards$"),
+        (str(tmp_path / "afile"), r"^provenance_dir must be a directory, got a file at '\S+afile' — choose another "
+         r"provenance_dir$"),
     ]  # fmt: skip
     for path, message in cases:
         with _pytest.raises(ConfigError, match=message):  # refused as the option is given

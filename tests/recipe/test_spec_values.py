@@ -103,12 +103,14 @@ def test_a_cache_root_that_cannot_be_a_local_directory_is_one_line(tmp_path) -> 
 
     (tmp_path / "afile").write_text("mine")
     cases = [
-        (dict(enabled=True), r"^CacheOptions.root must be a local directory when enabled=True, got None — pass root="),
-        (dict(enabled=True, root=""), r"^CacheOptions.root must be a local directory when enabled=True, got ''"),
-        (dict(root="  "), r"^CacheOptions.root must be a local directory, got '  '"),
+        (dict(enabled=True), r"^CacheOptions.root must name a local directory, got None — pass a path such as "
+         r"'/scratch/zephon-cache' \(ranks of one node may share it\)$"),
+        (dict(enabled=True, root=""), r"^CacheOptions.root must name a local directory, got ''"),
+        (dict(root="  "), r"^CacheOptions.root must name a local directory, got '  '"),
         (dict(enabled=True, root="s3://b/cache"), r"^CacheOptions.root must be a local directory, got 's3://b/cache' "
          r"— the cache holds local copies of remote shards: pass a local folder$"),
-        (dict(enabled=True, root=tmp_path / "afile"), r"^CacheOptions.root must be a directory, got a file at "),
+        (dict(enabled=True, root=tmp_path / "afile"), r"^CacheOptions.root must be a directory, got a file at '\S+afile' "
+         r"— choose another CacheOptions.root$"),
     ]  # fmt: skip
     for options, message in cases:
         with _pytest.raises(ConfigError, match=message):
