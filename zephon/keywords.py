@@ -16,25 +16,30 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from zephon.errors import ConfigError
 
-__all__ = ["known_keywords", "unknown_keyword"]
+__all__ = ["did_you_mean", "known_keywords", "unknown_keyword"]
 
 T = TypeVar("T")
 
 _NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
+def did_you_mean(key: str, allowed: Sequence[str]) -> str:
+    """`` (did you mean `x`?)`` naming the one of ``allowed`` closest to ``key``, or nothing: the hint of every
+    unknown keyword and CONFIG key."""
+    close = difflib.get_close_matches(str(key), allowed, n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
 def unknown_keyword(name: str, key: str, allowed: list[str]) -> ConfigError:
     """The error for keyword ``key`` that ``name()`` does not take (``allowed``: the ones it does)."""
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean `{close[0]}`?)" if close else ""
     return ConfigError(
-        f"{name}() keywords must be among {', '.join(allowed)}, got unknown `{key}`{hint} — fix the spelling or "
-        "remove it"
+        f"{name}() keywords must be among {', '.join(allowed)}, got unknown `{key}`{did_you_mean(key, allowed)} — "
+        "fix the spelling or remove it"
     )
 
 

@@ -16,7 +16,6 @@ the work source from these pieces.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any
 
 from zephon.checks import is_int, is_number
 from zephon.errors import ConfigError, ZephonError
+from zephon.keywords import did_you_mean
 from zephon.recipe.computed_cost import ComputedCost
 from zephon.recipe.work_source import MixtureSpec, Phase, ShuffleSpec, TokenEstimation
 from zephon.specs import ChatSpec, PackSpec, SamplePackSpec, TokenizeSpec
@@ -344,11 +344,9 @@ def check_keys(mapping: Mapping[Any, Any], allowed: Sequence[str], origin: str, 
     for key in mapping:
         if key in allowed:
             continue
-        close = difflib.get_close_matches(str(key), allowed, n=1)
-        hint = f" (did you mean `{close[0]}`?)" if close else ""
         raise ConfigError(
-            f"{origin}: {scope} keys must be among {', '.join(allowed)}, got unknown `{key}`{hint} — "
-            "fix the spelling or remove it"
+            f"{origin}: {scope} keys must be among {', '.join(allowed)}, got unknown `{key}`"
+            f"{did_you_mean(key, allowed)} — fix the spelling or remove it"
         )
 
 
