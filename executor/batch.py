@@ -43,7 +43,8 @@ Example: rows [a1 a2 E b1 E] and [c1 c2 c3 c4 c5] as two parts: cu_seqlens [0 3 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,11 +131,7 @@ class Batch:
         worker's shared-memory slot, ``zephon.worker_slots``; not with ``pin_memory``) — the same values."""
         if ids_dtype not in _NUMPY:
             check_ids_dtype(ids_dtype)
-        switches = (return_labels, return_position_ids, return_cu_seqlens, return_loss_mask, return_attention_mask)
-        if not all(type(s) is bool for s in (*switches, return_num_valid_tokens, pin_memory)):
-            _check_switches(locals())  # a quoted "false" is true to Python: refused, not taken as True
-        if ignore_document_boundaries is not None:
-            require_bool(ignore_document_boundaries, "ignore_document_boundaries", optional=True)
+        check_switches(locals())  # a quoted "false" is true to Python: refused, not taken as True
         new = _Outputs(allocate if not pin_memory else None, pin_memory)
         width = self.tokens.shape[1]
         span = width - 1 if return_labels else width
@@ -203,21 +200,20 @@ class Batch:
         return out
 
 
-#: ``to_training``'s switches: each must be a boolean.
-_SWITCHES = (
-    "return_labels",
-    "return_position_ids",
-    "return_cu_seqlens",
-    "return_loss_mask",
-    "return_attention_mask",
-    "return_num_valid_tokens",
-    "pin_memory",
-)
+#: ``to_training``'s switches, from its signature: name → whether None is allowed (``bool | None``).
+_SWITCHES = {
+    name: param.annotation == "bool | None"
+    for name, param in inspect.signature(Batch.to_training).parameters.items()
+    if param.annotation in ("bool", "bool | None")
+}
 
 
-def _check_switches(options: dict[str, object]) -> None:
-    for name in _SWITCHES:
-        require_bool(options[name], name)
+def check_switches(options: Mapping[str, object]) -> None:
+    """Refuse a ``to_training`` switch among ``options`` that is not a boolean (``require_bool``): checked by
+    ``to_training`` itself and, when a loader is made, by ``zephon.training_options``. One type test a switch."""
+    for name, optional in _SWITCHES.items():
+        if name in options and type(options[name]) is not bool:
+            require_bool(options[name], name, optional=optional)
 
 
 class _Outputs:

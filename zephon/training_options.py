@@ -18,9 +18,8 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from zephon.checks import require_bool
 from zephon.errors import ConfigError
-from zephon.executor.batch import Batch, check_ids_dtype
+from zephon.executor.batch import Batch, check_ids_dtype, check_switches
 
 __all__ = ["check_training_options"]
 
@@ -59,6 +58,4 @@ def check_training_options(
             )
     if "ids_dtype" in training:
         check_ids_dtype(training["ids_dtype"])
-    for key, value in training.items():  # a quoted "false" would turn a switch on, in every batch
-        if key != "ids_dtype":
-            require_bool(value, key, optional=key == "ignore_document_boundaries")
+    check_switches(training)  # a quoted "false" would turn a switch on, in every batch
