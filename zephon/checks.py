@@ -80,10 +80,10 @@ def local_directory(path: object, name: str, *, example: str, remote_fix: str, f
     remote_fix=...)`` → ``provenance_dir must name a local directory, got '' — pass a path such as 'logs/run1'``."""
     if not isinstance(path, str | os.PathLike) or not str(path).strip():
         raise ConfigError(f"{name} must name a local directory, got {path!r} — pass a path such as {example}")
-    text = os.fspath(path)
-    if "://" in str(text):
-        raise ConfigError(f"{name} must be a local directory, got {str(text)!r} — {remote_fix}")
+    text = str(os.fspath(path))
+    if "://" in text:
+        raise ConfigError(f"{name} must be a local directory, got {text!r} — {remote_fix}")
     if not file_ok and os.path.exists(text) and not os.path.isdir(text):
-        raise ConfigError(f"{name} must be a directory, got a file at {str(text)!r} — choose another {name}")
-    return str(text)
+        raise ConfigError(f"{name} must be a directory, got a file at {text!r} — choose another {name}")
+    return text
 
