@@ -305,7 +305,7 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
         found.append(SourceFile(uri=candidate.uri, format=fmt, size=candidate.size, remote=candidate.remote))
     if directory and any(family(f.format) != "jsonl" for f in found):  # beside Parquet or tar shards, a .json.gz
         aliases = [f.uri for f in found if f.uri.lower().endswith(_JSON_ALIASES)]  # is a side file, as it was
-        found, unknown = [f for f in found if f.uri not in set(aliases)], unknown + aliases
+        found, unknown = [f for f in found if not f.uri.lower().endswith(_JSON_ALIASES)], unknown + aliases
     # In a directory, side files (README.md, dataset_info.json, checksums) are common beside shards and
     # are ignored; a file named explicitly or matched by a glob must be a shard.
     if unknown and (not found or not directory):
