@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -108,23 +109,27 @@ def test_a_member_without_its_partner_is_one_line_naming_shard_and_key(tmp_path:
         plan_of(folder, tmp_path / "plan")
 
 
-def test_a_partner_that_is_a_link_is_named_as_one(tmp_path: Path):
-    """A sample's member stored as a symbolic link (a deduplicated image): samples hold files, as webdataset reads
-    them, so the partner is missing — and the line says it is there as a link, not to add it."""
+def test_a_member_that_is_a_link_is_one_line_naming_it(tmp_path: Path):
+    """A sample's member stored as a symbolic or hard link (a deduplicated image): webdataset skips it, so the
+    sample would lose it (or, all its members links, vanish uncounted) — refused, naming the member and target."""
     folder = tmp_path / "wds"
     folder.mkdir()
-    write_shard(folder / "000.tar", 0, skip=("0000003", "jpg"))
-    with tarfile.open(folder / "000.tar", "a") as tar:
-        info = tarfile.TarInfo("0000003.jpg")
-        info.type, info.linkname = tarfile.SYMTYPE, "0000002.jpg"
-        tar.addfile(info)
-    with pytest.raises(
-        DatasetError,
-        match=r"key '0000003' must have the members jpg, json, txt like the shard's first key, got no jpg "
-        r"\(0000003.jpg is a link, not a file: samples hold files, as in webdataset\) — write the file itself "
-        r"\(tar --dereference\)$",
-    ):
-        plan_of(folder, tmp_path / "plan")
+    write_shard(folder / "000.tar", 0)
+    for kind, name in ((tarfile.SYMTYPE, "a symbolic link"), (tarfile.LNKTYPE, "a hard link")):
+        shutil.copy(folder / "000.tar", tmp_path / "copy.tar")
+        with tarfile.open(tmp_path / "copy.tar", "a") as tar:
+            for member in ("0000099.jpg", "0000099.json", "0000099.txt"):  # a whole sample of links
+                info = tarfile.TarInfo(member)
+                info.type, info.linkname = kind, member.replace("99", "02")
+                tar.addfile(info)
+        shutil.move(tmp_path / "copy.tar", folder / "001.tar")
+        with pytest.raises(
+            DatasetError,
+            match=rf"001.tar member '0000099.jpg' must be a file or a directory, got {name} to '0000002.jpg' "
+            r"\(webdataset skips it: its sample would be lost\) — write the file itself \(tar --dereference\) or "
+            r"remove the member$",
+        ):
+            plan_of(folder, tmp_path / "plan")
 
 
 def test_a_member_without_an_extension_is_one_line_naming_it(tmp_path: Path):

@@ -4,7 +4,8 @@ A WebDataset shard is a tar whose members are grouped into samples by *key*: the
 ``.`` of its base name (``000123.jpg``, ``000123.txt``, ``000123.json`` → key ``000123``, extensions ``jpg``,
 ``txt``, ``json``; ``a/b/000123.seg.png`` → key ``a/b/000123``, extension ``seg.png``). Members of one key must
 be consecutive, as webdataset writes them, and each file member must have an extension (a name without a dot
-is refused: webdataset drops it silently). A sample is one row of the shard, in order of first appearance; a tar
+is refused: webdataset drops it silently), and every member a file or a directory (a link is refused: webdataset
+skips it, and its sample with it). A sample is one row of the shard, in order of first appearance; a tar
 of no file members is a shard of no rows.
 
 ``tar_index(file)`` walks the headers: it reads each 512-byte header (and the GNU/PAX extension blocks that
@@ -119,6 +120,8 @@ def index_of(
     try:
         with tarfile.open(fileobj=raw, mode="r:") as tar:  # type: ignore[call-overload]
             for member in tar:
+                if not (member.isfile() or member.isdir()):
+                    raise DatasetError(_not_a_file(where, member))
                 members.append((member.name, member.offset_data, member.size, member.isfile()))
                 if member.isfile() and member.offset_data + member.size > size:
                     break  # _index words it; tarfile would stop at the end of the data
@@ -180,19 +183,14 @@ def _index(members: list[tuple[str, int, int, bool]], end: int, size: int, where
             "together (as webdataset does)"
         )
     extensions = tuple(sorted(rows[0])) if rows else ()
-    others = {name for name, _, _, is_file in members if not is_file}  # directories, links: not sample members
     for key, row in zip(keys, rows, strict=True):
         if tuple(sorted(row)) != extensions:
             missing = sorted(set(extensions) - set(row))
             extra = sorted(set(row) - set(extensions))
             got = f"no {', '.join(missing)}" if missing else f"an extra {', '.join(extra)}"
-            linked = next((f"{key}.{e}" for e in missing if f"{key}.{e}" in others), None)
-            if linked:  # there, but as a link or special member: samples hold files, as webdataset reads them
-                got += f" ({linked} is a link, not a file: samples hold files, as in webdataset)"
-            fix = "write the file itself (tar --dereference)" if linked else "add its partner or remove the member"
             raise DatasetError(
                 f"{where} key {key!r} must have the members {', '.join(extensions)} like the shard's first key, got "
-                f"{got} — {fix}"
+                f"{got} — add its partner or remove the member"
             )
     offsets = np.array([[row[e][0] for e in extensions] for row in rows], np.int64).reshape(len(rows), len(extensions))
     sizes = np.array([[row[e][1] for e in extensions] for row in rows], np.int64).reshape(len(rows), len(extensions))
@@ -240,3 +238,23 @@ def load_index(path: Path) -> TarIndex | None:
             )
     except Exception:  # absent or damaged: a miss, never a failure
         return None
+
+
+_KINDS = {
+    tarfile.SYMTYPE: "a symbolic link",
+    tarfile.LNKTYPE: "a hard link",
+    tarfile.FIFOTYPE: "a FIFO",
+    tarfile.CHRTYPE: "a character device",
+    tarfile.BLKTYPE: "a block device",
+}
+
+
+def _not_a_file(where: str, member: tarfile.TarInfo) -> str:
+    """The line refusing a member that is neither a file nor a directory: webdataset skips such members, so the
+    sample holding it (a deduplicated image stored as a link) would be lost or partnerless without a word."""
+    kind = _KINDS.get(member.type, f"a member of tar type {member.type!r}")
+    target = f" to {member.linkname!r}" if member.islnk() or member.issym() else ""
+    return (
+        f"{where} member {member.name!r} must be a file or a directory, got {kind}{target} (webdataset skips it: its "
+        "sample would be lost) — write the file itself (tar --dereference) or remove the member"
+    )
