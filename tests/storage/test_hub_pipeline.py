@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from servers.hub_fixtures import fineweb_shard
 from tokenizers import Tokenizer
 
 from zephon import Pipeline
-from zephon.errors import ConfigError, DatasetError
+from zephon.errors import ConfigError, DatasetError, HubError
 from zephon.io import Dataset
 from zephon.specs import CacheOptions, StoreOptions
 from zephon.storage.shard_cache import ShardCache
@@ -172,3 +174,73 @@ def test_show_reads_remote_text_through_the_shard_cache(reference_hub, tmp_path)
         .as_py()
     )
     assert first_text[:20] in result.output
+
+
+C4_README = """---
+configs:
+- config_name: en
+  data_files:
+  - split: train
+    path: "en/c4-train.*.json.gz"
+  - split: validation
+    path: "en/c4-validation.*.json.gz"
+---
+"""
+
+
+def test_c4s_json_gz_uploads_are_read_as_json_lines(hub_server, tmp_path, tokenizer_dir) -> None:
+    """allenai/c4 uploads its documents as ``en/c4-train.NNNNN-of-01024.json.gz`` (JSON lines, gzip): the files
+    Zephon reads locally are read from the Hub — they were taken for unsupported, so the path fell back to the
+    Hub's conversion, which for C4 is partial and refused: the corpus could not be read at all."""
+    texts = [[f"c4 shard {s} document {i} " + "word " * (i % 7) for i in range(40)] for s in range(2)]
+    files = {
+        f"en/c4-train.0000{s}-of-01024.json.gz": gzip.compress(
+            "".join(
+                json.dumps({"text": t, "timestamp": "2019-04-25T12:57:54Z", "url": "u"}) + "\n" for t in shard
+            ).encode()
+        )
+        for s, shard in enumerate(texts)
+    }
+    files["en/c4-validation.00000-of-00008.json.gz"] = gzip.compress(b'{"text": "held out"}\n')
+    files["stats.json.gz"] = gzip.compress(b'{"documents": 80}\n')  # outside the split's patterns: not read
+    hub_server.add_dataset("allenai/c4", files, readme=C4_README)
+    ds = Dataset.from_path("c4", "hf://allenai/c4/en/train")
+    assert [(f.uri.rsplit("/", 1)[-1], f.format) for f in ds.files] == [
+        ("c4-train.00000-of-01024.json.gz", "jsonl.gz"),
+        ("c4-train.00001-of-01024.json.gz", "jsonl.gz"),
+    ]
+    assert "~original/en/train" in ds.pinned
+    plan = StaticMixtureWorkSource(datasets=[ds], mixture=MixtureSpec({"c4": 1.0}), seed=3, lanes=1).plan(
+        tmp_path / "plan"
+    )
+    cache = CacheOptions(enabled=True, root=str(tmp_path / "cache"), limit_bytes=1 << 20)
+    pipe = (
+        Pipeline.from_plan(plan)
+        .options(io_options=StoreOptions(cache=cache))
+        .tokenize(tokenizer_id=tokenizer_dir, field="text")
+        .pack_flat(max_length=4096)
+        .batch(microbatch_size=1)
+    )
+    tok = Tokenizer.from_file(f"{tokenizer_dir}/tokenizer.json")
+    shard_texts = {
+        s["shard_id"]: texts[int(s["uri"].split("c4-train.")[1][:5])]
+        for s in pq.read_table(plan / "shards.parquet").to_pylist()
+    }
+    expected = [
+        t
+        for s in pq.read_table(plan / "samples.parquet").to_pylist()
+        for t in [*tok.encode(shard_texts[s["shard_id"]][s["row"]], add_special_tokens=False).ids, 0]
+    ]
+    assert np.array_equal(stream_of(pipe), np.array(expected))
+    assert pipe.stats().documents["c4"] == 80
+
+
+def test_a_json_gz_beside_parquet_uploads_is_not_read_as_the_splits_data(hub_server) -> None:
+    """Beside Parquet files a ``.json.gz`` is a side file of another kind (local paths leave it out): the split
+    is not a mix of both — with the files unsupported as a whole, the default source reads the conversion, and
+    ``~original`` names the file."""
+    hub_server.add_dataset(
+        "org/mixed", {"data/train-0.parquet": fineweb_shard(1), "data/train-stats.json.gz": gzip.compress(b"{}\n")}
+    )
+    with pytest.raises(HubError, match=r"got 'data/train-stats.json.gz' \(1 unsupported of 2\)"):
+        Dataset.from_path("m", "hf://org/mixed@~original/train")

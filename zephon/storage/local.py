@@ -55,8 +55,8 @@ SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
 _DATA_MARKS = (".jsonl", ".ndjson", ".parquet", ".arrow", ".feather", ".csv", ".tsv", ".avro", ".orc", ".tar")
 #: JSON lines named ``.json.gz``/``.json.zst`` (C4, Dolma): shards in a folder of JSONL, side files (warned about)
 #: beside Parquet or tar shards, as every ``.json.gz`` was before they were read.
-_JSON_ALIASES = (".json.gz", ".json.zst", ".json.zstd")
-_DATA_ENDS = (".json", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx", *_JSON_ALIASES)
+JSON_ALIASES = (".json.gz", ".json.zst", ".json.zstd")
+_DATA_ENDS = (".json", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx", *JSON_ALIASES)
 #: Metadata datasets carry beside their data (Hugging Face's save_to_disk folders and Hub dataset repos, MDS).
 _METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", "index.json"})
 
@@ -304,8 +304,8 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
             continue
         found.append(SourceFile(uri=candidate.uri, format=fmt, size=candidate.size, remote=candidate.remote))
     if directory and any(family(f.format) != "jsonl" for f in found):  # beside Parquet or tar shards, a .json.gz
-        aliases = [f.uri for f in found if f.uri.lower().endswith(_JSON_ALIASES)]  # is a side file, as it was
-        found, unknown = [f for f in found if not f.uri.lower().endswith(_JSON_ALIASES)], unknown + aliases
+        aliases = [f.uri for f in found if f.uri.lower().endswith(JSON_ALIASES)]  # is a side file, as it was
+        found, unknown = [f for f in found if not f.uri.lower().endswith(JSON_ALIASES)], unknown + aliases
     # In a directory, side files (README.md, dataset_info.json, checksums) are common beside shards and
     # are ignored; a file named explicitly or matched by a glob must be a shard.
     if unknown and (not found or not directory):

@@ -43,6 +43,7 @@ from dataclasses import dataclass, replace
 
 from zephon.errors import HubError
 from zephon.storage.hub.paths import HfPath
+from zephon.storage.local import detect_format
 
 __all__ = [
     "SUPPORTED_FORMATS",
@@ -84,12 +85,10 @@ _TOKEN_SEP = re.compile(r"[-._ 0-9]+")
 
 
 def file_format(path: str) -> str | None:
-    """The Zephon shard format of a repo path (one of :data:`SUPPORTED_FORMATS`), or None if unsupported."""
-    lower = path.lower()
-    for fmt in ("jsonl.gz", "jsonl.zst", "parquet", "jsonl", "tar.gz", "tar"):  # tar: WebDataset (records)
-        if lower.endswith("." + fmt):
-            return fmt
-    return "tar.gz" if lower.endswith(".tgz") else None
+    """The Zephon shard format of a repo path (one of :data:`SUPPORTED_FORMATS`), or None if unsupported: the
+    names local and object-store paths read (``zephon.storage.local.detect_format``: ``.ndjson``, ``.pq``, and
+    C4's and Dolma's ``.json.gz`` JSON lines too), so an upload Zephon reads elsewhere is read from the Hub."""
+    return detect_format(path)
 
 
 def is_data_file(path: str) -> bool:

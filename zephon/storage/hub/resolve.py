@@ -12,9 +12,10 @@ and the token from the argument, ``HF_TOKEN`` or ``hf auth login`` — both at c
 1. ``~original`` or no source: ``dataset_info(revision)`` (default ``main``) gives the commit and the card
    (``cardData``: the README's YAML front matter); :mod:`zephon.storage.hub.discovery` picks the files (card
    ``configs:`` globs, listing only the directory that holds them, else the default layout rules). Without a
-   source, uploaded files in a supported format (``.parquet``, ``.jsonl``, ``.jsonl.gz``, ``.jsonl.zst``;
-   WebDataset ``.tar``, ``.tar.gz``) win; any other format switches to the conversion, which the Hub builds for
-   the main branch only.
+   source, uploaded files in a supported format (the names local paths read, ``detect_format``: ``.parquet``,
+   ``.jsonl``/``.ndjson`` plain, gzip or zstd, C4's and Dolma's ``.json.gz``; WebDataset ``.tar``, ``.tar.gz``)
+   win; any other format switches to the conversion, which the Hub builds for the main branch only. A
+   ``.json.gz`` beside Parquet or tar files is not JSON lines of the split: it switches to the conversion too.
 2. ``~parquet``: the commit of branch ``refs/convert/parquet`` (no call when the path names a commit), then
    the tree at that commit, laid out ``{config}/{split}/NNNN.parquet``. Partial conversions are refused.
 3. Several configs need one in the path; unknown revisions/configs/splits are errors listing what exists.
@@ -40,6 +41,7 @@ from zephon.storage.hub.discovery import SUPPORTED_FORMATS, file_format, select_
 from zephon.storage.hub.errors import HTTP_ERRORS, check_online, http_error
 from zephon.storage.hub.paths import HfPath, is_commit_sha, parse_hf_path
 from zephon.storage.hub.retry import RetryPolicy, retry_policy, with_retries
+from zephon.storage.local import JSON_ALIASES, family
 from zephon.storage.mds_compression import compression_of
 from zephon.storage.progress import track
 
@@ -142,7 +144,10 @@ class _Resolver:
         tars = [p for p in paths if file_format(p) in ("tar", "tar.gz")]
         if tars and len(tars) < len(paths):  # archives beside other data files are not WebDataset shards: left
             paths = [p for p in paths if p not in tars]  # out as before tars were read (a split of tars only is)
-        unsupported = [p for p in paths if file_format(p) is None]
+        # .json.gz names JSON lines (C4, Dolma) in a split of JSON lines; beside Parquet or tar shards it is a side
+        # file of another kind, unsupported as it was before such names were read (local paths: a side file)
+        others = any(family(f) != "jsonl" for f in map(file_format, paths) if f is not None)
+        unsupported = [p for p in paths if file_format(p) is None or (others and p.lower().endswith(JSON_ALIASES))]
         if not unsupported:
             return self._result(commit, "original", config, split, paths, entries)
         conversion = replace(hf, revision=None, source="parquet")
