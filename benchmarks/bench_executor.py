@@ -65,36 +65,48 @@ def _usage() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def task_cpu(task: Path) -> float:
-    """CPU seconds (user + system) of one thread, ``task`` its ``/proc/PID/task/TID`` directory; OSError once the
-    thread has ended."""
+def _system() -> float:
+    """This process's system (kernel) CPU seconds so far: page faults, madvise, futexes, reads."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_stime
+
+
+def task_cpu(task: Path) -> tuple[float, float]:
+    """CPU seconds (user + system, and system alone) of one thread, ``task`` its ``/proc/PID/task/TID``
+    directory; OSError once the thread has ended."""
     fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # after the name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, int(fields[12]) / tick
 
 
-def thread_cpu(seen: dict[int, tuple[str, float]]) -> None:
-    """Update ``seen`` (thread id → name, CPU seconds so far) from ``/proc/self/task``: Python threads named by
-    ``threading`` (``zephon-encode_0`` and ``_1`` both ``zephon-encode``), native ones, an engine's helpers, by
-    their kernel name. A thread that has ended keeps its last reading."""
+#: thread id → (name, CPU seconds so far, of which system seconds)
+Threads = dict[int, tuple[str, float, float]]
+
+
+def thread_cpu(seen: Threads) -> None:
+    """Update ``seen`` (thread id → name, CPU seconds so far, of which system) from ``/proc/self/task``: Python
+    threads named by ``threading`` (``zephon-encode_0`` and ``_1`` both ``zephon-encode``), native ones, an
+    engine's helpers, by their kernel name. A thread that has ended keeps its last reading."""
     import threading
 
     names = {t.native_id: t.name.rstrip("_0123456789") for t in threading.enumerate()}
     for task in Path("/proc/self/task").iterdir():
         try:
-            cpu = task_cpu(task)
+            cpu, system = task_cpu(task)
             name = names.get(int(task.name)) or (task / "comm").read_text().strip().rstrip("_0123456789-")
         except OSError:  # the thread ended meanwhile
             continue
-        seen[int(task.name)] = (name, cpu)
+        seen[int(task.name)] = (name, cpu, system)
 
 
-def by_thread(start: dict[int, tuple[str, float]], end: dict[int, tuple[str, float]]) -> dict[str, float]:
-    """CPU seconds each thread name spent between two ``thread_cpu`` readings."""
+def by_thread(start: Threads, end: Threads, *, system: bool = False) -> dict[str, float]:
+    """CPU seconds (``system``: system seconds only) each thread name spent between two ``thread_cpu``
+    readings."""
+    at = 2 if system else 1
     out: dict[str, float] = {}
-    for tid, (name, cpu) in end.items():
-        spent = cpu - start.get(tid, (name, 0.0))[1]
+    for tid, reading in end.items():
+        spent = reading[at] - start.get(tid, (reading[0], 0.0, 0.0))[at]
         if spent > 0:
-            out[name] = round(out.get(name, 0.0) + spent, 2)
+            out[reading[0]] = round(out.get(reading[0], 0.0) + spent, 3)
     return out
 
 
@@ -165,12 +177,12 @@ def worker_raw(args: argparse.Namespace) -> dict:
         def encode(batch: list[str]) -> int:
             return len(encode_on(engine, batch, args.cores, pool).ids)
 
-    cpu, start = _usage(), time.perf_counter()
+    cpu, system, start = _usage(), _system(), time.perf_counter()
     tokens = sum(encode(c) for c in chunks) + len(texts)  # + one EOS per document, as the executor counts
-    seconds, cpu = time.perf_counter() - start, _usage() - cpu
+    seconds, cpu, system = time.perf_counter() - start, _usage() - cpu, _system() - system
     if args.engine == "processes":
         cpu = None  # the workers' CPU time is not this process's
-    return {"seconds": seconds, "cpu": cpu, "tokens": tokens, "documents": len(texts)}
+    return {"seconds": seconds, "cpu": cpu, "system": system, "tokens": tokens, "documents": len(texts)}
 
 
 def worker_zephon(args: argparse.Namespace) -> dict:
@@ -190,8 +202,8 @@ def worker_zephon(args: argparse.Namespace) -> dict:
     # Threads' CPU (--threads): read after the first batch, then at most every ``every`` seconds (a reading costs
     # ~1 ms of this thread's CPU: every 20 batches was 7 % of a run), and at the end.
     every = float(getattr(args, "threads", None) or 0)
-    start_threads: dict[int, tuple[str, float]] = {}
-    seen: dict[int, tuple[str, float]] = {}
+    start_threads: Threads = {}
+    seen: Threads = {}
     last_read = 0.0
     for batch in pipe:
         out = batch.to_training(return_labels=True)
@@ -222,7 +234,14 @@ def worker_zephon(args: argparse.Namespace) -> dict:
         "engine": pipe.stats().tokenizer_engine,
         "refused_engines": pipe.stats().refused_engines,
         "peak_rss_mb": peak_rss_mb(),
-        **({"threads_cpu": by_thread(start_threads, seen)} if every else {}),
+        **(
+            {
+                "threads_cpu": by_thread(start_threads, seen),
+                "threads_system": by_thread(start_threads, seen, system=True),
+            }
+            if every
+            else {}
+        ),
     }
 
 

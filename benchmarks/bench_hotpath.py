@@ -20,7 +20,8 @@ after (the machine may be shared: the ratios within a round are what to read).
 readings (the producer's, which finish before the caller's last batches) counts up to its last one. On a machine
 whose speed swings run to run, which thread a change relieved is steadier than the run's wall time.
 Then the same by role, in CPU ns a token — caller, reader (read-ahead and decode threads), engine (the encode
-pool and the engine's helpers) — beside the raw engine's, and the ceiling they set: raw CPU ÷ their sum, the
+pool and the engine's helpers) — each with its system (kernel) part: page faults of fresh buffers, ``madvise``,
+futexes — beside the raw engine's, and the ceiling they set: raw CPU ÷ their sum, the
 end-to-end ÷ raw of a run that kept the cores as busy as the raw engine does. E.g. caller 6.6, reader 4.1,
 engine 18.4 against raw 18.0 → ceiling 0.62: the engine costs what it costs raw, and 0.8 would leave the caller
 and the reader 4.5 ns a token together (docs/performance.md, eighteenth session).
@@ -98,12 +99,18 @@ def budget(res: dict, raw: dict) -> str:
     a machine whose cores they fill: raw CPU ÷ (caller + reader + engine), the end-to-end ÷ raw a run would reach
     if it kept the cores as busy as the raw engine does (module docstring, ``--threads``)."""
     per = {"caller": 0.0, "reader": 0.0, "engine": 0.0}
+    kernel = dict.fromkeys(per, 0.0)
     for name, seconds in res["threads_cpu"].items():
         role = "caller" if name == "MainThread" else "reader" if name in READER_THREADS else "engine"
         per[role] += seconds * 1e9 / res["tokens"]
+        kernel[role] += res.get("threads_system", {}).get(name, 0.0) * 1e9 / res["tokens"]
     raw_ns = raw["cpu"] * 1e9 / raw["tokens"] if raw.get("cpu") else float("nan")
-    text = ", ".join(f"{k} {v:.1f}" for k, v in per.items())
-    return f"CPU ns a token: {text} (raw engine {raw_ns:.1f}); CPU-bound ceiling ÷ raw {raw_ns / sum(per.values()):.2f}"
+    raw_kernel = raw.get("system", float("nan")) * 1e9 / raw["tokens"]
+    text = ", ".join(f"{k} {v:.1f} (system {kernel[k]:.1f})" for k, v in per.items())
+    return (
+        f"CPU ns a token: {text} (raw engine {raw_ns:.1f}, system {raw_kernel:.1f}); CPU-bound ceiling ÷ raw "
+        f"{raw_ns / sum(per.values()):.2f}"
+    )
 
 
 def main() -> None:

@@ -131,7 +131,7 @@ def role_cpu(seen: Readings) -> None:
             continue
         for task in tasks:
             try:
-                cpu = task_cpu(task)
+                cpu, _ = task_cpu(task)
             except OSError:  # the thread ended meanwhile
                 continue
             tid = int(task.name)

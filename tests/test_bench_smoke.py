@@ -83,3 +83,5 @@ def test_benchmark_workers_see_the_same_tokens(cl100k_dir: Path, tmp_path: Path)
     timed = bench.worker_zephon(argparse.Namespace(**vars(args), threads=0.0001))  # bench_hotpath.py --threads
     by_thread = timed["threads_cpu"]  # read after every batch here: together, about the process's CPU
     assert by_thread.get("MainThread", 0) > 0 and abs(sum(by_thread.values()) - timed["cpu"]) <= 0.1 + timed["cpu"] / 5
+    system = timed["threads_system"]  # the kernel's part of each thread's CPU: never more than all of it
+    assert set(system) <= set(by_thread) and all(system[k] <= by_thread[k] + 0.01 for k in system)
