@@ -100,7 +100,8 @@ class OlmoPart:
             if not len(ends) or ends[-1] != total:
                 ends = np.append(ends, total) if total else ends
             self.ends = ends.astype(np.int64)
-            self.starts = np.concatenate([[0], self.ends[:-1]]).astype(np.int64)
+            # (an empty file: no end, so no document — not one start without its end)
+            self.starts = np.concatenate([[0], self.ends[:-1]]).astype(np.int64)[: len(self.ends)]
         self._contiguous = bool(np.array_equal(self.starts[1:], self.ends[:-1]))
 
     @property
