@@ -34,7 +34,7 @@ import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder
+from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder, masks_loss
 from zephon.executor.encode.flags import filled, token_dtype, untag
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.at_document import AtDocument
@@ -94,7 +94,7 @@ class RankRunner:
         if encoder is None:
             encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
         self.encoder = encoder
-        self.flags = carries_flags(self.encoder)  # ids carry loss-mask/segment bits (executor.token_flags)
+        self.flags, self.masks_loss = carries_flags(encoder), masks_loss(encoder)  # ids carry loss/segment bits
         self.exact = self.plan.manifest.exact
         self.stats, self.worker = stats, worker
         manifest = self.plan.manifest
@@ -330,7 +330,7 @@ class RankRunner:
                 tokens[:k], starts[:k], lengths[:k] = rows.tokens, rows.doc_start, rows.lengths
         loss_mask = None
         if self.flags:
-            tokens, starts, loss_mask = untag(tokens, starts)
+            tokens, starts, loss_mask = untag(tokens, starts, self.masks_loss)
         batch = Batch(
             tokens=tokens,
             doc_start=starts,
@@ -382,6 +382,7 @@ class RankRunner:
             g = self.geometry
             share = f"dp_rank {g.dp_rank}'s share (dp_size {g.dp_size})" if g.dp_size > 1 else "the plan"
             raise all_skipped(lanes.skipped, share, self.spec.tokenize.field)
+
 
 def iterate_batches(plan_dir: str | Path, spec: ExecutorSpec, stats: RunStats | None = None) -> Iterator[Batch]:
     """One rank (dp_size 1, global batch = microbatch) over the whole plan: the simplest use of RankRunner."""

@@ -81,6 +81,7 @@ class ChatEncoder(OnBaseEncoder):
     """Rendered conversations to token ids with ``LOSS`` on the assistant tokens (see the module docstring)."""
 
     flags = True
+    masks_loss = True  # LOSS on the tokens of the roles that train
 
     def __init__(self, spec: TokenizeSpec, *, threads: int | None = None) -> None:
         assert spec.chat is not None

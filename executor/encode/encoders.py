@@ -61,6 +61,7 @@ __all__ = [
     "converter_of",
     "load_chat_template",
     "make_encoder",
+    "masks_loss",
     "operators_of",
     "reshape",
 ]
@@ -138,7 +139,7 @@ class WithOperators:
         self.operators = operators
         final = inner.final if isinstance(inner, ChatEncoder) else TextField(inner.spec.field)
         self.converter = RecordConverter(columns=None, required=(), final=final, operators=operators)
-        self.flags = carries_flags(inner)
+        self.flags, self.masks_loss = carries_flags(inner), masks_loss(inner)
         self.fingerprint = settings_digest(inner.fingerprint, "operators", [op.fingerprint for op in operators])
 
     def __getattr__(self, name: str) -> Any:  # spec, pad_id, eos_id, prefix, tokenizer, engine, encode_flat, ...
@@ -176,3 +177,9 @@ def converter_of(encoder: object) -> RecordConverter | None:
 def carries_flags(encoder: object) -> bool:
     """Whether ``encoder``'s ids carry ``token_flags`` bits (the plain ``Encoder``'s never do)."""
     return bool(getattr(encoder, "flags", False))
+
+
+def masks_loss(encoder: object) -> bool:
+    """Whether ``encoder`` sets ``LOSS`` on the tokens that train (chat: a loss mask); an encoder whose ids carry
+    flags for segments only (``long_documents="split"``) trains on every token."""
+    return bool(getattr(encoder, "masks_loss", False))

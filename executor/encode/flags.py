@@ -90,8 +90,12 @@ def plain(tokens: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(tokens["id"]) if tokens.dtype == FLAGGED else tokens
 
 
-def untag(tokens: np.ndarray, doc_start: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def untag(
+    tokens: np.ndarray, doc_start: np.ndarray, masks_loss: bool = True
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Plain ids (contiguous int32), document starts including segment starts, and the loss mask (bool) of
-    ``FLAGGED`` rows."""
+    ``FLAGGED`` rows — None when the encoder does not mask the loss (``masks_loss`` False: a text run whose ids
+    are flagged only for segments, ``long_documents="split"``; its ``LOSS`` bits are never set, and a mask of
+    them would train on nothing)."""
     flags = tokens["flags"]
-    return plain(tokens), doc_start | ((flags & SEGMENT) != 0), (flags & LOSS) != 0
+    return plain(tokens), doc_start | ((flags & SEGMENT) != 0), (flags & LOSS) != 0 if masks_loss else None

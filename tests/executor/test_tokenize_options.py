@@ -118,7 +118,13 @@ def test_split_documents_restart_positions_and_labels_in_the_pipeline(tmp_path: 
             assert batch.doc_start[r, after_eos].all()
             labels = t["labels"].numpy()[r]
             assert (labels[after_eos - 1] == -100).all()
+            # every other token trains: split runs carry flags for segments only, and their unset LOSS bits were
+            # taken for a loss mask that trained on nothing (every label -100)
+            trains = np.setdiff1d(np.arange(n - 1), after_eos - 1)
+            assert len(trains) and (labels[trains] == row[1:][trains]).all()
             segments += int(batch.doc_start[r, :n].sum())
+        assert batch.loss_mask is None
+        assert (batch.to_training()["labels"].numpy() != -100).sum() >= batch.lengths.sum() - 2 * len(batch)
     assert segments > 30  # more segments than documents: long documents were split
 
 
