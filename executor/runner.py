@@ -34,7 +34,7 @@ import numpy as np
 
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
-from zephon.executor.encode.encoders import AnyEncoder, carries_flags, make_encoder, masks_loss
+from zephon.executor.encode.encoders import AnyEncoder, carries_flags, for_stores, make_encoder, masks_loss
 from zephon.executor.encode.flags import filled, token_dtype, untag
 from zephon.executor.encode.slices import encode_in_slices
 from zephon.executor.engines.at_document import AtDocument
@@ -93,7 +93,7 @@ class RankRunner:
         self.geometry = geometry
         if encoder is None:
             encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
-        self.encoder = encoder
+        self.encoder = encoder = for_stores(encoder, self.plan.manifest.datasets)  # a store's loss mask: flagged ids
         self.flags, self.masks_loss = carries_flags(encoder), masks_loss(encoder)  # ids carry loss/segment bits
         self.exact = self.plan.manifest.exact
         self.stats, self.worker = stats, worker

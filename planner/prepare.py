@@ -335,6 +335,8 @@ def assemble(
                 "tokenizer": store.tokenizer or ds.token_store.tokenizer,
                 "identity": store_identity(ds, tokenize),  # what a run's tokenizer must share (vocab, specials)
             }
+            if store.has_loss:  # the run's ids carry the mask (StoreLoss); absent otherwise: plans stay as they were
+                entry["token_store"]["loss_mask"] = True
         chosen = selections[index] if selections else None
         if ds.selection is not None and chosen is not None:
             # The query as written, the sidecar's content digest and the counts: a changed sidecar or predicate

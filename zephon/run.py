@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from zephon.errors import ConfigError
-from zephon.executor.encode.encoders import AnyEncoder, make_encoder
+from zephon.executor.encode.encoders import AnyEncoder, for_stores, make_encoder
 from zephon.executor.geometry import Geometry
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.read.shared_groups import SharedRowGroups
@@ -73,7 +73,8 @@ class OpenedRun:
         key = (spec.tokenize, spec.operators, spec.tokenizer_threads)
         if self.encoder is None or self.key != key:
             assert spec.tokenize is not None  # spec.ready()
-            self.encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
+            encoder = make_encoder(spec.tokenize, spec.operators, threads=spec.tokenizer_threads)
+            self.encoder = for_stores(encoder, self.plan.manifest.datasets)  # a store's loss mask: flagged ids
             self.key = key
         return self.encoder
 

@@ -32,12 +32,14 @@ plain texts) and ``flags`` (whether ids carry ``token_flags`` bits, which ``Batc
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from zephon.errors import ConfigError, TokenizerError
 from zephon.executor.encode.chat import ChatEncoder, load_chat_template
+from zephon.executor.encode.flags import tag
 from zephon.executor.encode.parts import (
     PLAIN_SETTINGS,
     OnBaseEncoder,
@@ -55,10 +57,12 @@ __all__ = [
     "AnyEncoder",
     "ChatEncoder",
     "RecordConverter",
+    "StoreLoss",
     "TextEncoder",
     "WithOperators",
     "carries_flags",
     "converter_of",
+    "for_stores",
     "load_chat_template",
     "make_encoder",
     "masks_loss",
@@ -148,7 +152,39 @@ class WithOperators:
         return getattr(self.inner, name)
 
 
-AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators
+class StoreLoss:
+    """An encoder whose ids carry a loss mask because a token store of the plan keeps one (datatrove
+    ``.ds.loss``): the store's documents come flagged with it (``slices.LossFlagged``), and the texts this
+    encoder makes train on every token (``LOSS`` on each), so batches carry ``loss_mask`` and labels of the tokens
+    the store marks as not training are -100. Everything else — ids, fingerprint — is the inner encoder's."""
+
+    flags = True
+    masks_loss = True
+
+    def __init__(self, inner: Encoder | TextEncoder | ChatEncoder | WithOperators) -> None:
+        self.inner = inner
+
+    def encode_flat(self, texts: list[Any], *args: Any, **kwargs: Any) -> Encoded:
+        encoded = self.inner.encode_flat(texts, *args, **kwargs)
+        ids = tag(encoded.ids, loss=np.ones(len(encoded.ids), dtype=bool))  # segment bits (split) kept
+        return Encoded(ids, encoded.sizes, encoded.cut)
+
+    def __getattr__(self, name: str) -> Any:  # spec, pad_id, fingerprint, tokenizer, engine, encode, ...
+        if name == "inner":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+AnyEncoder = Encoder | TextEncoder | ChatEncoder | WithOperators | StoreLoss
+
+
+def for_stores(encoder: AnyEncoder, datasets: Sequence[Any]) -> AnyEncoder:
+    """``encoder`` behind ``StoreLoss`` when a dataset of the plan (plan.json ``datasets``) is a token store that
+    keeps a loss mask and ``encoder`` masks no loss of its own (chat does: its ids already carry one)."""
+    stores = (getattr(d, "token_store", None) or {} for d in datasets)
+    if masks_loss(encoder) or not any(spec.get("loss_mask") for spec in stores):
+        return encoder
+    return StoreLoss(encoder)
 
 
 def make_encoder(spec: TokenizeSpec, operators: tuple[Operator, ...] = (), *, threads: int | None = None) -> AnyEncoder:

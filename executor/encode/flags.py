@@ -68,6 +68,14 @@ def tag(ids: np.ndarray, loss: np.ndarray | None = None, segment: np.ndarray | N
     return out
 
 
+def training(ids: np.ndarray) -> np.ndarray:
+    """Stored ids as ``FLAGGED`` records that all train (``LOSS`` set): a token store's documents in a run whose
+    ids carry flags. Ids already ``FLAGGED`` (a store's own loss mask) are kept as they are."""
+    if ids.dtype == FLAGGED:
+        return ids
+    return tag(ids, loss=np.ones(ids.shape, dtype=bool))
+
+
 def filled(shape: int | tuple[int, ...], pad_id: int, dtype: np.dtype) -> np.ndarray:
     """An array of ``pad_id`` tokens (no flags) of ``dtype`` (``ID`` or ``FLAGGED``)."""
     if dtype == FLAGGED:

@@ -31,11 +31,11 @@ a chunk of 300 K characters in one call, as before.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from zephon.executor.encode.flags import FLAGGED, as_ids, join, tag, token_dtype
+from zephon.executor.encode.flags import FLAGGED, as_ids, join, tag, token_dtype, training
 from zephon.executor.encode.text import Encoded
 from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.token_stores.store import TokenDocuments
@@ -64,8 +64,8 @@ def encode_in_slices(encoder: Any, texts: list[Any], *, split: bool = True, max_
     """``encoder.encode_flat(texts, split=split)``, made in slices of at most ``max_chars`` (default
     ``MAX_CHARS``) characters (see the module docstring): the same ids and sizes."""
     if isinstance(texts, TokenDocuments):  # one token store's documents, end to end: their ids as stored
-        ids = as_ids(texts.tokens)
-        return Encoded(tag(ids) if token_dtype(encoder) == FLAGGED else ids, texts.lengths)
+        ids = as_ids(texts.tokens)  # FLAGGED already when the store keeps a loss mask (LossFlagged)
+        return Encoded(training(ids) if token_dtype(encoder) == FLAGGED else ids, texts.lengths)
     kinds = set(map(type, texts))  # one pass in C (three generator passes cost ~3 CPU ns a token on short texts)
     if kinds != {str}:  # anything but plain strings: decided from the kinds, not the texts again
         if any(issubclass(k, np.ndarray) for k in kinds):  # a token store's documents: their ids, as stored
@@ -112,19 +112,38 @@ def with_stored_ids(encoder: Any, docs: list[Any], *, split: bool = True, max_ch
             sizes[i] = len(docs[i])
     pieces: list[np.ndarray] = []
     ends = np.cumsum(encoded.sizes) if encoded is not None else None
+    flagged = token_dtype(encoder) == FLAGGED  # stored ids then train, every one (or as the store's mask says)
     k = 0
     for i, s in enumerate(stored):
         if s:
-            pieces.append(docs[i])
+            pieces.append(training(docs[i]) if flagged else docs[i])
         else:
             assert encoded is not None and ends is not None
             pieces.append(encoded.ids[int(ends[k] - encoded.sizes[k]) : int(ends[k])])
             k += 1
     ids = join(pieces)
-    if token_dtype(encoder) == FLAGGED and ids.dtype != FLAGGED:  # every document stored: ids beside no flags
-        ids = tag(ids)
     cut = None
     if encoded is not None and encoded.cut is not None:  # the texts' cuts in their places (stored ids: never cut)
         cut = np.zeros(len(docs), dtype=np.int64)
         cut[at] = encoded.cut
     return Encoded(ids, sizes, cut)
+
+
+class _StoreRows(Protocol):
+    def read(self, rows: np.ndarray) -> TokenDocuments: ...
+
+
+class LossFlagged:
+    """A token store's shard whose documents come with the store's loss mask (datatrove ``.ds.loss``) in their
+    ids' flags: ``FLAGGED`` records, ``LOSS`` where a token trains, so the mask travels with the ids through every
+    stage (``zephon.executor.encode.flags``) — the run's encoder carries flags then (``StoreLoss``). Documents of
+    a store without a mask come as they are."""
+
+    def __init__(self, shard: _StoreRows) -> None:
+        self.shard = shard
+
+    def read(self, rows: np.ndarray) -> TokenDocuments:
+        got = self.shard.read(rows)
+        if got.loss_mask is None:
+            return got
+        return TokenDocuments(tokens=tag(as_ids(got.tokens), loss=got.loss_mask), offsets=got.offsets)

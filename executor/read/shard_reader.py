@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from zephon.errors import ConfigError, DatasetError
+from zephon.executor.encode.slices import LossFlagged
 from zephon.executor.operators import Where
 from zephon.executor.read.bad_documents import ON_BAD_DOCUMENT, SKIP_REASONS, BadDocuments, RecordConverter
 from zephon.executor.read.jsonl import JsonlLines, JsonlShard
@@ -48,7 +49,7 @@ from zephon.executor.read.memory_release import release_now_and_then
 from zephon.executor.read.parquet import ParquetShard, in_index_order
 from zephon.executor.read.selected_copy import CopiedShard
 from zephon.executor.read.shared_groups import SharedRowGroups
-from zephon.executor.token_stores.shards import PlanStores, StoreShard, is_store_shard
+from zephon.executor.token_stores.shards import PlanStores, is_store_shard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
 from zephon.storage.objects.paths import is_object_uri
@@ -100,7 +101,7 @@ class _OpenShard:
     """An open shard: its format's reader and, for a remote shard, its pin in the shard cache."""
 
     ref: ShardRef
-    text: ParquetShard | JsonlShard | CopiedShard | StoreShard
+    text: ParquetShard | JsonlShard | CopiedShard | LossFlagged
     handle: CachedShard | None = None  # a remote shard's pinned cache entry, released by close()
 
     @property
@@ -319,7 +320,7 @@ class ShardReader:
                     f"dataset {ref.dataset!r}: shard {ref.uri} is a token store's part, got a reader without the "
                     "plan's stores — read it through the plan's run (ShardAccess)"
                 )
-            shard = _OpenShard(ref=ref, text=self._stores.open(ref))
+            shard = _OpenShard(ref=ref, text=LossFlagged(self._stores.open(ref)))
             if cache:
                 self._open[shard_id] = shard
             return shard

@@ -89,6 +89,11 @@ class DatatrovePart(EndToEndPart):
                 f"{self._loss.name} must hold one byte per token ({total}), got {self._loss.size} — copy it again"
             )
 
+    @property
+    def has_loss(self) -> bool:
+        """Whether the part keeps a loss mask (its ``.ds.loss``)."""
+        return self._loss is not None
+
     def read_loss(self, start: int, stop: int) -> np.ndarray | None:
         if self._loss is None:
             return None

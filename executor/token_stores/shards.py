@@ -113,6 +113,13 @@ class PlanStores:
             store = open_token_store(
                 path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, credentials=self._credentials, **options
             )
+            if store.has_loss != bool(spec.get("loss_mask")):
+                now = "keeps a loss mask (.ds.loss)" if store.has_loss else "keeps no loss mask"
+                raise DatasetError(
+                    f"dataset {self._names.get(dataset_id, dataset_id)!r}: token store {store.path!r} {now}, which "
+                    "the plan does not record — it changed since planning, or the plan predates loss masks: re-plan "
+                    "(the run applies a store's mask only when its plan records it)"
+                )
             got = (store, {p.name: j for j, p in enumerate(store.parts)})
             self._stores[dataset_id] = got
         return got

@@ -257,8 +257,9 @@ class TokenStore:
         else:
             flat = np.concatenate(arrays)
         loss = None
-        if masks and all(m is not None for m in masks):
-            loss = masks[0] if len(masks) == 1 else np.concatenate(masks)  # type: ignore[arg-type]
+        if masks and any(m is not None for m in masks):  # a part without a mask: every token trains
+            got = [m if m is not None else np.ones(len(a), dtype=bool) for m, a in zip(masks, arrays, strict=True)]
+            loss = got[0] if len(got) == 1 else np.concatenate(got)
         return TokenDocuments(tokens=flat, offsets=offsets, loss_mask=loss)
 
     def gather(self, docs: np.ndarray) -> TokenDocuments:
@@ -295,9 +296,30 @@ class TokenStore:
             tokens = np.concatenate(slices) if slices else np.zeros(0, dtype=self.dtype)
         else:
             tokens = self._gather_by_runs(docs)
-        out = TokenDocuments(tokens=tokens, offsets=offsets)
+        out = TokenDocuments(
+            tokens=tokens, offsets=offsets, loss_mask=self._gather_loss(docs) if self.has_loss else None
+        )
         self._check_gathered(out, docs, part_of)
         return out
+
+    @property
+    def has_loss(self) -> bool:
+        """Whether any part keeps a loss mask (datatrove ``.ds.loss``): its tokens do not all train."""
+        return any(getattr(p, "has_loss", False) for p in self.parts)
+
+    def _gather_loss(self, docs: np.ndarray) -> np.ndarray:
+        """The loss mask of ``gather(docs)``: one ``read_loss`` per run of consecutive documents of a part (a part
+        without a mask: every token trains)."""
+        counts = self.token_counts()
+        part_of = np.searchsorted(self.part_starts, docs, side="right") - 1
+        breaks = np.flatnonzero((np.diff(docs) != 1) | (np.diff(part_of) != 0)) + 1
+        masks = []
+        for run in np.split(np.arange(len(docs)), breaks) if len(docs) else []:
+            j, base = int(part_of[run[0]]), int(self.part_starts[part_of[run[0]]])
+            lo, hi = int(docs[run[0]]) - base, int(docs[run[-1]]) + 1 - base
+            got = self.parts[j].read_loss(lo, hi)
+            masks.append(got if got is not None else np.ones(int(counts[docs[run]].sum()), dtype=bool))
+        return np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
 
     def _gather_by_runs(self, docs: np.ndarray) -> np.ndarray:
         """``gather``'s ids for parts read by range: one ``read`` per run of consecutive wanted documents."""

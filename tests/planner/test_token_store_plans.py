@@ -129,9 +129,10 @@ def test_a_mixed_exact_plan_yields_the_stores_ids_and_the_encoded_text_token_for
         stream += doc
     rows = [
         row.tolist()
-        for b in Pipeline.from_plan(plan).tokenize(tokenizer_id=wide_tokenizer).pack_flat(max_length=8).batch(
-            microbatch_size=2
-        )
+        for b in Pipeline.from_plan(plan)
+        .tokenize(tokenizer_id=wide_tokenizer)
+        .pack_flat(max_length=8)
+        .batch(microbatch_size=2)
         for row, n in zip(b.tokens, b.lengths, strict=True)
         for row in [row[:n]]
     ]
@@ -144,8 +145,8 @@ def test_the_run_refuses_ids_beyond_its_tokenizers_vocabulary_naming_file_and_do
     """The demo tokenizer has 4,096 ids; the fixture's document 4 holds 40000."""
     source = mixed(Dataset.from_path("web", WEB), weights=[1.0], seed=3, exact_tokens=True)
     plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=64))
-    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=64).batch(
-        microbatch_size=1
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=64).batch(microbatch_size=1)
     )
     with pytest.raises(DatasetError, match=r"web_text_document\.bin must be < the tokenizer's vocabulary of 4096, "
                        r"got (40000|65000) in document [45]"):  # fmt: skip
@@ -158,8 +159,8 @@ def test_a_store_rewritten_since_planning_is_refused(tmp_path: Path, tokenizer_d
     source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=True)
     plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=4))
     write_megatron(store, [[5, 6, 0], [7, 8, 0]])
-    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(
-        microbatch_size=1
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
     )
     with pytest.raises(DatasetError, match=r"web\.bin changed since planning: its index must hold the planned 2 "):
         list(pipe)
@@ -294,8 +295,82 @@ def test_a_store_moved_after_planning_is_named(tmp_path: Path, tokenizer_dir: st
     store = write_megatron(tmp_path / "store" / "web", [[5, 6, 0], [7, 0]])
     plan = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, num_documents=2).plan(tmp_path / "p")
     shutil.rmtree(tmp_path / "store")
-    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(
-        microbatch_size=1
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
     )
     with pytest.raises(DatasetError, match=r"token store path .*web' must name a file"):
         list(pipe)
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_a_datatrove_loss_mask_reaches_the_batches_and_their_labels(
+    tmp_path: Path, prose, wide_tokenizer: str, exact: bool
+) -> None:
+    """datatrove's ``.ds.loss`` (tokens that carry no loss: here each document's first 0, 1 or 2) was read by
+    ``TokenStore.read`` but not by the runs, which trained on every token. Now the plan records it, the store's ids
+    carry it, texts beside it train on every token, and labels of masked tokens are -100."""
+    path, texts = prose
+    source = mixed(
+        Dataset.from_path("sft", FIXTURES / "datatrove" / "wide"),
+        Dataset.from_path("prose", path),
+        weights=[0.5, 0.5],
+        seed=1,
+        exact_tokens=exact,
+        lanes=None if exact else 1,
+    )
+    with pytest.warns(ZephonWarning, match="zephon/demo' its ids were made with must load"):
+        plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=wide_tokenizer),
+                           pack=PackSpec(max_length=8))  # fmt: skip
+    assert json.loads((plan / "plan.json").read_text())["datasets"][0]["token_store"]["loss_mask"] is True
+    vocab = json.loads(Path(wide_tokenizer, "tokenizer.json").read_text())["model"]["vocab"]
+    ids: list[int] = []
+    mask: list[bool] = []
+    for s in pq.read_table(plan / "samples.parquet").to_pylist():
+        if s["dataset_id"] == 0:
+            doc = DOCS[s["row"]]
+            ids += doc
+            mask += [k >= s["row"] % 3 for k in range(len(doc))]
+        else:
+            doc = [vocab[w] for w in texts[s["row"]].split()] + [2]
+            ids += doc
+            mask += [True] * len(doc)
+    got_ids: list[int] = []
+    got_mask: list[bool] = []
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=wide_tokenizer).pack_flat(max_length=8).batch(microbatch_size=2)
+    )
+    in_workers = [t["labels"].numpy() for t in pipe.dataloader(num_workers=2 if exact else 1)]  # the same labels
+    for k, b in enumerate(pipe):
+        assert b.loss_mask is not None
+        labels = b.to_training()["labels"].numpy()
+        assert np.array_equal(labels, in_workers[k])
+        for r, n in enumerate(b.lengths.tolist()):
+            got_ids += b.tokens[r, :n].tolist()
+            got_mask += b.loss_mask[r, :n].tolist()
+            for j in range(n - 1):  # label j predicts token j + 1: ignored where that token carries no loss
+                if not b.loss_mask[r, j + 1]:
+                    assert labels[r, j] == -100
+                elif not b.doc_start[r, j + 1]:
+                    assert labels[r, j] == b.tokens[r, j + 1]
+    assert got_ids == ids and got_mask == mask and not all(mask)
+
+
+def test_a_loss_mask_the_plan_does_not_record_is_refused(tmp_path: Path, wide_tokenizer: str) -> None:
+    """A ``.ds.loss`` added after planning (or a plan made before runs applied masks) would be left out of the
+    run's loss without a word: the run refuses it in one line naming the store."""
+    store = tmp_path / "sft"
+    shutil.copytree(FIXTURES / "datatrove" / "wide", store)
+    (store / "00000_wide.ds.loss").rename(tmp_path / "loss")
+    source = mixed(Dataset.from_path("sft", store), weights=[1.0], seed=1, exact_tokens=True)
+    with pytest.warns(ZephonWarning):
+        plan = source.plan(
+            tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=wide_tokenizer), pack=PackSpec(max_length=8)
+        )
+    assert "loss_mask" not in json.loads((plan / "plan.json").read_text())["datasets"][0]["token_store"]
+    (tmp_path / "loss").rename(store / "00000_wide.ds.loss")
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=wide_tokenizer).pack_flat(max_length=8).batch(microbatch_size=2)
+    )
+    with pytest.raises(DatasetError, match=r"^dataset 'sft': token store .* keeps a loss mask \(.ds.loss\), which the plan "
+                       r"does not record — .* re-plan"):  # fmt: skip
+        next(iter(pipe))
