@@ -25,7 +25,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from zephon.checks import is_int
-from zephon.errors import ConfigError, DatasetError
+from zephon.errors import ConfigError, DatasetError, ZephonError, one_line
 from zephon.executor.token_stores.columns import column_fmt, column_parts
 from zephon.executor.token_stores.datatrove import datatrove_parts
 from zephon.executor.token_stores.files import StoreFiles, list_store_files
@@ -141,6 +141,30 @@ def open_token_store(
         )
     if name not in FORMATS:
         raise ConfigError(f"fmt must be one of {', '.join(FORMATS)}, got {fmt!r} — fix fmt=")
+    try:
+        return _open(files, name, str(path), wanted, eos_token_id, bos_token_id, tokens_field, text_field, vocab_size)
+    except ZephonError:
+        raise
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:  # an index of another shape
+        raise DatasetError(
+            f"token store {str(path)!r} ({name}) must have index files of the layout docs/token-stores.md describes, "
+            f"got {type(exc).__name__}: {one_line(exc)} — the index is damaged or written by another tool: write "
+            "the store again"
+        ) from None
+
+
+def _open(
+    files: StoreFiles,
+    name: str,
+    path: str,
+    wanted: np.dtype | None,
+    eos_token_id: int | None,
+    bos_token_id: int | None,
+    tokens_field: str | None,
+    text_field: str | None,
+    vocab_size: int | None,
+) -> TokenStore:
+    """``open_token_store`` of a known format ``name``: its parts read from their indexes."""
     tokenizer: str | None = None
     holds = "tokens"
     if name == "megatron":
@@ -160,7 +184,7 @@ def open_token_store(
     store_dtype = parts[0].dtype if parts and holds == "tokens" else None
     return TokenStore(
         format=name,
-        path=files.path if name != "olmo" or not str(path).endswith(".npy") else str(path),
+        path=files.path if name != "olmo" or not path.endswith(".npy") else path,
         holds=holds,  # type: ignore[arg-type]
         dtype=store_dtype,
         parts=parts,

@@ -259,3 +259,39 @@ def test_a_jsonl_token_line_without_the_key_or_with_a_null_id_names_its_row(tmp_
     (tmp_path / "a.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     with pytest.raises(DatasetError, match=r"must hold integer ids only, got a null at row 4 \(id 2\) — drop"):
         open_token_store(str(tmp_path / "a.jsonl"), fmt="jsonl", tokens_field="ids")
+
+
+def _litdata_chunks_a_mapping(store: Path) -> None:
+    index = json.loads((store / "index.json").read_text())
+    index["chunks"] = {"0": index["chunks"][0]}
+    (store / "index.json").write_text(json.dumps(index))
+
+
+def _mds_shards_null(store: Path) -> None:
+    (store / "index.json").write_text(json.dumps({"version": 2, "shards": None}))
+
+
+def _datatrove_count_not_ascii_digits(store: Path) -> None:
+    meta = store.with_name(store.name + ".metadata")
+    meta.write_text("zephon/demo|²\n23\n")  # the token size: str.isdigit takes '²', int() does not
+
+
+@pytest.mark.parametrize(
+    ("fixture", "damage", "fmt"),
+    [
+        ("litdata/tokens", _litdata_chunks_a_mapping, "litdata"),
+        ("mds/uint16", _mds_shards_null, "mds"),
+        ("datatrove/00000_unshuffled.ds", _datatrove_count_not_ascii_digits, "datatrove"),
+    ],
+)
+def test_an_index_of_another_shape_is_one_line_naming_the_store(tmp_path: Path, fixture, damage, fmt) -> None:
+    """An index whose JSON or text has another shape than the format's (a mapping for a list, a null, a
+    count that is not a number) raised AttributeError, TypeError, ValueError from inside the reader."""
+    store = copy(tmp_path, fixture)
+    damage(store)
+    with pytest.raises(
+        DatasetError,
+        match=rf"^token store '.*' \({fmt}\) must have index files of the layout docs/token-stores.md describes, got "
+        r"\w+Error: .* — the index is damaged or written by another tool: write the store again$",
+    ):
+        open_token_store(str(store), fmt=fmt)
