@@ -182,6 +182,37 @@ def test_a_config_file_names_a_token_store(tmp_path: Path, prose) -> None:
         load_work_source(config)
 
 
+def test_zephon_count_and_show_read_a_token_store_by_its_index_and_ids(
+    tmp_path: Path, prose, wide_tokenizer: str, monkeypatch
+) -> None:
+    """Both refused any CONFIG or plan with a token store ("a reader without the plan's stores"): count takes a
+    store's counts from its index, show previews its documents' ids — and, over local shards, makes no cache."""
+    monkeypatch.setenv("ZEPHON_CACHE_DIR", str(tmp_path / "cache"))
+    config = tmp_path / "plan.yaml"
+    config.write_text(
+        f"seed: 1\nexact_tokens: true\ntokenizer: {{id: {wide_tokenizer}}}\npacking: {{max_length: 8}}\n"
+        f"datasets:\n  - {{name: web, path: {WEB}, fmt: megatron}}\n  - {{name: prose, path: {prose[0]}}}\n"
+        "mixture: {web: 0.5, prose: 0.5}\n"
+    )
+    counted = CliRunner().invoke(cli, ["count", str(config), "--workers", "1", "--no-progress"])
+    assert counted.exit_code == 0, counted.output
+    prose_tokens = sum(len(t.split()) + 1 for t in prose[1])  # WordLevel words and EOS
+    assert counted.output.splitlines() == [
+        f"counted 1 shard (0 cached), 1 token store part read from their indexes: {23 + prose_tokens} tokens",
+        "  web    documents 6  tokens 23  (token store: its index)",
+        f"  prose  documents 4  tokens {prose_tokens}",
+    ]
+    planned = CliRunner().invoke(cli, ["plan", str(config), "-o", str(tmp_path / "p"), "--workers", "1"])
+    assert planned.exit_code == 0, planned.output
+    shutil.rmtree(tmp_path / "cache")
+    shown = CliRunner().invoke(cli, ["show", str(tmp_path / "p"), "-s", "0", "-b", "2"])
+    assert shown.exit_code == 0, shown.output
+    samples = pq.read_table(tmp_path / "p" / "samples.parquet").to_pylist()
+    first_store = next(s for s in samples if s["dataset_id"] == 0)
+    assert "ids " + " ".join(map(str, DOCS[first_store["row"]])) in shown.output
+    assert not (tmp_path / "cache").exists()  # a read-only command over local shards creates nothing
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Runs: estimated (samples and tokens) and exact plans over a store and raw text; elastic dp, resume, audit
 # ---------------------------------------------------------------------------------------------------------

@@ -270,10 +270,13 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
             )
         from zephon.executor.encode.encoders import make_encoder
         from zephon.planner.counts.lengths import token_counts
+        from zephon.planner.counts.stores import store_tokens
         from zephon.planner.prepare import shard_refs
 
+        datasets = loaded.source.datasets
         groups = shard_refs(loaded.source, progress=progress, engine=engine, workers=workers)
-        flat = [r for g in groups for r in g]
+        # Raw text is tokenized (and cached); a token store's counts are its index's, as plans take them.
+        flat = [r for ds, g in zip(datasets, groups, strict=True) if ds.token_store is None for r in g]
         arrays, report = token_counts(
             flat,
             loaded.tokenize,
@@ -282,17 +285,25 @@ def count(config: Path, workers: int | None, progress: bool | None, engine: str)
             progress=progress,  # None: bars on a terminal only (zephon.storage.progress)
             engine=engine,
         )
-    click.echo(f"counted {count_of(report.counted, 'shard')} ({report.cached} cached): {report.tokens} tokens")
+    stored = [ds.token_store is not None for ds in datasets]
     it = iter(arrays)
-    names = [ds.name for ds in loaded.source.datasets]
-    width = max(map(len, names))
+    width = max(len(ds.name) for ds in datasets)
     limit = loaded.tokenize.max_tokens if loaded.tokenize.long_documents == "truncate" else None
-    for name, group in zip(names, groups, strict=True):
-        counts = [next(it) for _ in group]
+    lines, total = [], 0
+    for ds, group, is_store in zip(datasets, groups, stored, strict=True):
+        counts = list(store_tokens(ds, group)) if is_store else [next(it) for _ in group]
         tokens = sum(int(c.sum()) for c in counts)
-        # The counts are after the cut: the documents at the limit were cut (or are exactly that long).
-        at = f"  at max_tokens {sum(int((c == limit).sum()) for c in counts)}" if limit is not None else ""
-        click.echo(f"  {name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}{at}")
+        total += tokens
+        # The counts are after the cut: the documents at the limit were cut (or are exactly that long). A store's
+        # ids are never cut.
+        at = f"  at max_tokens {sum(int((c == limit).sum()) for c in counts)}" if limit and not is_store else ""
+        kind = "  (token store: its index)" if is_store else ""
+        lines.append(f"  {ds.name:<{width}}  documents {sum(r.rows for r in group)}  tokens {tokens}{at}{kind}")
+    parts = sum(len(g) for g, s in zip(groups, stored, strict=True) if s)
+    read = f", {count_of(parts, 'token store part')} read from their indexes" if parts else ""
+    click.echo(f"counted {count_of(report.counted, 'shard')} ({report.cached} cached){read}: {total} tokens")
+    for line in lines:
+        click.echo(line)
 
 
 def _compute_costs(source: WorkSource, workers: int | None, progress: bool | None, engine: str) -> None:

@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -129,7 +130,7 @@ def show_step(
     starts = [p.first_position for p in manifest.phases]
     texts: list[str | None] = [None] * len(docs)
     if text and len(docs) and (field is not None or layout.tokens != "cost"):  # records: a text only when named
-        texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest)))
+        texts = list(_previews(wanted, docs.shard_id, docs.row, field or _field(manifest), manifest.datasets))
     meta: dict[str, list[object]] = {}
     if columns and len(docs):
         from zephon.inspection.metadata import metadata_values
@@ -189,18 +190,31 @@ def _field(manifest: Manifest) -> str:
     return (manifest.tokenizer.field if manifest.tokenizer is not None else "") or "text"
 
 
-def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str) -> list[str]:
+def _previews(shards, shard_ids: np.ndarray, rows: np.ndarray, field: str, datasets: Sequence[Any]) -> list[str]:
     # Imported here: the executor's reader is only needed when text is shown.
     from zephon.executor.read.shard_reader import ShardReader, planning_cache
+    from zephon.executor.token_stores.shards import PlanStores
     from zephon.inspection.chat_preview import holds_records, record_reader
     from zephon.plan.records import shard_refs
+    from zephon.storage.objects.paths import is_object_uri
+    from zephon.storage.remote import is_remote_uri
 
     refs = shard_refs(shards)
-    # Remote (hf://) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards). Record mode
-    # for chat columns: a conversation is shown turn by turn (zephon.inspection.chat_preview).
+    # Remote (hf://, object-store) shards are read through the planner's shard cache ($ZEPHON_CACHE_DIR/shards),
+    # made only then: a read-only command over local shards creates nothing. A token store's documents are shown
+    # as their ids. Record mode for chat columns: a conversation is shown turn by turn (chat_preview).
+    remote = any(is_remote_uri(r.uri) or is_object_uri(r.uri) for r in refs)
     convert = record_reader(field) if holds_records(refs, field) else None
-    reader = ShardReader(refs, field, capacity=len(refs), cache=planning_cache(), convert=convert)
+    stores = PlanStores(datasets)
+    cache = planning_cache() if remote else None
+    reader = ShardReader(refs, field, capacity=len(refs), cache=cache, convert=convert, stores=stores or None)
     try:
-        return [preview(t) for t in reader.texts(shard_ids, rows)]
+        return [preview(t) if isinstance(t, str) else ids_preview(t) for t in reader.texts(shard_ids, rows)]
     finally:
         reader.close()
+
+
+def ids_preview(ids: np.ndarray, chars: int = PREVIEW_CHARS) -> str:
+    """A token store document's ids as ``zephon show`` previews them: ``ids 1 17 23 2`` (``…`` marks a cut)."""
+    plain = ids["id"] if ids.dtype.names else ids  # a store with a loss mask: its ids' flags beside them
+    return preview("ids " + " ".join(map(str, plain[:chars].tolist())), chars)
