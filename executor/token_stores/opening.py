@@ -55,8 +55,8 @@ def _detect(files: StoreFiles, original: str) -> str | None:
     names = files.files
     if original.endswith(".npy"):
         return "olmo"
-    if ".idx" in names and ".bin" in names:
-        return "megatron"
+    if original.endswith((".idx", ".bin")) or ".idx" in names or ".bin" in names:
+        return "megatron"  # a Megatron pair, or half of one: its reader names the missing file
     if "" in names:
         if original.endswith(".ds"):
             return "datatrove"

@@ -103,6 +103,8 @@ def looks_like_token_store(path: str) -> bool:
         return False
     if os.path.isfile(path + ".idx") and os.path.isfile(path + ".bin"):
         return True
+    if not os.path.exists(path) and (os.path.isfile(path + ".idx") or os.path.isfile(path + ".bin")):
+        return True  # half a Megatron pair: the store's reader names the missing file
     if path.endswith(_STORE_SUFFIXES) and os.path.exists(path):
         return True
     if os.path.isdir(path):

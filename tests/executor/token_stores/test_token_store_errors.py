@@ -295,3 +295,23 @@ def test_an_index_of_another_shape_is_one_line_naming_the_store(tmp_path: Path, 
         r"\w+Error: .* — the index is damaged or written by another tool: write the store again$",
     ):
         open_token_store(str(store), fmt=fmt)
+
+
+@pytest.mark.parametrize(("removed", "given"), [(".idx", "web"), (".idx", "web.bin"), (".bin", "web.idx")])
+def test_half_a_megatron_pair_without_fmt_names_the_missing_file(megatron: Path, removed: str, given: str) -> None:
+    """Without fmt= the path was "must exist, got nothing there" (web.bin was there) or "a format its files tell"."""
+    from zephon.io import Dataset
+    from zephon.work import MixtureSpec, StaticMixtureWorkSource
+
+    megatron.with_suffix(removed).unlink()
+    other = ".bin" if removed == ".idx" else ".idx"
+    what = "its index" if removed == ".idx" else "its data file"
+    with pytest.raises(
+        DatasetError,
+        match=rf"^dataset 'web': token store '.*web' must have {what} .*web\{removed}, got none — copy the \{removed} "
+        rf"beside the \{other}$",
+    ):
+        dataset = Dataset.from_path("web", str(megatron.parent / given))
+        StaticMixtureWorkSource(datasets=[dataset], mixture=MixtureSpec({"web": 1.0}), seed=1).plan(
+            megatron.parent / "p"
+        )
