@@ -120,3 +120,37 @@ def test_a_transformers_or_accelerate_version_outside_the_tested_range_is_refuse
         require_tested("transformers", "4.57.1")
     with pytest.raises(ConfigError, match=r"^accelerate must be in the range zephon.integrations was tested with \(>=1.10,<2.0\), got 0.34.2 — pip install 'accelerate>=1.10,<2.0'$"):
         require_tested("accelerate", "0.34.2")
+
+
+def test_resume_from_checkpoint_true_without_a_checkpoint_in_output_dir_is_refused_in_one_line(plan, tokenizer_dir, tmp_path) -> None:
+    (tmp_path / "empty").mkdir()
+    for folder in (tmp_path / "empty", tmp_path / "missing"):  # no checkpoint-N folder; no folder at all
+        model = Tiny()
+        trainer = ZephonTrainer(model=model, args=arguments(folder, 3), pipeline=make_pipeline(plan, tokenizer_dir))
+        with pytest.raises(ConfigError, match=rf"^resume_from_checkpoint=True must find a checkpoint-N folder in output_dir '{folder}', got none — pass the checkpoint's path, or train without resume_from_checkpoint$"):
+            trainer.train(resume_from_checkpoint=True)
+        assert model.seen == []  # refused before a step, rather than training from step 0
+
+
+def test_the_callers_training_arguments_are_left_unchanged_and_reused_for_a_longer_plan_run_it_whole(
+    plan, tokenizer_dir, tmp_path, tmp_path_factory
+) -> None:
+    short = make_pipeline(make_plan(tmp_path_factory.mktemp("short"), tokenizer_dir, documents=40), tokenizer_dir)
+    given = arguments(tmp_path)
+    first = ZephonTrainer(Tiny(), given, pipeline=short)  # positional args, as Trainer(model, args) takes them
+    assert (first.args.max_steps, given.max_steps) == (short.num_steps(), -1)
+    longer = make_pipeline(plan, tokenizer_dir)
+    assert longer.num_steps() > short.num_steps()
+    second = ZephonTrainer(model=Tiny(), args=given, pipeline=longer)
+    assert (second.args.max_steps, given.max_steps) == (longer.num_steps(), -1)
+
+
+def test_the_training_arguments_dataloader_num_workers_is_used_and_a_different_num_workers_is_refused_in_one_line(
+    plan, tokenizer_dir, tmp_path
+) -> None:
+    pipeline = make_pipeline(plan, tokenizer_dir)
+    wide = ZephonTrainer(model=Tiny(), args=arguments(tmp_path, dataloader_num_workers=16), pipeline=pipeline)
+    with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 8 packing lanes [^\n]*, got 16 — "):
+        wide.get_train_dataloader()
+    with pytest.raises(ConfigError, match=r"^ZephonTrainer's num_workers must match TrainingArguments\(dataloader_num_workers=...\) when both are set, got 1 and 2 — set it in one place$"):
+        ZephonTrainer(model=Tiny(), args=arguments(tmp_path, dataloader_num_workers=2), pipeline=pipeline, num_workers=1)

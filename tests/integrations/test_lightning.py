@@ -103,3 +103,23 @@ def test_a_checkpoint_of_another_plan_a_state_at_a_dp_size_not_dividing_the_batc
         data.load_state_dict(pack({**state, "dp_size": 3}))
     with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 8 packing lanes [^\n]*, got 16 — use num_workers in \[1, 2, 3, 4, 5, 6, 7, 8\][^\n]*$"):
         ZephonDataModule(make_pipeline(plan, tokenizer_dir), num_workers=16).train_dataloader()
+
+
+def test_accumulate_grad_batches_other_than_the_pipelines_microbatches_per_step_is_refused_when_fit_starts(
+    plan, tokenizer_dir
+) -> None:
+    from zephon import Pipeline
+    from zephon.integrations.state_text import unpack
+
+    def halves():  # microbatches of 4 rows: 2 per global batch of 8
+        pipeline = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33)
+        return pipeline.batch(microbatch_size=4, global_batch_size=8)
+
+    model = Tiny()
+    with pytest.raises(ConfigError, match=r"^accumulate_grad_batches must be the pipeline's 2 microbatches per step, got 1 — pass Trainer\(accumulate_grad_batches=2\)$"):
+        trainer(3).fit(model, datamodule=ZephonDataModule(halves()))
+    assert model.seen == []
+    data = ZephonDataModule(halves())
+    trainer(3, accumulate_grad_batches=2).fit(model, datamodule=data)
+    state = unpack(data.state_dict(), "the state")
+    assert (len(model.seen), state["step"], state["microbatch"]) == (6, 3, 0)  # 3 whole global batches

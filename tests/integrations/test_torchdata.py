@@ -81,6 +81,15 @@ def test_arguments_that_would_change_the_data_are_refused_in_one_line(plan, toke
         stateful_loader(pipeline, num_workers=16)
 
 
+def test_a_worker_init_fn_is_refused_in_one_line_rather_than_never_called(plan, tokenizer_dir) -> None:
+    def setup(worker: int) -> None:
+        raise AssertionError("never called by Zephon's workers")
+
+    with pytest.raises(ConfigError, match=r"^stateful_loader's worker_init_fn must be None, got <function [^\n]*setup at [^\n]*> — each worker sets itself up and randomness comes from the plan's seed; drop it$"):
+        stateful_loader(make_pipeline(plan, tokenizer_dir), num_workers=2, worker_init_fn=setup)
+    stateful_loader(make_pipeline(plan, tokenizer_dir), worker_init_fn=None, generator=None)  # the defaults pass
+
+
 def test_a_statefuldataloader_state_is_refused_in_one_line(plan, tokenizer_dir) -> None:
     real = StatefulDataLoader(make_pipeline(plan, tokenizer_dir).to_torch_dataset(), batch_size=None)
     next(iter(real))

@@ -218,3 +218,9 @@ def test_the_config_takes_torchtitans_command_line_overrides_and_refuses_a_bad_g
 def test_more_workers_than_the_ranks_lanes_are_refused_in_one_line(plan, tokenizer_dir) -> None:
     with pytest.raises(ConfigError, match=r"^num_workers must split this rank's 4 packing lanes [^\n]*, got 8 — use num_workers in \[1, 2, 3, 4\][^\n]*$"):
         build(plan, tokenizer_dir, world=2, local=4, num_workers=8)
+
+
+@pytest.mark.parametrize("local", [0, -2, 2.0])
+def test_a_local_batch_size_that_is_not_a_positive_integer_is_refused_in_one_line(plan, tokenizer_dir, local) -> None:
+    with pytest.raises(ConfigError, match=rf"^ZephonDataLoader's local_batch_size must be an integer ≥ 1 \(rows per microbatch\), got {local} — set torchtitan's training.local_batch_size to 1 or more$"):
+        build(plan, tokenizer_dir, local=local)

@@ -8,15 +8,20 @@ tokenizes for all. Zephon gives each rank its own share already, so its loader i
 
 ``ZephonTrainer`` (a ``transformers.Trainer``):
 
-* trains on ``pipeline.dataloader(...)`` (``get_train_dataloader``), one microbatch per forward pass;
+* trains on ``pipeline.dataloader(...)`` (``get_train_dataloader``), one microbatch per forward pass, with
+  ``TrainingArguments``' ``dataloader_num_workers``, ``dataloader_persistent_workers`` and
+  ``dataloader_prefetch_factor`` unless the same setting is passed to ``ZephonTrainer`` (both, differing: refused);
   ``gradient_accumulation_steps`` must be the pipeline's microbatches per step ``A``, and ``max_steps`` is
-  ``pipeline.num_steps()`` when left at -1 (a larger one is refused: the plan would start again);
+  ``pipeline.num_steps()`` when left at -1 (a larger one is refused: the plan would start again), set on the
+  trainer's own copy of the arguments — the caller's ``TrainingArguments`` stay as given, so they can be reused;
+  ``num_train_epochs`` is unused: a run is at most one pass over the plan;
 * writes the merged state, after the microbatches the optimizer steps took (``global_step × A`` since the
   iteration started; ``zephon.integrations.consumed``), as ``zephon_state.json`` into every
   ``checkpoint-N`` folder (all ranks compute it together; the process that saves writes it);
 * on ``train(resume_from_checkpoint=...)`` loads it and continues there. The Trainer's own replay of the data
   (``skip_first_batches``) must be off: ``TrainingArguments(ignore_data_skip=True)``, refused otherwise; a
-  checkpoint folder without ``zephon_state.json`` is refused rather than restarting the data at step 0.
+  checkpoint folder without ``zephon_state.json``, and ``resume_from_checkpoint=True`` with no ``checkpoint-N``
+  folder in ``output_dir``, are refused rather than restarting the data at step 0.
 
 For a hand-written Accelerate loop, ``check_accelerator(accelerator)`` refuses ``dispatch_batches=True``, and
 ``accelerator.register_for_checkpointing(DataCheckpoint(loader))`` (``zephon.integrations.dcp``) puts the
@@ -26,6 +31,7 @@ the state must be the merged one).
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator
@@ -43,6 +49,12 @@ from zephon.storage.files import write_atomic
 
 #: The file a checkpoint folder holds the pipeline state in.
 STATE_FILE = "zephon_state.json"
+#: ``Pipeline.dataloader`` settings ``TrainingArguments`` also names: (its field, the loader's default).
+FROM_ARGUMENTS: dict[str, tuple[str, Any]] = {
+    "num_workers": ("dataloader_num_workers", 0),
+    "persistent_workers": ("dataloader_persistent_workers", False),
+    "prefetch_factor": ("dataloader_prefetch_factor", None),
+}
 
 
 def check_accelerator(accelerator: Any) -> None:
@@ -67,24 +79,57 @@ class _Counted:
         return iter(self.trainer._consumed)
 
 
+def _copy_arguments(positional: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The Trainer's ``args`` (second positional, or keyword) replaced by a shallow copy, so that resolving
+    ``max_steps`` leaves the caller's ``TrainingArguments`` as given; returns the positional arguments."""
+    if "args" in kwargs:
+        kwargs["args"] = copy.copy(kwargs["args"])
+    elif len(positional) > 1:
+        positional = (positional[0], copy.copy(positional[1]), *positional[2:])
+    return positional
+
+
 class ZephonTrainer(Trainer):
     """A ``transformers.Trainer`` over a Zephon pipeline (module docstring). ``num_workers`` and the other
-    ``Pipeline.dataloader`` arguments change speed only; ``training`` goes to ``batch.to_training``."""
+    ``Pipeline.dataloader`` arguments change speed only (unset: ``TrainingArguments``' ``dataloader_*`` values);
+    ``training`` goes to ``batch.to_training``."""
 
     def __init__(
-        self, *args: Any, pipeline: Any, num_workers: int = 0, training: dict[str, Any] | None = None, **kwargs: Any
+        self,
+        *args: Any,
+        pipeline: Any,
+        num_workers: int | None = None,
+        training: dict[str, Any] | None = None,
+        **kwargs: Any,
     ) -> None:
         require_tested("transformers")
         require_tested("accelerate")
         loader = {k: kwargs.pop(k) for k in ("pin_memory", "persistent_workers", "prefetch_factor") if k in kwargs}
-        super().__init__(*args, **kwargs)
+        if num_workers is not None:
+            loader["num_workers"] = num_workers
+        super().__init__(*_copy_arguments(args, kwargs), **kwargs)
         self.pipeline = pipeline
-        self.loader_options = {"num_workers": num_workers, **loader}
+        self.loader_options = self._loader_options(loader)
         self.training = dict(training or {})
         self._consumed: ConsumedLoader | None = None
         self._pending: dict[str, Any] | None = None
         self._start_step = 0
         self._check_arguments()
+
+    def _loader_options(self, given: dict[str, Any]) -> dict[str, Any]:
+        """``given`` completed with ``TrainingArguments``' ``dataloader_*`` values; a setting both name differently
+        is refused."""
+        options = dict(given)
+        for name, (field, default) in FROM_ARGUMENTS.items():
+            declared = getattr(self.args, field)
+            if name not in options:
+                options[name] = declared
+            elif declared != default and declared != options[name]:
+                raise ConfigError(
+                    f"ZephonTrainer's {name} must match TrainingArguments({field}=...) when both are set, got "
+                    f"{options[name]!r} and {declared!r} — set it in one place"
+                )
+        return options
 
     def _check_arguments(self) -> None:
         args = self.args
@@ -139,10 +184,22 @@ class ZephonTrainer(Trainer):
             text = json.dumps(state, sort_keys=True)
             write_atomic(folder / STATE_FILE, lambda tmp: tmp.write_text(text, encoding="utf-8"), "the data state")
 
+    def _last_checkpoint(self) -> str:
+        """The latest ``checkpoint-N`` folder in ``output_dir``, for ``resume_from_checkpoint=True``; none is refused
+        (the Trainer would otherwise get None and start the data again at step 0)."""
+        folder = self.args.output_dir
+        last = get_last_checkpoint(folder) if folder and os.path.isdir(folder) else None
+        if last is None:
+            raise ConfigError(
+                f"resume_from_checkpoint=True must find a {PREFIX_CHECKPOINT_DIR}-N folder in output_dir {folder!r}, "
+                "got none — pass the checkpoint's path, or train without resume_from_checkpoint"
+            )
+        return str(last)
+
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
         """``Trainer.train``; a resumed run loads the checkpoint's ``zephon_state.json`` first."""
         if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            resume_from_checkpoint = self._last_checkpoint()
         if resume_from_checkpoint:
             path = Path(os.fspath(resume_from_checkpoint)) / STATE_FILE
             if not path.is_file():

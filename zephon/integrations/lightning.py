@@ -24,8 +24,9 @@ Example::
 ``use_distributed_sampler=True`` (Lightning's default) is refused in one line: the plan already gives each rank
 its share. A resumed fit whose checkpoint holds no Zephon state is refused rather than restarting the data at
 step 0. Batches are ``batch.to_training(**training)`` dicts, microbatch by microbatch; a Lightning step is an
-optimizer step, so ``accumulate_grad_batches`` is the pipeline's microbatches per step ``A`` and
-``max_steps=num_steps()``.
+optimizer step, so ``accumulate_grad_batches`` must be the pipeline's microbatches per step ``A`` (global batch ÷
+(dp size × microbatch size); another value is refused when fit asks for the loader: each optimizer step would be
+a fraction of a global batch, and checkpoints would land mid-step) and ``max_steps=num_steps()``.
 """
 
 from __future__ import annotations
@@ -81,18 +82,29 @@ class ZephonDataModule(pl.LightningDataModule):
         trainer = self.trainer
         return 0 if trainer is None else trainer.fit_loop.epoch_loop.batch_progress.current.ready
 
-    def train_dataloader(self) -> _Taken:
-        trainer = self.trainer
-        if trainer is not None and trainer._accelerator_connector.use_distributed_sampler:
+    def _check_trainer(self, trainer: pl.Trainer) -> None:
+        """Refuse, in one line, a Trainer that would split the plan's batches or restart its data."""
+        if trainer._accelerator_connector.use_distributed_sampler:
             raise ConfigError(
                 "ZephonDataModule needs Trainer(use_distributed_sampler=False), got True — the plan already gives "
                 "each rank its share; pass use_distributed_sampler=False"
             )
-        if trainer is not None and trainer.ckpt_path is not None and self._pending is None:
+        geometry = self.pipeline.geometry()
+        per_step = geometry.global_batch // (geometry.microbatch * geometry.dp_size)
+        if trainer.accumulate_grad_batches != per_step:
+            raise ConfigError(
+                f"accumulate_grad_batches must be the pipeline's {per_step} microbatches per step, got "
+                f"{trainer.accumulate_grad_batches} — pass Trainer(accumulate_grad_batches={per_step})"
+            )
+        if trainer.ckpt_path is not None and self._pending is None:
             raise ConfigError(
                 f"the checkpoint {trainer.ckpt_path} must hold the ZephonDataModule's state to resume, got none — "
                 "resume from a checkpoint written while training with ZephonDataModule (or start without ckpt_path)"
             )
+
+    def train_dataloader(self) -> _Taken:
+        if self.trainer is not None:
+            self._check_trainer(self.trainer)
         loader = self.pipeline.dataloader(**self.loader_options, **self.training)
         self._consumed = ConsumedLoader(loader)
         if self._pending is not None:

@@ -16,9 +16,10 @@ iteration; a new epoch after the end) rather than putting Zephon inside one.
 
 ``stateful_loader(pipeline, **kwargs)`` takes a ``StatefulDataLoader``'s keyword arguments: those that change
 speed only pass on; those that would change the data or its order (``batch_size``, ``shuffle``, ``sampler``,
-``batch_sampler``, ``collate_fn``, ``drop_last``, ``in_order=False``) are refused in one line, and
-``snapshot_every_n_steps`` is accepted and unused (every microbatch's state is exact). Its ``load_state_dict``
-refuses a ``StatefulDataLoader``'s own state in one line.
+``batch_sampler``, ``collate_fn``, ``drop_last``, ``in_order=False``) are refused in one line, as is a
+``worker_init_fn`` (Zephon's workers would never call it), and ``snapshot_every_n_steps`` is accepted and unused
+(every microbatch's state is exact). Its ``load_state_dict`` refuses a ``StatefulDataLoader``'s own state in one
+line.
 
 Example: ``loader = stateful_loader(pipeline, num_workers=2)``; after 5 microbatches ``state =
 loader.state_dict()`` (JSON-serializable); later ``loader = stateful_loader(pipeline, num_workers=1);
@@ -46,7 +47,11 @@ FIXED: dict[str, Any] = {
     "drop_last": False,
     "in_order": True,
 }
-IGNORED = ("snapshot_every_n_steps", "worker_init_fn", "generator", "pin_memory_device")
+#: Functions a StatefulDataLoader calls that Zephon's loader never would, and what does their job: None only.
+UNCALLED = {"worker_init_fn": "each worker sets itself up and randomness comes from the plan's seed; drop it"}
+IGNORED = ("snapshot_every_n_steps", "generator", "pin_memory_device")
+#: Every StatefulDataLoader argument stateful_loader takes.
+ACCEPTED = tuple(sorted((*PASSED, *FIXED, *UNCALLED, *IGNORED)))
 
 
 class StatefulPipelineLoader(PipelineLoader):
@@ -67,9 +72,11 @@ def stateful_loader(pipeline: Any, *, training: dict[str, Any] | None = None, **
                 f"stateful_loader's {name} must be {FIXED[name]!r}, got {value!r} — the plan fixes the batches and "
                 f"their order; set microbatch_size and global_batch_size with pipeline.batch(...)"
             )
-        if name not in (*PASSED, *FIXED, *IGNORED):
+        if name in UNCALLED and value is not None:
+            raise ConfigError(f"stateful_loader's {name} must be None, got {value!r} — {UNCALLED[name]}")
+        if name not in ACCEPTED:
             raise ConfigError(
-                f"stateful_loader takes StatefulDataLoader's arguments {sorted((*PASSED, *FIXED, *IGNORED))}, got "
+                f"stateful_loader takes StatefulDataLoader's arguments {list(ACCEPTED)}, got "
                 f"{name!r} — pass batch.to_training options as training={{...}}"
             )
     from zephon.loader_options import LoaderOptions

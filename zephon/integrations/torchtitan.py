@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torchtitan.components.dataloader import BaseDataLoader
 
-from zephon.checks import is_int
+from zephon.checks import is_int, require_positive
 from zephon.errors import ConfigError
 from zephon.integrations.state_text import pack, unpack
 from zephon.integrations.versions import require_tested
@@ -166,6 +166,10 @@ def build_pipeline(
             "ZephonDataLoader's tokenizer must be torchtitan's HuggingFaceTokenizer (its tokenizer_path is what "
             f"Zephon encodes with), got {type(tokenizer).__name__} — use tokenizer=HuggingFaceTokenizer.Config()"
         )
+    require_positive(
+        local_batch_size, "ZephonDataLoader's local_batch_size", unit="rows per microbatch",
+        fix="set torchtitan's training.local_batch_size to 1 or more",
+    )  # fmt: skip
     size = config.global_batch_size if config.global_batch_size != -1 else local_batch_size * dp_world_size
     if dp_world_size < 1 or size % dp_world_size or size % (local_batch_size * dp_world_size):
         raise ConfigError(
