@@ -59,7 +59,14 @@ from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import Counted, ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
-from zephon.executor.state import check_resumed_step, check_state, check_state_fields, rank_state, state_plan
+from zephon.executor.state import (
+    check_mid_step,
+    check_resumed_step,
+    check_state,
+    check_state_fields,
+    rank_state,
+    state_plan,
+)
 from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_stores.identity import check_store_tokenizers
 from zephon.executor.truncations import Truncations
@@ -127,11 +134,7 @@ class RankRunner:
             check_state_fields(state, documents=self.plan.num_documents)
             check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
             self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
-            if self.progress.microbatch and state.get("dp_size") != geometry.dp_size:
-                raise ConfigError(
-                    f"a state taken mid-step (microbatch {self.progress.microbatch}) must resume with the same dp_size "
-                    f"{state.get('dp_size')}, got {geometry.dp_size} — checkpoint at a step boundary to change it"
-                )
+            check_mid_step(state, geometry)  # the same dp and microbatch size, microbatch < A
             cursors = state["lane_cursors"]
             known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
             own = state.get("plan") == manifest.config_hash  # a parent's state (continued plan) knows another length
@@ -185,6 +188,7 @@ class RankRunner:
         return rank_state(
             self.identity(),
             dp_size=self.geometry.dp_size,
+            microbatch_size=self.geometry.microbatch,
             step=self.progress.step,
             microbatch=self.progress.microbatch,
             lane_cursors=dict(zip(self._keys, map(list, cursors_of(self._ordered)), strict=True)),

@@ -13,13 +13,13 @@ differs. Resuming seeks (row-group statistics, lane cursors); it never replays t
 One rank knows the cursors of its own lanes only. Under ``torch.distributed``, ``Pipeline.state_dict()``
 gathers every rank's cursors, so any one rank's state resumes any data-parallel size; without it,
 ``zephon.merge_states`` combines the ranks' states. A state can move to another data-parallel size only at
-a step boundary (``microbatch == 0``).
+a step boundary (``microbatch == 0``); mid-step, only with the same dp and microbatch size (``check_mid_step``).
 
 Example (estimated plan, 4 lanes, after 10 steps of 8 sequences)::
 
     {"version": 1, "plan": "9f2c…", "tokenizer": "51ab…", "field": "text", "max_length": 2049,
-     "algorithm": "wrap", "global_batch": 8, "lanes": 4, "dp_size": 2, "step": 10, "microbatch": 0,
-     "lane_cursors": {"0": [812, 0], "1": [815, 344], "2": [818, 1200], "3": [809, 0]}}
+     "algorithm": "wrap", "global_batch": 8, "lanes": 4, "dp_size": 2, "microbatch_size": 4, "step": 10,
+     "microbatch": 0, "lane_cursors": {"0": [812, 0], "1": [815, 344], "2": [818, 1200], "3": [809, 0]}}
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from typing import Any
 
 from zephon.checks import is_int
 from zephon.errors import ConfigError, PlanWarning
+from zephon.executor.geometry import Geometry
 from zephon.executor.operators import differing_outputs
 from zephon.executor.operators import names as operator_names
 from zephon.plan.manifest import Manifest
@@ -42,6 +43,7 @@ def rank_state(
     identity: dict[str, Any],
     *,
     dp_size: int,
+    microbatch_size: int,
     step: int,
     microbatch: int,
     lane_cursors: dict[str, list[int]],
@@ -53,11 +55,33 @@ def rank_state(
         "version": STATE_VERSION,
         **identity,
         "dp_size": dp_size,
+        "microbatch_size": microbatch_size,
         "step": step,
         "microbatch": microbatch,
         "lane_cursors": lane_cursors,
         **extra,
     }
+
+
+def check_mid_step(state: dict[str, Any], geometry: Geometry) -> None:
+    """A state taken mid-step (``microbatch`` > 0) resumes only where a step is cut into the same microbatches:
+    the same dp size and microbatch size (a state written before states recorded ``microbatch_size`` is taken at
+    its word), and its ``microbatch`` below the ``accumulation`` microbatches a step has (a larger one was a run
+    that never ended: its step never closed). At a step boundary every dp and microbatch size resumes."""
+    microbatch = int(state["microbatch"])
+    if not microbatch:
+        return
+    dp_size, microbatch_size, accumulation = geometry.dp_size, geometry.microbatch, geometry.accumulation
+    mb = state.get("microbatch_size")
+    if state.get("dp_size") != dp_size or (mb is not None and mb != microbatch_size):
+        raise ConfigError(
+            f"a state taken mid-step (microbatch {microbatch}) must resume with the same dp_size "
+            f"{state.get('dp_size')} and microbatch size {mb if mb is not None else '(not recorded)'}, got dp_size "
+            f"{dp_size}, microbatch size {microbatch_size} — resume as it was saved, or checkpoint at a step "
+            "boundary to change them"
+        )
+    if microbatch >= accumulation:
+        raise _bad("'microbatch'", f"< the {accumulation} microbatches of a step on each rank here", microbatch)
 
 
 def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
@@ -116,8 +140,11 @@ def check_state_fields(state: dict[str, Any], *, documents: int | None = None) -
     _count(state, "microbatch", 0)
     _count(state, "global_batch", 1)
     _count(state, "dp_size", 1, optional=True)
+    _count(state, "microbatch_size", 1, optional=True)
     lanes = _count(state, "lanes", 1, optional=True)
-    cursors = state.get("lane_cursors", {})
+    if "lane_cursors" not in state:
+        raise ConfigError(f"pipeline state must hold 'lane_cursors', got keys {sorted(state)} — {_FIX}")
+    cursors = state["lane_cursors"]
     if not isinstance(cursors, dict):
         raise _bad("'lane_cursors'", "an object of lane → [position, skip]", cursors)
     for lane, cursor in cursors.items():

@@ -53,6 +53,7 @@ from zephon.executor.records.tar import sample_key
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import (
+    check_mid_step,
     check_resumed_step,
     check_state,
     check_state_fields,
@@ -111,11 +112,7 @@ class RecordRunner:
             check_state_fields(state, documents=plan.num_documents)
             check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
             self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
-            if self.progress.microbatch and state.get("dp_size") != geometry.dp_size:
-                raise ConfigError(
-                    f"a state taken mid-step (microbatch {self.progress.microbatch}) must resume with the same dp_size "
-                    f"{state.get('dp_size')}, got {geometry.dp_size} — checkpoint at a step boundary to change it"
-                )
+            check_mid_step(state, geometry)  # the same dp and microbatch size, microbatch < A
         self.log: ProvenanceLog | None = None
 
     def identity(self) -> dict[str, Any]:
@@ -136,6 +133,7 @@ class RecordRunner:
         return rank_state(
             self.identity(),
             dp_size=self.geometry.dp_size,
+            microbatch_size=self.geometry.microbatch,
             step=self.progress.step,
             microbatch=self.progress.microbatch,
             lane_cursors={},

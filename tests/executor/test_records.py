@@ -160,7 +160,9 @@ def test_a_mid_step_state_must_resume_at_the_same_dp_size_and_a_text_state_is_re
     it = iter(pipe)
     next(it)
     state = pipe.state_dict()
-    with pytest.raises(ConfigError, match="mid-step .* same dp_size 1, got 2"):
+    with pytest.raises(
+        ConfigError, match="mid-step .* same dp_size 1 and microbatch size 2, got dp_size 2, microbatch size 2 — "
+    ):
         records(two, size=2).load_state_dict(state)
     text = Pipeline.from_plan(two).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=16)
     text = text.batch(microbatch_size=2, global_batch_size=4)
@@ -227,11 +229,17 @@ def test_loader_options_of_a_record_pipeline_are_refused_when_the_loader_is_made
     """A record batch's to_training takes no option: a text option (or a DataLoader's own argument) is refused as
     the loader is made, naming what a record pipeline does take — not at the first batch, in a worker."""
     pipe = records(two)
-    with pytest.raises(ConfigError, match=r"^to_torch_dataset\(\) options must be none for a record pipeline, got "
-                       r"return_labels=True — shape the batch in map_transform or \.batch\(collate=fn\)$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^to_torch_dataset\(\) options must be none for a record pipeline, got "
+        r"return_labels=True — shape the batch in map_transform or \.batch\(collate=fn\)$",
+    ):
         pipe.to_torch_dataset(return_labels=True)
-    with pytest.raises(ConfigError, match=r"^dataloader\(\) options must be DataLoader settings it passes on "
-                       r"\(num_workers, .*\) for a record pipeline, got batch_size=8 — the microbatch is \.batch"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^dataloader\(\) options must be DataLoader settings it passes on "
+        r"\(num_workers, .*\) for a record pipeline, got batch_size=8 — the microbatch is \.batch",
+    ):
         pipe.dataloader(num_workers=1, batch_size=8)
 
 

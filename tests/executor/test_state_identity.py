@@ -99,13 +99,14 @@ def test_two_ranks_states_merged_are_the_one_rank_state_after_every_step(
     plans: dict[str, tuple[Path, str | None]], tokenizer_dir: str, kind: str
 ) -> None:
     """The state is rank-independent: at dp 2 (each rank half of every global batch) the ranks' states merged
-    after each step are the state of one rank taking whole global batches, but for ``dp_size``."""
+    after each step are the state of one rank taking whole global batches, but for ``dp_size`` and
+    ``microbatch_size`` (how the run cuts its steps, not where it stands)."""
     one = _pipeline(plans[kind], tokenizer_dir, micro=GLOBAL)
     want = [one.state_dict() for _ in one]
     ranks = [_pipeline(plans[kind], tokenizer_dir).options(dp_rank=r, dp_size=2) for r in range(2)]
     states = [[rank.state_dict() for _ in rank] for rank in ranks]
     merged = [zephon.merge_states(list(pair)) for pair in zip(*states, strict=True)]
-    assert [{**m, "dp_size": 1} for m in merged] == want
+    assert [{**m, "dp_size": 1, "microbatch_size": GLOBAL} for m in merged] == want
 
 
 def test_a_state_in_the_earlier_form_resumes_to_the_same_batches(

@@ -148,6 +148,39 @@ def test_resume_reproduces_the_uninterrupted_run(plans, tokenizer_dir, kind, sto
     assert tokens_of(head) + tokens_of(resumed) == full
 
 
+@pytest.mark.parametrize("kind", ["estimated", "exact"])
+def test_a_mid_step_state_resumes_only_with_the_microbatches_it_was_cut_into(plans, tokenizer_dir, kind) -> None:
+    """A mid-step state (microbatch 1 of microbatches of 4 rows) loaded where microbatches are 2 rows repeated
+    rows 2-3 of the step without a word; a hand-edited ``microbatch`` ≥ the step's microbatches made a run whose
+    step never closed (it never ended). Both are refused; at a step boundary any microbatch size resumes."""
+
+    def resumed_from(state: dict, micro: int) -> Pipeline:
+        p = pipeline(plans[kind], tokenizer_dir, micro=micro)
+        p.load_state_dict(state)
+        return p
+
+    first = pipeline(plans[kind], tokenizer_dir, micro=4)
+    it = iter(first)
+    head = [next(it) for _ in range(3)]  # step 1, microbatch 1 (A = 2)
+    state = json.loads(json.dumps(first.state_dict()))
+    assert (state["step"], state["microbatch"], state["microbatch_size"]) == (1, 1, 4)
+    with pytest.raises(ConfigError, match=r"mid-step \(microbatch 1\) must resume with the same dp_size 1 and "
+                       r"microbatch size 4, got dp_size 1, microbatch size 2 — "):  # fmt: skip
+        next(iter(resumed_from(state, 2)))
+    for bad in (2, 7):
+        with pytest.raises(ConfigError, match=rf"'microbatch' must be < the 2 microbatches of a step .*, got {bad} "):
+            next(iter(resumed_from({**state, "microbatch": bad}, 4)))
+    older = {k: v for k, v in state.items() if k != "microbatch_size"}  # a state before states recorded it
+    assert tokens_of(head) + tokens_of(resumed_from(older, 4)) == tokens_of(
+        pipeline(plans[kind], tokenizer_dir, micro=4)
+    )
+    boundary = first.state_dict()  # after the 4th microbatch: step 2, microbatch 0
+    next(it)
+    boundary = json.loads(json.dumps(first.state_dict()))
+    assert (boundary["step"], boundary["microbatch"]) == (2, 0)
+    assert tokens_of(resumed_from(boundary, 2)) == tokens_of(pipeline(plans[kind], tokenizer_dir, micro=2))[8:]
+
+
 def test_resume_inside_a_partly_packed_document(plans, tokenizer_dir) -> None:
     p = pipeline(plans["estimated"], tokenizer_dir)
     it = iter(p)
