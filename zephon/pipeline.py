@@ -44,7 +44,7 @@ from zephon.executor.state import gather_states
 from zephon.keywords import known_keywords
 from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
-from zephon.run import KeptRunner, OpenedRun
+from zephon.run import KeptRunner, OpenedRun, ends_epoch
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
 from zephon.user_functions import reduce_for_process
 
@@ -362,6 +362,10 @@ class Pipeline:
         self._stats = RunStats()
         self._stats_from = None
         self._runner = self._iteration_runner()
+        if self._pending_state is not None and ends_epoch(self._runner):  # a state at an epoch's end: the next whole
+            self._runner.close()
+            self._pending_state = None
+            self._runner = self._make_runner()
         self._pending_state = None
         return iter(self._runner)
 
@@ -398,7 +402,8 @@ class Pipeline:
         Under torch.distributed every rank's lane cursors are gathered (a collective: call it on all ranks
         together), so any one rank's state resumes any data-parallel size.
         """
-        runner = self._runner or self._make_runner()
+        # a state loaded since the latest iteration is where the next one starts: that, not the latest's position
+        runner = self._runner if self._runner is not None and self._pending_state is None else self._make_runner()
         return gather_states(runner.state())
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

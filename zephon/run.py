@@ -36,7 +36,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import check_run_batch
 
-__all__ = ["KeptRunner", "OpenedRun"]
+__all__ = ["KeptRunner", "OpenedRun", "ends_epoch"]
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -177,3 +177,11 @@ class KeptRunner:
             if publish is not None and reader is not None:
                 reader.publish_decoded(publish)
             self.runner.close()
+
+
+def ends_epoch(runner: RankRunner | RecordRunner) -> bool:
+    """Whether ``runner`` starts where its run ends: a state taken after an epoch's last batch (every step done,
+    none begun). Its iteration would yield nothing — an epoch a framework counts would pass with no data (a
+    Lightning run resumed from the checkpoint at an epoch's end skipped the next epoch) — so the pipeline and its
+    loader start the next epoch whole instead, as torchdata's ``StatefulDataLoader`` does."""
+    return not runner.progress.microbatch and runner.progress.step >= runner.num_steps()

@@ -67,6 +67,7 @@ from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.read.ahead import read_ahead_enabled
 from zephon.executor.read.shared_groups import SharedRowGroups, make_share_directory, remove_share_directory
+from zephon.executor.records.runner import RecordRunner
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import RunStats
 from zephon.executor.state import gather_states
@@ -75,6 +76,7 @@ from zephon.loader_options import LOADER_SETTINGS, LoaderOptions
 from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
 from zephon.loader_shutdown import wait_for_feeders
 from zephon.loader_stats import StatsSender
+from zephon.run import ends_epoch
 from zephon.training_options import check_training_options
 from zephon.worker_slots import SlotReader, SlotWriter, group_size
 
@@ -232,10 +234,16 @@ class PipelineLoader:
 
     def _start(self) -> dict[str, Any]:
         """The state the next iteration starts at."""
-        self._pipeline._pending_state = self._state
-        return self._pipeline._make_runner().state()
+        return self._runner_at(self._state).state()
+
+    def _runner_at(self, state: dict[str, Any] | None) -> RankRunner | RecordRunner:
+        """A runner of this loader's pipeline starting at ``state`` (None: the plan's start)."""
+        self._pipeline._pending_state = state
+        return self._pipeline._make_runner()
 
     def __iter__(self) -> Iterator[Tensors]:
+        if self._state is not None and ends_epoch(self._runner_at(self._state)):  # an epoch's end: the next whole
+            self._state, self._loader, self._dataset = None, None, None
         loader, dataset = self._torch_loader()
         handed = Handed(self._start())
         self._handed = handed
