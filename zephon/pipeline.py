@@ -44,7 +44,7 @@ from zephon.executor.state import gather_states
 from zephon.keywords import known_keywords
 from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
-from zephon.run import KeptRunner, OpenedRun, ends_epoch
+from zephon.run import KeptRunner, OpenedRun, ends_epoch, moved_by_a_load
 from zephon.specs import BatchSpec, ChatSpec, PackSpec, SamplePackSpec, StoreOptions, TokenizeSpec
 from zephon.user_functions import reduce_for_process
 
@@ -81,6 +81,7 @@ class Pipeline:
         self._planning = PlanningOptions()
         self._runner: RankRunner | RecordRunner | None = None
         self._pending_state: dict[str, Any] | None = None
+        self._loads = 0  # states loaded so far: an iteration started before the latest load is refused to go on
         self._stats = RunStats()
         #: What the ``Pipeline.dataloader()`` whose iteration was this pipeline's latest handed out (``stats()``).
         self._stats_from: HandedStats | None = None
@@ -126,7 +127,8 @@ class Pipeline:
         new._spec = dataclasses.replace(self._spec, **changes)
         new._planning = dataclasses.replace(self._planning, **planning)
         new._runner = None
-        new._pending_state = None
+        new._pending_state = self._pending_state  # a loaded state goes on to the pipeline these settings make
+        new._loads = 0
         new._stats = RunStats()
         new._stats_from = None
         new._known_steps = None
@@ -367,7 +369,21 @@ class Pipeline:
             self._pending_state = None
             self._runner = self._make_runner()
         self._pending_state = None
-        return iter(self._runner)
+        return self._batches(self._runner, self._loads)
+
+    def _batches(self, runner: RankRunner | RecordRunner, loads: int) -> Iterator[Batch | RecordBatch]:
+        """``runner``'s batches, while no state was loaded since the iteration began (its batches would not follow
+        the loaded state: a checkpoint then would record one position while training took others)."""
+        batches = iter(runner)
+        try:
+            for batch in batches:
+                if self._loads != loads:
+                    raise moved_by_a_load()
+                yield batch
+        finally:
+            close = getattr(batches, "close", None)  # a generator's: its threads and open shards, now
+            if close is not None:
+                close()
 
     def stats(self) -> RunStats:
         """What this rank handed out in the latest iteration, for every plan kind: documents and tokens per
@@ -419,6 +435,7 @@ class Pipeline:
                 f"pipeline.state_dict() (or merge_states([...]) of every rank's){hint}"
             )
         self._drop_kept()  # made for another start
+        self._loads += 1  # an iteration under way ends at its next batch (moved_by_a_load)
         self._pending_state = state
         self._make_runner()  # refuses a state of another plan, tokenizer, packing or geometry
 

@@ -36,7 +36,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import check_run_batch
 
-__all__ = ["KeptRunner", "OpenedRun", "ends_epoch"]
+__all__ = ["KeptRunner", "OpenedRun", "ends_epoch", "moved_by_a_load"]
 
 
 @dataclasses.dataclass(kw_only=True, slots=True)
@@ -184,4 +184,13 @@ def ends_epoch(runner: RankRunner | RecordRunner) -> bool:
     none begun). Its iteration would yield nothing — an epoch a framework counts would pass with no data (a
     Lightning run resumed from the checkpoint at an epoch's end skipped the next epoch) — so the pipeline and its
     loader start the next epoch whole instead, as torchdata's ``StatefulDataLoader`` does."""
-    return not runner.progress.microbatch and runner.progress.step >= runner.num_steps()
+    return not runner.progress.microbatch and runner.progress.step == runner.num_steps()  # past it: refused
+
+
+def moved_by_a_load() -> ConfigError:
+    """The refusal of an iteration that went on after ``load_state_dict``: its batches follow the position it
+    started at, not the loaded one."""
+    return ConfigError(
+        "an iteration must end when load_state_dict() moves the pipeline or loader to another position, got next() "
+        "on one begun before the load — start a new iteration (for batch in ...) after loading a state"
+    )

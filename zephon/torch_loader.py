@@ -76,7 +76,7 @@ from zephon.loader_options import LOADER_SETTINGS, LoaderOptions
 from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
 from zephon.loader_shutdown import wait_for_feeders
 from zephon.loader_stats import StatsSender
-from zephon.run import ends_epoch
+from zephon.run import ends_epoch, moved_by_a_load
 from zephon.training_options import check_training_options
 from zephon.worker_slots import SlotReader, SlotWriter, group_size
 
@@ -173,6 +173,8 @@ class PipelineLoader:
         self._pipeline._kept, pipeline._kept = pipeline._kept, None  # num_steps()'s runner: this loader's to use
         self._owner = weakref.ref(pipeline)  # its stats() are this loader's once it iterates
         self._state: dict[str, Any] | None = pipeline._pending_state  # where the next iteration starts
+        self._taken = pipeline._pending_state  # the pipeline's loaded state: this loader's first iteration takes it
+        self._loads = 0  # states loaded: an iteration begun before the latest load is refused to go on
         geometry = pipeline.geometry()
         #: Items per microbatch (``zephon.executor.worker_share``); refuses a count that would repeat work.
         self.pieces = check_loader_workers(geometry, options.num_workers) if options.num_workers else 1
@@ -242,6 +244,7 @@ class PipelineLoader:
         return self._pipeline._make_runner()
 
     def __iter__(self) -> Iterator[Tensors]:
+        loads = self._loads
         if self._state is not None and ends_epoch(self._runner_at(self._state)):  # an epoch's end: the next whole
             self._state, self._loader, self._dataset = None, None, None
         loader, dataset = self._torch_loader()
@@ -253,6 +256,9 @@ class PipelineLoader:
         owner = self._owner()
         if owner is not None:  # Pipeline.stats(): this iteration's (the counts only: not the loader, its workers)
             owner._stats_from = handed.stats
+            if self._taken is not None and owner._pending_state is self._taken:  # applied once: a loader made
+                owner._pending_state = None  # again (a framework reloading it) starts at the plan's start
+            self._taken = None
         source = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
         items = source
         finals: dict[int, RunStats] = {}  # each worker's stats after its run, with its last item
@@ -262,7 +268,10 @@ class PipelineLoader:
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         ended = False
         try:
-            yield from self._hand_out(items, handed)
+            for tensors in self._hand_out(items, handed):
+                if self._loads != loads:  # a state loaded since this iteration began: its batches do not follow
+                    raise moved_by_a_load()
+                yield tensors
             ended = True
         finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
             handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
@@ -361,5 +370,6 @@ class PipelineLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Make the next iteration resume where ``state`` was taken (validated now; new workers start)."""
         self._pipeline.load_state_dict(state)  # refuses a state of another plan, tokenizer, packing or geometry
+        self._loads += 1
         self._state, self._handed = state, None
         self._loader, self._dataset = None, None

@@ -10,6 +10,7 @@ import pytest
 from support.demo_plans import texts_plan
 
 from zephon import Pipeline
+from zephon.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -19,8 +20,11 @@ def plan(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def make(plan: Path, tokenizer_dir: str) -> Pipeline:
-    return Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=33).batch(
-        microbatch_size=2, global_batch_size=4
+    return (
+        Pipeline.from_plan(plan)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=33)
+        .batch(microbatch_size=2, global_batch_size=4)
     )
 
 
@@ -64,3 +68,53 @@ def test_the_state_before_the_next_iteration_is_the_loaded_one(plan: Path, token
     later.load_state_dict(at_three)
     assert later.state_dict() == at_three
     assert rows(head) + rows(later) == rows(make(plan, tokenizer_dir))
+
+
+def test_an_iteration_begun_before_a_load_is_refused_to_go_on(plan: Path, tokenizer_dir: str) -> None:
+    """The old iteration went on yielding batches 7, 8, … while state_dict() said step 3: a checkpoint then
+    repeated batches on resume. It now ends at its next batch; a new iteration starts at the loaded state."""
+    full = rows(make(plan, tokenizer_dir))
+    full_loader = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
+    for kind in ("pipeline", "loader"):
+        source = make(plan, tokenizer_dir)
+        if kind == "loader":
+            source = source.dataloader(return_labels=False)
+        it = iter(source)
+        for _ in range(3):
+            next(it)
+        at_three = source.state_dict()
+        for _ in range(4):
+            next(it)
+        source.load_state_dict(at_three)
+        with pytest.raises(
+            ConfigError, match=r"^an iteration must end when load_state_dict\(\) moves the pipeline or "
+        ):
+            next(it)
+        got = rows(source) if kind == "pipeline" else loader_rows(source)
+        assert got == (full if kind == "pipeline" else full_loader)[3:]
+
+
+def test_a_loaded_state_goes_on_to_the_pipeline_a_builder_call_makes(plan: Path, tokenizer_dir: str) -> None:
+    """``.options(...)`` after ``load_state_dict`` dropped the state: the run restarted at step 0 silently."""
+    first = make(plan, tokenizer_dir)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    loaded = make(plan, tokenizer_dir)
+    loaded.load_state_dict(first.state_dict())
+    assert rows(loaded.options(tokenizer_threads=1)) == rows(make(plan, tokenizer_dir))[3:]
+
+
+def test_a_loaded_state_is_applied_once_by_the_next_loader_or_iteration(plan: Path, tokenizer_dir: str) -> None:
+    """The pipeline's loaded state stayed for every loader made after it: a framework reloading its loader each
+    epoch (Lightning's reload_dataloaders_every_n_epochs, a second Trainer.train()) resumed every epoch there."""
+    first = make(plan, tokenizer_dir)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    whole = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
+    loaded = make(plan, tokenizer_dir)
+    loaded.load_state_dict(first.state_dict())
+    assert loader_rows(loaded.dataloader(return_labels=False)) == whole[3:]
+    assert loader_rows(loaded.dataloader(return_labels=False)) == whole
+    assert rows(loaded) == rows(make(plan, tokenizer_dir))

@@ -123,3 +123,37 @@ def test_accumulate_grad_batches_other_than_the_pipelines_microbatches_per_step_
     trainer(3, accumulate_grad_batches=2).fit(model, datamodule=data)
     state = unpack(data.state_dict(), "the state")
     assert (len(model.seen), state["step"], state["microbatch"]) == (6, 3, 0)  # 3 whole global batches
+
+
+def test_a_fit_resumed_mid_epoch_with_loaders_reloaded_every_epoch_trains_both_epochs(
+    tokenizer_dir, tmp_path_factory, tmp_path
+) -> None:
+    """reload_dataloaders_every_n_epochs=1: Lightning asks for a new loader at epoch 1 with ckpt_path still set;
+    the module took that for a checkpoint without its state and the resumed fit died at the epoch boundary (and
+    the pipeline's loaded state, applied to every later loader, would have started epoch 1 at the checkpoint's
+    step). Now epoch 1 is the plan from its start, as in the uninterrupted run."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    small = make_plan(tmp_path_factory.mktemp("lightning-epochs"), tokenizer_dir, documents=40)
+
+    def fit(model: Tiny, data: ZephonDataModule, **options) -> None:
+        pl.Trainer(
+            accelerator="cpu", devices=1, max_epochs=2, max_steps=-1, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1, **options,
+        ).fit(model, datamodule=data)  # fmt: skip
+
+    whole = Tiny()
+    fit(whole, ZephonDataModule(make_pipeline(small, tokenizer_dir)), enable_checkpointing=False)
+    per_epoch = len(whole.seen) // 2
+    assert per_epoch > 3 and whole.seen[:per_epoch] == whole.seen[per_epoch:]
+    first = Tiny()
+    saver = ModelCheckpoint(dirpath=str(tmp_path), every_n_train_steps=3, save_top_k=-1)
+    fit(first, ZephonDataModule(make_pipeline(small, tokenizer_dir)), callbacks=[saver])
+    (checkpoint,) = tmp_path.glob("*step=3.ckpt")
+    second = Tiny()
+    pl.Trainer(
+        accelerator="cpu", devices=1, max_epochs=2, max_steps=-1, logger=False, enable_progress_bar=False,
+        enable_model_summary=False, use_distributed_sampler=False, reload_dataloaders_every_n_epochs=1,
+        enable_checkpointing=False,
+    ).fit(second, datamodule=ZephonDataModule(make_pipeline(small, tokenizer_dir)), ckpt_path=checkpoint)  # fmt: skip
+    assert first.seen[:3] + second.seen == whole.seen

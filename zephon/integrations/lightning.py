@@ -71,6 +71,7 @@ class ZephonDataModule(pl.LightningDataModule):
         self.training = dict(training or {})
         self._consumed: ConsumedLoader | None = None
         self._pending: dict[str, Any] | None = None
+        self._restored = False  # the checkpoint's state went to a loader already
         self._base = 0
 
     def num_steps(self) -> int:
@@ -96,7 +97,7 @@ class ZephonDataModule(pl.LightningDataModule):
                 f"accumulate_grad_batches must be the pipeline's {per_step} microbatches per step, got "
                 f"{trainer.accumulate_grad_batches} — pass Trainer(accumulate_grad_batches={per_step})"
             )
-        if trainer.ckpt_path is not None and self._pending is None:
+        if trainer.ckpt_path is not None and self._pending is None and not self._restored:
             raise ConfigError(
                 f"the checkpoint {trainer.ckpt_path} must hold the ZephonDataModule's state to resume, got none — "
                 "resume from a checkpoint written while training with ZephonDataModule (or start without ckpt_path)"
@@ -110,6 +111,7 @@ class ZephonDataModule(pl.LightningDataModule):
         if self._pending is not None:
             self._consumed.load_state_dict(self._pending)
             self._pending = None
+            self._restored = True  # a loader made again (reload_dataloaders_every_n_epochs) starts the next epoch
         return _Taken(self)
 
     def state_dict(self) -> dict[str, Any]:
