@@ -85,6 +85,8 @@ class Pipeline:
         self._stats = RunStats()
         #: What the ``Pipeline.dataloader()`` whose iteration was this pipeline's latest handed out (``stats()``).
         self._stats_from: HandedStats | None = None
+        #: The loader (``dataloader()``) whose iteration was this pipeline's latest: ``state_dict()`` is its.
+        self._loader_from: Callable[[], PipelineLoader | None] | None = None
         #: ``num_steps()``'s result and the spec and geometry it was computed for: a later runner with the same
         #: ones starts from it instead of calibrating again.
         self._known_steps: tuple[ExecutorSpec, Geometry, int, str | None] | None = None
@@ -95,7 +97,7 @@ class Pipeline:
         state = dict(self.__dict__)
         state["_opened"] = None  # another process (a DataLoader worker) opens its own
         state["_kept"] = None
-        state["_stats_from"] = None  # a loader of this process
+        state["_stats_from"] = state["_loader_from"] = None  # a loader of this process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -130,7 +132,7 @@ class Pipeline:
         new._pending_state = self._pending_state  # a loaded state goes on to the pipeline these settings make
         new._loads = 0
         new._stats = RunStats()
-        new._stats_from = None
+        new._stats_from = new._loader_from = None
         new._known_steps = None
         new._kept = None  # other settings: calibrated again (their own runner)
         new._opened = self._opened  # the same bundle; the encoder is reused only for the same settings
@@ -362,7 +364,7 @@ class Pipeline:
 
     def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()
-        self._stats_from = None
+        self._stats_from = self._loader_from = None
         self._runner = self._iteration_runner()
         if self._pending_state is not None and ends_epoch(self._runner):  # a state at an epoch's end: the next whole
             self._runner.close()
@@ -418,6 +420,9 @@ class Pipeline:
         Under torch.distributed every rank's lane cursors are gathered (a collective: call it on all ranks
         together), so any one rank's state resumes any data-parallel size.
         """
+        loader = self._loader_from() if self._loader_from is not None and self._pending_state is None else None
+        if loader is not None:  # a loader's iteration was the latest: where it stands (DataCheckpoint(pipeline))
+            return loader.state_dict()
         # a state loaded since the latest iteration is where the next one starts: that, not the latest's position
         runner = self._runner if self._runner is not None and self._pending_state is None else self._make_runner()
         return gather_states(runner.state())

@@ -255,7 +255,7 @@ class PipelineLoader:
         o = self.options
         owner = self._owner()
         if owner is not None:  # Pipeline.stats(): this iteration's (the counts only: not the loader, its workers)
-            owner._stats_from = handed.stats
+            owner._stats_from, owner._loader_from = handed.stats, weakref.ref(self)  # its state_dict() too
             if self._taken is not None and owner._pending_state is self._taken:  # applied once: a loader made
                 owner._pending_state = None  # again (a framework reloading it) starts at the plan's start
             self._taken = None

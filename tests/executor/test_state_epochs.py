@@ -118,3 +118,22 @@ def test_a_loaded_state_is_applied_once_by_the_next_loader_or_iteration(plan: Pa
     assert loader_rows(loaded.dataloader(return_labels=False)) == whole[3:]
     assert loader_rows(loaded.dataloader(return_labels=False)) == whole
     assert rows(loaded) == rows(make(plan, tokenizer_dir))
+
+
+def test_the_pipelines_state_follows_its_loader_once_the_loader_iterates(plan: Path, tokenizer_dir: str) -> None:
+    """``stats()`` followed the loader but ``state_dict()`` stayed at step 0: a checkpoint of the pipeline the
+    loader was made from (``DataCheckpoint(pipeline)``) restarted the data silently on resume."""
+    from zephon.integrations.dcp import DataCheckpoint
+
+    pipe = make(plan, tokenizer_dir)
+    loader = pipe.dataloader(return_labels=False)
+    for k, _ in enumerate(loader):
+        if k == 4:
+            break
+    assert pipe.state_dict() == loader.state_dict() and (
+        pipe.state_dict()["step"],
+        pipe.state_dict()["microbatch"],
+    ) == (2, 1)
+    assert json.loads(DataCheckpoint(pipe).state_dict()["zephon_state"]) == loader.state_dict()
+    next(iter(pipe))  # the pipeline's own iteration is the latest again
+    assert (pipe.state_dict()["step"], pipe.state_dict()["microbatch"]) == (0, 1)
