@@ -452,7 +452,13 @@ class Pipeline:
         (``zephon.torch_data``)."""
         from zephon.torch_data import PipelineDataset
 
-        return PipelineDataset(self._make_runner, training, records=self._spec.records)
+        state, self._pending_state = self._pending_state, None  # the dataset's first epoch's (zephon.torch_data)
+        return PipelineDataset(self._dataset_runner, training, records=self._spec.records, state=state)
+
+    def _dataset_runner(self, state: dict[str, Any] | None, worker: tuple[int, int]) -> RankRunner | RecordRunner:
+        """A ``to_torch_dataset()`` worker's runner, starting at ``state`` (in the worker's copy of the pipeline)."""
+        self._pending_state = state
+        return self._make_runner(worker)
 
     def dataloader(
         self,

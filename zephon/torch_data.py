@@ -10,10 +10,18 @@ gradient accumulation ``A`` those are disjoint (no document tokenized twice); ot
 every worker meets every lane and tokenizes it too, so workers speed up batch assembly but repeat the
 tokenizing. ``Pipeline.dataloader(num_workers=N)`` (``zephon.torch_loader``) never repeats work: its workers
 yield pieces of microbatches that it joins again.
+
+A state loaded into the pipeline before ``to_torch_dataset()`` is the dataset's: its first epoch starts there,
+later epochs at the plan's start (as iterating the pipeline again does). The workers of a DataLoader epoch are
+forked (or spawned) anew from the main process each epoch, where the dataset never iterates, so iterations are
+counted in shared memory, one counter per worker id (each written by its worker alone: no lock, which would tie
+the counters to one multiprocessing context): a worker whose id has iterated before is in a later epoch.
+Example: 2 workers, two epochs → worker 0 and 1 count 0 (from the state), then 1 and 1 (from the start).
 """
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -24,24 +32,40 @@ from zephon.executor.batch import Batch
 from zephon.executor.cores import share_cores
 from zephon.training_options import check_training_options
 
-#: Makes the runner of one DataLoader worker, given ``(worker_id, num_workers)``: ``Pipeline._make_runner``.
-RunnerFactory = Callable[[tuple[int, int]], Iterable[Batch]]
+#: Worker ids counted apart (a DataLoader of more workers counts ids modulo this).
+WORKER_SLOTS = 1024
+
+#: Makes the runner of one DataLoader worker, given the state it starts at and ``(worker_id, num_workers)``:
+#: ``Pipeline._dataset_runner``.
+RunnerFactory = Callable[[dict[str, Any] | None, tuple[int, int]], Iterable[Batch]]
 
 
 class PipelineDataset(IterableDataset):
     """Yields ``batch.to_training(**training)`` for this rank's microbatches (see the module docstring)."""
 
-    def __init__(self, make_runner: RunnerFactory, training: dict[str, Any], *, records: bool = False) -> None:
+    def __init__(
+        self,
+        make_runner: RunnerFactory,
+        training: dict[str, Any],
+        *,
+        records: bool = False,
+        state: dict[str, Any] | None = None,
+    ) -> None:
         check_training_options(training, what="to_torch_dataset()", records=records)
         super().__init__()
         self.make_runner = make_runner
         self.training = training
+        self.state = state
+        self._iterations = multiprocessing.RawArray("q", WORKER_SLOTS)  # per worker id: its iterations started
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor | int]]:
         info = get_worker_info()
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is not None:
             share_cores(info.num_workers)  # zephon.executor.cores: each worker's pools sized to its share
-        runner = self.make_runner(worker)
+        slot = worker[0] % WORKER_SLOTS
+        first_epoch = self._iterations[slot] == 0
+        self._iterations[slot] += 1
+        runner = self.make_runner(self.state if first_epoch else None, worker)
         for batch in runner:
             yield batch.to_training(**self.training)

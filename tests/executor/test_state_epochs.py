@@ -137,3 +137,25 @@ def test_the_pipelines_state_follows_its_loader_once_the_loader_iterates(plan: P
     assert json.loads(DataCheckpoint(pipe).state_dict()["zephon_state"]) == loader.state_dict()
     next(iter(pipe))  # the pipeline's own iteration is the latest again
     assert (pipe.state_dict()["step"], pipe.state_dict()["microbatch"]) == (0, 1)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"num_workers": 0}, {"num_workers": 2}, {"num_workers": 2, "persistent_workers": True},
+     {"num_workers": 2, "multiprocessing_context": "spawn"}],
+)  # fmt: skip
+def test_a_torch_datasets_loaded_state_is_its_first_epochs_only(plan: Path, tokenizer_dir: str, options) -> None:
+    """Every epoch of a DataLoader over ``to_torch_dataset()`` resumed at the state loaded before it: the first
+    batches were skipped again in every later epoch."""
+    from torch.utils.data import DataLoader
+
+    whole = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
+    first = make(plan, tokenizer_dir)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    loaded = make(plan, tokenizer_dir)
+    loaded.load_state_dict(first.state_dict())
+    loader = DataLoader(loaded.to_torch_dataset(return_labels=False), batch_size=None, **options)
+    assert loader_rows(loader) == whole[3:]
+    assert loader_rows(loader) == whole
