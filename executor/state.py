@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from zephon.checks import is_int
-from zephon.errors import ConfigError, PlanWarning
+from zephon.errors import STATE_FIX, ConfigError, PlanWarning
 from zephon.executor.geometry import Geometry
 from zephon.executor.operators import differing_outputs
 from zephon.executor.operators import names as operator_names
@@ -111,7 +111,7 @@ def _check_version(state: object) -> None:
         )
 
 
-_FIX = "fix the state file, or save it again with json.dump(pipeline.state_dict())"
+_FIX = STATE_FIX
 
 
 def _bad(field: str, want: str, got: object) -> ConfigError:

@@ -38,6 +38,10 @@ class StorageError(ZephonError):
     """A cache or output directory cannot be written: disk full, read-only file system, permission denied."""
 
 
+#: How a refused checkpoint state is fixed (``zephon.executor.state`` and the lanes it resumes).
+STATE_FIX = "fix the state file, or save it again with json.dump(pipeline.state_dict())"
+
+
 class ZephonWarning(UserWarning):
     """Base class of every warning Zephon issues with ``warnings.warn`` (filter it like any warning)."""
 

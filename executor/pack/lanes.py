@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from zephon.errors import STATE_FIX, ConfigError
 from zephon.executor.encode.flags import ID
 from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore, run_bounds
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
@@ -133,8 +134,13 @@ class Lane:
         self.store.append(self.slot, self._end, positions, tokens, sizes)
         self._end += len(tokens)
         first = int(positions[0])
-        if self.start_skip and first == self.start_position and not self._pushed:  # resume inside that document
-            self._next += min(self.start_skip, int(sizes[0]))
+        if self.start_skip and not self._pushed:  # resume inside the cursor's document: the first the lane gets
+            if first != self.start_position or self.start_skip > int(sizes[0]):  # else resumed elsewhere, silently
+                raise ConfigError(
+                    f"pipeline state lane cursor {[self.start_position, self.start_skip]} must name a document of its "
+                    f"lane and skip at most its tokens, got document {first} of {int(sizes[0])} — {STATE_FIX}"
+                )
+            self._next += self.start_skip
             self._kept, self._cur = self._next, None
         self._pushed = True
 

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -49,7 +50,10 @@ EDITS = [
     (lambda s: s | {"microbatch": 1.5}, "pipeline state 'microbatch' must be an integer ≥ 0, got 1.5" + FIX),
     (lambda s: s | {"lane_cursors": [[0, 0]]}, r"'lane_cursors' must be an object of lane → \[position, skip\]"),
     (lambda s: s | {"lane_cursors": {"0": [5]}}, r"'lane_cursors' lane 0 must be \[position, skip\] of two integers"),
-    (lambda s: s | {"lane_cursors": {"99": [0, 0]}}, "'lane_cursors' key must be a lane number below lanes 2, got '99'"),
+    (
+        lambda s: s | {"lane_cursors": {"99": [0, 0]}},
+        "'lane_cursors' key must be a lane number below lanes 2, got '99'",
+    ),
     (lambda s: s | {"lane_cursors": {"0": [10**9, 0]}}, r"lane 0 position must be ≤ the plan's 80 documents, got 10+"),
     (lambda s: s | {"num_steps": {"steps": 5}}, r"'num_steps' must be \{\"steps\": N, \"drop_last\": true\|false\}"),
     (lambda s: s | {"num_steps": {"steps": "x", "drop_last": True}}, "'steps' must be an integer ≥ 0, got 'x'"),
@@ -82,3 +86,23 @@ def test_a_step_past_the_run_without_a_recorded_length_is_refused_when_the_run_s
     pipe.load_state_dict(_without(state, "num_steps") | {"step": 10**9})
     with pytest.raises(ConfigError, match=r"^pipeline state 'step' must be ≤ this run's \d+ steps, got 1000000000 — "):
         next(iter(pipe))
+
+
+def test_a_lane_cursor_skipping_past_its_document_or_naming_another_lanes_is_refused_when_the_run_starts(
+    run, tokenizer_dir
+) -> None:
+    """A cursor ``[position, skip]`` whose skip is past its document's tokens (or whose document is not its lane's)
+    was taken as it was: the lane resumed elsewhere and the batches differed from the uninterrupted run's."""
+    plan, _, state = run
+    lane, (position, _) = next(iter(state["lane_cursors"].items()))
+    deal = pq.read_table(plan / "samples.parquet", columns=["position", "deal"]).to_pylist()
+    other = next(r["position"] for r in deal if r["deal"] % state["lanes"] != int(lane) and r["position"] >= position)
+    for cursor in ([position, 10**9], [other, 1]):
+        edited = state | {"lane_cursors": state["lane_cursors"] | {lane: cursor}}
+        pipe = _pipeline(plan, tokenizer_dir)
+        pipe.load_state_dict(edited)
+        with pytest.raises(
+            ConfigError, match=r"^pipeline state lane cursor \[\d+, \d+\] must name a document of its lane and skip at "
+            r"most its tokens, got document \d+ of \d+" + FIX
+        ):  # fmt: skip
+            list(pipe)
