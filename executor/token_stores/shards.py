@@ -4,7 +4,8 @@ A plan lays a token store out as shards — one per part of the store, ``format 
 documents (``zephon.planner.counts.stores``) — and records in plan.json, per dataset, how to open the store
 again (``token_store``: format, options, the ids' tokenizer) at its ``pinned`` path. ``PlanStores`` opens each
 store once per run (its indexes only), finds a shard's part by the part's name, and refuses a part whose index
-changed since planning (its fingerprint: format, dtype and per-document counts, :func:`part_fingerprint`).
+changed since planning (its fingerprint: format, dtype and per-document counts, and for a local file a sample
+of its bytes, :func:`part_fingerprint`).
 
 ``StoreShard.read(rows)`` returns the documents' ids in the order asked, end to end (``TokenDocuments``,
 a sequence of per-document arrays to the reader): sliced from the memory map of a local file, else the rows
@@ -19,6 +20,7 @@ Example: a shard of a Megatron store, rows ``[4, 1, 2]`` → documents 1..2 in o
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -31,7 +33,7 @@ from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
 
-__all__ = ["PlanStores", "StoreShard", "is_store_shard", "part_counts", "part_fingerprint"]
+__all__ = ["PlanStores", "StoreShard", "is_store_shard", "local_part_file", "part_counts", "part_fingerprint"]
 
 
 def is_store_shard(ref: ShardRef) -> bool:
@@ -39,11 +41,39 @@ def is_store_shard(ref: ShardRef) -> bool:
     return ref.format.startswith(STORE_SHARD_PREFIX)
 
 
-def part_fingerprint(fmt: str, dtype: object, counts: np.ndarray) -> str:
-    """``index:<BLAKE2b>`` of a part's format, dtype and per-document counts: its index's content."""
+#: Blocks of a local part's file read into its fingerprint (``content_sample``), and their size.
+SAMPLE_BLOCKS, SAMPLE_BYTES = 16, 4096
+
+
+def part_fingerprint(fmt: str, dtype: object, counts: np.ndarray, path: str | None = None) -> str:
+    """A part's fingerprint: ``index:<BLAKE2b>`` of its format, dtype and per-document counts (its index's
+    content); with ``path`` (a local part's file), ``store:<BLAKE2b>`` of those and ``content_sample(path)`` — so
+    ids rewritten with the same counts (a store tokenized again, a file copied over it) are told apart too."""
     digest = hashlib.blake2b(f"{fmt}\0{np.dtype(dtype).str}\0".encode(), digest_size=16)  # type: ignore[call-overload]
     digest.update(np.ascontiguousarray(counts, dtype="<i8").tobytes())
-    return "index:" + digest.hexdigest()
+    if path is None:
+        return "index:" + digest.hexdigest()
+    digest.update(content_sample(path))
+    return "store:" + digest.hexdigest()
+
+
+def content_sample(path: str) -> bytes:
+    """A local file's size and ``SAMPLE_BLOCKS`` blocks of ``SAMPLE_BYTES`` spread evenly from its first byte to
+    its last (~64 KiB read, whatever the file's size): a rewrite of its ids shows in them unless it spares every
+    block. Example: a 1 GB ``.bin`` → its size and the 4 KiB at offsets 0, ~66.7 MB, …, 1 GB − 4 KiB."""
+    size = os.path.getsize(path)
+    last = max(size - SAMPLE_BYTES, 0)
+    offsets = sorted({last * k // (SAMPLE_BLOCKS - 1) for k in range(SAMPLE_BLOCKS)})
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return str(size).encode() + b"".join(os.pread(fd, SAMPLE_BYTES, at) for at in offsets)
+    finally:
+        os.close(fd)
+
+
+def local_part_file(name: str) -> str | None:
+    """A part's file when it is a local file (its content is sampled into its fingerprint), else None."""
+    return name if "://" not in name and os.path.isfile(name) else None
 
 
 def part_counts(store: TokenStore, j: int) -> np.ndarray:
@@ -134,10 +164,12 @@ class PlanStores:
                 f"parts {sorted(parts)[:4]} — restore the store or re-plan"
             )
         counts = part_counts(store, j)
-        if len(counts) != ref.rows or part_fingerprint(store.format, store.dtype, counts) != ref.fingerprint:
+        sampled = ref.fingerprint.startswith("store:")  # plans before content samples: the index alone
+        path = local_part_file(store.parts[j].name) if sampled else None
+        if len(counts) != ref.rows or part_fingerprint(store.format, store.dtype, counts, path) != ref.fingerprint:
+            what = "documents, counts, dtype or sampled bytes" if sampled else "documents, counts or dtype"
             raise DatasetError(
-                f"dataset {ref.dataset!r}: {ref.uri} changed since planning: its index must hold the planned "
-                f"{ref.rows} documents and their counts, got {len(counts)} documents of other counts — restore the "
-                "store or re-plan"
+                f"dataset {ref.dataset!r}: {ref.uri} changed since planning: its {what} differ from the plan's "
+                f"({len(counts)} documents now, {ref.rows} planned) — restore the store or re-plan"
             )
         return StoreShard(ref, store, j)

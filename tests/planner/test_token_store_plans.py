@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shutil
@@ -106,7 +107,7 @@ def test_a_plan_of_token_stores_only_never_tokenizes(tmp_path: Path) -> None:
     assert [(s["uri"], s["format"], s["rows"], s["bytes"]) for s in shards] == [
         (str(WEB.resolve()) + ".bin", "tokens:megatron", 6, 46)
     ]
-    assert shards[0]["fingerprint"].startswith("index:")
+    assert shards[0]["fingerprint"].startswith("store:")  # a local part: its counts and a sample of its bytes
     samples = pq.read_table(plan / "samples.parquet").to_pylist()
     assert sorted(s["row"] for s in samples) == list(range(6))
     assert [s["tokens"] for s in samples] == [len(DOCS[s["row"]]) for s in samples]
@@ -153,16 +154,25 @@ def test_the_run_refuses_ids_beyond_its_tokenizers_vocabulary_naming_file_and_do
         list(pipe)
 
 
-def test_a_store_rewritten_since_planning_is_refused(tmp_path: Path, tokenizer_dir: str) -> None:
+@pytest.mark.parametrize("exact", [True, False])
+@pytest.mark.parametrize(
+    "rewritten", [[[5, 6, 0], [7, 8, 0]], [[9, 9, 0], [9, 0]]], ids=["other counts", "same counts, other ids"]
+)
+def test_a_store_rewritten_since_planning_is_refused(tmp_path: Path, tokenizer_dir: str, rewritten, exact) -> None:
+    """Ids rewritten with the same counts (the store tokenized again, a file copied over it) were read silently:
+    the fingerprint held the index only. A local part's now holds a sample of its bytes too."""
     (tmp_path / "store").mkdir()
     store = write_megatron(tmp_path / "store" / "web", [[5, 6, 0], [7, 0]])
-    source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=True)
+    source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=exact)
     plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=4))
-    write_megatron(store, [[5, 6, 0], [7, 8, 0]])
+    write_megatron(store, rewritten)
     pipe = (
         Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
     )
-    with pytest.raises(DatasetError, match=r"web\.bin changed since planning: its index must hold the planned 2 "):
+    with pytest.raises(
+        DatasetError, match=r"web\.bin changed since planning: its documents, counts, dtype or sampled bytes differ "
+        r"from the plan's \(2 documents now, 2 planned\) — restore the store or re-plan$"
+    ):  # fmt: skip
         list(pipe)
 
 
@@ -405,3 +415,27 @@ def test_a_loss_mask_the_plan_does_not_record_is_refused(tmp_path: Path, wide_to
     with pytest.raises(DatasetError, match=r"^dataset 'sft': token store .* keeps a loss mask \(.ds.loss\), which the plan "
                        r"does not record — .* re-plan"):  # fmt: skip
         next(iter(pipe))
+
+
+def test_a_plan_made_before_content_samples_checks_the_index_alone(tmp_path: Path, tokenizer_dir: str) -> None:
+    """Shards planned with ``index:`` fingerprints (before parts' bytes were sampled) still open: their index is
+    compared, their bytes are not — so such a plan keeps running, and a rewrite with other counts is refused."""
+    from zephon.executor.plan_reader import PlanBundle
+    from zephon.executor.token_stores.shards import PlanStores, part_fingerprint
+    from zephon.plan.records import shard_refs
+
+    (tmp_path / "store").mkdir()
+    store = write_megatron(tmp_path / "store" / "web", [[5, 6, 0], [7, 0]])
+    source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=4))
+    (ref,) = shard_refs(pq.read_table(plan / "shards.parquet"))
+    older = dataclasses.replace(ref, fingerprint=part_fingerprint("megatron", "uint16", np.array([3, 2])))
+    assert older.fingerprint.startswith("index:") and ref.fingerprint.startswith("store:")
+    write_megatron(store, [[9, 9, 0], [9, 0]])  # same counts
+    datasets = PlanBundle(plan).manifest.datasets
+    assert PlanStores(datasets).open(older).read(np.array([0, 1])).to_lists() == [[9, 9, 0], [9, 0]]
+    with pytest.raises(DatasetError, match="changed since planning"):
+        PlanStores(datasets).open(ref)
+    write_megatron(store, [[9, 9, 0], [9, 9, 0]])  # other counts
+    with pytest.raises(DatasetError, match=r"its documents, counts or dtype differ from the plan's"):
+        PlanStores(datasets).open(older)
