@@ -88,7 +88,7 @@ class MdsShard(CountedPart):
             body = sample - 4 - sum(int(s) for s in self.sizes if s is not None)  # the column's bytes
             if self.dtype is None:  # a text column: its UTF-8 bytes
                 return self.offsets[:-1] + 4 + fixed_before, body
-            head = _ndarray_head(body, encoding, self.dtype)
+            head = _ndarray_head(body, encoding, self.dtype, self.name)
             return self.offsets[:-1] + 4 + fixed_before + head, (body - head) // self.dtype.itemsize
         if self.sizes[col] is not None and self.dtype is not None and all(j > col for j in self._var):
             # a fixed-shape column after fixed-size columns only: same place, same count in every sample
@@ -142,7 +142,7 @@ class MdsShard(CountedPart):
         ]
 
 
-def _ndarray_head(body: np.ndarray, encoding: str, dtype: np.dtype) -> np.ndarray:
+def _ndarray_head(body: np.ndarray, encoding: str, dtype: np.dtype, name: str) -> np.ndarray:
     """Bytes before the ids in an ``ndarray:DTYPE`` value of ``body`` bytes: 1 (ndim | shape code) + the 1-D shape
     in the smallest unsigned int that holds the length — the one width ``w`` whose length fits it exactly."""
     if encoding == "bytes" or encoding.count(":") == 2:
@@ -153,9 +153,11 @@ def _ndarray_head(body: np.ndarray, encoding: str, dtype: np.dtype) -> np.ndarra
         low = 0 if code == 0 else 1 << (8 * (1 << (code - 1)))
         fits = (rem == 0) & (n >= max(low, 1)) & (n < (1 << min(63, 8 * width))) & (out < 0)
         out[fits] = 1 + width
-    if (out < 0).any():
+    if (out < 0).any():  # (MDSWriter refuses an empty array of a dynamic shape: no sample holds 0 ids)
+        bad = int(np.flatnonzero(out < 0)[0])
         raise DatasetError(
-            f"token values of {encoding!r} must be 1-D arrays, got a sample of {int(body[out < 0][0])} bytes"
+            f"token values of {encoding!r} in {name} must be 1-D arrays of one id or more (as MDSWriter writes them), "
+            f"got sample {bad} of {int(body[bad])} bytes — write the shard again with MDSWriter"
         )
     return out
 

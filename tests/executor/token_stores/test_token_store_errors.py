@@ -315,3 +315,19 @@ def test_half_a_megatron_pair_without_fmt_names_the_missing_file(megatron: Path,
         StaticMixtureWorkSource(datasets=[dataset], mixture=MixtureSpec({"web": 1.0}), seed=1).plan(
             megatron.parent / "p"
         )
+
+
+def test_an_mds_token_value_that_is_no_1d_array_names_its_shard_and_sample(tmp_path: Path) -> None:
+    """The line named neither the shard nor the sample (``… must be 1-D arrays, got a sample of 2 bytes``)."""
+    store = copy(tmp_path, "mds/uint16")
+    shard = store / "shard.00000.mds"
+    data = bytearray(shard.read_bytes())
+    end_of_first = struct.unpack_from("<I", data, 8)[0]
+    struct.pack_into("<I", data, 8, end_of_first + 1)  # sample 0 one byte longer, sample 1 one shorter
+    shard.write_bytes(bytes(data))
+    with pytest.raises(
+        DatasetError,
+        match=r"token values of 'ndarray:uint16' in .*shard\.00000\.mds must be 1-D arrays of one id or more \(as "
+        r"MDSWriter writes them\), got sample 0 of \d+ bytes — write the shard again with MDSWriter$",
+    ):
+        open_token_store(str(store), fmt="mds").token_counts()
