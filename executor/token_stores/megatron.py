@@ -74,7 +74,12 @@ class MegatronPart(EndToEndPart):
         self.dtype = np.dtype(DTYPES[code])
         seqs, docs = int.from_bytes(head[18:26], "little"), int.from_bytes(head[26:34], "little")
         need = HEADER + 12 * seqs + 8 * docs
-        if idx.size not in (need, need + seqs) or docs < 1:
+        if docs < 1:  # a document index always holds 0 (Megatron writes [0, …, sequences])
+            raise DatasetError(
+                f"{idx.name} must hold at least one document index (0), got none — it is damaged or not written by "
+                f"Megatron; {_FIX}"
+            )
+        if idx.size not in (need, need + seqs):
             raise DatasetError(
                 f"{idx.name} must be {need} bytes for its {seqs} sequences and {docs} document indices, got "
                 f"{idx.size} — it is truncated or damaged; {_FIX}"

@@ -140,13 +140,17 @@ class PlanStores:
                 )
             path, spec = self._specs[dataset_id]
             options = {k: spec.get(k) for k in ("dtype", "eos_token_id", "bos_token_id", "tokens_field")}
-            store = open_token_store(
-                path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, credentials=self._credentials, **options
-            )
+            name = self._names.get(dataset_id, dataset_id)
+            try:
+                store = open_token_store(
+                    path, fmt=spec.get("fmt"), vocab_size=self.vocab_size, credentials=self._credentials, **options
+                )
+            except DatasetError as exc:  # the store's own words, with the dataset they are about (as at planning)
+                raise DatasetError(f"dataset {name!r}: {exc}") from None
             if store.has_loss != bool(spec.get("loss_mask")):
                 now = "keeps a loss mask (.ds.loss)" if store.has_loss else "keeps no loss mask"
                 raise DatasetError(
-                    f"dataset {self._names.get(dataset_id, dataset_id)!r}: token store {store.path!r} {now}, which "
+                    f"dataset {name!r}: token store {store.path!r} {now}, which "
                     "the plan does not record — it changed since planning, or the plan predates loss masks: re-plan "
                     "(the run applies a store's mask only when its plan records it)"
                 )

@@ -439,3 +439,15 @@ def test_a_plan_made_before_content_samples_checks_the_index_alone(tmp_path: Pat
     write_megatron(store, [[9, 9, 0], [9, 9, 0]])  # other counts
     with pytest.raises(DatasetError, match=r"its documents, counts or dtype differ from the plan's"):
         PlanStores(datasets).open(older)
+
+
+def test_a_store_damaged_since_planning_is_named_with_its_dataset(tmp_path: Path, tokenizer_dir: str) -> None:
+    """A .bin truncated after planning was refused at run time without the dataset's name (planning has it)."""
+    (tmp_path / "store").mkdir()
+    store = write_megatron(tmp_path / "store" / "web", [[5, 6, 0], [7, 0]])
+    source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=4))
+    store.with_suffix(".bin").write_bytes(store.with_suffix(".bin").read_bytes()[:-2])
+    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
+    with pytest.raises(DatasetError, match=r"^dataset 'web': .*web\.bin must be 10 bytes as .*web\.idx says, got 8 "):
+        list(pipe)

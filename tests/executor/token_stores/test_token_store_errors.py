@@ -331,3 +331,26 @@ def test_an_mds_token_value_that_is_no_1d_array_names_its_shard_and_sample(tmp_p
         r"MDSWriter writes them\), got sample 0 of \d+ bytes — write the shard again with MDSWriter$",
     ):
         open_token_store(str(store), fmt="mds").token_counts()
+
+
+def test_a_megatron_index_of_no_document_index_says_so(megatron: Path) -> None:
+    """A header of 0 sequences and 0 document indices said "must be 34 bytes …, got 34"."""
+    idx = megatron.with_suffix(".idx")
+    head = bytearray(idx.read_bytes()[:34])
+    head[18:34] = bytes(16)  # 0 sequences, 0 document indices
+    idx.write_bytes(bytes(head))
+    with pytest.raises(DatasetError, match=r"web\.idx must hold at least one document index \(0\), got none — "):
+        open_token_store(str(megatron))
+
+
+def test_a_datatrove_index_that_does_not_rise_names_where(tmp_path: Path) -> None:
+    """Ends that fall (and end at the data's tokens) said "must end … at the 23 tokens …, got 23"."""
+    store = copy(tmp_path, "datatrove/00000_unshuffled.ds")
+    index = store.with_name(store.name + ".index")
+    ends = np.frombuffer(index.read_bytes(), dtype="<u8").copy()
+    ends[1], ends[2] = ends[2], ends[1]
+    index.write_bytes(ends.tobytes())
+    with pytest.raises(
+        DatasetError, match=r"\.ds\.index must hold document ends rising from 0, got \d+ after \d+ at document 2 — "
+    ):
+        open_token_store(str(store))
