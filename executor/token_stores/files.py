@@ -19,6 +19,7 @@ A folder ``s3://b/mds/`` gives ``{"/index.json": …, "/shard.00000.mds": …}``
 from __future__ import annotations
 
 import os
+import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,19 +55,33 @@ class LocalBlob:
     def __init__(self, path: Path, size: int) -> None:
         self.path, self.name, self.size = path, str(path), size
         self._map: np.ndarray | None = None
+        self._fd: int | None = None  # the mapped file, for ``check_size``
 
     def read(self, start: int, end: int) -> memoryview | bytes:
         _check_range(self, start, end)
         if end == start:
             return b""
         if self._map is None:
+            self._fd = os.open(self.path, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
             self._map = np.memmap(self.path, mode="r", dtype=np.uint8)
             if len(self._map) != self.size:
                 raise DatasetError(
                     f"{self.name} must keep its size of {self.size} bytes while read, got {len(self._map)} — "
                     "it changed on disk; open the store again"
                 )
+        self.check_size()
         return memoryview(self._map[start:end])
+
+    def check_size(self) -> None:
+        """Refuse to read a mapped file truncated since it was mapped (one ``fstat`` of the mapped file): a read
+        past its new end would be a SIGBUS — the process killed without a word. ``TokenStore.gather`` calls it
+        before slicing the map; a truncation racing a read of the same moment is not caught."""
+        if self._fd is not None and (now := os.fstat(self._fd).st_size) < self.size:
+            raise DatasetError(
+                f"{self.name} must keep its size of {self.size} bytes while read, got {now} — it was truncated on "
+                "disk while the run read it; restore it, then resume from the run's last checkpoint"
+            )
 
 
 class BytesBlob:

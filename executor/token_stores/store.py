@@ -287,7 +287,10 @@ class TokenStore:
         np.cumsum(counts, out=offsets[1:])
         part_of = np.searchsorted(self.part_starts, docs, side="right") - 1
         views = [getattr(p, "local_ids", lambda: None)() for p in self.parts]
-        if all(views[j] is not None for j in np.unique(part_of).tolist()):
+        used = np.unique(part_of).tolist()
+        if all(views[j] is not None for j in used):
+            for j in used:  # a file truncated on disk since it was mapped: refused, not a SIGBUS
+                self.parts[j].tokens_file.check_size()  # type: ignore[attr-defined]
             within = docs - self.part_starts[part_of]
             # one slice per document: the bare copy's own loop (a vectorized gather by index costs more per id)
             bounds = [p.doc_starts for p in self.parts]  # type: ignore[attr-defined]

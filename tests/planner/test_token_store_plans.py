@@ -448,6 +448,30 @@ def test_a_store_damaged_since_planning_is_named_with_its_dataset(tmp_path: Path
     source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3, exact_tokens=True)
     plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=tokenizer_dir), pack=PackSpec(max_length=4))
     store.with_suffix(".bin").write_bytes(store.with_suffix(".bin").read_bytes()[:-2])
-    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
+    )
     with pytest.raises(DatasetError, match=r"^dataset 'web': .*web\.bin must be 10 bytes as .*web\.idx says, got 8 "):
         list(pipe)
+
+
+def test_a_store_truncated_on_disk_while_read_is_refused_not_a_sigbus(
+    tmp_path: Path, tokenizer_dir: str, monkeypatch
+) -> None:
+    """A local part is read through a memory map: a file truncated in place mid-run (``cp`` over it) made the next
+    read past its new end a SIGBUS, killing the process without a word (exit 135)."""
+    monkeypatch.setenv("ZEPHON_READ_AHEAD", "off")  # each chunk read when the batches need it
+    (tmp_path / "store").mkdir()
+    store = write_megatron(tmp_path / "store" / "web", [[1 + (i % 7), 2 + (i % 5), 0] for i in range(3000)])
+    source = mixed(Dataset.from_path("web", store), weights=[1.0], seed=3)
+    plan = source.plan(tmp_path / "p")
+    pipe = (
+        Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=16).batch(microbatch_size=2)
+    )
+    batches = iter(pipe.options(read_chunk=16))
+    next(batches)
+    with open(store.with_suffix(".bin"), "r+b") as f:
+        f.truncate(100)
+    with pytest.raises(DatasetError, match=r"web\.bin must keep its size of 18000 bytes while read, got 100 — it was "
+                       r"truncated on disk while the run read it; restore it, then resume from the run's last checkpoint$"):  # fmt: skip
+        list(batches)
