@@ -84,7 +84,7 @@ def nothing_to_measure(documents: int, field: str) -> DatasetError:
     the run 0 steps — nothing handed out, silently; refused instead."""
     return DatasetError(
         f"an estimated plan's first {documents} documents must hold tokens to measure the run's length on, got 0 "
-        "tokens (empty texts, and no BOS or EOS added) — check the text field "
+        "tokens (empty texts with no BOS or EOS added, or a token store's documents of no id) — check the text field "
         f"{field!r} and the data, or plan with exact_tokens=True (its documents are counted, not measured)"
     )
 

@@ -31,18 +31,20 @@ SIZES = {2: np.dtype("<u2"), 4: np.dtype("<u4")}
 _FIX = "write it again with datatrove's DocumentTokenizer"
 
 
-def read_metadata(blob: Blob) -> tuple[str | None, np.dtype]:
-    """``(tokenizer or None, dtype)`` from a ``.ds.metadata`` file."""
+def read_metadata(blob: Blob) -> tuple[str | None, np.dtype, int | None]:
+    """``(tokenizer or None, dtype, token count or None)`` from a ``.ds.metadata`` file (the count: its second
+    line, as datatrove writes it; None where there is none)."""
     text = bytes(blob.read(0, blob.size)).decode("utf-8", errors="replace")
-    first = text.splitlines()[0] if text else ""
+    lines = text.splitlines()
+    first = lines[0] if lines else ""
     name, _, size = first.rpartition("|")
-    if not size.strip().isdigit() or int(size) not in SIZES:
+    if not (size.strip().isascii() and size.strip().isdigit()) or int(size) not in SIZES:
         raise DatasetError(
             f"{blob.name} must start with TOKENIZER|TOKEN_SIZE (token size 2 or 4), got {first[:80]!r} — {_FIX}"
         )
-    if name.startswith("Unknown Tokenizer") or not name:
-        return None, SIZES[int(size)]
-    return name, SIZES[int(size)]
+    second = lines[1].strip() if len(lines) > 1 else ""
+    count = int(second) if second.isascii() and second.isdigit() else None
+    return (None if name.startswith("Unknown Tokenizer") or not name else name), SIZES[int(size)], count
 
 
 class DatatrovePart(EndToEndPart):
@@ -53,8 +55,9 @@ class DatatrovePart(EndToEndPart):
         index = files.need(stem + ".index", "its document index", "write it with save_index=True (the default)")
         meta = files.get(stem + ".metadata")
         self.tokenizer: str | None = None
+        self._counted: int | None = None  # the metadata's token count
         if meta is not None:
-            self.tokenizer, found = read_metadata(meta)
+            self.tokenizer, found, self._counted = read_metadata(meta)
             if dtype is not None and np.dtype(dtype) != found:
                 raise DatasetError(
                     f"dtype of {data.name} must be {found} as {meta.name} says, got dtype={np.dtype(dtype)} — drop "
@@ -87,6 +90,11 @@ class DatatrovePart(EndToEndPart):
             raise DatasetError(
                 f"{index.name} must end its last document at the {total} tokens of {data.name}, got {last} — the "
                 "index and the data file disagree (truncated copy?); copy both again"
+            )
+        if meta is not None and self._counted is not None and self._counted != total:
+            raise DatasetError(
+                f"{meta.name} must count the {total} tokens of {data.name}, got {self._counted} — the metadata and "
+                f"the data disagree (a file of another run, or a truncated copy); copy them again or {_FIX}"
             )
         self.doc_starts = np.concatenate([[0], ends])
         self._loss = files.get(stem + ".loss")

@@ -147,10 +147,16 @@ def test_an_exact_plan_of_empty_texts_without_special_tokens_is_refused_as_it_is
         seed=2,
         exact_tokens=True,
     )
-    with pytest.raises(DatasetError, match=r"^an exact plan must hold tokens to train on, got 0 tokens in its 6 "
-                       r"documents \(empty texts, and no BOS or EOS added\) — check the text field"):
-        source.plan(tmp_path / "plan", tokenize=TokenizeSpec(tokenizer_id=tok, special_tokens="none"),
-                    pack=PackSpec(max_length=17))
+    with pytest.raises(
+        DatasetError,
+        match=r"^an exact plan must hold tokens to train on, got 0 tokens in its 6 "
+        r"documents \(empty texts, and no BOS or EOS added\) — check the text field",
+    ):
+        source.plan(
+            tmp_path / "plan",
+            tokenize=TokenizeSpec(tokenizer_id=tok, special_tokens="none"),
+            pack=PackSpec(max_length=17),
+        )
     assert not (tmp_path / "plan").exists()
 
 
@@ -166,12 +172,15 @@ def test_an_estimated_run_of_empty_texts_without_special_tokens_is_refused_not_z
     )
     spec = TokenizeSpec(tokenizer_id=tok, special_tokens="none")
     plan = source.plan(tmp_path / "plan", tokenize=spec, pack=PackSpec(max_length=17))
-    pipe = Pipeline.from_plan(plan).tokenize(tokenizer_id=tok, special_tokens="none").pack_flat(max_length=17).batch(
-        microbatch_size=2
+    pipe = (
+        Pipeline.from_plan(plan)
+        .tokenize(tokenizer_id=tok, special_tokens="none")
+        .pack_flat(max_length=17)
+        .batch(microbatch_size=2)
     )
     message = (
         r"^an estimated plan's first 6 documents must hold tokens to measure the run's length on, got 0 tokens "
-        r"\(empty texts, and no BOS or EOS added\) — check the text field 'text' and the data, or plan with "
+        r"\(empty texts with no BOS or EOS added, or a token store.s documents of no id\) — check the text field 'text' and the data, or plan with "
         r"exact_tokens=True"
     )
     with pytest.raises(DatasetError, match=message):

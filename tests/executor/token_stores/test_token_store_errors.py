@@ -271,17 +271,11 @@ def _mds_shards_null(store: Path) -> None:
     (store / "index.json").write_text(json.dumps({"version": 2, "shards": None}))
 
 
-def _datatrove_count_not_ascii_digits(store: Path) -> None:
-    meta = store.with_name(store.name + ".metadata")
-    meta.write_text("zephon/demo|²\n23\n")  # the token size: str.isdigit takes '²', int() does not
-
-
 @pytest.mark.parametrize(
     ("fixture", "damage", "fmt"),
     [
         ("litdata/tokens", _litdata_chunks_a_mapping, "litdata"),
         ("mds/uint16", _mds_shards_null, "mds"),
-        ("datatrove/00000_unshuffled.ds", _datatrove_count_not_ascii_digits, "datatrove"),
     ],
 )
 def test_an_index_of_another_shape_is_one_line_naming_the_store(tmp_path: Path, fixture, damage, fmt) -> None:
@@ -353,4 +347,21 @@ def test_a_datatrove_index_that_does_not_rise_names_where(tmp_path: Path) -> Non
     with pytest.raises(
         DatasetError, match=r"\.ds\.index must hold document ends rising from 0, got \d+ after \d+ at document 2 — "
     ):
+        open_token_store(str(store))
+
+
+@pytest.mark.parametrize(
+    ("metadata", "message"),
+    [
+        ("zephon/demo|²\n23\n", r"must start with TOKENIZER\|TOKEN_SIZE \(token size 2 or 4\), got 'zephon/demo\|²'"),
+        ("zephon/demo|2\n24\n", r"\.ds\.metadata must count the 23 tokens of .*\.ds, got 24 — the metadata and the data "
+         r"disagree"),
+    ],
+    ids=["token size not ascii digits", "count of another file"],
+)  # fmt: skip
+def test_datatrove_metadata_must_be_read_as_written_and_count_the_data(tmp_path: Path, metadata, message) -> None:
+    """``str.isdigit`` took '²' for a digit (int() then raised ValueError); the token count was never compared."""
+    store = copy(tmp_path, "datatrove/00000_unshuffled.ds")
+    store.with_name(store.name + ".metadata").write_text(metadata)
+    with pytest.raises(DatasetError, match=message):
         open_token_store(str(store))
