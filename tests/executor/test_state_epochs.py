@@ -28,6 +28,15 @@ def make(plan: Path, tokenizer_dir: str) -> Pipeline:
     )
 
 
+def state_after(plan: Path, tokenizer_dir: str, batches: int) -> dict:
+    """The state of a pipeline that handed out ``batches`` batches."""
+    pipe = make(plan, tokenizer_dir)
+    it = iter(pipe)
+    for _ in range(batches):
+        next(it)
+    return pipe.state_dict()
+
+
 def rows(batches) -> list[bytes]:
     return [b.tokens.tobytes() + b.lengths.tobytes() for b in batches]
 
@@ -96,25 +105,19 @@ def test_an_iteration_begun_before_a_load_is_refused_to_go_on(plan: Path, tokeni
 
 def test_a_loaded_state_goes_on_to_the_pipeline_a_builder_call_makes(plan: Path, tokenizer_dir: str) -> None:
     """``.options(...)`` after ``load_state_dict`` dropped the state: the run restarted at step 0 silently."""
-    first = make(plan, tokenizer_dir)
-    it = iter(first)
-    for _ in range(3):
-        next(it)
+    at_three = state_after(plan, tokenizer_dir, 3)
     loaded = make(plan, tokenizer_dir)
-    loaded.load_state_dict(first.state_dict())
+    loaded.load_state_dict(at_three)
     assert rows(loaded.options(tokenizer_threads=1)) == rows(make(plan, tokenizer_dir))[3:]
 
 
 def test_a_loaded_state_is_applied_once_by_the_next_loader_or_iteration(plan: Path, tokenizer_dir: str) -> None:
     """The pipeline's loaded state stayed for every loader made after it: a framework reloading its loader each
     epoch (Lightning's reload_dataloaders_every_n_epochs, a second Trainer.train()) resumed every epoch there."""
-    first = make(plan, tokenizer_dir)
-    it = iter(first)
-    for _ in range(3):
-        next(it)
+    at_three = state_after(plan, tokenizer_dir, 3)
     whole = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
     loaded = make(plan, tokenizer_dir)
-    loaded.load_state_dict(first.state_dict())
+    loaded.load_state_dict(at_three)
     assert loader_rows(loaded.dataloader(return_labels=False)) == whole[3:]
     assert loader_rows(loaded.dataloader(return_labels=False)) == whole
     assert rows(loaded) == rows(make(plan, tokenizer_dir))
@@ -150,12 +153,9 @@ def test_a_torch_datasets_loaded_state_is_its_first_epochs_only(plan: Path, toke
     from torch.utils.data import DataLoader
 
     whole = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
-    first = make(plan, tokenizer_dir)
-    it = iter(first)
-    for _ in range(3):
-        next(it)
+    at_three = state_after(plan, tokenizer_dir, 3)
     loaded = make(plan, tokenizer_dir)
-    loaded.load_state_dict(first.state_dict())
+    loaded.load_state_dict(at_three)
     loader = DataLoader(loaded.to_torch_dataset(return_labels=False), batch_size=None, **options)
     assert loader_rows(loader) == whole[3:]
     assert loader_rows(loader) == whole

@@ -42,6 +42,7 @@ from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
 from zephon.errors import ConfigError
+from zephon.integrations.accumulation import check_accumulation
 from zephon.integrations.consumed import ConsumedLoader
 from zephon.integrations.state_text import check_portable
 from zephon.integrations.versions import require_tested
@@ -143,13 +144,12 @@ class ZephonTrainer(Trainer):
                 "ZephonTrainer needs TrainingArguments(ignore_data_skip=True), got False — the loader resumes from "
                 "its checkpointed state; the Trainer's replay would skip those batches a second time"
             )
-        geometry = self.pipeline.geometry()
-        per_step = geometry.global_batch // (geometry.microbatch * geometry.dp_size)
-        if args.gradient_accumulation_steps != per_step:
-            raise ConfigError(
-                f"gradient_accumulation_steps must be the pipeline's {per_step} microbatches per step, got "
-                f"{args.gradient_accumulation_steps} — pass TrainingArguments(gradient_accumulation_steps={per_step})"
-            )
+        check_accumulation(
+            self.pipeline,
+            args.gradient_accumulation_steps,
+            owner="TrainingArguments",
+            key="gradient_accumulation_steps",
+        )
         steps = self.pipeline.num_steps()
         if args.max_steps <= 0:
             args.max_steps = steps

@@ -37,6 +37,7 @@ from typing import Any
 import pytorch_lightning as pl
 
 from zephon.errors import ConfigError
+from zephon.integrations.accumulation import check_accumulation
 from zephon.integrations.consumed import ConsumedLoader
 from zephon.integrations.state_text import pack, unpack
 from zephon.integrations.versions import require_tested
@@ -90,13 +91,9 @@ class ZephonDataModule(pl.LightningDataModule):
                 "ZephonDataModule needs Trainer(use_distributed_sampler=False), got True — the plan already gives "
                 "each rank its share; pass use_distributed_sampler=False"
             )
-        geometry = self.pipeline.geometry()
-        per_step = geometry.global_batch // (geometry.microbatch * geometry.dp_size)
-        if trainer.accumulate_grad_batches != per_step:
-            raise ConfigError(
-                f"accumulate_grad_batches must be the pipeline's {per_step} microbatches per step, got "
-                f"{trainer.accumulate_grad_batches} — pass Trainer(accumulate_grad_batches={per_step})"
-            )
+        check_accumulation(
+            self.pipeline, trainer.accumulate_grad_batches, owner="Trainer", key="accumulate_grad_batches"
+        )
         if trainer.ckpt_path is not None and self._pending is None and not self._restored:
             raise ConfigError(
                 f"the checkpoint {trainer.ckpt_path} must hold the ZephonDataModule's state to resume, got none — "
