@@ -167,6 +167,18 @@ class StoreFiles:
     def is_directory(self) -> bool:
         return any(s.startswith("/") for s in self.files)
 
+    def pins(self) -> dict[str, str]:
+        """Each remote file's pin by its name: an object's ETag (and version id), a Hub file's content hash (LFS
+        sha256 or git blob id) — what a rewrite of it changes (``part_fingerprint``)."""
+        out: dict[str, str] = {}
+        for blob in self.files.values():
+            file = getattr(blob, "file", None)
+            etag = getattr(file, "etag", None)
+            if etag:
+                version = getattr(file, "version", None)
+                out[blob.name] = f"{etag}@{version}" if version else str(etag)
+        return out
+
 
 def list_store_files(
     path: str, *, credentials: Iterable[StoreCredentials] = (), token: str | None = None

@@ -191,4 +191,5 @@ def _open(
         tokenizer=tokenizer,
         vocab_size=vocab_size,
         eos_token_id=eos_token_id,
+        pins=files.pins(),
     )

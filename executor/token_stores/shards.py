@@ -4,8 +4,8 @@ A plan lays a token store out as shards — one per part of the store, ``format 
 documents (``zephon.planner.counts.stores``) — and records in plan.json, per dataset, how to open the store
 again (``token_store``: format, options, the ids' tokenizer) at its ``pinned`` path. ``PlanStores`` opens each
 store once per run (its indexes only), finds a shard's part by the part's name, and refuses a part whose index
-changed since planning (its fingerprint: format, dtype and per-document counts, and for a local file a sample
-of its bytes, :func:`part_fingerprint`).
+changed since planning (its fingerprint: format, dtype and per-document counts, and a sample of a local file's
+bytes or a remote file's pin, :func:`part_fingerprint`).
 
 ``StoreShard.read(rows)`` returns the documents' ids in the order asked, end to end (``TokenDocuments``,
 a sequence of per-document arrays to the reader): sliced from the memory map of a local file, else the rows
@@ -33,7 +33,7 @@ from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
 
-__all__ = ["PlanStores", "StoreShard", "is_store_shard", "local_part_file", "part_counts", "part_fingerprint"]
+__all__ = ["PlanStores", "StoreShard", "is_store_shard", "part_content", "part_counts", "part_fingerprint"]
 
 
 def is_store_shard(ref: ShardRef) -> bool:
@@ -45,16 +45,28 @@ def is_store_shard(ref: ShardRef) -> bool:
 SAMPLE_BLOCKS, SAMPLE_BYTES = 16, 4096
 
 
-def part_fingerprint(fmt: str, dtype: object, counts: np.ndarray, path: str | None = None) -> str:
+def part_fingerprint(fmt: str, dtype: object, counts: np.ndarray, content: bytes | None = None) -> str:
     """A part's fingerprint: ``index:<BLAKE2b>`` of its format, dtype and per-document counts (its index's
-    content); with ``path`` (a local part's file), ``store:<BLAKE2b>`` of those and ``content_sample(path)`` — so
-    ids rewritten with the same counts (a store tokenized again, a file copied over it) are told apart too."""
+    content); with ``content`` (``part_content``: a local file's sample of bytes, a remote file's pin),
+    ``store:<BLAKE2b>`` of those and it — so ids rewritten with the same counts (a store tokenized again, a file
+    copied over it) are told apart too."""
     digest = hashlib.blake2b(f"{fmt}\0{np.dtype(dtype).str}\0".encode(), digest_size=16)  # type: ignore[call-overload]
     digest.update(np.ascontiguousarray(counts, dtype="<i8").tobytes())
-    if path is None:
+    if content is None:
         return "index:" + digest.hexdigest()
-    digest.update(content_sample(path))
+    digest.update(content)
     return "store:" + digest.hexdigest()
+
+
+def part_content(store: TokenStore, j: int) -> bytes | None:
+    """What part ``j``'s fingerprint holds of its file: a local file's ``content_sample``, a remote file's pin
+    (``TokenStore.pins``: ETag and version, or a Hub file's hash), else None (a compressed MDS shard read into
+    memory, whose object is not the part's name)."""
+    name = store.parts[j].name
+    if "://" not in name and os.path.isfile(name):
+        return content_sample(name)
+    pin = store.pins.get(name)
+    return None if pin is None else f"pin:{pin}".encode()
 
 
 def content_sample(path: str) -> bytes:
@@ -71,9 +83,6 @@ def content_sample(path: str) -> bytes:
         os.close(fd)
 
 
-def local_part_file(name: str) -> str | None:
-    """A part's file when it is a local file (its content is sampled into its fingerprint), else None."""
-    return name if "://" not in name and os.path.isfile(name) else None
 
 
 def part_counts(store: TokenStore, j: int) -> np.ndarray:
@@ -169,9 +178,9 @@ class PlanStores:
             )
         counts = part_counts(store, j)
         sampled = ref.fingerprint.startswith("store:")  # plans before content samples: the index alone
-        path = local_part_file(store.parts[j].name) if sampled else None
-        if len(counts) != ref.rows or part_fingerprint(store.format, store.dtype, counts, path) != ref.fingerprint:
-            what = "documents, counts, dtype or sampled bytes" if sampled else "documents, counts or dtype"
+        content = part_content(store, j) if sampled else None
+        if len(counts) != ref.rows or part_fingerprint(store.format, store.dtype, counts, content) != ref.fingerprint:
+            what = "documents, counts, dtype or content" if sampled else "documents, counts or dtype"
             raise DatasetError(
                 f"dataset {ref.dataset!r}: {ref.uri} changed since planning: its {what} differ from the plan's "
                 f"({len(counts)} documents now, {ref.rows} planned) — restore the store or re-plan"

@@ -162,6 +162,7 @@ class TokenStore:
         tokenizer: str | None = None,
         vocab_size: int | None = None,
         eos_token_id: int | None = None,
+        pins: dict[str, str] | None = None,
     ) -> None:
         if not parts:
             raise DatasetError(f"token store {path!r} must hold at least one {format} file, got none — fix the path")
@@ -176,6 +177,8 @@ class TokenStore:
         self.tokenizer = tokenizer
         self.vocab_size = vocab_size
         self.eos_token_id = eos_token_id
+        #: Each remote file's pin by its name (``StoreFiles.pins``): a remote part's fingerprint holds its file's.
+        self.pins = dict(pins or {})
         self.parts: tuple[StorePart, ...] = tuple(parts)
         sizes = np.fromiter((p.num_documents for p in self.parts), dtype=np.int64, count=len(self.parts))
         #: The store's number of the first document of each part, and one past the last.

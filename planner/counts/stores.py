@@ -26,7 +26,7 @@ from zephon.errors import ConfigError, DatasetError, TokenizerError, one_line, w
 from zephon.executor.encode.load import EOS_GUESSES, load_tokenizer
 from zephon.executor.token_stores import TokenStore, open_token_store
 from zephon.executor.token_stores.identity import TokenizerIdentity
-from zephon.executor.token_stores.shards import local_part_file, part_counts, part_fingerprint
+from zephon.executor.token_stores.shards import part_content, part_counts, part_fingerprint
 from zephon.plan.format import STORE_SHARD_PREFIX
 from zephon.plan.records import ShardInfo, ShardRef
 from zephon.planner.counts.shard_tokens import ShardTokens
@@ -89,7 +89,7 @@ def store_shards(ds: Dataset) -> list[ShardInfo]:
                 format=STORE_SHARD_PREFIX + store.format,
                 rows=len(counts),
                 bytes=int(counts.sum()) * store.dtype.itemsize,
-                fingerprint=part_fingerprint(store.format, store.dtype, counts, local_part_file(part.name)),
+                fingerprint=part_fingerprint(store.format, store.dtype, counts, part_content(store, j)),
                 row_groups=1,
             )
         )

@@ -170,7 +170,7 @@ def test_a_store_rewritten_since_planning_is_refused(tmp_path: Path, tokenizer_d
         Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer_dir).pack_flat(max_length=4).batch(microbatch_size=1)
     )
     with pytest.raises(
-        DatasetError, match=r"web\.bin changed since planning: its documents, counts, dtype or sampled bytes differ "
+        DatasetError, match=r"web\.bin changed since planning: its documents, counts, dtype or content differ "
         r"from the plan's \(2 documents now, 2 planned\) — restore the store or re-plan$"
     ):  # fmt: skip
         list(pipe)

@@ -102,3 +102,23 @@ def test_a_store_on_s3_is_read_by_ranges_even_with_the_shard_cache_on(s3, tmp_pa
     batches = pipe.pack_flat(max_length=8).batch(microbatch_size=2)
     assert [b.tokens[i, : b.lengths[i]].tobytes() for b in batches for i in range(len(b.lengths))] == rows
     assert not any(p.is_file() and p.suffix in (".bin", ".idx") for p in (tmp_path / "cache").rglob("*"))
+
+
+def test_a_store_on_s3_rewritten_with_the_same_counts_since_planning_is_refused(s3, tmp_path, prose, tokenizer) -> None:
+    """A remote part's fingerprint held its index alone: ids rewritten with the same counts between planning and
+    the run (the object put again) were read silently. It holds the object's pin (ETag) now."""
+    from zephon.errors import DatasetError
+
+    s3.upload_dir(FIXTURES / "megatron", "corpus/")
+    plan_and_run(s3.url("corpus/web_text_document"), "megatron", prose, tokenizer, tmp_path / "p")
+    shards = pq.read_table(tmp_path / "p" / "shards.parquet").to_pylist()
+    assert next(s for s in shards if s["format"] == "tokens:megatron")["fingerprint"].startswith("store:")
+    data = bytearray((FIXTURES / "megatron" / "web_text_document.bin").read_bytes())
+    data[2:4] = data[6:8]  # another id where one was: the same counts, other bytes
+    s3.put("corpus/web_text_document.bin", bytes(data))
+    pipe = Pipeline.from_plan(tmp_path / "p").tokenize(tokenizer_id=tokenizer).pack_flat(max_length=8).batch(
+        microbatch_size=2
+    )
+    with pytest.raises(DatasetError, match=r"web_text_document\.bin changed since planning: its documents, counts, "
+                       r"dtype or content differ from the plan's"):  # fmt: skip
+        list(pipe)
