@@ -79,8 +79,9 @@ class DatatrovePart(EndToEndPart):
             raise DatasetError(f"{index.name} must be uint64 document ends, got {index.size} bytes — it is truncated")
         ends = np.frombuffer(index.read(0, index.size), dtype="<u8").astype(np.int64)
         total = data.size // self.dtype.itemsize
-        if (np.diff(ends) < 0).any() or (len(ends) and ends[0] < 0):
-            at = int(np.flatnonzero(np.diff(ends) < 0)[0]) + 1 if (np.diff(ends) < 0).any() else 0
+        falls = np.flatnonzero(np.diff(ends) < 0)
+        if len(falls) or (len(ends) and ends[0] < 0):
+            at = int(falls[0]) + 1 if len(falls) else 0
             raise DatasetError(
                 f"{index.name} must hold document ends rising from 0, got {int(ends[at])} after "
                 f"{int(ends[at - 1]) if at else 0} at document {at} — the index is damaged; copy it again"

@@ -180,6 +180,8 @@ class TokenStore:
         #: Each remote file's pin by its name (``StoreFiles.pins``): a remote part's fingerprint holds its file's.
         self.pins = dict(pins or {})
         self.parts: tuple[StorePart, ...] = tuple(parts)
+        #: Whether any part keeps a loss mask (datatrove ``.ds.loss``): its tokens do not all train.
+        self.has_loss = any(getattr(p, "has_loss", False) for p in self.parts)
         sizes = np.fromiter((p.num_documents for p in self.parts), dtype=np.int64, count=len(self.parts))
         #: The store's number of the first document of each part, and one past the last.
         self.part_starts = np.concatenate([[0], np.cumsum(sizes)])
@@ -307,11 +309,6 @@ class TokenStore:
         )
         self._check_gathered(out, docs, part_of)
         return out
-
-    @property
-    def has_loss(self) -> bool:
-        """Whether any part keeps a loss mask (datatrove ``.ds.loss``): its tokens do not all train."""
-        return any(getattr(p, "has_loss", False) for p in self.parts)
 
     def _gather_loss(self, docs: np.ndarray) -> np.ndarray:
         """The loss mask of ``gather(docs)``: one ``read_loss`` per run of consecutive documents of a part (a part

@@ -55,8 +55,8 @@ SUPPORTED_SUFFIXES = tuple(s for s, _ in _SUFFIXES)
 _DATA_MARKS = (".jsonl", ".ndjson", ".parquet", ".arrow", ".feather", ".csv", ".tsv", ".avro", ".orc", ".tar")
 #: JSON lines named ``.json.gz``/``.json.zst`` (C4, Dolma): shards in a folder of JSONL, side files (warned about)
 #: beside Parquet or tar shards, as every ``.json.gz`` was before they were read.
-JSON_ALIASES = (".json.gz", ".json.zst", ".json.zstd")
-_DATA_ENDS = (".json", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx", *JSON_ALIASES)
+_JSON_ALIASES = (".json.gz", ".json.zst", ".json.zstd")
+_DATA_ENDS = (".json", ".json.bz2", ".json.xz", ".npy", ".bin", ".idx", *_JSON_ALIASES)
 #: Metadata datasets carry beside their data (Hugging Face's save_to_disk folders and Hub dataset repos, MDS).
 _METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "dataset_dict.json", "state.json", "index.json"})
 
@@ -291,6 +291,15 @@ def list_directory(root: str) -> Listing:
     return Listing(files=tuple(files), skipped=tuple(skipped), skipped_paths=tuple(skipped_paths))
 
 
+def alias_side_files(files: list[tuple[str, str | None]]) -> set[str]:
+    """Among ``files`` (path, detected format or None), the ``.json.gz``/``.json.zst`` ones that are side files
+    rather than JSON lines of the dataset: all of them when Parquet or tar shards are beside them (a
+    ``stats.json.gz``), none among JSON lines (C4's shards). Local and object-store listings and Hub splits alike."""
+    if not any(fmt is not None and family(fmt) != "jsonl" for _, fmt in files):
+        return set()
+    return {path for path, _ in files if path.lower().endswith(_JSON_ALIASES)}
+
+
 def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tuple[SourceFile, ...]:
     """The shards among ``listed`` (formats from their names), by the rules of the module docstring: in a
     ``directory`` other files are ignored when shards are present; a named or globbed file must be a shard;
@@ -303,9 +312,9 @@ def shards_of(dataset: str, listed: list[SourceFile], *, directory: bool) -> tup
             unknown.append(candidate.uri)
             continue
         found.append(SourceFile(uri=candidate.uri, format=fmt, size=candidate.size, remote=candidate.remote))
-    if directory and any(family(f.format) != "jsonl" for f in found):  # beside Parquet or tar shards, a .json.gz
-        aliases = [f.uri for f in found if f.uri.lower().endswith(JSON_ALIASES)]  # is a side file, as it was
-        found, unknown = [f for f in found if not f.uri.lower().endswith(JSON_ALIASES)], unknown + aliases
+    side = alias_side_files([(f.uri, f.format) for f in found]) if directory else set()
+    if side:  # beside Parquet or tar shards, a .json.gz is a side file, as it was
+        found, unknown = [f for f in found if f.uri not in side], unknown + [f.uri for f in found if f.uri in side]
     # In a directory, side files (README.md, dataset_info.json, checksums) are common beside shards and
     # are ignored; a file named explicitly or matched by a glob must be a shard.
     if unknown and (not found or not directory):

@@ -41,7 +41,7 @@ from zephon.storage.hub.discovery import SUPPORTED_FORMATS, file_format, select_
 from zephon.storage.hub.errors import HTTP_ERRORS, check_online, http_error
 from zephon.storage.hub.paths import HfPath, is_commit_sha, parse_hf_path
 from zephon.storage.hub.retry import RetryPolicy, retry_policy, with_retries
-from zephon.storage.local import JSON_ALIASES, family
+from zephon.storage.local import alias_side_files
 from zephon.storage.mds_compression import compression_of
 from zephon.storage.progress import track
 
@@ -146,8 +146,9 @@ class _Resolver:
             paths = [p for p in paths if p not in tars]  # out as before tars were read (a split of tars only is)
         # .json.gz names JSON lines (C4, Dolma) in a split of JSON lines; beside Parquet or tar shards it is a side
         # file of another kind, unsupported as it was before such names were read (local paths: a side file)
-        others = any(family(f) != "jsonl" for f in map(file_format, paths) if f is not None)
-        unsupported = [p for p in paths if file_format(p) is None or (others and p.lower().endswith(JSON_ALIASES))]
+        formats = [(p, file_format(p)) for p in paths]
+        side = alias_side_files(formats)
+        unsupported = [p for p, fmt in formats if fmt is None or p in side]
         if not unsupported:
             return self._result(commit, "original", config, split, paths, entries)
         conversion = replace(hf, revision=None, source="parquet")
