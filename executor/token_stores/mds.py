@@ -48,6 +48,8 @@ class MdsShard(CountedPart):
 
     def __init__(self, blob: Blob, entry: dict, column: int, dtype: np.dtype | None) -> None:
         self.name, self._blob = blob.name, blob
+        #: A compressed shard's bytes, decompressed (its fingerprint samples them: ``shards.part_content``).
+        self.decompressed: Blob | None = blob if isinstance(blob, BytesBlob) else None
         self.names, self.encodings = list(entry["column_names"]), list(entry["column_encodings"])
         self.sizes = list(entry["column_sizes"])
         self.column, n = column, int(entry["samples"])

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -60,29 +60,34 @@ def part_fingerprint(fmt: str, dtype: object, counts: np.ndarray, content: bytes
 
 def part_content(store: TokenStore, j: int) -> bytes | None:
     """What part ``j``'s fingerprint holds of its file: a local file's ``content_sample``, a remote file's pin
-    (``TokenStore.pins``: ETag and version, or a Hub file's hash), else None (a compressed MDS shard read into
-    memory, whose object is not the part's name)."""
-    name = store.parts[j].name
+    (``TokenStore.pins``: ETag and version, or a Hub file's hash), or — a compressed MDS shard, decompressed into
+    memory under the raw shard's name, local or remote — the ``content_sample`` of its decompressed bytes; else
+    None (a part of none of these: its index alone)."""
+    part = store.parts[j]
+    name = part.name
     if "://" not in name and os.path.isfile(name):
-        return content_sample(name)
+        fd = os.open(name, os.O_RDONLY)
+        try:
+            return content_sample(os.fstat(fd).st_size, lambda at: os.pread(fd, SAMPLE_BYTES, at))
+        finally:
+            os.close(fd)
     pin = store.pins.get(name)
-    return None if pin is None else f"pin:{pin}".encode()
+    if pin is not None:
+        return f"pin:{pin}".encode()
+    blob = getattr(part, "decompressed", None)
+    if blob is None:
+        return None
+    return content_sample(blob.size, lambda at: bytes(blob.read(at, min(at + SAMPLE_BYTES, blob.size))))
 
 
-def content_sample(path: str) -> bytes:
-    """A local file's size and ``SAMPLE_BLOCKS`` blocks of ``SAMPLE_BYTES`` spread evenly from its first byte to
-    its last (~64 KiB read, whatever the file's size): a rewrite of its ids shows in them unless it spares every
-    block. Example: a 1 GB ``.bin`` → its size and the 4 KiB at offsets 0, ~66.7 MB, …, 1 GB − 4 KiB."""
-    size = os.path.getsize(path)
+def content_sample(size: int, read: Callable[[int], bytes]) -> bytes:
+    """The size of a file (or of a decompressed shard's bytes) and ``SAMPLE_BLOCKS`` blocks of ``SAMPLE_BYTES``
+    spread evenly from its first byte to its last, ``read(offset)`` giving the block there (~64 KiB read, whatever
+    the size): a rewrite of its ids shows in them unless it spares every block. Example: a 1 GB ``.bin`` → its
+    size and the 4 KiB at offsets 0, ~66.7 MB, …, 1 GB − 4 KiB."""
     last = max(size - SAMPLE_BYTES, 0)
     offsets = sorted({last * k // (SAMPLE_BLOCKS - 1) for k in range(SAMPLE_BLOCKS)})
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return str(size).encode() + b"".join(os.pread(fd, SAMPLE_BYTES, at) for at in offsets)
-    finally:
-        os.close(fd)
-
-
+    return str(size).encode() + b"".join(read(at) for at in offsets)
 
 
 def part_counts(store: TokenStore, j: int) -> np.ndarray:

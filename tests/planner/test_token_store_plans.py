@@ -441,6 +441,39 @@ def test_a_plan_made_before_content_samples_checks_the_index_alone(tmp_path: Pat
         PlanStores(datasets).open(older)
 
 
+def test_a_compressed_mds_shard_rewritten_with_the_same_counts_is_refused(tmp_path: Path, wide_tokenizer: str) -> None:
+    """A zstd MDS shard is decompressed into memory under the raw shard's name, so its fingerprint held its counts
+    alone and other ids of the same counts were read silently; it now samples the decompressed bytes."""
+    import zstandard
+
+    store = tmp_path / "zstd"
+    shutil.copytree(FIXTURES / "mds" / "zstd", store)
+    source = mixed(Dataset.from_path("web", store, tokenizer=wide_tokenizer), weights=[1.0], seed=3, exact_tokens=True)
+    plan = source.plan(tmp_path / "p", tokenize=TokenizeSpec(tokenizer_id=wide_tokenizer), pack=PackSpec(max_length=8))
+    assert pq.read_table(plan / "shards.parquet")["fingerprint"][0].as_py().startswith("store:")
+
+    def pipe() -> Pipeline:
+        return (
+            Pipeline.from_plan(plan)
+            .tokenize(tokenizer_id=wide_tokenizer)
+            .pack_flat(max_length=8)
+            .batch(microbatch_size=1)
+        )
+
+    assert sorted(int(t) for b in pipe() for t in b.tokens[0][: b.lengths[0]]) == sorted(t for d in DOCS for t in d)
+    zipped = store / "shard.00000.mds.zstd"
+    raw = zstandard.ZstdDecompressor().decompress(zipped.read_bytes())
+    ids = np.asarray([300, 301], np.uint16).tobytes()
+    assert raw.count(ids) == 1
+    zipped.write_bytes(zstandard.ZstdCompressor().compress(raw.replace(ids, ids[::-1])))  # same counts, other ids
+    index = json.loads((store / "index.json").read_text())
+    index["shards"][0]["zip_data"]["bytes"] = zipped.stat().st_size  # as a writer would record it
+    (store / "index.json").write_text(json.dumps(index))
+    with pytest.raises(DatasetError, match=r"shard\.00000\.mds \(from shard\.00000\.mds\.zstd\) changed since planning: its documents, counts, dtype "
+                       r"or content differ"):  # fmt: skip
+        list(pipe())
+
+
 def test_a_store_damaged_since_planning_is_named_with_its_dataset(tmp_path: Path, tokenizer_dir: str) -> None:
     """A .bin truncated after planning was refused at run time without the dataset's name (planning has it)."""
     (tmp_path / "store").mkdir()
