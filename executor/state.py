@@ -36,6 +36,8 @@ from zephon.executor.operators import names as operator_names
 from zephon.plan.manifest import Manifest
 
 STATE_VERSION = 1
+#: The one key under which a framework's checkpoint holds the state as JSON text (``zephon.integrations.state_text``).
+PACKED_KEY = "zephon_state"
 _IDENTITY = ("plan", "tokenizer", "field", "max_length", "algorithm", "global_batch", "lanes", "operators")
 
 
@@ -104,6 +106,12 @@ def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
 
 
 def _check_version(state: object) -> None:
+    if isinstance(state, dict) and isinstance(state.get(PACKED_KEY), str) and "version" not in state:
+        raise ConfigError(
+            f"pipeline state must be the dict state_dict() returned, got the packed form {{{PACKED_KEY!r}: JSON "
+            f"text}} a framework's checkpoint holds — pass json.loads(saved[{PACKED_KEY!r}]), or load it through "
+            "the integration that saved it (DataCheckpoint(...).load_state_dict)"
+        )
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         got = state.get("version") if isinstance(state, dict) else type(state).__name__
         raise ConfigError(
@@ -138,8 +146,10 @@ def check_state_fields(state: dict[str, Any], *, documents: int | None = None) -
     _check_version(state)
     step = _count(state, "step", 0)
     _count(state, "microbatch", 0)
-    _count(state, "global_batch", 1)
-    _count(state, "dp_size", 1, optional=True)
+    batch = _count(state, "global_batch", 1)
+    size = _count(state, "dp_size", 1, optional=True)
+    if size is not None and batch is not None and batch % size:  # a rank-independent state's dp size splits G
+        raise _bad("'dp_size'", f"a divisor of its global batch of {batch} sequences", size)
     _count(state, "microbatch_size", 1, optional=True)
     lanes = _count(state, "lanes", 1, optional=True)
     if "lane_cursors" not in state:

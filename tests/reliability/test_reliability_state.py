@@ -57,6 +57,18 @@ EDITS = [
     (lambda s: s | {"lane_cursors": {"0": [10**9, 0]}}, r"lane 0 position must be ≤ the plan's 80 documents, got 10+"),
     (lambda s: s | {"num_steps": {"steps": 5}}, r"'num_steps' must be \{\"steps\": N, \"drop_last\": true\|false\}"),
     (lambda s: s | {"num_steps": {"steps": "x", "drop_last": True}}, "'steps' must be an integer ≥ 0, got 'x'"),
+    # a dp size that does not split the global batch: no Zephon run saves one (it was accepted outside the
+    # integrations, which refused it)
+    (
+        lambda s: s | {"dp_size": 3},
+        "pipeline state 'dp_size' must be a divisor of its global batch of 2 sequences, got 3" + FIX,
+    ),
+    # the form a framework's checkpoint holds (DataCheckpoint's): blamed on the version before
+    (
+        lambda s: {"zephon_state": json.dumps(s)},
+        r"^pipeline state must be the dict state_dict\(\) returned, got the packed form \{'zephon_state': JSON "
+        r"text\} a framework's checkpoint holds — pass json.loads\(saved\['zephon_state'\]\)",
+    ),
 ]
 
 

@@ -12,9 +12,10 @@ import json
 from typing import Any
 
 from zephon.errors import ConfigError
+from zephon.executor.state import PACKED_KEY
 
 #: The one key under which a framework's checkpoint holds the pipeline state.
-KEY = "zephon_state"
+KEY = PACKED_KEY
 
 _FIX = "save it with a zephon.integrations loader (its state_dict()), or pass pipeline.state_dict()"
 
