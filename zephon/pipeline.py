@@ -41,6 +41,7 @@ from zephon.executor.records.runner import RecordRunner
 from zephon.executor.runner import RankRunner
 from zephon.executor.settings import ExecutorSpec, RunStats
 from zephon.executor.state import gather_states
+from zephon.followers import Followers
 from zephon.keywords import known_keywords
 from zephon.loader_stats import HandedStats
 from zephon.plan.manifest import warn_plan
@@ -92,16 +93,20 @@ class Pipeline:
         self._known_steps: tuple[ExecutorSpec, Geometry, int, str | None] | None = None
         self._opened: OpenedRun | None = None
         self._kept: KeptRunner | None = None  # the runner num_steps() calibrated, for the next iteration
+        #: The loaders and datasets made from this pipeline: a state loaded later reaches them (zephon.followers).
+        self._followers = Followers()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_opened"] = None  # another process (a DataLoader worker) opens its own
         state["_kept"] = None
         state["_stats_from"] = state["_loader_from"] = None  # a loader of this process
+        state["_followers"] = None  # this process's loaders and datasets
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._followers = Followers()
 
     def _fresh(self) -> OpenedRun:
         """What this process opened for this pipeline's bundle (``zephon.run.OpenedRun.current``)."""
@@ -136,6 +141,7 @@ class Pipeline:
         new._known_steps = None
         new._kept = None  # other settings: calibrated again (their own runner)
         new._opened = self._opened  # the same bundle; the encoder is reused only for the same settings
+        new._followers = Followers()
         return new
 
     @known_keywords
@@ -365,6 +371,7 @@ class Pipeline:
     def __iter__(self) -> Iterator[Batch | RecordBatch]:
         self._stats = RunStats()
         self._stats_from = self._loader_from = None
+        self._followers.seen()
         self._runner = self._iteration_runner()
         if self._pending_state is not None and ends_epoch(self._runner):  # a state at an epoch's end: the next whole
             self._runner.close()
@@ -420,6 +427,7 @@ class Pipeline:
         Under torch.distributed every rank's lane cursors are gathered (a collective: call it on all ranks
         together), so any one rank's state resumes any data-parallel size.
         """
+        self._followers.check_visible()  # a to_torch_dataset() iterated in workers since: refused
         loader = self._loader_from() if self._loader_from is not None and self._pending_state is None else None
         if loader is not None:  # a loader's iteration was the latest: where it stands (DataCheckpoint(pipeline))
             return loader.state_dict()
@@ -443,6 +451,7 @@ class Pipeline:
         self._loads += 1  # an iteration under way ends at its next batch (moved_by_a_load)
         self._pending_state = state
         self._make_runner()  # refuses a state of another plan, tokenizer, packing or geometry
+        self._followers.load(state)  # loaders and datasets made before: the state reaches them (zephon.followers)
 
     def to_torch_dataset(self, **training: Any) -> PipelineDataset:
         """A ``torch.utils.data.IterableDataset`` of whole ``batch.to_training(**training)`` dicts, for a
@@ -453,12 +462,22 @@ class Pipeline:
         from zephon.torch_data import PipelineDataset
 
         state, self._pending_state = self._pending_state, None  # the dataset's first epoch's (zephon.torch_data)
-        return PipelineDataset(self._dataset_runner, training, records=self._spec.records, state=state)
+        dataset = PipelineDataset(self._dataset_runner, training, records=self._spec.records, state=state)
+        self._followers.add_dataset(dataset)
+        return dataset
 
     def _dataset_runner(self, state: dict[str, Any] | None, worker: tuple[int, int]) -> RankRunner | RecordRunner:
-        """A ``to_torch_dataset()`` worker's runner, starting at ``state`` (in the worker's copy of the pipeline)."""
+        """A ``to_torch_dataset()`` worker's runner, starting at ``state`` (in the worker's copy of the pipeline);
+        iterated in this process (no DataLoader workers), it is this pipeline's latest: ``state_dict()`` is its."""
         self._pending_state = state
-        return self._make_runner(worker)
+        runner = self._make_runner(worker)
+        self._pending_state = None
+        from torch.utils.data import get_worker_info
+
+        if get_worker_info() is None:  # here, not in a worker's copy: state_dict() follows it
+            self._runner, self._stats_from, self._loader_from = runner, None, None
+            self._followers.seen()
+        return runner
 
     def dataloader(
         self,

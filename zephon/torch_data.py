@@ -57,6 +57,13 @@ class PipelineDataset(IterableDataset):
         self.training = training
         self.state = state
         self._iterations = multiprocessing.RawArray("q", WORKER_SLOTS)  # per worker id: its iterations started
+        #: Iterations started in DataLoader workers, whose positions the pipeline cannot see (``zephon.followers``).
+        self.in_workers = multiprocessing.RawValue("q", 0)
+
+    @property
+    def iterations(self) -> int:
+        """Iterations started, here or in DataLoader workers (``zephon.followers``)."""
+        return sum(self._iterations)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor | int]]:
         info = get_worker_info()
@@ -66,6 +73,8 @@ class PipelineDataset(IterableDataset):
         slot = worker[0] % WORKER_SLOTS
         first_epoch = self._iterations[slot] == 0
         self._iterations[slot] += 1
+        if info is not None:
+            self.in_workers.value += 1  # unlocked: two workers' increments may count once, never zero times
         runner = self.make_runner(self.state if first_epoch else None, worker)
         for batch in runner:
             yield batch.to_training(**self.training)

@@ -175,6 +175,7 @@ class PipelineLoader:
         self._state: dict[str, Any] | None = pipeline._pending_state  # where the next iteration starts
         self._taken = pipeline._pending_state  # the pipeline's loaded state: this loader's first iteration takes it
         self._loads = 0  # states loaded: an iteration begun before the latest load is refused to go on
+        pipeline._followers.loaders.add(self)  # a state loaded into the pipeline later reaches this loader
         geometry = pipeline.geometry()
         #: Items per microbatch (``zephon.executor.worker_share``); refuses a count that would repeat work.
         self.pieces = check_loader_workers(geometry, options.num_workers) if options.num_workers else 1
@@ -256,6 +257,7 @@ class PipelineLoader:
         owner = self._owner()
         if owner is not None:  # Pipeline.stats(): this iteration's (the counts only: not the loader, its workers)
             owner._stats_from, owner._loader_from = handed.stats, weakref.ref(self)  # its state_dict() too
+            owner._followers.seen()
             if self._taken is not None and owner._pending_state is self._taken:  # applied once: a loader made
                 owner._pending_state = None  # again (a framework reloading it) starts at the plan's start
             self._taken = None
@@ -373,3 +375,9 @@ class PipelineLoader:
         self._loads += 1
         self._state, self._handed = state, None
         self._loader, self._dataset = None, None
+
+    def adopt(self, state: dict[str, Any]) -> None:
+        """``state`` was loaded into the pipeline this loader was made from (``zephon.followers``): loaded here too,
+        and, being the pipeline's loaded state, cleared there by this loader's next iteration (applied once)."""
+        self.load_state_dict(state)
+        self._taken = state

@@ -159,3 +159,77 @@ def test_a_torch_datasets_loaded_state_is_its_first_epochs_only(plan: Path, toke
     loader = DataLoader(loaded.to_torch_dataset(return_labels=False), batch_size=None, **options)
     assert loader_rows(loader) == whole[3:]
     assert loader_rows(loader) == whole
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_loaded_into_the_pipeline_after_its_loader_was_made_reaches_the_loader(
+    plan: Path, tokenizer_dir: str, workers: int
+) -> None:
+    """A framework that builds its loader first and restores the checkpoint into the pipeline afterwards
+    (Accelerate's prepare then load_state over DataCheckpoint(pipeline)) trained from step 0, and every later
+    ``pipeline.state_dict()`` returned the loaded state while the loader moved on."""
+    from zephon.integrations.dcp import DataCheckpoint
+
+    whole = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
+    at_three = state_after(plan, tokenizer_dir, 3)
+    pipe = make(plan, tokenizer_dir)
+    loader = pipe.dataloader(workers, return_labels=False)
+    DataCheckpoint(pipe).load_state_dict(DataCheckpoint(_Holder(at_three)).state_dict())
+    got = []
+    for k, item in enumerate(loader):
+        got.append(item["input_ids"].numpy().tobytes())
+        if k == 1:
+            break
+    assert got == whole[3:5]
+    assert pipe.state_dict() == loader.state_dict() and pipe.state_dict() == state_after(plan, tokenizer_dir, 5)
+    assert loader_rows(loader) == whole  # applied once: the next iteration starts at the plan's start
+    assert loader_rows(pipe.dataloader(return_labels=False)) == whole
+
+
+def test_a_state_loaded_after_to_torch_dataset_reaches_it_unless_it_iterated(plan: Path, tokenizer_dir: str) -> None:
+    """The dataset took the pipeline's state when made: a state loaded after was ignored (step 0). Loaded after it
+    iterated, its workers could not follow: refused in one line."""
+    from torch.utils.data import DataLoader
+
+    whole = loader_rows(make(plan, tokenizer_dir).dataloader(return_labels=False))
+    at_three = state_after(plan, tokenizer_dir, 3)
+    pipe = make(plan, tokenizer_dir)
+    dataset = pipe.to_torch_dataset(return_labels=False)
+    pipe.load_state_dict(at_three)
+    assert loader_rows(DataLoader(dataset, batch_size=None, num_workers=2)) == whole[3:]
+    with pytest.raises(ConfigError, match=r"^pipeline.load_state_dict\(\) must come before the to_torch_dataset\(\) "
+                       r"made from this pipeline iterates, got one that has iterated .* — load the state first"):  # fmt: skip
+        pipe.load_state_dict(at_three)
+
+
+def test_the_pipelines_state_is_a_torch_datasets_in_process_and_refused_past_workers(
+    plan: Path, tokenizer_dir: str
+) -> None:
+    """``DataCheckpoint(pipeline)`` while training on ``DataLoader(pipeline.to_torch_dataset())`` saved step 0 (the
+    dataset's runners never reported back): a resume trained the data again from the start. In this process the
+    state now follows the dataset; past DataLoader workers (whose positions run ahead of training) it is refused."""
+    from torch.utils.data import DataLoader
+
+    pipe = make(plan, tokenizer_dir)
+    for k, _ in enumerate(DataLoader(pipe.to_torch_dataset(return_labels=False), batch_size=None)):
+        if k == 4:
+            break
+    assert pipe.state_dict() == state_after(plan, tokenizer_dir, 5)
+    for k, _ in enumerate(DataLoader(pipe.to_torch_dataset(return_labels=False), batch_size=None, num_workers=2)):
+        if k == 4:
+            break
+    with pytest.raises(ConfigError, match=r"^pipeline.state_dict\(\) must follow an iteration it can see, got a "
+                       r"to_torch_dataset\(\) iterated by DataLoader workers.* — checkpoint pipeline.dataloader\(\)"):  # fmt: skip
+        pipe.state_dict()
+    next(iter(pipe))  # an iteration of its own: seen again
+    assert (pipe.state_dict()["step"], pipe.state_dict()["microbatch"]) == (0, 1)
+
+
+class _Holder:
+    """A source whose ``state_dict()`` is a given state (``DataCheckpoint`` packs it as a checkpoint holds it)."""
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def state_dict(self) -> dict:
+        return self.state
