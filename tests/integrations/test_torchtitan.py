@@ -224,3 +224,26 @@ def test_more_workers_than_the_ranks_lanes_are_refused_in_one_line(plan, tokeniz
 def test_a_local_batch_size_that_is_not_a_positive_integer_is_refused_in_one_line(plan, tokenizer_dir, local) -> None:
     with pytest.raises(ConfigError, match=rf"^ZephonDataLoader's local_batch_size must be an integer ≥ 1 \(rows per microbatch\), got {local} — set torchtitan's training.local_batch_size to 1 or more$"):
         build(plan, tokenizer_dir, local=local)
+
+
+def test_a_state_at_another_global_batch_names_global_batch_size_when_it_was_left_at_minus_1(plan, tokenizer_dir) -> None:
+    """With ``global_batch_size=-1`` the global batch follows ``local_batch_size × dp``: a resume at another dp
+    size was refused as "another packing", naming no fix; the fix is the config's ``global_batch_size``."""
+    tokenizer = HuggingFaceTokenizer.Config().build(tokenizer_path=tokenizer_dir)
+
+    def made(world: int, local: int, **config) -> ZephonDataLoader:
+        return ZephonDataLoader.Config(plan=str(plan), **config).build(
+            dp_world_size=world, dp_rank=0, tokenizer=tokenizer, seq_len=SEQ_LEN, local_batch_size=local
+        )  # fmt: skip
+
+    loader = made(1, 4)
+    batches = iter(loader)
+    next(batches)
+    saved = loader.state_dict()
+    with pytest.raises(ConfigError, match=r"^the torchtitan checkpoint's dataloader state must be at this run's global "
+                       r"batch of 8 sequences \(local_batch_size × dp, global_batch_size left at -1\), got one of 4 — "
+                       r"pass ZephonDataLoader.Config\(global_batch_size=4\)"):  # fmt: skip
+        made(2, 4).load_state_dict(saved)
+    resumed = made(2, 2, global_batch_size=4)  # the fix: the same 4 sequences a step, 2 on each of 2 ranks
+    resumed.load_state_dict(saved)
+    assert rows(next(iter(resumed))) == steps_of(made(2, 2, global_batch_size=4), 1, 1, last=2)[2]

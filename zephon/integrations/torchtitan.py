@@ -139,7 +139,16 @@ class ZephonDataLoader(BaseDataLoader):
                 f"a torchtitan loader's per-rank state {sorted(map(str, state_dict))} — resume from a checkpoint "
                 "written while training with ZephonDataLoader, or start without loading one"
             )
-        self.loader.load_state_dict(unpack(state_dict, "the torchtitan checkpoint's dataloader state"))
+        state = unpack(state_dict, "the torchtitan checkpoint's dataloader state")
+        saved, here = state.get("global_batch"), self.pipeline.geometry().global_batch
+        if self.config.global_batch_size == -1 and is_int(saved) and saved != here:  # G followed dp × local batch
+            raise ConfigError(
+                f"the torchtitan checkpoint's dataloader state must be at this run's global batch of {here} "
+                f"sequences (local_batch_size × dp, global_batch_size left at -1), got one of {saved} — pass "
+                f"ZephonDataLoader.Config(global_batch_size={saved}) (torchtitan's training.global_batch_size), "
+                "which keeps a step's sequences at any dp size"
+            )
+        self.loader.load_state_dict(state)
 
 
 def build_pipeline(
