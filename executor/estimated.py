@@ -183,7 +183,10 @@ class ReadPlanRows:
 
 class FetchTexts:
     """Stage 2: the texts of a chunk's kept documents, grouped by lane; documents the skip policy left out
-    (text None) are dropped — they get no tokens — and their reports placed at their positions and lanes.
+    (text None) are dropped — they get no tokens — and their reports placed at their positions and lanes. Under
+    ``on_bad_document="raise"`` a bad document is dropped and placed the same way, carrying its error, which
+    ``DealLanes`` raises before the first microbatch to reach it (``BadDocuments.defer``): the batches before the
+    error are then the same for any read chunk and any DataLoader workers.
 
     State: the reader's pending skip reports (``reports``, taken by the chunk that caused them).
     """
@@ -194,14 +197,11 @@ class FetchTexts:
         reader: ShardReader,
         remote: RemoteAccess,
         reports: SkipReports,
-        *,
-        skip_bad: bool,
     ) -> None:
         self.rows = rows
         self.reader = reader
         self.remote = remote
         self.reports = reports  # the reader's on_skip callback fills it
-        self.skip_bad = skip_bad
 
     def next(self) -> ChunkTexts | None:
         """The next chunk's texts (None at the end of the plan)."""
@@ -214,7 +214,7 @@ class FetchTexts:
         got: list[str | None] = self.reader.texts(chunk.shard_id[keep], chunk.row[keep]) if len(keep) else []
         reports = self.reports.take()
         skipped: tuple[SkippedDocument, ...] = ()
-        if len(keep) and self.skip_bad:
+        if len(keep) and reports:  # a text is None only when reported (skipped, dropped, or its error deferred)
             kept = [i for i, t in enumerate(got) if t is not None]
             if len(kept) < len(got):
                 report = {(r.ref.shard_id, r.row): r for r in reports}
@@ -315,8 +315,10 @@ class DealLanes:
         self._ids = np.empty(0, dtype=np.int16)  # dataset of positions [_ids_from, _ids_from + len(_ids))
         self._ids_from: int | None = None
         self._keep_from = 0  # positions before this are no longer needed (set by ``hold``)
-        #: Skipped documents not yet counted in ``stats`` (placed: their positions and lanes are set).
+        #: Skipped documents not yet counted in ``stats`` (placed: their positions and lanes are set), and bad
+        #: documents whose error is raised when a microbatch reaches them (``_fatal``: some are held).
         self._pending: list[SkippedDocument] = []
+        self._fatal = False
         self._all = list(lanes.values())  # the lanes in ``lanes``' order: a block's snapshots list each one
         self._index = np.full(max(lanes, default=0) + 1, -1, dtype=np.int64)  # lane id -> index in _all
         self._index[list(lanes)] = np.arange(len(lanes))
@@ -326,8 +328,8 @@ class DealLanes:
 
     @property
     def pending(self) -> bool:
-        """Skipped documents are held, not yet counted (``count_skipped``)."""
-        return bool(self._pending) and self.stats is not None
+        """Skipped documents are held, not yet counted (``count_skipped``), or a bad document's deferred error."""
+        return bool(self._pending) and (self.stats is not None or self._fatal)
 
     @property
     def empty(self) -> bool:
@@ -383,8 +385,10 @@ class DealLanes:
         self._ids_from += drop
 
     def count_skipped(self, lanes: np.ndarray, positions: np.ndarray) -> None:
-        """Count in ``stats`` the skipped documents a handed-out microbatch moved past: those before a document
-        it holds in the same lane (``lanes[k]``, ``positions[k]``: the lane and position of its piece ``k``)."""
+        """Count in ``stats`` the skipped documents a microbatch about to be handed out moves past: those before a
+        document it holds in the same lane (``lanes[k]``, ``positions[k]``: the lane and position of its piece
+        ``k``). A bad document's deferred error (``on_bad_document="raise"``) is raised there instead, before
+        that microbatch: it is the first whose rows would have held the document."""
         if not self.pending or not len(positions):
             return
         reached = {lane: int(positions[lanes == lane].max()) for lane in np.unique(lanes).tolist()}
@@ -392,28 +396,39 @@ class DealLanes:
         for held in self._pending:
             assert held.position is not None and held.lane is not None
             if held.position < reached.get(held.lane, -1):
-                self.stats.skip(held.ref, held.row, held.reason)
+                self._count(held)
             else:
                 rest.append(held)
         self._pending = rest
 
     def count_all_skipped(self) -> None:
-        """At the end of the run: count in ``stats`` every skipped document not counted yet."""
-        if self.stats is not None:
-            for held in self._pending:
-                self.stats.skip(held.ref, held.row, held.reason)
+        """At the end of the run: count in ``stats`` every skipped document not counted yet (a deferred error:
+        raised, the plan's first)."""
+        for held in sorted(self._pending, key=lambda h: h.error is None):  # errors first
+            self._count(held)
         self._pending = []
+
+    def _count(self, held: SkippedDocument) -> None:
+        if held.error is not None:
+            raise held.error
+        if self.stats is not None:
+            self.stats.skip(held.ref, held.row, held.reason)
 
     def _deal(self, got: ChunkTokens) -> None:
         chunk = got.chunk
         self._remember(chunk)
         if got.skipped:
-            for doc in got.skipped:
+            fatal = [doc for doc in got.skipped if doc.error is not None]  # raised where their lane reaches them
+            skipped = [doc for doc in got.skipped if doc.error is None] if fatal else got.skipped
+            for doc in skipped:
                 self.skipped[doc.reason] = self.skipped.get(doc.reason, 0) + 1
             if self.stats is not None:  # held until a microbatch handed out moves past them
-                self._pending.extend(got.skipped)
-            if self.log is not None:
-                self.log.skip(got.skipped)
+                self._pending.extend(skipped)
+            if fatal:
+                self._fatal = True
+                self._pending.extend(fatal)
+            if self.log is not None and skipped:
+                self.log.skip(tuple(skipped))
         if got.encoded is None:
             return
         encoded = got.encoded.result()

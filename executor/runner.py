@@ -363,9 +363,8 @@ class RankRunner:
         check_resumed_step(self.progress.step, steps)
         threaded = read_ahead_enabled()
         rows = ReadPlanRows(self.plan, self.lanes, num_lanes=L, chunk_size=self.spec.read_chunk)
-        # Records a user operator drops leave the stream like skipped ones (counted as "dropped").
-        may_drop = self.spec.on_bad_document == "skip" or bool(self.spec.operators)
-        texts = FetchTexts(rows, reader, remote, reports, skip_bad=may_drop)
+        reader.bad_documents.defer = True  # under "raise": a bad document's error raised where its lane reaches it
+        texts = FetchTexts(rows, reader, remote, reports)
         tokens = Tokenize(texts, self.encoder, threads=self.encoder.threads if threaded else None)
         source = ReadAhead(tokens.next, threaded=threaded)
         lanes = DealLanes(

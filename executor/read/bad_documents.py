@@ -2,7 +2,8 @@
 
 A bad *document* — invalid UTF-8 or JSON, not an object, no such field, null or not a string — raises a
 ``DatasetError`` naming the dataset, shard and row, unless the reader runs with ``on_bad_document="skip"``:
-then its text is None, ``on_skip(ref, row, reason)`` counts it and the first one per shard is logged. A bad
+then its text is None, ``on_skip(ref, row, reason)`` counts it and the first one per shard is logged (with
+``defer``, under "raise": ``on_skip(ref, row, reason, error)``, the error raised later, ``BadDocuments``). A bad
 *shard* (truncated, corrupt, changed, missing column) always raises, never through this policy: a shard is not
 a document. Empty texts (``""``) are valid documents.
 
@@ -82,16 +83,19 @@ class BadDocuments:
 
     State: the shards whose first skipped document was logged (``warned``), and whether skips are counted now
     (``counting``: off while a run's calibration reads the documents it will hand out later, so each is counted
-    once, when it is handed out; ``zephon.executor.shard_access``).
+    once, when it is handed out; ``zephon.executor.shard_access``). ``defer``: under "raise", a bad document read
+    while counting is reported to ``on_skip`` with its error, as a skipped one is, instead of raised — an estimated
+    run raises it when the document's packing lane reaches it (``zephon.executor.estimated``), so where a run
+    stops never depends on how far reading ran ahead (the read chunk, DataLoader workers' lanes).
     """
 
-    __slots__ = ("_on_skip", "_skip", "convert", "counting", "field", "skippable", "warned")
+    __slots__ = ("_on_skip", "_skip", "convert", "counting", "defer", "field", "skippable", "warned")
 
     def __init__(
         self,
         field: str,
         on_bad_document: str,
-        on_skip: Callable[[ShardRef, int, str], None] | None,
+        on_skip: Callable[..., None] | None,
         *,
         skippable: bool = False,
         convert: RecordConverter | None = None,
@@ -106,6 +110,7 @@ class BadDocuments:
         self.convert = convert
         self.warned: set[int] = set()
         self.counting = True
+        self.defer = False
 
     def report(self, ref: ShardRef, row: int, reason: str, message: str) -> None:
         """A bad document: raise (default), or count it for ``on_bad_document="skip"`` (its text becomes None).
@@ -114,7 +119,11 @@ class BadDocuments:
         the hint to skip such documents.
         """
         if not self._skip:
-            raise DatasetError(f"{message}, {_SKIP_HINT}" if self.skippable else message)
+            error = DatasetError(f"{message}, {_SKIP_HINT}" if self.skippable else message)
+            if not (self.defer and self.counting and self._on_skip is not None):
+                raise error
+            self._on_skip(ref, row, reason, error)  # raised where its lane reaches it (``defer``)
+            return
         if self._on_skip is not None and self.counting:
             self._on_skip(ref, row, reason)
         if ref.shard_id not in self.warned:

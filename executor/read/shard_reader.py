@@ -135,7 +135,7 @@ class ShardReader:
         per_dataset: int | None = None,
         cache: ShardCache | None = None,
         on_bad_document: str = "raise",
-        on_skip: Callable[[ShardRef, int, str], None] | None = None,
+        on_skip: Callable[..., None] | None = None,
         skippable: bool = False,
         convert: RecordConverter | None = None,
         copies: dict[int, ShardRef] | None = None,

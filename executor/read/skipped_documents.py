@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from zephon.errors import DatasetError
 from zephon.plan.records import ShardRef
 
 
@@ -29,6 +30,7 @@ class SkippedDocument:
     Attributes:
         ref: its shard. row: its row in the shard.
         reason: why it was left out (a ``RunStats.skipped`` key).
+        error: under ``on_bad_document="raise"`` (deferred), the error a run raises when its lane reaches it.
         position: its plan position; lane: the packing lane it was dealt to. ``None`` in the reader's report,
             set when the chunk being read places it (``placed``).
     """
@@ -38,6 +40,9 @@ class SkippedDocument:
     reason: str
     position: int | None = None
     lane: int | None = None
+    #: Under ``on_bad_document="raise"``: the error to raise when its lane reaches it (``BadDocuments.defer``);
+    #: None for a document the skip policy left out.
+    error: DatasetError | None = None
 
     def placed(self, *, position: int, lane: int) -> SkippedDocument:
         """This report at its plan ``position`` in packing ``lane``."""
@@ -50,8 +55,8 @@ class SkipReports:
     def __init__(self) -> None:
         self._pending: list[SkippedDocument] = []
 
-    def add(self, ref: ShardRef, row: int, reason: str) -> None:
-        self._pending.append(SkippedDocument(ref=ref, row=row, reason=reason))
+    def add(self, ref: ShardRef, row: int, reason: str, error: DatasetError | None = None) -> None:
+        self._pending.append(SkippedDocument(ref=ref, row=row, reason=reason, error=error))
 
     def take(self) -> tuple[SkippedDocument, ...]:
         taken = tuple(self._pending)

@@ -90,7 +90,7 @@ def producer(plan: PlanBundle, lanes: dict[int, Lane], *, chunk_size: int) -> Fe
     """Stages 1-2 over ``plan``, reading local shards."""
     rows = ReadPlanRows(plan, lanes, num_lanes=2, chunk_size=chunk_size)
     reader = ShardReader(plan.shards, "text", capacity=2)
-    return FetchTexts(rows, reader, RemoteAccess(plan, StoreOptions(), reader), SkipReports(), skip_bad=False)
+    return FetchTexts(rows, reader, RemoteAccess(plan, StoreOptions(), reader), SkipReports())
 
 
 def run(
@@ -163,7 +163,7 @@ def test_a_skipped_document_is_one_record_from_the_reader_to_the_stats_and_the_l
     reports = SkipReports()
     reader = ShardReader(plan.shards, "text", capacity=2, on_bad_document="skip", on_skip=reports.add, skippable=True)
     rows = ReadPlanRows(plan, lanes, num_lanes=2, chunk_size=1024)
-    fetch = FetchTexts(rows, reader, RemoteAccess(plan, StoreOptions(), reader), reports, skip_bad=True)
+    fetch = FetchTexts(rows, reader, RemoteAccess(plan, StoreOptions(), reader), reports)
     stats, log = RunStats(), _Log()
     tokens = Tokenize(fetch, encoder, threads=None)
     deal = DealLanes(

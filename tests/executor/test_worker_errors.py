@@ -87,3 +87,33 @@ def test_an_error_crosses_as_its_public_class_with_its_message() -> None:
     ):
         crossed = pickle.loads(pickle.dumps(WorkerError.of(exc))).exception()
         assert type(crossed) is kind and str(crossed) == str(exc)
+
+
+def test_where_a_bad_document_stops_a_run_depends_on_the_plan_alone(tmp_path, tokenizer_dir) -> None:
+    """Under "raise" the error came when reading met the document: how far reading had run ahead of packing —
+    the read chunk, and with workers the lanes each reads — moved it by hundreds of batches (2114 batches in
+    process, 2325 through 2 workers, 2764 with read_chunk=4 on a 4,000-document plan). It now comes before the
+    first batch whose rows reach the document in its lane: the batch at which the skip policy counts it."""
+    plan = plan_with_nulls(tmp_path, {2400}, 2600)
+
+    def pipe(policy: str, read_chunk: int | None = None) -> Pipeline:
+        options = {"on_bad_document": policy} | ({"read_chunk": read_chunk} if read_chunk else {})
+        return (
+            Pipeline.from_plan(plan)
+            .options(**options)
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=MAX_LENGTH)
+            .batch(microbatch_size=4, global_batch_size=8)
+        )
+
+    skipping = pipe("skip")
+    counted_at = next(k for k, _ in enumerate(skipping) if skipping.stats().skipped)  # the batch that moved past it
+    whole, _ = until_error(pipe("skip"))
+    for read_chunk in (None, 4, 64):
+        got, raised = until_error(pipe("raise", read_chunk))
+        assert type(raised) is DatasetError and "row 2400" in str(raised), raised
+        assert len(got) == counted_at and got == whole[:counted_at], (read_chunk, len(got), counted_at)
+    for workers in (1, 3):  # worker counts that split this rank's lanes
+        got, raised = until_error(pipe("raise").dataloader(num_workers=workers))
+        assert type(raised) is DatasetError and "row 2400" in str(raised), raised
+        assert got == whole[:counted_at], (workers, len(got), counted_at)
