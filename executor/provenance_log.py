@@ -17,6 +17,14 @@ Documents the skip policy (``Pipeline.options(on_bad_document="skip")``) left ou
 skipped), so the check can tell a skipped document from a lost one.
 
 Row groups are flushed every ``FLUSH_ROWS`` pieces, so a log costs a few bytes per piece and bounded memory.
+
+In a DataLoader worker of ``Pipeline.dataloader()`` a batch is made ahead of training — up to the DataLoader's
+prefetch of items, each of several pieces — so a log written there held microbatches never handed to training,
+and a run resumed from the loader's state logged them again (``zephon audit`` takes a piece logged twice alike as
+a step re-run after a crash). There the log is made with ``hand_over=True``: it writes no file of pieces but keeps
+each batch's rows (``take``), which travel with the worker's piece, and the loader writes them when it hands the
+piece out (``zephon.loader_pieces.Handed``), in its own file ``rank-…-worker-00-…``: the log then holds what
+training took. The worker still writes its skipped documents' file.
 """
 
 from __future__ import annotations
@@ -104,8 +112,11 @@ class LogHeader:
 class ProvenanceLog:
     """Appends yielded batches' pieces to this rank's log file."""
 
-    def __init__(self, directory: str | Path, header: LogHeader) -> None:
+    def __init__(self, directory: str | Path, header: LogHeader, *, hand_over: bool = False) -> None:
+        """``hand_over``: keep the rows for ``take`` instead of writing them (a DataLoader worker's log, module
+        docstring); only the skipped documents' file is written."""
         g = header.geometry
+        self.header, self.hand_over = header, hand_over
         self.rank = g.dp_rank
         directory = Path(directory)
         try:
@@ -130,8 +141,10 @@ class ProvenanceLog:
         for path in (self.path, self.skipped_path):
             _claim(path, header.plan)
         self._meta = meta
-        self._writer = pq.ParquetWriter(self.path, LOG_SCHEMA.with_metadata(meta), compression="zstd")
+        schema = LOG_SCHEMA.with_metadata(meta)
+        self._writer = None if hand_over else pq.ParquetWriter(self.path, schema, compression="zstd")
         self._parts: list[pa.Table] = []
+        self._handed: list[pa.Table] = []  # hand_over: the rows not taken yet
         self._rows = 0
         self._skipped: list[SkippedDocument] = []
 
@@ -144,7 +157,7 @@ class ProvenanceLog:
         if pieces is None or batch.sequences is None or not len(pieces):
             return
         n = len(pieces)
-        self._parts.append(
+        self._add(
             pa.table(
                 {
                     "step": np.full(n, batch.step, np.int64),
@@ -159,9 +172,6 @@ class ProvenanceLog:
                 schema=LOG_SCHEMA,
             )
         )
-        self._rows += n
-        if self._rows >= FLUSH_ROWS:
-            self.flush()
 
     def write_records(self, step: int, microbatch: int, positions: np.ndarray, rows: np.ndarray | None = None) -> None:
         """A record pipeline's microbatch: one piece per record (sequence = position, offset 0, length 1); a packed
@@ -178,7 +188,7 @@ class ProvenanceLog:
             first[1:] = sequence[1:] != sequence[:-1]
             starts = np.flatnonzero(first)
             offset = (np.arange(n) - np.repeat(starts, np.diff(np.append(starts, n)))).astype(np.int32)
-        self._parts.append(
+        self._add(
             pa.table(
                 {
                     "step": np.full(n, step, np.int64),
@@ -193,18 +203,35 @@ class ProvenanceLog:
                 schema=LOG_SCHEMA,
             )
         )
-        self._rows += n
+
+    def take(self) -> list[pa.Table]:
+        """``hand_over``: the rows of the batches written since the last call (for the loader to write)."""
+        taken, self._handed = self._handed, []
+        return taken
+
+    def extend(self, tables: Sequence[pa.Table]) -> None:
+        """Write rows another process's log ``take``-s (a loader, the pieces it hands out)."""
+        for table in tables:
+            self._add(table)
+
+    def _add(self, table: pa.Table) -> None:
+        if self.hand_over:
+            self._handed.append(table)
+            return
+        self._parts.append(table)
+        self._rows += len(table)
         if self._rows >= FLUSH_ROWS:
             self.flush()
 
     def flush(self) -> None:
-        if self._parts:
+        if self._parts and self._writer is not None:
             self._writer.write_table(pa.concat_tables(self._parts))
             self._parts, self._rows = [], 0
 
     def close(self) -> None:
         self.flush()
-        self._writer.close()
+        if self._writer is not None:
+            self._writer.close()
         if self._skipped:
             positions = [document.position for document in self._skipped]
             reasons = [document.reason for document in self._skipped]

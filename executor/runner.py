@@ -119,6 +119,7 @@ class RankRunner:
         check_store_tokenizers(self.plan.manifest.datasets, self.encoder, spec.tokenize.tokenizer_id)
         self.pad = spec.pack.pad_token_id if spec.pack.pad_token_id is not None else self.encoder.pad_id
         self.log: ProvenanceLog | None = None
+        self.log_hand_over = False  # a dataloader() worker's: rows go with its pieces (provenance_log)
         self.progress = Progress(accumulation=geometry.accumulation)
         self.names = self.plan.dataset_names
         self._num_steps: int | None = known_steps
@@ -277,7 +278,7 @@ class RankRunner:
                 first_step=self.progress.step,
                 worker=self.worker[0],
             )
-            self.log = ProvenanceLog(self.spec.provenance_dir, header)
+            self.log = ProvenanceLog(self.spec.provenance_dir, header, hand_over=self.log_hand_over)
         try:
             if self.exact:
                 yield from self._exact(access.reader, access.remote)

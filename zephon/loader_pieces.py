@@ -19,10 +19,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
 from zephon import errors
 from zephon.errors import ZephonError
+from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.settings import RunStats
 from zephon.loader_stats import HandedStats, StatsPiece
 from zephon.tuple_pickling import tuple_pickled
@@ -77,6 +79,9 @@ class WorkerPiece:
     #: The worker that made it (0 without workers) and its counts after it (``zephon.loader_stats``).
     worker: int = 0
     stats: StatsPiece | None = None
+    #: With a provenance log: the worker's log header and its rows of this piece, written by the loader when it
+    #: hands the piece out (``zephon.executor.provenance_log``: a worker runs ahead of training).
+    log: tuple[LogHeader, list[pa.Table]] | None = None
 
     @classmethod
     def of(cls, tensors: Tensors, *, step: int, microbatch: int, state: dict[str, Any]) -> WorkerPiece:
@@ -179,15 +184,22 @@ class Handed:
     """The rank's state after the microbatches handed out so far: the start state, with the cursors of each
     piece's lanes replaced by its worker's after it."""
 
-    def __init__(self, start: dict[str, Any]) -> None:
+    def __init__(self, start: dict[str, Any], log_dir: str | None = None) -> None:
         self.state = start
         self.cursors: dict[str, list[int]] = dict(start.get("lane_cursors", {}))
         self.stats = HandedStats()  # the counts of what was handed out (zephon.loader_stats)
+        self._log_dir = log_dir  # provenance_dir: the workers' rows are written as their pieces are handed out
+        self._log: ProvenanceLog | None = None
 
     def took(self, parts: list[WorkerPiece]) -> None:
         """The pieces of the microbatch just handed out."""
         for part in parts:
             self.stats.took(part.worker, part.stats)
+            if part.log is not None and self._log_dir is not None:
+                header, tables = part.log
+                if self._log is None:  # the rank's log of what training took (the workers write none)
+                    self._log = ProvenanceLog(self._log_dir, replace(header, worker=0))
+                self._log.extend(tables)
         if len(parts) == 1 and len(parts[0].state.get("lane_cursors", ())) == len(self.cursors):
             self.state = parts[0].state  # one piece holding every lane's cursor (no workers): the state itself
             self.cursors = self.state.get("lane_cursors", {})  # shared, so only ever replaced, never updated
@@ -199,3 +211,9 @@ class Handed:
             cursors = dict(sorted(cursors.items(), key=lambda kv: int(kv[0])))
         self.cursors = cursors
         self.state = {**parts[-1].state, "lane_cursors": self.cursors}
+
+    def close(self) -> None:
+        """The end of the iteration: the rows handed out written (their file closed)."""
+        log, self._log = self._log, None
+        if log is not None:
+            log.close()

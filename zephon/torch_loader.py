@@ -122,6 +122,7 @@ class PieceDataset(IterableDataset):
         if info is None:  # in the loader's process: the runner num_steps() calibrated, if it is this one
             return self._pieces(self.pipeline._iteration_runner(), WorkerPiece.local)
         runner = self.pipeline._make_runner(worker, self.pieces)
+        runner.log_hand_over = True  # its provenance rows go with its pieces: the loader logs what it hands out
         if self.row_groups is not None and isinstance(runner, RankRunner):
             # decoded by one worker, mapped by the rest; a lone worker maps what the loader published, nothing more
             runner.shared_groups = SharedRowGroups(self.row_groups, closed=info.num_workers == 1)
@@ -156,6 +157,9 @@ class PieceDataset(IterableDataset):
                 tensors = batch.to_training(**self.training)
             made = piece(tensors, step=batch.step, microbatch=batch.microbatch, state=runner.state())
             made.worker, made.stats = worker, sender.piece()
+            log = runner.log
+            if log is not None and log.hand_over:
+                made.log = (log.header, log.take())
             yield made
 
 
@@ -249,7 +253,7 @@ class PipelineLoader:
         if self._state is not None and ends_epoch(self._runner_at(self._state)):  # an epoch's end: the next whole
             self._state, self._loader, self._dataset = None, None, None
         loader, dataset = self._torch_loader()
-        handed = Handed(self._start())
+        handed = Handed(self._start(), self._pipeline._spec.provenance_dir)
         self._handed = handed
         # The workers start (and copy the dataset) here. Without workers or pinning the DataLoader would only
         # hand over the dataset's items, at some 100 µs each (its profiler span and fetcher): taken directly.
@@ -277,6 +281,7 @@ class PipelineLoader:
             ended = True
         finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
             handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
+            handed.close()
             if not ended and o.num_workers and not o.persistent_workers:
                 # Stopped by an error or a break: the workers stop now. Left to the DataLoader's iterator, they
                 # stop when it is collected — which an error's traceback delays until a garbage collection, where

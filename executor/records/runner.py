@@ -114,6 +114,7 @@ class RecordRunner:
             self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
             check_mid_step(state, geometry)  # the same dp and microbatch size, microbatch < A
         self.log: ProvenanceLog | None = None
+        self.log_hand_over = False  # a dataloader() worker's: rows go with its pieces (provenance_log)
 
     def identity(self) -> dict[str, Any]:
         """What a state of this run is valid for (the text identity's keys; no tokenizer, field or row width)."""
@@ -162,7 +163,7 @@ class RecordRunner:
                 worker=self.worker[0],
                 unit=PACKED_ROWS if packed else RECORDS,
             )
-            self.log = ProvenanceLog(self.spec.provenance_dir, header)
+            self.log = ProvenanceLog(self.spec.provenance_dir, header, hand_over=self.log_hand_over)
         skipped: dict[tuple[int, int], str] = {}
         reader = ShardReader(
             self.plan.shards,

@@ -217,3 +217,47 @@ def test_a_provenance_dir_that_cannot_be_a_local_folder_is_one_line(plans, token
                         r"\[Errno 20\] Not a directory: .* — choose another provenance_dir$"):
         run(plans["wrap"], tokenizer_dir, tmp_path / "afile" / "sub", ranks=1)
     assert (tmp_path / "afile").read_text() == "mine"
+
+
+@pytest.mark.parametrize("kind", ["estimated", "wrap"])
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_loader_with_workers_logs_what_it_handed_out(plans, tokenizer_dir, tmp_path, kind, workers) -> None:
+    """A DataLoader worker makes pieces ahead of training (its prefetch), and each wrote them to its log as it
+    made them: after 7 microbatches handed out, the log held up to 64 (2 workers: 112), and a resume from the
+    loader's state logged those again — the log said training saw what it never took. The loader now writes
+    each piece's rows when it hands the piece out."""
+    import duckdb
+
+    def loader(log: Path):
+        return (
+            Pipeline.from_plan(plans[kind])
+            .options(provenance_dir=log)
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=65)
+            .batch(microbatch_size=2, global_batch_size=4)
+            .dataloader(num_workers=workers)
+        )
+
+    whole = tmp_path / "whole"
+    for _ in loader(whole):
+        pass
+    log = tmp_path / "log"
+    first = loader(log)
+    batches = iter(first)
+    for _ in range(7):
+        next(batches)
+    state = first.state_dict()
+    del batches  # the run stops here (a preemption)
+    taken = duckdb.sql(f"select count(distinct (step, microbatch)) from '{log}/rank-*.parquet'").fetchall()
+    assert taken == [(7,)]  # what training took, not what the workers made ahead
+    second = loader(log)
+    second.load_state_dict(state)
+    for _ in second:
+        pass
+    query = "select step, microbatch, sequence, \"offset\", position, doc_start, length from '{}/rank-*.parquet' order by all"
+    assert duckdb.sql(query.format(log)).fetchall() == duckdb.sql(query.format(whole)).fetchall()  # none twice
+    assert check_log(plans[kind], log).ok
+    assert {p.name for p in log.glob("rank-*.parquet")} == {
+        "rank-00000-worker-00-from-000000000.parquet",
+        f"rank-00000-worker-00-from-{state['step']:09d}.parquet",
+    }
