@@ -72,13 +72,66 @@ def share_enabled() -> bool:
 
 def make_share_directory() -> str | None:
     """A new, empty directory in ``/dev/shm`` for one loader's workers, or None where there is none (not Linux,
-    not writable) or sharing is off. The caller removes it (``remove_share_directory``)."""
+    not writable) or sharing is off. The caller removes it (``remove_share_directory``).
+
+    Its name holds the making process's PID namespace and PID (``zephon-rowgroups-<ns>-<pid>-…``); first, the
+    directories of this user named for a process of this PID namespace that no longer runs are removed
+    (``remove_abandoned``): a loader's process ended by SIGTERM — what schedulers, preemption and ``timeout``
+    send — or SIGKILL could not remove its own, and each left one behind (empty, or with the row groups its
+    workers had published). Example: a job killed mid-epoch leaves ``/dev/shm/zephon-rowgroups-4026531836-8812-x1``;
+    the next loader made on that machine, in that namespace, removes it once PID 8812 is gone."""
     if not share_enabled() or not os.path.isdir(SHM_ROOT) or not os.access(SHM_ROOT, os.W_OK):
         return None
+    remove_abandoned()
     try:
-        return tempfile.mkdtemp(prefix=_PREFIX, dir=SHM_ROOT)
+        return tempfile.mkdtemp(prefix=f"{_PREFIX}{_namespace()}-{os.getpid()}-", dir=SHM_ROOT)
     except OSError:
         return None
+
+
+def remove_abandoned() -> int:
+    """Remove the share directories of processes of this PID namespace that no longer run, made by this user
+    (``make_share_directory``); how many. A directory of another namespace (a container sharing ``/dev/shm``,
+    whose PIDs mean other processes), of another user, of a name without a PID (made before PIDs were in names),
+    or of a process still running is left alone."""
+    namespace, removed = _namespace(), 0
+    try:
+        names = os.listdir(SHM_ROOT)
+    except OSError:
+        return 0
+    for name in names:
+        if not name.startswith(_PREFIX):
+            continue
+        parts = name[len(_PREFIX) :].split("-")
+        if len(parts) < 3 or parts[0] != namespace or not parts[1].isdigit() or _running(int(parts[1])):
+            continue
+        path = os.path.join(SHM_ROOT, name)
+        try:
+            if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+                continue
+        except OSError:
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed += 1
+    return removed
+
+
+def _namespace() -> str:
+    """This process's PID namespace (its inode), or "host" where ``/proc`` does not say."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "host"
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process (EPERM): it runs
+        return True
+    return True
 
 
 def remove_share_directory(directory: str) -> None:

@@ -5,6 +5,7 @@ leaves each reader decoding for itself with the same texts and errors; the loade
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -211,3 +212,39 @@ def test_a_calibrations_decoded_row_groups_are_published_for_the_workers(tmp_pat
     loader.forget_all()  # what the loader does once every worker has handed over its first item
     assert sorted(os.listdir(directory)) == [f"3-{g}.{kind}" for g in (3, 4, 5) for kind in ("arrow", "claim")]
     assert texts(w, rows) == expected(rows)  # the worker's mapped copies stay valid
+
+
+def test_a_directory_left_by_a_loader_that_no_longer_runs_is_removed_by_the_next(monkeypatch) -> None:
+    """A loader's process ended by SIGTERM (preemption, a scheduler, ``timeout``) or SIGKILL left its
+    ``/dev/shm/zephon-rowgroups-*`` behind, with whatever its workers had published. The next loader's directory
+    is made after removing those of this namespace's processes that no longer run — nothing else."""
+    import subprocess
+    import sys
+
+    from zephon.executor.read.shared_groups import _namespace
+
+    monkeypatch.delenv("ZEPHON_SHARE_ROW_GROUPS", raising=False)
+    probe = make_share_directory()
+    if probe is None:
+        pytest.skip("no writable /dev/shm here")
+    remove_share_directory(probe)
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(gone.stdout)
+    names = {
+        "dead": f"zephon-rowgroups-{_namespace()}-{dead}-abc",
+        "alive": f"zephon-rowgroups-{_namespace()}-{os.getpid()}-abc",
+        "other namespace": f"zephon-rowgroups-1-{dead}-abc",
+        "no pid": "zephon-rowgroups-abc123",
+    }
+    made = {k: Path("/dev/shm", n) for k, n in names.items()}
+    try:
+        for path in made.values():
+            path.mkdir()
+            (path / "1-0.arrow").write_bytes(b"x")
+        new = make_share_directory()
+        assert new is not None and os.path.basename(new).startswith(f"zephon-rowgroups-{_namespace()}-{os.getpid()}-")
+        remove_share_directory(new)
+        assert {k for k, path in made.items() if path.exists()} == {"alive", "other namespace", "no pid"}
+    finally:
+        for path in made.values():
+            shutil.rmtree(path, ignore_errors=True)
