@@ -130,7 +130,7 @@ class BadDocuments:
             self.warned.add(ref.shard_id)
             log.warning(
                 "skipping a bad document (on_bad_document='skip'; Pipeline.stats().skipped counts them, this is "
-                "logged once per shard): %s",
+                "logged once per shard by each process reading it): %s",
                 message.rpartition(" — ")[0] or message,
             )
 
