@@ -123,6 +123,7 @@ class RankRunner:
         self.progress = Progress(accumulation=geometry.accumulation)
         self.names = self.plan.dataset_names
         self._num_steps: int | None = known_steps
+        self._known: np.ndarray | None = None  # each lane's real tokens, when the calibration read the whole plan
         #: What the operators made of the calibration documents (``operators.outputs_digest``), once measured.
         self.outputs: str | None = known_outputs
         self._identity: dict[str, Any] | None = None
@@ -212,15 +213,12 @@ class RankRunner:
                 n = self.plan.manifest.exact_packing().sequences
                 self._num_steps = steps_in(n, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
             else:
-                assert self.geometry.lanes is not None
-                units = lane_units(self.plan, self.geometry.lanes)
+                units, g = lane_units(self.plan, self.geometry.lanes or 1), self.geometry
+                measured = self._tokens_per_unit()  # (sets _known: a whole plan's lane tokens)
                 self._num_steps = estimated_steps(
-                    units,
-                    self._tokens_per_unit(),
-                    self.spec.pack.max_length,
-                    global_batch=self.geometry.global_batch,
-                    drop_last=self.spec.batch.drop_last,
-                )
+                    units, measured, self.spec.pack.max_length, global_batch=g.global_batch,
+                    drop_last=self.spec.batch.drop_last, known=self._known,
+                )  # fmt: skip
         return self._num_steps
 
     def _tokens_per_unit(self) -> TokensPerUnit:
@@ -241,6 +239,8 @@ class RankRunner:
                 i = kept[k + exc.index]
                 raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None
         real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
+        lanes = self.geometry.lanes or 1  # every lane's real tokens, when these are every document of the plan
+        self._known = np.bincount(first.deal[kept] % lanes, real, lanes).astype(np.int64) if first.whole else None
         if self.spec.operators:  # what they made of these documents, as in the state's process? (outputs_digest)
             self.outputs = expect_outputs(self.outputs, outputs_digest(kept, real))
         return TokensPerUnit.measure(real, first.units[kept], field=self.spec.tokenize.field)

@@ -27,6 +27,10 @@ Then, with ``T_ℓ = r·U_ℓ``, rows of ``W`` tokens, ``L`` lanes and a global 
 * ``drop_last=True`` (full rows only): ``steps = ⌊L·R / G⌋`` with ``R = min_ℓ ⌊(1 − m_ℓ)·T_ℓ / W⌋`` — every lane
   still fills its rows.
 
+When the calibration's documents are every document of the plan (``Calibration.whole``: a plan of at most
+``CALIBRATION`` documents in the shards a run opens first), each lane's real tokens are known and the end is
+exact, with no margin (``whole_steps``).
+
 Every rank yields exactly ``steps`` steps. The bound is a measured estimate, not a proof: a lane whose real
 tokens fall outside it gives a short row before the end (``drop_last=True``) or keeps tokens past the end
 (``drop_last=False``); either is counted in ``RunStats.short_rows`` / ``lanes_cut``, never silent.
@@ -128,48 +132,72 @@ def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Calibration:
-    """The plan's first documents: where they live (``shard_id``, ``row``) and their planned ``units``."""
+    """The plan's first documents: where they live (``shard_id``, ``row``), their planned ``units`` and ``deal``;
+    ``whole``: they are every document of the plan (none left out), so the calibration knows each lane's tokens."""
 
     shard_id: np.ndarray
     row: np.ndarray
     units: np.ndarray
+    deal: np.ndarray
+    whole: bool = False
 
 
 def calibration_documents(plan: PlanBundle, count: int | None = None, *, max_shards: int) -> Calibration:
     """The plan's first ``count`` documents (``CALIBRATION``; fewer in a smaller plan), keeping those of its
     first ``max_shards`` distinct shards only — the shards a run opens first, so a bounded shard cache holds
-    them and the run reads them again from it, never downloading a shard twice."""
+    them and the run reads them again from it, never downloading a shard twice. ``whole``: they are every
+    document of the plan."""
     count = CALIBRATION if count is None else count
     per_shard = document_units(plan)
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    parts: list[tuple[np.ndarray, ...]] = []
     got = 0
+    deal = deal_column(plan.manifest.format_version)
     for file in plan.checked.samples:
         reader = file.open()
         for g in range(reader.metadata.num_row_groups):
             if got >= count:
                 break
-            table = read_row_group(reader, file.path, g, ["shard_id", "row", "tokens"]).slice(0, count - got)
+            table = read_row_group(reader, file.path, g, ["shard_id", "row", "tokens", deal]).slice(0, count - got)
             sid, tokens = table.column(0).to_numpy(), table.column(2)
             units = tokens.to_numpy().astype(np.int64) if tokens.null_count == 0 else per_shard[sid]
-            parts.append((sid, table.column(1).to_numpy(), units))
+            parts.append((sid, table.column(1).to_numpy(), units, table.column(3).to_numpy()))
             got += len(table)
     if not parts:
-        return Calibration(shard_id=np.zeros(0, np.int32), row=np.zeros(0, np.int32), units=np.zeros(0, np.int64))
-    shard_id = np.concatenate([p[0] for p in parts])
+        empty = np.zeros(0, np.int64)
+        return Calibration(shard_id=empty, row=empty, units=empty, deal=empty, whole=True)
+    shard_id, row, units, deals = (np.concatenate([p[k] for p in parts]) for k in range(4))
     _, first = np.unique(shard_id, return_index=True)
     opened = shard_id[np.sort(first)[:max_shards]]
-    keep = np.isin(shard_id, opened)
-    return Calibration(
-        shard_id=shard_id[keep],
-        row=np.concatenate([p[1] for p in parts])[keep],
-        units=np.concatenate([p[2] for p in parts])[keep],
-    )
+    keep = np.flatnonzero(np.isin(shard_id, opened))
+    whole = len(keep) == plan.num_documents  # every document of the plan: each lane's tokens are known
+    return Calibration(shard_id=shard_id[keep], row=row[keep], units=units[keep], deal=deals[keep], whole=whole)
+
+
+def whole_steps(lane_tokens: np.ndarray, max_length: int, *, global_batch: int, drop_last: bool) -> int:
+    """Global steps when every lane's real tokens are known (the calibration read the whole plan: a plan of at
+    most ``CALIBRATION`` documents): no margin — ``drop_last=False``, the rows that hold the longest lane;
+    ``drop_last=True``, the full rows of the shortest. A small plan ran ``3σ`` of estimated steps past its data:
+    the README's demo plan of 1,200 documents ended on 5 steps of padding alone. Example: lanes of 5,000 and 3,100
+    tokens, rows of 1,000, G = 2: 5 steps (drop_last: 3)."""
+    if not len(lane_tokens):
+        return 0
+    rows = int((lane_tokens // max_length).min()) if drop_last else int((-(-lane_tokens // max_length)).max())
+    return steps_in(len(lane_tokens) * rows, global_batch, drop_last=drop_last)
 
 
 def estimated_steps(
-    lanes: LaneUnits, measured: TokensPerUnit, max_length: int, *, global_batch: int, drop_last: bool
+    lanes: LaneUnits,
+    measured: TokensPerUnit,
+    max_length: int,
+    *,
+    global_batch: int,
+    drop_last: bool,
+    known: np.ndarray | None = None,
 ) -> int:
-    """Global steps of the run (see the module docstring)."""
+    """Global steps of the run (see the module docstring); ``known``: each lane's real tokens, when the
+    calibration read the whole plan (``whole_steps``)."""
+    if known is not None:
+        return whole_steps(known, max_length, global_batch=global_batch, drop_last=drop_last)
     if not len(lanes.units) or measured.ratio <= 0:
         return 0
     tokens = lanes.units * measured.ratio
