@@ -22,9 +22,9 @@ Invariant: of the plan's first ``U`` units, each lane holds ``U / L ± (QUANTUM 
 document is shorter than ``L × QUANTUM``. A longer one goes whole to the lane of its middle chunk while the other
 chunks it spans deal nothing, so each such document moves its lane ahead of the others by up to its size: the
 lanes drift apart as a random walk of the long documents' sizes. Measured (twenty-sixth session, docs/training.md,
-"Known length"): a 24 M-token mixture with code files of 10^5 tokens, L = 8, planned its lanes between 1,367 and 1,597 rows
-of 2,048 tokens. Spreading them evenly at every ``L`` at once, the deal being one number for all ``L``, is
-not done.
+"Known length"): a 24 M-token mixture with code files of 10^5 tokens, L = 8, planned its lanes between 1,367
+and 1,597 rows of 2,048 tokens. Spreading them evenly at every ``L`` at once, the deal being one number for all
+``L``, is not done.
 
 Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → deals
 0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0 (with L = 3: lanes 0, 0, 1, 1, 2).
