@@ -59,14 +59,7 @@ from zephon.executor.read.shared_groups import SharedRowGroups
 from zephon.executor.read.skipped_documents import SkipReports
 from zephon.executor.settings import Counted, ExecutorSpec, RunStats
 from zephon.executor.shard_access import ShardAccess
-from zephon.executor.state import (
-    check_mid_step,
-    check_resumed_step,
-    check_state,
-    check_state_fields,
-    rank_state,
-    state_plan,
-)
+from zephon.executor.state import check_resume, check_resumed_step, rank_state
 from zephon.executor.step_arithmetic import steps_in
 from zephon.executor.token_stores.identity import check_store_tokenizers
 from zephon.executor.truncations import Truncations
@@ -133,10 +126,7 @@ class RankRunner:
         self.truncations = Truncations()  # documents max_tokens cut, counted as handed out (each iteration anew)
         cursors: dict[str, list[int]] = {}
         if state is not None:
-            check_state_fields(state, documents=self.plan.num_documents)
-            check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
-            self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
-            check_mid_step(state, geometry)  # the same dp and microbatch size, microbatch < A
+            self.progress.step, self.progress.microbatch = check_resume(state, self.identity(), manifest, geometry)
             cursors = state["lane_cursors"]
             known = state.get("num_steps")  # the run's length, computed when it started: a resume skips it
             own = state.get("plan") == manifest.config_hash  # a parent's state (continued plan) knows another length

@@ -65,6 +65,18 @@ def rank_state(
     }
 
 
+def check_resume(
+    state: dict[str, Any], expected: dict[str, Any], manifest: Manifest, geometry: Geometry
+) -> tuple[int, int]:
+    """A state a runner starts from, checked as every runner checks it — its fields (``check_state_fields``), its
+    identity against ``expected`` with the plan it may name (its own, or a continued plan's ancestor:
+    ``state_plan``), and a mid-step state's geometry (``check_mid_step``); its ``(step, microbatch)``."""
+    check_state_fields(state, documents=manifest.totals.documents)
+    check_state(state, expected | {"plan": state_plan(state, manifest)})
+    check_mid_step(state, geometry)  # the same dp and microbatch size, microbatch < A
+    return int(state["step"]), int(state["microbatch"])
+
+
 def check_mid_step(state: dict[str, Any], geometry: Geometry) -> None:
     """A state taken mid-step (``microbatch`` > 0) resumes only where a step is cut into the same microbatches:
     the same dp size and microbatch size (a state written before states recorded ``microbatch_size`` is taken at

@@ -52,14 +52,7 @@ from zephon.executor.records.source import PlanPositions, RecordReader, WholeRec
 from zephon.executor.records.tar import sample_key
 from zephon.executor.records.transforms import RecordOperators
 from zephon.executor.settings import ExecutorSpec, RunStats
-from zephon.executor.state import (
-    check_mid_step,
-    check_resumed_step,
-    check_state,
-    check_state_fields,
-    rank_state,
-    state_plan,
-)
+from zephon.executor.state import check_resume, check_resumed_step, rank_state
 from zephon.executor.step_arithmetic import steps_in
 
 #: The state's and the identity's ``algorithm`` of a record run: a text state is refused here, and back.
@@ -109,10 +102,7 @@ class RecordRunner:
         self.names = plan.dataset_names
         self.progress = Progress(accumulation=geometry.accumulation)
         if state is not None:
-            check_state_fields(state, documents=plan.num_documents)
-            check_state(state, self.identity() | {"plan": state_plan(state, manifest)})
-            self.progress.step, self.progress.microbatch = int(state["step"]), int(state["microbatch"])
-            check_mid_step(state, geometry)  # the same dp and microbatch size, microbatch < A
+            self.progress.step, self.progress.microbatch = check_resume(state, self.identity(), manifest, geometry)
         self.log: ProvenanceLog | None = None
         self.log_hand_over = False  # a dataloader() worker's: rows go with its pieces (provenance_log)
 
