@@ -250,10 +250,12 @@ class PipelineLoader:
 
     def __iter__(self) -> Iterator[Tensors]:
         loads = self._loads
-        if self._state is not None and ends_epoch(self._runner_at(self._state)):  # an epoch's end: the next whole
+        start = self._runner_at(self._state)  # where this iteration starts: the state of it is the rank's first
+        if self._state is not None and ends_epoch(start):  # an epoch's end: the next whole
             self._state, self._loader, self._dataset = None, None, None
+            start = self._runner_at(None)
         loader, dataset = self._torch_loader()
-        handed = Handed(self._start(), self._pipeline._spec.provenance_dir)
+        handed = Handed(start.state(), self._pipeline._spec.provenance_dir)
         self._handed = handed
         # The workers start (and copy the dataset) here. Without workers or pinning the DataLoader would only
         # hand over the dataset's items, at some 100 µs each (its profiler span and fetcher): taken directly.
