@@ -116,7 +116,6 @@ class RankRunner:
         self.progress = Progress(accumulation=geometry.accumulation)
         self.names = self.plan.dataset_names
         self._num_steps: int | None = known_steps
-        self._known: np.ndarray | None = None  # each lane's real tokens, when the calibration read the whole plan
         #: What the operators made of the calibration documents (``operators.outputs_digest``), once measured.
         self.outputs: str | None = known_outputs
         self._identity: dict[str, Any] | None = None
@@ -204,16 +203,17 @@ class RankRunner:
                 self._num_steps = steps_in(n, self.geometry.global_batch, drop_last=self.spec.batch.drop_last)
             else:
                 units, g = lane_units(self.plan, self.geometry.lanes or 1), self.geometry
-                measured = self._tokens_per_unit()  # (sets _known: a whole plan's lane tokens)
+                measured, known = self._calibrate()
                 self._num_steps = estimated_steps(
                     units, measured, self.spec.pack.max_length, global_batch=g.global_batch,
-                    drop_last=self.spec.batch.drop_last, known=self._known,
+                    drop_last=self.spec.batch.drop_last, known=known,
                 )  # fmt: skip
         return self._num_steps
 
-    def _tokens_per_unit(self) -> TokensPerUnit:
+    def _calibrate(self) -> tuple[TokensPerUnit, np.ndarray | None]:
         """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
-        documents, so the same ratio, on every rank. Documents the skip policy leaves out are left out here.
+        documents, so the same ratio, on every rank; and each lane's real tokens when those documents are the whole
+        plan (else None). Documents the skip policy leaves out are left out here.
         They are read through the run's own shard access, so the run decodes them once
         (``zephon.executor.shard_access``)."""
         access = self._shards()
@@ -230,10 +230,10 @@ class RankRunner:
                 raise exc.located(access.reader.ref(int(first.shard_id[i])), int(first.row[i])) from None
         real = np.concatenate(sizes) if sizes else np.zeros(0, np.int64)
         lanes = self.geometry.lanes or 1  # every lane's real tokens, when these are every document of the plan
-        self._known = np.bincount(first.deal[kept] % lanes, real, lanes).astype(np.int64) if first.whole else None
+        known = np.bincount(first.deal[kept] % lanes, real, lanes).astype(np.int64) if first.whole else None
         if self.spec.operators:  # what they made of these documents, as in the state's process? (outputs_digest)
             self.outputs = expect_outputs(self.outputs, outputs_digest(kept, real))
-        return TokensPerUnit.measure(real, first.units[kept], field=self.spec.tokenize.field)
+        return TokensPerUnit.measure(real, first.units[kept], field=self.spec.tokenize.field), known
 
     def _shards(self) -> ShardAccess:
         """The run's shard reader and remote access, opened on first use (see ``close``)."""

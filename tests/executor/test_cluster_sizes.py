@@ -298,7 +298,7 @@ def test_a_resumed_run_takes_its_length_from_the_state(plans, tokenizer_dir, mon
     def measured_again(self):
         raise AssertionError("a resumed run must not calibrate again")
 
-    monkeypatch.setattr(RankRunner, "_tokens_per_unit", measured_again)
+    monkeypatch.setattr(RankRunner, "_calibrate", measured_again)
     resumed = pipeline(plans["estimated"], tokenizer_dir, 0, 1)
     resumed.load_state_dict(state)
     assert {b.step for b in resumed} == set(range(1, state["num_steps"]["steps"]))
