@@ -304,24 +304,22 @@ class TokenStore:
             tokens = np.concatenate(slices) if slices else np.zeros(0, dtype=self.dtype)
         else:
             tokens = self._gather_by_runs(docs)
-        out = TokenDocuments(
-            tokens=tokens, offsets=offsets, loss_mask=self._gather_loss(docs) if self.has_loss else None
-        )
+        loss = self._gather_loss(docs, part_of, counts) if self.has_loss else None
+        out = TokenDocuments(tokens=tokens, offsets=offsets, loss_mask=loss)
         self._check_gathered(out, docs, part_of)
         return out
 
-    def _gather_loss(self, docs: np.ndarray) -> np.ndarray:
-        """The loss mask of ``gather(docs)``: one ``read_loss`` per run of consecutive documents of a part (a part
-        without a mask: every token trains)."""
-        counts = self.token_counts()
-        part_of = np.searchsorted(self.part_starts, docs, side="right") - 1
+    def _gather_loss(self, docs: np.ndarray, part_of: np.ndarray, counts: np.ndarray) -> np.ndarray:
+        """The loss mask of ``gather(docs)`` (``part_of``: each document's part, ``counts``: its tokens, as ``gather``
+        found them): one ``read_loss`` per run of consecutive documents of a part (a part without a mask: every
+        token trains)."""
         breaks = np.flatnonzero((np.diff(docs) != 1) | (np.diff(part_of) != 0)) + 1
         masks = []
         for run in np.split(np.arange(len(docs)), breaks) if len(docs) else []:
             j, base = int(part_of[run[0]]), int(self.part_starts[part_of[run[0]]])
             lo, hi = int(docs[run[0]]) - base, int(docs[run[-1]]) + 1 - base
             got = self.parts[j].read_loss(lo, hi)
-            masks.append(got if got is not None else np.ones(int(counts[docs[run]].sum()), dtype=bool))
+            masks.append(got if got is not None else np.ones(int(counts[run].sum()), dtype=bool))
         return np.concatenate(masks) if masks else np.zeros(0, dtype=bool)
 
     def _gather_by_runs(self, docs: np.ndarray) -> np.ndarray:
