@@ -28,6 +28,8 @@ from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torch.utils.data import get_worker_info
+
 from zephon.checks import require_bool, require_positive
 from zephon.errors import ConfigError
 from zephon.executor.batch import Batch
@@ -472,8 +474,6 @@ class Pipeline:
         self._pending_state = state
         runner = self._make_runner(worker)
         self._pending_state = None
-        from torch.utils.data import get_worker_info
-
         if get_worker_info() is None:  # here, not in a worker's copy: state_dict() follows it
             self._runner, self._stats_from, self._loader_from = runner, None, None
             self._followers.seen()
