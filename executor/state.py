@@ -117,13 +117,19 @@ def check_state(state: dict[str, Any], expected: dict[str, Any]) -> None:
         )
 
 
-def _check_version(state: object) -> None:
+def refuse_packed(state: object) -> None:
+    """Refuse, naming the fix, the packed form a framework's checkpoint holds (``{PACKED_KEY: JSON text}``, what
+    ``DataCheckpoint.state_dict()`` returns) where the state itself belongs: it was blamed on a missing version."""
     if isinstance(state, dict) and isinstance(state.get(PACKED_KEY), str) and "version" not in state:
         raise ConfigError(
             f"pipeline state must be the dict state_dict() returned, got the packed form {{{PACKED_KEY!r}: JSON "
             f"text}} a framework's checkpoint holds — pass json.loads(saved[{PACKED_KEY!r}]), or load it through "
             "the integration that saved it (DataCheckpoint(...).load_state_dict)"
         )
+
+
+def _check_version(state: object) -> None:
+    refuse_packed(state)
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         got = state.get("version") if isinstance(state, dict) else type(state).__name__
         raise ConfigError(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from zephon.errors import ConfigError
-from zephon.executor.state import check_state_fields
+from zephon.executor.state import check_state_fields, refuse_packed
 from zephon.plan.bundle import CheckedBundle
 from zephon.planner.layout import dataset_reader
 from zephon.planner.prepare import PreparedPlan
@@ -39,6 +39,7 @@ def check_state_plan(state: dict[str, Any], bundle: CheckedBundle, at_step: int 
     """A run's checkpoint state belongs to the parent, is taken at a step boundary and at ``at_step``; ``lanes``:
     it must carry packing lanes (an estimated text run's; a record run has none)."""
     manifest = bundle.manifest
+    refuse_packed(state)  # a framework checkpoint's {"zephon_state": JSON}: named, with its fix
     if not isinstance(state, dict) or "plan" not in state or "step" not in state:
         raise ConfigError(
             f"the continuation state must be a pipeline state (Pipeline.state_dict()), got {type(state).__name__} "

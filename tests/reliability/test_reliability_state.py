@@ -118,3 +118,17 @@ def test_a_lane_cursor_skipping_past_its_document_or_naming_another_lanes_is_ref
             r"most its tokens, got document \d+ of \d+" + FIX
         ):  # fmt: skip
             list(pipe)
+
+
+def test_zephon_plan_continue_from_state_names_a_framework_checkpoints_packed_form(run, tmp_path) -> None:
+    """The packed form (``{"zephon_state": JSON}``, DataCheckpoint's) was refused as a dict without 'plan' and
+    'step'; it is named, with its fix, as ``load_state_dict`` names it."""
+    plan, config, state = run
+    file = tmp_path / "state.json"
+    file.write_text(json.dumps({"zephon_state": json.dumps(state)}), encoding="utf-8")
+    args = ["plan", str(config), "-o", str(tmp_path / "child"), "--continue-from", str(plan)]
+    result = CliRunner().invoke(cli, [*args, "--continue-from-state", str(file)])
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1
+    assert "got the packed form {'zephon_state': JSON text}" in result.output
+    assert "pass json.loads(saved['zephon_state'])" in result.output
+    assert not (tmp_path / "child").exists()
