@@ -47,7 +47,7 @@ from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import expect_outputs, outputs_digest, resumed_length
 from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of
 from zephon.executor.pack.rows import PackedRows
-from zephon.executor.pack.run_length import TokensPerUnit, calibration_documents, estimated_steps, lane_units
+from zephon.executor.pack.run_length import Ratios, calibration_documents, estimated_steps, lane_units
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
@@ -210,7 +210,7 @@ class RankRunner:
                 )  # fmt: skip
         return self._num_steps
 
-    def _calibrate(self) -> tuple[TokensPerUnit, np.ndarray | None]:
+    def _calibrate(self) -> tuple[Ratios, np.ndarray | None]:
         """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
         documents, so the same ratio, on every rank; and each lane's real tokens when those documents are the whole
         plan (else None). Documents the skip policy leaves out are left out here.
@@ -233,7 +233,9 @@ class RankRunner:
         known = np.bincount(first.deal[kept] % lanes, real, lanes).astype(np.int64) if first.whole else None
         if self.spec.operators:  # what they made of these documents, as in the state's process? (outputs_digest)
             self.outputs = expect_outputs(self.outputs, outputs_digest(kept, real))
-        return TokensPerUnit.measure(real, first.units[kept], field=self.spec.tokenize.field), known
+        units, datasets = first.units[kept], first.dataset[kept]
+        ratios = Ratios.measure(real, units, datasets, len(self.plan.dataset_names), field=self.spec.tokenize.field)
+        return ratios, known
 
     def _shards(self) -> ShardAccess:
         """The run's shard reader and remote access, opened on first use (see ``close``)."""

@@ -6,17 +6,25 @@ known only to the rank that tokenizes them; ranks that each stopped when their o
 different steps (and a collective per step to agree is what a data loader must not cost). So the end is
 computed from what every rank can read alike:
 
-* ``U_ℓ``, the planned units of lane ``ℓ`` (``zephon.planner.lane_dealing``: estimated tokens, or a shard's
-  bytes per row), and ``n_ℓ`` its documents — one pass over two columns of samples.parquet;
-* ``r``, tokens per unit, measured by tokenizing the plan's first ``CALIBRATION`` documents (of the shards a
-  run opens first: ``(shuffle window + 1) × datasets``) — the same
-  documents on every rank, so the same numbers (a bounded overhead: at most ``CALIBRATION`` documents per rank
-  beyond its own lanes', whatever the plan's size) — and ``σ``, the spread of a document's real tokens about
-  ``r·units`` (small when the plan has per-document token estimates, large when it only knows a shard's bytes
-  per row);
-* the margin of lane ``ℓ``: three standard deviations of its real tokens, from the lane's own documents and
-  the calibration's error, ``m_ℓ = max(MIN_MARGIN, 3·√(n_ℓ·σ² / (r·U_ℓ)² + K·σ² / (r·U_K)²))`` (``K``
-  calibration documents of ``U_K`` units).
+* ``U_ℓd``, the planned units of lane ``ℓ`` from dataset ``d`` (``zephon.planner.lane_dealing``: estimated
+  tokens, or a shard's bytes per row), and ``n_ℓd`` its documents — one pass over four columns of samples.parquet;
+* ``r_d``, tokens per unit, measured by tokenizing the plan's first documents (of the shards a run opens first:
+  ``(shuffle window + 1) × datasets``) until they number ``CALIBRATION`` and hold ``CALIBRATION_UNITS`` units, or
+  hold ``CALIBRATION_MAX_UNITS`` — the same documents on every rank, so the same numbers (a bounded overhead: at
+  most about ``CALIBRATION_MAX_UNITS`` tokens per rank beyond its own lanes', whatever the plan's size) — and
+  ``σ_d``, the spread of a document's real tokens about ``r_d·units`` (small when the plan has per-document token
+  estimates, large when it only knows a shard's bytes per row). A dataset with fewer than ``MIN_STRATUM``
+  calibration documents takes the pooled ratio and spread of all of them. Measured per dataset because the first
+  shards' mix is not the plan's (long documents are few documents), and one pooled ratio carries that mix;
+* the margin of lane ``ℓ``: three standard deviations of its real tokens ``T_ℓ = Σ_d r_d·U_ℓd``, from the lane's
+  own documents and the calibration's error, ``m_ℓ = max(MIN_MARGIN, 3·√(Σ_d n_ℓd·σ_d² + Σ_s (Σ_{d∈s}
+  r_d·U_ℓd)²·K_s·σ_s² / (r_s·U_Ks)²) / T_ℓ)``, where ``s`` runs over the ratios measured (one a dataset, and
+  the pooled one shared by the datasets that took it; ``K_s`` documents of ``U_Ks`` units).
+
+Why the units: the calibration term is the ratio's own error and does not shrink with the plan, so on a long run
+it is the margin. On real text (code files of 10^5 tokens among short documents; twenty-seventh session) 2,048
+documents held 155 K tokens and measured the ratio to ±7 % (3σ: 21 %): a 96 M-token mixture ran 7,246 steps where
+its longest lane held 5,947 rows. On 2^23 units, ratios by dataset: ±1.4 %, 6,182 steps.
 
 Then, with ``T_ℓ = r·U_ℓ``, rows of ``W`` tokens, ``L`` lanes and a global batch of ``G`` (sequence ``j`` is row
 ``j // L`` of lane ``j % L``; with the default ``L = G`` a step is one row of every lane):
@@ -28,16 +36,16 @@ Then, with ``T_ℓ = r·U_ℓ``, rows of ``W`` tokens, ``L`` lanes and a global 
   still fills its rows.
 
 When the calibration's documents are every document of the plan (``Calibration.whole``: a plan of at most
-``CALIBRATION`` documents in the shards a run opens first), each lane's real tokens are known and the end is
-exact, with no margin (``whole_steps``).
+``CALIBRATION`` documents, or of fewer than ``CALIBRATION_UNITS`` units, in the shards a run opens first), each
+lane's real tokens are known and the end is exact, with no margin (``whole_steps``).
 
 Every rank yields exactly ``steps`` steps. The bound is a measured estimate, not a proof: a lane whose real
 tokens fall outside it gives a short row before the end (``drop_last=True``) or keeps tokens past the end
 (``drop_last=False``); either is counted in ``RunStats.short_rows`` / ``lanes_cut``, never silent.
 
-Example: 2 lanes (G = 2) of 400 and 360 documents with 100 000 and 95 000 estimated tokens (r·U), W = 1 000,
-σ = 20 tokens, K = 512 calibration documents of 50 000 tokens: the calibration term is 512·400 / (5·10^4)² =
-8.2·10^-5, lane 0's own 400·400 / 10^10 = 1.6·10^-5, so m_0 = 3·√(9.8·10^-5) = 0.030 and lane 0 needs
+Example, one dataset: 2 lanes (G = 2) of 400 and 360 documents with 100 000 and 95 000 estimated tokens (r·U),
+W = 1 000, σ = 20 tokens, K = 512 calibration documents of 50 000 tokens: the calibration term is 512·400 /
+(5·10^4)² = 8.2·10^-5, lane 0's own 400·400 / 10^10 = 1.6·10^-5, so m_0 = 3·√(9.8·10^-5) = 0.030 and lane 0 needs
 ⌈1.030 · 100⌉ = 103 rows (lane 1: ⌈1.030 · 95⌉ = 98): ``drop_last=False`` runs 103 steps.
 """
 
@@ -53,16 +61,25 @@ from zephon.executor.step_arithmetic import steps_in
 from zephon.plan.bundle import read_row_group
 from zephon.plan.format import deal_column
 
-#: Documents at the start of the plan that every rank tokenizes to measure tokens per unit.
+#: Documents at the start of the plan that every rank tokenizes, at least, to measure tokens per unit...
 CALIBRATION = 2048
+#: ... and planned units (about tokens) they hold at least, when the shards a run opens first hold them;
+CALIBRATION_UNITS = 1 << 23
+#: or this many units, however few documents hold them (2,048 books of 10^5 tokens would be 2·10^8 tokens a rank).
+CALIBRATION_MAX_UNITS = 1 << 25
+#: Rows of the plan looked at for the calibration's documents, at most.
+CALIBRATION_SCAN = 1 << 20
+#: Calibration documents a dataset needs for a ratio of its own (fewer: the pooled ratio).
+MIN_STRATUM = 64
 #: The smallest margin (1 %), whatever the measured spread.
 MIN_MARGIN = 0.01
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokensPerUnit:
-    """What the calibration measured: ``ratio`` (r), the spread ``residual`` (σ, tokens) of a document's real
-    tokens about ``ratio × units``, and the ``documents`` (K) and ``units`` (U_K) it measured them on."""
+    """What the calibration measured on some documents: ``ratio`` (r), the spread ``residual`` (σ, tokens) of a
+    document's real tokens about ``ratio × units``, and the ``documents`` (K) and ``units`` (U_K) it measured them
+    on."""
 
     ratio: float
     residual: float
@@ -70,17 +87,49 @@ class TokensPerUnit:
     units: float
 
     @classmethod
-    def measure(cls, real: np.ndarray, units: np.ndarray, *, field: str = "text") -> TokensPerUnit:
-        """From each calibration document's real tokens and planned units; documents that all tokenized to
-        nothing are refused (``nothing_to_measure``, naming the text ``field``)."""
+    def measure(cls, real: np.ndarray, units: np.ndarray) -> TokensPerUnit:
+        """From each calibration document's real tokens and planned units."""
         real, units = real.astype(np.float64), units.astype(np.float64)
-        if len(real) and not real.any():
-            raise nothing_to_measure(len(real), field)
         if not len(real) or not units.sum():
             return cls(ratio=0.0, residual=0.0, documents=0, units=0.0)
         ratio = float(real.sum()) / float(units.sum())
         residual = float(np.sqrt(np.mean((real - ratio * units) ** 2)))
         return cls(ratio=ratio, residual=residual, documents=len(real), units=float(units.sum()))
+
+    @property
+    def error(self) -> float:
+        """The ratio's relative variance, ``K·σ² / (r·U_K)²`` (0 without documents)."""
+        return self.documents * self.residual**2 / (self.ratio * self.units) ** 2 if self.ratio > 0 else 0.0
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Ratios:
+    """Tokens per unit by dataset (post-stratified): ``by_dataset[d]`` is dataset ``d``'s own measurement when the
+    calibration held at least ``MIN_STRATUM`` of its documents, else ``pooled`` (every calibration document)."""
+
+    pooled: TokensPerUnit
+    by_dataset: tuple[TokensPerUnit, ...]
+
+    @classmethod
+    def measure(
+        cls, real: np.ndarray, units: np.ndarray, datasets: np.ndarray, num_datasets: int, *, field: str = "text"
+    ) -> Ratios:
+        """From each calibration document's real tokens, planned units and dataset id; documents that all
+        tokenized to nothing are refused (``nothing_to_measure``, naming the text ``field``)."""
+        if len(real) and not real.any():
+            raise nothing_to_measure(len(real), field)
+        pooled = TokensPerUnit.measure(real, units)
+        counts = np.bincount(datasets, minlength=num_datasets) if len(datasets) else np.zeros(num_datasets, np.int64)
+        own = [
+            TokensPerUnit.measure(real[datasets == d], units[datasets == d]) if counts[d] >= MIN_STRATUM else pooled
+            for d in range(num_datasets)
+        ]
+        return cls(pooled=pooled, by_dataset=tuple(m if m.ratio > 0 else pooled for m in own))
+
+    @classmethod
+    def single(cls, measured: TokensPerUnit, num_datasets: int = 1) -> Ratios:
+        """One ratio for every dataset."""
+        return cls(pooled=measured, by_dataset=(measured,) * num_datasets)
 
 
 def nothing_to_measure(documents: int, field: str) -> DatasetError:
@@ -95,7 +144,8 @@ def nothing_to_measure(documents: int, field: str) -> DatasetError:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaneUnits:
-    """Per lane (index ``ℓ``): planned units and documents of an estimated plan run with ``len(units)`` lanes."""
+    """Per lane ``ℓ`` and dataset ``d`` (arrays of shape ``(lanes, datasets)``): planned units and documents of an
+    estimated plan run with ``len(units)`` lanes."""
 
     units: np.ndarray
     documents: np.ndarray
@@ -109,68 +159,88 @@ def document_units(plan: PlanBundle) -> np.ndarray:
 
 
 def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
-    """``LaneUnits`` of ``plan`` with ``lanes`` lanes: one pass over ``deal``, ``tokens`` and ``shard_id``."""
-    units = np.zeros(lanes, dtype=np.float64)
-    documents = np.zeros(lanes, dtype=np.int64)
+    """``LaneUnits`` of ``plan`` with ``lanes`` lanes: one pass over ``deal``, ``tokens``, ``shard_id`` and
+    ``dataset_id``."""
+    datasets = max(1, len(plan.dataset_names))
+    units = np.zeros(lanes * datasets, dtype=np.float64)
+    documents = np.zeros(lanes * datasets, dtype=np.int64)
     per_shard = document_units(plan)
+    columns = [deal_column(plan.manifest.format_version), "tokens", "shard_id", "dataset_id"]
     for file in plan.checked.samples:
         reader = file.open()
         for g in range(reader.metadata.num_row_groups):
-            table = read_row_group(
-                reader, file.path, g, [deal_column(plan.manifest.format_version), "tokens", "shard_id"]
-            )
-            lane = table.column(0).to_numpy() % lanes
+            table = read_row_group(reader, file.path, g, columns)
+            cell = (table.column(0).to_numpy() % lanes) * datasets + table.column(3).to_numpy().astype(np.int64)
             tokens = table.column(1)
             if tokens.null_count == 0:
                 size = tokens.to_numpy().astype(np.int64)
             else:
                 size = per_shard[table.column(2).to_numpy()]
-            units += np.bincount(lane, weights=size, minlength=lanes)
-            documents += np.bincount(lane, minlength=lanes)
-    return LaneUnits(units=units, documents=documents)
+            units += np.bincount(cell, weights=size, minlength=lanes * datasets)
+            documents += np.bincount(cell, minlength=lanes * datasets)
+    return LaneUnits(units=units.reshape(lanes, datasets), documents=documents.reshape(lanes, datasets))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Calibration:
-    """The plan's first documents: where they live (``shard_id``, ``row``), their planned ``units`` and ``deal``;
-    ``whole``: they are every document of the plan (none left out), so the calibration knows each lane's tokens."""
+    """The plan's first documents: where they live (``shard_id``, ``row``), their ``dataset``, planned ``units`` and
+    ``deal``; ``whole``: they are every document of the plan (none left out), so the calibration knows each lane's
+    tokens."""
 
     shard_id: np.ndarray
     row: np.ndarray
+    dataset: np.ndarray
     units: np.ndarray
     deal: np.ndarray
     whole: bool = False
 
 
-def calibration_documents(plan: PlanBundle, count: int | None = None, *, max_shards: int) -> Calibration:
-    """The plan's first ``count`` documents (``CALIBRATION``; fewer in a smaller plan), keeping those of its
-    first ``max_shards`` distinct shards only — the shards a run opens first, so a bounded shard cache holds
-    them and the run reads them again from it, never downloading a shard twice. ``whole``: they are every
-    document of the plan."""
+def calibration_documents(
+    plan: PlanBundle, count: int | None = None, *, max_shards: int, units: int | None = None
+) -> Calibration:
+    """The plan's first documents of its first ``max_shards`` distinct shards (the shards a run opens first, so a
+    bounded shard cache holds them and the run reads them again from it, never downloading a shard twice): the
+    shortest such prefix with at least ``count`` documents (``CALIBRATION``) and ``units`` planned units
+    (``CALIBRATION_UNITS``), or with ``CALIBRATION_MAX_UNITS`` units, among the plan's first ``CALIBRATION_SCAN``
+    rows — or all of them. Which documents
+    they are depends on the plan alone, never on its row groups. ``whole``: they are every document of the plan."""
     count = CALIBRATION if count is None else count
+    budget = CALIBRATION_UNITS if units is None else units
     per_shard = document_units(plan)
     parts: list[tuple[np.ndarray, ...]] = []
-    got = 0
+    seen, opened, kept, kept_units = 0, np.zeros(0, np.int64), 0, 0
     deal = deal_column(plan.manifest.format_version)
     for file in plan.checked.samples:
         reader = file.open()
         for g in range(reader.metadata.num_row_groups):
-            if got >= count:
+            enough = (kept >= count and kept_units >= budget) or kept_units >= CALIBRATION_MAX_UNITS
+            if seen >= CALIBRATION_SCAN or enough:
                 break
-            table = read_row_group(reader, file.path, g, ["shard_id", "row", "tokens", deal]).slice(0, count - got)
-            sid, tokens = table.column(0).to_numpy(), table.column(2)
-            units = tokens.to_numpy().astype(np.int64) if tokens.null_count == 0 else per_shard[sid]
-            parts.append((sid, table.column(1).to_numpy(), units, table.column(3).to_numpy()))
-            got += len(table)
+            columns = ["shard_id", "row", "dataset_id", "tokens", deal]
+            table = read_row_group(reader, file.path, g, columns).slice(0, CALIBRATION_SCAN - seen)
+            sid, tokens = table.column(0).to_numpy().astype(np.int64), table.column(3)
+            size = tokens.to_numpy().astype(np.int64) if tokens.null_count == 0 else per_shard[sid]
+            if len(opened) < max_shards:  # shards in order of first appearance: a prefix of them stays the same
+                _, first = np.unique(np.concatenate([opened, sid]), return_index=True)
+                order = np.concatenate([opened, sid])[np.sort(first)]
+                opened = order[:max_shards]
+            keep = np.isin(sid, opened)
+            parts.append(
+                (sid[keep], table.column(1).to_numpy()[keep], table.column(2).to_numpy().astype(np.int64)[keep],
+                 size[keep], table.column(4).to_numpy()[keep])
+            )  # fmt: skip
+            seen, kept, kept_units = seen + len(table), kept + int(keep.sum()), kept_units + int(size[keep].sum())
     if not parts:
         empty = np.zeros(0, np.int64)
-        return Calibration(shard_id=empty, row=empty, units=empty, deal=empty, whole=True)
-    shard_id, row, units, deals = (np.concatenate([p[k] for p in parts]) for k in range(4))
-    _, first = np.unique(shard_id, return_index=True)
-    opened = shard_id[np.sort(first)[:max_shards]]
-    keep = np.flatnonzero(np.isin(shard_id, opened))
-    whole = len(keep) == plan.num_documents  # every document of the plan: each lane's tokens are known
-    return Calibration(shard_id=shard_id[keep], row=row[keep], units=units[keep], deal=deals[keep], whole=whole)
+        return Calibration(shard_id=empty, row=empty, dataset=empty, units=empty, deal=empty, whole=True)
+    shard_id, row, dataset, sizes, deals = (np.concatenate([p[k] for p in parts]) for k in range(5))
+    cumulative = np.cumsum(sizes)
+    enough = ((np.arange(1, len(sizes) + 1) >= count) & (cumulative >= budget)) | (cumulative >= CALIBRATION_MAX_UNITS)
+    end = int(np.argmax(enough)) + 1 if enough.any() else len(sizes)
+    whole = end == plan.num_documents  # every document of the plan: each lane's tokens are known
+    return Calibration(
+        shard_id=shard_id[:end], row=row[:end], dataset=dataset[:end], units=sizes[:end], deal=deals[:end], whole=whole
+    )
 
 
 def whole_steps(lane_tokens: np.ndarray, max_length: int, *, global_batch: int, drop_last: bool) -> int:
@@ -187,7 +257,7 @@ def whole_steps(lane_tokens: np.ndarray, max_length: int, *, global_batch: int, 
 
 def estimated_steps(
     lanes: LaneUnits,
-    measured: TokensPerUnit,
+    measured: Ratios,
     max_length: int,
     *,
     global_batch: int,
@@ -198,13 +268,18 @@ def estimated_steps(
     calibration read the whole plan (``whole_steps``)."""
     if known is not None:
         return whole_steps(known, max_length, global_batch=global_batch, drop_last=drop_last)
-    if not len(lanes.units) or measured.ratio <= 0:
+    if not len(lanes.units) or measured.pooled.ratio <= 0:
         return 0
-    tokens = lanes.units * measured.ratio
-    var = measured.residual**2
-    own = np.divide(lanes.documents * var, tokens**2, out=np.zeros_like(tokens), where=tokens > 0)
-    calibration = measured.documents * var / (measured.ratio * measured.units) ** 2
-    margin = np.maximum(MIN_MARGIN, 3 * np.sqrt(own + calibration))
+    strata = measured.by_dataset
+    by_dataset = lanes.units * np.array([m.ratio for m in strata])  # T_ℓd
+    tokens = by_dataset.sum(axis=1)
+    own = lanes.documents @ np.array([m.residual**2 for m in strata])
+    # a ratio's error moves every dataset that uses it alike: the pooled ones' tokens add up before squaring
+    pooled = [d for d, m in enumerate(strata) if m is measured.pooled]
+    groups = [[d] for d, m in enumerate(strata) if m is not measured.pooled] + ([pooled] if pooled else [])
+    calibration = sum((by_dataset[:, g].sum(axis=1) ** 2 * strata[g[0]].error for g in groups), np.zeros(len(tokens)))
+    relative = np.divide(own + calibration, tokens**2, out=np.zeros_like(tokens), where=tokens > 0)
+    margin = np.maximum(MIN_MARGIN, 3 * np.sqrt(relative))
     num_lanes = len(lanes.units)
     if drop_last:  # sequences j < L·R are full rows (row j // L of lane j % L)
         rows = int(np.floor(np.maximum(0.0, 1 - margin) * tokens / max_length).min())

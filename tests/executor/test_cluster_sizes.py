@@ -232,8 +232,10 @@ def test_a_plan_with_fixed_lanes_names_the_replan_in_python_and_config_terms(tmp
 
 
 def test_the_run_length_docstring_example() -> None:
-    lanes = run_length.LaneUnits(units=np.array([100_000.0, 95_000.0]), documents=np.array([400, 360]))
-    measured = run_length.TokensPerUnit(ratio=1.0, residual=20.0, documents=512, units=50_000.0)
+    lanes = run_length.LaneUnits(units=np.array([[100_000.0], [95_000.0]]), documents=np.array([[400], [360]]))
+    measured = run_length.Ratios.single(
+        run_length.TokensPerUnit(ratio=1.0, residual=20.0, documents=512, units=50_000.0)
+    )
     assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 103
     # drop_last: min over lanes of floor((1 - m) T / W) rows = floor(0.970 · 95) = 92.
     assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=True) == 92
@@ -247,6 +249,7 @@ def test_dp_sizes_up_to_512_give_the_first_global_batches_of_one_rank(tmp_path, 
 
     monkeypatch.setattr(lane_dealing, "QUANTUM", 16)
     monkeypatch.setattr(run_length, "CALIBRATION", 16)  # 512 ranks in one process: keep each rank's start short
+    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
     write_demo_dataset(tmp_path)
     names = ("prose", "code", "short")
     source = StaticMixtureWorkSource(

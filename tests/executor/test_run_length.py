@@ -6,11 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from support.demo_plans import texts_plan
 
 from zephon import Pipeline
 from zephon.executor.pack import run_length
+from zephon.executor.plan_reader import PlanBundle
 
 MAX_LENGTH = 33
 
@@ -44,8 +47,11 @@ def test_a_plan_the_calibration_reads_whole_ends_on_its_data(plan, tokenizer_dir
     assert (full == MAX_LENGTH).all() and pipe.stats().short_rows == 0
     per_lane = lengths.sum(axis=0)
     assert len(full) == int((per_lane // MAX_LENGTH).min())  # every full row of the shortest lane
-    # measured on fewer documents than the plan's (the calibration no longer whole): the margin, and its padding
+    # 100 documents are not enough while they hold fewer than CALIBRATION_UNITS units: still read whole
     monkeypatch.setattr(run_length, "CALIBRATION", 100)
+    assert (lane_lengths(plan, tokenizer_dir, drop_last=False)[0] == lengths).all()
+    # measured on fewer documents than the plan's (the calibration no longer whole): the margin, and its padding
+    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
     estimated, _ = lane_lengths(plan, tokenizer_dir, drop_last=False)
     assert len(estimated) > len(lengths) and (estimated[len(lengths) :] == 0).all()
     assert (estimated[: len(lengths)] == lengths).all()  # the same rows: only the end moved
@@ -56,3 +62,37 @@ def test_whole_steps_are_the_longest_lanes_rows_or_the_shortest_lanes_full_ones(
     assert run_length.whole_steps(lanes, 1000, global_batch=2, drop_last=False) == 5
     assert run_length.whole_steps(lanes, 1000, global_batch=2, drop_last=True) == 3
     assert run_length.whole_steps(lanes, 1000, global_batch=4, drop_last=False) == 3  # 2 lanes × 5 rows over G = 4
+
+
+def test_the_calibration_is_the_shortest_prefix_with_enough_documents_and_units(plan, monkeypatch) -> None:
+    """The plan's first documents until both ``count`` documents and ``units`` planned units are held (the units are
+    what the margin's calibration term shrinks with: 2,048 short documents measured a heavy-tailed corpus to ±21 %)."""
+    bundle = PlanBundle(plan)
+    rows = pa.concat_tables(pq.read_table(f.path) for f in bundle.checked.samples)
+    units = run_length.document_units(bundle)[rows["shard_id"].to_numpy()]  # a sample mixture: bytes per row
+    cumulative = np.cumsum(units)
+    for count, budget in ((10, 0), (10, int(cumulative[99])), (300, int(cumulative[20])), (1, 10**12)):
+        got = run_length.calibration_documents(bundle, count, max_shards=1, units=budget)
+        end = min(len(rows), max(count, int(np.searchsorted(cumulative, budget)) + 1))
+        assert got.row.tolist() == rows["row"].to_numpy()[:end].tolist(), (count, budget)
+        assert got.units.sum() == cumulative[end - 1] and got.whole is (end == len(rows))
+    # documents so long that CALIBRATION_MAX_UNITS come first: that many units, however few the documents
+    monkeypatch.setattr(run_length, "CALIBRATION_MAX_UNITS", int(cumulative[49]))
+    assert len(run_length.calibration_documents(bundle, 300, max_shards=1, units=10**12).row) == 50
+
+
+def test_each_dataset_is_measured_on_its_own_documents() -> None:
+    """A calibration whose mix is not the plan's (its first shards: 900 documents of a dataset at 1 token a unit,
+    100 of one at 2) measures each dataset alone and weighs it by each lane's units of it: one pooled ratio
+    (1.1) would put lanes of 15,000 real tokens at 11,000 and cut 35 rows of each."""
+    real = np.array([9.0, 11.0] * 450 + [19.0, 21.0] * 50)
+    units, datasets = np.full(1000, 10.0), np.repeat([0, 1], [900, 100])
+    ratios = run_length.Ratios.measure(real, units, datasets, 2)
+    assert [round(m.ratio, 6) for m in ratios.by_dataset] == [1.0, 2.0] and ratios.pooled.ratio == pytest.approx(1.1)
+    lanes = run_length.LaneUnits(units=np.full((2, 2), 5000.0), documents=np.full((2, 2), 500))
+    # T = 5,000 + 10,000; own 1,000 and calibration 277.8 + 2,500 tokens²: 3·√(3,777.8) / 15,000 = 1.23 %
+    assert run_length.estimated_steps(lanes, ratios, 100, global_batch=2, drop_last=False) == 152
+    pooled = run_length.Ratios.single(ratios.pooled, 2)
+    assert run_length.estimated_steps(lanes, pooled, 100, global_batch=2, drop_last=False) == 115  # < 150: cut
+    few = run_length.Ratios.measure(real[850:], units[850:], datasets[850:], 2)  # 50 of the first: below MIN_STRATUM
+    assert few.by_dataset[0] is few.pooled and few.by_dataset[1] is not few.pooled

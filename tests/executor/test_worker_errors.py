@@ -14,6 +14,7 @@ from support.demo_plans import texts_plan
 
 from zephon import Pipeline
 from zephon.errors import DatasetError
+from zephon.executor.pack import run_length
 
 MAX_LENGTH = 33
 
@@ -47,8 +48,9 @@ def until_error(batches: Any) -> tuple[list[bytes], BaseException | None]:
 
 @pytest.mark.parametrize(("micro", "workers"), [(4, 0), (4, 2), (2, 2)])
 def test_a_bad_document_stops_the_loader_after_the_same_batches_with_the_same_one_line(
-    tmp_path, tokenizer_dir, micro, workers
+    tmp_path, tokenizer_dir, micro, workers, monkeypatch
 ) -> None:
+    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
     plan = plan_with_nulls(tmp_path, {2400}, 2600)  # past the calibration's first 2,048 documents
     want, error = until_error(pipeline(plan, tokenizer_dir, micro, "raise"))
     assert isinstance(error, DatasetError) and len(want) > 10  # batches, then the document's error
@@ -89,11 +91,12 @@ def test_an_error_crosses_as_its_public_class_with_its_message() -> None:
         assert type(crossed) is kind and str(crossed) == str(exc)
 
 
-def test_where_a_bad_document_stops_a_run_depends_on_the_plan_alone(tmp_path, tokenizer_dir) -> None:
+def test_where_a_bad_document_stops_a_run_depends_on_the_plan_alone(tmp_path, tokenizer_dir, monkeypatch) -> None:
     """Under "raise" the error came when reading met the document: how far reading had run ahead of packing —
     the read chunk, and with workers the lanes each reads — moved it by hundreds of batches (2114 batches in
     process, 2325 through 2 workers, 2764 with read_chunk=4 on a 4,000-document plan). It now comes before the
     first batch whose rows reach the document in its lane: the batch at which the skip policy counts it."""
+    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)  # past the calibration: its first 2,048 documents
     plan = plan_with_nulls(tmp_path, {2400}, 2600)
 
     def pipe(policy: str, read_chunk: int | None = None) -> Pipeline:
