@@ -82,7 +82,7 @@ from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.geometry import Geometry
 from zephon.executor.pack.lanes import Block, Lane, Snapshot, cursors_of, cut_block
 from zephon.executor.pack.rows import PackedRows
-from zephon.executor.pack.run_length import document_units
+from zephon.executor.pack.run_length import document_units, warn_cut
 from zephon.executor.plan_reader import PlanBundle, SampleChunk
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import ProvenanceLog
@@ -566,12 +566,13 @@ class LaneBatches:
 
     def _end_of_run(self) -> None:
         """At ``num_steps``: without ``drop_last``, read this rank's lanes to the end of the plan and count in
-        ``stats.lanes_cut`` those still holding tokens (the estimate fell short: never silent); then count the
-        skipped documents not counted yet."""
+        ``stats.lanes_cut`` those still holding tokens, with a ``ShortRunWarning`` (the estimate fell short: never
+        silent); then count the skipped documents not counted yet."""
         deal = self.lanes
         if not self.drop_last:
             while not deal.exhausted:
                 deal.fill()
             if deal.stats is not None:
                 deal.stats.lanes_cut += sum(lane.buffered > 0 for lane in deal.lanes.values())
+            warn_cut({k: lane.buffered for k, lane in deal.lanes.items()}, self.num_steps or 0)
         deal.count_all_skipped()

@@ -53,6 +53,12 @@ class PlanWarning(ZephonWarning):
     """
 
 
+class ShortRunWarning(ZephonWarning):
+    """An estimated run ended with tokens still in its packing lanes: the length it measured (``num_steps()``) fell
+    short of its data, and those tokens were not trained on (``stats().lanes_cut``; docs/training.md, "Known
+    length")."""
+
+
 def warn(message: str, category: type[Warning] = ZephonWarning) -> None:
     """``warnings.warn(message, category)`` attributed to the first caller outside Zephon, so the line shown
     (and a filter by module) is the user's code, not Zephon's."""

@@ -16,10 +16,13 @@ computed from what every rank can read alike:
   estimates, large when it only knows a shard's bytes per row). A dataset with fewer than ``MIN_STRATUM``
   calibration documents takes the pooled ratio and spread of all of them. Measured per dataset because the first
   shards' mix is not the plan's (long documents are few documents), and one pooled ratio carries that mix;
-* the margin of lane ``ℓ``: three standard deviations of its real tokens ``T_ℓ = Σ_d r_d·U_ℓd``, from the lane's
-  own documents and the calibration's error, ``m_ℓ = max(MIN_MARGIN, 3·√(Σ_d n_ℓd·σ_d² + Σ_s (Σ_{d∈s}
+* the margin of lane ``ℓ``: ``z_L`` standard deviations of its own documents' spread about ``T_ℓ = Σ_d
+  r_d·U_ℓd`` and three of the calibration's error, ``m_ℓ = max(MIN_MARGIN, √(z_L²·Σ_d n_ℓd·σ_d² + 9·Σ_s (Σ_{d∈s}
   r_d·U_ℓd)²·K_s·σ_s² / (r_s·U_Ks)²) / T_ℓ)``, where ``s`` runs over the ratios measured (one a dataset, and
-  the pooled one shared by the datasets that took it; ``K_s`` documents of ``U_Ks`` units).
+  the pooled one shared by the datasets that took it; ``K_s`` documents of ``U_Ks`` units). The calibration's
+  error moves every lane alike, so 3σ covers it once; the lanes' own spreads are ``L`` chances to fall outside,
+  so ``z_L = Φ⁻¹(1 − 0.00135 / L)`` (``lanes_quantile``): all ``L`` lanes stay under it as often as one lane
+  stays under 3σ. With 3σ each, one lane of 256 fell outside on real text (a 96 M-token mixture at ``G = 256``).
 
 Why the units: the calibration term is the ratio's own error and does not shrink with the plan, so on a long run
 it is the margin. On real text (code files of 10^5 tokens among short documents; twenty-seventh session) 2,048
@@ -45,17 +48,19 @@ tokens fall outside it gives a short row before the end (``drop_last=True``) or 
 
 Example, one dataset: 2 lanes (G = 2) of 400 and 360 documents with 100 000 and 95 000 estimated tokens (r·U),
 W = 1 000, σ = 20 tokens, K = 512 calibration documents of 50 000 tokens: the calibration term is 512·400 /
-(5·10^4)² = 8.2·10^-5, lane 0's own 400·400 / 10^10 = 1.6·10^-5, so m_0 = 3·√(9.8·10^-5) = 0.030 and lane 0 needs
-⌈1.030 · 100⌉ = 103 rows (lane 1: ⌈1.030 · 95⌉ = 98): ``drop_last=False`` runs 103 steps.
+(5·10^4)² = 8.2·10^-5, lane 0's own 400·400 / 10^10 = 1.6·10^-5 and z_2 = 3.21, so m_0 = √(3.21²·1.6·10^-5 +
+9·8.2·10^-5) = 0.03003 and lane 0 needs ⌈103.003⌉ = 104 rows (lane 1: ⌈1.0300 · 95⌉ = 98): ``drop_last=False``
+runs 104 steps (with 3σ for the lanes' own spread, 0.02969: 103).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
-from zephon.errors import DatasetError
+from zephon.errors import DatasetError, ShortRunWarning, warn
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.step_arithmetic import steps_in
 from zephon.plan.bundle import read_row_group
@@ -73,6 +78,8 @@ CALIBRATION_SCAN = 1 << 20
 MIN_STRATUM = 64
 #: The smallest margin (1 %), whatever the measured spread.
 MIN_MARGIN = 0.01
+#: The chance that a normal variable exceeds its mean by 3σ: what the margin allows for all lanes together.
+TAIL = 0.0013499
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -255,6 +262,13 @@ def whole_steps(lane_tokens: np.ndarray, max_length: int, *, global_batch: int, 
     return steps_in(len(lane_tokens) * rows, global_batch, drop_last=drop_last)
 
 
+def lanes_quantile(lanes: int) -> float:
+    """How many standard deviations of a lane's own spread the margin covers with ``lanes`` lanes: the quantile
+    that every one of them stays under with the probability one lane stays under 3σ (``Φ⁻¹(1 − 0.00135 / L)``,
+    a union bound): 3.0 for 1 lane, 3.58 for 8, 4.41 for 256, 4.70 for 1,024."""
+    return NormalDist().inv_cdf(1 - TAIL / max(1, lanes))
+
+
 def estimated_steps(
     lanes: LaneUnits,
     measured: Ratios,
@@ -278,11 +292,26 @@ def estimated_steps(
     pooled = [d for d, m in enumerate(strata) if m is measured.pooled]
     groups = [[d] for d, m in enumerate(strata) if m is not measured.pooled] + ([pooled] if pooled else [])
     calibration = sum((by_dataset[:, g].sum(axis=1) ** 2 * strata[g[0]].error for g in groups), np.zeros(len(tokens)))
-    relative = np.divide(own + calibration, tokens**2, out=np.zeros_like(tokens), where=tokens > 0)
-    margin = np.maximum(MIN_MARGIN, 3 * np.sqrt(relative))
     num_lanes = len(lanes.units)
+    spread = lanes_quantile(num_lanes) ** 2 * own + 9 * calibration  # the calibration's error is every lane's
+    relative = np.divide(spread, tokens**2, out=np.zeros_like(tokens), where=tokens > 0)
+    margin = np.maximum(MIN_MARGIN, np.sqrt(relative))
     if drop_last:  # sequences j < L·R are full rows (row j // L of lane j % L)
         rows = int(np.floor(np.maximum(0.0, 1 - margin) * tokens / max_length).min())
     else:
         rows = int(np.ceil((1 + margin) * tokens / max_length).max())  # every lane used up within R rows
     return steps_in(num_lanes * rows, global_batch, drop_last=drop_last)  # R rows of L lanes: L·R sequences
+
+
+def warn_cut(left: dict[int, int], steps: int) -> None:
+    """One ``ShortRunWarning`` for the lanes of a rank (lane → tokens buffered) that still hold tokens after the run's
+    last step; nothing when none does."""
+    cut = sorted(lane for lane, tokens in left.items() if tokens > 0)
+    if cut:
+        shown = ", ".join(map(str, cut[:8])) + (", …" if len(cut) > 8 else "")
+        warn(
+            f"an estimated run must end on its data, got {sum(left[k] for k in cut):,} tokens left in {len(cut)} "
+            f"packing lane(s) ({shown}) after its {steps} steps, not trained on (stats().lanes_cut) — plan with "
+            "exact_tokens=True for a run that ends exactly on its data",
+            ShortRunWarning,
+        )

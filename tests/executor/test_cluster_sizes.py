@@ -236,7 +236,7 @@ def test_the_run_length_docstring_example() -> None:
     measured = run_length.Ratios.single(
         run_length.TokensPerUnit(ratio=1.0, residual=20.0, documents=512, units=50_000.0)
     )
-    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 103
+    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 104
     # drop_last: min over lanes of floor((1 - m) T / W) rows = floor(0.970 · 95) = 92.
     assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=True) == 92
 
