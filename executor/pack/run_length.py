@@ -7,29 +7,34 @@ different steps (and a collective per step to agree is what a data loader must n
 computed from what every rank can read alike:
 
 * ``U_ℓd``, the planned units of lane ``ℓ`` from dataset ``d`` (``zephon.planner.lane_dealing``: estimated
-  tokens, or a shard's bytes per row), and ``n_ℓd`` its documents — one pass over four columns of samples.parquet;
+  tokens, or a shard's bytes per row), ``Q_ℓd`` the sum of its documents' units squared — one pass over four
+  columns of samples.parquet;
 * ``r_d``, tokens per unit, measured by tokenizing the plan's first documents (of the shards a run opens first:
   ``(shuffle window + 1) × datasets``) until they number ``CALIBRATION`` and hold ``CALIBRATION_UNITS`` units, or
   hold ``CALIBRATION_MAX_UNITS`` — the same documents on every rank, so the same numbers (a bounded overhead: at
   most about ``CALIBRATION_MAX_UNITS`` tokens per rank beyond its own lanes', whatever the plan's size) — and
-  ``σ_d``, the spread of a document's real tokens about ``r_d·units`` (small when the plan has per-document token
-  estimates, large when it only knows a shard's bytes per row). A dataset with fewer than ``MIN_STRATUM``
-  calibration documents takes the pooled ratio and spread of all of them. Measured per dataset because the first
-  shards' mix is not the plan's (long documents are few documents), and one pooled ratio carries that mix;
-* the margin of lane ``ℓ``: ``z_L`` standard deviations of its own documents' spread about ``T_ℓ = Σ_d
-  r_d·U_ℓd`` and three of the calibration's error, ``m_ℓ = max(MIN_MARGIN, √(z_L²·Σ_d n_ℓd·σ_d² + 9·Σ_s (Σ_{d∈s}
-  r_d·U_ℓd)²·K_s·σ_s² / (r_s·U_Ks)²) / T_ℓ)``, where ``s`` runs over the ratios measured (one a dataset, and
-  the pooled one shared by the datasets that took it; ``K_s`` documents of ``U_Ks`` units). The calibration's
-  error moves every lane alike, so 3σ covers it once; the lanes' own spreads are ``L`` chances to fall outside,
-  so ``z_L = Φ⁻¹(1 − 0.00135 / L)`` (``lanes_quantile``): all ``L`` lanes stay under it as often as one lane
-  stays under 3σ. With 3σ each, one lane of 256 fell outside on real text (a 96 M-token mixture at ``G = 256``).
+  ``s_d``, the spread of a document's real tokens about ``r_d·units`` relative to that estimate (small when the
+  plan has per-document token estimates, large when it only knows a shard's bytes per row). A document's spread
+  is taken to grow with its size: a lane holding one file of 10^5 tokens may be off by a fifth of it, which a
+  spread averaged over mostly short documents missed (a lane cut at 64 lanes on real text). A dataset with fewer
+  than ``MIN_STRATUM`` calibration documents takes the pooled ratio and spread of all of them. Measured per
+  dataset because the first shards' mix is not the plan's (long documents are few documents), and one pooled
+  ratio carries that mix;
+* the margin of lane ``ℓ``: ``z_L`` standard deviations of its own documents' spread about ``T_ℓ = Σ_d r_d·U_ℓd``
+  and three of the calibration's error, ``m_ℓ = max(MIN_MARGIN, √(z_L²·Σ_d s_d²·r_d²·Q_ℓd + 9·Σ_s (Σ_{d∈s}
+  r_d·U_ℓd)²·K_s·σ_s² / (r_s·U_Ks)²) / T_ℓ)``, where ``s`` runs over the ratios measured (one a dataset, and the
+  pooled one shared by the datasets that took it; ``K_s`` documents of ``U_Ks`` units and RMS spread ``σ_s``).
+  The calibration's error moves every lane alike, so 3σ covers it once; the lanes' own spreads are ``L``
+  chances to fall outside, so ``z_L = Φ⁻¹(1 − 0.00135 / L)`` (``lanes_quantile``): all ``L`` lanes stay under it
+  as often as one lane stays under 3σ. With 3σ each, one lane of 256 fell outside on real text (a 96 M-token
+  mixture at ``G = 256``).
 
 Why the units: the calibration term is the ratio's own error and does not shrink with the plan, so on a long run
 it is the margin. On real text (code files of 10^5 tokens among short documents; twenty-seventh session) 2,048
 documents held 155 K tokens and measured the ratio to ±7 % (3σ: 21 %): a 96 M-token mixture ran 7,246 steps where
-its longest lane held 5,947 rows. On 2^23 units, ratios by dataset: ±1.4 %, 6,182 steps.
+its longest lane held 5,947 rows. On 2^23 units, ratios by dataset: ±1.4 %, 6,219 steps.
 
-Then, with ``T_ℓ = r·U_ℓ``, rows of ``W`` tokens, ``L`` lanes and a global batch of ``G`` (sequence ``j`` is row
+Then, with rows of ``W`` tokens, ``L`` lanes and a global batch of ``G`` (sequence ``j`` is row
 ``j // L`` of lane ``j % L``; with the default ``L = G`` a step is one row of every lane):
 
 * ``drop_last=False`` (the default, no data lost): ``steps = ⌈L·R / G⌉`` with ``R = max_ℓ ⌈(1 + m_ℓ)·T_ℓ / W⌉``
@@ -46,11 +51,11 @@ Every rank yields exactly ``steps`` steps. The bound is a measured estimate, not
 tokens fall outside it gives a short row before the end (``drop_last=True``) or keeps tokens past the end
 (``drop_last=False``); either is counted in ``RunStats.short_rows`` / ``lanes_cut``, never silent.
 
-Example, one dataset: 2 lanes (G = 2) of 400 and 360 documents with 100 000 and 95 000 estimated tokens (r·U),
-W = 1 000, σ = 20 tokens, K = 512 calibration documents of 50 000 tokens: the calibration term is 512·400 /
-(5·10^4)² = 8.2·10^-5, lane 0's own 400·400 / 10^10 = 1.6·10^-5 and z_2 = 3.21, so m_0 = √(3.21²·1.6·10^-5 +
-9·8.2·10^-5) = 0.03003 and lane 0 needs ⌈103.003⌉ = 104 rows (lane 1: ⌈1.0300 · 95⌉ = 98): ``drop_last=False``
-runs 104 steps (with 3σ for the lanes' own spread, 0.02969: 103).
+Example, one dataset: 2 lanes (G = 2) of 400 and 380 documents of 250 estimated tokens (r·U = 100 000 and 95 000;
+Q = 2.5·10^7 and 2.375·10^7), W = 1 000; the calibration's K = 512 documents of 50 000 units gave σ = 20 tokens,
+s = 0.2048: its term is 512·400 / (5·10^4)² = 8.2·10^-5, lane 0's own 0.2048²·2.5·10^7 / 10^10 = 1.05·10^-4 and
+z_2 = 3.21, so m_0 = √(3.21²·1.05·10^-4 + 9·8.2·10^-5) = 0.0426 and lane 0 needs ⌈104.26⌉ = 105 rows (lane 1:
+⌈1.0433 · 95⌉ = 100): ``drop_last=False`` runs 105 steps; ``drop_last=True`` 90 (⌊0.9567 · 95⌋).
 """
 
 from __future__ import annotations
@@ -80,16 +85,20 @@ MIN_STRATUM = 64
 MIN_MARGIN = 0.01
 #: The chance that a normal variable exceeds its mean by 3σ: what the margin allows for all lanes together.
 TAIL = 0.0013499
+#: The share of a run's row slots expected to be padding past which ``warn_padding`` says so.
+PADDING_WARNING = 0.25
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TokensPerUnit:
-    """What the calibration measured on some documents: ``ratio`` (r), the spread ``residual`` (σ, tokens) of a
-    document's real tokens about ``ratio × units``, and the ``documents`` (K) and ``units`` (U_K) it measured them
-    on."""
+    """What the calibration measured on some documents: ``ratio`` (r); ``residual`` (σ, tokens), the root mean
+    square of a document's real tokens about ``r × units``; ``relative`` (s), that spread relative to each
+    document's estimate, ``√(Σ (real − r·u)² / Σ (r·u)²)`` — a document's spread is taken to scale with its size;
+    and the ``documents`` (K) and ``units`` (U_K) it measured them on."""
 
     ratio: float
     residual: float
+    relative: float
     documents: int
     units: float
 
@@ -98,10 +107,12 @@ class TokensPerUnit:
         """From each calibration document's real tokens and planned units."""
         real, units = real.astype(np.float64), units.astype(np.float64)
         if not len(real) or not units.sum():
-            return cls(ratio=0.0, residual=0.0, documents=0, units=0.0)
+            return cls(ratio=0.0, residual=0.0, relative=0.0, documents=0, units=0.0)
         ratio = float(real.sum()) / float(units.sum())
-        residual = float(np.sqrt(np.mean((real - ratio * units) ** 2)))
-        return cls(ratio=ratio, residual=residual, documents=len(real), units=float(units.sum()))
+        squares = float(np.sum((real - ratio * units) ** 2))
+        relative = float(np.sqrt(squares / np.sum((ratio * units) ** 2))) if ratio > 0 else 0.0
+        residual = float(np.sqrt(squares / len(real)))
+        return cls(ratio=ratio, residual=residual, relative=relative, documents=len(real), units=float(units.sum()))
 
     @property
     def error(self) -> float:
@@ -151,11 +162,13 @@ def nothing_to_measure(documents: int, field: str) -> DatasetError:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LaneUnits:
-    """Per lane ``ℓ`` and dataset ``d`` (arrays of shape ``(lanes, datasets)``): planned units and documents of an
-    estimated plan run with ``len(units)`` lanes."""
+    """Per lane ``ℓ`` and dataset ``d`` (arrays of shape ``(lanes, datasets)``) of an estimated plan run with
+    ``len(units)`` lanes: planned ``units``, ``documents``, and ``squares``, the sum of each document's units squared
+    (what the lane's own spread grows with)."""
 
     units: np.ndarray
     documents: np.ndarray
+    squares: np.ndarray
 
 
 def document_units(plan: PlanBundle) -> np.ndarray:
@@ -170,6 +183,7 @@ def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
     ``dataset_id``."""
     datasets = max(1, len(plan.dataset_names))
     units = np.zeros(lanes * datasets, dtype=np.float64)
+    squares = np.zeros(lanes * datasets, dtype=np.float64)
     documents = np.zeros(lanes * datasets, dtype=np.int64)
     per_shard = document_units(plan)
     columns = [deal_column(plan.manifest.format_version), "tokens", "shard_id", "dataset_id"]
@@ -184,8 +198,10 @@ def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
             else:
                 size = per_shard[table.column(2).to_numpy()]
             units += np.bincount(cell, weights=size, minlength=lanes * datasets)
+            squares += np.bincount(cell, weights=size.astype(np.float64) ** 2, minlength=lanes * datasets)
             documents += np.bincount(cell, minlength=lanes * datasets)
-    return LaneUnits(units=units.reshape(lanes, datasets), documents=documents.reshape(lanes, datasets))
+    shape = (lanes, datasets)
+    return LaneUnits(units=units.reshape(shape), documents=documents.reshape(shape), squares=squares.reshape(shape))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -279,7 +295,8 @@ def estimated_steps(
     known: np.ndarray | None = None,
 ) -> int:
     """Global steps of the run (see the module docstring); ``known``: each lane's real tokens, when the
-    calibration read the whole plan (``whole_steps``)."""
+    calibration read the whole plan (``whole_steps``). Without ``drop_last``, a run expected to be mostly margin
+    is warned of (``warn_padding``)."""
     if known is not None:
         return whole_steps(known, max_length, global_batch=global_batch, drop_last=drop_last)
     if not len(lanes.units) or measured.pooled.ratio <= 0:
@@ -287,7 +304,7 @@ def estimated_steps(
     strata = measured.by_dataset
     by_dataset = lanes.units * np.array([m.ratio for m in strata])  # T_ℓd
     tokens = by_dataset.sum(axis=1)
-    own = lanes.documents @ np.array([m.residual**2 for m in strata])
+    own = lanes.squares @ np.array([(m.relative * m.ratio) ** 2 for m in strata])  # Σ_d s_d²·r_d²·Σ u²
     # a ratio's error moves every dataset that uses it alike: the pooled ones' tokens add up before squaring
     pooled = [d for d, m in enumerate(strata) if m is measured.pooled]
     groups = [[d] for d, m in enumerate(strata) if m is not measured.pooled] + ([pooled] if pooled else [])
@@ -300,7 +317,10 @@ def estimated_steps(
         rows = int(np.floor(np.maximum(0.0, 1 - margin) * tokens / max_length).min())
     else:
         rows = int(np.ceil((1 + margin) * tokens / max_length).max())  # every lane used up within R rows
-    return steps_in(num_lanes * rows, global_batch, drop_last=drop_last)  # R rows of L lanes: L·R sequences
+    steps = steps_in(num_lanes * rows, global_batch, drop_last=drop_last)  # R rows of L lanes: L·R sequences
+    if not drop_last:
+        warn_padding(float(tokens.sum()), steps, max_length, global_batch=global_batch, lanes=num_lanes)
+    return steps
 
 
 def warn_cut(left: dict[int, int], steps: int) -> None:
@@ -314,4 +334,18 @@ def warn_cut(left: dict[int, int], steps: int) -> None:
             f"packing lane(s) ({shown}) after its {steps} steps, not trained on (stats().lanes_cut) — plan with "
             "exact_tokens=True for a run that ends exactly on its data",
             ShortRunWarning,
+        )
+
+
+def warn_padding(tokens: float, steps: int, max_length: int, *, global_batch: int, lanes: int) -> None:
+    """A ``ZephonWarning`` when more than ``PADDING_WARNING`` of the run's row slots are expected to be padding
+    (``tokens``: all lanes' estimated tokens): a plan small for its global batch, few rows a lane, whose lanes'
+    tokens the margin must cover one by one."""
+    padding = 1 - tokens / (steps * global_batch * max_length) if steps else 0.0
+    if padding > PADDING_WARNING:
+        warn(
+            f"an estimated run's rows should be mostly data, got {padding:.0%} expected padding: {steps} steps for "
+            f"about {tokens / (global_batch * max_length):,.0f} steps of tokens ({lanes} lanes of "
+            f"{tokens / lanes / max_length:,.0f} rows on average, each known only within its margin) — plan with "
+            "exact_tokens=True for a run that ends on its data, or use a smaller global batch"
         )

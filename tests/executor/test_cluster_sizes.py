@@ -232,13 +232,17 @@ def test_a_plan_with_fixed_lanes_names_the_replan_in_python_and_config_terms(tmp
 
 
 def test_the_run_length_docstring_example() -> None:
-    lanes = run_length.LaneUnits(units=np.array([[100_000.0], [95_000.0]]), documents=np.array([[400], [360]]))
-    measured = run_length.Ratios.single(
-        run_length.TokensPerUnit(ratio=1.0, residual=20.0, documents=512, units=50_000.0)
+    lanes = run_length.LaneUnits(
+        units=np.array([[100_000.0], [95_000.0]]),
+        documents=np.array([[400], [380]]),
+        squares=np.array([[2.5e7], [2.375e7]]),
     )
-    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 104
-    # drop_last: min over lanes of floor((1 - m) T / W) rows = floor(0.970 · 95) = 92.
-    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=True) == 92
+    measured = run_length.Ratios.single(
+        run_length.TokensPerUnit(ratio=1.0, residual=20.0, relative=0.2048, documents=512, units=50_000.0)
+    )
+    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=False) == 105
+    # drop_last: min over lanes of floor((1 - m) T / W) rows = floor(0.9567 · 95) = 90.
+    assert run_length.estimated_steps(lanes, measured, 1000, global_batch=2, drop_last=True) == 90
 
 
 def test_dp_sizes_up_to_512_give_the_first_global_batches_of_one_rank(tmp_path, tokenizer_dir, monkeypatch) -> None:

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from support.demo_plans import texts_plan
 
-from zephon import Pipeline, ShortRunWarning
+from zephon import Pipeline, ShortRunWarning, ZephonWarning
 from zephon.executor.pack import run_length
 from zephon.executor.plan_reader import PlanBundle
 
@@ -89,8 +89,11 @@ def test_each_dataset_is_measured_on_its_own_documents() -> None:
     units, datasets = np.full(1000, 10.0), np.repeat([0, 1], [900, 100])
     ratios = run_length.Ratios.measure(real, units, datasets, 2)
     assert [round(m.ratio, 6) for m in ratios.by_dataset] == [1.0, 2.0] and ratios.pooled.ratio == pytest.approx(1.1)
-    lanes = run_length.LaneUnits(units=np.full((2, 2), 5000.0), documents=np.full((2, 2), 500))
-    # T = 5,000 + 10,000; own 1,000 and calibration 277.8 + 2,500 tokens²: 3·√(3,777.8) / 15,000 = 1.23 %
+    lanes = run_length.LaneUnits(
+        units=np.full((2, 2), 5000.0), documents=np.full((2, 2), 500), squares=np.full((2, 2), 50_000.0)
+    )
+    # T = 5,000 + 10,000; own s_d²·r_d²·Q: 0.01·1·50,000 + 0.0025·4·50,000 = 1,000 tokens², calibration 277.8 + 2,500:
+    # √(z_2² · 1,000 + 9 · 2,777.8) / 15,000 = 1.25 % (z_2 = 3.21), so ⌈1.0125 · 150⌉ = 152 rows
     assert run_length.estimated_steps(lanes, ratios, 100, global_batch=2, drop_last=False) == 152
     pooled = run_length.Ratios.single(ratios.pooled, 2)
     assert run_length.estimated_steps(lanes, pooled, 100, global_batch=2, drop_last=False) == 115  # < 150: cut
@@ -115,3 +118,24 @@ def test_a_run_that_ends_before_its_data_says_so(tmp_path, tokenizer_dir, monkey
     with pytest.warns(ShortRunWarning, match=message):
         handed = sum(1 for _ in pipe)
     assert handed == pipe.num_steps() and pipe.stats().lanes_cut == 4
+
+
+def test_a_run_expected_to_be_mostly_margin_says_so(tmp_path, tokenizer_dir, monkeypatch) -> None:
+    """Documents of 1 and 60 words in turn, whose shard knows only their mean size, 50 a lane: each lane's tokens
+    are known to about ±10 %, the margin covers all 4 at once, and a third of the rows are expected padding —
+    one ``ZephonWarning`` before the first batch, naming the fix."""
+    monkeypatch.setattr(run_length, "CALIBRATION", 100)
+    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
+    plan = texts_plan(tmp_path / "web", ["word " * (1 if i % 2 else 60) for i in range(200)], tmp_path / "plan")
+    pipe = (
+        Pipeline.from_plan(plan)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=4)
+    )
+    message = r"an estimated run's rows should be mostly data, got 3\d% expected padding: \d+ steps for about 51 steps"
+    with pytest.warns(ZephonWarning, match=message + r".* — plan with exact_tokens=True"):
+        steps = pipe.num_steps()
+    lengths = np.stack([batch.lengths for batch in pipe])
+    assert len(lengths) == steps and pipe.stats().lanes_cut == 0
+    assert (lengths == 0).mean() > 0.25  # the padding it announced
