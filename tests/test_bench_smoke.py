@@ -85,3 +85,21 @@ def test_benchmark_workers_see_the_same_tokens(cl100k_dir: Path, tmp_path: Path)
     assert by_thread.get("MainThread", 0) > 0 and abs(sum(by_thread.values()) - timed["cpu"]) <= 0.1 + timed["cpu"] / 5
     system = timed["threads_system"]  # the kernel's part of each thread's CPU: never more than all of it
     assert set(system) <= set(by_thread) and all(system[k] <= by_thread[k] + 0.01 for k in system)
+
+
+def test_the_run_length_benchmark_measures_a_plan(cl100k_dir: Path, tmp_path: Path, capsys) -> None:
+    """``bench_run_length.py`` on the demo corpus: the longest lane's rows, the rule's steps and the previous
+    rule's, for each lane count; the estimate never ends before the data there."""
+    import bench_executor as bench
+    import bench_run_length
+
+    from zephon.specs import PackSpec
+
+    corpus = bench._corpus(tmp_path, 1)
+    plan = tmp_path / "plan"
+    bench._work_source(str(corpus), "samples", 1).plan(
+        plan, tokenize=TokenizeSpec(tokenizer_id=str(cl100k_dir)), pack=PackSpec(max_length=bench.MAX_LENGTH)
+    )
+    bench_run_length.measure(plan, str(cl100k_dir), [4, 16])
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip().startswith("L =")]
+    assert len(lines) == 2 and all("cut 0)" in line.split("prev")[0] for line in lines), lines
