@@ -398,6 +398,22 @@ def _installed_engines() -> list[str]:
 RAW_ENGINES = _installed_engines()
 
 
+def local_setup(tokenizer: str, root: Path, *, tokens_per_copy: int, documents_per_copy: int) -> tuple[Path, dict]:
+    """One copy of the local corpus and its plans under ``root`` (reused when there), the shard cache under it too:
+    the tokenizer's directory and the plans by ``(mode, 1)`` (``bench_hotpath.py``, ``bench_run_length.py``)."""
+    os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
+    setup = argparse.Namespace(
+        tokenizer=tokenizer,
+        text="local",
+        copies=1,
+        big=1,
+        tokens_per_copy=tokens_per_copy,
+        documents_per_copy=documents_per_copy,
+    )
+    directory, _, plans = _setup(setup, root)
+    return directory, plans
+
+
 def _setup(args: argparse.Namespace, root: Path) -> tuple[Path, dict[int, Path], dict[tuple[str, int], Path]]:
     """The tokenizer (checked against tiktoken), the corpora and their plans."""
     sys.path.insert(0, str(HERE))

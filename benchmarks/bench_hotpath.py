@@ -138,16 +138,9 @@ def main() -> None:
     import bench_executor
 
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-hotpath-"))
-    os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
-    setup = argparse.Namespace(
-        tokenizer=args.tokenizer,
-        text="local",
-        copies=1,
-        big=1,
-        tokens_per_copy=args.tokens_per_copy,
-        documents_per_copy=args.documents_per_copy,
+    tokenizer, plans = bench_executor.local_setup(
+        args.tokenizer, root, tokens_per_copy=args.tokens_per_copy, documents_per_copy=args.documents_per_copy
     )
-    tokenizer, _, plans = bench_executor._setup(setup, root)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{args.tokenizer}, {args.cores} cores, load average before: {load}")
     pythons = {"after": sys.executable, **({"before": args.before} if args.before else {})}

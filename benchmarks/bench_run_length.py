@@ -125,16 +125,9 @@ def main() -> None:
     import bench_executor
 
     root = Path(args.root) if args.root else Path(tempfile.mkdtemp(prefix="zephon-bench-run-length-"))
-    os.environ["ZEPHON_CACHE_DIR"] = str(root / "cache")
-    setup = argparse.Namespace(
-        tokenizer=args.tokenizer,
-        text="local",
-        copies=1,
-        big=1,
-        tokens_per_copy=args.tokens_per_copy,
-        documents_per_copy=args.documents_per_copy,
+    tokenizer, plans = bench_executor.local_setup(
+        args.tokenizer, root, tokens_per_copy=args.tokens_per_copy, documents_per_copy=args.documents_per_copy
     )
-    tokenizer, _, plans = bench_executor._setup(setup, root)
     print(f"{args.tokenizer}, max_length {MAX_LENGTH}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for mode in args.plans.split(","):
         measure(plans[(mode, 1)], str(tokenizer), [int(x) for x in args.lanes.split(",")])

@@ -18,17 +18,28 @@ from zephon.executor.plan_reader import PlanBundle
 MAX_LENGTH = 33
 
 
-def lane_lengths(plan: Path, tokenizer_dir: str, *, drop_last: bool) -> tuple[np.ndarray, Pipeline]:
-    """Each step's row lengths (one row a lane: G = 4 = the plan's lanes) and the pipeline that made them."""
-    pipe = (
+def pipeline(plan: Path, tokenizer_dir: str, *, drop_last: bool = False) -> Pipeline:
+    """One row a lane a step: G = 4 = the plan's lanes."""
+    return (
         Pipeline.from_plan(plan)
         .tokenize(tokenizer_id=tokenizer_dir)
         .pack_flat(max_length=MAX_LENGTH)
         .batch(microbatch_size=4, drop_last=drop_last)
     )
+
+
+def lane_lengths(plan: Path, tokenizer_dir: str, *, drop_last: bool) -> tuple[np.ndarray, Pipeline]:
+    """Each step's row lengths and the pipeline that made them."""
+    pipe = pipeline(plan, tokenizer_dir, drop_last=drop_last)
     lengths = np.stack([batch.lengths for batch in pipe])
     assert len(lengths) == pipe.num_steps()
     return lengths, pipe
+
+
+def calibrate_on_first(monkeypatch: pytest.MonkeyPatch, documents: int) -> None:
+    """The calibration measures the plan's first ``documents`` only, whatever units they hold."""
+    monkeypatch.setattr(run_length, "CALIBRATION", documents)
+    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +62,7 @@ def test_a_plan_the_calibration_reads_whole_ends_on_its_data(plan, tokenizer_dir
     monkeypatch.setattr(run_length, "CALIBRATION", 100)
     assert (lane_lengths(plan, tokenizer_dir, drop_last=False)[0] == lengths).all()
     # measured on fewer documents than the plan's (the calibration no longer whole): the margin, and its padding
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
+    calibrate_on_first(monkeypatch, 100)
     estimated, _ = lane_lengths(plan, tokenizer_dir, drop_last=False)
     assert len(estimated) > len(lengths) and (estimated[len(lengths) :] == 0).all()
     assert (estimated[: len(lengths)] == lengths).all()  # the same rows: only the end moved
@@ -105,16 +116,12 @@ def test_a_run_that_ends_before_its_data_says_so(tmp_path, tokenizer_dir, monkey
     """The end is a measured bound, not a proof: calibration documents unlike the rest (here the first 100 of a shard
     whose later documents are 100 times longer, a sample mixture's units being the shard's mean bytes per row) make
     it fall short. The lanes still holding tokens are counted and warned of, never silent."""
-    monkeypatch.setattr(run_length, "CALIBRATION", 100)
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
+    calibrate_on_first(monkeypatch, 100)
     plan = texts_plan(tmp_path / "web", ["short"] * 300 + ["word " * 100] * 300, tmp_path / "plan")
-    pipe = (
-        Pipeline.from_plan(plan)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=MAX_LENGTH)
-        .batch(microbatch_size=4)
+    pipe = pipeline(plan, tokenizer_dir)
+    message = (
+        r"an estimated run must end on its data, got [\d,]+ tokens left in 4 packing lane\(s\) \(0, 1, 2, 3\) after"
     )
-    message = r"an estimated run must end on its data, got [\d,]+ tokens left in 4 packing lane\(s\) \(0, 1, 2, 3\) after"
     with pytest.warns(ShortRunWarning, match=message):
         handed = sum(1 for _ in pipe)
     assert handed == pipe.num_steps() and pipe.stats().lanes_cut == 4
@@ -124,15 +131,9 @@ def test_a_run_expected_to_be_mostly_margin_says_so(tmp_path, tokenizer_dir, mon
     """Documents of 1 and 60 words in turn, whose shard knows only their mean size, 50 a lane: each lane's tokens
     are known to about ±10 %, the margin covers all 4 at once, and a third of the rows are expected padding —
     one ``ZephonWarning`` before the first batch, naming the fix."""
-    monkeypatch.setattr(run_length, "CALIBRATION", 100)
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
+    calibrate_on_first(monkeypatch, 100)
     plan = texts_plan(tmp_path / "web", ["word " * (1 if i % 2 else 60) for i in range(200)], tmp_path / "plan")
-    pipe = (
-        Pipeline.from_plan(plan)
-        .tokenize(tokenizer_id=tokenizer_dir)
-        .pack_flat(max_length=MAX_LENGTH)
-        .batch(microbatch_size=4)
-    )
+    pipe = pipeline(plan, tokenizer_dir)
     message = r"an estimated run's rows should be mostly data, got 3\d% expected padding: \d+ steps for about 51 steps"
     with pytest.warns(ZephonWarning, match=message + r".* — plan with exact_tokens=True"):
         steps = pipe.num_steps()
