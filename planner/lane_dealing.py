@@ -18,13 +18,17 @@ length estimate that costs nothing (the scan knows both) and tracks document len
 shards. The plan's stream of units is cut into chunks of ``QUANTUM`` units, dealt round-robin; a document
 goes to the lane of the chunk holding its middle unit: its deal is that chunk's index.
 
-Invariant: of the plan's first ``U`` units, each lane holds ``U / L ± (QUANTUM + one document)`` while every
-document is shorter than ``L × QUANTUM``. A longer one goes whole to the lane of its middle chunk while the other
-chunks it spans deal nothing, so each such document moves its lane ahead of the others by up to its size: the
-lanes drift apart as a random walk of the long documents' sizes. Measured (twenty-sixth session, docs/training.md,
-"Known length"): a 24 M-token mixture with code files of 10^5 tokens, L = 8, planned its lanes between 1,367
-and 1,597 rows of 2,048 tokens. Spreading them evenly at every ``L`` at once, the deal being one number for all
-``L``, is not done.
+Invariant: every lane gets the documents whose middles fall in its chunks, so of the plan's first ``U`` units each
+lane holds ``U / L`` plus a random walk — not a bound. At each chunk boundary a lane gains or loses up to half of
+the document that crosses it, and a document longer than ``QUANTUM`` goes whole to the lane of its middle chunk
+while the other chunks it spans deal nothing, moving that lane ahead of the others by up to its size; these steps
+do not cancel. Relative to a lane's units the walk shrinks as ``1/√(U / (L × QUANTUM))``: synthetic documents of
+1 to ``QUANTUM / 2`` units, 200,000 of them, ``L`` = 8: the lanes within 0.5 % of their mean (34 quanta of
+6,249); 1 to ``3 × QUANTUM``: 1.5 %. On real text with code files of 10^5 tokens (741 documents longer than
+``QUANTUM`` holding 35 % of a 24 M-token mixture's units) the lanes' planned units ranged 0.94-1.09 × their mean
+at ``L`` = 8, 0.76-1.53 × at ``L`` = 64, 0.58-2.61 × at ``L`` = 256 (twenty-seventh session): the longest lane
+sets the run's length (``executor/pack/run_length.py``), so the rest is padding. Dealing that balances the lanes
+of the run's own ``L`` — which the plan does not know, the deal being one number for every ``L`` — is not done.
 
 Example, L = 2, QUANTUM = 10, documents of 4, 4, 8, 3, 12 units: middles at 2, 6, 12, 17.5, 25 → deals
 0, 0, 1, 1, 2 → lanes 0, 0, 1, 1, 0 (with L = 3: lanes 0, 0, 1, 1, 2).
