@@ -53,7 +53,7 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
 
     from zephon import Pipeline
     from zephon.executor.encode.slices import encode_in_slices
-    from zephon.executor.pack import run_length
+    from zephon.executor.pack import calibration, run_length
     from zephon.executor.plan_reader import PlanBundle
     from zephon.plan.bundle import read_row_group
     from zephon.plan.format import deal_column
@@ -80,10 +80,10 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
     print(f"{plan.name}: {len(deal):,} documents, {real.sum():,} tokens (tokenized in {seconds:.1f} s)")
     capacity = access.reader.capacity
     datasets = len(bundle.dataset_names)
-    now = run_length.calibration_documents(bundle, max_shards=capacity)
-    before = run_length.calibration_documents(bundle, max_shards=capacity, units=0)
+    now = calibration.calibration_documents(bundle, max_shards=capacity)
+    before = calibration.calibration_documents(bundle, max_shards=capacity, units=0)
 
-    def tokens_of(calibration: run_length.Calibration) -> np.ndarray:
+    def tokens_of(calibration: calibration.Calibration) -> np.ndarray:
         return encode_in_slices(runner.encoder, access.calibration_texts(calibration.shard_id, calibration.row)).sizes
 
     now_real, before_real = tokens_of(now), tokens_of(before)
@@ -105,12 +105,12 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
             flush=True,
         )
     access.close()
-    for label, budget in (("now", run_length.CALIBRATION_UNITS), ("previous size", 0)):
-        run_length.CALIBRATION_UNITS = budget
+    for label, budget in (("now", calibration.CALIBRATION_UNITS), ("previous size", 0)):
+        calibration.CALIBRATION_UNITS = budget
         started = time.perf_counter()
         pipeline().batch(microbatch_size=8).num_steps()
         print(f"  num_steps() at L = 8, calibration {label}: {time.perf_counter() - started:.2f} s")
-    run_length.CALIBRATION_UNITS = 1 << 23
+    calibration.CALIBRATION_UNITS = 1 << 23
 
 
 def main() -> None:

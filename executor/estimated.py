@@ -574,5 +574,6 @@ class LaneBatches:
                 deal.fill()
             if deal.stats is not None:
                 deal.stats.lanes_cut += sum(lane.buffered > 0 for lane in deal.lanes.values())
+                deal.stats.tokens_cut += sum(lane.buffered for lane in deal.lanes.values())
             warn_cut({k: lane.buffered for k, lane in deal.lanes.items()}, self.num_steps or 0)
         deal.count_all_skipped()

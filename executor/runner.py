@@ -45,9 +45,10 @@ from zephon.executor.exact_chunks import exact_microbatches
 from zephon.executor.geometry import Geometry, packing_lanes
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.operators import expect_outputs, outputs_digest, resumed_length
+from zephon.executor.pack.calibration import calibration_documents
 from zephon.executor.pack.lanes import Lane, LaneStore, cursors_of
 from zephon.executor.pack.rows import PackedRows
-from zephon.executor.pack.run_length import Ratios, calibration_documents, estimated_steps, lane_units
+from zephon.executor.pack.run_length import Ratios, estimated_steps, lane_units
 from zephon.executor.plan_reader import PlanBundle
 from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
@@ -211,9 +212,9 @@ class RankRunner:
         return self._num_steps
 
     def _calibrate(self) -> tuple[Ratios, np.ndarray | None]:
-        """Tokens per planned unit over the plan's first documents (``run_length.CALIBRATION``): the same
+        """Tokens per planned unit over the plan's first documents (``zephon.executor.pack.calibration``): the same
         documents, so the same ratio, on every rank; and each lane's real tokens when those documents are the whole
-        plan (else None). Documents the skip policy leaves out are left out here.
+        plan (else None). Documents the skip policy or the operators leave out count as 0 tokens of their units.
         They are read through the run's own shard access, so the run decodes them once
         (``zephon.executor.shard_access``)."""
         access = self._shards()
@@ -233,9 +234,10 @@ class RankRunner:
         known = np.bincount(first.deal[kept] % lanes, real, lanes).astype(np.int64) if first.whole else None
         if self.spec.operators:  # what they made of these documents, as in the state's process? (outputs_digest)
             self.outputs = expect_outputs(self.outputs, outputs_digest(kept, real))
-        units, datasets = first.units[kept], first.dataset[kept]
-        ratios = Ratios.measure(real, units, datasets, len(self.plan.dataset_names), field=self.spec.tokenize.field)
-        return ratios, known
+        every = np.zeros(len(texts), np.int64)  # a document skipped or dropped trains on none of its planned units
+        every[kept] = real
+        names, field = self.plan.dataset_names, self.spec.tokenize.field
+        return Ratios.measure(every, first.units, first.dataset, len(names), field=field, kept=len(kept)), known
 
     def _shards(self) -> ShardAccess:
         """The run's shard reader and remote access, opened on first use (see ``close``)."""

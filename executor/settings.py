@@ -206,6 +206,8 @@ class RunStats:
     #: Estimated plans, ``drop_last=False``: this rank's lanes still holding tokens at ``num_steps()`` (the
     #: estimate fell short and those tokens were not handed out; 0 when it holds).
     lanes_cut: int = 0
+    #: The tokens those lanes still held.
+    tokens_cut: int = 0
 
     def skip(self, ref: ShardRef, row: int, reason: str) -> None:
         """Count one skipped document (the ``on_skip`` callback of ``ShardReader``)."""

@@ -113,6 +113,7 @@ def merge_stats(parts: list[RunStats]) -> RunStats:
         out.spot_check_seconds += part.spot_check_seconds
         out.short_rows += part.short_rows
         out.lanes_cut += part.lanes_cut
+        out.tokens_cut += part.tokens_cut
     return out
 
 

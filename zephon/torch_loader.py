@@ -65,6 +65,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from zephon.errors import ZephonError
 from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
+from zephon.executor.pack import run_length
+from zephon.executor.pack.run_length import warn_short_run
 from zephon.executor.read.ahead import read_ahead_enabled
 from zephon.executor.read.shared_groups import SharedRowGroups, make_share_directory, remove_share_directory
 from zephon.executor.records.runner import RecordRunner
@@ -116,6 +118,7 @@ class PieceDataset(IterableDataset):
         worker = (info.id, info.num_workers) if info is not None else (0, 1)
         if info is not None:
             share_cores(info.num_workers)  # the workers share the cores: one thread each on a core each
+            run_length.LOADER_WARNS = True  # lanes cut: the loader warns once, of every worker's (this process's own)
         self.pipeline._pending_state = self.state if self._iterations == 0 else None
         self._iterations += 1
         self.pipeline._stats = RunStats()  # each iteration counts afresh, as iterating a pipeline does
@@ -283,6 +286,8 @@ class PipelineLoader:
             ended = True
         finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
             handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
+            if ended and o.num_workers and (merged := handed.stats.stats()).lanes_cut:  # once here, for every worker
+                warn_short_run(merged.tokens_cut, merged.lanes_cut, self.num_steps())
             handed.close()
             if not ended and o.num_workers and not o.persistent_workers:
                 # Stopped by an error or a break: the workers stop now. Left to the DataLoader's iterator, they

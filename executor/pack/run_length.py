@@ -9,17 +9,17 @@ computed from what every rank can read alike:
 * ``U_ℓd``, the planned units of lane ``ℓ`` from dataset ``d`` (``zephon.planner.lane_dealing``: estimated
   tokens, or a shard's bytes per row), ``Q_ℓd`` the sum of its documents' units squared — one pass over four
   columns of samples.parquet;
-* ``r_d``, tokens per unit, measured by tokenizing the plan's first documents (of the shards a run opens first:
-  ``(shuffle window + 1) × datasets``) until they number ``CALIBRATION`` and hold ``CALIBRATION_UNITS`` units, or
-  hold ``CALIBRATION_MAX_UNITS`` — the same documents on every rank, so the same numbers (a bounded overhead: at
-  most about ``CALIBRATION_MAX_UNITS`` tokens per rank beyond its own lanes', whatever the plan's size) — and
-  ``s_d``, the spread of a document's real tokens about ``r_d·units`` relative to that estimate (small when the
-  plan has per-document token estimates, large when it only knows a shard's bytes per row). A document's spread
-  is taken to grow with its size: a lane holding one file of 10^5 tokens may be off by a fifth of it, which a
-  spread averaged over mostly short documents missed (a lane cut at 64 lanes on real text). A dataset with fewer
-  than ``MIN_STRATUM`` calibration documents takes the pooled ratio and spread of all of them. Measured per
-  dataset because the first shards' mix is not the plan's (long documents are few documents), and one pooled
-  ratio carries that mix;
+* ``r_d``, tokens per unit, measured by tokenizing the calibration's documents
+  (``zephon.executor.pack.calibration``: the plan's first 2^23 planned units or more, of the shards a run opens
+  first, and the first documents of any dataset those hold few of) — the same documents on every rank, so the same
+  numbers (a bounded overhead: at most about 2^25 tokens per rank beyond its own lanes', whatever the plan's size) —
+  and ``s_d``, the spread of a document's real tokens about ``r_d·units`` relative to that estimate (small when the
+  plan has per-document token estimates, large when it only knows a shard's bytes per row). A document's spread is
+  taken to grow with its size: a lane holding one file of 10^5 tokens may be off by a fifth of it, which a spread
+  averaged over mostly short documents missed (a lane cut at 64 lanes on real text). A dataset with fewer than
+  ``MIN_STRATUM`` calibration documents (one the plan holds fewer of) takes the pooled ratio and spread of all of
+  them. Measured per dataset because the first shards' mix is not the plan's (long documents are few documents), and
+  one pooled ratio carries that mix;
 * the margin of lane ``ℓ``: ``z_L`` standard deviations of its own documents' spread about ``T_ℓ = Σ_d r_d·U_ℓd``
   and three of the calibration's error, ``m_ℓ = max(MIN_MARGIN, √(z_L²·Σ_d s_d²·r_d²·Q_ℓd + 9·Σ_s (Σ_{d∈s}
   r_d·U_ℓd)²·K_s·σ_s² / (r_s·U_Ks)²) / T_ℓ)``, where ``s`` runs over the ratios measured (one a dataset, and the
@@ -44,7 +44,7 @@ Then, with rows of ``W`` tokens, ``L`` lanes and a global batch of ``G`` (sequen
   still fills its rows.
 
 When the calibration's documents are every document of the plan (``Calibration.whole``: a plan of at most
-``CALIBRATION`` documents, or of fewer than ``CALIBRATION_UNITS`` units, in the shards a run opens first), each
+2,048 documents, or of fewer than 2^23 units, all in the shards a run opens first), each
 lane's real tokens are known and the end is exact, with no margin (``whole_steps``).
 
 Every rank yields exactly ``steps`` steps. The bound is a measured estimate, not a proof: a lane whose real
@@ -71,22 +71,18 @@ from zephon.executor.step_arithmetic import steps_in
 from zephon.plan.bundle import read_row_group
 from zephon.plan.format import deal_column
 
-#: Documents at the start of the plan that every rank tokenizes, at least, to measure tokens per unit...
-CALIBRATION = 2048
-#: ... and planned units (about tokens) they hold at least, when the shards a run opens first hold them;
-CALIBRATION_UNITS = 1 << 23
-#: or this many units, however few documents hold them (2,048 books of 10^5 tokens would be 2·10^8 tokens a rank).
-CALIBRATION_MAX_UNITS = 1 << 25
-#: Rows of the plan looked at for the calibration's documents, at most.
-CALIBRATION_SCAN = 1 << 20
-#: Calibration documents a dataset needs for a ratio of its own (fewer: the pooled ratio).
+#: Calibration documents a dataset needs for a ratio of its own (fewer: the pooled ratio; ``calibration``).
 MIN_STRATUM = 64
 #: The smallest margin (1 %), whatever the measured spread.
 MIN_MARGIN = 0.01
 #: The chance that a normal variable exceeds its mean by 3σ: what the margin allows for all lanes together.
 TAIL = 0.0013499
-#: The share of a run's row slots expected to be padding past which ``warn_padding`` says so.
+#: The share of a run's row slots expected to be padding past which ``warn_padding`` says so...
 PADDING_WARNING = 0.25
+#: ... and of its tokens expected left out with ``drop_last`` (which, on an exact plan, leaves out one step at most).
+DROPPED_WARNING = 0.10
+#: Set in a ``Pipeline.dataloader()`` worker process: its loader warns of the lanes cut, once for every worker.
+LOADER_WARNS = False
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -130,12 +126,21 @@ class Ratios:
 
     @classmethod
     def measure(
-        cls, real: np.ndarray, units: np.ndarray, datasets: np.ndarray, num_datasets: int, *, field: str = "text"
+        cls,
+        real: np.ndarray,
+        units: np.ndarray,
+        datasets: np.ndarray,
+        num_datasets: int,
+        *,
+        field: str = "text",
+        kept: int | None = None,
     ) -> Ratios:
-        """From each calibration document's real tokens, planned units and dataset id; documents that all
-        tokenized to nothing are refused (``nothing_to_measure``, naming the text ``field``)."""
-        if len(real) and not real.any():
-            raise nothing_to_measure(len(real), field)
+        """From each calibration document's real tokens (0 for one the run leaves out), planned units and dataset
+        id; ``kept`` documents (default: all) that all tokenized to nothing are refused (``nothing_to_measure``,
+        naming the text ``field``)."""
+        kept = len(real) if kept is None else kept
+        if kept and not real.any():
+            raise nothing_to_measure(kept, field)
         pooled = TokensPerUnit.measure(real, units)
         counts = np.bincount(datasets, minlength=num_datasets) if len(datasets) else np.zeros(num_datasets, np.int64)
         own = [
@@ -204,68 +209,6 @@ def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
     return LaneUnits(units=units.reshape(shape), documents=documents.reshape(shape), squares=squares.reshape(shape))
 
 
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Calibration:
-    """The plan's first documents: where they live (``shard_id``, ``row``), their ``dataset``, planned ``units`` and
-    ``deal``; ``whole``: they are every document of the plan (none left out), so the calibration knows each lane's
-    tokens."""
-
-    shard_id: np.ndarray
-    row: np.ndarray
-    dataset: np.ndarray
-    units: np.ndarray
-    deal: np.ndarray
-    whole: bool = False
-
-
-def calibration_documents(
-    plan: PlanBundle, count: int | None = None, *, max_shards: int, units: int | None = None
-) -> Calibration:
-    """The plan's first documents of its first ``max_shards`` distinct shards (the shards a run opens first, so a
-    bounded shard cache holds them and the run reads them again from it, never downloading a shard twice): the
-    shortest such prefix with at least ``count`` documents (``CALIBRATION``) and ``units`` planned units
-    (``CALIBRATION_UNITS``), or with ``CALIBRATION_MAX_UNITS`` units, among the plan's first ``CALIBRATION_SCAN``
-    rows — or all of them. Which documents
-    they are depends on the plan alone, never on its row groups. ``whole``: they are every document of the plan."""
-    count = CALIBRATION if count is None else count
-    budget = CALIBRATION_UNITS if units is None else units
-    per_shard = document_units(plan)
-    parts: list[tuple[np.ndarray, ...]] = []
-    seen, opened, kept, kept_units = 0, np.zeros(0, np.int64), 0, 0
-    deal = deal_column(plan.manifest.format_version)
-    for file in plan.checked.samples:
-        reader = file.open()
-        for g in range(reader.metadata.num_row_groups):
-            enough = (kept >= count and kept_units >= budget) or kept_units >= CALIBRATION_MAX_UNITS
-            if seen >= CALIBRATION_SCAN or enough:
-                break
-            columns = ["shard_id", "row", "dataset_id", "tokens", deal]
-            table = read_row_group(reader, file.path, g, columns).slice(0, CALIBRATION_SCAN - seen)
-            sid, tokens = table.column(0).to_numpy().astype(np.int64), table.column(3)
-            size = tokens.to_numpy().astype(np.int64) if tokens.null_count == 0 else per_shard[sid]
-            if len(opened) < max_shards:  # shards in order of first appearance: a prefix of them stays the same
-                _, first = np.unique(np.concatenate([opened, sid]), return_index=True)
-                order = np.concatenate([opened, sid])[np.sort(first)]
-                opened = order[:max_shards]
-            keep = np.isin(sid, opened)
-            parts.append(
-                (sid[keep], table.column(1).to_numpy()[keep], table.column(2).to_numpy().astype(np.int64)[keep],
-                 size[keep], table.column(4).to_numpy()[keep])
-            )  # fmt: skip
-            seen, kept, kept_units = seen + len(table), kept + int(keep.sum()), kept_units + int(size[keep].sum())
-    if not parts:
-        empty = np.zeros(0, np.int64)
-        return Calibration(shard_id=empty, row=empty, dataset=empty, units=empty, deal=empty, whole=True)
-    shard_id, row, dataset, sizes, deals = (np.concatenate([p[k] for p in parts]) for k in range(5))
-    cumulative = np.cumsum(sizes)
-    enough = ((np.arange(1, len(sizes) + 1) >= count) & (cumulative >= budget)) | (cumulative >= CALIBRATION_MAX_UNITS)
-    end = int(np.argmax(enough)) + 1 if enough.any() else len(sizes)
-    whole = end == plan.num_documents  # every document of the plan: each lane's tokens are known
-    return Calibration(
-        shard_id=shard_id[:end], row=row[:end], dataset=dataset[:end], units=sizes[:end], deal=deals[:end], whole=whole
-    )
-
-
 def whole_steps(lane_tokens: np.ndarray, max_length: int, *, global_batch: int, drop_last: bool) -> int:
     """Global steps when every lane's real tokens are known (the calibration read the whole plan: a plan of at
     most ``CALIBRATION`` documents): no margin — ``drop_last=False``, the rows that hold the longest lane;
@@ -295,8 +238,8 @@ def estimated_steps(
     known: np.ndarray | None = None,
 ) -> int:
     """Global steps of the run (see the module docstring); ``known``: each lane's real tokens, when the
-    calibration read the whole plan (``whole_steps``). Without ``drop_last``, a run expected to be mostly margin
-    is warned of (``warn_padding``)."""
+    calibration read the whole plan (``whole_steps``). A run expected to be mostly margin — padding, or with
+    ``drop_last`` tokens left out — is warned of (``warn_padding``)."""
     if known is not None:
         return whole_steps(known, max_length, global_batch=global_batch, drop_last=drop_last)
     if not len(lanes.units) or measured.pooled.ratio <= 0:
@@ -318,34 +261,44 @@ def estimated_steps(
     else:
         rows = int(np.ceil((1 + margin) * tokens / max_length).max())  # every lane used up within R rows
     steps = steps_in(num_lanes * rows, global_batch, drop_last=drop_last)  # R rows of L lanes: L·R sequences
-    if not drop_last:
-        warn_padding(float(tokens.sum()), steps, max_length, global_batch=global_batch, lanes=num_lanes)
+    total = float(tokens.sum())
+    warn_padding(total, steps, max_length, global_batch=global_batch, lanes=num_lanes, drop_last=drop_last)
     return steps
 
 
 def warn_cut(left: dict[int, int], steps: int) -> None:
     """One ``ShortRunWarning`` for the lanes of a rank (lane → tokens buffered) that still hold tokens after the run's
-    last step; nothing when none does."""
+    last step; nothing when none does, or in a ``Pipeline.dataloader()`` worker (``LOADER_WARNS``)."""
     cut = sorted(lane for lane, tokens in left.items() if tokens > 0)
-    if cut:
-        shown = ", ".join(map(str, cut[:8])) + (", …" if len(cut) > 8 else "")
-        warn(
-            f"an estimated run must end on its data, got {sum(left[k] for k in cut):,} tokens left in {len(cut)} "
-            f"packing lane(s) ({shown}) after its {steps} steps, not trained on (stats().lanes_cut) — plan with "
-            "exact_tokens=True for a run that ends exactly on its data",
-            ShortRunWarning,
-        )
+    if cut and not LOADER_WARNS:
+        shown = " (" + ", ".join(map(str, cut[:8])) + (", …" if len(cut) > 8 else "") + ")"
+        warn_short_run(sum(left[k] for k in cut), len(cut), steps, shown)
 
 
-def warn_padding(tokens: float, steps: int, max_length: int, *, global_batch: int, lanes: int) -> None:
-    """A ``ZephonWarning`` when more than ``PADDING_WARNING`` of the run's row slots are expected to be padding
-    (``tokens``: all lanes' estimated tokens): a plan small for its global batch, few rows a lane, whose lanes'
-    tokens the margin must cover one by one."""
-    padding = 1 - tokens / (steps * global_batch * max_length) if steps else 0.0
-    if padding > PADDING_WARNING:
+def warn_short_run(tokens: int, lanes: int, steps: int, shown: str = "") -> None:
+    """The ``ShortRunWarning`` of ``tokens`` left in ``lanes`` packing lanes after ``steps`` steps."""
+    warn(
+        f"an estimated run must end on its data, got {tokens:,} tokens left in {lanes} packing lane(s){shown} after "
+        f"its {steps} steps, not trained on (stats().lanes_cut) — plan with exact_tokens=True for a run that ends "
+        "exactly on its data",
+        ShortRunWarning,
+    )
+
+
+def warn_padding(
+    tokens: float, steps: int, max_length: int, *, global_batch: int, lanes: int, drop_last: bool = False
+) -> None:
+    """A ``ZephonWarning`` when more than ``PADDING_WARNING`` of the run's row slots are expected to be padding, or
+    with ``drop_last`` more than ``DROPPED_WARNING`` of its tokens (``tokens``: all lanes' estimated ones) left
+    out: a plan small for its global batch, few rows a lane, whose lanes' tokens the margin must cover one by
+    one."""
+    data = tokens / (global_batch * max_length)  # steps of tokens
+    share = (1 - data / steps if steps else 0.0) if not drop_last else (1 - steps / data if data else 0.0)
+    if share > (DROPPED_WARNING if drop_last else PADDING_WARNING):
+        got = f"{share:.0%} expected padding" if not drop_last else f"{share:.0%} of its tokens expected left out"
+        fix = "or use a smaller global batch" if not drop_last else "or drop_last=False (a padded tail instead)"
         warn(
-            f"an estimated run's rows should be mostly data, got {padding:.0%} expected padding: {steps} steps for "
-            f"about {tokens / (global_batch * max_length):,.0f} steps of tokens ({lanes} lanes of "
-            f"{tokens / lanes / max_length:,.0f} rows on average, each known only within its margin) — plan with "
-            "exact_tokens=True for a run that ends on its data, or use a smaller global batch"
+            f"an estimated run's rows should be mostly data, got {got}: {steps} steps for about {data:,.0f} steps of "
+            f"tokens ({lanes} lanes of {tokens / lanes / max_length:,.0f} rows on average, each known only within "
+            f"its margin) — plan with exact_tokens=True for a run that ends on its data, {fix}"
         )

@@ -18,7 +18,7 @@ import pytest
 from zephon import Pipeline, merge_states
 from zephon.errors import ConfigError
 from zephon.executor.encode.text import Encoder
-from zephon.executor.pack import run_length
+from zephon.executor.pack import calibration, run_length
 from zephon.io import Dataset
 from zephon.specs import PackSpec, TokenizeSpec
 from zephon.work import MixtureSpec, StaticMixtureWorkSource
@@ -131,12 +131,12 @@ def test_a_rank_tokenizes_only_its_own_documents_beyond_the_calibration(plans, t
         return encode(self, texts, **kw)
 
     monkeypatch.setattr(Encoder, "encode_flat", counting)
-    calibration = min(run_length.CALIBRATION, 900)
+    calibrated = min(calibration.CALIBRATION, 900)  # the plan's 900 documents hold fewer than CALIBRATION_UNITS
     for size in (1, 3, 8, 24):
         counted.clear()
         for rank in range(size):
             list(pipeline(plans["estimated"], tokenizer_dir, rank, size))
-        assert sum(counted) == 900 + size * calibration, size
+        assert sum(counted) == 900 + size * calibrated, size
 
 
 def test_a_16_rank_state_resumes_on_3_ranks(plans, tokenizer_dir) -> None:
@@ -252,8 +252,8 @@ def test_dp_sizes_up_to_512_give_the_first_global_batches_of_one_rank(tmp_path, 
     from zephon.planner import lane_dealing
 
     monkeypatch.setattr(lane_dealing, "QUANTUM", 16)
-    monkeypatch.setattr(run_length, "CALIBRATION", 16)  # 512 ranks in one process: keep each rank's start short
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
+    monkeypatch.setattr(calibration, "CALIBRATION", 16)  # 512 ranks in one process: keep each rank's start short
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)
     write_demo_dataset(tmp_path)
     names = ("prose", "code", "short")
     source = StaticMixtureWorkSource(

@@ -14,7 +14,7 @@ from support.demo_plans import code_and_short_plan, texts_plan
 from zephon import Pipeline
 from zephon.errors import DatasetError
 from zephon.executor import estimated
-from zephon.executor.pack import run_length
+from zephon.executor.pack import calibration
 
 MAX_LENGTH = 65
 GLOBAL = 8
@@ -100,7 +100,7 @@ def test_an_error_reading_for_a_block_comes_at_the_batch_that_needed_it(
 ) -> None:
     """A null text late in the plan (past the calibration's first 2,048 documents): the run raises its one-line error after exactly the batches one microbatch
     at a time hands out first — a block does not raise it early, for the microbatches before it."""
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
     texts = [None if r == 2400 else f"document {r} " + "word " * (r % 13) for r in range(2600)]
     plan = texts_plan(tmp_path / "web", texts, tmp_path / "plan")
 

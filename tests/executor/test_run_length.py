@@ -3,6 +3,8 @@ plan."""
 
 from __future__ import annotations
 
+import random
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +14,38 @@ import pytest
 from support.demo_plans import texts_plan
 
 from zephon import Pipeline, ShortRunWarning, ZephonWarning
-from zephon.executor.pack import run_length
+from zephon.executor.pack import calibration, run_length
 from zephon.executor.plan_reader import PlanBundle
+from zephon.io import Dataset
+from zephon.work import MixtureSpec, StaticMixtureWorkSource
 
 MAX_LENGTH = 33
+WORDS = [
+    "the",
+    "of",
+    "and",
+    "to",
+    "in",
+    "is",
+    "was",
+    "for",
+    "on",
+    "that",
+    "with",
+    "as",
+    "by",
+    "at",
+    "from",
+    "his",
+    "her",
+    "an",
+    "which",
+    "or",
+    "be",
+    "are",
+    "this",
+    "had",
+]
 
 
 def pipeline(plan: Path, tokenizer_dir: str, *, drop_last: bool = False) -> Pipeline:
@@ -38,8 +68,8 @@ def lane_lengths(plan: Path, tokenizer_dir: str, *, drop_last: bool) -> tuple[np
 
 def calibrate_on_first(monkeypatch: pytest.MonkeyPatch, documents: int) -> None:
     """The calibration measures the plan's first ``documents`` only, whatever units they hold."""
-    monkeypatch.setattr(run_length, "CALIBRATION", documents)
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)
+    monkeypatch.setattr(calibration, "CALIBRATION", documents)
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +89,7 @@ def test_a_plan_the_calibration_reads_whole_ends_on_its_data(plan, tokenizer_dir
     per_lane = lengths.sum(axis=0)
     assert len(full) == int((per_lane // MAX_LENGTH).min())  # every full row of the shortest lane
     # 100 documents are not enough while they hold fewer than CALIBRATION_UNITS units: still read whole
-    monkeypatch.setattr(run_length, "CALIBRATION", 100)
+    monkeypatch.setattr(calibration, "CALIBRATION", 100)
     assert (lane_lengths(plan, tokenizer_dir, drop_last=False)[0] == lengths).all()
     # measured on fewer documents than the plan's (the calibration no longer whole): the margin, and its padding
     calibrate_on_first(monkeypatch, 100)
@@ -78,18 +108,19 @@ def test_whole_steps_are_the_longest_lanes_rows_or_the_shortest_lanes_full_ones(
 def test_the_calibration_is_the_shortest_prefix_with_enough_documents_and_units(plan, monkeypatch) -> None:
     """The plan's first documents until both ``count`` documents and ``units`` planned units are held (the units are
     what the margin's calibration term shrinks with: 2,048 short documents measured a heavy-tailed corpus to ±21 %)."""
+    monkeypatch.setattr(calibration, "LATE_DOCUMENTS", 0)  # the prefix alone (a dataset with fewer adds its first)
     bundle = PlanBundle(plan)
     rows = pa.concat_tables(pq.read_table(f.path) for f in bundle.checked.samples)
     units = run_length.document_units(bundle)[rows["shard_id"].to_numpy()]  # a sample mixture: bytes per row
     cumulative = np.cumsum(units)
     for count, budget in ((10, 0), (10, int(cumulative[99])), (300, int(cumulative[20])), (1, 10**12)):
-        got = run_length.calibration_documents(bundle, count, max_shards=1, units=budget)
+        got = calibration.calibration_documents(bundle, count, max_shards=1, units=budget)
         end = min(len(rows), max(count, int(np.searchsorted(cumulative, budget)) + 1))
         assert got.row.tolist() == rows["row"].to_numpy()[:end].tolist(), (count, budget)
         assert got.units.sum() == cumulative[end - 1] and got.whole is (end == len(rows))
     # documents so long that CALIBRATION_MAX_UNITS come first: that many units, however few the documents
-    monkeypatch.setattr(run_length, "CALIBRATION_MAX_UNITS", int(cumulative[49]))
-    assert len(run_length.calibration_documents(bundle, 300, max_shards=1, units=10**12).row) == 50
+    monkeypatch.setattr(calibration, "CALIBRATION_MAX_UNITS", int(cumulative[49]))
+    assert len(calibration.calibration_documents(bundle, 300, max_shards=1, units=10**12).row) == 50
 
 
 def test_each_dataset_is_measured_on_its_own_documents() -> None:
@@ -125,6 +156,13 @@ def test_a_run_that_ends_before_its_data_says_so(tmp_path, tokenizer_dir, monkey
     with pytest.warns(ShortRunWarning, match=message):
         handed = sum(1 for _ in pipe)
     assert handed == pipe.num_steps() and pipe.stats().lanes_cut == 4
+    # through DataLoader workers: once, in the trainer's process (where a filter sees it), for every worker's lanes
+    tokens = pipe.stats().tokens_cut
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert sum(1 for _ in pipe.dataloader(num_workers=2)) == handed
+    said = [str(w.message) for w in caught if w.category is ShortRunWarning]
+    assert len(said) == 1 and f"got {tokens:,} tokens left in 4 packing lane(s) after its {handed} steps" in said[0]
 
 
 def test_a_run_expected_to_be_mostly_margin_says_so(tmp_path, tokenizer_dir, monkeypatch) -> None:
@@ -140,3 +178,63 @@ def test_a_run_expected_to_be_mostly_margin_says_so(tmp_path, tokenizer_dir, mon
     lengths = np.stack([batch.lengths for batch in pipe])
     assert len(lengths) == steps and pipe.stats().lanes_cut == 0
     assert (lengths == 0).mean() > 0.25  # the padding it announced
+
+
+def test_a_dataset_of_a_later_phase_is_measured_on_its_own_documents(tmp_path, tokenizer_dir, monkeypatch) -> None:
+    """A phase at 80 % of the plan switches to a dataset whose texts tokenize to several times the tokens a byte
+    (digits and commas against words): the first documents hold almost none of it, and the pooled ratio of the
+    words left every lane with tokens at the end (26,785 of them). Its first ``LATE_DOCUMENTS`` are measured
+    wherever they are."""
+    from zephon.work import Phase
+
+    for name, texts in (
+        ("words", [" ".join(random.Random(i).choices(WORDS, k=15 + i % 60)) for i in range(3000)]),
+        ("digits", ["".join(f"{i * j % 97:02d}," for j in range(30 + i % 40)) for i in range(1000)]),
+    ):
+        (tmp_path / name).mkdir()
+        pq.write_table(pa.table({"text": texts}), tmp_path / name / "part-0.parquet")
+    source = StaticMixtureWorkSource(
+        datasets=[Dataset.from_path(n, str(tmp_path / n)) for n in ("words", "digits")],
+        mixture=MixtureSpec({"words": 1.0, "digits": 0.001}),
+        phases=[Phase(start=0.8, mixture=MixtureSpec({"digits": 1.0}))],
+        seed=0,
+        num_documents=3500,
+    )
+    plan = source.plan(tmp_path / "plan")
+    calibrate_on_first(monkeypatch, 500)
+    first = calibration.calibration_documents(PlanBundle(plan), max_shards=2)
+    assert (first.dataset[:500] == 1).sum() < run_length.MIN_STRATUM and (first.dataset == 1).sum() == 256
+    cuts = {}
+    for late in (256, 0):  # 0: the pooled ratio, as before
+        monkeypatch.setattr(calibration, "LATE_DOCUMENTS", late)
+        pipe = (
+            Pipeline.from_plan(plan)
+            .tokenize(tokenizer_id=tokenizer_dir)
+            .pack_flat(max_length=65)
+            .batch(microbatch_size=8)
+        )
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert sum(1 for _ in pipe) == pipe.num_steps()
+        cuts[late] = (pipe.stats().lanes_cut, any(w.category is ShortRunWarning for w in caught))
+    assert cuts[256] == (0, False) and cuts[0][0] > 0 and cuts[0][1]
+
+
+def drop_a_third(record: dict) -> dict | None:
+    """Drops the documents whose text's number is a multiple of 3."""
+    return None if int(record["text"].split()[1]) % 3 == 0 else record
+
+
+def test_documents_the_operators_drop_count_as_none_of_their_units(plan, tokenizer_dir, monkeypatch) -> None:
+    """A ``map_transform`` dropping a third of the documents: the calibration measured tokens per unit on the kept
+    ones and applied it to every planned unit, overestimating each lane by half — with ``drop_last=True`` the
+    run handed out short and empty rows (``stats().short_rows``), with ``drop_last=False`` padding the warning
+    did not see. A dropped (or skipped) document now counts as 0 tokens of its units; on this small plan (150
+    documents a lane) the margin that leaves is large, and both settings say so."""
+    calibrate_on_first(monkeypatch, 100)
+    for drop_last, said in ((True, "of its tokens expected left out"), (False, "expected padding")):
+        pipe = pipeline(plan, tokenizer_dir, drop_last=drop_last).map_transform(drop_a_third, version=1)
+        with pytest.warns(ZephonWarning, match=said):
+            lengths = np.stack([batch.lengths for batch in pipe])
+        assert pipe.stats().short_rows == 0 and pipe.stats().lanes_cut == 0
+        assert (lengths == MAX_LENGTH).all() or not drop_last

@@ -14,7 +14,7 @@ from support.demo_plans import texts_plan
 
 from zephon import Pipeline
 from zephon.errors import DatasetError
-from zephon.executor.pack import run_length
+from zephon.executor.pack import calibration
 
 MAX_LENGTH = 33
 
@@ -50,7 +50,7 @@ def until_error(batches: Any) -> tuple[list[bytes], BaseException | None]:
 def test_a_bad_document_stops_the_loader_after_the_same_batches_with_the_same_one_line(
     tmp_path, tokenizer_dir, micro, workers, monkeypatch
 ) -> None:
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
     plan = plan_with_nulls(tmp_path, {2400}, 2600)  # past the calibration's first 2,048 documents
     want, error = until_error(pipeline(plan, tokenizer_dir, micro, "raise"))
     assert isinstance(error, DatasetError) and len(want) > 10  # batches, then the document's error
@@ -96,7 +96,7 @@ def test_where_a_bad_document_stops_a_run_depends_on_the_plan_alone(tmp_path, to
     the read chunk, and with workers the lanes each reads — moved it by hundreds of batches (2114 batches in
     process, 2325 through 2 workers, 2764 with read_chunk=4 on a 4,000-document plan). It now comes before the
     first batch whose rows reach the document in its lane: the batch at which the skip policy counts it."""
-    monkeypatch.setattr(run_length, "CALIBRATION_UNITS", 0)  # past the calibration: its first 2,048 documents
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)  # past the calibration: its first 2,048 documents
     plan = plan_with_nulls(tmp_path, {2400}, 2600)
 
     def pipe(policy: str, read_chunk: int | None = None) -> Pipeline:
