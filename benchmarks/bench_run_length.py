@@ -18,7 +18,7 @@ are known for each lane count ``L`` (= the global batch ``G``, one row a lane a 
 * ``fill``: real tokens ÷ the tokens the rows hold, for ``now``.
 
 Then the wall time of ``Pipeline.num_steps()`` at ``L = 8`` (the calibration every rank pays before its first
-batch), now and with the previous calibration's size (``CALIBRATION_UNITS = 0``).
+batch), now and with the previous calibration's size (``CALIBRATION_UNITS`` and ``LATE_DOCUMENTS`` 0).
 """
 
 from __future__ import annotations
@@ -81,10 +81,12 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
     capacity = access.reader.capacity
     datasets = len(bundle.dataset_names)
     now = calibration.calibration_documents(bundle, max_shards=capacity)
+    late, calibration.LATE_DOCUMENTS = calibration.LATE_DOCUMENTS, 0  # the rule before: its first 2,048 alone
     before = calibration.calibration_documents(bundle, max_shards=capacity, units=0)
+    calibration.LATE_DOCUMENTS = late
 
-    def tokens_of(calibration: calibration.Calibration) -> np.ndarray:
-        return encode_in_slices(runner.encoder, access.calibration_texts(calibration.shard_id, calibration.row)).sizes
+    def tokens_of(documents: calibration.Calibration) -> np.ndarray:
+        return encode_in_slices(runner.encoder, access.calibration_texts(documents.shard_id, documents.row)).sizes
 
     now_real, before_real = tokens_of(now), tokens_of(before)
     ratios = run_length.Ratios.measure(now_real, now.units, now.dataset, datasets)
@@ -105,12 +107,15 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
             flush=True,
         )
     access.close()
-    for label, budget in (("now", calibration.CALIBRATION_UNITS), ("previous size", 0)):
-        calibration.CALIBRATION_UNITS = budget
+    settings = {"CALIBRATION_UNITS": calibration.CALIBRATION_UNITS, "LATE_DOCUMENTS": calibration.LATE_DOCUMENTS}
+    for label, values in (("now", settings), ("previous size", dict.fromkeys(settings, 0))):
+        for name, value in values.items():
+            setattr(calibration, name, value)
         started = time.perf_counter()
         pipeline().batch(microbatch_size=8).num_steps()
         print(f"  num_steps() at L = 8, calibration {label}: {time.perf_counter() - started:.2f} s")
-    calibration.CALIBRATION_UNITS = 1 << 23
+    for name, value in settings.items():
+        setattr(calibration, name, value)
 
 
 def main() -> None:
