@@ -9,6 +9,9 @@ hold fewer than ``MIN_STRATUM`` of — a later phase's, a small weight's — whe
 is measured rather than borrowed from datasets that tokenize otherwise (their shards are opened early: a remote one
 is downloaded then).
 
+A plan of local files the calibration would take whole is read whole, whatever shards hold it (nothing to
+download): an exact end.
+
 Invariant: the selection is a function of the plan's rows in order, never of its row groups or of the run.
 Example: a plan of 3,000 one-unit documents, ``CALIBRATION`` 2,048, ``CALIBRATION_UNITS`` 2^23: the whole plan
 (``whole``, an exact end); 10^6 documents of 10 units: the first 838,861 (2^23 units); a dataset ``cjk`` that
@@ -26,6 +29,7 @@ from zephon.executor.pack.run_length import MIN_STRATUM, document_units
 from zephon.executor.plan_reader import PlanBundle
 from zephon.plan.bundle import read_row_group
 from zephon.plan.format import deal_column
+from zephon.storage.remote import is_remote_uri
 
 #: Documents at the start of the plan that every rank tokenizes, at least, to measure tokens per unit...
 CALIBRATION = 2048
@@ -97,6 +101,11 @@ def calibration_documents(
     otherwise."""
     count = CALIBRATION if count is None else count
     budget = CALIBRATION_UNITS if units is None else units
+    if plan.num_documents <= CALIBRATION_SCAN and not any(is_remote_uri(s.uri) for s in plan.shards):
+        every = [np.concatenate(c) for c in zip(*(r[1:] for r in _plan_rows(plan)), strict=True)]
+        if every and _prefix_end(every[3], count, budget) == plan.num_documents:  # a small plan of local files:
+            sid, row, dataset, size, deal = every  # read whole, whatever shards hold it (none to download)
+            return Calibration(shard_id=sid, row=row, dataset=dataset, units=size, deal=deal, whole=True)
     parts: list[tuple[np.ndarray, ...]] = []
     scanned: list[np.ndarray] = []  # every row's dataset, kept or not (which datasets the first rows hold few of)
     opened, kept, kept_units = np.zeros(0, np.int64), 0, 0

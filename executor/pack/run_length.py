@@ -44,7 +44,7 @@ Then, with rows of ``W`` tokens, ``L`` lanes and a global batch of ``G`` (sequen
   still fills its rows.
 
 When the calibration's documents are every document of the plan (``Calibration.whole``: a plan of at most
-2,048 documents, or of fewer than 2^23 units, all in the shards a run opens first), each
+2,048 documents, or of fewer than 2^23 units, of local files or all in the shards a run opens first), each
 lane's real tokens are known and the end is exact, with no margin (``whole_steps``).
 
 Every rank yields exactly ``steps`` steps. The bound is a measured estimate, not a proof: a lane whose real
