@@ -49,14 +49,10 @@ def previous_steps(lanes: np.ndarray, documents: np.ndarray, real: np.ndarray, u
 
 
 def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
-    import pyarrow as pa
-
     from zephon import Pipeline
     from zephon.executor.encode.slices import encode_in_slices
     from zephon.executor.pack import calibration, run_length
     from zephon.executor.plan_reader import PlanBundle
-    from zephon.plan.bundle import read_row_group
-    from zephon.plan.format import deal_column
 
     def pipeline() -> Pipeline:
         return Pipeline.from_plan(plan).tokenize(tokenizer_id=tokenizer).pack_flat(max_length=MAX_LENGTH)
@@ -64,13 +60,8 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
     bundle = PlanBundle(plan)
     runner = pipeline().batch(microbatch_size=8)._make_runner()
     access = runner._shards()
-    columns = [deal_column(bundle.manifest.format_version), "tokens", "shard_id", "dataset_id", "row"]
-    tables = []
-    for file in bundle.checked.samples:
-        reader = file.open()
-        tables += [read_row_group(reader, file.path, g, columns) for g in range(reader.metadata.num_row_groups)]
-    table = pa.concat_tables(tables)
-    deal, sid, row = (table.column(k).to_numpy() for k in (0, 2, 4))
+    groups = list(run_length.plan_rows(bundle))
+    deal, sid, row = (np.concatenate([getattr(g, k) for g in groups]) for k in ("deal", "shard_id", "row"))
     real = np.zeros(len(deal), dtype=np.int64)
     started = time.perf_counter()
     for k in range(0, len(deal), 4096):

@@ -66,7 +66,6 @@ from zephon.errors import ZephonError
 from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.pack import run_length
-from zephon.executor.pack.run_length import warn_short_run
 from zephon.executor.read.ahead import read_ahead_enabled
 from zephon.executor.read.shared_groups import SharedRowGroups, make_share_directory, remove_share_directory
 from zephon.executor.records.runner import RecordRunner
@@ -287,7 +286,7 @@ class PipelineLoader:
         finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
             handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
             if ended and o.num_workers and (merged := handed.stats.stats()).lanes_cut:  # once here, for every worker
-                warn_short_run(merged.tokens_cut, merged.lanes_cut, self.num_steps())
+                run_length.warn_short_run(merged.tokens_cut, merged.lanes_cut, self.num_steps())
             handed.close()
             if not ended and o.num_workers and not o.persistent_workers:
                 # Stopped by an error or a break: the workers stop now. Left to the DataLoader's iterator, they

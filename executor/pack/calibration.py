@@ -20,15 +20,12 @@ first appears in a phase at 80 % of the plan adds its first 256 documents from t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from zephon.executor.pack.run_length import MIN_STRATUM, document_units
+from zephon.executor.pack.run_length import MIN_STRATUM, plan_rows
 from zephon.executor.plan_reader import PlanBundle
-from zephon.plan.bundle import read_row_group
-from zephon.plan.format import deal_column
 from zephon.storage.remote import is_remote_uri
 
 #: Documents at the start of the plan that every rank tokenizes, at least, to measure tokens per unit...
@@ -57,28 +54,6 @@ class Calibration:
     whole: bool = False
 
 
-def _plan_rows(plan: PlanBundle) -> Iterator[tuple[int, np.ndarray, ...]]:
-    """The plan's rows in order, a row group at a time: (index of its first row, shard ids, rows, dataset ids,
-    planned units, deals)."""
-    per_shard, seen = document_units(plan), 0
-    columns = ["shard_id", "row", "dataset_id", "tokens", deal_column(plan.manifest.format_version)]
-    for file in plan.checked.samples:
-        reader = file.open()
-        for g in range(reader.metadata.num_row_groups):
-            table = read_row_group(reader, file.path, g, columns)
-            sid, tokens = table.column(0).to_numpy().astype(np.int64), table.column(3)
-            size = tokens.to_numpy().astype(np.int64) if tokens.null_count == 0 else per_shard[sid]
-            yield (
-                seen,
-                sid,
-                table.column(1).to_numpy(),
-                table.column(2).to_numpy().astype(np.int64),
-                size,
-                (table.column(4).to_numpy()),
-            )
-            seen += len(table)
-
-
 def _prefix_end(sizes: np.ndarray, count: int, budget: int) -> int:
     """Documents of the shortest prefix of ``sizes`` holding ``count`` documents and ``budget`` units, or
     ``CALIBRATION_MAX_UNITS`` units; all of them if none does."""
@@ -101,15 +76,12 @@ def calibration_documents(
     otherwise."""
     count = CALIBRATION if count is None else count
     budget = CALIBRATION_UNITS if units is None else units
-    if plan.num_documents <= CALIBRATION_SCAN and not any(is_remote_uri(s.uri) for s in plan.shards):
-        every = [np.concatenate(c) for c in zip(*(r[1:] for r in _plan_rows(plan)), strict=True)]
-        if every and _prefix_end(every[3], count, budget) == plan.num_documents:  # a small plan of local files:
-            sid, row, dataset, size, deal = every  # read whole, whatever shards hold it (none to download)
-            return Calibration(shard_id=sid, row=row, dataset=dataset, units=size, deal=deal, whole=True)
+    local = not any(is_remote_uri(s.uri) for s in plan.shards)  # no shard to download: any may be read
     parts: list[tuple[np.ndarray, ...]] = []
-    scanned: list[np.ndarray] = []  # every row's dataset, kept or not (which datasets the first rows hold few of)
-    opened, kept, kept_units = np.zeros(0, np.int64), 0, 0
-    for seen, sid, row, dataset, size, deal in _plan_rows(plan):
+    scanned: list[np.ndarray] = []  # every row's dataset and units, kept or not
+    every: list[tuple[np.ndarray, ...]] = []  # and, of local files, every row (a small plan is read whole)
+    opened, kept, kept_units, looked, looked_units = np.zeros(0, np.int64), 0, 0, 0, 0
+    for seen, sid, row, dataset, size, deal in plan_rows(plan):
         enough = (kept >= count and kept_units >= budget) or kept_units >= CALIBRATION_MAX_UNITS
         if seen >= CALIBRATION_SCAN or enough:
             break
@@ -121,34 +93,45 @@ def calibration_documents(
         parts.append((index, sid[keep], row[keep], dataset[keep], size[keep], deal[keep]))
         scanned.append(np.stack([dataset, size])[:, : max(0, CALIBRATION_SCAN - seen)])
         kept, kept_units = kept + int(keep.sum()), kept_units + int(size[keep].sum())
+        looked, looked_units = looked + len(sid), looked_units + int(size.sum())
+        wants_less = (looked >= count and looked_units >= budget) or looked_units >= CALIBRATION_MAX_UNITS
+        local = local and (looked >= plan.num_documents or not wants_less)  # the plan may still be read whole:
+        if local:  # every row kept while it may
+            every.append((sid, row, dataset, size, deal))
+        else:
+            every.clear()
     if not parts:
         empty = np.zeros(0, np.int64)
         return Calibration(shard_id=empty, row=empty, dataset=empty, units=empty, deal=empty, whole=True)
+    rows = np.concatenate(scanned, axis=1)  # which datasets the rows it wants hold few of, counted on every row
+    wanted = _prefix_end(rows[1], count, budget)
+    if local and wanted == plan.num_documents:  # a small plan of local files: read whole, whatever shards hold it
+        sid, row, dataset, size, deal = (np.concatenate([p[k] for p in every]) for k in range(5))
+        return Calibration(shard_id=sid, row=row, dataset=dataset, units=size, deal=deal, whole=True)
     index, sid, row, dataset, size, deal = (np.concatenate([p[k] for p in parts]) for k in range(6))
     end = _prefix_end(size, count, budget)
     whole = end == plan.num_documents  # every document of the plan: each lane's tokens are known
     first = (sid[:end], row[:end], dataset[:end], size[:end], deal[:end])
-    rows = np.concatenate(scanned, axis=1)  # which datasets the rows it wants hold few of, counted on every row,
-    rare = np.bincount(rows[0, : _prefix_end(rows[1], count, budget)], minlength=len(plan.dataset_names))  # any shard
+    rare = np.bincount(rows[0, :wanted], minlength=len(plan.dataset_names))  # in any shard
     late = late_documents(plan, index[:end], dataset[:end], rare) if not whole else tuple(f[:0] for f in first)
     sid, row, dataset, size, deal = (np.concatenate([f, extra]) for f, extra in zip(first, late, strict=True))
     return Calibration(shard_id=sid, row=row, dataset=dataset, units=size, deal=deal, whole=whole)
 
 
 def late_documents(
-    plan: PlanBundle, taken: np.ndarray, datasets: np.ndarray, rows: np.ndarray
+    plan: PlanBundle, taken: np.ndarray, datasets: np.ndarray, looked_at: np.ndarray
 ) -> tuple[np.ndarray, ...]:
     """The first documents in the plan, up to ``LATE_DOCUMENTS`` with those of the calibration's ``taken`` rows (plan
-    indices, with their ``datasets``), of each dataset the plan's rows looked at (``rows`` of each) hold fewer than
+    indices, with their ``datasets``), of each dataset the plan's rows looked at (``looked_at`` of each) hold fewer than
     ``MIN_STRATUM`` of — not one the shards a run opens first only left out: shard ids,
     rows, dataset ids, units and deals. One pass over the plan, until each has them or the plan ends."""
     have = np.bincount(datasets, minlength=len(plan.dataset_names))
     planned = {d.id: d.planned_documents for d in plan.manifest.datasets}  # a dataset the plan never schedules: none
-    short = np.flatnonzero((rows < MIN_STRATUM) & (have < MIN_STRATUM)).tolist()
+    short = np.flatnonzero((looked_at < MIN_STRATUM) & (have < MIN_STRATUM)).tolist()
     need = {d: n for d in short if (n := min(LATE_DOCUMENTS, planned.get(d, 0)) - int(have[d])) > 0}
     parts: list[tuple[np.ndarray, ...]] = []
     taken_set = np.sort(taken)
-    for seen, sid, row, dataset, size, deal in _plan_rows(plan) if need else ():
+    for seen, sid, row, dataset, size, deal in plan_rows(plan) if need else ():
         index = np.arange(seen, seen + len(sid))
         pick = np.isin(dataset, list(need)) & ~np.isin(index, taken_set, assume_unique=True)
         for d in np.unique(dataset[pick]).tolist():

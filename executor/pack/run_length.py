@@ -60,8 +60,10 @@ z_2 = 3.21, so m_0 = √(3.21²·1.05·10^-4 + 9·8.2·10^-5) = 0.0426 and lane 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import NamedTuple
 
 import numpy as np
 
@@ -183,28 +185,49 @@ def document_units(plan: PlanBundle) -> np.ndarray:
     return np.array([max(1, -(-s.bytes // s.rows)) if s.rows else 1 for s in by_id], dtype=np.int64)
 
 
-def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
-    """``LaneUnits`` of ``plan`` with ``lanes`` lanes: one pass over ``deal``, ``tokens``, ``shard_id`` and
-    ``dataset_id``."""
-    datasets = max(1, len(plan.dataset_names))
-    units = np.zeros(lanes * datasets, dtype=np.float64)
-    squares = np.zeros(lanes * datasets, dtype=np.float64)
-    documents = np.zeros(lanes * datasets, dtype=np.int64)
-    per_shard = document_units(plan)
-    columns = [deal_column(plan.manifest.format_version), "tokens", "shard_id", "dataset_id"]
+class PlanRows(NamedTuple):
+    """One row group of samples.parquet (``plan_rows``): the plan index of its first row, and per row the shard id,
+    row in the shard (None when not asked for), dataset id, planned units and deal."""
+
+    first: int
+    shard_id: np.ndarray
+    row: np.ndarray | None
+    dataset: np.ndarray
+    units: np.ndarray
+    deal: np.ndarray
+
+
+def plan_rows(plan: PlanBundle, *, rows: bool = True) -> Iterator[PlanRows]:
+    """The plan's documents in order, a row group at a time, with their planned units: the ``tokens`` column where
+    the plan has one, else their shard's ``document_units``; ``rows``: read each one's row in its shard too."""
+    per_shard, seen = document_units(plan), 0
+    columns = ["shard_id", "dataset_id", "tokens", deal_column(plan.manifest.format_version)] + (
+        ["row"] if rows else []
+    )
     for file in plan.checked.samples:
         reader = file.open()
         for g in range(reader.metadata.num_row_groups):
             table = read_row_group(reader, file.path, g, columns)
-            cell = (table.column(0).to_numpy() % lanes) * datasets + table.column(3).to_numpy().astype(np.int64)
-            tokens = table.column(1)
-            if tokens.null_count == 0:
-                size = tokens.to_numpy().astype(np.int64)
-            else:
-                size = per_shard[table.column(2).to_numpy()]
-            units += np.bincount(cell, weights=size, minlength=lanes * datasets)
-            squares += np.bincount(cell, weights=size.astype(np.float64) ** 2, minlength=lanes * datasets)
-            documents += np.bincount(cell, minlength=lanes * datasets)
+            sid, tokens = table.column(0).to_numpy().astype(np.int64), table.column(2)
+            size = tokens.to_numpy().astype(np.int64) if tokens.null_count == 0 else per_shard[sid]
+            row = table.column(4).to_numpy() if rows else None
+            dataset = table.column(1).to_numpy().astype(np.int64)
+            yield PlanRows(seen, sid, row, dataset, size, table.column(3).to_numpy())
+            seen += len(table)
+
+
+def lane_units(plan: PlanBundle, lanes: int) -> LaneUnits:
+    """``LaneUnits`` of ``plan`` with ``lanes`` lanes: one pass over ``deal``, ``tokens``, ``shard_id`` and
+    ``dataset_id`` (``plan_rows``)."""
+    datasets = max(1, len(plan.dataset_names))
+    units = np.zeros(lanes * datasets, dtype=np.float64)
+    squares = np.zeros(lanes * datasets, dtype=np.float64)
+    documents = np.zeros(lanes * datasets, dtype=np.int64)
+    for group in plan_rows(plan, rows=False):
+        cell = (group.deal % lanes) * datasets + group.dataset
+        units += np.bincount(cell, weights=group.units, minlength=lanes * datasets)
+        squares += np.bincount(cell, weights=group.units.astype(np.float64) ** 2, minlength=lanes * datasets)
+        documents += np.bincount(cell, minlength=lanes * datasets)
     shape = (lanes, datasets)
     return LaneUnits(units=units.reshape(shape), documents=documents.reshape(shape), squares=squares.reshape(shape))
 
