@@ -109,14 +109,31 @@ def measure(plan: Path, tokenizer: str, lane_counts: list[int]) -> None:
         setattr(calibration, name, value)
 
 
+def listed(kind: type, allowed: tuple[str, ...] = ()) -> object:
+    """An argparse type: a comma-separated list of ``kind`` (positive integers, or among ``allowed``)."""
+
+    def parse(text: str) -> list:
+        items = [item.strip() for item in text.split(",")]
+        try:
+            values = [kind(item) for item in items]
+        except ValueError:
+            values = []
+        if not values or (allowed and set(values) - set(allowed)) or (kind is int and min(values) < 1):
+            what = f"names among {', '.join(allowed)}" if allowed else "positive integers"
+            raise argparse.ArgumentTypeError(f"must be {what} separated by commas, got {text!r}")
+        return values
+
+    return parse
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tokenizer", default="deepseek-v4", choices=("deepseek-v4", "cl100k-converter"))
     parser.add_argument("--root", default=None)
-    parser.add_argument("--plans", default="samples,tokens")
+    parser.add_argument("--plans", type=listed(str, ("samples", "tokens")), default="samples,tokens")
     parser.add_argument("--tokens-per-copy", type=int, default=24_000_000)
     parser.add_argument("--documents-per-copy", type=int, default=24_000)
-    parser.add_argument("--lanes", default="8,64,256,1024")
+    parser.add_argument("--lanes", type=listed(int), default="8,64,256,1024")
     args = parser.parse_args()
     import bench_executor
 
@@ -125,8 +142,8 @@ def main() -> None:
         args.tokenizer, root, tokens_per_copy=args.tokens_per_copy, documents_per_copy=args.documents_per_copy
     )
     print(f"{args.tokenizer}, max_length {MAX_LENGTH}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    for mode in args.plans.split(","):
-        measure(plans[(mode, 1)], str(tokenizer), [int(x) for x in args.lanes.split(",")])
+    for mode in args.plans:
+        measure(plans[(mode, 1)], str(tokenizer), args.lanes)
 
 
 if __name__ == "__main__":
