@@ -159,7 +159,10 @@ def _measure(
     local_rows = picks - np.concatenate(([0], bounds[:-1]))[shard_pos]
     shard_ids = np.array([refs[chosen[p]].shard_id for p in shard_pos], dtype=np.int64)
     reader = ShardReader(list(refs), field, capacity=len(chosen), cache=planning_cache())
-    texts = reader.texts(shard_ids, local_rows)
+    try:
+        texts = reader.texts(shard_ids, local_rows)
+    finally:  # the chosen shards' decoded row groups: freed (and handed back) before the next dataset's
+        reader.close()
     specials = _specials(encoder)
     tokens = 0
     # Encoded CALIBRATION_BATCH documents at a time, whether or not a bar is shown: the sum is the same.

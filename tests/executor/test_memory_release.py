@@ -89,3 +89,23 @@ def test_freed_memory_is_handed_back_only_once_the_resident_set_grew_by_the_slac
     monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "off")
     mr.release_now_and_then()  # off: not even a reading
     assert len(released) == 4
+
+
+def test_a_reader_closed_for_good_hands_its_decoded_shards_back_at_once(tmp_path, monkeypatch) -> None:
+    """A loader's parent closes the runner ``num_steps()`` kept once its workers take over, and a planner's
+    calibration closes its reader: every decoded shard is freed together, and a release throttled as within a run
+    (``release_now_and_then``: released a moment ago) kept it resident — 2.1 GB in a loader's parent over a
+    20-dataset mixture. ``ShardReader.close`` hands it back at once (the resident set falls by most of it)."""
+    from zephon.executor.read import memory_release as mr
+
+    if not mr.release_enabled() or mr.resident_bytes() is None:
+        pytest.skip("no release or no resident set to read here")
+    ref = wide_shard(tmp_path, rows=16_000, size=2000)  # ~63 MB of UTF-8 text in 16 row groups
+    reader = ShardReader([ref], "text", capacity=1)
+    monkeypatch.setattr(mr, "_last", [float("inf")])  # as if released a moment ago: every throttled release skipped
+    got = reader.texts(np.zeros(16, np.int64), np.arange(0, 16_000, 1000))
+    assert [t[:6] for t in got] == [f"{r:06d}" for r in range(0, 16_000, 1000)]
+    held = mr.resident_bytes()
+    reader.close()
+    freed = held - mr.resident_bytes()
+    assert freed > 40 << 20, f"closing the reader handed back {freed >> 20} MiB of ~63 MiB decoded"
