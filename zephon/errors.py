@@ -38,6 +38,12 @@ class StorageError(ZephonError):
     """A cache or output directory cannot be written: disk full, read-only file system, permission denied."""
 
 
+class WorkerLost(ZephonError, RuntimeError):
+    """A DataLoader worker of ``Pipeline.dataloader()`` died (a signal, the out-of-memory killer) or gave no piece
+    within the loader's ``timeout``: the loader's state is still the last batch handed out, and iterating it again
+    resumes right after that batch (docs/training.md, "When a worker dies"). A ``RuntimeError``, as torch's own."""
+
+
 #: How a refused checkpoint state is fixed (``zephon.executor.state`` and the lanes it resumes).
 STATE_FIX = "fix the state file, or save it again with json.dump(pipeline.state_dict())"
 

@@ -38,8 +38,9 @@ loader handed out (``zephon.loader_stats``). Errors: a Zephon error in a worker 
 and is raised here in its own one line, after every piece before it (``zephon.loader_pieces.WorkerError``).
 
 Epochs: the first iteration starts where the pipeline (or ``load_state_dict``) says, later ones at the start
-of the plan, as iterating a ``Pipeline`` again does. ``load_state_dict`` starts new workers (persistent ones
-too).
+of the plan, as iterating a ``Pipeline`` again does — unless the one before failed (an error, not a ``break``):
+then the next resumes after its last batch handed out, on new workers, and a dead or silent worker is raised as
+one line (``zephon.loader_failures``). ``load_state_dict`` starts new workers (persistent ones too).
 
 Without workers and without ``pin_memory`` the loader takes the pieces from its dataset itself: a ``DataLoader``
 would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``) — and its
@@ -54,15 +55,13 @@ concatenates straight into page-locked buffers. Without an accelerator it does n
 from __future__ import annotations
 
 import itertools
-import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
 
-import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from zephon.errors import ZephonError
+from zephon.errors import WorkerLost, ZephonError
 from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.pack import run_length
@@ -73,13 +72,14 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import RunStats
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
+from zephon.loader_failures import lost_message, stop_workers, worker_loss, workers_died
 from zephon.loader_options import LOADER_SETTINGS, LoaderOptions
 from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
 from zephon.loader_shutdown import wait_for_feeders
 from zephon.loader_stats import StatsSender
 from zephon.run import ends_epoch, moved_by_a_load
 from zephon.training_options import check_training_options
-from zephon.worker_slots import SlotReader, SlotWriter, group_size
+from zephon.worker_slots import SlotReader, SlotWriter, group_size, loader_pins
 
 #: A ``zephon.Pipeline`` (not imported: the pipeline imports this module, and no import may cycle).
 Pipeline = Any
@@ -278,25 +278,40 @@ class PipelineLoader:
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         ended = False
         try:
-            for tensors in self._hand_out(items, handed):
-                if self._loads != loads:  # a state loaded since this iteration began: its batches do not follow
-                    raise moved_by_a_load()
-                yield tensors
-            ended = True
+            try:
+                for tensors in self._hand_out(items, handed):
+                    if self._loads != loads:  # a state loaded since this iteration began: its batches do not follow
+                        raise moved_by_a_load()
+                    yield tensors
+                ended = True
+            except GeneratorExit:  # a break: the next iteration starts at the plan's start (epochs) — unless a
+                if o.num_workers and workers_died(source):  # worker died (torch raised it in the caller's code)
+                    self._resume_after(handed, loads)
+                    stop_workers(source, kill_first=True)
+                raise
+            except BaseException as exc:  # failed: the next iteration resumes here (zephon.loader_failures)
+                lost = worker_loss(exc)
+                self._resume_after(handed, loads)
+                if o.num_workers:  # none left alive, persistent ones included: the next iteration starts new ones
+                    stop_workers(source, kill_first=lost is not None)
+                if lost is not None:
+                    raise WorkerLost(lost_message(lost, handed.state)) from None
+                raise
         finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
             handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
             if ended and o.num_workers and (merged := handed.stats.stats()).lanes_cut:  # once here, for every worker
                 run_length.warn_short_run(merged.tokens_cut, merged.lanes_cut, self.num_steps())
             handed.close()
-            if not ended and o.num_workers and not o.persistent_workers:
-                # Stopped by an error or a break: the workers stop now. Left to the DataLoader's iterator, they
-                # stop when it is collected — which an error's traceback delays until a garbage collection, where
-                # torch then waits 5 s a worker (its join timeout) before it ends them.
-                stop = getattr(source, "_shutdown_workers", None)
-                if stop is not None:
-                    stop()
+            if not ended and o.num_workers and not o.persistent_workers:  # a break: now, not when collected
+                stop_workers(source, kill_first=False)  # (an error's traceback delays that; torch then waits 5 s)
             if o.num_workers and not o.persistent_workers:  # nothing printed at exit (zephon.loader_shutdown)
                 wait_for_feeders(source)
+
+    def _resume_after(self, handed: Handed, loads: int) -> None:
+        """A failed iteration: the next resumes after its last batch handed out, on new workers (unless a state
+        was loaded since it began: that decides)."""
+        if self._loads == loads:
+            self._state, self._loader, self._dataset = handed.state, None, None
 
     def _unpublish_after(self, items: Iterator[WorkerPiece], count: int) -> Iterator[WorkerPiece]:
         """``items``; the row groups published for the workers' start unlinked once ``count`` items have come —
@@ -316,7 +331,7 @@ class PipelineLoader:
 
     def _hand_out(self, items: Iterator[WorkerPiece], handed: Handed) -> Iterator[Tensors]:
         """The training dicts of ``items`` (the pieces in order), each microbatch's pieces joined."""
-        pin = self._pin_out()
+        pin = loader_pins(self.options.pin_memory, self.pieces)
         slots = SlotReader()  # the rings of this iteration's workers
         self.handover = counts = {"slots": 0, "pickled": 0}
         if self.pieces == 1:  # whole microbatches: nothing to gather or join (the common case, no workers)
@@ -341,22 +356,6 @@ class PipelineLoader:
                 if p.slot is not None:  # type: ignore[union-attr]
                     slots.release(p.slot)  # type: ignore[union-attr]
             yield joined
-
-    def _pin_out(self) -> bool:
-        """Whether the loader itself makes page-locked tensors: joined pieces and pieces read out of slots
-        (the DataLoader's pinning thread pins the pickled whole pieces)."""
-        if not self.options.pin_memory:
-            return False
-        if not torch.accelerator.is_available():
-            if self.pieces == 1:
-                return False  # the DataLoader (pin_memory=True) has warned already
-            warnings.warn(
-                "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
-                "won't be used.",
-                stacklevel=3,
-            )
-            return False
-        return True
 
     def num_steps(self) -> int:
         """Global steps of the run (``Pipeline.num_steps``)."""

@@ -44,6 +44,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,23 @@ _NUMPY_DTYPES: dict[torch.dtype, np.dtype | None] = {}
 def group_size(piece_bytes: int) -> int:
     """Pieces a worker sends in one DataLoader item (``GROUP_BYTES`` of tensors, 1 to ``MAX_GROUP``)."""
     return max(1, min(MAX_GROUP, GROUP_BYTES // max(1, piece_bytes)))
+
+
+def loader_pins(pin_memory: bool, pieces: int) -> bool:
+    """Whether the loader itself makes page-locked tensors: joined pieces (``pieces`` > 1) and pieces read out of
+    slots (the DataLoader's pinning thread pins the pickled whole pieces). Without an accelerator: no, with
+    torch's warning (the DataLoader gave it already for whole pieces)."""
+    if not pin_memory:
+        return False
+    if not torch.accelerator.is_available():
+        if pieces > 1:
+            warnings.warn(
+                "'pin_memory' argument is set as true but no accelerator is found, then device pinned memory "
+                "won't be used.",
+                stacklevel=3,
+            )
+        return False
+    return True
 
 
 def shm_free() -> int | None:

@@ -1,0 +1,165 @@
+"""A DataLoader worker of ``Pipeline.dataloader()`` that dies or stops answering, and an iteration that fails
+(``zephon.loader_failures``): the error comes promptly, in one line where the loader raises it, no worker is left
+alive, and iterating again resumes right after the last batch handed out — never the plan's first batches again."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from support.demo_plans import texts_plan
+
+from zephon import Pipeline
+from zephon.errors import DatasetError, WorkerLost
+from zephon.executor.pack import calibration
+from zephon.loader_failures import lost_message, worker_loss
+
+MAX_LENGTH = 33
+
+
+@pytest.fixture(scope="module")
+def plan(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("failures")
+    os.environ.setdefault("ZEPHON_CACHE_DIR", str(root / "cache"))
+    return texts_plan(root / "web", [f"doc {r} " + "word " * (r % 11) for r in range(3000)], root / "plan")
+
+
+def pipeline(plan: Path, tokenizer_dir: str) -> Pipeline:
+    return (
+        Pipeline.from_plan(plan)
+        .options(read_chunk=16)
+        .tokenize(tokenizer_id=tokenizer_dir)
+        .pack_flat(max_length=MAX_LENGTH)
+        .batch(microbatch_size=2, global_batch_size=4)
+    )
+
+
+def key(tensors: dict[str, Any]) -> bytes:
+    return b"".join(tensors[k].numpy().tobytes() for k in sorted(tensors) if torch.is_tensor(tensors[k]))
+
+
+def children() -> set[int]:
+    """This process's child processes (from /proc)."""
+    me, found = os.getpid(), set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == me:
+                found.add(int(entry))
+    return found
+
+
+def alive(pids: set[int]) -> set[int]:
+    """Those of ``pids`` still running (a zombie or a reaped process is not)."""
+    running = set()
+    for pid in pids:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            running.add(pid)
+    return running
+
+
+@pytest.fixture(scope="module")
+def reference(plan, tokenizer_dir) -> list[bytes]:
+    return [key(batch.to_training()) for batch in pipeline(plan, tokenizer_dir)]
+
+
+def test_a_silent_worker_times_out_promptly_in_one_line_and_a_retry_resumes(plan, tokenizer_dir, reference) -> None:
+    """Workers stopped (SIGSTOP, as a hung network read): with ``timeout=2`` the error came 20 s late and the
+    interpreter then hung at exit joining them; now ``WorkerLost`` comes within the timeout and a moment, every
+    worker is gone, and iterating again gives exactly the batches after the last one handed out."""
+    loader = pipeline(plan, tokenizer_dir).dataloader(num_workers=2, timeout=2)
+    before = children()
+    got: list[bytes] = []
+    workers: set[int] = set()
+    stopped, raised = 0.0, None
+    try:
+        for tensors in loader:
+            got.append(key(tensors))
+            if len(got) == 3:
+                workers = children() - before
+                assert len(workers) == 2
+                for pid in workers:
+                    os.kill(pid, signal.SIGSTOP)
+                stopped = time.monotonic()
+    except WorkerLost as exc:
+        raised = exc
+    finally:
+        for pid in alive(workers):
+            os.kill(pid, signal.SIGKILL)
+    assert raised is not None, "the stopped workers must time the loader out"
+    assert time.monotonic() - stopped < 2 + 6  # the timeout and the pieces already sent, not 5 s a worker more
+    message = str(raised)
+    assert "\n" not in message and message.startswith("DataLoader timed out after 2 seconds after step ")
+    assert "iterate the loader again" in message and "timeout=" in message
+    assert not alive(workers), "no worker of the failed iteration is left running"
+    assert got == reference[: len(got)]
+    rest = [key(tensors) for tensors in loader]  # the retry: new workers, after the last batch handed out
+    assert got + rest == reference
+
+
+def test_a_worker_killed_while_training_runs_is_resumed_after_the_last_batch(plan, tokenizer_dir, reference) -> None:
+    """A worker killed by SIGKILL (the out-of-memory killer) while the training step runs: torch's SIGCHLD handler
+    raises its ``RuntimeError`` in the training loop's own code, and the loader sees only its iteration closed —
+    as by a ``break``, after which the next iteration started at the plan's start and trained its first batches
+    again. It now resumes after the last batch handed out."""
+    loader = pipeline(plan, tokenizer_dir).dataloader(num_workers=2)
+    before = children()
+    got: list[bytes] = []
+    with pytest.raises(RuntimeError, match=r"DataLoader worker \(pid"):
+        for tensors in loader:
+            got.append(key(tensors))
+            if len(got) == 4:
+                os.kill(min(children() - before), signal.SIGKILL)
+                time.sleep(2)  # "the training step": the signal's handler raises here
+    assert 4 <= len(got) < len(reference) and got == reference[: len(got)]
+    rest = [key(tensors) for tensors in loader]
+    assert got + rest == reference
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_iteration_that_failed_is_resumed_not_restarted(tmp_path, tokenizer_dir, workers, monkeypatch) -> None:
+    """A bad document under ``on_bad_document="raise"``: the retry raised it again only after handing out every
+    batch before it a second time (from the plan's start); it now raises it at once, where the run stands. A
+    ``break`` keeps its epochs: the next iteration starts at the plan's start."""
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
+    texts = [None if r == 2400 else f"doc {r} " + "word " * (r % 9) for r in range(2600)]
+    bad = texts_plan(tmp_path / "web", texts, tmp_path / "plan")
+    loader = pipeline(bad, tokenizer_dir).dataloader(num_workers=workers)
+    first: list[bytes] = []
+    with pytest.raises(DatasetError, match="row 2400") as error:
+        for tensors in loader:
+            first.append(key(tensors))
+    assert len(first) > 10
+    again: list[bytes] = []
+    with pytest.raises(DatasetError) as raised:
+        for tensors in loader:
+            again.append(key(tensors))
+    assert again == [] and str(raised.value) == str(error.value)
+    fresh = pipeline(bad, tokenizer_dir).dataloader(num_workers=workers)
+    for tensors in fresh:
+        assert key(tensors) == first[0]
+        break
+    assert key(next(iter(fresh))) == first[0]  # after a break: the plan's start again
+
+
+def test_torchs_words_for_a_lost_worker_become_one_line_with_where_and_how() -> None:
+    killed = RuntimeError("DataLoader worker (pid 4242) is killed by signal: Killed. ")
+    assert worker_loss(killed) == "DataLoader worker (pid 4242) is killed by signal: Killed."
+    assert worker_loss(RuntimeError("DataLoader worker (pid(s) 7, 8) exited unexpectedly")) is not None
+    assert worker_loss(RuntimeError("CUDA out of memory")) is None and worker_loss(ValueError("x")) is None
+    line = lost_message(worker_loss(killed) or "", {"step": 48, "microbatch": 1})
+    assert line.startswith("DataLoader worker (pid 4242) is killed by signal: Killed after step 48 microbatch 1 handed")
+    assert "resumes right after the last batch handed out" in line and "out of memory" in line
+    assert "before any batch" in lost_message("DataLoader timed out after 3 seconds", None)
