@@ -40,6 +40,7 @@ from zephon.executor.read.bad_documents import FIELD_HINT, BadDocuments, nested_
 from zephon.executor.read.decode_pool import decode_pool
 from zephon.executor.read.memory_release import release_now_and_then
 from zephon.executor.read.shared_groups import SharedRowGroups
+from zephon.executor.read.spill import Spill
 from zephon.plan.format import COPY_ROW_COLUMN
 from zephon.plan.records import ShardRef
 from zephon.storage.objects.range_file import RangeFile
@@ -72,7 +73,8 @@ class ParquetShard:
     """
 
     __slots__ = (
-        "_columns", "_documents", "_owner", "_path", "file", "groups", "nulls", "ranges", "ref", "rg_starts", "share"
+        "_columns", "_documents", "_owner", "_path", "file", "groups", "nulls", "ranges", "ref", "rg_starts", "share",
+        "spill",
     )  # fmt: skip
 
     def __init__(
@@ -83,12 +85,16 @@ class ParquetShard:
         *,
         check_fingerprint: bool,
         share: SharedRowGroups | None = None,
+        spill: Spill | None = None,
     ) -> None:
         """Open ``path`` (the shard ``ref``, its cached copy, or a pinned object read by ranges) and check it;
         ``check_fingerprint``: compare the footer with the planned fingerprint too; ``share``: decoded row groups
-        shared with the rank's other DataLoader workers (``zephon.executor.read.shared_groups``)."""
+        shared with the rank's other DataLoader workers (``zephon.executor.read.shared_groups``); ``spill``: the
+        reader's budget for decoded text, past which a row group is kept in a file, mapped (``spill``; not with a
+        share, which holds one copy for the workers, bounded by its own room check)."""
         self.ref = ref
         self.share = share
+        self.spill = spill if share is None else None
         #: Range mode: the object, whose row groups are fetched ahead of decoding (``zephon.storage.objects``).
         self.ranges = path if isinstance(path, RangeFile) else None
         #: A local file's path, for other threads' own handles (None in range mode: decoded on one thread).
@@ -193,7 +199,7 @@ class ParquetShard:
         try:
             for g, column in zip(todo, self._decoded(todo), strict=True):
                 self.nulls |= column.null_count > 0 or pa.types.is_null(column.type) or self._columns is not None
-                self.groups[g] = column
+                self.groups[g] = column if self.spill is None else self.spill.keep(self.ref.shard_id, g, column)
         finally:
             if self.ranges is not None:
                 self.ranges.release()
@@ -306,6 +312,8 @@ class ParquetShard:
         self.groups = [None] * len(self.groups)
         if self.share is not None:
             self.share.forget(self.ref.shard_id)
+        if self.spill is not None:
+            self.spill.forget(self.ref.shard_id, len(self.groups))
 
     def _group(self, g: int) -> pa.Array:
         column = self.groups[g]

@@ -49,6 +49,7 @@ from zephon.executor.read.memory_release import release_memory, release_now_and_
 from zephon.executor.read.parquet import ParquetShard, in_index_order
 from zephon.executor.read.selected_copy import CopiedShard
 from zephon.executor.read.shared_groups import SharedRowGroups
+from zephon.executor.read.spill import Spill
 from zephon.executor.token_stores.shards import PlanStores, is_store_shard
 from zephon.plan.records import ShardRef
 from zephon.specs import StoreCredentials
@@ -165,6 +166,8 @@ class ShardReader:
         self._credentials: tuple[StoreCredentials, ...] = ()
         #: Decoded row groups shared with the rank's other DataLoader workers (``attach_share``), else None.
         self._share: SharedRowGroups | None = None
+        #: The budget of decoded text this reader keeps in memory, the rest in files (``ZEPHON_DECODED_MEMORY``).
+        self._spill = Spill.from_env()
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
@@ -231,6 +234,8 @@ class ShardReader:
         closed = bool(self._open)
         while self._open:
             self._open.popitem(last=False)[1].close()
+        if self._spill is not None:
+            self._spill.close()  # the files of row groups past the budget (zephon.executor.read.spill)
         if closed:
             release_memory()
 
@@ -373,6 +378,7 @@ class ShardReader:
                     self._documents,
                     check_fingerprint=local and _checkable(ref, "pqfooter:"),
                     share=self._share if cache else None,  # a shard read once (count pass) is not shared
+                    spill=self._spill if cache else None,  # (nor held: one row group at a time)
                 )
             else:
                 assert isinstance(source, str | bytes)

@@ -84,28 +84,29 @@ def make_share_directory() -> str | None:
         return None
     remove_abandoned()
     try:
-        return tempfile.mkdtemp(prefix=f"{_PREFIX}{_namespace()}-{os.getpid()}-", dir=SHM_ROOT)
+        return tempfile.mkdtemp(prefix=f"{_PREFIX}{pid_namespace()}-{os.getpid()}-", dir=SHM_ROOT)
     except OSError:
         return None
 
 
-def remove_abandoned() -> int:
-    """Remove the share directories of processes of this PID namespace that no longer run, made by this user
+def remove_abandoned(root: str = SHM_ROOT, prefix: str = _PREFIX) -> int:
+    """Remove the share directories (or, with ``root`` and ``prefix``, the shard reader's spill directories:
+    ``zephon.executor.read.spill``) of processes of this PID namespace that no longer run, made by this user
     (``make_share_directory``); how many. A directory of another namespace (a container sharing ``/dev/shm``,
     whose PIDs mean other processes), of another user, of a name without a PID (made before PIDs were in names),
     or of a process still running is left alone."""
-    namespace, removed = _namespace(), 0
+    namespace, removed = pid_namespace(), 0
     try:
-        names = os.listdir(SHM_ROOT)
+        names = os.listdir(root)
     except OSError:
         return 0
     for name in names:
-        if not name.startswith(_PREFIX):
+        if not name.startswith(prefix):
             continue
-        parts = name[len(_PREFIX) :].split("-")
+        parts = name[len(prefix) :].split("-")
         if len(parts) < 3 or parts[0] != namespace or not parts[1].isdigit() or _running(int(parts[1])):
             continue
-        path = os.path.join(SHM_ROOT, name)
+        path = os.path.join(root, name)
         try:
             if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
                 continue
@@ -116,7 +117,7 @@ def remove_abandoned() -> int:
     return removed
 
 
-def _namespace() -> str:
+def pid_namespace() -> str:
     """This process's PID namespace (its inode), or "host" where ``/proc`` does not say."""
     try:
         return str(os.stat("/proc/self/ns/pid").st_ino)

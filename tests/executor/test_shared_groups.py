@@ -221,7 +221,7 @@ def test_a_directory_left_by_a_loader_that_no_longer_runs_is_removed_by_the_next
     import subprocess
     import sys
 
-    from zephon.executor.read.shared_groups import _namespace
+    from zephon.executor.read.shared_groups import pid_namespace
 
     monkeypatch.delenv("ZEPHON_SHARE_ROW_GROUPS", raising=False)
     probe = make_share_directory()
@@ -231,8 +231,8 @@ def test_a_directory_left_by_a_loader_that_no_longer_runs_is_removed_by_the_next
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead = int(gone.stdout)
     names = {
-        "dead": f"zephon-rowgroups-{_namespace()}-{dead}-abc",
-        "alive": f"zephon-rowgroups-{_namespace()}-{os.getpid()}-abc",
+        "dead": f"zephon-rowgroups-{pid_namespace()}-{dead}-abc",
+        "alive": f"zephon-rowgroups-{pid_namespace()}-{os.getpid()}-abc",
         "other namespace": f"zephon-rowgroups-1-{dead}-abc",
         "no pid": "zephon-rowgroups-abc123",
     }
@@ -242,7 +242,7 @@ def test_a_directory_left_by_a_loader_that_no_longer_runs_is_removed_by_the_next
             path.mkdir()
             (path / "1-0.arrow").write_bytes(b"x")
         new = make_share_directory()
-        assert new is not None and os.path.basename(new).startswith(f"zephon-rowgroups-{_namespace()}-{os.getpid()}-")
+        assert new is not None and os.path.basename(new).startswith(f"zephon-rowgroups-{pid_namespace()}-{os.getpid()}-")
         remove_share_directory(new)
         assert {k for k, path in made.items() if path.exists()} == {"alive", "other namespace", "no pid"}
     finally:
