@@ -90,11 +90,11 @@ class ParquetShard:
         """Open ``path`` (the shard ``ref``, its cached copy, or a pinned object read by ranges) and check it;
         ``check_fingerprint``: compare the footer with the planned fingerprint too; ``share``: decoded row groups
         shared with the rank's other DataLoader workers (``zephon.executor.read.shared_groups``); ``spill``: the
-        reader's budget for decoded text, past which a row group is kept in a file, mapped (``spill``; not with a
-        share, which holds one copy for the workers, bounded by its own room check)."""
+        reader's budget for decoded text, past which a row group is kept in a file, mapped (``spill``; a row group
+        mapped from the share is not counted: one copy for the workers, bounded by the share's own room check)."""
         self.ref = ref
         self.share = share
-        self.spill = spill if share is None else None
+        self.spill = spill
         #: Range mode: the object, whose row groups are fetched ahead of decoding (``zephon.storage.objects``).
         self.ranges = path if isinstance(path, RangeFile) else None
         #: A local file's path, for other threads' own handles (None in range mode: decoded on one thread).
@@ -197,28 +197,31 @@ class ParquetShard:
             for column_name in self._columns or [self._documents.field]:  # concurrent GETs, before decoding
                 self.ranges.fetch_row_groups(column_name, todo)
         try:
-            for g, column in zip(todo, self._decoded(todo), strict=True):
+            for g, (column, private) in zip(todo, self._decoded(todo), strict=True):
                 self.nulls |= column.null_count > 0 or pa.types.is_null(column.type) or self._columns is not None
-                self.groups[g] = column if self.spill is None else self.spill.keep(self.ref.shard_id, g, column)
+                spill = self.spill if private else None  # (a share's mapped file is not this process's memory)
+                self.groups[g] = column if spill is None else spill.keep(self.ref.shard_id, g, column)
         finally:
             if self.ranges is not None:
                 self.ranges.release()
         release_now_and_then()  # the row groups' compressed bytes and pages, freed to allocators that keep them
         return groups
 
-    def _decoded(self, todo: list[int]) -> Iterator[pa.Array]:
-        """Row groups ``todo`` decoded, in order: several at once on the decode pool (a local shard), else one
-        by one on this thread. The first that fails raises; those not started yet are cancelled. With a share,
-        those another worker decoded are mapped instead (``_shared``)."""
+    def _decoded(self, todo: list[int]) -> Iterator[tuple[pa.Array, bool]]:
+        """Row groups ``todo`` decoded, in order, each with whether it is this process's own memory (not a share's
+        mapped file): several at once on the decode pool (a local shard), else one by one on this thread. The
+        first that fails raises; those not started yet are cancelled. With a share, those another worker decoded
+        are mapped instead (``_shared``)."""
         if self.share is not None and self.ranges is None:
             shared = self._shared(todo, self.share)
             if shared is not None:
                 rest = [g for g in todo if g not in shared]  # published by nobody: decoded here, on the pool
                 decoded = dict(zip(rest, self._decoded_here(rest), strict=True)) if rest else {}
                 for g in todo:
-                    yield shared[g] if g in shared else decoded[g]
+                    yield shared[g] if g in shared else (decoded[g], True)
                 return
-        yield from self._decoded_here(todo)
+        for column in self._decoded_here(todo):
+            yield column, True
 
     def _decoded_here(self, todo: list[int]) -> Iterator[pa.Array]:
         """Row groups ``todo`` decoded in this process, in order (several at once on the decode pool)."""
@@ -234,21 +237,22 @@ class ParquetShard:
             for future in futures:
                 future.cancel()
 
-    def _shared(self, todo: list[int], share: SharedRowGroups) -> dict[int, pa.Array] | None:
+    def _shared(self, todo: list[int], share: SharedRowGroups) -> dict[int, tuple[pa.Array, bool]] | None:
         """Row groups ``todo`` through the share, by row group: mapped where published, claimed and decoded (then
         published) where this worker is first, and waited for where another is decoding them — claims first,
         decodes next, waits last, so a claimant never waits (``zephon.executor.read.shared_groups``). Those nobody
         publishes (a claimant that failed, or a share that publishes nothing: no room, or a lone worker) are left
         out: the caller decodes them together on the decode pool, as without a share. None when a decode fails:
-        the caller decodes them all as without a share, so the first bad row group raises as it would."""
+        the caller decodes them all as without a share, so the first bad row group raises as it would. Each with
+        whether it is this process's memory (decoded here and not published: no room in the share)."""
         shard = self.ref.shard_id
-        got: dict[int, pa.Array] = {}
+        got: dict[int, tuple[pa.Array, bool]] = {}
         mine: list[tuple[int, int]] = []
         theirs: list[int] = []
         for g in todo:
             column = share.get(shard, g)
             if column is not None:
-                got[g] = column
+                got[g] = (column, False)
                 continue
             fd = share.claim(shard, g)
             if fd is None:
@@ -264,11 +268,12 @@ class ParquetShard:
                 if isinstance(exc, DatasetError):
                     return None
                 raise
-            got[g] = share.publish(shard, g, fd, column)  # the published file, mapped: one copy for the rank
+            kept = share.publish(shard, g, fd, column)  # the published file, mapped: one copy for the rank
+            got[g] = (kept, kept is column)
         for g in theirs:
             column = share.wait(shard, g)  # at once when nobody holds its claim
             if column is not None:  # else nobody published it (counted by the share): the caller decodes it
-                got[g] = column
+                got[g] = (column, False)
         return got
 
     def values(self, rows: np.ndarray) -> list[object]:

@@ -21,16 +21,16 @@ budget, names the directory and how to hold less.
 Invariant: the data never depends on the spill — a mapped row group is the decoded array's bytes, written and read
 by the same pyarrow — and the reader's own memory for decoded text stays within the budget plus one row group.
 
-Example: a budget of 1 GiB, 50 datasets × 5 open shards of one 28 MB row group each: the first 38 row groups decoded stay
-in memory (1,064 MB > 1 GiB at the 39th), the other 212 go to files under ``$ZEPHON_SPILL_DIR`` (default
-``$ZEPHON_CACHE_DIR/decoded``), ~5.9 GB of disk, mapped.
+Example: a budget of 1 GiB, 50 datasets × 5 open shards of one 28 MB row group each: the first 38 row groups
+decoded stay in memory (1,064 MB > 1 GiB at the 39th), the other 212 go to files under ``$ZEPHON_SPILL_DIR``
+(default ``$ZEPHON_CACHE_DIR/decoded``), ~5.9 GB of disk, mapped.
 
 ``ZEPHON_DECODED_MEMORY``: a size (``2GiB``, ``512MiB``, ``1000000`` bytes) or ``off`` (no budget: every row group
 in memory, as before); by default a quarter of the memory this machine or container has (``/proc/meminfo``, the
 cgroup's limit where lower) shared by its ranks (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets), at least
-``MIN_BUDGET``: 6 GiB on a 24 GiB machine running one rank, 32 GiB a rank on a 2 TiB node running 16. The directory's name holds the process's PID namespace and PID;
-one left by a process that no longer runs (killed) is removed when the next is made, as the workers' share
-directories are (``shared_groups.remove_abandoned``).
+``MIN_BUDGET``: 6 GiB on a 24 GiB machine running one rank, 32 GiB a rank on a 2 TiB node running 16. The
+directory's name holds the process's PID namespace and PID; one left by a process that no longer runs (killed) is
+removed when the next is made, as the workers' share directories are (``shared_groups.remove_abandoned``).
 """
 
 from __future__ import annotations
@@ -77,13 +77,11 @@ def default_budget() -> int:
     """A quarter of the memory of this machine (or container: its cgroup's limit where lower) over the ranks it
     runs (``LOCAL_WORLD_SIZE``), at least ``MIN_BUDGET``."""
     limits = []
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        with open("/proc/meminfo") as meminfo:
-            limits.append(int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) << 10)
+    with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as meminfo:
+        limits.append(int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) << 10)
     for path in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
-        with contextlib.suppress(OSError, ValueError):
-            with open(path) as limit:
-                limits.append(int(limit.read().strip()))
+        with contextlib.suppress(OSError, ValueError), open(path) as limit:
+            limits.append(int(limit.read().strip()))
     ranks = os.environ.get("LOCAL_WORLD_SIZE", "1")
     share = min(limits, default=0) // (4 * (int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1))
     return max(MIN_BUDGET, share)
