@@ -20,9 +20,11 @@ through five stages, each wrapping the one before and handing on one named value
    (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
    on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. It pops the rows of a
    *block* of consecutive microbatches in one call (``BLOCK_TOKENS``), in the same order as one microbatch at a
-   time, and hands them out one by one; where each microbatch but the block's last ends, it snapshots every
-   lane's counters (``Block.snapshots``), and while that microbatch is the last handed out, the lanes' cursors
-   are read from that snapshot (``Lane.held``) — so a state taken between two batches is the one-at-a-time state.
+   time, and hands them out one by one; before the block and where each microbatch but the block's last ends, it
+   snapshots every lane's counters (``Block.snapshots``), and while that microbatch (before the first: the one
+   before the block) is the last handed out, the lanes' cursors are read from that snapshot (``Lane.held``) — so
+   a state taken between two batches, or after an error raised for a microbatch not handed out, is the
+   one-at-a-time state.
    An iteration's first block is one microbatch (its batch comes as soon as its rows are read), and an error
    reading for a block is raised at the microbatch whose rows needed it, after the ones before it.
    A DataLoader worker holds only the lanes of its ``WorkerShare`` (``zephon.executor.worker_share``): it pops
@@ -503,18 +505,26 @@ class LaneBatches:
             ends = np.cumsum(np.count_nonzero(held, axis=1)).tolist()  # the block's rows up to each microbatch's end
             spans = self._spans(held, ends, running)
             rows, failed = None, None  # the rows of the whole block, popped together; an error reading for them
-            snapshots: list[Snapshot] = []  # the lanes' counters where each microbatch but the last ends
+            # The lanes' counters before the block and where each microbatch but the last ends: while microbatch
+            # k - 1 is the last handed out (the block's start: the one before it), cursors read snapshot k.
+            snapshots: list[Snapshot] = []
             handed: list[tuple[PackedRows, tuple[list[int], list[int]]] | None] = [None] * size
             shorts = [0] * size  # per microbatch: its rows shorter than max_length
             if ends[-1]:
-                cut = deal.rows(lanes[held], ends[:-1])
+                cut = deal.rows(lanes[held], [0, *ends[:-1]])
                 rows, failed, snapshots = cut.rows, cut.failed, cut.snapshots
+                deal.hold_at(snapshots[0])  # an error before the first is handed out: the state before the block
                 handed = split_block(rows, spans, deal.dataset_of, len(deal.dataset_names))
                 below = np.concatenate(([0], np.cumsum(rows.lengths < self.max_length)))[[0, *ends]]
                 shorts = np.diff(below).tolist()
             for k in range(size):
                 if failed is not None and failed[0] < ends[k]:  # the microbatch whose rows needed it
                     raise failed[1]
+                span, got = spans[k], handed[k]
+                if span is not None and deal.pending:  # may raise a bad document's deferred error: before this
+                    assert got is not None and got[0].pieces is not None  # microbatch counts as handed out
+                    (lo, hi), pieces = span[0], got[0].pieces
+                    deal.count_skipped(lanes[k, lo:hi][pieces["row"]], pieces["position"])
                 at = progress.advance()
                 short = shorts[k]
                 if self.num_steps is None and self.drop_last and short:
@@ -522,14 +532,10 @@ class LaneBatches:
                     return
                 if self.num_steps is not None and self.drop_last and short and deal.stats is not None:
                     deal.stats.short_rows += short  # a lane ran out before the estimated end
-                deal.hold_at(snapshots[k] if k < len(snapshots) else None)  # None: the lanes' own counters
-                span, got = spans[k], handed[k]
+                deal.hold_at(snapshots[k + 1] if k + 1 < len(snapshots) else None)  # None: the lanes' own counters
                 if span is not None:
                     assert got is not None
                     (lo, hi), (packed, counted) = span[0], got
-                    assert packed.pieces is not None
-                    if deal.pending:
-                        deal.count_skipped(lanes[k, lo:hi][packed.pieces["row"]], packed.pieces["position"])
                     yield LaneMicrobatch(at=at, sequences=ids[k, lo:hi], rows=packed, counted=counted)
 
     def _spans(self, held: np.ndarray, ends: list[int], running: int) -> list[

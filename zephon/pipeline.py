@@ -21,6 +21,7 @@ docs point to; what it delegates lives in ``zephon.run`` and the executor.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable, Iterator
@@ -391,6 +392,13 @@ class Pipeline:
                 if self._loads != loads:
                     raise moved_by_a_load()
                 yield batch
+        except GeneratorExit:  # a break: the next iteration starts at the plan's start (epochs)
+            raise
+        except BaseException:  # failed (a read that timed out, a bad document): the next iteration resumes after
+            if self._loads == loads and self._runner is runner:  # the last batch yielded, never from the start
+                with contextlib.suppress(Exception):  # (a runner that cannot tell: as before, the error alone)
+                    self._pending_state = runner.state()
+            raise
         finally:
             close = getattr(batches, "close", None)  # a generator's: its threads and open shards, now
             if close is not None:

@@ -128,15 +128,34 @@ def test_a_worker_killed_while_training_runs_is_resumed_after_the_last_batch(pla
     assert got + rest == reference
 
 
-@pytest.mark.parametrize("workers", [0, 2])
+def batches_of(plan: Path, tokenizer_dir: str, workers: int | None) -> Any:
+    """The pipeline itself (``workers`` None), or its ``dataloader(num_workers=workers)``."""
+    pipe = pipeline(plan, tokenizer_dir)
+    if workers is None:
+        return _Dicts(pipe)
+    return pipe.dataloader(num_workers=workers)
+
+
+class _Dicts:
+    """A pipeline's iterations as training dicts."""
+
+    def __init__(self, pipe: Pipeline) -> None:
+        self.pipe = pipe
+
+    def __iter__(self) -> Any:
+        return (batch.to_training() for batch in self.pipe)
+
+
+@pytest.mark.parametrize("workers", [None, 0, 2])
 def test_an_iteration_that_failed_is_resumed_not_restarted(tmp_path, tokenizer_dir, workers, monkeypatch) -> None:
     """A bad document under ``on_bad_document="raise"``: the retry raised it again only after handing out every
-    batch before it a second time (from the plan's start); it now raises it at once, where the run stands. A
-    ``break`` keeps its epochs: the next iteration starts at the plan's start."""
+    batch before it a second time (from the plan's start); it now raises it at once, where the run stands —
+    iterating the pipeline or its loader. A ``break`` keeps its epochs: the next iteration starts at the plan's
+    start."""
     monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)  # else the calibration reads this small plan whole
     texts = [None if r == 2400 else f"doc {r} " + "word " * (r % 9) for r in range(2600)]
     bad = texts_plan(tmp_path / "web", texts, tmp_path / "plan")
-    loader = pipeline(bad, tokenizer_dir).dataloader(num_workers=workers)
+    loader = batches_of(bad, tokenizer_dir, workers)
     first: list[bytes] = []
     with pytest.raises(DatasetError, match="row 2400") as error:
         for tensors in loader:
@@ -147,7 +166,7 @@ def test_an_iteration_that_failed_is_resumed_not_restarted(tmp_path, tokenizer_d
         for tensors in loader:
             again.append(key(tensors))
     assert again == [] and str(raised.value) == str(error.value)
-    fresh = pipeline(bad, tokenizer_dir).dataloader(num_workers=workers)
+    fresh = batches_of(bad, tokenizer_dir, workers)
     for tensors in fresh:
         assert key(tensors) == first[0]
         break
@@ -163,3 +182,19 @@ def test_torchs_words_for_a_lost_worker_become_one_line_with_where_and_how() -> 
     assert line.startswith("DataLoader worker (pid 4242) is killed by signal: Killed after step 48 microbatch 1 handed")
     assert "resumes right after the last batch handed out" in line and "out of memory" in line
     assert "before any batch" in lost_message("DataLoader timed out after 3 seconds", None)
+
+
+@pytest.mark.parametrize("bad_row", [2100, 2251, 2400, 2590])  # past the calibration's 2,048
+def test_the_state_after_an_error_is_the_state_after_the_last_batch(tmp_path, tokenizer_dir, bad_row, monkeypatch):
+    """A bad document's error is raised for the first microbatch that would hold it, which is never handed out:
+    ``state_dict()`` then said that microbatch was (one more step or microbatch) and put its lane's cursor past the
+    bad document — a checkpoint taken after catching the error, or a retry from it, skipped them silently. It is
+    now the state after the last batch handed out, wherever in a block of microbatches the error falls."""
+    monkeypatch.setattr(calibration, "CALIBRATION_UNITS", 0)
+    texts = [None if r == bad_row else f"doc {r} " + "word " * (r % 9) for r in range(2600)]
+    pipe = pipeline(texts_plan(tmp_path / "web", texts, tmp_path / "plan"), tokenizer_dir)
+    last = None
+    with pytest.raises(DatasetError, match=f"row {bad_row} "):
+        for _ in pipe:
+            last = pipe.state_dict()
+    assert last is not None and pipe.state_dict() == last
