@@ -89,7 +89,6 @@ def exact_microbatches(
         for running, ids, real in owned:
             while progress.running < running:  # other workers' microbatches
                 progress.advance()
-            at = progress.advance()
             rows: PackedRows | None = None
             datasets: np.ndarray | None = None
             if len(real) and built is not None:
@@ -99,6 +98,7 @@ def exact_microbatches(
                     pieces = sequences.pieces(int(real[0]))
                     remote.advance(pieces[0].position if pieces else 0)
                 rows, datasets = sequences.rows_many([real], upcoming=hint if len(owned) == 1 else None)[0]
+            at = progress.advance()  # after its rows are built: an error reading them leaves it not handed out
             yield at, ids, rows, datasets
         while progress.running < scanned:
             progress.advance()
