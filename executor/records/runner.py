@@ -40,7 +40,7 @@ from zephon.executor.geometry import Geometry
 from zephon.executor.operators import Where
 from zephon.executor.operators import describe as describe_operators
 from zephon.executor.plan_reader import PlanBundle
-from zephon.executor.progress import Progress
+from zephon.executor.progress import MicrobatchAt, Progress
 from zephon.executor.provenance_log import LogHeader, ProvenanceLog
 from zephon.executor.read.remote import RemoteAccess
 from zephon.executor.read.shard_reader import ShardReader
@@ -192,9 +192,10 @@ class RecordRunner:
         worker, workers = self.worker
         handed = 0  # microbatches of this iteration: a DataLoader takes item k from worker k mod N, from its start
         while self.progress.step < steps:
-            at = self.progress.advance()
-            handed += 1
+            at = MicrobatchAt(step=self.progress.step, index=self.progress.microbatch)  # handed out at its yield:
+            handed += 1  # an error making it leaves the state at the batch before
             if (handed - 1) % workers != worker:
+                self.progress.advance()
                 continue
             wanted = g.microbatch_sequences(at.step, at.index)
             real = wanted[wanted < n]
@@ -248,6 +249,7 @@ class RecordRunner:
                 self.log.write_records(at.step, at.index, batch.positions, rows)
             if self.stats is not None:
                 self.stats.records_handed_out(self.names, batch.datasets)
+            self.progress.advance()
             yield batch
 
     def _report(self, where: Where, reason: str, message: str, skipped: dict[tuple[int, int], str]) -> None:
