@@ -61,7 +61,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from zephon.errors import WorkerLost, ZephonError
+from zephon.errors import WorkerLost, ZephonError, warn
 from zephon.executor.batch import Batch, join_training
 from zephon.executor.cores import share_cores
 from zephon.executor.pack import run_length
@@ -72,7 +72,7 @@ from zephon.executor.runner import RankRunner
 from zephon.executor.settings import RunStats
 from zephon.executor.state import gather_states
 from zephon.executor.worker_share import check_loader_workers
-from zephon.loader_failures import lost_message, stop_workers, worker_loss, workers_died
+from zephon.loader_failures import WorkerWatch, at_end, lost_message, stop_workers, worker_loss, workers_died
 from zephon.loader_options import LOADER_SETTINGS, LoaderOptions
 from zephon.loader_pieces import Handed, PieceGroup, Tensors, WorkerError, WorkerPiece, in_order
 from zephon.loader_shutdown import wait_for_feeders
@@ -272,8 +272,9 @@ class PipelineLoader:
         source = iter(loader) if o.num_workers or o.pin_memory else iter(dataset)
         items = source
         finals: dict[int, RunStats] = {}  # each worker's stats after its run, with its last item
+        watch = WorkerWatch.install() if o.num_workers else None  # a worker's death: raised at a fetch, not later
         if o.num_workers:
-            items = in_order(items, o.num_workers, finals)  # type: ignore[arg-type]
+            items = in_order(watch.fetch(items) if watch else items, o.num_workers, finals)  # type: ignore[arg-type]
             items = self._unpublish_after(items, o.num_workers)  # type: ignore[arg-type]
         self._state, dataset.state = None, None  # later iterations start at the beginning of the plan
         ended = False
@@ -293,11 +294,16 @@ class PipelineLoader:
                 lost = worker_loss(exc)
                 self._resume_after(handed, loads)
                 if o.num_workers:  # none left alive, persistent ones included: the next iteration starts new ones
-                    stop_workers(source, kill_first=lost is not None)
+                    stop_workers(source, kill_first=lost is not None or isinstance(exc, KeyboardInterrupt))
+                if lost is not None and at_end(handed.state, self.num_steps()):  # after the last batch: run whole
+                    warn(f"{lost} after the run's last batch: its final counts are missing from stats()")
+                    return
                 if lost is not None:
                     raise WorkerLost(lost_message(lost, handed.state)) from None
                 raise
         finally:  # stats() as iterating the pipeline gives them: after the run, or as they were at an error
+            if watch is not None:
+                watch.close()
             handed.stats.finish(finals if o.num_workers else {0: self._pipeline._stats})
             if ended and o.num_workers and (merged := handed.stats.stats()).lanes_cut:  # once here, for every worker
                 run_length.warn_short_run(merged.tokens_cut, merged.lanes_cut, self.num_steps())

@@ -89,24 +89,23 @@ def make_share_directory() -> str | None:
         return None
 
 
-def remove_abandoned(root: str = SHM_ROOT, prefix: str = _PREFIX) -> int:
-    """Remove the share directories (or, with ``root`` and ``prefix``, the shard reader's spill directories:
-    ``zephon.executor.read.spill``) of processes of this PID namespace that no longer run, made by this user
+def remove_abandoned() -> int:
+    """Remove the share directories of processes of this PID namespace that no longer run, made by this user
     (``make_share_directory``); how many. A directory of another namespace (a container sharing ``/dev/shm``,
     whose PIDs mean other processes), of another user, of a name without a PID (made before PIDs were in names),
     or of a process still running is left alone."""
     namespace, removed = pid_namespace(), 0
     try:
-        names = os.listdir(root)
+        names = os.listdir(SHM_ROOT)
     except OSError:
         return 0
     for name in names:
-        if not name.startswith(prefix):
+        if not name.startswith(_PREFIX):
             continue
-        parts = name[len(prefix) :].split("-")
-        if len(parts) < 3 or parts[0] != namespace or not parts[1].isdigit() or _running(int(parts[1])):
+        parts = name[len(_PREFIX) :].split("-")
+        if len(parts) < 3 or parts[0] != namespace or not parts[1].isdigit() or running(int(parts[1])):
             continue
-        path = os.path.join(root, name)
+        path = os.path.join(SHM_ROOT, name)
         try:
             if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
                 continue
@@ -125,7 +124,8 @@ def pid_namespace() -> str:
         return "host"
 
 
-def _running(pid: int) -> bool:
+def running(pid: int) -> bool:
+    """Whether process ``pid`` of this PID namespace runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

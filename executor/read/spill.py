@@ -23,14 +23,17 @@ by the same pyarrow — and the reader's own memory for decoded text stays withi
 
 Example: a budget of 1 GiB, 50 datasets × 5 open shards of one 28 MB row group each: the first 38 row groups
 decoded stay in memory (1,064 MB > 1 GiB at the 39th), the other 212 go to files under ``$ZEPHON_SPILL_DIR``
-(default ``$ZEPHON_CACHE_DIR/decoded``), ~5.9 GB of disk, mapped.
+(default: ``zephon-decoded`` in the system's temporary directory), ~5.9 GB of disk, mapped.
 
 ``ZEPHON_DECODED_MEMORY``: a size (``2GiB``, ``512MiB``, ``1000000`` bytes) or ``off`` (no budget: every row group
 in memory, as before); by default a quarter of the memory this machine or container has (``/proc/meminfo``, the
 cgroup's limit where lower) shared by its ranks (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets), at least
-``MIN_BUDGET``: 6 GiB on a 24 GiB machine running one rank, 32 GiB a rank on a 2 TiB node running 16. The
-directory's name holds the process's PID namespace and PID; one left by a process that no longer runs (killed) is
-removed when the next is made, as the workers' share directories are (``shared_groups.remove_abandoned``).
+``MIN_BUDGET``: 6 GiB on a 24 GiB machine running one rank, 32 GiB a rank on a 2 TiB node running 16.
+``ZEPHON_SPILL_DIR``: where, by default ``zephon-decoded`` in the system's temporary directory (local to the machine),
+or ``$ZEPHON_CACHE_DIR/decoded`` where that is memory (tmpfs). A directory's name holds the machine, the PID
+namespace and the PID of the process that made it; one left by a process of this machine that no longer runs (a
+killed rank, or DataLoader worker: the loader removes its workers' when they end) is removed when the next is made
+— its row group files, then the directory if nothing else is in it (``remove_abandoned``).
 """
 
 from __future__ import annotations
@@ -38,14 +41,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shutil
+import socket
 import tempfile
 import threading
 
 import pyarrow as pa
 
 from zephon.errors import ConfigError, warn
-from zephon.executor.read.shared_groups import free_bytes, pid_namespace, remove_abandoned
+from zephon.executor.read.shared_groups import free_bytes, pid_namespace, running
 
 #: ``ZEPHON_DECODED_MEMORY`` and ``ZEPHON_SPILL_DIR``.
 BUDGET_ENV, DIR_ENV = "ZEPHON_DECODED_MEMORY", "ZEPHON_SPILL_DIR"
@@ -88,10 +91,78 @@ def default_budget() -> int:
 
 
 def spill_root() -> str:
-    """Where spill directories are made: ``ZEPHON_SPILL_DIR``, else ``decoded`` under Zephon's cache directory."""
+    """Where spill directories are made: ``ZEPHON_SPILL_DIR``, else ``zephon-decoded`` in the system's temporary
+    directory — local to the machine — unless that is memory (tmpfs), then ``decoded`` under Zephon's cache."""
+    configured = os.environ.get(DIR_ENV)
+    if configured:
+        return configured
+    temporary = tempfile.gettempdir()
+    if _file_system(temporary) not in ("tmpfs", "ramfs"):
+        return os.path.join(temporary, "zephon-decoded")
     from zephon.storage.files import cache_dir
 
-    return os.environ.get(DIR_ENV) or str(cache_dir() / "decoded")
+    return str(cache_dir() / "decoded")
+
+
+def _file_system(path: str) -> str | None:
+    """The type of the file system ``path`` lies on (``/proc/self/mounts``), None where it cannot be told."""
+    real, best, kind = os.path.realpath(path), "", None
+    with contextlib.suppress(OSError), open("/proc/self/mounts") as mounts:
+        for line in mounts:
+            fields = line.split()
+            inside = len(fields) > 2 and (real == fields[1] or real.startswith(fields[1].rstrip("/") + "/"))
+            if inside and len(fields[1]) >= len(best):
+                best, kind = fields[1], fields[2]
+    return kind
+
+
+def _host() -> str:
+    """This machine's name as a directory name's part (a spill root on a shared file system holds several)."""
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _ours(name: str) -> int | None:
+    """The PID in a spill directory's name made on this machine, in this PID namespace, else None."""
+    found = re.fullmatch(re.escape(f"{_PREFIX}{_host()}-{pid_namespace()}-") + r"(\d+)-[a-z0-9_]{8}", name)
+    return int(found.group(1)) if found else None
+
+
+def _remove(directory: str) -> None:
+    """The row group files a spill wrote in ``directory``, then the directory if that left it empty: nothing
+    else in it is ever removed."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(directory):
+            if re.fullmatch(r"\d+-\d+\.arrow", name):
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(directory, name))
+        os.rmdir(directory)
+
+
+def remove_abandoned(root: str, pids: list[int] | None = None) -> int:
+    """Remove the spill directories under ``root`` of this machine's processes (of this PID namespace, this user)
+    that no longer run — of ``pids`` only, when given (DataLoader workers just ended); how many. A directory
+    named otherwise, of another machine or namespace, of a running process, a link, or not ours is left alone,
+    and so is every file in one that a spill did not write."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for name in os.listdir(root):
+            pid = _ours(name)
+            if pid is None or (pids is not None and pid not in pids) or running(pid):
+                continue
+            path = os.path.join(root, name)
+            try:
+                if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
+                    continue
+            except OSError:
+                continue
+            _remove(path)
+            removed += 1
+    return removed
+
+
+def remove_spills_of(pids: list[int]) -> int:
+    """``remove_abandoned`` for these processes (a DataLoader's workers once they are gone) under the spill root."""
+    return remove_abandoned(spill_root(), pids) if pids else 0
 
 
 class Spill:
@@ -148,8 +219,8 @@ class Spill:
     def close(self) -> None:
         """Remove the directory and what is left in it (the reader closed every shard first); usable again after."""
         directory, self.directory = self.directory, None
-        if directory is not None and os.path.basename(directory).startswith(_PREFIX):
-            shutil.rmtree(directory, ignore_errors=True)
+        if directory is not None:
+            _remove(directory)
         with self._lock:
             self._kept.clear()
             self.held = self.spilled = 0
@@ -160,13 +231,15 @@ class Spill:
         try:
             if self.directory is None:
                 os.makedirs(self.root, exist_ok=True)
-                remove_abandoned(self.root, _PREFIX)
-                self.directory = tempfile.mkdtemp(prefix=f"{_PREFIX}{pid_namespace()}-{os.getpid()}-", dir=self.root)
+                remove_abandoned(self.root)
+                prefix = f"{_PREFIX}{_host()}-{pid_namespace()}-{os.getpid()}-"
+                self.directory = tempfile.mkdtemp(prefix=prefix, dir=self.root)
             free = free_bytes(self.directory)
             if free is not None and free < 2 * column.nbytes + ROOM_MARGIN:
                 _warn_once("room", f"the shard reader must keep decoded row groups past {BUDGET_ENV} in files under "
-                           f"{self.directory}, got {free >> 20} MiB free there — free space, or set {DIR_ENV} to a "
-                           "larger disk; they are kept in memory meanwhile")  # fmt: skip
+                           f"{self.directory}, with {ROOM_MARGIN >> 20} MiB left free there beside twice the row "
+                           f"group, got {free >> 20} MiB free — free space, or set {DIR_ENV} to a larger disk; they "
+                           "are kept in memory meanwhile")  # fmt: skip
                 return None
             path = os.path.join(self.directory, f"{shard_id}-{group}.arrow")
             batch = pa.RecordBatch.from_arrays([column], names=["v"])
@@ -177,11 +250,15 @@ class Spill:
                        f"{self.root}, got {type(exc).__name__}: {exc} — set {DIR_ENV} to a writable disk; they are "
                        "kept in memory meanwhile")  # fmt: skip
             return None
-        _warn_once("spill", f"the shard reader holds {self.held >> 20} MiB of decoded text, its {BUDGET_ENV} budget: "
+        _warn_once("spill", f"the shard reader holds {_size(self.held)} of decoded text, its {BUDGET_ENV} budget: "
                    f"row groups past it are kept in files under {self.directory}, mapped (the page cache holds them "
                    "while memory allows) — a rank keeps (window_shards + 1) shards of every dataset open: plan with a "
                    f"smaller ShuffleSpec.window_shards to hold less, or raise {BUDGET_ENV}")  # fmt: skip
         return path
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes >> 20} MiB" if nbytes >= 1 << 20 else f"{nbytes >> 10} KiB"
 
 
 def _warn_once(kind: str, message: str) -> None:

@@ -87,31 +87,44 @@ def test_no_room_on_disk_keeps_the_row_group_in_memory_and_says_so(tmp_path, mon
     monkeypatch.setattr(spill, "_warned", set())
     keeper = spill.Spill(0, str(tmp_path / "spill"))
     column = pa.array(["a" * 1000] * 10)
-    with pytest.warns(ZephonWarning, match=r"got 1 MiB free there — free space, or set ZEPHON_SPILL_DIR"):
+    with pytest.warns(ZephonWarning, match=r"1024 MiB left free there beside twice the row group, got 1 MiB free — "):
         kept = keeper.keep(0, 0, column)
     assert kept is column and keeper.held == column.nbytes and keeper.spilled == 0
 
 
-def test_only_the_directories_of_our_dead_processes_are_removed(tmp_path, monkeypatch) -> None:
-    """A process killed mid-run leaves its spill directory; the next spill removes it — and nothing else."""
+def test_only_the_row_group_files_of_this_machines_dead_processes_are_removed(tmp_path, monkeypatch) -> None:
+    """A process killed mid-run leaves its spill directory; the next spill removes its row group files and then
+    the directory — and nothing else: not a file a spill did not write, not another machine's directory (a spill
+    root on a shared file system), not a name that only looks like ours."""
     from zephon.executor.read.shared_groups import pid_namespace
 
     root = tmp_path / "spill"
     dead = 2**22 + 12345  # above any PID this machine hands out
+    here = f"zephon-decoded-{spill._host()}-{pid_namespace()}"
     names = {
-        "dead": f"zephon-decoded-{pid_namespace()}-{dead}-abc",
-        "alive": f"zephon-decoded-{pid_namespace()}-{os.getpid()}-abc",
-        "other namespace": f"zephon-decoded-1-{dead}-abc",
-        "not ours": f"data-{pid_namespace()}-{dead}-abc",
+        "dead": f"{here}-{dead}-abcd1234",
+        "dead, with a file of its owner's": f"{here}-{dead}-efgh5678",
+        "alive": f"{here}-{os.getpid()}-abcd1234",
+        "another machine": f"zephon-decoded-elsewhere-{pid_namespace()}-{dead}-abcd1234",
+        "another namespace": f"zephon-decoded-{spill._host()}-1-{dead}-abcd1234",
+        "a look-alike": f"{here}-{dead}-my data",
+        "not ours": f"data-{dead}",
     }
     for name in names.values():
         (root / name).mkdir(parents=True)
-        (root / name / "keep.txt").write_text("x")
+        (root / name / "3-1.arrow").write_bytes(b"x")
+    (root / names["dead, with a file of its owner's"] / "precious.txt").write_text("x")
+    assert spill.remove_spills_of([dead + 1]) == 0  # the loader's: its workers' PIDs only
     keeper = spill.Spill(0, str(root))
     monkeypatch.setattr(spill, "_warned", {"spill"})  # (said once a process: not again here)
     keeper.keep(0, 0, pa.array(["x" * 100]))
     left = set(os.listdir(root))
     assert names["dead"] not in left
-    assert {names["alive"], names["other namespace"], names["not ours"]} <= left
+    kept = root / names["dead, with a file of its owner's"]
+    assert sorted(os.listdir(kept)) == ["precious.txt"]  # the row group file went, the rest stayed
+    for name in ("alive", "another machine", "another namespace", "a look-alike", "not ours"):
+        assert (root / names[name] / "3-1.arrow").exists(), name
+    own = os.path.basename(keeper.directory or "")
+    assert own in left
     keeper.close()
-    assert set(os.listdir(root)) == {names["alive"], names["other namespace"], names["not ours"]}
+    assert set(os.listdir(root)) == left - {own}
