@@ -106,14 +106,19 @@ def remove_abandoned() -> int:
         if len(parts) < 3 or parts[0] != namespace or not parts[1].isdigit() or running(int(parts[1])):
             continue
         path = os.path.join(SHM_ROOT, name)
-        try:
-            if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
-                continue
-        except OSError:
+        if not own_directory(path):
             continue
         shutil.rmtree(path, ignore_errors=True)
         removed += 1
     return removed
+
+
+def own_directory(path: str) -> bool:
+    """Whether ``path`` is a directory of this user's, not a link (one a cleanup may look into)."""
+    try:
+        return os.lstat(path).st_uid == os.getuid() and os.path.isdir(path) and not os.path.islink(path)
+    except OSError:
+        return False
 
 
 def pid_namespace() -> str:

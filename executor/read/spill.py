@@ -48,7 +48,7 @@ import threading
 import pyarrow as pa
 
 from zephon.errors import ConfigError, warn
-from zephon.executor.read.shared_groups import free_bytes, pid_namespace, running
+from zephon.executor.read.shared_groups import free_bytes, own_directory, pid_namespace, running
 
 #: ``ZEPHON_DECODED_MEMORY`` and ``ZEPHON_SPILL_DIR``.
 BUDGET_ENV, DIR_ENV = "ZEPHON_DECODED_MEMORY", "ZEPHON_SPILL_DIR"
@@ -150,10 +150,7 @@ def remove_abandoned(root: str, pids: list[int] | None = None) -> int:
             if pid is None or (pids is not None and pid not in pids) or running(pid):
                 continue
             path = os.path.join(root, name)
-            try:
-                if os.lstat(path).st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
-                    continue
-            except OSError:
+            if not own_directory(path):
                 continue
             _remove(path)
             removed += 1
