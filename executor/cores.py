@@ -22,6 +22,11 @@ def usable_cores() -> int:
     return max(1, cores // _workers[0])
 
 
+def workers_sharing() -> int:
+    """How many DataLoader workers share this process's cores (1 outside a worker)."""
+    return _workers[0]
+
+
 def sharing() -> bool:
     """Whether this process is one of several DataLoader workers sharing the cores (``share_cores``)."""
     return _workers[0] > 1

@@ -27,7 +27,8 @@ decoded stay in memory (1,064 MB > 1 GiB at the 39th), the other 212 go to files
 
 ``ZEPHON_DECODED_MEMORY``: a size (``2GiB``, ``512MiB``, ``1000000`` bytes) or ``off`` (no budget: every row group
 in memory, as before); by default a quarter of the memory this machine or container has (``/proc/meminfo``, the
-cgroup's limit where lower) shared by its ranks (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets), at least
+cgroup's limit where lower) shared by its ranks (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets) and by a rank's
+DataLoader workers (each a process reading its own shards), at least
 ``MIN_BUDGET``: 6 GiB on a 24 GiB machine running one rank, 32 GiB a rank on a 2 TiB node running 16.
 ``ZEPHON_SPILL_DIR``: where, by default ``zephon-decoded`` in the system's temporary directory (local to the machine),
 or ``$ZEPHON_CACHE_DIR/decoded`` where that is memory (tmpfs). A directory's name holds the machine, the PID
@@ -48,6 +49,7 @@ import threading
 import pyarrow as pa
 
 from zephon.errors import ConfigError, warn
+from zephon.executor.cores import workers_sharing
 from zephon.executor.read.shared_groups import free_bytes, own_directory, pid_namespace, running
 
 #: ``ZEPHON_DECODED_MEMORY`` and ``ZEPHON_SPILL_DIR``.
@@ -78,7 +80,7 @@ def budget() -> int | None:
 
 def default_budget() -> int:
     """A quarter of the memory of this machine (or container: its cgroup's limit where lower) over the ranks it
-    runs (``LOCAL_WORLD_SIZE``), at least ``MIN_BUDGET``."""
+    runs (``LOCAL_WORLD_SIZE``) and, in a DataLoader worker, over its rank's workers; at least ``MIN_BUDGET``."""
     limits = []
     with contextlib.suppress(OSError, ValueError, IndexError), open("/proc/meminfo") as meminfo:
         limits.append(int(next(line for line in meminfo if line.startswith("MemTotal:")).split()[1]) << 10)
@@ -86,8 +88,8 @@ def default_budget() -> int:
         with contextlib.suppress(OSError, ValueError), open(path) as limit:
             limits.append(int(limit.read().strip()))
     ranks = os.environ.get("LOCAL_WORLD_SIZE", "1")
-    share = min(limits, default=0) // (4 * (int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1))
-    return max(MIN_BUDGET, share)
+    processes = (int(ranks) if ranks.isdigit() and int(ranks) > 0 else 1) * workers_sharing()
+    return max(MIN_BUDGET, min(limits, default=0) // (4 * processes))
 
 
 def spill_root() -> str:

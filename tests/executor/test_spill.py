@@ -128,3 +128,15 @@ def test_only_the_row_group_files_of_this_machines_dead_processes_are_removed(tm
     assert own in left
     keeper.close()
     assert set(os.listdir(root)) == left - {own}
+
+
+def test_a_dataloader_workers_default_budget_is_its_share_of_the_ranks(monkeypatch) -> None:
+    """Each DataLoader worker is a process reading (and decoding) its own shards: by default the rank's budget is
+    split among them, so a rank's workers together hold no more than the rank would."""
+    from zephon.executor import cores
+
+    monkeypatch.delenv(spill.BUDGET_ENV, raising=False)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    rank = spill.default_budget()
+    monkeypatch.setattr(cores, "_workers", [4])
+    assert abs(spill.default_budget() - max(spill.MIN_BUDGET, rank // 4)) <= 1
