@@ -29,18 +29,15 @@ workers start, so their first reads map them instead of decoding them again (a w
 once every worker has handed over its first piece (a worker needing one later decodes it, or maps another
 worker's copy). A lone worker only maps: it publishes nothing, there being nobody to map it.
 
-State: each piece carries its worker's state after it (its lanes' cursors); ``state_dict()`` merges them into
-the rank's state after the last microbatch handed out — the state ``Pipeline.state_dict()`` gives after the
-same batch — so a run resumes exactly, with any ``num_workers``.
+State: each piece carries its worker's state and counts after it; ``state_dict()`` merges the states into the
+rank's after the last microbatch handed out — ``Pipeline.state_dict()``'s after the same batch — so a run resumes
+exactly with any ``num_workers`` (``load_state_dict`` starts new workers), and ``stats()`` sums the counts
+(``zephon.loader_stats``). A Zephon error in a worker crosses as its last item and is raised here in its own one
+line, after every piece before it (``zephon.loader_pieces.WorkerError``).
 
-Stats: each piece also carries its worker's counts after it, and ``Pipeline.stats()`` / ``stats()`` sum what the
-loader handed out (``zephon.loader_stats``). Errors: a Zephon error in a worker crosses as the worker's last item
-and is raised here in its own one line, after every piece before it (``zephon.loader_pieces.WorkerError``).
-
-Epochs: the first iteration starts where the pipeline (or ``load_state_dict``) says, later ones at the start
-of the plan, as iterating a ``Pipeline`` again does — unless the one before failed (an error, not a ``break``):
-then the next resumes after its last batch handed out, on new workers, and a dead or silent worker is raised as
-one line (``zephon.loader_failures``). ``load_state_dict`` starts new workers (persistent ones too).
+Epochs (``len``: an epoch's microbatches): the first iteration starts where the pipeline (or ``load_state_dict``)
+says, later ones at the plan's start, as iterating a ``Pipeline`` again does — unless the one before failed (not a
+``break``): the next resumes after its last batch handed out, on new workers (``zephon.loader_failures``).
 
 Without workers and without ``pin_memory`` the loader takes the pieces from its dataset itself: a ``DataLoader``
 would only hand them over, at some 100 µs a microbatch (``benchmarks/bench_integrations.py``) — and its
@@ -367,6 +364,9 @@ class PipelineLoader:
         """Global steps of the run (``Pipeline.num_steps``)."""
         self._pipeline._pending_state = self._state
         return self._pipeline.num_steps()
+
+    def __len__(self) -> int:  # an epoch's dicts on this rank, from the plan's start (a resumed one: the rest)
+        return self.num_steps() * self._pipeline.geometry().accumulation
 
     def stats(self) -> RunStats:
         """What the latest iteration handed out (``Pipeline.stats()``, which returns it once this loader iterates):

@@ -1,6 +1,7 @@
 """A DataLoader worker of ``Pipeline.dataloader()`` that dies or stops answering, and an iteration that fails
 (``zephon.loader_failures``): the error comes promptly, in one line where the loader raises it, no worker is left
-alive, and iterating again resumes right after the last batch handed out — never the plan's first batches again."""
+alive, and iterating again resumes right after the last batch handed out — never the plan's first batches again;
+and what the loader says of an epoch (``len``)."""
 
 from __future__ import annotations
 
@@ -291,3 +292,13 @@ def test_ctrl_c_while_a_worker_is_stopped_ends_at_once(plan, tokenizer_dir) -> N
         for pid in alive(workers):
             os.kill(pid, signal.SIGKILL)
     assert time.monotonic() - interrupted < 3 and not alive(workers)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_len_of_a_loader_is_an_epochs_microbatches(plan, tokenizer_dir, reference, workers) -> None:
+    """``len(loader)`` was a bare ``TypeError`` (helper-43), where a scheduler's total steps or a progress bar asks
+    for it: an epoch's dicts on this rank, ``num_steps()`` × microbatches a step — what an iteration from the plan's
+    start hands out."""
+    loader = pipeline(plan, tokenizer_dir).dataloader(num_workers=workers)
+    assert len(loader) == loader.num_steps() * 2 == len(reference)
+    assert sum(1 for _ in loader) == len(loader)
