@@ -521,10 +521,12 @@ class LaneBatches:
                 if failed is not None and failed[0] < ends[k]:  # the microbatch whose rows needed it
                     raise failed[1]
                 span, got = spans[k], handed[k]
-                if span is not None and deal.pending:  # may raise a bad document's deferred error: before this
-                    assert got is not None and got[0].pieces is not None  # microbatch counts as handed out
-                    (lo, hi), pieces = span[0], got[0].pieces
-                    deal.count_skipped(lanes[k, lo:hi][pieces["row"]], pieces["position"])
+                if span is not None:
+                    assert got is not None
+                    (lo, hi), (packed, counted) = span[0], got
+                    if deal.pending:  # may raise a bad document's deferred error: before this counts as handed out
+                        assert packed.pieces is not None
+                        deal.count_skipped(lanes[k, lo:hi][packed.pieces["row"]], packed.pieces["position"])
                 at = progress.advance()
                 short = shorts[k]
                 if self.num_steps is None and self.drop_last and short:
@@ -534,8 +536,6 @@ class LaneBatches:
                     deal.stats.short_rows += short  # a lane ran out before the estimated end
                 deal.hold_at(snapshots[k + 1] if k + 1 < len(snapshots) else None)  # None: the lanes' own counters
                 if span is not None:
-                    assert got is not None
-                    (lo, hi), (packed, counted) = span[0], got
                     yield LaneMicrobatch(at=at, sequences=ids[k, lo:hi], rows=packed, counted=counted)
 
     def _spans(self, held: np.ndarray, ends: list[int], running: int) -> list[

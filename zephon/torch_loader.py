@@ -286,6 +286,8 @@ class PipelineLoader:
                 if o.num_workers and workers_died(source):  # worker died (torch raised it in the caller's code)
                     self._resume_after(handed, loads)
                     stop_workers(source, kill_first=True)
+                elif o.num_workers and not o.persistent_workers:  # now, not when collected (a traceback delays it)
+                    stop_workers(source, kill_first=False)
                 raise
             except BaseException as exc:  # failed: the next iteration resumes here (zephon.loader_failures)
                 lost = worker_loss(exc)
@@ -305,8 +307,6 @@ class PipelineLoader:
             if ended and o.num_workers and (merged := handed.stats.stats()).lanes_cut:  # once here, for every worker
                 run_length.warn_short_run(merged.tokens_cut, merged.lanes_cut, self.num_steps())
             handed.close()
-            if not ended and o.num_workers and not o.persistent_workers:  # a break: now, not when collected
-                stop_workers(source, kill_first=False)  # (an error's traceback delays that; torch then waits 5 s)
             if o.num_workers and not o.persistent_workers:  # nothing printed at exit (zephon.loader_shutdown)
                 wait_for_feeders(source)
 
