@@ -166,8 +166,10 @@ class ShardReader:
         self._credentials: tuple[StoreCredentials, ...] = ()
         #: Decoded row groups shared with the rank's other DataLoader workers (``attach_share``), else None.
         self._share: SharedRowGroups | None = None
-        #: The budget of decoded text this reader keeps in memory, the rest in files (``ZEPHON_DECODED_MEMORY``).
-        self._spill = Spill.from_env()
+        #: The budget of decoded text this reader keeps in memory, the rest in files (``ZEPHON_DECODED_MEMORY``):
+        #: read when the first shard is kept open (a reader of shards read once, the count pass's, never needs it).
+        self._spill: Spill | None = None
+        self._spill_read = False
         #: Set by the executor: shard id → the plan position of its next use (None: never again).
         self.next_use: dict[int, int | None] | None = None
 
@@ -238,6 +240,11 @@ class ShardReader:
             self._spill.close()  # the files of row groups past the budget (zephon.executor.read.spill)
         if closed:
             release_memory()
+
+    def _kept_spill(self) -> Spill | None:
+        if not self._spill_read:
+            self._spill, self._spill_read = Spill.from_env(), True
+        return self._spill
 
     def _next_use_keys(self) -> dict[str, int] | None:
         if self.next_use is None:
@@ -378,7 +385,7 @@ class ShardReader:
                     self._documents,
                     check_fingerprint=local and _checkable(ref, "pqfooter:"),
                     share=self._share if cache else None,  # a shard read once (count pass) is not shared
-                    spill=self._spill if cache else None,  # (nor held: one row group at a time)
+                    spill=self._kept_spill() if cache else None,  # (nor held: one row group at a time)
                 )
             else:
                 assert isinstance(source, str | bytes)
