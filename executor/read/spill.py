@@ -30,8 +30,10 @@ in memory, as before); by default a quarter of the memory this machine or contai
 cgroup's limit where lower) shared by its ranks (``LOCAL_WORLD_SIZE``, which ``torchrun`` sets) and by a rank's
 DataLoader workers (each a process reading its own shards), at least
 ``MIN_BUDGET``: 6 GiB on a 24 GiB machine running one rank, 32 GiB a rank on a 2 TiB node running 16.
-``ZEPHON_SPILL_DIR``: where, by default ``zephon-decoded`` in the system's temporary directory (local to the machine),
-or ``$ZEPHON_CACHE_DIR/decoded`` where that is memory (tmpfs). A directory's name holds the machine, the PID
+``ZEPHON_SPILL_DIR``: where — an existing directory (a mistyped one is never made: the row groups stay in memory,
+with a warning) — by default ``zephon-decoded`` in the system's temporary directory (local to the machine), or
+``$ZEPHON_CACHE_DIR/decoded`` where that is memory (tmpfs), made when first needed and removed with the
+directory in it when that leaves it empty. A directory's name holds the machine, the PID
 namespace and the PID of the process that made it; one left by a process of this machine that no longer runs (a
 killed rank, or DataLoader worker: the loader removes its workers' when they end) is removed when the next is made
 — its row group files, then the directory if nothing else is in it (``remove_abandoned``).
@@ -173,6 +175,7 @@ class Spill:
         self.held = 0  # bytes of decoded row groups kept in memory
         self.spilled = 0  # bytes of row groups kept in files (unlinked ones not counted)
         self.directory: str | None = None
+        self._made_root = False  # the default root, made by this spill: removed with the directory when empty
         self._kept: dict[tuple[int, int], tuple[int, str | None]] = {}  # (shard, group) -> bytes, its file or None
         self._lock = threading.Lock()
 
@@ -220,6 +223,10 @@ class Spill:
         directory, self.directory = self.directory, None
         if directory is not None:
             _remove(directory)
+        if self._made_root:
+            self._made_root = False
+            with contextlib.suppress(OSError):  # another process's directory in it: it stays
+                os.rmdir(self.root)
         with self._lock:
             self._kept.clear()
             self.held = self.spilled = 0
@@ -229,7 +236,11 @@ class Spill:
         the file system has no room for it (a one-time warning) or cannot be written."""
         try:
             if self.directory is None:
-                os.makedirs(self.root, exist_ok=True)
+                if not os.path.isdir(self.root):  # a ZEPHON_SPILL_DIR must exist (a mistyped one is not made)
+                    if os.environ.get(DIR_ENV):
+                        raise FileNotFoundError(f"{DIR_ENV} must be an existing directory, got {self.root!r}")
+                    os.makedirs(self.root)
+                    self._made_root = True
                 remove_abandoned(self.root)
                 prefix = f"{_PREFIX}{_host()}-{pid_namespace()}-{os.getpid()}-"
                 self.directory = tempfile.mkdtemp(prefix=prefix, dir=self.root)

@@ -31,6 +31,7 @@ def shard(path, shard_id: int, rows: int = 4000, size: int = 300) -> ShardRef:
 
 def test_row_groups_past_the_budget_are_files_mapped_and_go_with_the_reader(tmp_path, monkeypatch) -> None:
     monkeypatch.setenv(spill.BUDGET_ENV, "700KiB")
+    (tmp_path / "spill").mkdir()
     monkeypatch.setenv(spill.DIR_ENV, str(tmp_path / "spill"))
     monkeypatch.setattr(spill, "_warned", set())  # the warning comes once a process
     refs = [shard(tmp_path / "web" / f"part-{i}.parquet", i) for i in range(2)]
@@ -53,6 +54,7 @@ def test_row_groups_past_the_budget_are_files_mapped_and_go_with_the_reader(tmp_
 
 
 def test_a_budget_never_changes_a_batch(tmp_path, make_parquet, tokenizer_dir, monkeypatch) -> None:
+    (tmp_path / "spill").mkdir()
     monkeypatch.setenv(spill.DIR_ENV, str(tmp_path / "spill"))
     monkeypatch.setattr(spill, "_warned", set())  # the warning comes once a process
     data = make_parquet("web", [1500, 1500, 1500], row_group_size=150)
@@ -140,3 +142,30 @@ def test_a_dataloader_workers_default_budget_is_its_share_of_the_ranks(monkeypat
     rank = spill.default_budget()
     monkeypatch.setattr(cores, "_workers", [4])
     assert abs(spill.default_budget() - max(spill.MIN_BUDGET, rank // 4)) <= 1
+
+
+def test_a_mistyped_spill_dir_is_never_made_and_the_default_one_goes_when_empty(tmp_path, monkeypatch) -> None:
+    """``ZEPHON_SPILL_DIR`` must exist: a mistyped path is not created (the row group stays in memory, with a
+    warning); the default root, made when first needed, is removed with the directory in it when that leaves it
+    empty — a run, or a read-only command such as ``zephon show``, leaves nothing behind."""
+    column = pa.array(["x" * 100])
+    missing = tmp_path / "typo" / "deeper"
+    monkeypatch.setenv(spill.DIR_ENV, str(missing))
+    monkeypatch.setattr(spill, "_warned", set())
+    keeper = spill.Spill(0, spill.spill_root())
+    with pytest.warns(ZephonWarning, match=r"ZEPHON_SPILL_DIR must be an existing directory, got .*typo/deeper"):
+        assert keeper.keep(0, 0, column) is column
+    keeper.close()
+    assert not (tmp_path / "typo").exists()
+    monkeypatch.delenv(spill.DIR_ENV)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(spill.tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    monkeypatch.setattr(spill, "_warned", {"spill"})
+    if spill._file_system(str(tmp_path)) in ("tmpfs", "ramfs"):
+        pytest.skip("the temporary directory is memory here: the default root is the cache's")
+    keeper = spill.Spill(0, spill.spill_root())
+    assert keeper.root == str(tmp_path / "tmp" / "zephon-decoded")
+    assert keeper.keep(0, 0, column) is not column  # a mapped file
+    keeper.close()
+    assert not os.path.exists(keeper.root)

@@ -250,6 +250,7 @@ def test_the_spill_directories_of_workers_the_loader_ended_are_removed(tmp_path,
 
     monkeypatch.setenv("ZEPHON_SHARE_ROW_GROUPS", "off")
     monkeypatch.setenv("ZEPHON_DECODED_MEMORY", "1KiB")
+    (tmp_path / "spill").mkdir()
     monkeypatch.setenv("ZEPHON_SPILL_DIR", str(tmp_path / "spill"))
     data = make_parquet("web", [1500, 1500], row_group_size=100)
     source = StaticMixtureWorkSource(datasets=[Dataset.from_path("web", str(data))], mixture=MixtureSpec({"web": 1}), seed=3)
