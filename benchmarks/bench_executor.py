@@ -164,6 +164,9 @@ def worker_raw(args: argparse.Namespace) -> dict:
 
         from zephon.errors import TokenizerError
         from zephon.executor.engines import EngineChoice, encode_on
+        from zephon.executor.engines.vendors import size_fastokens
+
+        size_fastokens(args.cores, args.cores)  # as the executor sizes its helpers: here `cores` slices at once
 
         reference = Tokenizer.from_file(str(Path(args.tokenizer) / "tokenizer.json"))
         try:

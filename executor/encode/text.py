@@ -22,7 +22,8 @@ content. ``Encoder.engine`` says which one encodes, ``Encoder.refused`` why fast
 encode (a lone surrogate) is encoded by ``tokenizers``, which gives its own ids or its own error. The engine
 is an execution setting: ids, and so the fingerprint, are the same with any. Threads: ``threads``
 (``ExecutorSpec.tokenizer_threads``), else ``RAYON_NUM_THREADS``, else the usable cores; one call is split in
-contiguous slices over them (``zephon.executor.engines.base.encode_on``), the same ids on any number.
+contiguous slices over them (``zephon.executor.engines.base.encode_on``), the same ids on any number. An engine
+with helper threads of its own (fastokens) gets as many as leave the cores to our calls (``CALLS_AT_ONCE``).
 
 ``Encoder.encode_flat`` is the executor's entry point: the ids of a batch of documents in one int32 array plus
 each document's size (``Encoded``), optionally in a given order (the executor groups documents by lane), built
@@ -50,7 +51,13 @@ from zephon.executor.engines import ENGINE_ENV, EngineChoice, TokenIds
 from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.engines.base import encode_timed
 from zephon.executor.engines.spot_check import EngineMismatch, SpotCheck
+from zephon.executor.engines.vendors import size_fastokens
 from zephon.specs import TokenizeSpec
+
+#: Our engine calls that run at once in a run's steady state, at most: the chunks the read-ahead keeps ready
+#: ahead of the caller (``zephon.executor.read.ahead.DEPTH``), each encoded whole on one of ``threads`` pool
+#: threads. Sizes fastokens' helpers (``zephon.executor.engines.vendors.size_fastokens``); never changes an id.
+CALLS_AT_ONCE = 2
 
 
 def tokenizer_threads(setting: int | None = None) -> int:
@@ -132,6 +139,7 @@ class Encoder:
         self.threads = tokenizer_threads(threads)
         if threads is not None and "RAYON_NUM_THREADS" not in os.environ:
             os.environ["RAYON_NUM_THREADS"] = str(threads)  # the tokenizers engine's own pool, sized at first use
+        size_fastokens(usable_cores(), min(self.threads, CALLS_AT_ONCE))  # before any engine encodes
         self._choice = EngineChoice(tokenizer, config, eos_text=eos, setting=engine or os.environ.get(ENGINE_ENV))
         self._settle_lock = threading.Lock()
         #: the seeded comparison of each batch's sample with ``tokenizers`` (``zephon.executor.engines.spot_check``)

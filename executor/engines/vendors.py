@@ -4,7 +4,11 @@ Each loads the tokenizer.json text as it is and encodes without post-processor t
 ``tokenizers``' ids for a given tokenizer is never assumed — ``zephon.executor.engines.choose`` checks it.
 
 * ``fastokens`` — ``Tokenizer.from_json_str`` and ``encode_batch_flat``: the ids of a whole batch as one
-  uint32 buffer plus offsets, no Python object per document; releases the GIL (sliced over our threads).
+  uint32 buffer plus offsets, no Python object per document; releases the GIL (sliced over our threads). It
+  also spreads each call over helper threads of its own, ``FASTOKENS_BPE_THREADS`` a call (the caller
+  included; its default: the cores, so ``cores - 1`` helpers shared by all calls), read once a process at its
+  first encode: ``size_fastokens`` sets it, unless the user did, so that the helpers and our calls together
+  fill the cores instead of oversubscribing them.
 * ``gigatoken`` — ``Tokenizer.from_json`` and ``encode_batch(parallel=False)`` (an awkward list array whose
   offsets and content are read as numpy arrays); ``parallel=False`` keeps it off its process-global Rayon
   pool, which hangs after a fork (DataLoader workers); releases the GIL, so it is sliced over our threads.
@@ -14,6 +18,7 @@ Each loads the tokenizer.json text as it is and encodes without post-processor t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,6 +41,21 @@ def _refused(exc: BaseException) -> EngineUnavailable:
     text = " ".join(str(exc).split())
     lasting = not isinstance(exc, MemoryError | OSError)
     return EngineUnavailable(f"cannot load this tokenizer ({type(exc).__name__}: {text[:160]})", lasting=lasting)
+
+
+#: fastokens' threads a call — the calling thread and its helpers — read by fastokens once a process.
+FASTOKENS_THREADS_ENV = "FASTOKENS_BPE_THREADS"
+
+
+def size_fastokens(cores: int, calls: int) -> None:
+    """Unless the user set it (or fastokens already encoded in this process, which fixes it): fastokens' threads a
+    call when ``calls`` of our calls run at once on ``cores`` cores — ``cores - calls + 1``, at least 1: each
+    call's thread plus ``cores - calls`` shared helpers fill the cores. fastokens' own default is ``cores`` a
+    call, ``cores - 1`` helpers beside our ``calls`` threads. Example: 2 cores, 2 of our encode threads → 1 (no
+    helper: on 2 cores the engine then spent ~15 % less CPU a token and a run gave 8-9 % more tokens a second,
+    docs/performance.md); 16 cores, 2 calls at once → 15 (one helper fewer than its default). Never changes
+    an id."""
+    os.environ.setdefault(FASTOKENS_THREADS_ENV, str(max(1, cores - calls + 1)))
 
 
 class FastokensEngine(Engine):

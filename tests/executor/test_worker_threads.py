@@ -44,6 +44,31 @@ def test_a_worker_of_two_gets_half_the_cores_and_rayon_as_many_unless_set(monkey
     assert (os.environ["RAYON_NUM_THREADS"], tokenizer_threads(), tokenizer_threads(4)) == ("3", 3, 4)
 
 
+@pytest.mark.parametrize(
+    ("affinity", "threads", "expected"),
+    [(2, None, "1"), (16, None, "15"), (16, 1, "16"), (1, None, "1"), (3, 2, "2")],
+)
+def test_fastokens_helpers_leave_the_cores_to_our_calls_unless_the_user_sized_them(
+    affinity: int, threads: int | None, expected: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An encoder sizes fastokens' threads a call (read by fastokens once a process) so that its helpers and our
+    calls at once fill the cores: cores - min(threads, CALLS_AT_ONCE) + 1, at least 1; a user's value stays."""
+    from zephon.executor.encode.text import CALLS_AT_ONCE
+    from zephon.executor.read.ahead import DEPTH
+
+    assert CALLS_AT_ONCE == DEPTH  # the chunks ready ahead of the caller are the calls that run at once
+    monkeypatch.setattr(cores, "_workers", [1])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(affinity)))
+    monkeypatch.delenv("RAYON_NUM_THREADS", raising=False)
+    monkeypatch.delenv("FASTOKENS_BPE_THREADS", raising=False)
+    monkeypatch.setenv("ZEPHON_TOKENIZER_ENGINE", "tokenizers")  # the rule holds whatever engine is chosen
+    Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == expected
+    monkeypatch.setenv("FASTOKENS_BPE_THREADS", "7")
+    Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == "7"
+
+
 def test_two_workers_each_run_on_their_share_of_the_cores_with_the_batches_of_none(
     plan: Path, tokenizer_dir: str, tmp_path: Path
 ) -> None:
