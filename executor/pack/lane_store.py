@@ -1,13 +1,17 @@
-"""The token array a worker's lanes share, and the table of their documents sorted by (lane, stream start).
+"""The token segments a worker's lanes share, and the table of their documents sorted by (lane, stream start).
 
-Every lane of a DataLoader worker (or of a rank without workers) appends the ids of the documents dealt to it
-to one array, ``tokens``: a chunk's documents arrive grouped by lane, so a chunk is appended as one slice per
-lane, one after the other — each id is copied in once. A document is one entry of the table: its key
-``slot << 40 | start`` (the lane's slot in the store, the stream index of its first token in that lane), where
-its first id lies in ``tokens`` (``at``), its size and its plan position. A row cut from ``[lo, hi)`` of lane
-``s``'s stream meets the entries ``searchsorted(key, s<<40|lo, "right") - 1`` up to
-``searchsorted(key, s<<40|hi, "left")`` — one ``searchsorted`` for all rows of a microbatch
-(``zephon.executor.pack.lanes.cut_block``).
+Every lane of a DataLoader worker (or of a rank without workers) hands the store the ids of the documents dealt
+to it: a chunk's documents arrive grouped by lane, each lane's as one slice of the chunk's encoded ids, and the
+store *keeps that slice* — a **segment**, numbered in the order they come — instead of copying it into an array
+of its own. The ids are never copied into the store
+(an array it cannot own — a view of a memory map, of another's buffer, another dtype — is copied once). A
+document is one entry of the table: its key ``slot << 40 | start`` (the lane's slot in the store, the stream index
+of its first token in that lane), where its first id lies in the virtual space (``at``), its size and its plan
+position. A row cut from ``[lo, hi)`` of lane ``s``'s stream meets the entries ``searchsorted(key, s<<40|lo,
+"right") - 1`` up to ``searchsorted(key, s<<40|hi, "left")`` — one ``searchsorted`` for all rows of a microbatch
+(``zephon.executor.pack.lanes.cut_block``). ``at`` is ``segment << SEGMENT_SHIFT | index``: the document's first
+id is id ``index`` of segment ``segment`` (``segments``), so the ids of documents that follow each other in one
+segment have ``at`` values that follow each other too, and never those of two segments.
 
 The table is laid out in *regions*, one per lane in slot order, each with room to spare: a lane's new documents
 are written at the end of its region (one slice per array, no sort, nothing else moved), and the spare entries
@@ -20,29 +24,35 @@ O(them) too, comes once per that many appended documents. (The table was one sor
 with lanes thousands of documents apart — short documents beside long code files — that pass over every live
 document took half of cutting the rows on a token-mixture plan.)
 
-When ``tokens`` is full, the documents still live — their tokens from each lane's ``kept`` stream index on —
-are compacted to the front in the order they lie in the array (in place, its pages already mapped, while it has
-room for twice what is live plus what is appended; else into an array grown to that): each id is copied O(1)
-times however long it stays.
+A segment is let go once its lane has emitted all of it (the lane's ``kept`` stream index is past its end),
+checked when the lane appends and at each layout. A segment is a view of its chunk's array, which stays in memory
+while any lane's segment of it is live; once its live segments hold a quarter of its bytes or less (``MIN_LIVE``),
+they are copied out and the array goes — so a lane far behind the others (a long document) never holds the whole
+array of every chunk read meanwhile, and the store holds about 4 times its live segments at most. (Until
+the twenty-ninth session the ids were copied into one array and the live ones compacted to its front when it was
+full: on 2 cores that copy, the compactions and the array's first touch of fresh pages cost the caller 3-6 CPU ns
+a token, a third to a half of its work — docs/performance.md.)
 
 Invariant: token ``t`` of document ``d`` (``start[d] <= t < start[d] + size[d]``), for ``t`` at or past its lane's
-``kept``, is ``tokens[at[d] + t - start[d]]``; documents of one lane are in plan order and their stream spans
-follow each other, so a lane's documents sorted by start are also sorted by position (key ``slot << 40 |
-position`` searches the same table).
+``kept``, is id ``(at[d] & SEGMENT_MASK) + t - start[d]`` of segment ``at[d] >> SEGMENT_SHIFT``; documents of one
+lane are in plan order and their stream spans follow each other, so a lane's documents sorted by start are also
+sorted by position (key ``slot << 40 | position`` searches the same table).
 
 Example: lanes 0 and 1, regions of 3 entries; a chunk deals lane 0 documents 4: [a a] and 6: [b], lane 1
-document 5: [c c c] → tokens [a a b c c c], table (0<<40|0, at 0, 2, pos 4), (0<<40|2, at 2, 1, pos 6),
-(0<<40|MASK, spare), (1<<40|0, at 3, 3, pos 5), (1<<40|MASK, spare), (1<<40|MASK, spare). A row [0, 3) of lane
-0 meets entries 0 and 1, whose ids are tokens[0:2] and tokens[2:3]: one slice.
+document 5: [c c c] → segments 0: [a a b] and 1: [c c c] (views of the chunk's ids), table (0<<40|0, at 0, 2,
+pos 4), (0<<40|2, at 2, 1, pos 6), (0<<40|MASK, spare), (1<<40|0, at 1<<32|0, 3, pos 5), (1<<40|MASK, spare),
+(1<<40|MASK, spare). A row [0, 3) of lane 0 meets entries 0 and 1, whose ids are ids 0:2 and 2:3 of segment 0: one
+slice. Once lane 0's ``kept`` reaches 3, its segment is let go.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Protocol
 
 import numpy as np
 
-__all__ = ["MASK", "SHIFT", "LaneStore", "run_bounds"]
+__all__ = ["MASK", "SEGMENT_MASK", "SEGMENT_SHIFT", "SHIFT", "LaneStore", "run_bounds"]
 
 #: Bits of a key below the lane's slot: stream indices and plan positions stay below 2**40.
 SHIFT = 40
@@ -51,13 +61,19 @@ MASK = (1 << SHIFT) - 1
 MIN_ROOM = 64
 #: Spare entries of all lanes after a layout, at least (besides 1.5 × the live documents).
 PERIOD = 4096
+#: ``at`` is ``segment << SEGMENT_SHIFT | index in the segment`` (a segment holds fewer than 2**32 ids).
+SEGMENT_SHIFT = 32
+SEGMENT_MASK = (1 << SEGMENT_SHIFT) - 1
+#: An array whose live segments hold this share of its bytes or less has them copied out (``_release``): the
+#: store holds at most ``1 / MIN_LIVE`` times the bytes of its live segments.
+MIN_LIVE = 0.25
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
 def run_bounds(apart: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The first and the last index of each run of ``n`` items in a row, where ``apart[i]`` tells that items ``i``
     and ``i + 1`` lie in different runs (``n - 1`` flags; no item, no run): one slice a run instead of one an item,
-    for the store's compaction and ``pack.lanes``' cut. Example: ``apart`` [F, T, F], ``n`` 4 → firsts [0, 2],
+    for ``pack.lanes``' cut. Example: ``apart`` [F, T, F], ``n`` 4 → firsts [0, 2],
     lasts [1, 3]."""
     firsts = np.flatnonzero(np.concatenate(([n > 0], apart)))
     return firsts, np.append(firsts[1:], n)[: len(firsts)] - 1
@@ -72,10 +88,9 @@ class Lane(Protocol):
 class LaneStore:
     """One token array and one document table for the lanes registered with it (``add``)."""
 
-    def __init__(self, dtype: np.dtype, room: int = 1 << 16) -> None:
+    def __init__(self, dtype: np.dtype) -> None:
         self.dtype = np.dtype(dtype)
-        self.tokens = np.empty(room, dtype=self.dtype)
-        self.used = 0  # ids written to tokens
+        self.appended = 0  # segments handed to the store so far (the next one's number)
         self.lanes: list[Lane] = []  # lane ``i`` has slot ``i``
         # The table (module docstring): region ``i`` is entries [base[i], stop[i]), its documents [base[i], fill[i]).
         self.key, self.at, self.size, self.position = _EMPTY, _EMPTY, _EMPTY, _EMPTY
@@ -83,8 +98,15 @@ class LaneStore:
         self._fill: list[int] = []
         self._stop: list[int] = []
         self._added: list[int] = []  # per lane: documents appended so far (its share of the room at a layout)
-        self.compactions = 0  # how often live documents were moved to the front (for tests and benchmarks)
-        self.moved = 0  # ids those compactions copied
+        #: The live segments by number: what ``cut_block`` reads the ids from.
+        self.segments: dict[int, np.ndarray] = {}
+        self._owned: list[deque[tuple[int, int]]] = []  # per lane: its live segments' (stream end, number)
+        #: The arrays the segments are views of, by ``id``: [the array, its live segments' bytes, their starts].
+        self._arrays: dict[int, list] = {}
+        self._array_of: dict[int, int] = {}  # a live segment's number -> its array's ``id``
+        self.copied_out = 0  # ids copied out of an array mostly let go (``_release``; for tests and benchmarks)
+        self.copied = 0  # ids copied in: handed over in memory the store cannot keep (for tests and benchmarks)
+        self.released = 0  # segments let go (for tests and benchmarks)
         self.layouts = 0  # how often the table was laid out again (for tests and benchmarks)
 
     def add(self, lane: Lane) -> int:
@@ -96,17 +118,28 @@ class LaneStore:
         self._fill.append(end)
         self._stop.append(end)
         self._added.append(0)
+        self._owned.append(deque())
         return len(self.lanes) - 1
 
     def append(
         self, slot: int, stream_start: int, positions: np.ndarray, tokens: np.ndarray, sizes: np.ndarray
     ) -> None:
         """Append documents of lane ``slot`` (positions increasing; ``sizes[i]`` ids of ``tokens`` each), the first
-        at stream index ``stream_start`` of the lane: one copy of the ids, one slice of each table array."""
+        at stream index ``stream_start`` of the lane: ``tokens`` kept as one segment, not copied (the caller hands
+        them over and never writes them again; else copied: ``_owner``), and one slice of each table array."""
         n = len(tokens)
-        if self.used + n > len(self.tokens):
-            self._compact(n)
-        self.tokens[self.used : self.used + n] = tokens
+        at = self.appended << SEGMENT_SHIFT  # (a call of empty documents only: a number no segment has)
+        if n:
+            if n > SEGMENT_MASK:
+                raise ValueError(f"a lane's append must hold fewer than 2**{SEGMENT_SHIFT} ids, got {n}")
+            owner = _owner(tokens, self.dtype)
+            if owner is None:
+                tokens = owner = np.array(tokens, dtype=self.dtype)
+                self.copied += n
+            self._keep(self.appended, tokens, owner)
+            self._owned[slot].append((stream_start + n, self.appended))
+            self.appended += 1
+            self._release(slot)
         m = len(sizes)
         if self._fill[slot] + m > self._stop[slot]:
             self._layout(slot, m)
@@ -114,12 +147,11 @@ class LaneStore:
         offsets = np.cumsum(sizes) - sizes
         f = self._fill[slot]
         self.key[f : f + m] = offsets + ((slot << SHIFT) + stream_start)
-        self.at[f : f + m] = offsets + self.used
+        self.at[f : f + m] = offsets + at
         self.size[f : f + m] = sizes
         self.position[f : f + m] = positions
         self._fill[slot] = f + m
         self._added[slot] += m
-        self.used += n
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``key, at, size, position`` of the whole table, spare entries and documents not yet forgotten included
@@ -159,13 +191,12 @@ class LaneStore:
         """Each document's lane's ``kept`` stream index."""
         return np.array([lane._kept for lane in self.lanes], dtype=np.int64)[key >> SHIFT]
 
-    def _layout(self, slot: int, incoming: int, live: np.ndarray | None = None, at: np.ndarray | None = None) -> None:
-        """Lay the table out again (module docstring): the live documents only (``live``: their entries, when the
-        caller has them; with ``at`` as their new places: ``_compact``), each lane's region with room for its share
-        of what comes next, ``incoming`` more for lane ``slot``."""
-        live = self._live_entries() if live is None else live
-        key, size, position = self.key[live], self.size[live], self.position[live]
-        at = self.at[live] if at is None else at
+    def _layout(self, slot: int, incoming: int) -> None:
+        """Lay the table out again (module docstring): the live documents only, each lane's region with room for its
+        share of what comes next, ``incoming`` more for lane ``slot``; and let go of every lane's emitted segments
+        (a lane that has not appended since)."""
+        live = self._live_entries()
+        key, size, position, at = self.key[live], self.size[live], self.position[live], self.at[live]
         lanes = len(self.lanes)
         counts = np.bincount(key >> SHIFT, minlength=lanes)
         added = np.array(self._added, dtype=np.float64)
@@ -186,38 +217,58 @@ class LaneStore:
         self._base, self._stop = base.tolist(), stop.tolist()
         self._fill = (base + counts).tolist()
         self.layouts += 1
+        for k in range(lanes):
+            self._release(k)
 
-    def _compact(self, n: int) -> None:
-        """Move the live documents' tokens (from each lane's ``kept`` on) to the front, in the order they lie in
-        the array — in place when it has room for twice them and ``n`` more, else into a new array that size or
-        larger; forget documents wholly emitted. In place, each run of contiguous ids moves toward the front (the
-        runs before it are no longer than the ids before it), so no run overwrites one not yet moved; and the
-        array's pages are already mapped — a new array of the same size at every compaction cost the caller a page
-        fault per 4 KiB appended (~1/3 of dealing a chunk on a samples plan)."""
-        live = self._live_entries()
-        key, at, size = self.key[live], self.at[live], self.size[live]
-        start = key & MASK
-        first = np.maximum(start, self._floors(key))  # first token still needed
-        src, length = at + first - start, start + size - first
-        total = int(length.sum())
-        room = len(self.tokens)
-        while 2 * (total + n) > room:
-            room *= 2
-        out = self.tokens if room == len(self.tokens) else np.empty(room, dtype=self.dtype)
-        order = np.argsort(src, kind="stable")  # by place in the array
-        src_sorted, length_sorted = src[order], length[order]
-        dst = np.empty_like(src)
-        dst[order] = np.cumsum(length_sorted) - length_sorted
-        # one slice per run of documents contiguous in the array (a lane's documents of one chunk)
-        firsts, lasts = run_bounds(src_sorted[1:] != src_sorted[:-1] + length_sorted[:-1], len(src))
-        firsts, lasts = order[firsts], order[lasts]
-        tokens = self.tokens
-        froms, tos = src[firsts].tolist(), (src[lasts] + length[lasts]).tolist()
-        for a, b, d in zip(froms, tos, dst[firsts].tolist(), strict=True):
-            if out is not tokens or a != d:  # (in place, a run already at its place stays)
-                out[d : d + b - a] = tokens[a:b]
-        self.tokens, self.used = out, total
-        if self.lanes:
-            self._layout(0, 0, live, at=dst - (first - start))
-        self.compactions += 1
-        self.moved += total
+    def held(self) -> int:
+        """Bytes of the arrays the live segments keep in memory (each chunk's array once, however many lanes'
+        segments are views of it): at most ``1 / MIN_LIVE`` times the live segments' bytes (``_release``)."""
+        return sum(array.nbytes for array, _, _ in self._arrays.values())
+
+    def live(self) -> int:
+        """Bytes of the live segments (for tests and benchmarks)."""
+        return sum(ids.nbytes for ids in self.segments.values())
+
+    def _keep(self, number: int, ids: np.ndarray, owner: np.ndarray) -> None:
+        """Keep ``ids`` (a view of ``owner``'s memory) as segment ``number``."""
+        self.segments[number] = ids
+        held = self._arrays.setdefault(id(owner), [owner, 0, set()])
+        held[1] += ids.nbytes
+        held[2].add(number)
+        self._array_of[number] = id(owner)
+
+    def _release(self, slot: int) -> None:
+        """Let go of lane ``slot``'s segments it has wholly emitted (every id before its ``kept``). An array whose
+        live segments fall to ``MIN_LIVE`` of its bytes or less has them copied out, so that it goes: a lane
+        that lags far behind the others (a long document) would otherwise hold the whole array of every chunk
+        read meanwhile for its own small share of each. Each id is copied out once at most: a copy is an array
+        of its own, which goes with its segment."""
+        owned, kept = self._owned[slot], self.lanes[slot]._kept
+        while owned and owned[0][0] <= kept:
+            number = owned.popleft()[1]
+            ids = self.segments.pop(number)
+            self.released += 1
+            key = self._array_of.pop(number)
+            held = self._arrays[key]
+            held[1] -= ids.nbytes
+            held[2].discard(number)
+            if not held[2]:
+                del self._arrays[key]
+            elif held[1] <= MIN_LIVE * held[0].nbytes:
+                del self._arrays[key]
+                for other in held[2]:
+                    copy = self.segments[other].copy()
+                    self._keep(other, copy, copy)
+                    self.copied_out += len(copy)
+
+
+def _owner(tokens: np.ndarray, dtype: np.dtype) -> np.ndarray | None:
+    """The array whose memory ``tokens`` is a view of, if the store may keep them as they are: of its dtype,
+    contiguous, and memory NumPy allocated — never a view of a memory map (a file changed or cut under it would
+    change the ids, or end the process at a read) or of a buffer another library lends (None: copy them)."""
+    if tokens.dtype != dtype or not tokens.flags.c_contiguous:
+        return None
+    base = tokens
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    return base if isinstance(base, np.ndarray) and not isinstance(base, np.memmap) else None

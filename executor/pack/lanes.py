@@ -16,18 +16,18 @@ Example, max_length 4, lane documents at positions 3: [a a a E], 9: [b E], 12: [
 document 9 was read yet or not —; after the second, (12, 2); after the third, (13, 0).
 
 A lane is a few numbers in stream coordinates (token ``t`` of the lane's stream since the start of this run):
-``_end`` (after the last token pushed), ``_next`` (the next token to emit) and ``_kept`` (tokens before it may
-be forgotten). Its tokens and documents live in a ``LaneStore`` (``zephon.executor.pack.lane_store``) shared by
-a worker's lanes: one array the lanes append to (one copy a lane and chunk) and one document table sorted by
-(lane, stream start). ``cut_block`` cuts a block of rows (row ``i`` from lane ``order[i]``) with no Python per
-row: a lane's ``k``-th row of the block starts ``k · max_length`` past its ``_next`` (every row before it is full
-unless the plan ran out), so every row's bounds, and what must be buffered before it, are a few array operations;
-while the first row not yet full lacks tokens, the next chunk is dealt (``fill``, one call per chunk); one
-``searchsorted`` over the table then finds every row's documents and the pieces follow in a fixed number of
+``_end`` (after the last token pushed), ``_next`` (the next token to emit) and ``_kept`` (tokens before it may be
+forgotten). Its tokens and documents live in a ``LaneStore`` (``zephon.executor.pack.lane_store``) shared by a
+worker's lanes: the segments the lanes hand it (a lane's slice of a chunk's ids, kept, not copied) and one document
+table sorted by (lane, stream start). ``cut_block`` cuts a block of rows (row ``i`` from lane ``order[i]``) with no
+Python per row: a lane's ``k``-th row of the block starts ``k · max_length`` past its ``_next`` (every row before
+it is full unless the plan ran out), so every row's bounds, and what must be buffered before it, are a few array
+operations; while the first row not yet full lacks tokens, the next chunk is dealt (``fill``, one call per chunk);
+one ``searchsorted`` over the table then finds every row's documents and the pieces follow in a fixed number of
 numpy calls; the ids are copied into the block's ``(n, W)`` array — one slice per run of a row's pieces that lie
-one after another in the store (a row within one chunk's documents: one slice), whatever the number of
-documents in the row. Python runs per lane and per chunk dealt, not per row: with 8 lanes and a block of 64
-rows, 8 counter updates instead of 64 rounds of checks.
+one after another in one segment (a row within one chunk's documents: one slice), whatever the number of documents
+in the row. Python runs per lane and per chunk dealt, not per row: with 8 lanes and a block of 64 rows, 8 counter
+updates instead of 64 rounds of checks.
 
 Zero-size documents (an empty text with no BOS/EOS): a row's pieces are the document holding its first token
 and every document that starts inside it — at its first token too — so the empty documents between two rows are
@@ -47,7 +47,7 @@ import numpy as np
 
 from zephon.errors import STATE_FIX, ConfigError
 from zephon.executor.encode.flags import ID
-from zephon.executor.pack.lane_store import MASK, SHIFT, LaneStore, run_bounds
+from zephon.executor.pack.lane_store import MASK, SEGMENT_MASK, SEGMENT_SHIFT, SHIFT, LaneStore, run_bounds
 from zephon.executor.pack.rows import PIECE_DTYPE, PackedRows
 
 __all__ = ["Block", "Held", "Lane", "LaneStore", "Snapshot", "cursors_of", "cut_block", "pop_rows"]
@@ -123,7 +123,7 @@ class Lane:
 
     def push_many(self, positions: np.ndarray, tokens: np.ndarray, sizes: np.ndarray) -> None:
         """``push`` for several documents at once (positions increasing): ``tokens`` holds their ids one after
-        the other, ``sizes[i]`` of them for the document at ``positions[i]``. One copy, no Python per document."""
+        the other, ``sizes[i]`` of them for ``positions[i]``; kept as they are (never write them again): no copy."""
         if len(positions) and positions[0] < self.start_position:  # before the lane's start: ignored
             k = int(np.searchsorted(positions, self.start_position))
             tokens, positions, sizes = tokens[int(sizes[:k].sum()) :], positions[k:], sizes[k:]
@@ -361,19 +361,19 @@ def _cut(
     pieces["position"] = of = position[doc]
     pieces["doc_start"] = skip = begin - start
     pieces["length"] = length = end - begin
-    # The ids: one slice per run of pieces whose source and destination advance together (``delta`` equal):
-    # a row within one chunk's documents is one slice. A run may cross into the next row (a full row before
-    # it, or padding written after) or, in the one-store case, over an empty row (padded after as well).
+    # The ids: a slice per run of pieces whose source (in one segment) and destination advance together: a row of one
+    # chunk's documents is one slice; a run may cross into the next row (full, or padded after) or an empty row.
     dst = offset + label[local] * width
     delta = at[doc] + skip - dst
     apart = delta[1:] != delta[:-1]
     if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
         apart |= rows[local[1:]] - rows[local[:-1]] > 1
     firsts, lasts = run_bounds(apart, total)  # each run's first piece and its last
-    flat, tokens = out.reshape(-1), store.tokens
-    runs = dst[firsts].tolist(), (dst[lasts] + length[lasts]).tolist(), delta[firsts].tolist()
-    for a, b, d in zip(*runs, strict=True):
-        flat[a:b] = tokens[a + d : b + d]
+    a, source = dst[firsts], dst[firsts] + delta[firsts]
+    flat, segments, runs = out.reshape(-1), store.segments, (a, dst[lasts] + length[lasts] - a, source & SEGMENT_MASK)
+    for a, n, i, s in zip(*(r.tolist() for r in runs), (source >> SEGMENT_SHIFT).tolist(), strict=True):
+        if n:  # (a run of empty documents only has no ids, and maybe no segment)
+            flat[a : a + n] = segments[s][i : i + n]
     doc_start.reshape(-1)[dst[skip == 0]] = True
     # Cursors, per lane from its last row: the document at that row's end token; and ``_done``, one past the
     # document of the last piece of its last row with pieces (the cursor if a row ends between documents).
