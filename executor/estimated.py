@@ -14,8 +14,8 @@ through five stages, each wrapping the one before and handing on one named value
    the rest by lane (a stable sort: plan order within each lane) → ``ChunkTexts``.
 3. ``Tokenize`` encodes the chunk's texts, in calls of at most ``MAX_CHARS`` characters
    (``zephon.executor.encode.slices``) → ``ChunkTokens`` (its encoding may still be running).
-4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: one
-   copy per lane, no Python per document.
+4. ``DealLanes`` takes the chunks in plan order and pushes each lane's slice of a chunk to that ``Lane``: kept as
+   it is (``zephon.executor.pack.lane_store``), no copy, no Python per document.
 5. ``LaneBatches`` builds microbatch ``(step, index)``: for each of its sequences ``j``
    (``zephon.executor.geometry``), the next row of lane ``j % L`` (``zephon.executor.step_arithmetic``), reading
    on until that lane holds a full row or the plan is read to the end → ``LaneMicrobatch``. It pops the rows of a
