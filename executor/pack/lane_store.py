@@ -3,10 +3,9 @@
 Every lane of a DataLoader worker (or of a rank without workers) hands the store the ids of the documents dealt
 to it: a chunk's documents arrive grouped by lane, each lane's as one slice of the chunk's encoded ids, and the
 store *keeps that slice* — a **segment**, numbered in the order they come — instead of copying it into an array
-of its own. The ids are never copied into the store
-(an array it cannot own — a view of a memory map, of another's buffer, another dtype — is copied once). A
-document is one entry of the table: its key ``slot << 40 | start`` (the lane's slot in the store, the stream index
-of its first token in that lane), where its first id lies in the virtual space (``at``), its size and its plan
+of its own (ids it cannot keep — a view of a memory map or of a buffer another library lends, another dtype — are
+copied once). A document is one entry of the table: its key ``slot << 40 | start`` (the lane's slot in the store,
+the stream index of its first token in that lane), where its first id lies (``at``, below), its size and its plan
 position. A row cut from ``[lo, hi)`` of lane ``s``'s stream meets the entries ``searchsorted(key, s<<40|lo,
 "right") - 1`` up to ``searchsorted(key, s<<40|hi, "left")`` — one ``searchsorted`` for all rows of a microbatch
 (``zephon.executor.pack.lanes.cut_block``). ``at`` is ``segment << SEGMENT_SHIFT | index``: the document's first
@@ -101,7 +100,7 @@ class LaneStore:
         #: The live segments by number: what ``cut_block`` reads the ids from.
         self.segments: dict[int, np.ndarray] = {}
         self._owned: list[deque[tuple[int, int]]] = []  # per lane: its live segments' (stream end, number)
-        #: The arrays the segments are views of, by ``id``: [the array, its live segments' bytes, their starts].
+        #: The arrays the segments are views of, by ``id``: [the array, its live segments' bytes, their numbers].
         self._arrays: dict[int, list] = {}
         self._array_of: dict[int, int] = {}  # a live segment's number -> its array's ``id``
         self.copied_out = 0  # ids copied out of an array mostly let go (``_release``; for tests and benchmarks)
@@ -130,8 +129,7 @@ class LaneStore:
         n = len(tokens)
         at = self.appended << SEGMENT_SHIFT  # (a call of empty documents only: a number no segment has)
         if n:
-            if n > SEGMENT_MASK:
-                raise ValueError(f"a lane's append must hold fewer than 2**{SEGMENT_SHIFT} ids, got {n}")
+            assert n <= SEGMENT_MASK, n  # a lane's slice of one chunk: far below 2**32 ids (16 GiB of them)
             owner = _owner(tokens, self.dtype)
             if owner is None:
                 tokens = owner = np.array(tokens, dtype=self.dtype)
@@ -222,7 +220,7 @@ class LaneStore:
 
     def held(self) -> int:
         """Bytes of the arrays the live segments keep in memory (each chunk's array once, however many lanes'
-        segments are views of it): at most ``1 / MIN_LIVE`` times the live segments' bytes (``_release``)."""
+        segments are views of it): about ``1 / MIN_LIVE`` times the live segments' bytes at most (``_release``)."""
         return sum(array.nbytes for array, _, _ in self._arrays.values())
 
     def live(self) -> int:
