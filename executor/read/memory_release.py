@@ -17,7 +17,8 @@ decoded into, and handing it back first made each decode fault its pages in anew
 plan's reading time, docs/performance.md). A call takes about 2 ms on a rank of ~1 GB
 (measured: 27 calls, 48 ms in total), so once per ``INTERVAL_S`` = 0.2 s costs at most ~1 % of one core, off the
 training thread when the reader runs ahead. ``ZEPHON_RELEASE_MEMORY=off`` turns it off (e.g. for a process that
-tunes its allocators itself).
+tunes its allocators itself); a size (``ZEPHON_RELEASE_MEMORY=256MiB``) trims glibc only once the resident set
+has grown that much (below), trading memory for speed.
 
 Handing memory back has a price paid later: glibc returns its free pages (``madvise``), and the next buffers
 allocated there fault them in again, zeroed by the kernel. Every 0.2 s that was 15-30 page faults a microbatch
@@ -39,6 +40,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
+import re
 import time
 from collections.abc import Callable
 
@@ -78,12 +80,33 @@ def _malloc_trim() -> Callable[[int], int] | None:
 _TRIM = _malloc_trim()
 
 
-def release_enabled() -> bool:
-    """Whether ``release_memory`` does anything (``ZEPHON_RELEASE_MEMORY``, read at each call)."""
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def size_bytes(value: str) -> int | None:
+    """``value`` as a number of bytes (``2GiB``, ``512MiB``, ``1.5G``, ``1000000``; case and spaces ignored), or
+    None when it is not a size."""
+    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?", value.strip().lower().replace(" ", ""))
+    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
+
+
+def release_slack() -> int | None:
+    """How much the resident set grows before glibc is trimmed (``ZEPHON_RELEASE_MEMORY``, read at each call):
+    ``on`` (default) ``SLACK_BYTES``, a size that many bytes, None when ``off``."""
     value = os.environ.get(RELEASE_MEMORY_ENV, "on").strip().lower()
-    if value not in ("on", "off"):
-        raise ConfigError(f'{RELEASE_MEMORY_ENV} must be "on" or "off", got {value!r} — unset it or pick one')
-    return value == "on"
+    if value in ("on", "off"):
+        return SLACK_BYTES if value == "on" else None
+    size = size_bytes(value)
+    if size is None:
+        raise ConfigError(
+            f'{RELEASE_MEMORY_ENV} must be "on", "off" or a size such as 256MiB, got {value!r} — unset it or set one'
+        )
+    return size
+
+
+def release_enabled() -> bool:
+    """Whether ``release_memory`` does anything (``ZEPHON_RELEASE_MEMORY`` is not ``off``; read at each call)."""
+    return release_slack() is not None
 
 
 def release_memory() -> None:
@@ -101,13 +124,16 @@ _trimmed = [-SLACK_BYTES]  # the resident set just after the latest release (non
 
 def release_now_and_then() -> None:
     """``release_memory()`` if the latest check is ``INTERVAL_S`` ago or more and the resident set has grown
-    ``SLACK_BYTES`` since the latest release (module docstring)."""
+    ``release_slack()`` (``SLACK_BYTES`` by default) since the latest release (module docstring)."""
     now = time.monotonic()
-    if now - _last[0] < INTERVAL_S or not release_enabled():
+    if now - _last[0] < INTERVAL_S:
+        return
+    slack = release_slack()
+    if slack is None:
         return
     held = resident_bytes()
-    if held is None or held >= _trimmed[0] + SLACK_BYTES:
+    if held is None or held >= _trimmed[0] + slack:
         release_memory()
         after = resident_bytes()
-        _trimmed[0] = after if after is not None else -SLACK_BYTES
+        _trimmed[0] = after if after is not None else -slack
     _last[0] = time.monotonic()

@@ -52,6 +52,7 @@ import pyarrow as pa
 
 from zephon.errors import ConfigError, warn
 from zephon.executor.cores import workers_sharing
+from zephon.executor.read.memory_release import size_bytes
 from zephon.executor.read.shared_groups import free_bytes, own_directory, pid_namespace, running
 
 #: ``ZEPHON_DECODED_MEMORY`` and ``ZEPHON_SPILL_DIR``.
@@ -61,7 +62,6 @@ MIN_BUDGET = 1 << 30
 #: Bytes a spill always leaves free on its file system (besides twice the row group it writes).
 ROOM_MARGIN = 1 << 30
 _PREFIX = "zephon-decoded-"
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _warned: set[str] = set()  # the warnings given in this process ("spill", "room")
 
 
@@ -72,12 +72,12 @@ def budget() -> int | None:
         return default_budget()
     if value == "off":
         return None
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?", value)
-    if found is None:
+    size = size_bytes(value)
+    if size is None:
         raise ConfigError(
             f"{BUDGET_ENV} must be a size such as 2GiB or 512MiB, or off, got {value!r} — unset it or set one"
         )
-    return int(float(found.group(1)) * _UNITS[found.group(2)])
+    return size
 
 
 def default_budget() -> int:

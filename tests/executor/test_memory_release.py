@@ -48,8 +48,13 @@ def test_release_memory_setting(monkeypatch) -> None:
     assert not release_enabled()
     release_memory()  # does nothing
     monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "sometimes")
-    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be "on" or "off", got \'sometimes\''):
+    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be "on", "off" or a size such as 256MiB, got'):
         release_memory()
+    from zephon.executor.read import memory_release as mr
+
+    for value, slack in (("on", mr.SLACK_BYTES), ("256MiB", 256 << 20), (" 1 GiB", 1 << 30), ("off", None)):
+        monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", value)
+        assert mr.release_slack() == slack and release_enabled() == (slack is not None)
 
 
 def test_releasing_memory_never_changes_a_batch(tmp_path, make_parquet, tokenizer_dir, monkeypatch) -> None:
@@ -58,8 +63,8 @@ def test_releasing_memory_never_changes_a_batch(tmp_path, make_parquet, tokenize
         datasets=[Dataset.from_path("web", str(web))], mixture=MixtureSpec({"web": 1.0}), seed=1, lanes=2
     )
     plan = source.plan(tmp_path / "plan")
-    runs = batches_per_setting(monkeypatch, plan, tokenizer_dir, "ZEPHON_RELEASE_MEMORY", ("on", "off"))
-    assert runs[0] == runs[1] and runs[0]
+    runs = batches_per_setting(monkeypatch, plan, tokenizer_dir, "ZEPHON_RELEASE_MEMORY", ("on", "off", "1KiB"))
+    assert runs[0] == runs[1] == runs[2] and runs[0]
 
 
 def test_freed_memory_is_handed_back_only_once_the_resident_set_grew_by_the_slack(monkeypatch) -> None:
@@ -86,9 +91,15 @@ def test_freed_memory_is_handed_back_only_once_the_resident_set_grew_by_the_slac
     assert got == [(1, 550), (0, 550), (1, 560), (0, 560), (1, -64)]
     mr.release_now_and_then()
     assert (len(released), mr._trimmed[0] // mib) == (4, 90)
+    monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "256MiB")  # a slack of the user's: 90 + 256 is the next trim
+    readings = iter([345 * mib, 346 * mib, 120 * mib])
+    mr.release_now_and_then()
+    assert (len(released), mr._trimmed[0] // mib) == (4, 90)
+    mr.release_now_and_then()
+    assert (len(released), mr._trimmed[0] // mib) == (5, 120)
     monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "off")
     mr.release_now_and_then()  # off: not even a reading
-    assert len(released) == 4
+    assert len(released) == 5 and next(readings, "none left") == "none left"
 
 
 def test_a_reader_closed_for_good_hands_its_decoded_shards_back_at_once(tmp_path, monkeypatch) -> None:
