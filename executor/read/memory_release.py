@@ -90,18 +90,24 @@ def size_bytes(value: str) -> int | None:
     return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
 
 
+def size_setting(name: str, value: str, words: dict[str, int | None], example: str) -> int | None:
+    """Setting ``name``'s ``value``: one of ``words`` (their values), else a size in bytes (``size_bytes``);
+    anything else refused in one line naming the words and ``example``."""
+    value = value.strip().lower()
+    if value in words:
+        return words[value]
+    size = size_bytes(value)
+    if size is None:
+        named = " or ".join(f'"{word}"' for word in words)
+        raise ConfigError(f"{name} must be a size such as {example}, or {named}, got {value!r} — unset it or set one")
+    return size
+
+
 def release_slack() -> int | None:
     """How much the resident set grows before glibc is trimmed (``ZEPHON_RELEASE_MEMORY``, read at each call):
     ``on`` (default) ``SLACK_BYTES``, a size that many bytes, None when ``off``."""
-    value = os.environ.get(RELEASE_MEMORY_ENV, "on").strip().lower()
-    if value in ("on", "off"):
-        return SLACK_BYTES if value == "on" else None
-    size = size_bytes(value)
-    if size is None:
-        raise ConfigError(
-            f'{RELEASE_MEMORY_ENV} must be "on", "off" or a size such as 256MiB, got {value!r} — unset it or set one'
-        )
-    return size
+    value = os.environ.get(RELEASE_MEMORY_ENV, "on")
+    return size_setting(RELEASE_MEMORY_ENV, value, {"on": SLACK_BYTES, "off": None}, "256MiB")
 
 
 def release_enabled() -> bool:

@@ -50,9 +50,9 @@ import threading
 
 import pyarrow as pa
 
-from zephon.errors import ConfigError, warn
+from zephon.errors import warn
 from zephon.executor.cores import workers_sharing
-from zephon.executor.read.memory_release import size_bytes
+from zephon.executor.read.memory_release import size_setting
 from zephon.executor.read.shared_groups import free_bytes, own_directory, pid_namespace, running
 
 #: ``ZEPHON_DECODED_MEMORY`` and ``ZEPHON_SPILL_DIR``.
@@ -67,17 +67,8 @@ _warned: set[str] = set()  # the warnings given in this process ("spill", "room"
 
 def budget() -> int | None:
     """The budget in bytes (``ZEPHON_DECODED_MEMORY``, read at each call), None when ``off``."""
-    value = os.environ.get(BUDGET_ENV, "").strip().lower().replace(" ", "")
-    if not value:
-        return default_budget()
-    if value == "off":
-        return None
-    size = size_bytes(value)
-    if size is None:
-        raise ConfigError(
-            f"{BUDGET_ENV} must be a size such as 2GiB or 512MiB, or off, got {value!r} — unset it or set one"
-        )
-    return size
+    value = os.environ.get(BUDGET_ENV, "").strip()
+    return size_setting(BUDGET_ENV, value, {"off": None}, "2GiB or 512MiB") if value else default_budget()
 
 
 def default_budget() -> int:

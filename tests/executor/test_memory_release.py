@@ -48,7 +48,7 @@ def test_release_memory_setting(monkeypatch) -> None:
     assert not release_enabled()
     release_memory()  # does nothing
     monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "sometimes")
-    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be "on", "off" or a size such as 256MiB, got'):
+    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be a size such as 256MiB, or "on" or "off", got'):
         release_memory()
     from zephon.executor.read import memory_release as mr
 
