@@ -6,14 +6,14 @@ Run: python benchmarks/bench_hotpath.py --tokenizer deepseek-v4|cl100k-converter
 
 Same corpus, plans and workers as ``bench_executor.py`` (``--text local``: real text from this machine's files,
 ``local_corpus.py``; vendor tokenizers from ``vendor_tokenizers.py``): per round and plan, three fresh processes
-pinned to ``--cores`` cores — the raw engine the executor chooses (its ``stats().tokenizer_engine``, on the
-plan's documents read into memory first, 1,024 a call, sliced over the cores; fastokens' own helper threads sized
-by the executor's rule, ``size_fastokens``: none where the slices fill the cores), Zephon end to end with this
-checkout's Python, and with ``--before`` (the Python of a venv whose ``zephon`` is another checkout: the A/B of a change). Each
-process is timed after its first batch (the raw engine: all of it). Prints every round's Mtok/s and, per plan,
+pinned to ``--cores`` cores — the raw engine the executor chooses (its ``stats().tokenizer_engine``, on the plan's
+documents read into memory first, 1,024 a call, sliced over the cores; fastokens' own helper threads sized by the
+executor's rule, ``size_fastokens``: none where the slices fill the cores), Zephon end to end with this checkout's
+Python, and with ``--before`` (the Python of a venv whose ``zephon`` is another checkout: the A/B of a change).
+Each process is timed after its first batch (the raw engine: all of it). Prints every round's Mtok/s and, per plan,
 the best of the rounds and the ratios Zephon ÷ raw engine and after ÷ before (and each run's CPU ns per token,
-threads included, which a shared machine's load stretches less), with the load average before and
-after (the machine may be shared: the ratios within a round are what to read).
+threads included, which a shared machine's load stretches less), with the load average before and after (the
+machine may be shared: the ratios within a round are what to read).
 
 ``--threads`` prints each Zephon run's CPU seconds by thread after its first batch (the caller ``MainThread``,
 ``zephon-read-ahead``, the ``zephon-encode`` pool, an engine's own helpers by their kernel names, e.g.
