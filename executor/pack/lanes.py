@@ -369,8 +369,8 @@ def _cut(
     if rows is not None:  # rows of another store may lie between two of these: a run never crosses one
         apart |= rows[local[1:]] - rows[local[:-1]] > 1
     firsts, lasts = run_bounds(apart, total)  # each run's first piece and its last
-    a, source = dst[firsts], dst[firsts] + delta[firsts]
-    flat, segments, runs = out.reshape(-1), store.segments, (a, dst[lasts] + length[lasts] - a, source & SEGMENT_MASK)
+    to, source = dst[firsts], dst[firsts] + delta[firsts]
+    flat, segments, runs = out.reshape(-1), store.segments, (to, dst[lasts] + length[lasts] - to, source & SEGMENT_MASK)
     for a, n, i, s in zip(*(r.tolist() for r in runs), (source >> SEGMENT_SHIFT).tolist(), strict=True):
         if n:  # (a run of empty documents only has no ids, and maybe no segment)
             flat[a : a + n] = segments[s][i : i + n]
