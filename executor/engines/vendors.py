@@ -45,6 +45,9 @@ def _refused(exc: BaseException) -> EngineUnavailable:
 
 #: fastokens' threads a call — the calling thread and its helpers — read by fastokens once a process.
 FASTOKENS_THREADS_ENV = "FASTOKENS_BPE_THREADS"
+#: Which process wrote the value, and the value, as ``PID:VALUE``: a process started from ours (a spawned
+#: DataLoader worker) inherits both, and so knows the value is Zephon's, sized for its parent's cores.
+SIZED_ENV = "ZEPHON_FASTOKENS_SIZED"
 
 
 def size_fastokens(cores: int, calls: int) -> None:
@@ -54,8 +57,20 @@ def size_fastokens(cores: int, calls: int) -> None:
     call, ``cores - 1`` helpers beside our ``calls`` threads. Example: 2 cores, 2 of our encode threads → 1 (no
     helper: on 2 cores the engine then spent ~15 % less CPU a token and a run gave 8-9 % more tokens a second,
     docs/performance.md); 16 cores, 2 calls at once → 15 (one helper fewer than its default). Never changes
-    an id."""
-    os.environ.setdefault(FASTOKENS_THREADS_ENV, str(max(1, cores - calls + 1)))
+    an id.
+
+    Who set it decides: unset → sized here; set by this function in this process → kept (the first encoder's
+    sizing stands, as fastokens reads it once); set by this function in another process (``SIZED_ENV`` names
+    it: the parent of a DataLoader worker started by spawn, whose environment the worker inherits) → sized
+    again for this process's cores — the parent's 15 on 16 cores would give each of 8 workers of 2 cores 15
+    threads a call, where 1 fills its share; set by the user (no ``SIZED_ENV``, or another value) → never
+    changed."""
+    current = os.environ.get(FASTOKENS_THREADS_ENV)
+    pid, _, sized = os.environ.get(SIZED_ENV, "").partition(":")
+    if current is None or (current == sized and pid != str(os.getpid())):
+        value = str(max(1, cores - calls + 1))
+        os.environ[FASTOKENS_THREADS_ENV] = value
+        os.environ[SIZED_ENV] = f"{os.getpid()}:{value}"
 
 
 class FastokensEngine(Engine):

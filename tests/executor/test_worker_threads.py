@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -64,9 +66,36 @@ def test_fastokens_helpers_leave_the_cores_to_our_calls_unless_the_user_sized_th
     monkeypatch.setenv("ZEPHON_TOKENIZER_ENGINE", "tokenizers")  # the rule holds whatever engine is chosen
     Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
     assert os.environ["FASTOKENS_BPE_THREADS"] == expected
-    monkeypatch.setenv("FASTOKENS_BPE_THREADS", "7")
+    assert os.environ["ZEPHON_FASTOKENS_SIZED"] == f"{os.getpid()}:{expected}"
+    with monkeypatch.context() as m:  # this process's first sizing stands (fastokens reads it once)
+        m.setattr(os, "sched_getaffinity", lambda pid: set(range(64)))
+        Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == expected
+    monkeypatch.setenv("FASTOKENS_BPE_THREADS", "7")  # the user's
     Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
     assert os.environ["FASTOKENS_BPE_THREADS"] == "7"
+    monkeypatch.setenv("ZEPHON_FASTOKENS_SIZED", "1:40")  # ours once, then changed by the user: theirs
+    Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == "7"
+    monkeypatch.setenv("FASTOKENS_BPE_THREADS", "40")  # written by another process (a parent): sized again here
+    Encoder(TokenizeSpec(tokenizer_id=tokenizer_dir), threads=threads)
+    assert os.environ["FASTOKENS_BPE_THREADS"] == expected
+
+
+@pytest.mark.parametrize(("inherited", "kept"), [({"ZEPHON_FASTOKENS_SIZED": "1:40"}, False), ({}, True)])
+def test_a_process_started_from_ours_sizes_fastokens_for_its_own_cores(
+    inherited: dict[str, str], kept: bool, tokenizer_dir: str
+) -> None:
+    """A spawned DataLoader worker inherits its parent's environment: the 40 threads a call Zephon sized on the
+    parent's machine are sized again for the worker's cores; 40 set by the user are kept."""
+    code = (
+        "import os; from zephon.executor.encode.text import Encoder; from zephon.specs import TokenizeSpec; "
+        f"Encoder(TokenizeSpec(tokenizer_id={tokenizer_dir!r}), threads=1); print(os.environ['FASTOKENS_BPE_THREADS'])"
+    )
+    env = {**os.environ, "FASTOKENS_BPE_THREADS": "40", "ZEPHON_TOKENIZER_ENGINE": "tokenizers", **inherited}
+    env.pop("ZEPHON_FASTOKENS_SIZED", None) if not inherited else None
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ("40" if kept else str(len(os.sched_getaffinity(0))))  # 1 call: cores - 1 + 1
 
 
 def test_two_workers_each_run_on_their_share_of_the_cores_with_the_batches_of_none(
