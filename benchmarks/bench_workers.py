@@ -2,6 +2,7 @@
 
 Run: python benchmarks/bench_workers.py [--text local|demo] [--tokenizer deepseek-v4|demo] [--documents 10000]
 [--max-length 2049] [--microbatch 8] [--accumulation 1] [--rounds 3] [--workers 0 1 2] [--cores N] [--python PY ...]
+[--context fork|spawn|forkserver]
 
 Text: ``local`` (default) is this machine's own files (``local_corpus.py``: prose 0.5, code 0.2, docstrings 0.3),
 planned as an estimated sample mixture of ``--documents`` documents (the plan of ``bench_integrations.py``);
@@ -17,7 +18,8 @@ them; with A a multiple of the workers each worker builds whole microbatches, no
 seconds to the first dict ("first") and to the last ("run"), the real tokens (``attention_mask``), and the CPU seconds
 of the run — its own and its workers' (``RUSAGE_CHILDREN`` once they are joined) — and of its own process alone ("main":
 with workers, receiving and joining the pieces). ``--cores N`` pins each measurement to the first ``N`` cores it may
-use (its workers inherit that): the bars' "2 cores" on a larger machine. ``--rounds`` rounds run every
+use (its workers inherit that): the bars' "2 cores" on a larger machine. ``--context`` starts the workers by ``spawn`` or
+``forkserver`` instead of the DataLoader's default (``fork`` on Linux). ``--rounds`` rounds run every
 (interpreter, workers) variant once each, in an order rotated per round, so a busy minute of a shared machine
 hits every variant; with ``--python`` several interpreters (e.g. another checkout's venv, as "before") alternate in
 the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 workers ≥ 1.6 × 1 worker and ≥ 0
@@ -161,6 +163,7 @@ def child(
     accumulation: int = 1,
     threads: bool = False,
     cores: int | None = None,
+    context: str | None = None,
 ) -> dict[str, Any]:
     """One measurement (module docstring), in this process."""
     from zephon import Pipeline
@@ -179,7 +182,9 @@ def child(
     steps = pipeline.num_steps()
     steps_wall, steps_cpu = time.perf_counter() - wall, cpu_seconds() - cpu
     cpu, main_cpu, wall = cpu_seconds(), main_cpu_seconds(), time.perf_counter()
-    options = {"prefetch_factor": prefetch} if prefetch and workers else {}
+    options: dict[str, Any] = {"prefetch_factor": prefetch} if prefetch and workers else {}
+    if context and workers:
+        options["multiprocessing_context"] = context
     loader = pipeline.dataloader(num_workers=workers, return_attention_mask=True, **options)
     tokens, first, items, first_tokens = 0, 0.0, 0, 0
     start_roles: Readings = {}
@@ -229,6 +234,8 @@ def measure(python: str, args: argparse.Namespace, plan: Path, tokenizer: str, w
         command += ["--threads"]
     if args.cores:
         command += ["--cores", str(args.cores)]
+    if args.context:
+        command += ["--context", args.context]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode:
         raise SystemExit(f"{python} with {workers} workers failed:\n{done.stderr[-3000:]}")
@@ -248,6 +255,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--threads", action="store_true", help="CPU seconds by role after the first dict (docstring)")
     parser.add_argument("--cores", type=int, help="pin each measurement to its first N allowed cores (default: all)")
+    parser.add_argument("--context", choices=["fork", "spawn", "forkserver"], help="the workers' start (default: fork)")
     parser.add_argument("--python", nargs="+", default=[sys.executable], help="interpreters to alternate")
     parser.add_argument("--child", nargs=3, metavar=("PLAN", "TOKENIZER", "WORKERS"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -268,6 +276,7 @@ def main() -> None:
             args.accumulation,
             threads=args.threads,
             cores=args.cores,
+            context=args.context,
         )
         print(json.dumps(got))
         return
