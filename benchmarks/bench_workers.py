@@ -18,8 +18,8 @@ them; with A a multiple of the workers each worker builds whole microbatches, no
 seconds to the first dict ("first") and to the last ("run"), the real tokens (``attention_mask``), and the CPU seconds
 of the run — its own and its workers' (``RUSAGE_CHILDREN`` once they are joined) — and of its own process alone ("main":
 with workers, receiving and joining the pieces). ``--cores N`` pins each measurement to the first ``N`` cores it may
-use (its workers inherit that): the bars' "2 cores" on a larger machine. ``--context`` starts the workers by ``spawn`` or
-``forkserver`` instead of the DataLoader's default (``fork`` on Linux). ``--rounds`` rounds run every
+use (its workers inherit that): the bars' "2 cores" on a larger machine. ``--context`` starts the workers by
+``spawn`` or ``forkserver`` instead of the DataLoader's default (``fork`` on Linux). ``--rounds`` rounds run every
 (interpreter, workers) variant once each, in an order rotated per round, so a busy minute of a shared machine
 hits every variant; with ``--python`` several interpreters (e.g. another checkout's venv, as "before") alternate in
 the same rounds. Figures: medians over the rounds; the bars (issue #29): 2 workers ≥ 1.6 × 1 worker and ≥ 0
