@@ -8,7 +8,6 @@ Each finished shard is reported as one JSON line on stdout: ``{"shard_id": 3, "t
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import numpy as np
 
 from zephon.errors import ZephonError
 from zephon.executor.encode.encoders import AnyEncoder, converter_of, make_encoder
+from zephon.executor.encode.text import encode_on_one_thread
 from zephon.executor.engines.at_document import AtDocument
 from zephon.executor.read.shard_reader import ShardReader, planning_cache
 from zephon.plan.records import ShardRef
@@ -52,7 +52,7 @@ def save_atomic(path: Path, array: np.ndarray) -> None:
 def main() -> None:
     job = json.load(sys.stdin)
     if job.get("single_thread"):
-        os.environ["RAYON_NUM_THREADS"] = "1"
+        encode_on_one_thread()
     try:
         encoder = make_encoder(TokenizeSpec(**job["tokenize"]), threads=1 if job.get("single_thread") else None)
         for task in job["tasks"]:

@@ -10,13 +10,13 @@ each: ``{"rows": 4096}`` after every batch (the progress bar), ``{"record": {...
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import numpy as np
 
 from zephon.errors import ZephonError
 from zephon.executor.encode.encoders import make_encoder
+from zephon.executor.encode.text import encode_on_one_thread
 from zephon.plan.records import ShardRef
 from zephon.planner.tokenize.shard import ShardTask, write_shard_store
 from zephon.specs import TokenizeSpec
@@ -30,7 +30,7 @@ def task_json(task: ShardTask) -> dict:
 
 def main() -> None:
     job = json.load(sys.stdin)
-    os.environ["RAYON_NUM_THREADS"] = "1"
+    encode_on_one_thread()
     try:
         encoder = make_encoder(TokenizeSpec(**job["tokenize"]), threads=1)
         dtype = np.dtype(job["dtype"])

@@ -138,3 +138,29 @@ def test_a_tokenizer_is_serialized_once_for_every_encoder_of_it(tokenizer_dir: s
     assert load.tokenizer_config(first.tokenizer) is kept[id(first.tokenizer)][1]
     assert load.tokenizer_config(first.tokenizer) == first.tokenizer.to_str()
     assert first.fingerprint != second.fingerprint  # the specials still count
+
+
+@pytest.mark.parametrize("worker", ["counts", "tokenize"])
+@pytest.mark.parametrize(("inherited", "expected"), [({"ZEPHON_FASTOKENS_SIZED": "1:40"}, "1"), ({}, "40")])
+def test_a_planning_worker_encodes_on_one_thread(
+    worker: str, inherited: dict[str, str], expected: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count pass's and ``zephon tokenize``'s worker processes each encode on one thread: Rayon's pool at 1
+    and fastokens' threads a call at 1 — the 40 their parent sized for its cores sized again (it would give each
+    of N workers 40), the user's 40 kept."""
+    import importlib
+    import io
+    from dataclasses import asdict
+
+    module = importlib.import_module(f"zephon.planner.{worker}.worker")
+    spec = asdict(TokenizeSpec(tokenizer_id=tokenizer_dir))
+    job = {"tokenize": spec, "tasks": [], "single_thread": True, "dtype": "uint32"}
+    monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(job)))
+    monkeypatch.setenv("RAYON_NUM_THREADS", "8")
+    monkeypatch.setenv("FASTOKENS_BPE_THREADS", "40")
+    monkeypatch.delenv("ZEPHON_FASTOKENS_SIZED", raising=False)
+    for name, value in inherited.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("ZEPHON_TOKENIZER_ENGINE", "tokenizers")
+    module.main()  # no tasks: the encoder is made, nothing is read
+    assert (os.environ["RAYON_NUM_THREADS"], os.environ["FASTOKENS_BPE_THREADS"]) == ("1", expected)
