@@ -43,12 +43,15 @@ _ENCODERS: dict[str, object] = {}
 
 
 def worker_encoder(spec: dict[str, Any]) -> object:
-    """This Ray worker's encoder for ``spec`` (a ``TokenizeSpec`` as a dict), on one thread: Ray runs a task per CPU."""
+    """This Ray worker's encoder for ``spec`` (a ``TokenizeSpec`` as a dict), on one thread: Ray runs a task per CPU
+    (so fastokens' threads a call are 1 too, unless the user set them: ``encode_on_one_thread``)."""
     from zephon.executor.encode.encoders import make_encoder
+    from zephon.executor.encode.text import encode_on_one_thread
 
     key = repr(sorted(spec.items()))
     encoder = _ENCODERS.get(key)
     if encoder is None:
+        encode_on_one_thread()
         encoder = _ENCODERS[key] = make_encoder(TokenizeSpec(**spec), threads=1)
     return encoder
 

@@ -140,19 +140,25 @@ def test_a_tokenizer_is_serialized_once_for_every_encoder_of_it(tokenizer_dir: s
     assert first.fingerprint != second.fingerprint  # the specials still count
 
 
-@pytest.mark.parametrize("worker", ["counts", "tokenize"])
+@pytest.mark.parametrize("worker", ["counts", "tokenize", "ray"])
 @pytest.mark.parametrize(("inherited", "expected"), [({"ZEPHON_FASTOKENS_SIZED": "1:40"}, "1"), ({}, "40")])
 def test_a_planning_worker_encodes_on_one_thread(
     worker: str, inherited: dict[str, str], expected: str, tokenizer_dir: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The count pass's and ``zephon tokenize``'s worker processes each encode on one thread: Rayon's pool at 1
-    and fastokens' threads a call at 1 — the 40 their parent sized for its cores sized again (it would give each
-    of N workers 40), the user's 40 kept."""
+    """The count pass's (local and Ray) and ``zephon tokenize``'s worker processes each encode on one thread:
+    Rayon's pool at 1 and fastokens' threads a call at 1 — the 40 their parent sized for its cores sized again (it
+    would give each of N workers 40), the user's 40 kept."""
     import importlib
     import io
     from dataclasses import asdict
 
-    module = importlib.import_module(f"zephon.planner.{worker}.worker")
+    if worker == "ray":  # a Ray worker process's encoder (the function its tasks call; no cluster needed)
+        from zephon.planner.counts import ray_pass
+
+        monkeypatch.setattr(ray_pass, "_ENCODERS", {})
+        main = lambda: ray_pass.worker_encoder(asdict(TokenizeSpec(tokenizer_id=tokenizer_dir)))  # noqa: E731
+    else:
+        main = importlib.import_module(f"zephon.planner.{worker}.worker").main
     spec = asdict(TokenizeSpec(tokenizer_id=tokenizer_dir))
     job = {"tokenize": spec, "tasks": [], "single_thread": True, "dtype": "uint32"}
     monkeypatch.setattr(sys, "stdin", io.StringIO(json.dumps(job)))
@@ -162,5 +168,5 @@ def test_a_planning_worker_encodes_on_one_thread(
     for name, value in inherited.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("ZEPHON_TOKENIZER_ENGINE", "tokenizers")
-    module.main()  # no tasks: the encoder is made, nothing is read
+    main()  # no tasks: the encoder is made, nothing is read
     assert (os.environ["RAYON_NUM_THREADS"], os.environ["FASTOKENS_BPE_THREADS"]) == ("1", expected)
