@@ -61,10 +61,10 @@ CALLS_AT_ONCE = 2
 
 
 def encode_on_one_thread() -> None:
-    """This process is one of several worker processes that each encode on one thread (the count pass's,
-    ``zephon tokenize``'s): Rayon's pool (the ``tokenizers`` engine) at 1 thread, and fastokens' threads a call
-    at 1 unless the user set them (``size_fastokens``: the value the parent sized for all its cores is sized
-    again, here for one). Call it before the encoder is made."""
+    """This process is one of several worker processes that each encode on one thread (the count pass's, local
+    or Ray, and ``zephon tokenize``'s): Rayon's pool (the ``tokenizers`` engine) at 1 thread, and fastokens'
+    threads a call at 1 unless the user set them (``size_fastokens``: the value the parent sized for all its
+    cores is sized again, here for one). Call it before the encoder is made."""
     os.environ["RAYON_NUM_THREADS"] = "1"
     size_fastokens(1, 1)
 
