@@ -45,7 +45,7 @@ from zephon.errors import ConfigError, DatasetError, one_line
 from zephon.plan.records import ShardRef
 from zephon.planner.selection.evaluate import MEMORY_LIMIT
 from zephon.planner.selection.join import Relation, quote, sidecar_relation
-from zephon.planner.selection.results import memory_bytes
+from zephon.planner.selection.results import duckdb_limit, memory_bytes
 from zephon.planner.selection.tables import Wanted, arrow_read, read_documents, referenced_names
 from zephon.recipe.computed_cost import COMPUTED_COLUMN, ComputedCost
 from zephon.recipe.dataset import Dataset
@@ -84,7 +84,7 @@ def _expression_costs(
     spill = tempfile.mkdtemp(prefix="zephon-cost-")
     con = duckdb.connect()
     try:
-        con.execute(f"SET memory_limit = '{MEMORY_LIMIT}'")
+        con.execute(f"SET memory_limit = '{duckdb_limit(MEMORY_LIMIT)}'")
         con.execute("SET temp_directory = ?", [spill])
         documents, columns = _documents(con, ds, selection, refs, expression)
         source, params = documents.text, dict(documents.params)

@@ -9,12 +9,19 @@ A boolean is never a number here (``True`` is an ``int`` to Python, never a coun
 NumPy scalars are numbers too: ``plain_numbers`` turns a spec's ``np.int64(50)`` into ``50`` before it is checked
 (and hashed into a plan's config), as a budget computed with NumPy arrives. A folder Zephon writes to (a plan's
 ``out_dir``, ``provenance_dir``, ``CacheOptions.root``) must be a local directory's path: ``local_directory``.
+
+A size in bytes (``size_bytes``, every ``ZEPHON_*_MEMORY`` setting) reads its unit as DuckDB does, so that one
+text means one number of bytes in the planner and the executor: SI units are powers of 1000 with or without the
+``B`` (``2GB`` = ``2G`` = 2 × 10^9), IEC units powers of 1024 (``2GiB`` = 2^31), no unit or ``B`` bytes; case and
+spaces ignored. Example: ``size_bytes("1.5 GiB")`` is 1,610,612,736, ``size_bytes("512MB")`` 512,000,000,
+``size_bytes("lots")`` None.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 from decimal import Decimal
 
 import numpy as np
@@ -87,3 +94,35 @@ def local_directory(path: object, name: str, *, example: str, remote_fix: str, f
         raise ConfigError(f"{name} must be a directory, got a file at {text!r} — choose another {name}")
     return text
 
+
+
+#: ``size_bytes``' units: SI (powers of 1000, as DuckDB's ``memory_limit``: ``GB`` and ``G`` alike), IEC (1024).
+SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+              "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)([a-z]*)")
+
+
+def size_bytes(value: str) -> int | None:
+    """``value`` as a number of bytes (see the module docstring: ``2GB``, ``512MiB``, ``1.5G``, ``1000000``), or
+    None when it is not a size."""
+    found = _SIZE.fullmatch(value.strip().lower().replace(" ", ""))
+    if found is None or found.group(2) not in SIZE_UNITS:
+        return None
+    return int(float(found.group(1)) * SIZE_UNITS[found.group(2)])
+
+
+def size_setting(name: str, value: str, words: dict[str, int | None], example: str) -> int | None:
+    """Setting ``name``'s ``value``: one of ``words`` (their values), else a size in bytes (``size_bytes``);
+    anything else refused in one line naming the words and ``example``."""
+    value = value.strip().lower()
+    if value in words:
+        return words[value]
+    size = size_bytes(value)
+    if size is None:
+        listed = " or ".join(f'"{word}"' for word in words)
+        named = f", or {listed}" if words else ""
+        raise ConfigError(
+            f"{name} must be a size such as {example} (GB = 10^9 bytes, GiB = 2^30){named}, got {value!r} — "
+            "unset it or set one"
+        )
+    return size

@@ -40,13 +40,12 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import os
-import re
 import time
 from collections.abc import Callable
 
 import pyarrow as pa
 
-from zephon.errors import ConfigError
+from zephon.checks import size_setting
 
 #: ``ZEPHON_RELEASE_MEMORY``: ``on`` (default) or ``off``.
 RELEASE_MEMORY_ENV = "ZEPHON_RELEASE_MEMORY"
@@ -78,29 +77,6 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _TRIM = _malloc_trim()
-
-
-_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def size_bytes(value: str) -> int | None:
-    """``value`` as a number of bytes (``2GiB``, ``512MiB``, ``1.5G``, ``1000000``; case and spaces ignored), or
-    None when it is not a size."""
-    found = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgt]?)(?:i?b)?", value.strip().lower().replace(" ", ""))
-    return None if found is None else int(float(found.group(1)) * _UNITS[found.group(2)])
-
-
-def size_setting(name: str, value: str, words: dict[str, int | None], example: str) -> int | None:
-    """Setting ``name``'s ``value``: one of ``words`` (their values), else a size in bytes (``size_bytes``);
-    anything else refused in one line naming the words and ``example``."""
-    value = value.strip().lower()
-    if value in words:
-        return words[value]
-    size = size_bytes(value)
-    if size is None:
-        named = " or ".join(f'"{word}"' for word in words)
-        raise ConfigError(f"{name} must be a size such as {example}, or {named}, got {value!r} — unset it or set one")
-    return size
 
 
 def release_slack() -> int | None:

@@ -50,9 +50,9 @@ import threading
 
 import pyarrow as pa
 
+from zephon.checks import size_setting
 from zephon.errors import warn
 from zephon.executor.cores import workers_sharing
-from zephon.executor.read.memory_release import size_setting
 from zephon.executor.read.shared_groups import free_bytes, own_directory, pid_namespace, running
 
 #: ``ZEPHON_DECODED_MEMORY`` and ``ZEPHON_SPILL_DIR``.

@@ -70,7 +70,7 @@ from zephon.planner.selection.join import (
     sidecar_report,
 )
 from zephon.planner.selection.ranges import ROW_BYTES, arrow_registrar, where_by_range
-from zephon.planner.selection.results import memory_bytes, stream_kept
+from zephon.planner.selection.results import duckdb_limit, memory_bytes, stream_kept
 from zephon.planner.selection.selected import RowColumn, SelectedRows, SelectionReport
 from zephon.planner.selection.tables import arrow_read, read_documents, referenced_names
 from zephon.recipe.selection import Selection
@@ -194,7 +194,7 @@ def select_rows(
         con.execute("SET preserve_insertion_order = false")
         # Joins, aggregates and sorts past the limit spill to our own temporary directory (removed below),
         # never to DuckDB's default ``.tmp`` in the working directory.
-        con.execute(f"SET memory_limit = '{limit}'")
+        con.execute(f"SET memory_limit = '{duckdb_limit(limit)}'")
         con.execute("SET temp_directory = ?", [spill])
         streamed = selection.metadata is None and selection.order_by is None and selection.dedup_on is None
         if remote:  # the referenced columns (zephon.planner.selection.tables); streamed: range by range (ranges.py)

@@ -30,6 +30,7 @@ from typing import Any
 import duckdb
 
 from zephon.planner.ray_cluster import failpoint, ray_session, require_visible, run_tasks
+from zephon.planner.selection.results import duckdb_limit
 
 __all__ = ["join_on_ray"]
 
@@ -83,7 +84,7 @@ def _join_remote(
     try:
         con.execute("SET threads = 1")
         con.execute("SET preserve_insertion_order = false")
-        con.execute(f"SET memory_limit = '{memory_limit}'")
+        con.execute(f"SET memory_limit = '{duckdb_limit(memory_limit)}'")
         con.execute("SET temp_directory = ?", [temp])
         found: Any = con.execute(*counts).fetchone()
         con.execute(f"CREATE TEMP TABLE zephon_kept AS {kept[0]}", kept[1])

@@ -17,7 +17,6 @@ Worked example: a query of 5 rows (shard, row) read in batches of 2 fills ``shar
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -25,13 +24,14 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from zephon.errors import ConfigError
+from zephon.checks import size_setting
 from zephon.planner.selection.selected import RowColumn, RowColumnWriter
 
 __all__ = [
     "BATCH_ROWS",
     "SELECTED",
     "dedup_keep",
+    "duckdb_limit",
     "fetch_columns",
     "fetch_selected",
     "key_order",
@@ -49,17 +49,18 @@ SELECTED = "zephon_selected"
 #: The least share of DuckDB's memory limit it keeps while the final query fills the arrays (``fetch_selected``).
 FETCH_SHARE = 4
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20,
-          "gib": 2**30, "tib": 2**40}  # fmt: skip
-_SIZE = re.compile(r"^\s*([0-9.]+)\s*([a-z]*)\s*$", re.IGNORECASE)
-
-
 def memory_bytes(limit: str) -> int:
-    """DuckDB's ``memory_limit`` text ("2GB", "512MiB") in bytes."""
-    match = _SIZE.match(limit)
-    if not match or match.group(2).lower() not in _UNITS:
-        raise ConfigError(f"ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got {limit!r} — fix it")
-    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    """``ZEPHON_SELECT_MEMORY``'s text ("2GB", "512MiB", "1000000") in bytes, read as DuckDB reads its
+    ``memory_limit`` (``zephon.checks.size_bytes``); DuckDB is then given the bytes (``duckdb_limit``)."""
+    size = size_setting("ZEPHON_SELECT_MEMORY", limit, {}, "2GB or 512MiB")
+    assert size is not None  # no words: a size or the error
+    return size
+
+
+def duckdb_limit(limit: str) -> str:
+    """``SET memory_limit``'s value for ``limit``: its bytes, so that a plain number (which DuckDB's parser refuses)
+    and every unit ``size_bytes`` reads mean to DuckDB what they mean to the planner's own arithmetic."""
+    return f"{memory_bytes(limit)}B"
 
 
 def fetch_selected(

@@ -48,11 +48,11 @@ def test_release_memory_setting(monkeypatch) -> None:
     assert not release_enabled()
     release_memory()  # does nothing
     monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", "sometimes")
-    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be a size such as 256MiB, or "on" or "off", got'):
+    with pytest.raises(ConfigError, match=r'ZEPHON_RELEASE_MEMORY must be a size such as 256MiB \(GB = 10\^9 bytes, GiB = 2\^30\), or "on" or "off", got'):
         release_memory()
     from zephon.executor.read import memory_release as mr
 
-    for value, slack in (("on", mr.SLACK_BYTES), ("256MiB", 256 << 20), (" 1 GiB", 1 << 30), ("off", None)):
+    for value, slack in (("on", mr.SLACK_BYTES), ("256MiB", 256 << 20), (" 1 GiB", 1 << 30), ("1GB", 10**9), ("off", None)):
         monkeypatch.setenv("ZEPHON_RELEASE_MEMORY", value)
         assert mr.release_slack() == slack and release_enabled() == (slack is not None)
 

@@ -67,7 +67,7 @@ def test_a_budget_never_changes_a_batch(tmp_path, make_parquet, tokenizer_dir, m
 
 
 def test_the_budget_setting_and_its_default(monkeypatch) -> None:
-    for value, want in (("2GiB", 2 << 30), ("512mib", 512 << 20), ("1000000", 1_000_000), ("1.5G", 3 << 29)):
+    for value, want in (("2GiB", 2 << 30), ("512mib", 512 << 20), ("1000000", 1_000_000), ("1.5G", 1_500_000_000), ("1.5GiB", 3 << 29)):
         monkeypatch.setenv(spill.BUDGET_ENV, value)
         assert spill.budget() == want
     monkeypatch.setenv(spill.BUDGET_ENV, "off")

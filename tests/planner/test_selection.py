@@ -392,6 +392,20 @@ def test_a_selection_past_duckdbs_memory_limit_says_which_setting_to_raise(corpu
     assert "where='quality > 0.5'" in str(e.value) and "key='id'" in str(e.value)
 
 
+@pytest.mark.parametrize("limit", ["2000000000", "2G", "1.5GiB"])
+def test_a_memory_setting_duckdbs_parser_refuses_or_reads_otherwise_plans_the_same(corpus, tmp_path, monkeypatch, limit):
+    """A plain number of bytes (which DuckDB's own ``memory_limit`` parser refuses) and every unit ``size_bytes``
+    reads plan exactly what the default ``2GB`` plans: DuckDB is given the bytes."""
+    import zephon.planner.selection.evaluate as selection
+
+    ds = Dataset.from_path("web", corpus / "web", where="score >= 3")
+    default = _source(ds).plan(tmp_path / "default")
+    monkeypatch.setattr(selection, "MEMORY_LIMIT", limit)  # as ZEPHON_SELECT_MEMORY=<limit> would set it
+    plan = _source(ds).plan(tmp_path / "p")
+    assert (plan / "samples.parquet").read_bytes() == (default / "samples.parquet").read_bytes()
+    assert len(_samples(plan)["row"]) > 0
+
+
 def test_a_memory_setting_that_is_not_a_size_is_one_line_before_anything_is_made(corpus, tmp_path, monkeypatch):
     import zephon.planner.selection.evaluate as selection
 
@@ -400,6 +414,7 @@ def test_a_memory_setting_that_is_not_a_size_is_one_line_before_anything_is_made
     (tmp_path / "scratch").mkdir()
     monkeypatch.setattr(tempfile, "tempdir", None)
     ds = Dataset.from_path("web", corpus / "web", where="score >= 3")
-    with pytest.raises(ConfigError, match=r"^ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB, got 'lots'"):
+    refused = r"^ZEPHON_SELECT_MEMORY must be a size such as 2GB or 512MiB \(GB = 10\^9 bytes, GiB = 2\^30\), got 'lots'"
+    with pytest.raises(ConfigError, match=refused):
         _source(ds).plan(tmp_path / "p")
     assert not (tmp_path / "p").exists() and list((tmp_path / "scratch").iterdir()) == []
