@@ -25,7 +25,7 @@ pool and the engine's helpers) — each with its system (kernel) part: page faul
 futexes — beside the raw engine's, and the ceiling they set: raw CPU ÷ their sum, the
 end-to-end ÷ raw of a run that kept the cores as busy as the raw engine does. E.g. caller 6.6, reader 4.1,
 engine 18.4 against raw 18.0 → ceiling 0.62: the engine costs what it costs raw, and 0.8 would leave the caller
-and the reader 4.5 ns a token together (docs/performance.md, eighteenth session).
+and the reader 4.5 ns a token together (docs/performance-log.md, eighteenth session).
 
 ``--producer`` adds a fourth process per round and estimated plan: the pipeline's producer alone — stages 1-3
 of ``zephon.executor.estimated`` (plan rows, texts, tokenizing on the read-ahead thread and the encode pool) with

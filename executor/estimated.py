@@ -101,7 +101,7 @@ from zephon.executor.worker_share import WorkerShare
 #: ``MAX_BLOCK`` microbatches; one microbatch of this many or more): cutting a block costs ~40 NumPy calls and a
 #: few passes over the lanes whatever its rows, so the caller's work a microbatch falls with longer blocks — on
 #: the samples plan (8 × 2,049, DeepSeek V4, the consumer alone) ~180 µs a microbatch in blocks of 8 (2^17
-#: tokens), ~120 in blocks of 32 (2^19), no lower in blocks of 64 (docs/performance.md, Executor). A block's rows
+#: tokens), ~120 in blocks of 32 (2^19), no lower in blocks of 64 (docs/performance-log.md). A block's rows
 #: are buffered at once: 32 microbatches of 8 × 2,049 are ~2.6 MB (int32 ids and a bool a token).
 BLOCK_TOKENS = 1 << 19
 MAX_BLOCK = 64

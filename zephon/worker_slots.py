@@ -279,7 +279,7 @@ class SlotReader:
         tensors lie one after another in its slot: they are copied out together into one new buffer, and each
         tensor is a view of its part: one allocation and one copy a piece, as ``to_training`` makes ``input_ids``
         and ``labels`` one allocation in-process (one torch allocation, copy and two views a tensor cost the
-        loader's process of one worker 0.85 against 0.72 CPU s over 3,804 pieces of three, docs/performance.md)."""
+        loader's process of one worker 0.85 against 0.72 CPU s over 3,804 pieces of three, docs/performance-log.md)."""
         ring = self._ring(piece)
         lo = min(offset for _, _, _, offset, _ in piece.placed)
         hi = max(offset + nbytes for _, _, _, offset, nbytes in piece.placed)

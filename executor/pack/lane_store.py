@@ -30,7 +30,7 @@ they are copied out and the array goes — so a lane far behind the others (a lo
 array of every chunk read meanwhile, and the store holds about 4 times its live segments at most. (Until
 the twenty-ninth session the ids were copied into one array and the live ones compacted to its front when it was
 full: on 2 cores that copy, the compactions and the array's first touch of fresh pages cost the caller 3-6 CPU ns
-a token, a third to a half of its work — docs/performance.md.)
+a token, a third to a half of its work — docs/performance-log.md, twenty-ninth session.)
 
 Invariant: token ``t`` of document ``d`` (``start[d] <= t < start[d] + size[d]``), for ``t`` at or past its lane's
 ``kept``, is id ``(at[d] & SEGMENT_MASK) + t - start[d]`` of segment ``at[d] >> SEGMENT_SHIFT``; documents of one
