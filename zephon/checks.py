@@ -95,7 +95,6 @@ def local_directory(path: object, name: str, *, example: str, remote_fix: str, f
     return text
 
 
-
 #: ``size_bytes``' units: SI (powers of 1000, as DuckDB's ``memory_limit``: ``GB`` and ``G`` alike), IEC (1024).
 SIZE_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
               "t": 10**12, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}  # fmt: skip
@@ -114,15 +113,15 @@ def size_bytes(value: str) -> int | None:
 def size_setting(name: str, value: str, words: dict[str, int | None], example: str) -> int | None:
     """Setting ``name``'s ``value``: one of ``words`` (their values), else a size in bytes (``size_bytes``);
     anything else refused in one line naming the words and ``example``."""
-    value = value.strip().lower()
-    if value in words:
-        return words[value]
-    size = size_bytes(value)
+    text = value.strip()
+    if text.lower() in words:
+        return words[text.lower()]
+    size = size_bytes(text)
     if size is None:
         listed = " or ".join(f'"{word}"' for word in words)
         named = f", or {listed}" if words else ""
         raise ConfigError(
-            f"{name} must be a size such as {example} (GB = 10^9 bytes, GiB = 2^30){named}, got {value!r} — "
+            f"{name} must be a size such as {example} (GB = 10^9 bytes, GiB = 2^30){named}, got {text!r} — "
             "unset it or set one"
         )
     return size
